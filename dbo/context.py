@@ -1,0 +1,297 @@
+"""Per-step handoff state and per-ubatch contexts.
+
+One ``StepState`` per DBO step holds the turn token, the abort flag and the first failure. Each
+ubatch thread has a ``UBatchContext``: its id, its compute and comm streams, its done-events and
+the recv hook parked on it. Exactly one ubatch thread holds the turn at a time; the turn moves only
+at yield points and at exit (see docs/protocol.md).
+
+The turn is a ring of ``threading.Lock`` objects, one per ubatch, held ("locked") while that
+ubatch must not run. Passing the turn to ubatch j releases lock j; waiting for one's turn acquires
+one's own lock with a timeout. That is the cost of a bare two-lock ping-pong and nothing more:
+abort-safety comes from ``abort()`` releasing every lock (so every waiter wakes at once and sees the
+flag), not from polling.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from . import registry
+from .errors import HandoffTimeout, RecvHookConflict, DBOError, UBatchAborted
+from .streams import Event, Stream, set_stream, current_stream
+
+__all__ = ["StepState", "UBatchContext", "FaultHook", "where_is"]
+
+FaultHook = Callable[[str, "int | None"], None]
+"""Test seam: called as ``hook(point, ubatch_id)`` at "enter", "start", "exit" and "after_barrier"."""
+
+_DBO_DIR = os.path.dirname(os.path.abspath(__file__))
+_THREADING_FILE = os.path.abspath(threading.__file__)
+
+
+def where_is(thread: threading.Thread | None) -> str:
+    """Where ``thread`` is now: the innermost frame outside dbo/ and threading, as ``func (file:line)``."""
+    if thread is None or thread.ident is None:
+        return "not started"
+    if not thread.is_alive():
+        return "finished"
+    frame = sys._current_frames().get(thread.ident)
+    inner_dbo = None
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if path.startswith(_DBO_DIR) or path == _THREADING_FILE:
+            if inner_dbo is None and path.startswith(_DBO_DIR):
+                inner_dbo = frame.f_code.co_name
+        else:
+            where = f"{frame.f_code.co_name} ({os.path.basename(path)}:{frame.f_lineno})"
+            return f"{where} in {inner_dbo}" if inner_dbo else where
+        frame = frame.f_back
+    return f"inside dbo ({inner_dbo})" if inner_dbo else "unknown"
+
+
+class StepState:
+    """Shared state of one DBO step: the turn ring, the start barrier, the abort flag, the first failure."""
+
+    def __init__(self, num_ubatches: int, timeout: float, tracer: Any = None):
+        self.num_ubatches = num_ubatches
+        self.timeout = timeout
+        self.tracer = tracer if (tracer is not None and tracer.enabled) else None
+        self.barrier = threading.Barrier(num_ubatches + 1, timeout=timeout)
+        self._turn = [threading.Lock() for _ in range(num_ubatches)]
+        for lock in self._turn:
+            lock.acquire()
+        self.holder: int | None = None  # ubatch that holds the turn
+        self.exited = [False] * num_ubatches
+        self.contexts: list[UBatchContext] = []
+        self.threads: list[threading.Thread] = []
+        self.aborted = False
+        self.failure: tuple[int | None, BaseException] | None = None
+        self._abort_lock = threading.Lock()
+        self.all_done = threading.Event()
+        self._done_count = 0
+        self._done_lock = threading.Lock()
+        self.handoffs = 0
+        self._run_since = [0.0] * num_ubatches
+
+    # -- the turn ---------------------------------------------------------------------------------
+    def give_turn(self, ubatch_id: int) -> None:
+        """Hand the turn to ``ubatch_id`` (wakes it)."""
+        self.holder = ubatch_id
+        try:
+            self._turn[ubatch_id].release()
+        except RuntimeError:  # already released by abort(): the waiter is awake anyway
+            pass
+
+    def wait_turn(self, ubatch_id: int) -> None:
+        """Block until ``ubatch_id`` holds the turn; raise on abort or after ``timeout`` seconds."""
+        if self.aborted:
+            raise UBatchAborted(f"ubatch {ubatch_id}: step aborted")
+        if not self._turn[ubatch_id].acquire(timeout=self.timeout):
+            if self.aborted:
+                raise UBatchAborted(f"ubatch {ubatch_id}: step aborted")
+            err = HandoffTimeout(
+                f"ubatch {ubatch_id} waited {self.timeout:g} s for its turn; " + self.describe_parked(),
+                self.parked(),
+            )
+            self.abort(ubatch_id, err)
+            raise err
+        if self.aborted:
+            raise UBatchAborted(f"ubatch {ubatch_id}: step aborted")
+        if self.holder != ubatch_id:
+            raise DBOError(f"handoff invariant broken: ubatch {ubatch_id} woke but the turn is with {self.holder}")
+        if self.tracer is not None:
+            self._run_since[ubatch_id] = time.perf_counter()
+
+    def next_live(self, ubatch_id: int) -> int:
+        """The next ubatch after ``ubatch_id`` around the ring that has not exited (itself if none)."""
+        n = self.num_ubatches
+        for k in range(1, n):
+            j = (ubatch_id + k) % n
+            if not self.exited[j]:
+                return j
+        return ubatch_id
+
+    def pass_turn(self, ubatch_id: int, reason: str) -> int:
+        """Give the turn from ``ubatch_id`` to the next live ubatch; return who got it (-1: nobody)."""
+        nxt = self.next_live(ubatch_id)
+        if nxt == ubatch_id and self.exited[ubatch_id]:
+            return -1
+        if nxt != ubatch_id:
+            self.handoffs += 1
+            tr = self.tracer
+            if tr is not None:
+                now = time.perf_counter()
+                tr.span(f"ubatch {ubatch_id}", reason, self._run_since[ubatch_id], now, ubatch=ubatch_id)
+                tr.handoff(ubatch_id, nxt, now, now)
+            self.give_turn(nxt)
+        return nxt
+
+    def yield_turn(self, ubatch_id: int) -> None:
+        """Pass the turn on and wait for it to come back. A no-op when no other ubatch is live."""
+        if self.pass_turn(ubatch_id, "run") != ubatch_id:
+            self.wait_turn(ubatch_id)
+
+    # -- failure ----------------------------------------------------------------------------------
+    def abort(self, ubatch_id: int | None, exc: BaseException) -> None:
+        """Record the first failure, set the abort flag, and wake every waiter (barrier and turns)."""
+        with self._abort_lock:
+            if self.failure is None:
+                self.failure = (ubatch_id, exc)
+            self.aborted = True
+        self.barrier.abort()
+        for lock in self._turn:
+            try:
+                lock.release()
+            except RuntimeError:
+                pass
+
+    def mark_done(self) -> None:
+        with self._done_lock:
+            self._done_count += 1
+            if self._done_count == self.num_ubatches:
+                self.all_done.set()
+
+    def parked(self) -> dict[int, str]:
+        """Where each ubatch thread is now (for timeout messages)."""
+        out = {}
+        for i, t in enumerate(self.threads):
+            state = "holds the turn" if self.holder == i else "waiting"
+            out[i] = f"{state}, at {where_is(t)}"
+        return out
+
+    def describe_parked(self) -> str:
+        return "; ".join(f"ubatch {i}: {w}" for i, w in self.parked().items())
+
+
+class UBatchContext:
+    """What one ubatch thread needs during a step: id, streams, done-events, pending recv hook."""
+
+    __slots__ = (
+        "id",
+        "step",
+        "compute_stream",
+        "comm_stream",
+        "compute_done",
+        "comm_done",
+        "recv_hook",
+        "fault_hook",
+    )
+
+    def __init__(
+        self,
+        ubatch_id: int,
+        step: StepState,
+        compute_stream: Stream,
+        comm_stream: Stream,
+        compute_done: Event,
+        comm_done: Event,
+        fault_hook: FaultHook | None = None,
+    ):
+        self.id = ubatch_id
+        self.step = step
+        self.compute_stream = compute_stream
+        self.comm_stream = comm_stream
+        self.compute_done = compute_done
+        self.comm_done = comm_done
+        self.recv_hook: Callable[[], Any] | None = None
+        self.fault_hook = fault_hook
+
+    def __repr__(self) -> str:
+        return f"UBatchContext(id={self.id}, of={self.step.num_ubatches})"
+
+    # -- entering and leaving ---------------------------------------------------------------------
+    def enter(self) -> None:
+        """Register, meet the others at the start barrier, wait for the turn, start on the compute stream."""
+        registry.register(self.id, self)
+        if self.fault_hook is not None:
+            self.fault_hook("enter", self.id)
+        try:
+            self.step.barrier.wait()
+        except threading.BrokenBarrierError:
+            if self.step.aborted:
+                raise UBatchAborted(f"ubatch {self.id}: step aborted before start") from None
+            raise HandoffTimeout(
+                f"ubatch {self.id} waited {self.step.timeout:g} s at the start barrier; "
+                + self.step.describe_parked(),
+                self.step.parked(),
+            ) from None
+        self.step.wait_turn(self.id)
+        set_stream(self.compute_stream)
+        if self.fault_hook is not None:
+            self.fault_hook("start", self.id)
+
+    def exit(self) -> None:
+        """Normal exit: run the recv hook parked here, then hand the turn on (caller unregisters)."""
+        if self.fault_hook is not None:
+            self.fault_hook("exit", self.id)
+        self.maybe_run_recv_hook()
+        self.step.exited[self.id] = True
+        self.step.pass_turn(self.id, "run")
+
+    # -- turn passing with stream actions -------------------------------------------------------------
+    def check_stream(self, expected: Stream, api: str) -> None:
+        cur = current_stream()
+        if cur is not expected:
+            raise DBOError(
+                f"{api}: ubatch {self.id} must be on its {expected.name!r} stream, but its current stream is "
+                f"{getattr(cur, 'name', cur)!r}"
+            )
+
+    def yield_(self) -> None:
+        stream = current_stream()
+        self.step.yield_turn(self.id)
+        set_stream(stream)
+
+    def switch_to(self, stream: Stream) -> None:
+        set_stream(stream)
+
+    def switch_sync(self, src: Stream, dst: Stream, done: Event) -> None:
+        """Record ``done`` on ``src``, make ``dst`` current and make it wait for ``done``."""
+        done.record(src)
+        set_stream(dst)
+        dst.wait_event(done)
+
+    def yield_and_switch(self, src: Stream, dst: Stream, done: Event, api: str) -> None:
+        """Record ``done`` on ``src`` *before* yielding, then switch to ``dst`` and wait for it.
+
+        Recording before the yield makes the event cover exactly this ubatch's work; recording it
+        after would also cover the sibling's work and serialize the streams (vllm#38451).
+        """
+        self.check_stream(src, api)
+        done.record(src)
+        self.step.yield_turn(self.id)
+        set_stream(dst)
+        dst.wait_event(done)
+
+    # -- recv hooks -------------------------------------------------------------------------------
+    def register_recv_hook(self, hook: Callable[[], Any]) -> None:
+        """Park ``hook`` on the next ubatch's context; it runs there at its next hook site or exit.
+
+        If the next ubatch has already exited (or this is the only live ubatch), nobody would ever run
+        it, so it runs at once in this thread.
+        """
+        if not callable(hook):
+            raise TypeError(f"recv hook must be callable, got {type(hook).__name__}")
+        step = self.step
+        nxt = (self.id + 1) % step.num_ubatches
+        target = step.contexts[nxt]
+        if step.exited[nxt] or target is self:
+            hook()
+            return
+        if target.recv_hook is not None:
+            raise RecvHookConflict(
+                f"ubatch {self.id} registered a recv hook on ubatch {nxt}, which still holds a pending one "
+                f"({getattr(target.recv_hook, '__name__', target.recv_hook)!r}); run it with "
+                f"dbo_maybe_run_recv_hook() before registering another"
+            )
+        target.recv_hook = hook
+
+    def maybe_run_recv_hook(self) -> None:
+        hook = self.recv_hook
+        if hook is not None:
+            self.recv_hook = None
+            hook()

@@ -1,0 +1,301 @@
+"""UBatchOrchestrator: run one function as N ubatch threads that hand the turn to each other.
+
+One step: build the contexts, spawn one named daemon thread per ubatch, meet them at the start
+barrier, give the turn to ubatch 0, wait (bounded) for all of them, synchronize the streams and
+return the results in ubatch order. The first failure anywhere aborts the step: every waiter wakes,
+every thread unwinds and deregisters, and ``run`` raises ``UBatchFailed`` naming the ubatch, with the
+original exception as ``__cause__``. The orchestrator is reusable after a failed step.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+from . import registry
+from .context import FaultHook, StepState, UBatchContext, where_is
+from .errors import DBOError, HandoffTimeout, StepHung, UBatchAborted, UBatchFailed
+from .streams import Backend, Stream, get_backend, set_stream, current_stream
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["UBatchOrchestrator", "STREAM_LAYOUTS"]
+
+STREAM_LAYOUTS = ("per-ubatch", "shared")
+
+
+class UBatchOrchestrator:
+    """Runs ``fn(ubatch_inputs[i])`` in ubatch i's thread, N threads passing one turn around a ring.
+
+    ``num_ubatches=1`` runs without DBO: ``fn`` runs in the calling thread, unregistered, so every
+    ``dbo_*`` call is a no-op; use it as the reference for output comparisons.
+
+    ``stream_layout``: "per-ubatch" gives each ubatch its own compute and comm streams (default);
+    "shared" gives all ubatches one compute and one comm stream, as vLLM does.
+
+    ``handoff_timeout`` bounds every wait for the turn or the start barrier; ``step_timeout`` bounds
+    a whole step; ``join_grace`` is how long threads of an aborted step get to unwind before the step
+    is declared hung (``StepHung``). ``fault_hook(point, ubatch_id)`` is a test seam called at
+    "enter", "start", "exit" (in ubatch threads) and "after_barrier" (in the orchestrator).
+    """
+
+    def __init__(
+        self,
+        num_ubatches: int = 2,
+        backend: str | Backend = "auto",
+        stream_layout: str = "per-ubatch",
+        handoff_timeout: float = 60.0,
+        *,
+        step_timeout: float | None = 600.0,
+        join_grace: float = 10.0,
+        tracer: Any = None,
+        fault_hook: FaultHook | None = None,
+        **backend_options: Any,
+    ):
+        if isinstance(num_ubatches, bool) or not isinstance(num_ubatches, int):
+            raise TypeError(f"num_ubatches must be an int, got {type(num_ubatches).__name__}")
+        if num_ubatches < 1:
+            raise ValueError(f"num_ubatches must be >= 1, got {num_ubatches}")
+        if stream_layout not in STREAM_LAYOUTS:
+            raise ValueError(f"stream_layout must be one of {STREAM_LAYOUTS}, got {stream_layout!r}")
+        for name, value in (("handoff_timeout", handoff_timeout), ("join_grace", join_grace)):
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if step_timeout is not None and (not isinstance(step_timeout, (int, float)) or step_timeout <= 0):
+            raise ValueError(f"step_timeout must be a positive number of seconds or None, got {step_timeout!r}")
+        self.num_ubatches = num_ubatches
+        self.stream_layout = stream_layout
+        self.handoff_timeout = float(handoff_timeout)
+        self.step_timeout = None if step_timeout is None else float(step_timeout)
+        self.join_grace = float(join_grace)
+        self.fault_hook = fault_hook
+        self._backend_spec = backend
+        self._backend_options = dict(backend_options)
+        if tracer is not None:
+            self._backend_options["tracer"] = tracer
+        self._owns_backend = isinstance(backend, str)
+        self.backend: Backend = get_backend(backend, **self._backend_options) if self._owns_backend else backend
+        if not self._owns_backend and tracer is not None:
+            self.backend.tracer = tracer
+        self._streams = self._make_streams()
+        self._running = threading.Lock()
+        self.last_step_handoffs = 0
+        self.closed = False
+
+    # -- streams ----------------------------------------------------------------------------------
+    def _new_stream(self, name: str) -> Stream:
+        """A new stream called ``name`` (or ``name#k`` if a stream of that name already exists)."""
+        taken = {s.name for s in self.backend.streams}
+        k, unique = 1, name
+        while unique in taken:
+            k += 1
+            unique = f"{name}#{k}"
+        return self.backend.new_stream(unique)
+
+    def _make_streams(self) -> list[tuple[Stream, Stream]]:
+        if self.stream_layout == "shared" or self.num_ubatches == 1:
+            pair = (self._new_stream("compute"), self._new_stream("comm"))
+            return [pair] * self.num_ubatches
+        return [(self._new_stream(f"compute{i}"), self._new_stream(f"comm{i}")) for i in range(self.num_ubatches)]
+
+    def streams(self, ubatch_id: int) -> tuple[Stream, Stream]:
+        """The (compute, comm) streams of ubatch ``ubatch_id``."""
+        return self._streams[ubatch_id]
+
+    def all_streams(self) -> list[Stream]:
+        seen: dict[int, Stream] = {}
+        for pair in self._streams:
+            for s in pair:
+                seen.setdefault(id(s), s)
+        return list(seen.values())
+
+    @property
+    def tracer(self) -> Any:
+        return self.backend.tracer
+
+    def synchronize(self) -> None:
+        """Wait for every stream of this orchestrator (bounded by the backend's timeout)."""
+        for s in self.all_streams():
+            s.synchronize()
+
+    def _recover_streams(self) -> None:
+        """After a failed step: drop streams that may hold sticky errors or queued work."""
+        if self._owns_backend:
+            tracer = self.backend.tracer
+            self.backend.close()
+            self.backend = get_backend(self._backend_spec, **self._backend_options)
+            self.backend.tracer = tracer
+        self._streams = self._make_streams()
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the backend's stream workers (if this orchestrator created the backend). Idempotent."""
+        if not self.closed:
+            self.closed = True
+            if self._owns_backend:
+                self.backend.close()
+
+    def __enter__(self) -> "UBatchOrchestrator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- one step ---------------------------------------------------------------------------------
+    def run(
+        self,
+        fn: Callable[[Any], Any],
+        ubatch_inputs: Sequence[Any],
+        *,
+        after_barrier: Callable[[], None] | None = None,
+    ) -> list[Any]:
+        """Run one step; return ``[fn(ubatch_inputs[i]) for i]`` computed in ubatch threads.
+
+        Streams are synchronized before returning, so results may be read at once.
+        ``after_barrier`` (optional) runs in the calling thread after the start barrier and before
+        ubatch 0 gets the turn (a seam for tests and studies).
+        """
+        if self.closed:
+            raise DBOError("this UBatchOrchestrator is closed")
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        inputs = list(ubatch_inputs)
+        if len(inputs) != self.num_ubatches:
+            raise ValueError(f"expected {self.num_ubatches} ubatch inputs, got {len(inputs)}")
+        if registry.dbo_enabled():
+            raise DBOError("UBatchOrchestrator.run called from inside a ubatch thread; steps do not nest")
+        if not self._running.acquire(blocking=False):
+            raise DBOError("this UBatchOrchestrator is already running a step in another thread")
+        try:
+            if self.num_ubatches == 1:
+                return self._run_single(fn, inputs[0], after_barrier)
+            return self._run_threads(fn, inputs, after_barrier)
+        finally:
+            self._running.release()
+
+    def _run_single(self, fn: Callable[[Any], Any], inp: Any, after_barrier: Callable[[], None] | None) -> list[Any]:
+        compute, _ = self._streams[0]
+        previous = current_stream()
+        set_stream(compute)
+        try:
+            if after_barrier is not None:
+                after_barrier()
+            out = fn(inp)
+            self.synchronize()
+        except BaseException as exc:
+            set_stream(previous)
+            self._recover_streams()
+            raise UBatchFailed(f"ubatch 0 of 1 failed: {type(exc).__name__}: {exc}", 0) from exc
+        set_stream(previous)
+        self.last_step_handoffs = 0
+        return [out]
+
+    def _run_threads(
+        self, fn: Callable[[Any], Any], inputs: list[Any], after_barrier: Callable[[], None] | None
+    ) -> list[Any]:
+        n = self.num_ubatches
+        step = StepState(n, self.handoff_timeout, self.backend.tracer)
+        b = self.backend
+        step.contexts = [
+            UBatchContext(i, step, *self._streams[i], b.new_event(), b.new_event(), self.fault_hook) for i in range(n)
+        ]
+        results: list[Any] = [None] * n
+        step.threads = [
+            threading.Thread(
+                target=_ubatch_main,
+                args=(step.contexts[i], fn, inputs[i], results),
+                name=f"dbo-ubatch-{i}",
+                daemon=True,
+            )
+            for i in range(n)
+        ]
+        started = time.monotonic()
+        try:
+            for t in step.threads:
+                t.start()
+            try:
+                step.barrier.wait()
+            except threading.BrokenBarrierError:
+                if not step.aborted:
+                    step.abort(
+                        None,
+                        HandoffTimeout(
+                            f"the start barrier was not reached within {self.handoff_timeout:g} s; "
+                            + step.describe_parked(),
+                            step.parked(),
+                        ),
+                    )
+            else:
+                if self.fault_hook is not None:
+                    self.fault_hook("after_barrier", None)
+                if after_barrier is not None:
+                    after_barrier()
+                step.give_turn(0)
+        except BaseException as exc:  # the orchestrator itself failed (or was interrupted)
+            step.abort(None, exc)
+        self._wait_for_threads(step, started)
+        self.last_step_handoffs = step.handoffs
+        if step.failure is not None:
+            self._recover_streams()
+            uid, exc = step.failure
+            who = "the orchestrator" if uid is None else f"ubatch {uid} of {n}"
+            raise UBatchFailed(f"{who} failed: {type(exc).__name__}: {exc}", uid) from exc
+        try:
+            self.synchronize()
+        except BaseException as exc:
+            self._recover_streams()
+            raise UBatchFailed(f"a stream of the step failed: {type(exc).__name__}: {exc}", None) from exc
+        return results
+
+    def _wait_for_threads(self, step: StepState, started: float) -> None:
+        """Bounded join: wait for all threads; past the step timeout abort; past the grace, StepHung."""
+        aborted_at: float | None = None
+        while not step.all_done.is_set():
+            now = time.monotonic()
+            if step.aborted and aborted_at is None:
+                aborted_at = now
+            if aborted_at is None and self.step_timeout is not None and now - started > self.step_timeout:
+                step.abort(
+                    None,
+                    HandoffTimeout(
+                        f"the step ran longer than step_timeout={self.step_timeout:g} s; " + step.describe_parked(),
+                        step.parked(),
+                    ),
+                )
+                continue
+            if aborted_at is not None and now - aborted_at > self.join_grace:
+                live = [f"{t.name} at {where_is(t)}" for t in step.threads if t.is_alive()]
+                uid, cause = step.failure if step.failure else (None, None)
+                err = StepHung(
+                    f"{len(live)} ubatch thread(s) did not finish within {self.join_grace:g} s after the step "
+                    f"was aborted: " + "; ".join(live),
+                    live,
+                )
+                self._recover_streams()
+                raise err from cause
+            step.all_done.wait(0.1 if aborted_at is None else 0.02)
+        for t in step.threads:  # they have all returned from their target; reap them
+            t.join(self.join_grace)
+
+
+def _ubatch_main(ctx: UBatchContext, fn: Callable[[Any], Any], inp: Any, results: list[Any]) -> None:
+    """Body of a ubatch thread: enter, run ``fn``, exit; on any failure abort the step."""
+    step = ctx.step
+    try:
+        try:
+            ctx.enter()
+            results[ctx.id] = fn(inp)
+            ctx.exit()
+        finally:
+            if registry.dbo_enabled():
+                registry.unregister()
+            set_stream(None)
+    except UBatchAborted:
+        if not step.aborted:  # raised by user code, not by an abort: treat it as a failure
+            step.abort(ctx.id, UBatchAborted(f"ubatch {ctx.id} raised UBatchAborted outside an abort"))
+    except BaseException as exc:
+        step.abort(ctx.id, exc)
+    finally:
+        step.mark_done()
