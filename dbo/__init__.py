@@ -20,7 +20,7 @@ from .api import (
     dbo_yield_and_switch_from_comm_to_compute,
     dbo_yield_and_switch_from_compute_to_comm,
 )
-from .context import StepState, UBatchContext
+from .context import StepState, SyncPrimitives, UBatchContext
 from .errors import (
     DBOError,
     HandoffTimeout,
@@ -48,6 +48,7 @@ __all__ = [
     "UBatchOrchestrator",
     "STREAM_LAYOUTS",
     "StepState",
+    "SyncPrimitives",
     "UBatchContext",
     "Tracer",
     "get_backend",

@@ -24,7 +24,7 @@ from . import registry
 from .errors import HandoffTimeout, RecvHookConflict, DBOError, UBatchAborted
 from .streams import Event, Stream, set_stream, current_stream
 
-__all__ = ["StepState", "UBatchContext", "FaultHook", "where_is"]
+__all__ = ["StepState", "UBatchContext", "FaultHook", "SyncPrimitives", "where_is"]
 
 FaultHook = Callable[[str, "int | None"], None]
 """Test seam: called as ``hook(point, ubatch_id)`` at "enter", "start", "exit" and "after_barrier"."""
@@ -53,15 +53,37 @@ def where_is(thread: threading.Thread | None) -> str:
     return f"inside dbo ({inner_dbo})" if inner_dbo else "unknown"
 
 
+class SyncPrimitives:
+    """Factory of the blocking primitives a step uses: the turn locks and the start barrier.
+
+    The default is plain ``threading``. A test can pass its own (for example a controlled scheduler
+    that decides which runnable thread proceeds) to ``UBatchOrchestrator(primitives=...)``. A lock
+    must support ``acquire(timeout=...)`` and ``release()`` from another thread; a barrier
+    ``wait()`` and ``abort()`` with ``threading.BrokenBarrierError`` semantics.
+    """
+
+    def lock(self) -> Any:
+        return threading.Lock()
+
+    def barrier(self, parties: int, timeout: float) -> Any:
+        return threading.Barrier(parties, timeout=timeout)
+
+
+THREADING = SyncPrimitives()
+
+
 class StepState:
     """Shared state of one DBO step: the turn ring, the start barrier, the abort flag, the first failure."""
 
-    def __init__(self, num_ubatches: int, timeout: float, tracer: Any = None):
+    def __init__(
+        self, num_ubatches: int, timeout: float, tracer: Any = None, primitives: SyncPrimitives | None = None
+    ):
+        prims = primitives if primitives is not None else THREADING
         self.num_ubatches = num_ubatches
         self.timeout = timeout
         self.tracer = tracer if (tracer is not None and tracer.enabled) else None
-        self.barrier = threading.Barrier(num_ubatches + 1, timeout=timeout)
-        self._turn = [threading.Lock() for _ in range(num_ubatches)]
+        self.barrier = prims.barrier(num_ubatches + 1, timeout)
+        self._turn = [prims.lock() for _ in range(num_ubatches)]
         for lock in self._turn:
             lock.acquire()
         self.holder: int | None = None  # ubatch that holds the turn

@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from . import registry
-from .context import FaultHook, StepState, UBatchContext, where_is
+from .context import FaultHook, StepState, SyncPrimitives, UBatchContext, where_is
 from .errors import DBOError, HandoffTimeout, StepHung, UBatchAborted, UBatchFailed
 from .streams import Backend, Stream, get_backend, set_stream, current_stream
 
@@ -52,6 +52,7 @@ class UBatchOrchestrator:
         join_grace: float = 10.0,
         tracer: Any = None,
         fault_hook: FaultHook | None = None,
+        primitives: SyncPrimitives | None = None,
         **backend_options: Any,
     ):
         if isinstance(num_ubatches, bool) or not isinstance(num_ubatches, int):
@@ -71,6 +72,7 @@ class UBatchOrchestrator:
         self.step_timeout = None if step_timeout is None else float(step_timeout)
         self.join_grace = float(join_grace)
         self.fault_hook = fault_hook
+        self.primitives = primitives
         self._backend_spec = backend
         self._backend_options = dict(backend_options)
         if tracer is not None:
@@ -196,7 +198,7 @@ class UBatchOrchestrator:
         self, fn: Callable[[Any], Any], inputs: list[Any], after_barrier: Callable[[], None] | None
     ) -> list[Any]:
         n = self.num_ubatches
-        step = StepState(n, self.handoff_timeout, self.backend.tracer)
+        step = StepState(n, self.handoff_timeout, self.backend.tracer, self.primitives)
         b = self.backend
         step.contexts = [
             UBatchContext(i, step, *self._streams[i], b.new_event(), b.new_event(), self.fault_hook) for i in range(n)
