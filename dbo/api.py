@@ -45,7 +45,7 @@ def dbo_yield() -> None:
     """Pass the turn to the next ubatch and wait for it to come back; keeps the current stream."""
     ctx = _ctx()
     if ctx is not None:
-        ctx.yield_()
+        ctx.step.yield_turn(ctx.id)
 
 
 def dbo_yield_and_switch_from_compute_to_comm() -> None:

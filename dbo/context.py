@@ -98,6 +98,7 @@ class StepState:
         self._done_lock = threading.Lock()
         self.handoffs = 0
         self._run_since = [0.0] * num_ubatches
+        self._next = [(i + 1) % num_ubatches for i in range(num_ubatches)]  # ring over live ubatches
 
     # -- the turn ---------------------------------------------------------------------------------
     def give_turn(self, ubatch_id: int) -> None:
@@ -112,21 +113,31 @@ class StepState:
         """Block until ``ubatch_id`` holds the turn; raise on abort or after ``timeout`` seconds."""
         if self.aborted:
             raise UBatchAborted(f"ubatch {ubatch_id}: step aborted")
-        if not self._turn[ubatch_id].acquire(timeout=self.timeout):
-            if self.aborted:
-                raise UBatchAborted(f"ubatch {ubatch_id}: step aborted")
-            err = HandoffTimeout(
-                f"ubatch {ubatch_id} waited {self.timeout:g} s for its turn; " + self.describe_parked(),
-                self.parked(),
-            )
-            self.abort(ubatch_id, err)
-            raise err
-        if self.aborted:
-            raise UBatchAborted(f"ubatch {ubatch_id}: step aborted")
-        if self.holder != ubatch_id:
-            raise DBOError(f"handoff invariant broken: ubatch {ubatch_id} woke but the turn is with {self.holder}")
+        acquired = self._turn[ubatch_id].acquire(True, self.timeout)
+        if not acquired or self.aborted or self.holder != ubatch_id:
+            self._bad_wake(ubatch_id, acquired)
         if self.tracer is not None:
             self._run_since[ubatch_id] = time.perf_counter()
+
+    def _bad_wake(self, ubatch_id: int, acquired: bool) -> None:
+        """A wait for the turn ended without a clean turn: abort, timeout or a broken invariant.
+
+        Raises, except when the turn arrived just as the wait timed out (then it takes the turn).
+        """
+        if self.aborted:
+            raise UBatchAborted(f"ubatch {ubatch_id}: step aborted")
+        if acquired:
+            raise DBOError(f"handoff invariant broken: ubatch {ubatch_id} woke but the turn is with {self.holder}")
+        if self.holder == ubatch_id and self._turn[ubatch_id].acquire(True, 1.0):
+            if self.aborted:
+                raise UBatchAborted(f"ubatch {ubatch_id}: step aborted")
+            return
+        err = HandoffTimeout(
+            f"ubatch {ubatch_id} waited {self.timeout:g} s for its turn; " + self.describe_parked(),
+            self.parked(),
+        )
+        self.abort(ubatch_id, err)
+        raise err
 
     def next_live(self, ubatch_id: int) -> int:
         """The next ubatch after ``ubatch_id`` around the ring that has not exited (itself if none)."""
@@ -137,25 +148,52 @@ class StepState:
                 return j
         return ubatch_id
 
+    def _trace_handoff(self, src: int, dst: int, reason: str) -> None:
+        tr = self.tracer
+        now = time.perf_counter()
+        tr.span(f"ubatch {src}", reason, self._run_since[src], now, ubatch=src)
+        tr.handoff(src, dst, now, now)
+
+    def mark_exited(self, ubatch_id: int) -> None:
+        """Take ``ubatch_id`` out of the ring (called by the turn holder at its exit)."""
+        self.exited[ubatch_id] = True
+        self._next = [self.next_live(i) for i in range(self.num_ubatches)]
+
     def pass_turn(self, ubatch_id: int, reason: str) -> int:
         """Give the turn from ``ubatch_id`` to the next live ubatch; return who got it (-1: nobody)."""
-        nxt = self.next_live(ubatch_id)
-        if nxt == ubatch_id and self.exited[ubatch_id]:
-            return -1
-        if nxt != ubatch_id:
-            self.handoffs += 1
-            tr = self.tracer
-            if tr is not None:
-                now = time.perf_counter()
-                tr.span(f"ubatch {ubatch_id}", reason, self._run_since[ubatch_id], now, ubatch=ubatch_id)
-                tr.handoff(ubatch_id, nxt, now, now)
-            self.give_turn(nxt)
+        nxt = self._next[ubatch_id]
+        if nxt == ubatch_id:
+            return -1 if self.exited[ubatch_id] else ubatch_id
+        self.handoffs += 1
+        if self.tracer is not None:
+            self._trace_handoff(ubatch_id, nxt, reason)
+        self.give_turn(nxt)
         return nxt
 
     def yield_turn(self, ubatch_id: int) -> None:
-        """Pass the turn on and wait for it to come back. A no-op when no other ubatch is live."""
-        if self.pass_turn(ubatch_id, "run") != ubatch_id:
-            self.wait_turn(ubatch_id)
+        """Pass the turn on and wait for it to come back. A no-op when no other ubatch is live.
+
+        This is the hot path of every yield: the release of the next lock is followed at once by
+        the acquire of our own, so the woken thread does not wait for the GIL.
+        """
+        if self.aborted:
+            raise UBatchAborted(f"ubatch {ubatch_id}: step aborted")
+        nxt = self._next[ubatch_id]
+        if nxt == ubatch_id:
+            return
+        self.handoffs += 1
+        if self.tracer is not None:
+            self._trace_handoff(ubatch_id, nxt, "run")
+        self.holder = nxt
+        try:
+            self._turn[nxt].release()
+        except RuntimeError:  # already released by abort()
+            pass
+        acquired = self._turn[ubatch_id].acquire(True, self.timeout)
+        if not acquired or self.aborted or self.holder != ubatch_id:
+            self._bad_wake(ubatch_id, acquired)
+        if self.tracer is not None:
+            self._run_since[ubatch_id] = time.perf_counter()
 
     # -- failure ----------------------------------------------------------------------------------
     def abort(self, ubatch_id: int | None, exc: BaseException) -> None:
@@ -251,7 +289,7 @@ class UBatchContext:
         if self.fault_hook is not None:
             self.fault_hook("exit", self.id)
         self.maybe_run_recv_hook()
-        self.step.exited[self.id] = True
+        self.step.mark_exited(self.id)
         self.step.pass_turn(self.id, "run")
 
     # -- turn passing with stream actions -------------------------------------------------------------
@@ -262,11 +300,6 @@ class UBatchContext:
                 f"{api}: ubatch {self.id} must be on its {expected.name!r} stream, but its current stream is "
                 f"{getattr(cur, 'name', cur)!r}"
             )
-
-    def yield_(self) -> None:
-        stream = current_stream()
-        self.step.yield_turn(self.id)
-        set_stream(stream)
 
     def switch_to(self, stream: Stream) -> None:
         set_stream(stream)

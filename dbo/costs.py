@@ -1,0 +1,330 @@
+"""Cost model: device and link profiles, kernel and transfer times.
+
+A kernel's modelled time is a roofline: ``launch_overhead + max(flops / peak_flops, bytes /
+mem_bandwidth)``. A transfer's modelled time is ``latency + bytes / bandwidth``. Stream backends
+turn a kernel's ``cost=`` (None, seconds, ``Work`` or ``Transfer``) into seconds with
+``seconds_for``.
+
+The tables of named profiles and links are process-global lookup tables (like a registry of
+constants): ``register_profile`` / ``register_link`` add entries, ``get_profile`` / ``get_link``
+resolve a name or pass a profile object through.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from dataclasses import replace as _dc_replace
+from typing import Any, Iterable
+
+import torch
+
+__all__ = [
+    "DeviceProfile",
+    "LinkProfile",
+    "Work",
+    "Transfer",
+    "KINDS",
+    "register_profile",
+    "register_link",
+    "get_profile",
+    "get_link",
+    "profiles",
+    "links",
+    "kernel_time",
+    "transfer_time",
+    "matmul",
+    "elementwise",
+    "tensor_bytes",
+    "iter_tensors",
+    "seconds_for",
+    "scale_link",
+    "scale_profile",
+]
+
+KINDS = ("compute", "comm")
+
+
+def _check_number(what: str, value: Any, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number, got {type(value).__name__}: {value!r}")
+    v = float(value)
+    if math.isnan(v):
+        raise ValueError(f"{what} must not be NaN")
+    if positive and not v > 0:
+        raise ValueError(f"{what} must be > 0, got {value!r}")
+    if v < 0:
+        raise ValueError(f"{what} must be >= 0, got {value!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """A device for the roofline: peak FLOP/s, memory bandwidth (bytes/s), launch overhead (s)."""
+
+    name: str
+    peak_flops: float
+    mem_bandwidth: float
+    launch_overhead: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"profile name must be a non-empty string, got {self.name!r}")
+        _check_number("peak_flops", self.peak_flops, positive=True)
+        _check_number("mem_bandwidth", self.mem_bandwidth, positive=True)
+        _check_number("launch_overhead", self.launch_overhead)
+
+
+@dataclass(frozen=True)
+class LinkProfile:
+    """A link for transfers: latency (s) and effective bandwidth (bytes/s)."""
+
+    name: str
+    latency: float
+    bandwidth: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"link name must be a non-empty string, got {self.name!r}")
+        _check_number("latency", self.latency)
+        _check_number("bandwidth", self.bandwidth, positive=True)
+
+
+@dataclass(frozen=True)
+class Work:
+    """The work of a compute kernel: floating-point operations and bytes moved to/from memory."""
+
+    flops: float = 0
+    bytes: float = 0
+
+    def __post_init__(self) -> None:
+        _check_number("Work.flops", self.flops)
+        _check_number("Work.bytes", self.bytes)
+
+    def __add__(self, other: "Work") -> "Work":
+        if not isinstance(other, Work):
+            return NotImplemented
+        return Work(self.flops + other.flops, self.bytes + other.bytes)
+
+    def __mul__(self, factor: float) -> "Work":
+        f = _check_number("factor", factor)
+        return Work(self.flops * f, self.bytes * f)
+
+    __rmul__ = __mul__
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """A transfer over the backend's link: ``bytes`` sent."""
+
+    bytes: float
+
+    def __post_init__(self) -> None:
+        _check_number("Transfer.bytes", self.bytes)
+
+
+# --- built-in profiles -------------------------------------------------------------------------
+# "cpu": a modest CPU doing the math in torch (one socket, a few cores): ~100 GFLOP/s, ~20 GB/s of
+#   memory bandwidth, ~5 us per op of dispatch overhead.
+# "h200": NVIDIA H200 SXM as measured rather than as specified: dense bf16 GEMMs reach ~790 TFLOP/s
+#   (spec 989), HBM3e copies reach ~4.3 TB/s (spec 4.8), ~4 us per kernel launch.
+# "nvlink": intranode all-to-all over NVLink as DeepEP's normal kernels measure it (~153-158 GB/s
+#   per GPU on H800, DeepEP README): 150 GB/s effective, ~3 us latency.
+# "ib400": one 400 Gb/s InfiniBand (ConnectX-7) NIC per GPU: 50 GB/s line rate; DeepEP measures
+#   43-58 GB/s RDMA, so 45 GB/s effective; ~5 us latency.
+# "loopback": a copy within one host's memory (same order as the "cpu" profile's bandwidth).
+_BUILTIN_PROFILES = (
+    DeviceProfile("cpu", peak_flops=100e9, mem_bandwidth=20e9, launch_overhead=5e-6),
+    DeviceProfile("h200", peak_flops=790e12, mem_bandwidth=4.3e12, launch_overhead=4e-6),
+)
+_BUILTIN_LINKS = (
+    LinkProfile("nvlink", latency=3e-6, bandwidth=150e9),
+    LinkProfile("ib400", latency=5e-6, bandwidth=45e9),
+    LinkProfile("loopback", latency=1e-6, bandwidth=20e9),
+)
+
+_tables_lock = threading.Lock()
+_profiles: dict[str, DeviceProfile] = {p.name: p for p in _BUILTIN_PROFILES}
+_links: dict[str, LinkProfile] = {l.name: l for l in _BUILTIN_LINKS}
+
+
+def register_profile(profile: DeviceProfile, *, replace: bool = False) -> DeviceProfile:
+    """Add ``profile`` to the named table. A different profile under a taken name needs ``replace=True``."""
+    if not isinstance(profile, DeviceProfile):
+        raise TypeError(f"expected a DeviceProfile, got {type(profile).__name__}")
+    with _tables_lock:
+        old = _profiles.get(profile.name)
+        if old is not None and old != profile and not replace:
+            raise ValueError(f"a different device profile named {profile.name!r} exists; pass replace=True")
+        _profiles[profile.name] = profile
+    return profile
+
+
+def register_link(link: LinkProfile, *, replace: bool = False) -> LinkProfile:
+    """Add ``link`` to the named table. A different link under a taken name needs ``replace=True``."""
+    if not isinstance(link, LinkProfile):
+        raise TypeError(f"expected a LinkProfile, got {type(link).__name__}")
+    with _tables_lock:
+        old = _links.get(link.name)
+        if old is not None and old != link and not replace:
+            raise ValueError(f"a different link profile named {link.name!r} exists; pass replace=True")
+        _links[link.name] = link
+    return link
+
+
+def get_profile(name_or_obj: str | DeviceProfile) -> DeviceProfile:
+    """Resolve a device profile by name (a ``DeviceProfile`` passes through). Unknown -> ValueError."""
+    if isinstance(name_or_obj, DeviceProfile):
+        return name_or_obj
+    with _tables_lock:
+        p = _profiles.get(name_or_obj) if isinstance(name_or_obj, str) else None
+        known = sorted(_profiles)
+    if p is None:
+        raise ValueError(f"unknown device profile {name_or_obj!r}; known profiles: {', '.join(known)}")
+    return p
+
+
+def get_link(name_or_obj: str | LinkProfile) -> LinkProfile:
+    """Resolve a link profile by name (a ``LinkProfile`` passes through). Unknown -> ValueError."""
+    if isinstance(name_or_obj, LinkProfile):
+        return name_or_obj
+    with _tables_lock:
+        l = _links.get(name_or_obj) if isinstance(name_or_obj, str) else None
+        known = sorted(_links)
+    if l is None:
+        raise ValueError(f"unknown link profile {name_or_obj!r}; known links: {', '.join(known)}")
+    return l
+
+
+def profiles() -> dict[str, DeviceProfile]:
+    """A copy of the named device profiles."""
+    with _tables_lock:
+        return dict(_profiles)
+
+
+def links() -> dict[str, LinkProfile]:
+    """A copy of the named link profiles."""
+    with _tables_lock:
+        return dict(_links)
+
+
+# --- formulas ----------------------------------------------------------------------------------
+
+
+def kernel_time(work: Work, profile: DeviceProfile | str) -> float:
+    """Roofline seconds: ``launch_overhead + max(flops / peak_flops, bytes / mem_bandwidth)``."""
+    if not isinstance(work, Work):
+        raise TypeError(f"expected Work, got {type(work).__name__}")
+    p = get_profile(profile)
+    return p.launch_overhead + max(work.flops / p.peak_flops, work.bytes / p.mem_bandwidth)
+
+
+def transfer_time(transfer: Transfer, link: LinkProfile | str) -> float:
+    """Transfer seconds: ``latency + bytes / bandwidth``."""
+    if not isinstance(transfer, Transfer):
+        raise TypeError(f"expected Transfer, got {type(transfer).__name__}")
+    l = get_link(link)
+    return l.latency + transfer.bytes / l.bandwidth
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"expected a torch.dtype, got {dtype!r}")
+    return torch.empty((), dtype=dtype, device="meta").element_size()
+
+
+def _check_count(what: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}: {value!r}")
+    if value < 0:
+        raise ValueError(f"{what} must be >= 0, got {value}")
+    return value
+
+
+def matmul(m: int, n: int, k: int, dtype: torch.dtype = torch.bfloat16) -> Work:
+    """Work of C[m, n] = A[m, k] @ B[k, n]: 2*m*n*k flops; bytes of A, B and C once each."""
+    m, n, k = (_check_count(w, v) for w, v in (("m", m), ("n", n), ("k", k)))
+    return Work(flops=2 * m * n * k, bytes=(m * k + k * n + m * n) * _itemsize(dtype))
+
+
+def elementwise(numel: int, dtype: torch.dtype = torch.float32, reads: int = 1, writes: int = 1) -> Work:
+    """Work of an elementwise op over ``numel`` elements: one flop per element per input read
+    (at least one), ``(reads + writes) * numel * itemsize`` bytes."""
+    numel = _check_count("numel", numel)
+    reads = _check_count("reads", reads)
+    writes = _check_count("writes", writes)
+    return Work(flops=numel * max(reads, 1), bytes=(reads + writes) * numel * _itemsize(dtype))
+
+
+def iter_tensors(args: Iterable[Any]) -> Iterable[torch.Tensor]:
+    """The tensors in ``args``, also one level into lists, tuples and dict values."""
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from (x for x in a if isinstance(x, torch.Tensor))
+        elif isinstance(a, dict):
+            yield from (x for x in a.values() if isinstance(x, torch.Tensor))
+
+
+def tensor_bytes(args: Iterable[Any]) -> int:
+    """Sum of ``nbytes`` of the tensors in ``args`` (also one level into lists, tuples, dict values)."""
+    return sum(t.numel() * t.element_size() for t in iter_tensors(args))
+
+
+def seconds_for(
+    kind: str,
+    cost: None | float | Work | Transfer,
+    args: Iterable[Any],
+    profile: DeviceProfile | str,
+    link: LinkProfile | str,
+) -> float:
+    """Modelled seconds of a kernel, the formula every backend shares.
+
+    * float / int: that many seconds.
+    * ``Work``: ``kernel_time(work, profile)``; ``Transfer``: ``transfer_time(transfer, link)``
+      (the cost's type picks the formula, whatever ``kind`` is).
+    * None: derived from the tensor args' bytes B: compute -> ``launch_overhead + B / mem_bandwidth``;
+      comm -> ``latency + B / bandwidth``.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kernel kind must be one of {KINDS}, got {kind!r}")
+    if cost is None:
+        nbytes = tensor_bytes(args)
+        if kind == "compute":
+            p = get_profile(profile)
+            return p.launch_overhead + nbytes / p.mem_bandwidth
+        l = get_link(link)
+        return l.latency + nbytes / l.bandwidth
+    if isinstance(cost, Work):
+        return kernel_time(cost, profile)
+    if isinstance(cost, Transfer):
+        return transfer_time(cost, link)
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)):
+        raise TypeError(f"cost must be None, seconds, Work or Transfer; got {type(cost).__name__}: {cost!r}")
+    v = _check_number("cost (seconds)", cost)
+    if math.isinf(v):
+        raise ValueError("cost (seconds) must be finite")
+    return v
+
+
+def scale_link(link: LinkProfile | str, factor: float, name: str | None = None) -> LinkProfile:
+    """A link ``factor`` times faster (``factor`` < 1: slower): bandwidth * factor, latency / factor,
+    so every transfer time divides by exactly ``factor``. Not registered; pass it as ``link=``."""
+    l = get_link(link)
+    f = _check_number("factor", factor, positive=True)
+    return _dc_replace(l, name=name or f"{l.name}x{factor:g}", latency=l.latency / f, bandwidth=l.bandwidth * f)
+
+
+def scale_profile(profile: DeviceProfile | str, factor: float, name: str | None = None) -> DeviceProfile:
+    """A device ``factor`` times faster: peak_flops and mem_bandwidth * factor, launch_overhead / factor."""
+    p = get_profile(profile)
+    f = _check_number("factor", factor, positive=True)
+    return _dc_replace(
+        p,
+        name=name or f"{p.name}x{factor:g}",
+        peak_flops=p.peak_flops * f,
+        mem_bandwidth=p.mem_bandwidth * f,
+        launch_overhead=p.launch_overhead / f,
+    )

@@ -1,0 +1,267 @@
+"""The stream interface every backend implements: Backend, Stream, Event (CUDA semantics).
+
+* A kernel is ``fn(*args)`` (``fn`` may be None: a purely modelled kernel); it writes its results
+  into tensors passed as arguments. Reading them before a synchronize (or a wait) is a race.
+* A stream runs its kernels in launch order. ``Event.record(stream)`` captures "everything launched
+  on ``stream`` so far"; ``stream.wait_event(ev)`` makes later work on ``stream`` wait for the most
+  recent record of ``ev`` at the time of the call; an event never recorded counts as complete.
+* A failed kernel makes its stream fail (sticky): later kernels of that stream are skipped and
+  ``launch`` / ``synchronize`` / ``Event.synchronize`` raise ``StreamError`` with the original
+  exception as ``__cause__``. A stream that waits on an event recorded after a failure fails too.
+* Every blocking wait is bounded by the backend's ``timeout`` and raises ``StreamTimeout``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from abc import ABC, abstractmethod
+from typing import Any, Callable
+
+from ..costs import KINDS, DeviceProfile, LinkProfile, get_link, get_profile, seconds_for
+from ..errors import StreamError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Backend", "Stream", "Event", "DEFAULT_TIMEOUT", "sticky_error"]
+
+DEFAULT_TIMEOUT = 300.0
+_backend_ids = itertools.count(1)
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"kernel kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    return kind
+
+
+def _kernel_name(fn: Callable | None, name: str | None, kind: str) -> str:
+    if name is not None:
+        return str(name)
+    if fn is None:
+        return kind
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+class Backend(ABC):
+    """A family of streams and events sharing engines, a clock, a cost model and a tracer.
+
+    ``profile`` / ``link``: device and link profiles (names or objects, see ``dbo.costs``).
+    ``tracer``: a ``dbo.trace.Tracer`` or None (recording off); settable at any time.
+    ``timeout``: bound in seconds on every blocking wait (``StreamTimeout`` past it).
+    """
+
+    name: str = "abstract"
+
+    def __init__(
+        self,
+        *,
+        profile: str | DeviceProfile = "cpu",
+        link: str | LinkProfile = "nvlink",
+        tracer: Any = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ):
+        self.profile: DeviceProfile = get_profile(profile)
+        self.link: LinkProfile = get_link(link)
+        self.tracer = tracer
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.timeout = float(timeout)
+        self.id = next(_backend_ids)
+        self._streams: dict[str, Stream] = {}
+        self._streams_lock = threading.Lock()
+        self._closed = False
+
+    # --- streams and events ------------------------------------------------------------------
+
+    def new_stream(self, name: str | None = None) -> "Stream":
+        """Create a stream. Names are unique per backend (a taken name -> ValueError)."""
+        self._check_open()
+        with self._streams_lock:
+            if name is None:
+                n = len(self._streams)
+                while f"s{n}" in self._streams:
+                    n += 1
+                name = f"s{n}"
+            name = str(name)
+            if name in self._streams:
+                raise ValueError(
+                    f"backend {self.name}#{self.id} already has a stream named {name!r}; "
+                    f"use backend.stream({name!r}) to get it or pick another name"
+                )
+            s = self._make_stream(name)
+            self._streams[name] = s
+        return s
+
+    def stream(self, name: str) -> "Stream":
+        """The stream called ``name``, created if it does not exist yet."""
+        with self._streams_lock:
+            s = self._streams.get(name)
+        return s if s is not None else self.new_stream(name)
+
+    @property
+    def streams(self) -> list["Stream"]:
+        """The streams created so far, in creation order."""
+        with self._streams_lock:
+            return list(self._streams.values())
+
+    @abstractmethod
+    def _make_stream(self, name: str) -> "Stream": ...
+
+    @abstractmethod
+    def new_event(self) -> "Event":
+        """Create an event (never recorded: complete)."""
+
+    def synchronize(self) -> None:
+        """Wait for every stream of this backend; raise the first stream's sticky error, if any."""
+        first: BaseException | None = None
+        for s in self.streams:
+            try:
+                s.synchronize()
+            except StreamError as e:
+                if first is None:
+                    first = e
+        if first is not None:
+            raise first
+
+    @abstractmethod
+    def now(self) -> float:
+        """The backend clock in seconds."""
+
+    def kernel_seconds(self, kind: str, cost: Any, args: tuple) -> float | None:
+        """Modelled seconds of a kernel as this backend uses them (None: not modelled)."""
+        return seconds_for(kind, cost, args, self.profile, self.link)
+
+    # --- lifetime ----------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Release the backend's resources (worker threads). Idempotent."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StreamError(f"backend {self.name}#{self.id} is closed")
+
+    def __enter__(self) -> "Backend":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _tracing(self):
+        """The tracer if recording is on, else None (one attribute read and one flag check)."""
+        tr = self.tracer
+        return tr if tr is not None and tr.enabled else None
+
+    def __repr__(self) -> str:
+        state = " closed" if self._closed else ""
+        return f"<{type(self).__name__} {self.name}#{self.id} profile={self.profile.name} link={self.link.name}{state}>"
+
+
+class Stream(ABC):
+    """An in-order queue of kernels on a backend."""
+
+    def __init__(self, backend: Backend, name: str):
+        self.backend = backend
+        self.name = name
+
+    @abstractmethod
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
+        """Enqueue ``fn(*args)`` (a kernel of ``kind`` "compute" or "comm", modelled by ``cost``)."""
+
+    @abstractmethod
+    def wait_event(self, event: "Event") -> None:
+        """Make later work on this stream wait for ``event``'s most recent record (now)."""
+
+    def wait_stream(self, other: "Stream") -> None:
+        """Make later work on this stream wait for everything launched on ``other`` so far."""
+        self._check_same_backend(other, "wait_stream on")
+        if other is self:
+            return
+        ev = self.backend.new_event()
+        ev.record(other)
+        self.wait_event(ev)
+
+    @abstractmethod
+    def synchronize(self) -> None:
+        """Block the caller until every kernel launched so far on this stream is done."""
+
+    @abstractmethod
+    def query(self) -> bool:
+        """True iff every kernel launched so far is done (never blocks, never raises)."""
+
+    def _activate(self) -> None:
+        """Called when the stream becomes a thread's current stream (CUDA: set torch's stream)."""
+
+    def _check_same_backend(self, obj: Any, what: str) -> None:
+        backend = getattr(obj, "backend", None)
+        if backend is not self.backend:
+            raise StreamError(
+                f"{what} {obj!r}: it belongs to {backend!r}, but stream {self.name!r} belongs to {self.backend!r}"
+            )
+
+    def _check_event(self, event: Any) -> "Event":
+        if not isinstance(event, Event):
+            raise TypeError(f"expected an Event, got {type(event).__name__}: {event!r}")
+        if event.backend is not self.backend:
+            raise StreamError(
+                f"stream {self.name!r} of {self.backend!r} cannot wait on an event of {event.backend!r}"
+            )
+        return event
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} of {self.backend.name}#{self.backend.id}>"
+
+
+def sticky_error(stream_name: str, cause: BaseException, action: str, note: str = "") -> StreamError:
+    """The StreamError raised at ``action`` on a stream that failed earlier with ``cause``."""
+    why = f" ({note})" if note else ""
+    err = StreamError(
+        f"{action}: stream {stream_name!r} failed earlier{why} and stays failed: {type(cause).__name__}: {cause}"
+    )
+    err.__cause__ = cause
+    return err
+
+
+class Event(ABC):
+    """A marker in a stream's queue (CUDA event semantics)."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+
+    @abstractmethod
+    def record(self, stream: Stream | None = None) -> None:
+        """Capture all work launched so far on ``stream`` (None: the calling thread's current stream)."""
+
+    @abstractmethod
+    def query(self) -> bool:
+        """True iff the most recent record is complete (or the event was never recorded)."""
+
+    @abstractmethod
+    def synchronize(self) -> None:
+        """Block until the most recent record is complete; raise its stream's sticky error."""
+
+    @property
+    def time(self) -> float | None:
+        """Completion time on the backend clock, where the backend knows it (virtual); else None."""
+        return None
+
+    def _resolve_stream(self, stream: Stream | None) -> Stream:
+        if stream is None:
+            from .current import current_stream
+
+            stream = current_stream()
+        if not isinstance(stream, Stream):
+            raise TypeError(f"expected a Stream, got {type(stream).__name__}: {stream!r}")
+        if stream.backend is not self.backend:
+            raise StreamError(
+                f"cannot record an event of {self.backend!r} on stream {stream.name!r} of {stream.backend!r}; "
+                f"record it on a stream of the same backend (pass stream=, or make one current with use_stream)"
+            )
+        return stream
+

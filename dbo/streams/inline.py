@@ -1,0 +1,81 @@
+"""Inline backend: synchronous, no threads. A kernel runs at once on the calling thread.
+
+Events are always complete and waits are no-ops: everything launched has already run. A kernel
+that raises propagates its exception to the caller unchanged (it is a plain call); the stream
+does not become failed. Clock: ``time.perf_counter``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from ..registry import registered_ubatch_id
+from .base import Backend, Event, Stream, _check_kind, _kernel_name
+
+__all__ = ["InlineBackend", "InlineStream", "InlineEvent"]
+
+
+class InlineStream(Stream):
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
+        _check_kind(kind)
+        b = self.backend
+        b._check_open()
+        if cost is not None:
+            b.kernel_seconds(kind, cost, args)  # validates the cost; inline does not model time
+        tr = b._tracing()
+        if tr is None:
+            if fn is not None:
+                fn(*args)
+            return
+        t0 = time.perf_counter()
+        try:
+            if fn is not None:
+                fn(*args)
+        finally:
+            tr.kernel(self.name, _kernel_name(fn, name, kind), kind, registered_ubatch_id(), t0, time.perf_counter())
+
+    def wait_event(self, event: Event) -> None:
+        self._check_event(event)
+
+    def synchronize(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+
+class InlineEvent(Event):
+    def __init__(self, backend: Backend):
+        super().__init__(backend)
+        self._time: float | None = None
+
+    def record(self, stream: Stream | None = None) -> None:
+        self._resolve_stream(stream)
+        self._time = time.perf_counter()
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    @property
+    def time(self) -> float | None:
+        """When the event was last recorded (perf_counter seconds); None if never."""
+        return self._time
+
+
+class InlineBackend(Backend):
+    """Synchronous CPU backend: ``launch`` runs the kernel before returning."""
+
+    name = "inline"
+
+    def _make_stream(self, name: str) -> Stream:
+        return InlineStream(self, name)
+
+    def new_event(self) -> Event:
+        return InlineEvent(self)
+
+    def now(self) -> float:
+        return time.perf_counter()
