@@ -23,6 +23,7 @@ from typing import Any, Callable
 from . import registry
 from .errors import HandoffTimeout, RecvHookConflict, DBOError, UBatchAborted
 from .streams import Event, Stream, set_stream, current_stream
+from .trace import ubatch_track
 
 __all__ = ["StepState", "UBatchContext", "FaultHook", "SyncPrimitives", "where_is"]
 
@@ -76,12 +77,18 @@ class StepState:
     """Shared state of one DBO step: the turn ring, the start barrier, the abort flag, the first failure."""
 
     def __init__(
-        self, num_ubatches: int, timeout: float, tracer: Any = None, primitives: SyncPrimitives | None = None
+        self,
+        num_ubatches: int,
+        timeout: float,
+        tracer: Any = None,
+        primitives: SyncPrimitives | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ):
         prims = primitives if primitives is not None else THREADING
         self.num_ubatches = num_ubatches
         self.timeout = timeout
         self.tracer = tracer if (tracer is not None and tracer.enabled) else None
+        self.clock = clock  # the backend's clock, so host spans line up with the stream tracks
         self.barrier = prims.barrier(num_ubatches + 1, timeout)
         self._turn = [prims.lock() for _ in range(num_ubatches)]
         for lock in self._turn:
@@ -117,7 +124,7 @@ class StepState:
         if not acquired or self.aborted or self.holder != ubatch_id:
             self._bad_wake(ubatch_id, acquired)
         if self.tracer is not None:
-            self._run_since[ubatch_id] = time.perf_counter()
+            self._run_since[ubatch_id] = self.clock()
 
     def _bad_wake(self, ubatch_id: int, acquired: bool) -> None:
         """A wait for the turn ended without a clean turn: abort, timeout or a broken invariant.
@@ -150,8 +157,8 @@ class StepState:
 
     def _trace_handoff(self, src: int, dst: int, reason: str) -> None:
         tr = self.tracer
-        now = time.perf_counter()
-        tr.span(f"ubatch {src}", reason, self._run_since[src], now, ubatch=src)
+        now = self.clock()
+        tr.span(ubatch_track(src), reason, self._run_since[src], now, ubatch=src)
         tr.handoff(src, dst, now, now)
 
     def mark_exited(self, ubatch_id: int) -> None:
@@ -163,7 +170,11 @@ class StepState:
         """Give the turn from ``ubatch_id`` to the next live ubatch; return who got it (-1: nobody)."""
         nxt = self._next[ubatch_id]
         if nxt == ubatch_id:
-            return -1 if self.exited[ubatch_id] else ubatch_id
+            if not self.exited[ubatch_id]:
+                return ubatch_id
+            if self.tracer is not None:  # the last ubatch to exit: close its host span
+                self.tracer.span(ubatch_track(ubatch_id), reason, self._run_since[ubatch_id], self.clock(), ubatch=ubatch_id)
+            return -1
         self.handoffs += 1
         if self.tracer is not None:
             self._trace_handoff(ubatch_id, nxt, reason)
@@ -193,7 +204,7 @@ class StepState:
         if not acquired or self.aborted or self.holder != ubatch_id:
             self._bad_wake(ubatch_id, acquired)
         if self.tracer is not None:
-            self._run_since[ubatch_id] = time.perf_counter()
+            self._run_since[ubatch_id] = self.clock()
 
     # -- failure ----------------------------------------------------------------------------------
     def abort(self, ubatch_id: int | None, exc: BaseException) -> None:

@@ -198,7 +198,7 @@ class UBatchOrchestrator:
         self, fn: Callable[[Any], Any], inputs: list[Any], after_barrier: Callable[[], None] | None
     ) -> list[Any]:
         n = self.num_ubatches
-        step = StepState(n, self.handoff_timeout, self.backend.tracer, self.primitives)
+        step = StepState(n, self.handoff_timeout, self.backend.tracer, self.primitives, self.backend.now)
         b = self.backend
         step.contexts = [
             UBatchContext(i, step, *self._streams[i], b.new_event(), b.new_event(), self.fault_hook) for i in range(n)

@@ -394,3 +394,40 @@ def test_steps_do_not_nest():
         with pytest.raises(dbo.UBatchFailed) as info:
             orch.run(lambda u: inner.run(lambda v: v, [0, 1]), [0, 1])
         assert "do not nest" in str(info.value.__cause__)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_trace_records_kernels_spans_and_one_arrow_per_handoff(backend, tmp_path):
+    import json
+
+    tracer = dbo.Tracer()
+
+    def fn(uid):
+        x = torch.zeros(4)
+        for k in range(2):
+            dbo.launch(lambda t: t.add_(1), x, name=f"k{k}", cost=1e-4)
+            dbo_yield()
+        return x
+
+    with _orch(2, backend, tracer=tracer) as orch:
+        outs = orch.run(fn, [0, 1])
+        handoffs = orch.last_step_handoffs
+    assert all(torch.equal(o, torch.full((4,), 2.0)) for o in outs)
+    assert len(tracer.handoffs) == handoffs == 5
+    assert [(h.src, h.dst) for h in tracer.handoffs] == [(0, 1), (1, 0), (0, 1), (1, 0), (0, 1)]
+    kernels = tracer.kernels()
+    assert sorted((k.ubatch, k.name) for k in kernels) == [(0, "k0"), (0, "k1"), (1, "k0"), (1, "k1")]
+    assert {k.stream for k in kernels if k.ubatch == 0} != {k.stream for k in kernels if k.ubatch == 1}
+    spans = {s.track for s in tracer.spans}
+    assert spans == {"ubatch 0", "ubatch 1"}
+    path = tmp_path / "t.json"
+    tracer.to_chrome(str(path))
+    doc = json.loads(path.read_text())
+    assert sum(1 for e in doc["traceEvents"] if e.get("ph") == "s") == 5
+
+
+def test_tracing_off_records_nothing():
+    tracer = dbo.Tracer(enabled=False)
+    with _orch(2, "virtual", tracer=tracer) as orch:
+        orch.run(lambda u: (dbo.launch(None, cost=1e-5), dbo_yield(), u)[-1], [0, 1])
+    assert tracer.kernels() == [] and tracer.handoffs == [] and tracer.spans == []

@@ -198,6 +198,9 @@ class Stream(ABC):
     def _activate(self) -> None:
         """Called when the stream becomes a thread's current stream (CUDA: set torch's stream)."""
 
+    def _deactivate(self) -> None:
+        """Called when the stream stops being a thread's current stream (CUDA: torch's default stream)."""
+
     def _check_same_backend(self, obj: Any, what: str) -> None:
         backend = getattr(obj, "backend", None)
         if backend is not self.backend:

@@ -2,7 +2,8 @@
 
 * ``launch`` runs ``fn(*args)`` on the calling thread under ``torch.cuda.stream(s)``, so the torch
   ops it issues are enqueued on the stream. Making a stream current (``set_stream`` /
-  ``use_stream``) also makes it torch's current stream on that thread, so plain torch ops follow.
+  ``use_stream``) also makes it torch's current stream on that thread, so plain torch ops follow;
+  when it stops being current, torch's current stream goes back to the device's default stream.
 * Modelled time: a comm kernel with a float or ``Transfer`` cost, and a kernel whose ``fn`` is
   None with a float, ``Transfer`` or ``Work`` cost, enqueue ``torch.cuda._sleep`` for the modelled
   seconds (GPU clock cycles, calibrated once when the backend is created). A comm kernel sleeps
@@ -111,6 +112,9 @@ class CudaStream(Stream):
 
     def _activate(self) -> None:
         torch.cuda.set_stream(self.torch_stream)
+
+    def _deactivate(self) -> None:
+        torch.cuda.set_stream(torch.cuda.default_stream(self.backend.device))
 
 
 class CudaEvent(Event):

@@ -48,6 +48,8 @@ def set_stream(stream: Stream | None) -> Stream:
     prev = getattr(_local, "stream", None)
     if stream is not prev:
         _local.stream = stream
+        if prev is not None:
+            prev._deactivate()
         (stream if stream is not None else default_stream())._activate()
     return prev if prev is not None else default_stream()
 
