@@ -15,7 +15,8 @@ Rules (see docs/protocol.md, "The registry"):
 * ``dbo_enabled()`` is per thread: true iff the *calling* thread is a registered ubatch thread.
   ``step_active()`` is the process-wide question ("is any ubatch registered?").
 * An entry whose thread died without unregistering (it cannot happen through ``ubatch_scope``)
-  is stale: it is ignored by ``step_active()``, reported by ``snapshot()`` and dropped by
+  is stale (a thread Python did not start, a ``_DummyThread``, always reports alive, so its stale
+  entry is not detected: register such threads only through ``ubatch_scope``): it is ignored by ``step_active()``, reported by ``snapshot()`` and dropped by
   ``prune_dead()``.
 """
 
@@ -146,7 +147,8 @@ def current_ubatch_id() -> int:
         return entry.ubatch_id
     if not _entries:
         return 0
-    live = [e for e in list(_entries.values()) if e.alive]
+    with _entries_lock:
+        live = [e for e in _entries.values() if e.alive]
     if not live:
         return 0
     who = ", ".join(e.describe() for e in sorted(live, key=lambda e: e.ubatch_id))
@@ -164,7 +166,8 @@ def dbo_enabled() -> bool:
 
 def step_active() -> bool:
     """True iff any live thread in the process is registered as a ubatch."""
-    return any(e.alive for e in list(_entries.values()))
+    with _entries_lock:
+        return any(e.alive for e in _entries.values())
 
 
 def snapshot() -> list[RegistryEntry]:

@@ -1,0 +1,356 @@
+"""Micro-benchmarks with baselines and targets: ``python -m demos.bench [--quick] [--json P] [--markdown P]``.
+
+The benchmark is a list of sections (``SECTIONS``). A section is a function ``(Config) -> list of
+records``; its docstring explains the section in the markdown report. A record is a dict:
+
+    name      what was measured
+    value     the figure (median over repeats for timings)
+    unit      "us/call", "bytes", "count", ...
+    baseline  name of the record it is compared with, or None
+    ratio     value / baseline value, or None
+    target    a condition on ratio (or on value when there is no baseline), e.g. "<= 0.2", or None
+    ok        whether the target is met (None without a target)
+
+Timings also carry ``min``, ``max`` (per-call seconds over the repeats, shown in us) and ``noisy``
+(max/min > 1.5: the figure is reported, flagged, and not to be trusted alone).
+
+To add a section: write ``def section_x(cfg) -> list[dict]`` and append it to ``SECTIONS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from dbo.registry import ubatch_scope
+from workspace import WorkspaceManager
+from workspace.layout import canonical_request, plan, reference_views
+
+Record = dict[str, Any]
+NOISY_SPREAD = 1.5
+
+
+@dataclass(frozen=True)
+class Config:
+    quick: bool
+    device: str
+
+    @property
+    def repeat(self) -> int:
+        return 7 if self.quick else 21
+
+    @property
+    def min_time_s(self) -> float:
+        """Each repeat runs enough calls to last at least this long."""
+        return 0.01 if self.quick else 0.05
+
+
+def progress(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------- timing
+
+
+@dataclass(frozen=True)
+class Timing:
+    median: float  # seconds per call
+    min: float
+    max: float
+
+    @property
+    def noisy(self) -> bool:
+        return self.min > 0 and self.max / self.min > NOISY_SPREAD
+
+
+def _calibrate(fn: Callable[[], Any], min_time_s: float) -> int:
+    number = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        if time.perf_counter() - start >= min_time_s / 4 or number >= 1 << 22:
+            return max(1, number * 4)
+        number *= 2
+
+
+def time_together(fns: dict[str, Callable[[], Any]], cfg: Config) -> dict[str, Timing]:
+    """Time several functions in one run, round-robin over repeats so drift hits them all alike."""
+    numbers = {name: _calibrate(fn, cfg.min_time_s) for name, fn in fns.items()}
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(cfg.repeat):
+            for name, fn in fns.items():
+                number = numbers[name]
+                start = time.perf_counter()
+                for _ in range(number):
+                    fn()
+                samples[name].append((time.perf_counter() - start) / number)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return {name: Timing(statistics.median(s), min(s), max(s)) for name, s in samples.items()}
+
+
+def _check(target: str | None, x: float | None) -> bool | None:
+    if target is None or x is None:
+        return None
+    op, bound = target.split()
+    return {"<=": x <= float(bound), "<": x < float(bound), "==": x == float(bound), ">=": x >= float(bound)}[op]
+
+
+def timing_record(
+    section: str, name: str, t: Timing, baseline: tuple[str, Timing] | None = None, target: str | None = None
+) -> Record:
+    ratio = None if baseline is None else t.median / baseline[1].median
+    return {
+        "section": section,
+        "name": name,
+        "value": t.median * 1e6,
+        "unit": "us/call",
+        "min": t.min * 1e6,
+        "max": t.max * 1e6,
+        "noisy": t.noisy,
+        "baseline": None if baseline is None else baseline[0],
+        "ratio": ratio,
+        "target": target,
+        "ok": _check(target, ratio),
+    }
+
+
+def value_record(section: str, name: str, value: float, unit: str, target: str | None = None) -> Record:
+    return {
+        "section": section,
+        "name": name,
+        "value": value,
+        "unit": unit,
+        "baseline": None,
+        "ratio": None,
+        "target": target,
+        "ok": _check(target, value),
+    }
+
+
+# ---------------------------------------------------------------------- sections
+
+# Realistic mixed requests: activations, index vectors, small metadata, FP8-ish bytes, odd sizes.
+WORKSPACE_SPECS = [
+    ((256, 1024), torch.bfloat16),
+    ((256, 8), torch.int32),
+    ((256, 8), torch.float32),
+    ((4096,), torch.uint8),
+    ((33, 7), torch.float16),
+    ((64, 64), torch.float32),
+    ((1000,), torch.int64),
+    ((2, 3, 5), torch.float64),
+]
+
+
+def section_workspace(cfg: Config) -> list[Record]:
+    """get_simultaneous on a warmed and locked manager, called from a registered ubatch thread,
+    against the plain reference algorithm (sizes, round up to 256, running offsets, slice + view +
+    reshape, all recomputed on every call, on a preallocated buffer) and against the same number of
+    `torch.empty` calls. Targets: for 3 tensors, at most 1/5 of the reference and no slower than
+    3 `torch.empty` calls. Memory: bytes each slot reserves for the largest request vs its exact
+    bytes (alignment padding only, < 256 B per tensor); buffer allocations after lock must be 0."""
+    section = "workspace"
+    records: list[Record] = []
+    for k in (1, 3, 8):
+        specs = tuple(WORKSPACE_SPECS[:k])
+        progress(f"workspace: {k} tensor(s)")
+        manager = WorkspaceManager(cfg.device, 2)
+        buffer = torch.empty(plan(canonical_request(specs)).total, dtype=torch.uint8, device=cfg.device)
+        get = manager.get_simultaneous
+        with ubatch_scope(1):
+            get(*specs)
+            manager.lock()
+            timings = time_together(
+                {
+                    "ws": lambda: get(*specs),
+                    "ref": lambda: reference_views(buffer, specs),
+                    "empty": lambda: [torch.empty(s, dtype=d, device=cfg.device) for s, d in specs],
+                },
+                cfg,
+            )
+        ref_name, empty_name = f"reference algorithm [{k}]", f"torch.empty x{k}"
+        target_ref = "<= 0.2" if k == 3 else None
+        target_empty = "<= 1.0" if k == 3 else None
+        records.append(timing_record(section, ref_name, timings["ref"]))
+        records.append(timing_record(section, empty_name, timings["empty"]))
+        records.append(
+            timing_record(section, f"get_simultaneous [{k}]", timings["ws"], (ref_name, timings["ref"]), target_ref)
+        )
+        records.append(
+            timing_record(
+                section, f"get_simultaneous [{k}] vs empty", timings["ws"], (empty_name, timings["empty"]), target_empty
+            )
+        )
+        if k == 8:
+            stats = manager.stats()
+            exact = stats["largest_request_exact_bytes"]
+            overhead = (stats["capacity_bytes"] - exact) / k
+            records.append(value_record(section, f"slot bytes reserved [{k}]", stats["capacity_bytes"], "bytes"))
+            records.append(value_record(section, f"exact bytes requested [{k}]", exact, "bytes"))
+            records.append(value_record(section, "padding per tensor", overhead, "bytes", "< 256"))
+            records.append(
+                value_record(section, "allocations after lock", stats["allocations_after_lock"], "count", "== 0")
+            )
+
+    progress("workspace: 3 tensors outside a DBO step (num_ubatches=1)")
+    specs = tuple(WORKSPACE_SPECS[:3])
+    manager = WorkspaceManager(cfg.device, 1)
+    manager.get_simultaneous(*specs)
+    manager.lock()
+    buffer = torch.empty(plan(canonical_request(specs)).total, dtype=torch.uint8, device=cfg.device)
+    get = manager.get_simultaneous
+    timings = time_together({"ws": lambda: get(*specs), "ref": lambda: reference_views(buffer, specs)}, cfg)
+    ref_name = "reference algorithm [3], no step"
+    records.append(timing_record(section, ref_name, timings["ref"]))
+    records.append(
+        timing_record(section, "get_simultaneous [3], no step", timings["ws"], (ref_name, timings["ref"]), "<= 0.2")
+    )
+    return records
+
+
+SECTIONS: list[Callable[[Config], list[Record]]] = [section_workspace]
+
+
+# ---------------------------------------------------------------------- output
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.cuda.is_available(),
+        "torch_threads": torch.get_num_threads(),
+        "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    }
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "NO"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}" if abs(x) < 1000 else f"{x:,.0f}"
+    return str(x)
+
+
+def _rows(records: list[Record]) -> list[list[str]]:
+    rows = []
+    for r in records:
+        spread = "-"
+        if "min" in r:
+            spread = f"{r['min']:.3f}-{r['max']:.3f}" + (" NOISY" if r.get("noisy") else "")
+        rows.append(
+            [r["name"], _fmt(r["value"]), r["unit"], spread, r["baseline"] or "-", _fmt(r["ratio"]), r["target"] or "-", _fmt(r["ok"])]
+        )
+    return rows
+
+
+HEADER = ["measure", "value", "unit", "min-max", "baseline", "ratio", "target", "ok"]
+
+
+def table(records: list[Record]) -> str:
+    rows = [HEADER] + _rows(records)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def markdown(records: list[Record], command: str, m: dict[str, Any]) -> str:
+    out = [
+        "# Performance",
+        "",
+        "Generated by the benchmark; do not edit by hand. To refresh it, run:",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        f"Run on {datetime.date.today().isoformat()}: {m['platform']}, {m['processor']}, {m['cpu_count']} CPUs, "
+        f"Python {m['python']}, torch {m['torch']} (CUDA available: {'yes' if m['cuda'] else 'no'}, "
+        f"{m['torch_threads']} intra-op threads); 1-minute load average when the run started: "
+        f"{_fmt(m['load_avg_1min'], 2)}.",
+        "",
+        "Timings are medians of per-call times over several repeats (each repeat a timeit-style loop, "
+        "candidates interleaved round-robin); min-max is the spread over the repeats, in us. "
+        f"NOISY marks a spread above {NOISY_SPREAD}x: trust that figure less. "
+        "ratio = value / baseline value; ok says whether the target holds.",
+    ]
+    for fn in SECTIONS:
+        name = fn.__name__.removeprefix("section_")
+        recs = [r for r in records if r.get("section") == name]
+        if not recs:
+            continue
+        out += ["", f"## {name}", "", " ".join((fn.__doc__ or "").split()), ""]
+        out.append("| " + " | ".join(HEADER) + " |")
+        out.append("|" + "|".join("---" for _ in HEADER) + "|")
+        for row in _rows(recs):
+            out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
+        missed = [r["name"] for r in recs if r["ok"] is False]
+        noisy = [r["name"] for r in recs if r.get("noisy")]
+        out.append("")
+        out.append("Targets missed: " + (", ".join(missed) if missed else "none") + ".")
+        out.append("Noisy figures: " + (", ".join(noisy) if noisy else "none") + ".")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m demos.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer and shorter repeats (a smoke run)")
+    parser.add_argument("--json", metavar="PATH", help="write machine info and all records as JSON")
+    parser.add_argument("--markdown", metavar="PATH", help="write a docs/performance.md-style report")
+    parser.add_argument("--section", action="append", metavar="NAME", help="run only this section (repeatable)")
+    parser.add_argument("--device", default="cpu", help="device for buffers (default: cpu)")
+    parser.add_argument("--strict", action="store_true", help="exit with status 1 if a target is missed")
+    args = parser.parse_args(argv)
+
+    cfg = Config(quick=args.quick, device=args.device)
+    mach = machine()  # before the run: the load average says how busy the machine was
+    chosen = [fn for fn in SECTIONS if not args.section or fn.__name__.removeprefix("section_") in args.section]
+    if args.section and not chosen:
+        parser.error(f"no such section: {args.section}; known: {[f.__name__.removeprefix('section_') for f in SECTIONS]}")
+    records: list[Record] = []
+    for fn in chosen:
+        records += fn(cfg)
+    command = "python -m demos.bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    print(table(records))
+    missed = [r["name"] for r in records if r["ok"] is False]
+    noisy = [r["name"] for r in records if r.get("noisy")]
+    if noisy:
+        print(f"noisy (max/min > {NOISY_SPREAD}): " + ", ".join(noisy))
+    print("targets missed: " + (", ".join(missed) if missed else "none"))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": mach, "command": command.strip(), "records": records}, f, indent=2)
+        progress(f"wrote {args.json}")
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown(records, command.strip(), mach))
+        progress(f"wrote {args.markdown}")
+    return 1 if (args.strict and missed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
