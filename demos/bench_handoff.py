@@ -5,10 +5,12 @@ the baselines compare directly:
 
 * ``lock ping-pong``: two threads, two ``threading.Lock``s; each releases the other's lock and
   blocks on its own. The cheapest blocking handoff Python has.
+* ``lock ring``: the same with N threads and N locks around a ring (the primitive under an
+  N-ubatch yield).
 * ``event ping-pong``: two threads, two ``threading.Event``s; each sets the other's, waits on its
   own and clears it, as the reference (vLLM) does.
 * ``dbo_yield``: N ubatch threads of a ``UBatchOrchestrator`` on the threads backend, each calling
-  ``dbo_yield()`` K times; (step time with K yields - step time with none) / (N * K).
+  ``dbo_yield()`` K times; ubatch 0 times its K yields, each a full turn of N handoffs.
 * ``step fixed cost``: a step whose function does nothing (spawn, barrier, join, stream sync).
 """
 
@@ -45,6 +47,34 @@ def lock_ping_pong(handoffs: int) -> float:
     return elapsed / (2 * rounds)
 
 
+def lock_ring(n: int, handoffs: int) -> float:
+    """Seconds per handoff around a ring of ``n`` threads over ``n`` locks (``n=2``: the ping-pong)."""
+    locks = [threading.Lock() for _ in range(n)]
+    for lock in locks:
+        lock.acquire()
+    rounds = max(handoffs // n, 1)
+    elapsed: list[float] = []
+
+    def member(i: int) -> None:
+        mine, nxt = locks[i], locks[(i + 1) % n]
+        start = time.perf_counter()
+        for r in range(rounds):
+            if i != 0 or r != 0:
+                mine.acquire()
+            nxt.release()
+        if i == 0:
+            mine.acquire()  # the last turn comes back
+            elapsed.append(time.perf_counter() - start)
+
+    threads = [threading.Thread(target=member, args=(i,), daemon=True) for i in range(1, n)]
+    for t in threads:
+        t.start()
+    member(0)
+    for t in threads:
+        t.join(10)
+    return elapsed[0] / (rounds * n)
+
+
 def event_ping_pong(handoffs: int) -> float:
     """Seconds per handoff between two threads over two Events (set, wait, clear)."""
     ea, eb = threading.Event(), threading.Event()
@@ -78,17 +108,29 @@ def _yield_k(k: int) -> Callable[[int], int]:
 
 
 def dbo_yield_cost(orch: dbo.UBatchOrchestrator, yields_per_ubatch: int) -> float:
-    """Seconds per handoff of ``dbo_yield`` on ``orch`` (its step fixed cost subtracted)."""
+    """Seconds per handoff of ``dbo_yield`` on ``orch``.
+
+    Timed inside ubatch 0, from its first yield to its last: each of its yields is one full turn
+    around the ring, i.e. N handoffs. Spawn, barrier and join are outside the timed region.
+    """
     n = orch.num_ubatches
-    inputs = list(range(n))
-    empty = _yield_k(0)
-    busy = _yield_k(yields_per_ubatch)
-    t0 = time.perf_counter()
-    orch.run(empty, inputs)
-    t1 = time.perf_counter()
-    orch.run(busy, inputs)
-    t2 = time.perf_counter()
-    return max((t2 - t1) - (t1 - t0), 0.0) / (n * yields_per_ubatch)
+    k = yields_per_ubatch
+    elapsed: list[float] = []
+
+    def fn(uid: int) -> int:
+        if uid == 0:
+            dbo.dbo_yield()  # everyone has started and yielded once
+            start = time.perf_counter()
+            for _ in range(k):
+                dbo.dbo_yield()
+            elapsed.append(time.perf_counter() - start)
+        else:
+            for _ in range(k + 1):
+                dbo.dbo_yield()
+        return uid
+
+    orch.run(fn, list(range(n)))
+    return elapsed[0] / (n * k)
 
 
 def step_fixed_cost(orch: dbo.UBatchOrchestrator) -> float:
