@@ -242,6 +242,12 @@ class UBatchOrchestrator:
         if step.failure is not None:
             self._recover_streams()
             uid, exc = step.failure
+            # The exception's traceback holds _ubatch_main's frame, which holds the step, which holds
+            # the exception: a cycle that would keep the failed ubatch's tensors (workspace views
+            # included) alive until the cyclic GC runs. Break it now.
+            step.failure = None
+            step.contexts = []
+            step.threads = []
             who = "the orchestrator" if uid is None else f"ubatch {uid} of {n}"
             raise UBatchFailed(f"{who} failed: {type(exc).__name__}: {exc}", uid) from exc
         try:

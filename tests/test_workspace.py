@@ -168,7 +168,7 @@ def test_views_are_writable_scratch(ws: WorkspaceManager) -> None:
 
 
 def test_growth_is_exact_lazy_lockstep_and_never_shrinks() -> None:
-    m = WorkspaceManager("cpu", 3)
+    m = WorkspaceManager("cpu", 3, growth="lockstep")
     assert m.slot_sizes() == [0, 0, 0]
     with ubatch_scope(2):
         m.get_simultaneous(((1000,), torch.uint8))
@@ -239,7 +239,7 @@ def test_allocation_failure_leaves_all_slots_empty_and_retries() -> None:
                 raise MemoryError("simulated out of memory")
             return super()._allocate(nbytes)
 
-    m = Flaky("cpu", 2)
+    m = Flaky("cpu", 2, growth="lockstep")
     m.get_simultaneous(((10,), torch.uint8))
     with pytest.raises(MemoryError):
         m.get_simultaneous(((1000,), torch.uint8))

@@ -1,0 +1,389 @@
+"""workspace.sanitizer: off by default and free; each kind of finding; no false positives."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+import dbo
+import workspace
+from dbo.registry import ubatch_scope
+from workspace import WorkspaceManager, sanitizer
+from workspace.sanitizer import Finding, SanitizerError
+
+F32 = torch.float32
+U8 = torch.uint8
+BOUNDS = dict(handoff_timeout=10.0, step_timeout=60.0, join_grace=5.0)
+HERE = os.path.basename(__file__)
+
+
+@pytest.fixture(autouse=True)
+def sanitizer_off():
+    """Every test starts and ends with the sanitizer off."""
+    sanitizer.disable()
+    yield
+    sanitizer.disable()
+
+
+def kinds() -> list[str]:
+    return [f.kind for f in sanitizer.findings()]
+
+
+# ---------------------------------------------------------------------- off by default, and free
+
+
+def test_importing_is_cheap_and_changes_nothing() -> None:
+    code = (
+        "import sys, time; import workspace; t = time.perf_counter(); import workspace.sanitizer as s; "
+        "dt = time.perf_counter() - t; m = workspace.WorkspaceManager('cpu'); "
+        "print(s.enabled(), 'get_simultaneous' in vars(m), m.observers, dt < 0.5)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "False", "()", "True"]
+
+
+def test_disabled_scope_pushes_no_mode_and_the_hot_path_is_the_class_method() -> None:
+    m = WorkspaceManager("cpu")
+    with sanitizer.scope():
+        assert _get_current_dispatch_mode() is None
+    assert "get_simultaneous" not in vars(m)
+    sanitizer.enable("collect")
+    assert "get_simultaneous" in vars(m), "enabled: every manager reports its hand-outs"
+    with sanitizer.scope():
+        assert _get_current_dispatch_mode() is not None
+        with sanitizer.scope():  # nested: entered once
+            pass
+        assert _get_current_dispatch_mode() is not None
+    sanitizer.disable()
+    assert "get_simultaneous" not in vars(m) and m.observers == ()
+    fresh = WorkspaceManager("cpu")
+    assert "get_simultaneous" not in vars(fresh)
+
+
+def test_enable_attaches_to_managers_created_later_and_checks_the_mode() -> None:
+    with pytest.raises(ValueError, match="raise"):
+        sanitizer.enable("loud")
+    sanitizer.enable("collect")
+    assert sanitizer.enabled() and sanitizer.mode() == "collect"
+    m = WorkspaceManager("cpu", 2)
+    assert m.observers
+    with pytest.raises(ValueError):
+        sanitizer.enable("x")
+    assert sanitizer.mode() == "collect"
+
+
+def test_wrap_keeps_the_function_and_its_result() -> None:
+    def forward(x):
+        """doc"""
+        return x + 1
+
+    w = sanitizer.wrap(forward)
+    assert w(1) == 2 and w.__name__ == "forward" and w.__doc__ == "doc"
+
+
+# ---------------------------------------------------------------------- cross-slot
+
+
+def test_cross_slot_write_is_reported_with_op_ubatch_and_caller() -> None:
+    m = WorkspaceManager("cpu", 2)
+    sanitizer.enable("collect")
+    with ubatch_scope(0):
+        (mine,) = m.get_simultaneous(((64,), F32))
+    with sanitizer.scope(), ubatch_scope(1):
+        line = sys._getframe().f_lineno + 1
+        mine.fill_(3.0)
+    (f,) = sanitizer.findings()
+    assert isinstance(f, Finding)
+    assert (f.kind, f.op, f.ubatch, f.slot, f.owner) == ("cross-slot", "fill_.Scalar", 1, 0, 0)
+    assert f.caller.endswith(f"{HERE}:{line}:test_cross_slot_write_is_reported_with_op_ubatch_and_caller")
+    assert "ubatch 0" in f.detail and str(f).startswith("cross-slot: fill_.Scalar by ubatch 1")
+
+
+def test_raise_mode_stops_the_op_before_it_runs() -> None:
+    m = WorkspaceManager("cpu", 2)
+    sanitizer.enable("raise")
+    with ubatch_scope(0):
+        (mine,) = m.get_simultaneous(((8,), F32))
+        mine.fill_(1.0)
+    with sanitizer.scope(), ubatch_scope(1):
+        with pytest.raises(SanitizerError) as info:
+            mine.fill_(2.0)
+    assert info.value.finding.kind == "cross-slot"
+    assert mine.tolist() == [1.0] * 8, "the offending write must not have happened"
+
+
+def test_a_finding_in_a_ubatch_thread_fails_the_step_naming_the_ubatch() -> None:
+    m = WorkspaceManager("cpu", 2)
+    sanitizer.enable("raise")
+    shared = {}
+
+    def body(_):
+        u = dbo.dbo_current_ubatch_id()
+        (x,) = m.get_simultaneous(((16,), F32))
+        if u == 0:
+            shared["x"] = x
+        dbo.dbo_yield()
+        if u == 1:
+            shared["x"].add_(1)  # ubatch 1 writes into ubatch 0's slot
+        return u
+
+    with dbo.UBatchOrchestrator(2, backend="virtual", **BOUNDS) as orch:
+        with pytest.raises(dbo.UBatchFailed) as info:
+            orch.run(sanitizer.wrap(body), [None, None])
+    assert info.value.ubatch_id == 1 and isinstance(info.value.__cause__, SanitizerError)
+
+
+def test_a_non_ubatch_thread_touching_a_slot_during_a_step_is_cross_slot() -> None:
+    m = WorkspaceManager("cpu", 2)
+    sanitizer.enable("collect")
+    with ubatch_scope(0):
+        (x,) = m.get_simultaneous(((16,), F32))
+    inside, release = threading.Event(), threading.Event()
+
+    def ubatch1() -> None:
+        with ubatch_scope(1):
+            inside.set()
+            release.wait(5)
+
+    t = threading.Thread(target=ubatch1, daemon=True)
+    t.start()
+    try:
+        assert inside.wait(5)
+        with sanitizer.scope():
+            x.zero_()  # the main thread, not a ubatch thread, while a step is active
+    finally:
+        release.set()
+        t.join(5)
+    (f,) = sanitizer.findings()
+    assert f.kind == "cross-slot" and f.ubatch is None and f.owner == 0
+    sanitizer.clear()
+    with sanitizer.scope():
+        x.zero_()  # no step active: the main thread is ubatch 0
+    assert sanitizer.findings() == []
+
+
+def test_cross_slot_on_another_ubatchs_persistent_tensor() -> None:
+    m = WorkspaceManager("cpu", 2)
+    sanitizer.enable("collect")
+    with ubatch_scope(1):
+        p = m.get_persistent("meta", (4,), torch.int32, zero_init=True)
+    with sanitizer.scope():
+        with ubatch_scope(1):
+            p.add_(1)  # its own: fine
+        with ubatch_scope(0):
+            p.add_(1)
+    (f,) = sanitizer.findings()
+    assert f.kind == "cross-slot" and f.owner == 1 and "persistent tensor 'meta'" in f.detail
+
+
+def test_recv_hooks_act_for_the_ubatch_that_registered_them() -> None:
+    # The reference's low-latency pattern: ubatch i parks a receive that writes into ubatch i's
+    # scratch; ubatch i+1 runs it. Not a cross-slot access.
+    m = WorkspaceManager("cpu", 2)
+    sanitizer.enable("collect")
+
+    def body(_):
+        u = dbo.dbo_current_ubatch_id()
+        (recv,) = m.get_simultaneous(((32,), F32))
+        dbo.dbo_register_recv_hook(lambda: dbo.launch(lambda r: r.fill_(u + 1), recv))
+        dbo.dbo_yield()
+        dbo.dbo_maybe_run_recv_hook()
+        dbo.dbo_yield()
+        return float(recv.sum())
+
+    with dbo.UBatchOrchestrator(2, backend="virtual", **BOUNDS) as orch:
+        out = orch.run(sanitizer.wrap(body), [None, None])
+    assert out == [32.0, 64.0]
+    assert sanitizer.findings() == []
+
+
+def test_acting_for_declares_a_helper() -> None:
+    m = WorkspaceManager("cpu", 2)
+    sanitizer.enable("collect")
+    with ubatch_scope(0):
+        (x,) = m.get_simultaneous(((16,), F32))
+    with sanitizer.scope(), ubatch_scope(1):
+        with sanitizer.acting_for(0):
+            x.fill_(1)
+        assert sanitizer.findings() == []
+        x.fill_(2)
+    assert kinds() == ["cross-slot"]
+
+
+# ---------------------------------------------------------------------- stale-view
+
+
+def test_stale_view_after_the_same_slots_next_call() -> None:
+    m = WorkspaceManager("cpu", 2)
+    sanitizer.enable("collect")
+    with sanitizer.scope(), ubatch_scope(0):
+        (x,) = m.get_simultaneous(((256,), F32))  # 1 KiB
+        x.fill_(1)
+        y, z = m.get_simultaneous(((128,), F32), ((128,), F32))  # the same 1 KiB, two views
+        y.fill_(2)
+        assert sanitizer.findings() == []
+        x.sum()
+    (f,) = sanitizer.findings()
+    assert f.kind == "stale-view" and f.ubatch == 0 and f.op == "sum.default"
+    assert "call #1" in f.detail and "call #2" in f.detail
+
+
+def test_stale_judged_by_byte_range_not_start_address() -> None:
+    # The later view starts elsewhere (x's second half): CSAN, keyed by start address, misses this.
+    m = WorkspaceManager("cpu", 1)
+    sanitizer.enable("collect")
+    with sanitizer.scope():
+        (x,) = m.get_simultaneous(((512,), F32))  # bytes [0, 2048)
+        a, b = m.get_simultaneous(((256,), F32), ((64,), F32))  # b at byte 1024: inside x, other start
+        assert b.data_ptr() != x.data_ptr()
+        b.fill_(0)
+        x.mul_(2)
+        x[:128].sum()  # bytes [0, 512): inside a, handed out again as one view -> not flagged
+        x[300:].sum()  # bytes [1200, 2048): overlaps b and x's remnant -> stale
+        x[400:].sum()  # bytes [1600, 2048): x's remnant only, never handed out again -> fine
+    found = sanitizer.findings()
+    assert [f.kind for f in found] == ["stale-view", "stale-view"]
+    assert found[0].op == "mul_.Tensor" and found[1].op == "sum.default"
+
+
+def test_reused_and_derived_views_within_their_lifetime_are_fine() -> None:
+    m = WorkspaceManager("cpu", 2)
+    sanitizer.enable("raise")
+    with sanitizer.scope():
+        for u in (0, 1):
+            with ubatch_scope(u):
+                for _ in range(3):
+                    a, b = m.get_simultaneous(((8, 16), F32), ((16,), torch.int64))
+                    a.fill_(1)
+                    a[2:4].add_(b[:16].to(F32))
+                    a.view(-1).sum()
+                    a.t().contiguous().mm(torch.ones(8, 2))
+                    b.copy_(torch.arange(16))
+                    torch.index_select(a, 0, b[:4] % 8)
+                (c,) = m.get_simultaneous(((4,), F32))  # smaller, later call
+                c.zero_()
+                b.sum()  # b's bytes ([2048, ...)) were not handed out again: still fine
+    assert sanitizer.findings() == []
+
+
+# ---------------------------------------------------------------------- orphaned-view
+
+
+def test_orphaned_view_under_lockstep_growth() -> None:
+    m = WorkspaceManager("cpu", 2, growth="lockstep")
+    sanitizer.enable("collect")
+    with ubatch_scope(1):
+        (held,) = m.get_simultaneous(((64,), F32))
+    with ubatch_scope(0):
+        m.get_simultaneous(((1 << 16,), U8))  # reallocates ubatch 1's slot too
+    with sanitizer.scope(), ubatch_scope(1):
+        held.add_(1)
+    (f,) = sanitizer.findings()
+    assert f.kind == "orphaned-view" and f.ubatch == 1 and f.owner == 1 and "replaced" in f.detail
+
+
+def test_no_orphan_under_deferred_growth_until_the_owner_reallocates() -> None:
+    m = WorkspaceManager("cpu", 2, growth="deferred-lockstep")
+    sanitizer.enable("collect")
+    with ubatch_scope(1):
+        (held,) = m.get_simultaneous(((64,), F32))
+    with ubatch_scope(0):
+        m.get_simultaneous(((1 << 16,), U8))
+    with sanitizer.scope(), ubatch_scope(1):
+        held.add_(1)  # still a live view: its slot had no call
+        assert sanitizer.findings() == []
+        m.get_simultaneous(((8,), F32))  # its safe point: reallocated
+        held.add_(1)  # past its lifetime, in a replaced buffer
+    assert kinds() == ["orphaned-view"]
+
+
+# ---------------------------------------------------------------------- bookkeeping
+
+
+def test_findings_are_deduplicated_counted_and_survive_disable() -> None:
+    m = WorkspaceManager("cpu", 2)
+    sanitizer.enable("collect")
+    with ubatch_scope(0):
+        (x,) = m.get_simultaneous(((16,), F32))
+    with sanitizer.scope(), ubatch_scope(1):
+        for _ in range(5):
+            x.fill_(0)
+    (f,) = sanitizer.findings()
+    assert f.count == 5
+    sanitizer.disable()
+    assert len(sanitizer.findings()) == 1
+    sanitizer.enable("collect")
+    assert sanitizer.findings() == []
+
+
+def test_disabled_sanitizer_sees_nothing_even_inside_an_open_scope() -> None:
+    m = WorkspaceManager("cpu", 2)
+    sanitizer.enable("collect")
+    with ubatch_scope(0):
+        (x,) = m.get_simultaneous(((16,), F32))
+    with sanitizer.scope(), ubatch_scope(1):
+        sanitizer.disable()
+        x.fill_(0)
+    assert sanitizer.findings() == []
+
+
+def test_sanitizing_context_manager() -> None:
+    m = WorkspaceManager("cpu", 2)
+    with sanitizer.sanitizing("collect") as found:
+        with ubatch_scope(0):
+            (x,) = m.get_simultaneous(((16,), F32))
+        with sanitizer.scope(), ubatch_scope(1):
+            x.fill_(0)
+        assert [f.kind for f in found()] == ["cross-slot"]
+    assert not sanitizer.enabled()
+
+
+# ---------------------------------------------------------------------- the demo model
+
+
+def _demo_available() -> bool:
+    try:
+        import demos.comm  # noqa: F401
+        import demos.model  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _demo_available(), reason="demos.model is not available")
+@pytest.mark.parametrize("schedule", ["ll", "ht"])
+def test_no_false_positives_on_the_demo_model(schedule) -> None:
+    from demos.comm import ModelledLinkTransport
+    from demos.model import ModelConfig, ToyMoE
+
+    cfg = ModelConfig(layers=2, tokens=64, hidden=64, experts=4, topk=2, head_dim=16, shared_chunk=16)
+
+    def run(sanitized: bool) -> torch.Tensor:
+        workspace.reset_workspace_manager()
+        workspace.init_workspace_manager("cpu", num_ubatches=2)
+        model = ToyMoE(cfg, ModelledLinkTransport("nvlink"), num_slots=2, schedule=schedule)
+        fn = sanitizer.wrap(model.forward) if sanitized else model.forward
+        try:
+            with dbo.UBatchOrchestrator(1, backend="virtual", **BOUNDS) as one, dbo.UBatchOrchestrator(
+                2, backend="virtual", **BOUNDS
+            ) as two:
+                one.run(fn, [range(0, cfg.tokens)])  # warmup without DBO (slot 0 only)
+                two.run(fn, dbo.split_tokens(cfg.tokens, 2))
+                workspace.lock_workspace()
+                two.run(fn, dbo.split_tokens(cfg.tokens, 2))
+            return model.hidden.clone()
+        finally:
+            workspace.reset_workspace_manager()
+
+    plain = run(False)
+    sanitizer.enable("raise")
+    checked = run(True)
+    assert sanitizer.findings() == []
+    assert torch.equal(plain, checked), "the sanitizer must not change results"
