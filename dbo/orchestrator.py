@@ -237,7 +237,15 @@ class UBatchOrchestrator:
                 step.give_turn(0)
         except BaseException as exc:  # the orchestrator itself failed (or was interrupted)
             step.abort(None, exc)
-        self._wait_for_threads(step, started)
+        try:
+            self._wait_for_threads(step, started)
+        except StepHung:
+            raise
+        except BaseException as exc:  # e.g. Ctrl-C in this thread: end the step before leaving
+            step.abort(None, exc)
+            step.all_done.wait(self.join_grace)
+            self._recover_streams()
+            raise
         self.last_step_handoffs = step.handoffs
         if step.failure is not None:
             self._recover_streams()

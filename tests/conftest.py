@@ -40,3 +40,19 @@ def no_leftovers():
         problems.append("registry not empty: " + "; ".join(e.describe() for e in entries))
     if problems:
         pytest.fail(" / ".join(problems), pytrace=False)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--stress-count",
+        action="store",
+        type=int,
+        default=1,
+        help="multiplier for the stress loops and explorations (tests marked 'stress'); default 1",
+    )
+
+
+@pytest.fixture
+def stress_count(request) -> int:
+    """The --stress-count multiplier (>= 1)."""
+    return max(1, int(request.config.getoption("--stress-count")))
