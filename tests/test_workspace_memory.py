@@ -81,12 +81,18 @@ def test_a_held_view_keeps_old_storage_alive_through_growth() -> None:
 
 _PEAK_SCRIPT = textwrap.dedent(
     """
-    import json, resource, torch
+    import json, torch
     from workspace import WorkspaceManager
 
     MiB = 1 << 20
     def peak():
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+        # VmHWM: this address space's peak RSS. (ru_maxrss would carry over the parent's peak
+        # across fork + exec, so a big pytest process would hide everything measured here.)
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmHWM in /proc/self/status")
 
     torch.ones(1).add_(1)  # warm up torch's own lazy allocations
     base = peak()
@@ -105,7 +111,7 @@ _PEAK_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss units are Linux-specific")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status (Linux)")
 def test_process_peak_memory_is_new_size_not_old_plus_new() -> None:
     proc = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
