@@ -292,34 +292,10 @@ class WorkspaceManager:
         call. The returned tensors are shared handles: never change their metadata (``resize_``,
         ``set_``, ``as_strided_``, ``unsqueeze_``, ``requires_grad_``...), only their contents.
         """
-        # The hit path is written out here and in ``_get_at`` (lanes, observers): a call less is
-        # ~10% of a hit. Keep the two in sync.
-        slot = current_ubatch_id()
-        try:
-            views = self._caches[slot].get(shapes_and_dtypes)
-        except (IndexError, TypeError):
-            views = None
-        if views is not None:
-            for shape, _ in shapes_and_dtypes:
-                kind = type(shape)
-                if kind is int:
-                    continue
-                if kind is tuple or kind is _Size:
-                    for dim in shape:
-                        if type(dim) is not int:
-                            break
-                    else:
-                        continue
-                views = None
-                break
-            else:
-                if self._debug:
-                    self._verify_views(slot, views, shapes_and_dtypes)
-                return list(views)
-        return self._get_slow(slot, shapes_and_dtypes)
+        return self._get_at(current_ubatch_id(), shapes_and_dtypes)
 
     def _get_at(self, slot: int, shapes_and_dtypes: tuple[Any, ...]) -> list[torch.Tensor]:
-        """``get_simultaneous`` for a given slot (the entry points for lanes and observers)."""
+        """``get_simultaneous`` for a given slot: the one hit path behind every entry point."""
         try:
             views = self._caches[slot].get(shapes_and_dtypes)
         except (IndexError, TypeError):  # slot beyond the slots, or an unhashable spec (list shape)
