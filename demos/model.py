@@ -99,8 +99,9 @@ class ModelConfig:
     top-2 routing) per ubatch the attention, the routed experts and the shared expert cost about the same.
 
     ``ep`` is the expert-parallel group size the *cost model* assumes: each rank holds
-    ``ceil(experts / ep)`` experts, so the experts kernel reads that many experts' weights (the
-    math still runs every expert, since one process plays every expert's owner).
+    ``ceil(experts / ep)`` experts, so the experts kernel reads that many experts' weights (over the
+    modelled link the math still runs every expert, since one process plays every expert's owner;
+    with ``demos.comm.DistributedTransport`` each rank computes only its own experts' rows).
     ``device="meta"`` skips all math (shapes only; virtual backend).
     """
 
@@ -247,28 +248,33 @@ def _mm_rows(x: torch.Tensor, a: int, b: int, w: torch.Tensor, out: torch.Tensor
     out[a:b].copy_(p[a - s : a - s + m])
 
 
-def _k_experts(x, offsets, w1, w2, ws13, ws2, fused_out, pad, wire_in, w_sorted) -> None:
+def _k_experts(x, offsets, w1, w2, ws13, ws2, fused_out, pad, wire_in, w_sorted, first=0, num_experts=None) -> None:
     """The routed experts over expert-sorted rows: gate_up into workspace13, SiLU-and-mul into
     workspace2, down into fused_out (which reuses workspace13's memory: it is dead by then).
+    Segment j of ``offsets`` belongs to expert ``first + j % num_experts`` (``demos.comm.ExpertBatch``;
+    by default one segment per expert); only the first ``offsets[-1]`` rows are present.
     ``wire_in``: dequantize it into ``x`` first (high-throughput path). ``w_sorted``: apply the
     router weights to the outputs (the high-throughput "weight and reduce" before the combine)."""
-    if wire_in is not None:
-        x.copy_(wire_in)
     bounds = offsets.tolist()
+    n = bounds[-1]
+    if num_experts is None:
+        num_experts = len(bounds) - 1
+    if wire_in is not None:
+        x[:n].copy_(wire_in[:n])
     f = ws2.shape[1]
-    for e in range(len(bounds) - 1):
-        a, b = bounds[e], bounds[e + 1]
+    for j in range(len(bounds) - 1):
+        a, b = bounds[j], bounds[j + 1]
         if a < b:
-            _mm_rows(x, a, b, w1[e], ws13, pad)
-    gate, up = ws13[:, :f], ws13[:, f:]
-    torch.sigmoid(gate, out=ws2)
-    ws2.mul_(gate).mul_(up)
-    for e in range(len(bounds) - 1):
-        a, b = bounds[e], bounds[e + 1]
+            _mm_rows(x, a, b, w1[first + j % num_experts], ws13, pad)
+    gate, up = ws13[:n, :f], ws13[:n, f:]
+    torch.sigmoid(gate, out=ws2[:n])
+    ws2[:n].mul_(gate).mul_(up)
+    for j in range(len(bounds) - 1):
+        a, b = bounds[j], bounds[j + 1]
         if a < b:
-            _mm_rows(ws2, a, b, w2[e], fused_out, pad)
+            _mm_rows(ws2, a, b, w2[first + j % num_experts], fused_out, pad)
     if w_sorted is not None:
-        fused_out.mul_(w_sorted.unsqueeze(1))
+        fused_out[:n].mul_(w_sorted[:n].unsqueeze(1))
 
 
 def _k_shared(x, w1, w2, hbuf, abuf, out) -> None:
@@ -544,7 +550,7 @@ class ToyMoE:
         expert's max-size chunk buffers (sliced per chunk)."""
         c, t = self.cfg, st.t
         H, F, Fs, dt = c.hidden, c.expert_ffn, c.shared_ffn, c.dtype
-        M = t * c.topk
+        M = self.transport.expert_capacity(t * c.topk)  # rows this process's experts may get
         chunk = min(c.shared_chunk, c.tokens)
         common, ws2, x_in, pad, sh_h, sh_a = current_workspace_manager().get_simultaneous(
             ((max(M * 2 * F, M * H),), dt),
@@ -578,6 +584,7 @@ class ToyMoE:
     def _moe_ll(self, i: int, L: _Layer, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: _Costs) -> None:
         """Low-latency style (REFERENCE.md 2.1): one stream, send + parked recv hook, 2 yields."""
         tr, p = self.transport, st.plan
+        eb = tr.expert_batch(p, slot=ub)
         dbo.dbo_maybe_run_recv_hook()  # start of MoE prepare: the sibling's combine receive
         mw = self._moe_workspace(st)
         hook = tr.dispatch_send(
@@ -586,8 +593,8 @@ class ToyMoE:
         dbo.dbo_register_recv_hook(hook)
         dbo.dbo_yield()
         dbo.launch(
-            _k_experts, mw.x_in, p.offsets, L.w1, L.w2, mw.ws13, mw.ws2, mw.fused_out, mw.pad, None, None,
-            name=kernel_name("experts", i, ub), cost=cost.experts,
+            _k_experts, mw.x_in, eb.offsets, L.w1, L.w2, mw.ws13, mw.ws2, mw.fused_out, mw.pad, None, None,
+            eb.first_expert, eb.num_experts, name=kernel_name("experts", i, ub), cost=cost.experts,
         )
         dbo.dbo_maybe_run_recv_hook()  # before the combine: the sibling's dispatch receive
         hook = tr.combine_send(
@@ -601,14 +608,15 @@ class ToyMoE:
     def _moe_ht(self, i: int, L: _Layer, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: _Costs) -> None:
         """High-throughput style (REFERENCE.md 2.2): compute and comm streams, 3 yields."""
         tr, p = self.transport, st.plan
+        eb = tr.expert_batch(p, slot=ub)
         mw = self._moe_workspace(st)
         prev = dbo.dbo_get_previous_event(tr.record_event)  # captured before the yield (vllm#38451)
         dbo.dbo_yield_and_switch_from_compute_to_comm()
         recv = tr.dispatch(st.moe_wire, p, slot=ub, name=kernel_name("dispatch", i, ub), previous_event=prev)
         dbo.dbo_switch_to_compute_sync()
         dbo.launch(
-            _k_experts, mw.x_in, p.offsets, L.w1, L.w2, mw.ws13, mw.ws2, mw.fused_out, mw.pad, recv, p.weights_sorted,
-            name=kernel_name("experts", i, ub), cost=cost.experts + cost.dispatch_recv,
+            _k_experts, mw.x_in, eb.offsets, L.w1, L.w2, mw.ws13, mw.ws2, mw.fused_out, mw.pad, recv, eb.weights,
+            eb.first_expert, eb.num_experts, name=kernel_name("experts", i, ub), cost=cost.experts + cost.dispatch_recv,
         )
         prev = dbo.dbo_get_previous_event(tr.record_event)
         dbo.dbo_yield_and_switch_from_compute_to_comm()
