@@ -526,12 +526,16 @@ def test_threads_kernel_error_is_sticky():
     with ThreadsBackend(timeout=10) as b:
         a, c = b.new_stream("a"), b.new_stream("c")
         ran = []
-        a.launch(lambda: (_ for _ in ()).throw(ValueError("boom")), name="bad")
+        # The gate holds the failure back until every launch below is made: otherwise whether
+        # c.launch raises at once (c already failed) or later depends on who wins the race.
+        gate = threading.Event()
+        a.launch(lambda: (gate.wait(GATE), (_ for _ in ()).throw(ValueError("boom"))), name="bad")
         a.launch(ran.append, "after")  # skipped
         ev = b.new_event()
         ev.record(a)
         c.wait_event(ev)
         c.launch(ran.append, "waiter")  # skipped: c inherits the failure through the event
+        gate.set()
         with pytest.raises(StreamError, match="boom") as info:
             a.synchronize()
         assert isinstance(info.value.__cause__, ValueError)
@@ -624,6 +628,240 @@ def test_threads_close_cuts_a_modelled_wait_short():
     assert _wait_until(lambda: not s.query() and s._worker.is_alive())
     b.close()
     assert not s._worker.is_alive()
+
+
+# --- threads: engines (one executor thread per engine) -------------------------------------------
+
+
+def test_threads_one_executor_per_engine_runs_every_stream():
+    """Streams have no threads of their own: every compute kernel of every stream runs on the
+    compute engine's executor, every comm kernel on the link's, so streams that share an engine
+    never hand it between threads."""
+    with ThreadsBackend(timeout=10) as b:
+        streams = [b.new_stream(f"compute{i}") for i in range(3)] + [b.new_stream(f"comm{i}") for i in range(2)]
+        where: dict[str, set[str]] = {}
+        for j in range(5):
+            for s in streams:
+                kind = "comm" if s.name.startswith("comm") else "compute"
+                s.launch(lambda n=s.name: where.setdefault(n, set()).add(threading.current_thread().name), kind=kind)
+        b.synchronize()
+        compute, comm = f"dbo-stream-{b.id}-compute", f"dbo-stream-{b.id}-comm"
+        assert where == {s.name: {comm if s.name.startswith("comm") else compute} for s in streams}
+        assert {t.name for t in threading.enumerate() if t.name.startswith(f"dbo-stream-{b.id}-")} == {compute, comm}
+        assert streams[0]._worker is streams[2]._worker and streams[0]._worker is not streams[3]._worker
+        watchdog = [t for t in threading.enumerate() if t.name == f"dbo-watchdog-{b.id}"]
+        assert len(watchdog) == 1 and watchdog[0].daemon
+    assert not streams[0]._worker.is_alive() and not streams[3]._worker.is_alive()
+    assert not watchdog[0].is_alive()
+
+
+@pytest.mark.parametrize(
+    "order, expected",
+    [("launch", ["a1", "a2", "b1", "b2"]), ("ready", ["b1", "a1", "b2", "a2"])],
+)
+def test_threads_engine_order(order, expected):
+    """A busy engine takes its ready kernels in launch order (default), or in the order they
+    became ready (round-robin between streams with a backlog)."""
+    with ThreadsBackend(timeout=10, engine_order=order) as b:
+        assert b.engine_order == order
+        s1, s2 = b.new_stream("s1"), b.new_stream("s2")
+        gate = threading.Event()
+        seen: list[str] = []
+        s1.launch(gate.wait, GATE, name="gate")
+        s1.launch(seen.append, "a1")
+        s1.launch(seen.append, "a2")
+        s2.launch(seen.append, "b1")  # ready at once, while the gate kernel holds the engine
+        s2.launch(seen.append, "b2")
+        gate.set()
+        b.synchronize()
+        assert seen == expected
+
+
+def test_threads_engine_order_is_checked():
+    with pytest.raises(ValueError, match="engine_order must be one of launch, ready"):
+        ThreadsBackend(engine_order="random")
+    with get_backend("threads", engine_order="ready") as b:
+        assert b.engine_order == "ready"
+
+
+def test_threads_missing_wait_between_two_compute_streams_is_a_race():
+    """Two compute kernels never overlap, but a consumer whose stream is ready first still
+    overtakes a producer launched before it: when the producer's stream is held by a wait, and,
+    with engine_order="ready", whenever the producer's stream has a backlog."""
+    x, out = torch.zeros(1), torch.full((1,), -1.0)
+    with ThreadsBackend(timeout=10) as b:
+        a, c, m = b.new_stream("producer"), b.new_stream("consumer"), b.new_stream("m")
+        gate = threading.Event()
+        m.launch(gate.wait, GATE, kind="comm")
+        ev = b.new_event()
+        ev.record(m)
+        a.wait_event(ev)  # the producer waits for a transfer
+        a.launch(torch.Tensor.fill_, x, 1.0)
+        c.launch(torch.Tensor.copy_, out, x)  # no wait: launched later, ready first
+        c.synchronize()
+        gate.set()
+        b.synchronize()
+        assert out.item() == 0.0 and x.item() == 1.0
+
+    x, out = torch.zeros(1), torch.full((1,), -1.0)
+    with ThreadsBackend(timeout=10, engine_order="ready") as b:
+        a, c = b.new_stream("producer"), b.new_stream("consumer")
+        gate = threading.Event()
+        a.launch(gate.wait, GATE)  # the producer's stream is busy
+        a.launch(torch.Tensor.fill_, x, 1.0)
+        c.launch(torch.Tensor.copy_, out, x)
+        gate.set()
+        b.synchronize()
+        assert out.item() == 0.0 and x.item() == 1.0
+
+
+def test_threads_a_stuck_engine_times_out_the_kernels_behind_it():
+    with ThreadsBackend(timeout=0.1) as b:
+        a, d = b.new_stream("a"), b.new_stream("d")
+        gate = threading.Event()
+        try:
+            a.launch(gate.wait, GATE, name="stuck")
+            d.launch(None, name="behind")
+            assert _wait_until(lambda: d.error is not None)
+        finally:
+            gate.set()
+        a.synchronize()
+        err = d.error
+        assert isinstance(err, StreamTimeout)
+        assert "'behind'" in str(err) and "compute engine" in str(err) and "'stuck' of stream 'a'" in str(err)
+        d2 = b.new_stream("d2")
+        d2.launch(None)  # the engine works again
+        d2.synchronize()
+
+
+def test_threads_a_moving_backlog_never_times_out():
+    """A ready kernel may wait longer than the timeout behind kernels launched before it, as long
+    as the engine keeps finishing them (a shared stream would queue them the same way)."""
+    with ThreadsBackend(timeout=0.15) as b:
+        a, c = b.new_stream("a"), b.new_stream("c")
+        for _ in range(10):
+            a.launch(time.sleep, 0.04)  # 0.4 s of work, launched first
+        c.launch(None, name="late")  # waits ~0.4 s for the engine
+        assert _wait_until(lambda: a.query() and c.query())  # host waits would time out at 0.15 s
+        assert a.error is None and c.error is None
+
+
+def test_threads_executors_follow_torch_num_threads(monkeypatch):
+    """A new thread does not inherit torch.set_num_threads (OpenMP keeps it per thread), so each
+    executor applies the process's value before its first kernel, and again when it changes."""
+    calls: list[tuple[str, int]] = []
+    real = torch.set_num_threads
+
+    def spy(n):
+        calls.append((threading.current_thread().name, n))
+        real(n)
+
+    monkeypatch.setattr(torch, "set_num_threads", spy)
+    n = torch.get_num_threads()
+    with ThreadsBackend(timeout=10) as b:
+        s = b.new_stream("s")
+        s.launch(None)
+        s.launch(None, kind="comm")
+        s.synchronize()
+        assert sorted(calls) == [(f"dbo-stream-{b.id}-comm", n), (f"dbo-stream-{b.id}-compute", n)]
+        calls.clear()
+        for _ in range(3):
+            s.launch(None)
+        s.synchronize()
+        assert calls == []  # applied once, not per kernel
+
+
+def test_threads_an_executor_that_cannot_start_fails_the_stream(monkeypatch):
+    real = threading.Thread.start
+
+    def start(self):
+        if self.name.startswith("dbo-stream-"):
+            raise RuntimeError("can't start new thread")
+        return real(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with ThreadsBackend(timeout=10) as b:
+        s = b.new_stream("s")
+        s.launch(None)  # the failure is the stream's, as for a kernel that raises
+        with pytest.raises(StreamError, match="could not start") as info:
+            s.synchronize()
+        assert isinstance(info.value.__cause__, RuntimeError) and s.query()
+
+
+def test_threads_an_executor_crash_fails_its_streams_instead_of_hanging(monkeypatch):
+    with ThreadsBackend(timeout=10) as b:
+        s = b.new_stream("s")
+        s.launch(None)
+        s.synchronize()
+        boom = RuntimeError("a bug in the executor")
+
+        def broken():
+            raise boom
+
+        monkeypatch.setattr(torch, "get_num_threads", broken)  # the executor calls it outside any kernel
+        s.launch(None, name="victim")
+        with pytest.raises(StreamError) as info:
+            s.synchronize()
+        assert info.value.__cause__ is boom
+        t = b.new_stream("t")
+        t.launch(None)  # the compute engine is gone: t fails at once
+        with pytest.raises(StreamError, match="crashed"):
+            t.synchronize()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["launch", "launch", "launch", "record", "wait", "sync"]),
+            st.integers(0, 3),
+            st.integers(0, 2),
+            st.sampled_from(["compute", "comm"]),
+            st.sampled_from([0.0, 0.0, 0.0005, 0.002]),
+        ),
+        max_size=30,
+    )
+)
+def test_threads_invariants(ops):
+    """Random programs on four streams: each stream runs its kernels once and in order, kernels of
+    one engine never overlap, and a kernel launched after ``wait_event`` starts after every kernel
+    the waited record covers has ended."""
+    tr = Tracer()
+    with ThreadsBackend(tracer=tr, timeout=10) as b:
+        ss = [b.new_stream(f"s{i}") for i in range(4)]
+        evs = [b.new_event() for _ in range(3)]
+        launched: list[list[str]] = [[] for _ in ss]
+        covers: list[list[str]] = [[] for _ in evs]  # kernels the most recent record covers
+        after: dict[str, list[str]] = {}  # kernel -> kernels it must start after
+        pending: list[list[str]] = [[] for _ in ss]  # what each stream waits for, so far
+        for n, (op, i, j, kind, sleep) in enumerate(ops):
+            if op == "launch":
+                name = f"k{n}"
+                ss[i].launch(time.sleep, sleep, name=name, kind=kind)
+                after[name] = list(pending[i])
+                launched[i].append(name)
+            elif op == "record":
+                evs[j].record(ss[i])
+                covers[j] = list(launched[i])
+            elif op == "wait":
+                ss[i].wait_event(evs[j])
+                pending[i] += covers[j]
+            else:
+                ss[i].synchronize()
+        b.synchronize()
+    recs = {k.name: k for k in tr.records}
+    assert len(recs) == len(tr.records) == sum(len(x) for x in launched)
+    for i, names in enumerate(launched):
+        assert [k.name for k in tr.records if k.stream == f"s{i}"] == names
+        for p, q in zip(names, names[1:]):
+            assert recs[q].start >= recs[p].end
+    for kind in ("compute", "comm"):
+        mine = sorted(tr.kernels(kind=kind), key=lambda k: k.start)
+        for p, q in zip(mine, mine[1:]):
+            assert q.start >= p.end
+    for name, deps in after.items():
+        for d in deps:
+            assert recs[name].start >= recs[d].end, (name, d)
 
 
 # --- virtual ----------------------------------------------------------------------------------------

@@ -1,30 +1,53 @@
-"""Threads backend: real asynchrony on the CPU. One worker thread per stream.
+"""Threads backend: real asynchrony on the CPU. Streams are in-order queues; one executor thread
+per engine runs the kernels.
 
-* Each stream has a daemon worker ("dbo-stream-<backend id>-<stream name>"), started at the
-  stream's first use, that runs the stream's queue in FIFO order: kernels, event records
-  (markers) and waits.
-* Engines: every compute kernel of the backend holds one compute lock while it runs (one compute
-  kernel at a time across streams, as ubatches share a GPU's SMs); every comm kernel holds one
-  link lock. Compute and comm kernels overlap.
-* Occupancy: a compute kernel runs ``fn`` and then holds its engine until the modelled seconds
-  have passed, so it takes max(real time, modelled). A comm kernel first waits the modelled
-  seconds and then runs ``fn``: its data lands at the end of the transfer, so a consumer that
-  does not wait for it reads stale data (the race a missing wait_event causes on a GPU).
-  Modelled seconds: a float cost; ``Transfer`` -> latency + bytes / bandwidth (link profile);
-  ``Work`` only when ``fn`` is None (otherwise the real math takes what it takes); None -> 0.
-  Waiting uses an Event wait (releases the GIL) and ends early when the backend closes.
-* Errors are sticky per stream (see ``dbo.streams.base``). All waits are bounded by ``timeout``.
-* ``close()`` stops the workers: work not started yet is dropped (a host thread waiting on it gets
-  StreamError), a running kernel's ``fn`` finishes, and the workers are joined with a bound.
+* Engines: the backend has a compute engine and a link engine, each served by one daemon executor
+  thread ("dbo-stream-<backend id>-compute", "dbo-stream-<backend id>-comm"), started at first use.
+  Every compute kernel of every stream runs on the compute executor, so two compute kernels never
+  overlap (as ubatches share a GPU's SMs); every comm kernel runs on the link executor. A compute
+  kernel and a comm kernel run on different threads, so they overlap, and a consumer that forgot
+  its ``wait_event`` really races with the producer.
+* Streams are logical queues of kernels, event records (markers) and waits, with no thread of
+  their own. A stream's head advances as soon as it can: a marker completes when everything before
+  it is done, a wait passes when its event is complete (else the stream is parked on the event), a
+  kernel is handed to its engine and the stream's next item waits until that kernel has finished
+  (so a stream stays in order across engines). Advancing runs on whichever thread made it possible
+  (the host thread that launched or recorded, or the executor that just finished a kernel or
+  completed a marker) under one scheduler lock, which is never held while a kernel runs.
+* Order: an engine runs its ready kernels (stream heads whose waits are satisfied) one at a time,
+  in launch order (``engine_order="launch"``, the default, as the virtual backend and a saturated
+  GPU do) or in the order they became ready (``engine_order="ready"``: round-robin between streams
+  with backlogs). An executor that finishes a kernel takes the next ready one at once: streams that
+  share an engine never hand anything between threads, so the engine costs the same with one
+  stream per ubatch as with one shared stream.
+* Occupancy: a compute kernel runs ``fn`` and then keeps its engine until the modelled seconds have
+  passed, so it takes max(real time, modelled). A comm kernel first waits the modelled seconds and
+  then runs ``fn``: its data lands at the end of the transfer, so a consumer that does not wait for
+  it reads stale data (the race a missing wait_event causes on a GPU). Modelled seconds: a float
+  cost; ``Transfer`` -> latency + bytes / bandwidth (link profile); ``Work`` only when ``fn`` is
+  None (otherwise the real math takes what it takes); None -> 0. Waiting uses an Event wait
+  (releases the GIL) and ends early when the backend closes.
+* Errors are sticky per stream (see ``dbo.streams.base``). Every wait is bounded by ``timeout``:
+  host waits raise StreamTimeout; a stream parked on an event for longer than ``timeout``, or a
+  ready kernel whose engine has been running one and the same kernel for longer than ``timeout``,
+  fails with StreamTimeout (detected by a watchdog thread, "dbo-watchdog-<backend id>", that looks
+  every timeout / 8 seconds, at least every 0.25 s). A backlog that moves never times out.
+* ``close()`` stops the executors: work not started yet is dropped (a host thread waiting on it
+  gets StreamError), a running kernel's ``fn`` finishes, modelled waits are cut short, and the
+  threads are joined with a bound.
 """
 
 from __future__ import annotations
 
 import collections
+import heapq
+import itertools
 import logging
 import threading
 import time
 from typing import Any, Callable
+
+import torch
 
 from ..costs import Work, seconds_for
 from ..errors import StreamError, StreamTimeout
@@ -33,23 +56,27 @@ from .base import Backend, Event, Stream, _check_kind, _kernel_name, sticky_erro
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ThreadsBackend", "ThreadStream", "ThreadEvent"]
+__all__ = ["ThreadsBackend", "ThreadStream", "ThreadEvent", "ENGINE_ORDERS"]
 
-_POLL = 0.01  # seconds between checks of the stop flag inside worker waits
-_JOIN_BOUND = 5.0  # most seconds close() spends joining workers
+ENGINE_ORDERS = ("launch", "ready")
+_JOIN_BOUND = 5.0  # most seconds close() spends joining the executors and the watchdog
+_WATCH_MIN = 0.002  # the watchdog checks every timeout / 8 seconds, clamped to [_WATCH_MIN, _WATCH_MAX]
+_WATCH_MAX = 0.25
+_SYNC_TORCH_THREADS = True  # executors follow torch.get_num_threads() (off only to measure the difference)
 
 
 class _Done:
     """Completion token of a marker: an event record or a synchronize point."""
 
-    __slots__ = ("flag", "error", "note", "stream", "dropped")
+    __slots__ = ("flag", "error", "note", "stream", "dropped", "waiters")
 
     def __init__(self, stream: "ThreadStream"):
-        self.flag = threading.Event()
+        self.flag = threading.Event()  # set (under the scheduler lock) when the marker completes
         self.error: BaseException | None = None
         self.note = ""
         self.stream = stream
         self.dropped = False  # the backend closed before the stream reached this point
+        self.waiters: list[ThreadStream] | None = []  # streams parked on this token (None once set)
 
     def check(self, action: str) -> None:
         """Raise what a waiter on this completed token must see (nothing if all went well)."""
@@ -70,9 +97,9 @@ class _Wait:
 
 
 class _Kernel:
-    __slots__ = ("fn", "args", "name", "kind", "seconds", "tracer", "ubatch")
+    __slots__ = ("fn", "args", "name", "kind", "seconds", "tracer", "ubatch", "seq", "ready_at")
 
-    def __init__(self, fn, args, name, kind, seconds, tracer, ubatch):
+    def __init__(self, fn, args, name, kind, seconds, tracer, ubatch, seq):
         self.fn = fn
         self.args = args
         self.name = name
@@ -80,18 +107,37 @@ class _Kernel:
         self.seconds = seconds
         self.tracer = tracer
         self.ubatch = ubatch
+        self.seq = seq  # launch order across the backend
+        self.ready_at = 0.0  # monotonic time the kernel was handed to its engine
+
+
+def _complete(token: _Done, work: list) -> None:
+    """Complete ``token`` (scheduler lock held): wake host waiters, queue the parked streams."""
+    token.flag.set()
+    parked = token.waiters
+    token.waiters = None
+    if parked:
+        for s in parked:
+            s._blocked = None
+            work.append(s)
 
 
 class ThreadStream(Stream):
+    """An in-order queue; its kernels run on the backend's engine executors."""
+
     backend: "ThreadsBackend"
 
     def __init__(self, backend: "ThreadsBackend", name: str):
         super().__init__(backend, name)
-        self._cond = threading.Condition()
+        # All below is guarded by the backend's scheduler lock (backend._lock).
+        # Invariant: the queue is non-empty only while a kernel is in flight or the head is a
+        # wait on an incomplete event (everything else is processed at once).
         self._queue: collections.deque = collections.deque()
-        self._busy = False
+        self._inflight: _Kernel | None = None  # handed to an engine (ready or running), not finished
+        self._blocked: _Done | None = None  # the head waits on this token
+        self._blocked_since = 0.0
         self._closing = False
-        self._worker: threading.Thread | None = None
+        self._worker: threading.Thread | None = None  # the executor of this stream's latest kernel
         self._error: BaseException | None = None
         self._error_note = ""
 
@@ -108,16 +154,13 @@ class ThreadStream(Stream):
             raise sticky_error(self.name, err, action, self._error_note)
 
     def _enqueue(self, item: Any) -> None:
-        with self._cond:
+        b = self.backend
+        with b._lock:
             if self._closing:
-                raise StreamError(f"stream {self.name!r}: backend {self.backend.name}#{self.backend.id} is closed")
-            if self._worker is None:
-                self._worker = threading.Thread(
-                    target=self._run, name=f"dbo-stream-{self.backend.id}-{self.name}", daemon=True
-                )
-                self._worker.start()
+                raise StreamError(f"stream {self.name!r}: backend {b.name}#{b.id} is closed")
             self._queue.append(item)
-            self._cond.notify()
+            if self._inflight is None and self._blocked is None:
+                b._pump(self)
 
     def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
         _check_kind(kind)
@@ -127,7 +170,7 @@ class ThreadStream(Stream):
         seconds = b._modelled_seconds(fn, kind, cost, args)
         tr = b._tracing()
         ubatch = registered_ubatch_id() if tr is not None else None
-        self._enqueue(_Kernel(fn, args, _kernel_name(fn, name, kind), kind, seconds, tr, ubatch))
+        self._enqueue(_Kernel(fn, args, _kernel_name(fn, name, kind), kind, seconds, tr, ubatch, next(b._seq)))
 
     def wait_event(self, event: Event) -> None:
         self._check_event(event)
@@ -137,20 +180,22 @@ class ThreadStream(Stream):
         self._enqueue(_Wait(token))
 
     def synchronize(self) -> None:
-        with self._cond:
-            idle = self._worker is None or self._closing
-        if not idle:
-            token = _Done(self)
-            self._enqueue(token)
-            self.backend._wait_host(token.flag, f"synchronize of stream {self.name!r}")
+        b = self.backend
+        token = None
+        with b._lock:
+            if not self._closing and (self._queue or self._inflight is not None):
+                token = _Done(self)
+                self._queue.append(token)  # behind busy work: cannot complete now, no pump needed
+        if token is not None:
+            b._wait_host(token.flag, f"synchronize of stream {self.name!r}")
             token.check("synchronize")
         self._raise_if_failed("synchronize")
 
     def query(self) -> bool:
-        with self._cond:
-            return not self._queue and not self._busy
+        with self.backend._lock:
+            return not self._queue and self._inflight is None
 
-    # --- worker side -------------------------------------------------------------------------
+    # --- scheduler side (backend._lock held) ---------------------------------------------------
 
     def _fail(self, exc: BaseException, note: str = "") -> None:
         if self._error is None:
@@ -158,94 +203,158 @@ class ThreadStream(Stream):
             self._error_note = note
             logger.debug("stream %r failed: %r", self.name, exc)
 
+    def _advance(self, work: list) -> None:
+        """Process the head of the queue as far as it goes; streams this wakes go to ``work``."""
+        q = self._queue
+        while q and self._inflight is None and self._blocked is None:
+            item = q[0]
+            cls = type(item)
+            if cls is _Kernel:
+                q.popleft()
+                if self._error is not None:
+                    continue  # sticky: skip everything after a failure
+                engine = self.backend._engines[item.kind]
+                if engine.crashed is not None:
+                    self._fail(engine.crashed, f"the {item.kind} engine's executor crashed")
+                    continue
+                try:
+                    engine.submit(self, item)
+                except Exception as e:  # could not start the executor (out of threads): fail, don't hang
+                    self._fail(e, f"the {item.kind} engine's executor could not start")
+                    continue
+                self._inflight = item
+                return
+            if cls is _Done:
+                q.popleft()
+                item.error = self._error
+                item.note = self._error_note
+                _complete(item, work)
+                continue
+            tok = item.token  # a _Wait
+            if self._error is None:
+                if not tok.flag.is_set():
+                    self._blocked = tok
+                    self._blocked_since = time.monotonic()
+                    tok.waiters.append(self)
+                    self.backend._ensure_watchdog()
+                    return
+                if tok.error is not None:
+                    self._fail(tok.error, f"it waited on an event recorded on failed stream {tok.stream.name!r}")
+                elif tok.dropped:
+                    self._fail(StreamError(f"it waited on an event of stream {tok.stream.name!r} that was closed first"))
+            q.popleft()
+
+    def _drop(self) -> list[_Done]:
+        """Forget the queue (backend closing); return its markers, to be completed as dropped."""
+        tokens = [item for item in self._queue if type(item) is _Done]
+        self._queue.clear()
+        if self._blocked is not None:
+            if self._blocked.waiters is not None and self in self._blocked.waiters:
+                self._blocked.waiters.remove(self)
+            self._blocked = None
+        for t in tokens:
+            t.error = self._error
+            t.note = self._error_note
+            t.dropped = True
+        return tokens
+
+
+class _Engine:
+    """One engine (compute or link): a heap of ready kernels and the executor thread that runs them."""
+
+    def __init__(self, backend: "ThreadsBackend", kind: str):
+        self.backend = backend
+        self.kind = kind
+        self.cond = threading.Condition(backend._lock)
+        self.heap: list[tuple[int, _Kernel, ThreadStream]] = []
+        self.thread: threading.Thread | None = None
+        self.idle = False  # the executor sleeps on cond
+        self.running: tuple[ThreadStream, _Kernel] | None = None
+        self.busy_since = 0.0  # monotonic time the running kernel started
+        self.crashed: BaseException | None = None
+
+    def submit(self, s: ThreadStream, k: _Kernel) -> None:
+        """Hand a ready kernel to the engine (scheduler lock held)."""
+        b = self.backend
+        if self.thread is None:
+            t = threading.Thread(target=self._run, name=f"dbo-stream-{b.id}-{self.kind}", daemon=True)
+            t.start()  # waits on our lock before it looks at the heap
+            self.thread = t
+            b._ensure_watchdog()
+        elif self.idle:
+            self.cond.notify()
+        k.ready_at = time.monotonic()
+        key = k.seq if b.engine_order == "launch" else next(b._ready_seq)
+        heapq.heappush(self.heap, (key, k, s))
+        s._worker = self.thread
+
     def _run(self) -> None:
-        dropped: list = []
+        b = self.backend
+        lock, heap, stop = b._lock, self.heap, b._stop
+        s: ThreadStream | None = None
+        k: _Kernel | None = None
+        exc: BaseException | None = None
+        applied_threads = -1
         try:
             while True:
-                with self._cond:
-                    while not self._queue and not self._closing:
-                        self._cond.wait()
-                    if self._closing:
-                        dropped = list(self._queue)
-                        self._queue.clear()
+                with lock:
+                    if s is not None:  # finish the kernel that just ran and advance its stream
+                        self.running = None
+                        s._inflight = None
+                        if exc is not None:
+                            s._fail(exc, f"kernel {k.name!r} raised")
+                        b._pump(s)
+                        s = k = exc = None
+                    while not heap:
+                        if b._stopping:
+                            return
+                        self.idle = True
+                        self.cond.wait()
+                        self.idle = False
+                    if b._stopping:
                         return
-                    item = self._queue.popleft()
-                    self._busy = True
+                    _, k, s = heapq.heappop(heap)
+                    self.running = (s, k)
+                    self.busy_since = time.monotonic()
+                if _SYNC_TORCH_THREADS:
+                    # A new thread does not inherit torch.set_num_threads (OpenMP keeps the
+                    # setting per thread): apply the process's value, and follow changes.
+                    n = torch.get_num_threads()
+                    if n != applied_threads:
+                        torch.set_num_threads(n)
+                        applied_threads = n
+                t0 = time.perf_counter()
                 try:
-                    self._execute(item)
-                finally:
-                    with self._cond:
-                        self._busy = False
-        except BaseException as e:  # a bug in the worker itself: fail the stream, never raise out
-            logger.exception("worker of stream %r crashed", self.name)
-            self._fail(e, "worker crashed")
-            with self._cond:
-                self._closing = True
-                dropped = list(self._queue)
-                self._queue.clear()
-        finally:
-            for item in dropped:
-                if isinstance(item, _Done):
-                    item.error = self._error
-                    item.note = self._error_note
-                    item.dropped = True
-                    item.flag.set()
-
-    def _execute(self, item: Any) -> None:
-        b = self.backend
-        if isinstance(item, _Done):
-            item.error = self._error
-            item.note = self._error_note
-            item.flag.set()
-            return
-        if self._error is not None:
-            return  # sticky: skip everything after a failure
-        if isinstance(item, _Wait):
-            tok = item.token
-            if not b._wait_worker(tok.flag):
-                if not b._stop.is_set():
-                    self._fail(
-                        StreamTimeout(
-                            f"stream {self.name!r} waited more than {b.timeout:g}s for an event recorded on "
-                            f"stream {tok.stream.name!r}"
-                        )
-                    )
-                return
-            if tok.error is not None:
-                self._fail(tok.error, f"it waited on an event recorded on failed stream {tok.stream.name!r}")
-            elif tok.dropped:
-                self._fail(StreamError(f"it waited on an event of stream {tok.stream.name!r} that was closed first"))
-            return
-        self._run_kernel(item)
-
-    def _run_kernel(self, k: _Kernel) -> None:
-        b = self.backend
-        engine = b._engines[k.kind]
-        if not b._acquire_worker(engine):
-            if not b._stop.is_set():
-                self._fail(StreamTimeout(f"kernel {k.name!r} on stream {self.name!r} waited more than {b.timeout:g}s for the {k.kind} engine"))
-            return
-        t0 = time.perf_counter()
-        try:
-            if k.kind == "comm":
-                if k.seconds:
-                    b._stop.wait(k.seconds)
-                if k.fn is not None:
-                    k.fn(*k.args)
-            else:
-                if k.fn is not None:
-                    k.fn(*k.args)
-                if k.seconds:
-                    left = t0 + k.seconds - time.perf_counter()
-                    if left > 0:
-                        b._stop.wait(left)
-        except BaseException as e:
-            self._fail(e, f"kernel {k.name!r} raised")
-        finally:
-            t1 = time.perf_counter()
-            engine.release()
-        if k.tracer is not None:
-            k.tracer.kernel(self.name, k.name, k.kind, k.ubatch, t0, t1)
+                    if k.kind == "comm":
+                        if k.seconds:
+                            stop.wait(k.seconds)
+                        if k.fn is not None:
+                            k.fn(*k.args)
+                    else:
+                        if k.fn is not None:
+                            k.fn(*k.args)
+                        if k.seconds:
+                            left = t0 + k.seconds - time.perf_counter()
+                            if left > 0:
+                                stop.wait(left)
+                except BaseException as e:
+                    exc = e
+                t1 = time.perf_counter()
+                if k.tracer is not None:  # before the stream advances: a synchronize sees the record
+                    k.tracer.kernel(s.name, k.name, k.kind, k.ubatch, t0, t1)
+        except BaseException as e:  # a bug in the executor itself: fail its streams, never raise out
+            logger.exception("executor of the %s engine of backend %s#%d crashed", self.kind, b.name, b.id)
+            with lock:
+                self.crashed = e
+                self.running = None
+                victims = [v for (_, _, v) in heap]
+                heap.clear()
+                if s is not None and s._inflight is not None:
+                    victims.append(s)
+                for v in victims:
+                    v._inflight = None
+                    v._fail(e, f"the {self.kind} engine's executor crashed")
+                    b._pump(v)
 
 
 class ThreadEvent(Event):
@@ -274,14 +383,27 @@ class ThreadEvent(Event):
 
 
 class ThreadsBackend(Backend):
-    """CPU backend with one worker thread per stream and shared compute / link engines."""
+    """CPU backend: streams are queues, one executor thread per engine (compute, link) runs the kernels.
+
+    ``engine_order``: "launch" (default) runs an engine's ready kernels in launch order; "ready" in
+    the order they became ready (round-robin between streams, which exposes more missing waits
+    between two streams of the same engine).
+    """
 
     name = "threads"
 
-    def __init__(self, **options: Any):
+    def __init__(self, *, engine_order: str = "launch", **options: Any):
+        if engine_order not in ENGINE_ORDERS:
+            raise ValueError(f"engine_order must be one of {', '.join(ENGINE_ORDERS)}; got {engine_order!r}")
         super().__init__(**options)
-        self._stop = threading.Event()
-        self._engines = {"compute": threading.Lock(), "comm": threading.Lock()}
+        self.engine_order = engine_order
+        self._stop = threading.Event()  # set at close: cuts modelled waits short, stops the watchdog
+        self._lock = threading.Lock()  # the scheduler lock: queues, tokens' waiters, engines' heaps
+        self._stopping = False  # under _lock: executors exit
+        self._seq = itertools.count()
+        self._ready_seq = itertools.count()
+        self._engines = {"compute": _Engine(self, "compute"), "comm": _Engine(self, "comm")}
+        self._watchdog: threading.Thread | None = None
 
     def _make_stream(self, name: str) -> Stream:
         return ThreadStream(self, name)
@@ -304,45 +426,105 @@ class ThreadsBackend(Backend):
             return None
         return seconds_for(kind, cost, args, self.profile, self.link)
 
+    # --- scheduling (self._lock held) ------------------------------------------------------------
+
+    def _pump(self, stream: ThreadStream) -> None:
+        """Advance ``stream`` and every stream its progress wakes (no recursion)."""
+        work = [stream]
+        while work:
+            work.pop()._advance(work)
+
     # --- bounded waits -----------------------------------------------------------------------
 
     def _wait_host(self, flag: threading.Event, what: str) -> None:
         if not flag.wait(self.timeout):
             raise StreamTimeout(f"{what} did not finish within {self.timeout:g}s (backend {self.name}#{self.id})")
 
-    def _wait_worker(self, flag: threading.Event) -> bool:
-        """Wait for ``flag`` up to the timeout; False on timeout or when the backend stops."""
-        deadline = time.monotonic() + self.timeout
-        while not flag.wait(min(_POLL, max(0.0, deadline - time.monotonic()))):
-            if self._stop.is_set() or time.monotonic() >= deadline:
-                return False
-        return True
+    def _ensure_watchdog(self) -> None:
+        """Start the watchdog thread at first need (scheduler lock held)."""
+        if self._watchdog is None and not self._stopping:
+            t = threading.Thread(target=self._watch, name=f"dbo-watchdog-{self.id}", daemon=True)
+            t.start()
+            self._watchdog = t
 
-    def _acquire_worker(self, lock: threading.Lock) -> bool:
-        deadline = time.monotonic() + self.timeout
-        while not lock.acquire(timeout=min(_POLL, max(0.0, deadline - time.monotonic()))):
-            if self._stop.is_set() or time.monotonic() >= deadline:
-                return False
-        return True
+    def _watch(self) -> None:
+        """Fail streams parked on an event, or kernels waiting for their engine, past the timeout."""
+        interval = min(max(self.timeout / 8, _WATCH_MIN), _WATCH_MAX)
+        while not self._stop.wait(interval):
+            try:
+                self._expire(time.monotonic() - self.timeout)
+            except BaseException:  # never let the watchdog die silently
+                logger.exception("watchdog of backend %s#%d failed", self.name, self.id)
+
+    def _expire(self, limit: float) -> None:
+        streams = self.streams
+        with self._lock:
+            if self._stopping:
+                return
+            for s in streams:
+                tok = s._blocked
+                if tok is not None and s._blocked_since <= limit:
+                    if tok.waiters is not None:
+                        tok.waiters.remove(s)
+                    s._blocked = None
+                    s._queue.popleft()  # the wait
+                    s._fail(
+                        StreamTimeout(
+                            f"stream {s.name!r} waited more than {self.timeout:g}s for an event recorded on "
+                            f"stream {tok.stream.name!r}"
+                        )
+                    )
+                    self._pump(s)
+            for engine in self._engines.values():
+                # Only a kernel stuck on the engine times the others out: a backlog that moves
+                # (kernels launched earlier, running one after another) never does.
+                if engine.running is None or engine.busy_since > limit:
+                    continue
+                late = [e for e in engine.heap if e[1].ready_at <= limit]
+                if not late:
+                    continue
+                engine.heap[:] = [e for e in engine.heap if e[1].ready_at > limit]
+                heapq.heapify(engine.heap)
+                for _, k, s in late:
+                    s._inflight = None
+                    s._fail(
+                        StreamTimeout(
+                            f"kernel {k.name!r} on stream {s.name!r} waited more than {self.timeout:g}s "
+                            f"for the {k.kind} engine, busy all that time with kernel {engine.running[1].name!r} "
+                            f"of stream {engine.running[0].name!r}"
+                        )
+                    )
+                    self._pump(s)
 
     # --- lifetime ----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the workers (work not started is dropped) and join them, at most a few seconds."""
+        """Stop the executors (work not started is dropped) and join them, at most a few seconds."""
         if self._closed:
             return
         self._closed = True
         self._stop.set()
         streams = self.streams
-        for s in streams:
-            with s._cond:
+        with self._lock:
+            self._stopping = True
+            dropped: list[_Done] = []
+            for s in streams:
                 s._closing = True
-                s._cond.notify_all()
+                dropped += s._drop()
+            for engine in self._engines.values():
+                for _, _, s in engine.heap:
+                    s._inflight = None  # handed to the engine but not started: dropped
+                engine.heap.clear()
+                engine.cond.notify_all()
+            for t in dropped:
+                t.waiters = None
+                t.flag.set()
+        threads = [e.thread for e in self._engines.values()] + [self._watchdog]
+        threads = [t for t in threads if t is not None]
         deadline = time.monotonic() + min(self.timeout, _JOIN_BOUND)
-        for s in streams:
-            w = s._worker
-            if w is not None and w is not threading.current_thread():
-                w.join(max(0.0, deadline - time.monotonic()))
-        alive = [s._worker.name for s in streams if s._worker is not None and s._worker.is_alive()]
+        for t in threads:
+            if t is not threading.current_thread():
+                t.join(max(0.0, deadline - time.monotonic()))
+        alive = [t.name for t in threads if t.is_alive()]
         if alive:
-            logger.warning("backend %s#%d closed with workers still running a kernel: %s", self.name, self.id, alive)
+            logger.warning("backend %s#%d closed with executors still running a kernel: %s", self.name, self.id, alive)
