@@ -133,7 +133,8 @@ class UBatchOrchestrator:
 
     # -- lifecycle --------------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the backend's stream workers (if this orchestrator created the backend). Idempotent."""
+        """Close the backend (if this orchestrator created it): on threads, its executor and watchdog
+        threads stop. Idempotent."""
         if not self.closed:
             self.closed = True
             if self._owns_backend:

@@ -424,12 +424,14 @@ class DistributedTransport(Transport):
     queue (one per process), the high-throughput style on the caller's current stream (the
     ubatch's comm stream) -- unless ``serialize`` is set, which routes those through the link
     queue too. On the threads backend every collective of a process must come from one stream,
-    in the order the ubatch threads launched them (the same on every rank): a rank runs one comm
-    kernel at a time, and if two streams had collectives ready, timing would pick which runs
-    first, differently on two ranks, each then blocked in a collective the other cannot start.
-    So ``serialize`` is needed there with per-ubatch streams (the default shared comm stream is
-    one queue already). On cuda the kernel function runs in the launching thread, so issue order
-    is launch order whatever the streams.
+    in the order the ubatch threads launched them (the same on every rank): all comm kernels of a
+    process run on one executor thread, one at a time, and a blocking collective holds it. The
+    executor takes the earliest-launched kernel whose stream is ready, and which streams are ready
+    depends on timing: with collectives on two streams, two ranks could start different ones, each
+    then blocked in a collective the other cannot start. So ``serialize`` is needed there with
+    per-ubatch streams (the demo's default; a shared comm stream is one queue already). On cuda
+    the kernel function runs in the launching thread, so issue order is launch order whatever the
+    streams.
 
     Collectives are issued with ``async_op=True`` and waited for inside the same kernel (gloo:
     the thread running the comm kernel blocks without the GIL while the other ubatch's compute

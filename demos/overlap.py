@@ -87,7 +87,7 @@ class OverlapConfig:
     warmup: int = 1
     seed: int = 0
     torch_threads: int | None = None
-    stream_layout: str = "shared"
+    stream_layout: str = "per-ubatch"
     timeline_width: int = 72
     json_path: str | None = None
     trace_path: str | None = None
@@ -296,7 +296,9 @@ class _Runner:
             self.transport = transport if transport is not None else ModelledLinkTransport(res.link)
             self.manager = workspace.init_workspace_manager(res.model.device, num_ubatches=cfg.ubatches)
             self.model = ToyMoE(res.model, self.transport, num_slots=cfg.ubatches, schedule=cfg.schedule)
-            # the DBO orchestrator first, so that its streams get the plain names ("compute", "comm")
+            # the DBO orchestrator first, so that with shared streams its streams get the plain names
+            # ("compute", "comm"); per-ubatch they are "compute0", "comm0", ..., and the no-DBO ones
+            # get the plain names
             self.orch_n = dbo.UBatchOrchestrator(cfg.ubatches, backend=self.backend, stream_layout=cfg.stream_layout)
             self.orchestrators.append(self.orch_n)
             self.orch1 = dbo.UBatchOrchestrator(1, backend=self.backend, stream_layout=cfg.stream_layout)
@@ -947,10 +949,11 @@ def build_parser() -> argparse.ArgumentParser:
     a("--warmup", type=int, default=d.warmup, help=f"warmup steps of each kind before the workspace is locked (default {d.warmup})")
     a("--seed", type=int, default=d.seed, help=f"seed of the weights and inputs (default {d.seed})")
     a("--torch-threads", type=int, default=None,
-      help="torch intra-op threads during the run (default 1 on threads and virtual, so compute and the comm "
-           "workers do not fight for cores; unchanged on cuda)")
+      help="torch intra-op threads during the run (default 1 on threads and virtual: the comm executor and the "
+           "ubatch threads need a core too; unchanged on cuda)")
     a("--stream-layout", default=d.stream_layout, choices=dbo.STREAM_LAYOUTS,
-      help="shared (default, as vLLM: one compute and one comm stream for all ubatches) or per-ubatch streams")
+      help="per-ubatch (default: each ubatch on its own compute and comm streams) or shared "
+           "(as vLLM: one compute and one comm stream for all ubatches)")
     a("--width", dest="timeline_width", type=int, default=d.timeline_width, help="columns of the ASCII timeline (default 72)")
     a("--json", dest="json_path", default=None, metavar="PATH", help="write the report as JSON to PATH")
     a("--trace", dest="trace_path", default=None, metavar="PATH", help="write a Chrome trace of the last no-DBO and DBO steps to PATH")
@@ -1000,8 +1003,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BaseException:
         if cfg.launcher != "env":
             raise
-        # one rank under torchrun: say why, then leave at once (a collective may still be stuck in a
-        # worker thread); torchrun sees the non-zero status and stops the other ranks
+        # one rank under torchrun: say why, then leave at once (a collective may still be stuck on
+        # the backend's comm executor thread); torchrun sees the non-zero status and stops the other ranks
         import traceback
 
         sys.stderr.write(f"{parser.prog}: rank {os.environ.get('RANK')} failed:\n{traceback.format_exc()}")

@@ -442,12 +442,12 @@ def scenario_missing_wait() -> dict:
     right, _ = run(True)
     expected = [float(n * (u + 1)) for u in range(2)]
     say("Each ubatch receives 4096 floats on its comm stream (a 50 ms transfer whose data lands at its end),")
-    say("switches to its compute stream and sums them there. Threads backend: real stream worker threads.")
+    say("switches to its compute stream and sums them there. Threads backend: a compute and a comm executor thread.")
     say()
     say(f"  dbo_switch_to_compute()       (no event): sums {wrong}  expected {expected}")
     say(f"  dbo_switch_to_compute_sync()  (event)   : sums {right}")
     wrapped(
-        f"sanitizer: {_findings_line(wrong_findings)} (kernels run on stream workers, and it checks slot "
+        f"sanitizer: {_findings_line(wrong_findings)} (kernels run on the backend's executor threads, and it checks slot "
         "ownership and view lifetimes, not the ordering between streams)",
         2,
     )

@@ -50,8 +50,8 @@ def test_runs_end_to_end_with_exact_outputs(backend, schedule):
 @pytest.mark.parametrize("kw", [
     dict(tokens=37, ubatches=3),                       # uneven split, three ubatches
     dict(tokens=24, experts=8, topk=3, hidden=32),      # experts with 1-3 rows (padded GEMM window)
-    dict(stream_layout="per-ubatch", schedule="ll"),
-    dict(stream_layout="per-ubatch", schedule="ht", shared_chunk=24),
+    dict(stream_layout="shared", schedule="ll"),      # the non-default layout
+    dict(stream_layout="shared", schedule="ht", shared_chunk=24),
 ])
 def test_outputs_with_and_without_dbo_are_identical(kw):
     rep = run_overlap(small(backend="virtual", **kw))

@@ -68,13 +68,16 @@ def _assert_no_orphans(pids) -> None:
 # --- two ranks: tokens really travel, and the outputs equal a single-process run ----------------------
 
 
-@pytest.mark.parametrize("schedule", ["ll", "ht"])
-def test_two_ranks_equal_the_single_process_reference(schedule):
+@pytest.mark.parametrize(("schedule", "layout"), [("ll", "per-ubatch"), ("ht", "per-ubatch"), ("ht", "shared")])
+def test_two_ranks_equal_the_single_process_reference(schedule, layout):
+    """Per-ubatch streams (the default) serialize every collective of a rank through the link queue;
+    shared streams keep ht's collectives on the one shared comm stream."""
     details: dict = {}
-    rep = run_overlap(small(schedule=schedule), details=details)
+    rep = run_overlap(small(schedule=schedule, stream_layout=layout), details=details)
     assert rep["world_size"] == 2 and rep["dist_backend"] == "gloo" and rep["backend"] == "threads"
+    assert rep["config"]["stream_layout"] == layout and rep["link"]["serialize"] is (layout == "per-ubatch")
     # the outputs of both steps, all ranks' rows in rank order, equal one process running the whole batch
-    ref = reference_outputs(small(schedule=schedule))
+    ref = reference_outputs(small(schedule=schedule, stream_layout=layout))
     assert ref.shape == (SMALL["tokens"], SMALL["hidden"])
     assert torch.equal(details["output_no_dbo"], ref)
     assert torch.equal(details["output_dbo"], ref)

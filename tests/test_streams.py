@@ -1,7 +1,8 @@
 """Stream layer: the interface on the threads, virtual and inline backends.
 
 Every threads-backend test is bounded: kernels block on gates with a timeout (never forever),
-backends are closed by their ``with`` block, and the conftest fixture checks no worker survives.
+backends are closed by their ``with`` block, and the conftest fixture checks that no thread
+(executor, watchdog) survives.
 """
 
 from __future__ import annotations
@@ -488,7 +489,7 @@ def test_threads_workers_are_lazy_named_daemons():
         s = b.new_stream("compute")
         prefix = f"dbo-stream-{b.id}-"
         assert not [t for t in threading.enumerate() if t.name.startswith(prefix)]
-        s.synchronize()  # nothing launched: no worker needed
+        s.synchronize()  # nothing launched: no executor needed
         assert s.query()
         s.launch(None)
         s.synchronize()
@@ -582,8 +583,8 @@ def test_threads_worker_waits_time_out():
             a.launch(gate.wait, GATE)  # holds the compute engine
             ev = b.new_event()
             ev.record(a)
-            c.wait_event(ev)  # c's worker gives up on the event after the timeout
-            d.launch(None)  # d's worker gives up on the compute engine after the timeout
+            c.wait_event(ev)  # c, parked on the event, fails after the timeout (watchdog)
+            d.launch(None)  # d's ready kernel fails after the engine ran a's kernel for the timeout
             assert _wait_until(lambda: c.error is not None and d.error is not None)
         finally:
             gate.set()

@@ -237,7 +237,7 @@ def test_fault_while_siblings_are_parked_inside_yield_and_switch(n, api, backend
 
 
 class KernelBoom(Exception):
-    """Raised by a kernel on a stream worker thread."""
+    """Raised by a kernel on the threads backend's compute executor thread."""
 
 
 def _boom(t):
@@ -247,7 +247,7 @@ def _boom(t):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("n", [2, 3])
 def test_kernel_fault_on_threads_backend_surfaces_in_the_ubatch(n, layout):
-    """A kernel raises on a stream worker; the ubatch's synchronize raises the sticky StreamError."""
+    """A kernel raises on the compute executor; the ubatch's synchronize raises the sticky StreamError."""
     ws = WorkspaceManager("cpu", n)
     model = Model(n, ws)
 

@@ -40,9 +40,10 @@ reports:
 * ``orphaned-view``: the tensor's storage is a buffer the manager has replaced (lockstep growth
   while the owner held views, or a view kept past its slot's deferred reallocation).
 
-Ops that run inside stream kernels on the ``threads`` backend execute on stream worker threads
-and are not seen (use ``virtual`` or ``inline`` to sanitize kernels); on ``virtual`` a kernel's
-math runs in the launching thread, inside its scope.
+Ops that run inside stream kernels on the ``threads`` backend execute on the backend's executor
+threads (one per engine), which have no dispatch mode of their own, and are not seen (use
+``virtual`` or ``inline`` to sanitize kernels); on ``virtual`` a kernel's math runs in the
+launching thread, inside its scope.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Streams and events with one interface and four backends.
 
 * ``cuda``: real ``torch.cuda.Stream`` / ``torch.cuda.Event``.
-* ``threads``: CPU, one worker thread per stream; real asynchrony, so a missing wait is a real race.
+* ``threads``: CPU, one executor thread per engine (compute, comm) runs the kernels of every stream;
+  real asynchrony, so a missing wait is a real race.
 * ``virtual``: CPU, deterministic virtual clock from the cost model (``dbo.costs``); no sleeping.
 * ``inline``: CPU, synchronous: every kernel runs at once on the caller.
 

@@ -140,7 +140,7 @@ class Backend(ABC):
         return self._closed
 
     def close(self) -> None:
-        """Release the backend's resources (worker threads). Idempotent."""
+        """Release the backend's resources (threads: its executor and watchdog threads). Idempotent."""
         self._closed = True
 
     def _check_open(self) -> None:
