@@ -234,13 +234,16 @@ def section_handoff(cfg: Config) -> list[Record]:
     """Cost of one handoff (one thread giving the CPU to the next), per yield, on the threads
     backend, for N = 2, 4 and 8 ubatches, timed inside ubatch 0 over K yields (each a full turn
     around the ring of N handoffs). Each repeat alternates short chunks of every candidate, so
-    bursts of load on a shared machine hit them all alike. Baselines, measured interleaved in the same repeats: a bare ping-pong between two
+    bursts of load on a shared machine hit them all alike. Every thread of every candidate is
+    pinned to the same CPU: on these VMs a handoff costs about 6 us when the two threads share a
+    vCPU and 20-30 us when the wake-up crosses vCPUs, and unpinned runs flip between the two at
+    random (we saw the same code measure 1.1x and 3x the ping-pong an hour apart). Baselines, measured interleaved in the same repeats: a bare ping-pong between two
     threads over two `threading.Lock`s, and a ping-pong over two `threading.Event`s that sets, waits
     and clears as the reference does; for N > 2 also a ring of N threads over N locks, the same
 primitive an N-ubatch yield uses. Target: a DBO yield costs at most 1.2x the lock ping-pong for
-N = 2, and at most 1.2x the N-lock ring for N > 2 (on 2 cores the bare ring of 4 or 8 threads
-already costs about 1.5x the two-thread ping-pong, so no design with one thread per ubatch can be
-within 1.2x of the two-thread figure there; the ratio is shown without a target).
+N = 2, and at most 1.2x the N-lock ring for N > 2 (the bare ring of 4 or 8 threads already costs
+about 1.5x the two-thread ping-pong here, so no design with one thread per ubatch can be within
+1.2x of the two-thread figure there; that ratio is shown without a target).
     The step fixed cost is a step whose function does nothing (spawn N daemon threads, start
     barrier, bounded join, stream sync); threads are spawned every step, as in the reference."""
     from demos import bench_handoff as hb
@@ -307,7 +310,14 @@ def section_overlap(cfg: Config) -> list[Record]:
     skipped) and on `threads` (wall clock; smaller shapes to keep the run short; `--quick` runs
     ratio 1 only). hidden = (no-DBO - DBO) / hideable, as defined in docs/overlap.md. Beside each
     measured speedup stands the ideal (comm + compute) / max(comm, compute) of that run. Targets at
-    ratio 1: hidden >= 0.95 on virtual and >= 0.85 on threads."""
+    ratio 1: hidden >= 0.95 on virtual and >= 0.85 on threads. Known shortfall: ll on virtual
+    stays near 0.94 at ratio 1 with 8 layers, because the last ubatch's final combine receive runs at
+    its exit with nothing left to hide it, and because without DBO the combine already runs under
+    the shared expert, which shrinks ll's hideable time so that fixed tail weighs more (more layers
+    raise it; see docs/overlap.md). Threads figures are single wall-clock runs on a shared 2-vCPU VM
+    and move by about +-10 points from run to run. A threads figure is flagged NOISY
+    when its step times swing by more than the noise threshold or it falls outside [0, 1]: at small
+    ratios the hideable time is smaller than the run-to-run noise of a shared 2-core machine."""
     from demos.overlap import run_overlap
 
     section = "overlap"
@@ -327,7 +337,12 @@ def section_overlap(cfg: Config) -> list[Record]:
         ideal = (c + m) / max(c, m)
         target = (">= 0.95" if backend == "virtual" else ">= 0.85") if ratio == 1.0 else None
         tag = f"{backend} {sched} R={ratio:g}"
-        records.append(value_record(section, f"hidden fraction, {tag}", rep["hidden_fraction"], "fraction", target))
+        hf = rep["hidden_fraction"]
+        spreads = [max(ts) / min(ts) for ts in (rep["times_no_dbo_s"], rep["times_dbo_s"]) if ts and min(ts) > 0]
+        # Flag, not hide: step times that swing, or a fraction outside [0, 1] (noise larger than the
+        # hideable time, typical at small ratios on a shared CPU).
+        noisy = any(sp > NOISY_SPREAD for sp in spreads) or not (0.0 <= hf <= 1.0)
+        records.append({**value_record(section, f"hidden fraction, {tag}", hf, "fraction", target), "noisy": noisy})
         records.append(
             {
                 **value_record(section, f"speedup, {tag}", rep["speedup"], "x"),
@@ -407,7 +422,9 @@ def _rows(records: list[Record]) -> list[list[str]]:
     for r in records:
         spread = "-"
         if "min" in r:
-            spread = f"{r['min']:.3f}-{r['max']:.3f}" + (" NOISY" if r.get("noisy") else "")
+            spread = f"{r['min']:.3f}-{r['max']:.3f}"
+        if r.get("noisy"):
+            spread += " NOISY"
         rows.append(
             [r["name"], _fmt(r["value"]), r["unit"], spread, r["baseline"] or "-", _fmt(r["ratio"]), r["target"] or "-", _fmt(r["ok"])]
         )
