@@ -169,6 +169,18 @@ class Stream(ABC):
     def __init__(self, backend: Backend, name: str):
         self.backend = backend
         self.name = name
+        self._error: BaseException | None = None  # sticky: the failure that ended this stream
+        self._error_note = ""  # how it failed ("kernel 'x' raised", "it waited on ...")
+
+    @property
+    def error(self) -> BaseException | None:
+        """The exception that made this stream fail (sticky), or None."""
+        return self._error
+
+    def _raise_if_failed(self, action: str) -> None:
+        err = self._error
+        if err is not None:
+            raise sticky_error(self.name, err, action, self._error_note)
 
     @abstractmethod
     def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:

@@ -48,16 +48,6 @@ class CudaStream(Stream):
     def __init__(self, backend: "CudaBackend", name: str):
         super().__init__(backend, name)
         self.torch_stream = torch.cuda.Stream(device=backend.device)
-        self._error: BaseException | None = None
-        self._error_note = ""
-
-    @property
-    def error(self) -> BaseException | None:
-        return self._error
-
-    def _raise_if_failed(self, action: str) -> None:
-        if self._error is not None:
-            raise sticky_error(self.name, self._error, action, self._error_note)
 
     def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
         _check_kind(kind)

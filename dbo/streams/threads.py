@@ -138,20 +138,8 @@ class ThreadStream(Stream):
         self._blocked_since = 0.0
         self._closing = False
         self._worker: threading.Thread | None = None  # the executor of this stream's latest kernel
-        self._error: BaseException | None = None
-        self._error_note = ""
 
     # --- host side ---------------------------------------------------------------------------
-
-    @property
-    def error(self) -> BaseException | None:
-        """The exception that made this stream fail, or None."""
-        return self._error
-
-    def _raise_if_failed(self, action: str) -> None:
-        err = self._error
-        if err is not None:
-            raise sticky_error(self.name, err, action, self._error_note)
 
     def _enqueue(self, item: Any) -> None:
         b = self.backend

@@ -45,22 +45,11 @@ class VirtualStream(Stream):
     def __init__(self, backend: "VirtualBackend", name: str):
         super().__init__(backend, name)
         self._ready = 0.0
-        self._error: BaseException | None = None
-        self._error_note = ""
 
     @property
     def ready_time(self) -> float:
         """Virtual time at which everything launched so far on this stream is done."""
         return self._ready
-
-    @property
-    def error(self) -> BaseException | None:
-        """The exception that made this stream fail, or None."""
-        return self._error
-
-    def _raise_if_failed(self, action: str) -> None:
-        if self._error is not None:
-            raise sticky_error(self.name, self._error, action, self._error_note)
 
     def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
         _check_kind(kind)
