@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from abc import ABC, abstractmethod
 from typing import Any, Callable
 
@@ -125,9 +126,10 @@ class Backend(ABC):
         if first is not None:
             raise first
 
-    @abstractmethod
     def now(self) -> float:
-        """The backend clock in seconds."""
+        """The backend clock in seconds: wall clock (``time.perf_counter``) unless a backend keeps
+        its own (virtual)."""
+        return time.perf_counter()
 
     def kernel_seconds(self, kind: str, cost: Any, args: tuple) -> float | None:
         """Modelled seconds of a kernel as this backend uses them (None: not modelled)."""

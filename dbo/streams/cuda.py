@@ -177,9 +177,6 @@ class CudaBackend(Backend):
     def new_event(self) -> Event:
         return CudaEvent(self)
 
-    def now(self) -> float:
-        return time.perf_counter()
-
     def kernel_seconds(self, kind: str, cost: Any, args: tuple) -> float | None:
         """Modelled seconds of a kernel with a real ``fn``: only comm kernels with a float or
         Transfer cost are modelled."""

@@ -77,5 +77,3 @@ class InlineBackend(Backend):
     def new_event(self) -> Event:
         return InlineEvent(self)
 
-    def now(self) -> float:
-        return time.perf_counter()

@@ -399,9 +399,6 @@ class ThreadsBackend(Backend):
     def new_event(self) -> Event:
         return ThreadEvent(self)
 
-    def now(self) -> float:
-        return time.perf_counter()
-
     def kernel_seconds(self, kind: str, cost: Any, args: tuple) -> float | None:
         """Modelled seconds of a kernel with a real ``fn``: float and Transfer costs; None and Work
         give None (the real math takes what it takes)."""
