@@ -184,6 +184,12 @@ class Stream(ABC):
         if err is not None:
             raise sticky_error(self.name, err, action, self._error_note)
 
+    def _check_launch(self, kind: str) -> None:
+        """What every ``launch`` checks first: a valid kind, an open backend, a stream not failed."""
+        _check_kind(kind)
+        self.backend._check_open()
+        self._raise_if_failed("launch")
+
     @abstractmethod
     def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
         """Enqueue ``fn(*args)`` (a kernel of ``kind`` "compute" or "comm", modelled by ``cost``)."""

@@ -11,16 +11,15 @@ import time
 from typing import Any, Callable
 
 from ..registry import registered_ubatch_id
-from .base import Backend, Event, Stream, _check_kind, _kernel_name
+from .base import Backend, Event, Stream, _kernel_name
 
 __all__ = ["InlineBackend", "InlineStream", "InlineEvent"]
 
 
 class InlineStream(Stream):
     def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
-        _check_kind(kind)
+        self._check_launch(kind)
         b = self.backend
-        b._check_open()
         if cost is not None:
             b.kernel_seconds(kind, cost, args)  # validates the cost; inline does not model time
         tr = b._tracing()

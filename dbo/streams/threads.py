@@ -52,7 +52,7 @@ import torch
 from ..costs import Work, seconds_for
 from ..errors import StreamError, StreamTimeout
 from ..registry import registered_ubatch_id
-from .base import Backend, Event, Stream, _check_kind, _kernel_name, sticky_error
+from .base import Backend, Event, Stream, _kernel_name, sticky_error
 
 logger = logging.getLogger(__name__)
 
@@ -151,10 +151,8 @@ class ThreadStream(Stream):
                 b._pump(self)
 
     def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
-        _check_kind(kind)
+        self._check_launch(kind)
         b = self.backend
-        b._check_open()
-        self._raise_if_failed("launch")
         seconds = b._modelled_seconds(fn, kind, cost, args)
         tr = b._tracing()
         ubatch = registered_ubatch_id() if tr is not None else None

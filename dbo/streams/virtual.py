@@ -52,10 +52,8 @@ class VirtualStream(Stream):
         return self._ready
 
     def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
-        _check_kind(kind)
+        self._check_launch(kind)
         b = self.backend
-        b._check_open()
-        self._raise_if_failed("launch")
         duration = b.kernel_seconds(kind, cost, args)
         kname = _kernel_name(fn, name, kind)
         with b._lock:
