@@ -149,52 +149,46 @@ _profiles: dict[str, DeviceProfile] = {p.name: p for p in _BUILTIN_PROFILES}
 _links: dict[str, LinkProfile] = {l.name: l for l in _BUILTIN_LINKS}
 
 
+def _register(table: dict, obj: Any, cls: type, what: str, replace: bool) -> Any:
+    if not isinstance(obj, cls):
+        raise TypeError(f"expected a {cls.__name__}, got {type(obj).__name__}")
+    with _tables_lock:
+        old = table.get(obj.name)
+        if old is not None and old != obj and not replace:
+            raise ValueError(f"a different {what} named {obj.name!r} exists; pass replace=True")
+        table[obj.name] = obj
+    return obj
+
+
+def _resolve(table: dict, name_or_obj: Any, cls: type, what: str, known_label: str) -> Any:
+    if isinstance(name_or_obj, cls):
+        return name_or_obj
+    with _tables_lock:
+        found = table.get(name_or_obj) if isinstance(name_or_obj, str) else None
+        known = sorted(table)
+    if found is None:
+        raise ValueError(f"unknown {what} {name_or_obj!r}; known {known_label}: {', '.join(known)}")
+    return found
+
+
 def register_profile(profile: DeviceProfile, *, replace: bool = False) -> DeviceProfile:
     """Add ``profile`` to the named table. A different profile under a taken name needs ``replace=True``."""
-    if not isinstance(profile, DeviceProfile):
-        raise TypeError(f"expected a DeviceProfile, got {type(profile).__name__}")
-    with _tables_lock:
-        old = _profiles.get(profile.name)
-        if old is not None and old != profile and not replace:
-            raise ValueError(f"a different device profile named {profile.name!r} exists; pass replace=True")
-        _profiles[profile.name] = profile
-    return profile
+    return _register(_profiles, profile, DeviceProfile, "device profile", replace)
 
 
 def register_link(link: LinkProfile, *, replace: bool = False) -> LinkProfile:
     """Add ``link`` to the named table. A different link under a taken name needs ``replace=True``."""
-    if not isinstance(link, LinkProfile):
-        raise TypeError(f"expected a LinkProfile, got {type(link).__name__}")
-    with _tables_lock:
-        old = _links.get(link.name)
-        if old is not None and old != link and not replace:
-            raise ValueError(f"a different link profile named {link.name!r} exists; pass replace=True")
-        _links[link.name] = link
-    return link
+    return _register(_links, link, LinkProfile, "link profile", replace)
 
 
 def get_profile(name_or_obj: str | DeviceProfile) -> DeviceProfile:
     """Resolve a device profile by name (a ``DeviceProfile`` passes through). Unknown -> ValueError."""
-    if isinstance(name_or_obj, DeviceProfile):
-        return name_or_obj
-    with _tables_lock:
-        p = _profiles.get(name_or_obj) if isinstance(name_or_obj, str) else None
-        known = sorted(_profiles)
-    if p is None:
-        raise ValueError(f"unknown device profile {name_or_obj!r}; known profiles: {', '.join(known)}")
-    return p
+    return _resolve(_profiles, name_or_obj, DeviceProfile, "device profile", "profiles")
 
 
 def get_link(name_or_obj: str | LinkProfile) -> LinkProfile:
     """Resolve a link profile by name (a ``LinkProfile`` passes through). Unknown -> ValueError."""
-    if isinstance(name_or_obj, LinkProfile):
-        return name_or_obj
-    with _tables_lock:
-        l = _links.get(name_or_obj) if isinstance(name_or_obj, str) else None
-        known = sorted(_links)
-    if l is None:
-        raise ValueError(f"unknown link profile {name_or_obj!r}; known links: {', '.join(known)}")
-    return l
+    return _resolve(_links, name_or_obj, LinkProfile, "link profile", "links")
 
 
 def profiles() -> dict[str, DeviceProfile]:
