@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, TypeVar
 
 from . import registry
-from .streams import set_stream
+from .streams import set_stream, use_stream
 
 __all__ = [
     "dbo_enabled",
@@ -118,7 +118,5 @@ def dbo_get_previous_event(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T
     ctx = _ctx()
     if ctx is None:
         return fn(*args, **kwargs)
-    from .streams import use_stream
-
     with use_stream(ctx.compute_stream):
         return fn(*args, **kwargs)

@@ -312,9 +312,6 @@ class UBatchContext:
                 f"{getattr(cur, 'name', cur)!r}"
             )
 
-    def switch_to(self, stream: Stream) -> None:
-        set_stream(stream)
-
     def switch_sync(self, src: Stream, dst: Stream, done: Event) -> None:
         """Record ``done`` on ``src``, make ``dst`` current and make it wait for ``done``."""
         done.record(src)
