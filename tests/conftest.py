@@ -1,7 +1,10 @@
-"""Guards for every test: no thread left behind, no registry entry left behind."""
+"""Guards for every test: no thread left behind, no registry entry left behind, and per-test
+timeouts that grow with ``--stress-count`` for the tests whose work it multiplies."""
 
 from __future__ import annotations
 
+import faulthandler
+import sys
 import threading
 import time
 
@@ -48,8 +51,68 @@ def pytest_addoption(parser):
         action="store",
         type=int,
         default=1,
-        help="multiplier for the stress loops and explorations (tests marked 'stress'); default 1",
+        help="multiplier for the stress loops and explorations (tests that use the stress_count "
+        "fixture); their pytest-timeout and faulthandler timeouts are multiplied by it too; default 1",
     )
+
+
+def pytest_configure(config):
+    if config.getoption("--stress-count") < 1:
+        raise pytest.UsageError(f"--stress-count must be >= 1, got {config.getoption('--stress-count')}")
+
+
+def _scaled(item) -> int:
+    """The timeout multiplier of one test: --stress-count if it uses the stress_count fixture, else 1."""
+    return int(item.config.getoption("--stress-count")) if "stress_count" in getattr(item, "fixturenames", ()) else 1
+
+
+def pytest_collection_modifyitems(config, items):
+    """Give every test that uses ``stress_count`` a pytest-timeout of base x count.
+
+    The base is the effective timeout (``--timeout``, PYTEST_TIMEOUT or the ini's ``timeout``); a
+    test's own ``@pytest.mark.timeout`` wins. Without this, ``--stress-count 10`` multiplies the
+    work of a test by up to 10 while its limit stays at 120 s.
+    """
+    count = int(config.getoption("--stress-count"))
+    if count == 1 or not config.pluginmanager.hasplugin("timeout"):
+        return
+    import pytest_timeout
+
+    base = pytest_timeout.get_env_settings(config).timeout
+    if not base:  # 0 or None: timeouts are off
+        return
+    for item in items:
+        if _scaled(item) > 1 and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(base * count))
+
+
+def _faulthandler_fd(config) -> int:
+    try:  # the duplicate of stderr that pytest's faulthandler plugin writes to
+        from _pytest.faulthandler import fault_handler_stderr_fd_key
+
+        return config.stash[fault_handler_stderr_fd_key]
+    except (ImportError, KeyError):
+        return sys.__stderr__.fileno()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Re-arm pytest's faulthandler backstop at ``faulthandler_timeout`` x count for scaled tests.
+
+    pytest arms ``faulthandler.dump_traceback_later`` around each test (its runtest_protocol
+    wrapper, which also cancels it at the end); this runs inside that wrapper, so arming again
+    replaces the deadline. The backstop must stay *later* than pytest-timeout: a faulthandler dump
+    reads the frames of running threads without the GIL and can crash the process (see
+    docs/testing.md, "Timeouts and the segfault").
+    """
+    count = _scaled(item)
+    fh_timeout = float(item.config.getini("faulthandler_timeout") or 0.0)
+    if count > 1 and fh_timeout > 0:
+        faulthandler.dump_traceback_later(
+            fh_timeout * count,
+            file=_faulthandler_fd(item.config),
+            exit=bool(item.config.getini("faulthandler_exit_on_timeout")),
+        )
 
 
 @pytest.fixture
