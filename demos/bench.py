@@ -106,11 +106,33 @@ def time_together(fns: dict[str, Callable[[], Any]], cfg: Config) -> dict[str, T
     return {name: Timing(statistics.median(s), min(s), max(s)) for name, s in samples.items()}
 
 
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "<=": lambda x, b: x <= b,
+    "<": lambda x, b: x < b,
+    "==": lambda x, b: x == b,
+    ">=": lambda x, b: x >= b,
+}
+
+
 def _check(target: str | None, x: float | None) -> bool | None:
+    """Whether the unrounded ``x`` meets ``target`` ("OP BOUND", e.g. ">= 0.85"); None without one."""
     if target is None or x is None:
         return None
     op, bound = target.split()
-    return {"<=": x <= float(bound), "<": x < float(bound), "==": x == float(bound), ">=": x >= float(bound)}[op]
+    return _OPS[op](x, float(bound))
+
+
+def format_checked(x: float, target: str | None, digits: int = 3, max_digits: int = 12) -> str:
+    """``x`` with at least ``digits`` decimals and as many more as it takes for the printed number
+    to give the same verdict against ``target`` as the unrounded one: 0.84996 against ">= 0.85"
+    prints as 0.84996, not 0.850 (which a reader would take as met)."""
+    verdict = _check(target, x)
+    d = digits
+    while verdict is not None and _check(target, float(f"{x:.{d}f}")) != verdict:
+        if d >= max_digits:
+            return repr(x)  # the shortest text that reads back as x itself
+        d += 1
+    return f"{x:.{d}f}"
 
 
 def timing_record(
@@ -425,9 +447,13 @@ def _rows(records: list[Record]) -> list[list[str]]:
             spread = f"{r['min']:.3f}-{r['max']:.3f}"
         if r.get("noisy"):
             spread += " NOISY"
-        rows.append(
-            [r["name"], _fmt(r["value"]), r["unit"], spread, r["baseline"] or "-", _fmt(r["ratio"]), r["target"] or "-", _fmt(r["ok"])]
-        )
+        # The target applies to the ratio when there is one (timing_record), else to the value.
+        value, ratio = _fmt(r["value"]), _fmt(r["ratio"])
+        if r["target"] is not None and r["ratio"] is not None:
+            ratio = format_checked(r["ratio"], r["target"])
+        elif r["target"] is not None and isinstance(r["value"], float) and abs(r["value"]) < 1000:
+            value = format_checked(r["value"], r["target"])
+        rows.append([r["name"], value, r["unit"], spread, r["baseline"] or "-", ratio, r["target"] or "-", _fmt(r["ok"])])
     return rows
 
 
