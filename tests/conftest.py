@@ -95,6 +95,13 @@ def _faulthandler_fd(config) -> int:
         return sys.__stderr__.fileno()
 
 
+def _exit_on_timeout(config) -> bool:
+    try:  # the ini option exists from pytest 9 on
+        return bool(config.getini("faulthandler_exit_on_timeout"))
+    except ValueError:
+        return False
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """Re-arm pytest's faulthandler backstop at ``faulthandler_timeout`` x count for scaled tests.
@@ -111,7 +118,7 @@ def pytest_runtest_setup(item):
         faulthandler.dump_traceback_later(
             fh_timeout * count,
             file=_faulthandler_fd(item.config),
-            exit=bool(item.config.getini("faulthandler_exit_on_timeout")),
+            exit=_exit_on_timeout(item.config),
         )
 
 

