@@ -113,8 +113,10 @@ def pytest_runtest_setup(item):
     docs/testing.md, "Timeouts and the segfault").
     """
     count = _scaled(item)
+    if count == 1 or not item.config.pluginmanager.hasplugin("faulthandler"):  # -p no:faulthandler
+        return
     fh_timeout = float(item.config.getini("faulthandler_timeout") or 0.0)
-    if count > 1 and fh_timeout > 0:
+    if fh_timeout > 0:
         faulthandler.dump_traceback_later(
             fh_timeout * count,
             file=_faulthandler_fd(item.config),
