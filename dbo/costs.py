@@ -21,7 +21,7 @@ from typing import Any, Iterable
 
 import torch
 
-from .profiles import DTYPES, DeviceProfile, HostCosts, OpCost, dtype_key
+from .profiles import DTYPES, H200, DeviceProfile, HostCosts, OpCost, dtype_key
 from .profiles import check_number as _check_number
 
 __all__ = [
@@ -118,8 +118,8 @@ class Transfer:
 # --- built-in profiles -------------------------------------------------------------------------
 # "cpu": a modest CPU doing the math in torch (one socket, a few cores): ~100 GFLOP/s, ~20 GB/s of
 #   memory bandwidth, ~5 us per op of dispatch overhead.
-# "h200": NVIDIA H200 SXM as measured rather than as specified: dense bf16 GEMMs reach ~790 TFLOP/s
-#   (spec 989), HBM3e copies reach ~4.3 TB/s (spec 4.8), ~4 us per kernel launch.
+# "h200": NVIDIA H200 SXM with its host, fitted to measurements (dbo/profiles.py says which
+#   figure came from where).
 # "nvlink": intranode all-to-all over NVLink as DeepEP's normal kernels measure it (~153-158 GB/s
 #   per GPU on H800, DeepEP README): 150 GB/s effective, ~3 us latency.
 # "ib400": one 400 Gb/s InfiniBand (ConnectX-7) NIC per GPU: 50 GB/s line rate; DeepEP measures
@@ -127,7 +127,7 @@ class Transfer:
 # "loopback": a copy within one host's memory (same order as the "cpu" profile's bandwidth).
 _BUILTIN_PROFILES = (
     DeviceProfile("cpu", peak_flops=100e9, mem_bandwidth=20e9, launch_overhead=5e-6),
-    DeviceProfile("h200", peak_flops=790e12, mem_bandwidth=4.3e12, launch_overhead=4e-6),
+    H200,
 )
 _BUILTIN_LINKS = (
     LinkProfile("nvlink", latency=3e-6, bandwidth=150e9),

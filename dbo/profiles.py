@@ -79,7 +79,9 @@ class HostCosts:
     ops); ``ops``: per-op extras by op name (the kernel name's first word); ``stream_switch``: a
     stream becoming a thread's current stream; ``handoff``: one turn handoff between ubatch threads;
     ``thread_start`` / ``thread_join``: per ubatch thread per step; ``sync``: a host sync (stream,
-    event or in-kernel), on top of the wait for the device; ``event``: an event record or wait.
+    event or in-kernel), on top of the wait for the device; ``event``: an event record or wait;
+    ``threaded``: factor on launch costs while two or more ubatch threads are live (a DBO step's
+    host work runs slower than the same work on one thread; 1: no effect).
     """
 
     launch: float = 0.0
@@ -90,12 +92,15 @@ class HostCosts:
     thread_join: float = 0.0
     sync: float = 0.0
     event: float = 0.0
+    threaded: float = 1.0
     ops: Mapping[str, OpCost] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for f in fields(self):
             if f.name != "ops":
                 check_number(f"HostCosts.{f.name}", getattr(self, f.name))
+        if self.threaded < 1:
+            raise ValueError(f"HostCosts.threaded must be >= 1, got {self.threaded}")
         ops = {}
         for k, v in dict(self.ops).items():
             if isinstance(v, Mapping):
@@ -117,7 +122,7 @@ class HostCosts:
 
     @property
     def zero(self) -> bool:
-        return not self.ops and all(getattr(self, f.name) == 0 for f in fields(self) if f.name != "ops")
+        return not self.ops and all(getattr(self, f.name) == 0 for f in fields(self) if f.name not in ("ops", "threaded"))
 
 
 @dataclass(frozen=True)
@@ -239,3 +244,78 @@ class DeviceProfile:
         except json.JSONDecodeError as e:
             raise ValueError(f"device profile is not valid JSON: {e}") from None
         return cls.from_dict(d)
+
+
+# --- the built-in "h200" profile ------------------------------------------------------------
+# Fitted to one H200 SXM (141 GB) host running the demo eagerly (torch 2.11, CUDA 13), with the
+# link calibrated so that comm = 1 x compute. Sources, per figure:
+# * Memory bandwidth 4.3 TB/s: what large copies reach (the datasheet says 4.8 TB/s).
+# * Math rates: bfloat16/float16 300 TFLOP/s is the rate that reproduces the measured compute
+#   busy time of the large bfloat16 demo config (~63 ms per 4-layer step of 8192 tokens, hidden
+#   4096): the demo's GEMM mix (256-row shared-expert chunks, small-K attention GEMMs) and the
+#   elementwise passes its cost declarations leave out sustain ~38% of the ~790 TFLOP/s that
+#   large bf16 GEMMs reach. The other dtypes keep the datasheet's ratios to bf16 (FP32 67, TF32 495,
+#   BF16 989, FP8 1979, FP64 67 TFLOP/s dense).
+# * min_kernel 3 us: the small default config's ~870 kernels per step kept the device busy
+#   ~3.2 ms (~3.5 us each, most of them tiny).
+# * comm_sm_share 0.3: fitted, not the one SM the modelled (spinning) comm kernels occupy: with
+#   DBO the large config hid only ~44 of ~67 ms of comm under compute and stepped in ~90 ms, which
+#   a free overlap would put near 65 ms; the share absorbs that interference.
+# * Host: one eager launch of a small elementwise op cost ~6 us, of a small GEMM ~16 us; a
+#   ``with torch.cuda.stream(s)`` enter/exit ~9 us (half of it per stream switch; a dbo launch
+#   enters one, part of ``launch``); an event record plus wait ~1.5 us; an idle device
+#   synchronize ~5.4 us; a two-thread lock ping-pong ~6.7 us (one handoff). ``kernel`` 17 us: the
+#   demo's model code (Python, views, ``out=`` arguments) kept the host ~18-29 us per CUDA kernel,
+#   the whole default step host-bound (~21-25 ms for ~870 kernels). ``threaded`` 1.5: with two
+#   ubatch threads the same per-kernel work took longer (launch API time per kernel +30%, and
+#   DBO steps of ~1.9x the kernels took ~2.3x as long); fitted. Thread start and join: estimates.
+# * Kernel counts per op: CUDA kernels per demo kernel in a profiler trace of one default step
+#   (GEMMs often run as a split-K pair; the experts count is for 8 experts).
+_H200_OPS = {
+    "load_input": OpCost(kernels=1),
+    "attn_qkv": OpCost(kernels=7),
+    "attn_context": OpCost(kernels=13),
+    "attn_query": OpCost(kernels=13),
+    "attn_out": OpCost(kernels=3),
+    "router": OpCost(kernels=21),
+    "experts": OpCost(kernels=30),
+    "shared": OpCost(kernels=7),
+    "finalize": OpCost(kernels=2),
+    "dispatch": OpCost(kernels=2),
+    "combine": OpCost(kernels=3),
+    "moe_copy": OpCost(kernels=1),
+    "dispatch_recv": OpCost(kernels=1),
+    "combine_recv": OpCost(kernels=2),
+}
+
+H200 = DeviceProfile(
+    "h200",
+    peak_flops=300e12,
+    mem_bandwidth=4.3e12,
+    launch_overhead=0.0,
+    dtype_flops={
+        "float64": 20e12,
+        "float32": 20e12,
+        "tf32": 150e12,
+        "bfloat16": 300e12,
+        "float16": 300e12,
+        "fp8": 600e12,
+    },
+    min_kernel=3.0e-6,
+    gemm_knee=(32.0, 32.0, 32.0),
+    flops_knee=0.0,
+    bytes_knee=0.0,
+    comm_sm_share=0.3,
+    host=HostCosts(
+        launch=12e-6,
+        kernel=17e-6,
+        stream_switch=4.4e-6,
+        handoff=6.7e-6,
+        thread_start=60e-6,
+        thread_join=10e-6,
+        sync=5.4e-6,
+        event=0.77e-6,
+        threaded=1.5,
+        ops=_H200_OPS,
+    ),
+)

@@ -94,6 +94,9 @@ class VirtualStream(Stream):
         b = self.backend
         kname = _kernel_name(fn, name, kind)
         host_s, first_s, nk = b._op_cost(kname)
+        if b._live > 1:
+            host_s *= b._hc.threaded
+            first_s *= b._hc.threaded
         meta, dtype = _scan(args, b._per_dtype)
         duration = seconds_for(kind, cost, args, b.profile, b.link, dtype=dtype, kernels=nk)
         syncs = fn is not None and getattr(fn, "dbo_syncs_host", False)
@@ -213,6 +216,7 @@ class VirtualBackend(Backend):
         self._engine_free = {"compute": 0.0, "comm": 0.0}
         self._epoch = 0
         self._comm_busy: collections.deque = collections.deque()  # comm intervals (comm SM share)
+        self._live = 0  # ubatch threads started and not yet joined (HostCosts.threaded)
         self._set_profile_cache()
 
     def _set_profile_cache(self) -> None:
@@ -262,8 +266,12 @@ class VirtualBackend(Backend):
             dt = hc.handoff
         elif what == "thread_start":
             dt = hc.thread_start
+            with self._lock:
+                self._live += 1
         elif what == "thread_join":
             dt = hc.thread_join
+            with self._lock:
+                self._live = max(0, self._live - 1)
         else:
             raise ValueError(f"host_event: unknown event {what!r}; known: {', '.join(HOST_EVENTS)}")
         if dt:
