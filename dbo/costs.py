@@ -254,9 +254,10 @@ def _check_count(what: str, value: Any) -> int:
 
 
 def matmul(m: int, n: int, k: int, dtype: torch.dtype = torch.bfloat16) -> Work:
-    """Work of C[m, n] = A[m, k] @ B[k, n]: 2*m*n*k flops; bytes of A, B and C once each."""
+    """Work of C[m, n] = A[m, k] @ B[k, n]: 2*m*n*k flops; bytes of A, B and C once each; the dtype
+    and the GEMM shape (m, n, k) for the profile's per-dtype rate and GEMM efficiency."""
     m, n, k = (_check_count(w, v) for w, v in (("m", m), ("n", n), ("k", k)))
-    return Work(flops=2 * m * n * k, bytes=(m * k + k * n + m * n) * _itemsize(dtype))
+    return Work(flops=2 * m * n * k, bytes=(m * k + k * n + m * n) * _itemsize(dtype), dtype=dtype, shape=(m, n, k))
 
 
 def elementwise(numel: int, dtype: torch.dtype = torch.float32, reads: int = 1, writes: int = 1) -> Work:
@@ -343,7 +344,9 @@ def scale_link(link: LinkProfile | str, factor: float, name: str | None = None) 
 
 
 def scale_profile(profile: DeviceProfile | str, factor: float, name: str | None = None) -> DeviceProfile:
-    """A device ``factor`` times faster: peak_flops and mem_bandwidth * factor, launch_overhead / factor."""
+    """A device ``factor`` times faster: every math rate and the memory bandwidth * factor,
+    launch_overhead and min_kernel / factor (so every device kernel time divides by ``factor``).
+    The host costs stay as they are (the host is not the device)."""
     p = get_profile(profile)
     f = _check_number("factor", factor, positive=True)
     return _dc_replace(
@@ -352,4 +355,6 @@ def scale_profile(profile: DeviceProfile | str, factor: float, name: str | None 
         peak_flops=p.peak_flops * f,
         mem_bandwidth=p.mem_bandwidth * f,
         launch_overhead=p.launch_overhead / f,
+        dtype_flops={k: v * f for k, v in p.dtype_flops.items()},
+        min_kernel=p.min_kernel / f,
     )
