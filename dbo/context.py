@@ -76,6 +76,8 @@ THREADING = SyncPrimitives()
 class StepState:
     """Shared state of one DBO step: the turn ring, the start barrier, the abort flag, the first failure."""
 
+    host_event: Callable[[str], None] = staticmethod(lambda what: None)  # the backend's (set by the orchestrator)
+
     def __init__(
         self,
         num_ubatches: int,
@@ -176,6 +178,7 @@ class StepState:
                 self.tracer.span(ubatch_track(ubatch_id), reason, self._run_since[ubatch_id], self.clock(), ubatch=ubatch_id)
             return -1
         self.handoffs += 1
+        self.host_event("yield")  # host cost of the handoff (virtual backend)
         if self.tracer is not None:
             self._trace_handoff(ubatch_id, nxt, reason)
         self.give_turn(nxt)
@@ -193,6 +196,7 @@ class StepState:
         if nxt == ubatch_id:
             return
         self.handoffs += 1
+        self.host_event("yield")  # host cost of the handoff (virtual backend)
         if self.tracer is not None:
             self._trace_handoff(ubatch_id, nxt, "run")
         self.holder = nxt

@@ -13,12 +13,16 @@ resolve a name or pass a profile object through.
 from __future__ import annotations
 
 import math
+import os
 import threading
 from dataclasses import dataclass
 from dataclasses import replace as _dc_replace
 from typing import Any, Iterable
 
 import torch
+
+from .profiles import DTYPES, H200, DeviceProfile, HostCosts, OpCost, dtype_key
+from .profiles import check_number as _check_number
 
 __all__ = [
     "DeviceProfile",
@@ -41,39 +45,14 @@ __all__ = [
     "seconds_for",
     "scale_link",
     "scale_profile",
+    "syncs_host",
+    "HostCosts",
+    "OpCost",
+    "DTYPES",
+    "dtype_key",
 ]
 
 KINDS = ("compute", "comm")
-
-
-def _check_number(what: str, value: Any, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be a number, got {type(value).__name__}: {value!r}")
-    v = float(value)
-    if math.isnan(v):
-        raise ValueError(f"{what} must not be NaN")
-    if positive and not v > 0:
-        raise ValueError(f"{what} must be > 0, got {value!r}")
-    if v < 0:
-        raise ValueError(f"{what} must be >= 0, got {value!r}")
-    return v
-
-
-@dataclass(frozen=True)
-class DeviceProfile:
-    """A device for the roofline: peak FLOP/s, memory bandwidth (bytes/s), launch overhead (s)."""
-
-    name: str
-    peak_flops: float
-    mem_bandwidth: float
-    launch_overhead: float
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"profile name must be a non-empty string, got {self.name!r}")
-        _check_number("peak_flops", self.peak_flops, positive=True)
-        _check_number("mem_bandwidth", self.mem_bandwidth, positive=True)
-        _check_number("launch_overhead", self.launch_overhead)
 
 
 @dataclass(frozen=True)
@@ -93,23 +72,35 @@ class LinkProfile:
 
 @dataclass(frozen=True)
 class Work:
-    """The work of a compute kernel: floating-point operations and bytes moved to/from memory."""
+    """The work of a compute kernel: floating-point operations and bytes moved to/from memory.
+
+    Optional: ``dtype`` of the math (a torch.dtype or a ``DTYPES`` key; else the backend infers it
+    from the kernel's tensor arguments) and ``shape`` (M, N, K) when the work is one GEMM, which
+    selects the GEMM efficiency curve. A sum of works keeps no shape.
+    """
 
     flops: float = 0
     bytes: float = 0
+    dtype: Any = None
+    shape: tuple | None = None
 
     def __post_init__(self) -> None:
         _check_number("Work.flops", self.flops)
         _check_number("Work.bytes", self.bytes)
+        if self.shape is not None:
+            if len(self.shape) != 3:
+                raise ValueError(f"Work.shape must be (M, N, K), got {self.shape!r}")
+            object.__setattr__(self, "shape", tuple(_check_count("Work.shape", int(x)) for x in self.shape))
 
     def __add__(self, other: "Work") -> "Work":
         if not isinstance(other, Work):
             return NotImplemented
-        return Work(self.flops + other.flops, self.bytes + other.bytes)
+        dt = self.dtype if self.dtype == other.dtype or other.dtype is None else (other.dtype if self.dtype is None else None)
+        return Work(self.flops + other.flops, self.bytes + other.bytes, dt)
 
     def __mul__(self, factor: float) -> "Work":
         f = _check_number("factor", factor)
-        return Work(self.flops * f, self.bytes * f)
+        return Work(self.flops * f, self.bytes * f, self.dtype)
 
     __rmul__ = __mul__
 
@@ -127,8 +118,8 @@ class Transfer:
 # --- built-in profiles -------------------------------------------------------------------------
 # "cpu": a modest CPU doing the math in torch (one socket, a few cores): ~100 GFLOP/s, ~20 GB/s of
 #   memory bandwidth, ~5 us per op of dispatch overhead.
-# "h200": NVIDIA H200 SXM as measured rather than as specified: dense bf16 GEMMs reach ~790 TFLOP/s
-#   (spec 989), HBM3e copies reach ~4.3 TB/s (spec 4.8), ~4 us per kernel launch.
+# "h200": NVIDIA H200 SXM with its host, fitted to measurements (dbo/profiles.py says which
+#   figure came from where).
 # "nvlink": intranode all-to-all over NVLink as DeepEP's normal kernels measure it (~153-158 GB/s
 #   per GPU on H800, DeepEP README): 150 GB/s effective, ~3 us latency.
 # "ib400": one 400 Gb/s InfiniBand (ConnectX-7) NIC per GPU: 50 GB/s line rate; DeepEP measures
@@ -136,7 +127,7 @@ class Transfer:
 # "loopback": a copy within one host's memory (same order as the "cpu" profile's bandwidth).
 _BUILTIN_PROFILES = (
     DeviceProfile("cpu", peak_flops=100e9, mem_bandwidth=20e9, launch_overhead=5e-6),
-    DeviceProfile("h200", peak_flops=790e12, mem_bandwidth=4.3e12, launch_overhead=4e-6),
+    H200,
 )
 _BUILTIN_LINKS = (
     LinkProfile("nvlink", latency=3e-6, bandwidth=150e9),
@@ -182,7 +173,13 @@ def register_link(link: LinkProfile, *, replace: bool = False) -> LinkProfile:
 
 
 def get_profile(name_or_obj: str | DeviceProfile) -> DeviceProfile:
-    """Resolve a device profile by name (a ``DeviceProfile`` passes through). Unknown -> ValueError."""
+    """Resolve a device profile by name, or load it from a JSON file when given a path (a string
+    ending in ``.json`` or containing a path separator, or an ``os.PathLike``); a ``DeviceProfile``
+    passes through. Unknown name or unreadable file -> ValueError."""
+    if isinstance(name_or_obj, os.PathLike) or (
+        isinstance(name_or_obj, str) and (name_or_obj.endswith(".json") or os.sep in name_or_obj)
+    ):
+        return DeviceProfile.from_json(os.fspath(name_or_obj))
     return _resolve(_profiles, name_or_obj, DeviceProfile, "device profile", "profiles")
 
 
@@ -206,12 +203,32 @@ def links() -> dict[str, LinkProfile]:
 # --- formulas ----------------------------------------------------------------------------------
 
 
-def kernel_time(work: Work, profile: DeviceProfile | str) -> float:
-    """Roofline seconds: ``launch_overhead + max(flops / peak_flops, bytes / mem_bandwidth)``."""
+def kernel_time(work: Work, profile: DeviceProfile | str, dtype: Any = None, kernels: int = 1) -> float:
+    """Device seconds of ``work`` issued as ``kernels`` device kernels:
+    ``launch_overhead + max(kernels * min_kernel, math, memory)`` with
+    math = flops / (rate(dtype) * efficiency) and memory = (bytes + bytes_knee) / mem_bandwidth.
+    Efficiency: ``M/(M+m0) * N/(N+n0) * K/(K+k0)`` for a GEMM ``shape``, else ``F/(F+flops_knee)``.
+    ``work.dtype`` wins over ``dtype``. With the default fields this is the plain roofline."""
     if not isinstance(work, Work):
         raise TypeError(f"expected Work, got {type(work).__name__}")
     p = get_profile(profile)
-    return p.launch_overhead + max(work.flops / p.peak_flops, work.bytes / p.mem_bandwidth)
+    return _device_seconds(work, p, dtype, kernels)
+
+
+def _device_seconds(work: Work, p: DeviceProfile, dtype: Any, kernels: int) -> float:
+    f, b = work.flops, work.bytes
+    math_t = 0.0
+    if f > 0:
+        rate = p.flops_rate(work.dtype if work.dtype is not None else dtype)
+        if work.shape is not None:
+            eff = 1.0
+            for x, x0 in zip(work.shape, p.gemm_knee):
+                eff *= x / (x + x0) if x0 > 0 else 1.0
+            math_t = f / (rate * eff) if eff > 0 else math.inf
+        else:
+            math_t = (f + p.flops_knee) / rate
+    mem_t = (b + p.bytes_knee) / p.mem_bandwidth if b > 0 else 0.0
+    return p.launch_overhead + max(kernels * p.min_kernel, math_t, mem_t)
 
 
 def transfer_time(transfer: Transfer, link: LinkProfile | str) -> float:
@@ -237,9 +254,10 @@ def _check_count(what: str, value: Any) -> int:
 
 
 def matmul(m: int, n: int, k: int, dtype: torch.dtype = torch.bfloat16) -> Work:
-    """Work of C[m, n] = A[m, k] @ B[k, n]: 2*m*n*k flops; bytes of A, B and C once each."""
+    """Work of C[m, n] = A[m, k] @ B[k, n]: 2*m*n*k flops; bytes of A, B and C once each; the dtype
+    and the GEMM shape (m, n, k) for the profile's per-dtype rate and GEMM efficiency."""
     m, n, k = (_check_count(w, v) for w, v in (("m", m), ("n", n), ("k", k)))
-    return Work(flops=2 * m * n * k, bytes=(m * k + k * n + m * n) * _itemsize(dtype))
+    return Work(flops=2 * m * n * k, bytes=(m * k + k * n + m * n) * _itemsize(dtype), dtype=dtype, shape=(m, n, k))
 
 
 def elementwise(numel: int, dtype: torch.dtype = torch.float32, reads: int = 1, writes: int = 1) -> Work:
@@ -273,14 +291,17 @@ def seconds_for(
     args: Iterable[Any],
     profile: DeviceProfile | str,
     link: LinkProfile | str,
+    *,
+    dtype: Any = None,
+    kernels: int = 1,
 ) -> float:
     """Modelled seconds of a kernel, the formula every backend shares.
 
     * float / int: that many seconds.
-    * ``Work``: ``kernel_time(work, profile)``; ``Transfer``: ``transfer_time(transfer, link)``
-      (the cost's type picks the formula, whatever ``kind`` is).
-    * None: derived from the tensor args' bytes B: compute -> ``launch_overhead + B / mem_bandwidth``;
-      comm -> ``latency + B / bandwidth``.
+    * ``Work``: ``kernel_time(work, profile, dtype, kernels)``; ``Transfer``:
+      ``transfer_time(transfer, link)`` (the cost's type picks the formula, whatever ``kind`` is).
+    * None: derived from the tensor args' bytes B: compute -> ``kernel_time(Work(bytes=B))``
+      (``launch_overhead + B / mem_bandwidth`` on a plain profile); comm -> ``latency + B / bandwidth``.
     """
     if kind not in KINDS:
         raise ValueError(f"kernel kind must be one of {KINDS}, got {kind!r}")
@@ -288,11 +309,11 @@ def seconds_for(
         nbytes = tensor_bytes(args)
         if kind == "compute":
             p = get_profile(profile)
-            return p.launch_overhead + nbytes / p.mem_bandwidth
+            return _device_seconds(Work(bytes=nbytes), p, dtype, kernels)
         l = get_link(link)
         return l.latency + nbytes / l.bandwidth
     if isinstance(cost, Work):
-        return kernel_time(cost, profile)
+        return _device_seconds(cost, get_profile(profile), dtype, kernels)
     if isinstance(cost, Transfer):
         return transfer_time(cost, link)
     if isinstance(cost, bool) or not isinstance(cost, (int, float)):
@@ -301,6 +322,17 @@ def seconds_for(
     if math.isinf(v):
         raise ValueError("cost (seconds) must be finite")
     return v
+
+
+def syncs_host(fn: Any) -> Any:
+    """Mark kernel function ``fn`` as one that makes a host sync (e.g. ``tensor.tolist()`` on a
+    device tensor): on virtual, launching it waits on the host for the stream's earlier work.
+    Returns ``fn`` (usable as a decorator)."""
+    try:
+        fn.dbo_syncs_host = True
+    except AttributeError:
+        raise TypeError(f"cannot mark {fn!r} as syncing: it takes no attributes") from None
+    return fn
 
 
 def scale_link(link: LinkProfile | str, factor: float, name: str | None = None) -> LinkProfile:
@@ -312,7 +344,9 @@ def scale_link(link: LinkProfile | str, factor: float, name: str | None = None) 
 
 
 def scale_profile(profile: DeviceProfile | str, factor: float, name: str | None = None) -> DeviceProfile:
-    """A device ``factor`` times faster: peak_flops and mem_bandwidth * factor, launch_overhead / factor."""
+    """A device ``factor`` times faster: every math rate and the memory bandwidth * factor,
+    launch_overhead and min_kernel / factor (so every device kernel time divides by ``factor``).
+    The host costs stay as they are (the host is not the device)."""
     p = get_profile(profile)
     f = _check_number("factor", factor, positive=True)
     return _dc_replace(
@@ -321,4 +355,6 @@ def scale_profile(profile: DeviceProfile | str, factor: float, name: str | None 
         peak_flops=p.peak_flops * f,
         mem_bandwidth=p.mem_bandwidth * f,
         launch_overhead=p.launch_overhead / f,
+        dtype_flops={k: v * f for k, v in p.dtype_flops.items()},
+        min_kernel=p.min_kernel / f,
     )

@@ -201,6 +201,7 @@ class UBatchOrchestrator:
         n = self.num_ubatches
         step = StepState(n, self.handoff_timeout, self.backend.tracer, self.primitives, self.backend.now)
         b = self.backend
+        step.host_event = b.host_event  # host costs of handoffs, thread start/join (virtual backend)
         step.contexts = [
             UBatchContext(i, step, *self._streams[i], b.new_event(), b.new_event(), self.fault_hook) for i in range(n)
         ]
@@ -217,6 +218,7 @@ class UBatchOrchestrator:
         started = time.monotonic()
         try:
             for t in step.threads:
+                b.host_event("thread_start")
                 t.start()
             try:
                 step.barrier.wait()
@@ -295,6 +297,7 @@ class UBatchOrchestrator:
             step.all_done.wait(0.1 if aborted_at is None else 0.02)
         for t in step.threads:  # they have all returned from their target; reap them
             t.join(self.join_grace)
+            self.backend.host_event("thread_join")
 
 
 def _ubatch_main(ctx: UBatchContext, fn: Callable[[Any], Any], inp: Any, results: list[Any]) -> None:

@@ -8,9 +8,12 @@ import math
 import pytest
 import torch
 
+import dbo
 from dbo import costs
 from dbo.costs import (
     DeviceProfile,
+    HostCosts,
+    syncs_host,
     LinkProfile,
     Transfer,
     Work,
@@ -39,8 +42,10 @@ def test_builtin_profiles_and_links():
     assert cpu.peak_flops == pytest.approx(100e9) and cpu.mem_bandwidth == pytest.approx(20e9)
     assert cpu.launch_overhead == pytest.approx(5e-6)
     h200 = get_profile("h200")
-    assert h200.peak_flops == pytest.approx(790e12) and h200.mem_bandwidth == pytest.approx(4.3e12)
-    assert h200.launch_overhead == pytest.approx(4e-6)
+    assert h200.flops_rate(torch.bfloat16) == pytest.approx(300e12) and h200.mem_bandwidth == pytest.approx(4.3e12)
+    assert h200.flops_rate(torch.float32) < h200.flops_rate("tf32") < h200.flops_rate("bf16") < h200.flops_rate("fp8")
+    assert h200.host.launch > 0 and h200.host.sync == pytest.approx(5.4e-6) and not h200.host.zero
+    assert get_profile("cpu").host.zero  # the cpu profile models no host time
     nv = get_link("nvlink")
     assert nv.bandwidth == pytest.approx(150e9) and nv.latency == pytest.approx(3e-6)
     ib = get_link("ib400")
@@ -195,3 +200,73 @@ def test_scale_profile_divides_every_kernel_time():
     slow = scale_profile(base, 0.5)
     w = matmul(4096, 4096, 4096)
     assert kernel_time(w, slow) == pytest.approx(kernel_time(w, base) * 2)
+
+
+# --- the device model: dtype rates, efficiency curves, JSON -----------------------------------
+
+
+def test_gemm_efficiency_is_monotone_and_saturates():
+    from dbo.costs import DeviceProfile as DP, kernel_time as kt
+
+    p = DP("e", 1e12, 1e15, 0.0, gemm_knee=(64.0, 32.0, 16.0))
+    effs = []
+    for m in (1, 4, 16, 64, 256, 1024, 8192):
+        w = Work(flops=2 * m * 512 * 512, shape=(m, 512, 512))
+        effs.append(w.flops / (kt(w, p) * 1e12))
+    assert all(0 < e <= 1 for e in effs)
+    assert all(a < b for a, b in zip(effs, effs[1:]))
+    assert effs[-1] > 0.9 and effs[0] < 0.05
+    # a sum of works drops the GEMM shape (it is no longer one GEMM)
+    assert (Work(1, 1, shape=(1, 1, 1)) + Work(1, 1)).shape is None
+
+
+def test_min_kernel_and_bytes_knee():
+    from dbo.costs import DeviceProfile as DP, kernel_time as kt
+
+    p = DP("m", 1e12, 1e12, 1e-6, min_kernel=2e-6, bytes_knee=1e6)
+    assert kt(Work(), p) == pytest.approx(1e-6 + 2e-6)
+    assert kt(Work(), p, kernels=3) == pytest.approx(1e-6 + 6e-6)
+    assert kt(Work(bytes=1e9), p) == pytest.approx(1e-6 + (1e9 + 1e6) / 1e12)
+    small = [kt(Work(bytes=b), p) / b for b in (1e4, 1e6, 1e8)]
+    assert small[0] > small[1] > small[2]  # seconds per byte fall with size
+
+
+def test_profile_json_round_trip_and_profile_by_path(tmp_path):
+    h = get_profile("h200")
+    text = h.to_json()
+    assert DeviceProfile.from_json(text) == h
+    path = tmp_path / "mine.json"
+    mine = DeviceProfile.from_dict({**h.to_dict(), "name": "mine"})
+    mine.to_json(path)
+    assert get_profile(str(path)) == mine and get_profile(path) == mine
+    # and wherever a profile name is accepted: a backend
+    with dbo.get_backend("virtual", profile=str(path)) as b:
+        assert b.profile == mine
+
+
+def test_bad_profiles_give_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="unknown device profile field"):
+        DeviceProfile.from_dict({"name": "x", "peak_flops": 1, "mem_bandwidth": 1, "launch_overhead": 0, "speed": 3})
+    with pytest.raises(ValueError, match="unknown host cost field"):
+        DeviceProfile.from_dict({"name": "x", "peak_flops": 1, "mem_bandwidth": 1, "launch_overhead": 0, "host": {"lunch": 1}})
+    with pytest.raises(ValueError, match="unknown dtype"):
+        DeviceProfile("x", 1, 1, 0, dtype_flops={"float7": 1e12})
+    with pytest.raises(ValueError, match="comm_sm_share"):
+        DeviceProfile("x", 1, 1, 0, comm_sm_share=1.0)
+    with pytest.raises(ValueError, match="cannot read device profile"):
+        get_profile(str(tmp_path / "missing.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        get_profile(str(bad))
+    with pytest.raises(ValueError, match="HostCosts.sync must be >= 0"):
+        HostCosts(sync=-1.0)
+
+
+def test_syncs_host_marks_functions():
+    def f():
+        pass
+
+    assert syncs_host(f) is f and f.dbo_syncs_host is True
+    with pytest.raises(TypeError, match="cannot mark"):
+        syncs_host(len)

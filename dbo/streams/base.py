@@ -131,6 +131,10 @@ class Backend(ABC):
         its own (virtual)."""
         return time.perf_counter()
 
+    def host_event(self, what: str) -> None:
+        """Hook: the runtime reports host work ("yield": a turn handoff, "thread_start",
+        "thread_join"); a backend with a modelled host clock (virtual) charges it. No-op here."""
+
     def kernel_seconds(self, kind: str, cost: Any, args: tuple) -> float | None:
         """Modelled seconds of a kernel as this backend uses them (None: not modelled)."""
         return seconds_for(kind, cost, args, self.profile, self.link)

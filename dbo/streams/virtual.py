@@ -2,41 +2,79 @@
 
 * Math: ``launch`` runs ``fn(*args)`` at once on the calling thread, or skips it when any tensor
   argument is on the meta device (shape-only runs of big models).
-* Timing, per kernel: ``start = max(stream ready, engine free, host clock)`` where the stream's
-  ready time already includes the events it waited on; ``end = start + duration``; then the
-  stream's ready time and the engine's free time become ``end``. Two engines: every compute
-  kernel shares one (compute kernels serialize in launch order), every comm kernel shares the
-  link. Duration (``dbo.costs.seconds_for``): a float cost as given; ``Work`` -> launch_overhead +
-  max(flops / peak_flops, bytes / mem_bandwidth); ``Transfer`` -> latency + bytes / bandwidth;
-  None -> from the tensor args' bytes B: compute launch_overhead + B / mem_bandwidth, comm
-  latency + B / bandwidth.
+* Host clock (one per backend: the Python work of different ubatches never overlaps): each launch
+  costs ``HostCosts.launch + kernels * HostCosts.kernel`` (+ the op's extra host time; the op is the
+  kernel name's first word, looked up in ``HostCosts.ops``); a stream switch (``_activate``), an
+  event record or wait, a handoff / thread start / thread join (``host_event``) and a graph replay
+  (``on_graph_replay``: one plain launch) add theirs; a host sync (stream, event, backend
+  ``synchronize``, or launching a kernel function marked with ``dbo.costs.syncs_host``) moves the
+  host clock to ``max(host, device completion) + HostCosts.sync``. ``now()`` is the host clock.
+* Device timing, per kernel: ``start = max(stream ready, engine free, host clock after issuing
+  its first kernel)``; ``end = max(start + duration, host clock after issuing all of it)``; then the
+  stream's ready time and the engine's free time become ``end``. Two engines: every compute kernel
+  shares one (compute kernels serialize in launch order), every comm kernel shares the link. A
+  compute kernel running while a comm kernel runs progresses at ``1 - comm_sm_share`` of its rate.
+  Duration: ``dbo.costs.seconds_for`` with the dtype of the first floating-point tensor argument
+  (when the profile has per-dtype rates) and the op's kernel count.
 * Events: ``record`` stores the stream's ready time (``Event.time``); ``wait_event`` raises the
-  waiting stream's ready time to it. ``synchronize`` (stream, event, backend) moves the host
-  clock forward to the ready / event time. ``now()`` is the host clock; ``advance(dt)`` moves it
-  by ``dt`` (to model host-side work).
+  waiting stream's ready time to it. ``advance(dt)`` moves the host clock by ``dt``.
 * ``reset_clock()`` starts a new timed region at 0: host clock, engines and stream ready times
   become 0, and events recorded before the reset count as complete at 0. Call it when nothing is
   in flight (after ``synchronize``), else it raises StreamError.
-* Nothing reads the wall clock: the same program gives the same timeline on any machine.
+* Nothing reads the wall clock: the same program gives the same timeline on any machine. With a
+  profile whose host costs are all zero (``cpu``), the host clock moves only at syncs and
+  ``advance`` (the device-only model).
 * A kernel whose ``fn`` raises makes its stream fail (sticky): the next launch / synchronize /
   event synchronize raises StreamError with the original as ``__cause__``.
 """
 
 from __future__ import annotations
 
+import collections
 import threading
 from typing import Any, Callable
 
-from ..costs import iter_tensors
+from ..costs import iter_tensors, seconds_for
 from ..errors import StreamError
 from ..registry import registered_ubatch_id
+from ..trace import ubatch_track
 from .base import Backend, Event, Stream, _check_kind, _kernel_name, sticky_error
 
 __all__ = ["VirtualBackend", "VirtualStream", "VirtualEvent"]
 
 
-def _has_meta(args: tuple) -> bool:
-    return any(t.is_meta for t in iter_tensors(args))
+HOST_EVENTS = ("yield", "thread_start", "thread_join")
+
+
+def _scan(args: tuple, want_dtype: bool) -> tuple[bool, Any]:
+    """(any tensor argument on meta, dtype of the first floating-point tensor or None)."""
+    meta, dtype = False, None
+    for t in iter_tensors(args):
+        if t.is_meta:
+            meta = True
+        if want_dtype and dtype is None and t.is_floating_point():
+            dtype = t.dtype
+    return meta, dtype
+
+
+def _stretch(start: float, duration: float, busy: Any, share: float) -> float:
+    """End of a compute kernel of ``duration`` from ``start`` that runs at ``1 - share`` of its
+    rate while one of the (ordered, disjoint) comm intervals ``busy`` runs."""
+    t, left, rate = start, duration, 1.0 - share
+    for cs, ce in busy:
+        if ce <= t:
+            continue
+        if cs > t:
+            if left <= cs - t:
+                return t + left
+            left -= cs - t
+            t = cs
+        done = (ce - t) * rate
+        if left <= done:
+            return t + left / rate
+        left -= done
+        t = ce
+    return t + left
 
 
 class VirtualStream(Stream):
@@ -54,17 +92,41 @@ class VirtualStream(Stream):
     def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
         self._check_launch(kind)
         b = self.backend
-        duration = b.kernel_seconds(kind, cost, args)
         kname = _kernel_name(fn, name, kind)
+        host_s, first_s, nk = b._op_cost(kname)
+        if b._live > 1:
+            host_s *= b._hc.threaded
+            first_s *= b._hc.threaded
+        meta, dtype = _scan(args, b._per_dtype)
+        duration = seconds_for(kind, cost, args, b.profile, b.link, dtype=dtype, kernels=nk)
+        syncs = fn is not None and getattr(fn, "dbo_syncs_host", False)
         with b._lock:
-            start = max(self._ready, b._engine_free[kind], b._host)
-            end = start + duration
+            host0 = host_before = b._host
+            if syncs:
+                host0 = max(host0, self._ready) + b._hc.sync
+            issued = host0 + host_s
+            start = max(self._ready, b._engine_free[kind], host0 + first_s)
+            if kind == "compute" and b._share > 0 and b._comm_busy:
+                busy = b._comm_busy
+                while busy and busy[0][1] <= b._engine_free["compute"]:
+                    busy.popleft()
+                end = _stretch(start, duration, busy, b._share)
+            else:
+                end = start + duration
+            if end < issued:
+                end = issued
             self._ready = end
             b._engine_free[kind] = end
+            if kind == "comm" and b._share > 0:
+                b._comm_busy.append((start, end))
+            b._host = issued
         tr = b._tracing()
         if tr is not None:
-            tr.kernel(self.name, kname, kind, registered_ubatch_id(), start, end)
-        if fn is not None and not _has_meta(args):
+            ub = registered_ubatch_id()
+            if syncs and not b._hc.zero:
+                tr.span(ubatch_track(ub), "host sync", host_before, host0, ubatch=ub, kernel=kname)
+            tr.kernel(self.name, kname, kind, ub, start, end)
+        if fn is not None and not meta:
             try:
                 fn(*args)
             except Exception as e:
@@ -77,6 +139,7 @@ class VirtualStream(Stream):
         ev = self._check_event(event)
         b = self.backend
         with b._lock:
+            b._host += b._hc.event
             if ev._time is None or ev._epoch != b._epoch:
                 return
             self._ready = max(self._ready, ev._time)
@@ -85,10 +148,14 @@ class VirtualStream(Stream):
                 self._error_note = f"it waited on an event recorded on failed stream {ev._stream_name!r}"
 
     def synchronize(self) -> None:
-        b = self.backend
-        with b._lock:
-            b._host = max(b._host, self._ready)
+        self.backend._host_sync(self._ready, self.name)
         self._raise_if_failed("synchronize")
+
+    def _activate(self) -> None:
+        b = self.backend
+        if b._hc.stream_switch:
+            with b._lock:
+                b._host += b._hc.stream_switch
 
     def query(self) -> bool:
         return self._ready <= self.backend._host
@@ -109,6 +176,7 @@ class VirtualEvent(Event):
         s = self._resolve_stream(stream)
         b = self.backend
         with b._lock:
+            b._host += b._hc.event
             self._time = s._ready
             self._epoch = b._epoch
             self._error = s._error
@@ -131,9 +199,7 @@ class VirtualEvent(Event):
         t = self.time
         if t is None:
             return
-        b = self.backend
-        with b._lock:
-            b._host = max(b._host, t)
+        self.backend._host_sync(t, self._stream_name)
         if self._error is not None:
             raise sticky_error(self._stream_name, self._error, "Event.synchronize", self._error_note)
 
@@ -149,6 +215,77 @@ class VirtualBackend(Backend):
         self._host = 0.0
         self._engine_free = {"compute": 0.0, "comm": 0.0}
         self._epoch = 0
+        self._comm_busy: collections.deque = collections.deque()  # comm intervals (comm SM share)
+        self._live = 0  # ubatch threads started and not yet joined (HostCosts.threaded)
+        self._set_profile_cache()
+
+    def _set_profile_cache(self) -> None:
+        p = self.profile
+        self._hc = p.host
+        self._share = p.comm_sm_share
+        self._per_dtype = bool(p.dtype_flops)
+        self._op_costs: dict[str, tuple[float, float, int]] = {}
+        self._cached_profile = p
+
+    def _op_cost(self, kname: str) -> tuple[float, float, int]:
+        """(host seconds to issue, host seconds to issue the first kernel, device kernels) of a
+        launch named ``kname`` (its op: the first word)."""
+        if self.profile is not self._cached_profile:  # profile replaced after creation
+            self._set_profile_cache()
+        op = kname.split(" ", 1)[0]
+        c = self._op_costs.get(op)
+        if c is None:
+            hc = self._hc
+            total, nk = hc.launch_cost(op)
+            c = self._op_costs[op] = (total, min(total, hc.launch + hc.kernel), nk)
+        return c
+
+    def _host_sync(self, t: float, what: str) -> None:
+        """A host sync waiting for device time ``t``: host = max(host, t) + sync cost (traced)."""
+        with self._lock:
+            before = self._host
+            self._host = max(before, t) + self._hc.sync
+            after = self._host
+        tr = self._tracing()
+        if tr is not None and after > before and not self._hc.zero:  # device-only model: no host spans
+            ub = registered_ubatch_id()
+            tr.span(ubatch_track(ub), "sync", before, after, ubatch=ub, on=what)
+
+    def synchronize(self) -> None:
+        """One host sync for every stream (as ``torch.cuda.synchronize``); raise the first stream's
+        sticky error."""
+        streams = self.streams
+        self._host_sync(max((s._ready for s in streams), default=0.0), "device")  # type: ignore[attr-defined]
+        for s in streams:
+            s._raise_if_failed("synchronize")
+
+    def host_event(self, what: str) -> None:
+        """Host cost of a runtime event: "yield" (a handoff), "thread_start", "thread_join"."""
+        hc = self._hc
+        if what == "yield":
+            dt = hc.handoff
+        elif what == "thread_start":
+            dt = hc.thread_start
+            with self._lock:
+                self._live += 1
+        elif what == "thread_join":
+            dt = hc.thread_join
+            with self._lock:
+                self._live = max(0, self._live - 1)
+        else:
+            raise ValueError(f"host_event: unknown event {what!r}; known: {', '.join(HOST_EVENTS)}")
+        if dt:
+            with self._lock:
+                t0 = self._host
+                self._host += dt
+            tr = self._tracing()
+            if tr is not None and what != "yield":
+                tr.span("main", what.replace("_", " "), t0, t0 + dt)
+
+    def on_graph_replay(self) -> None:
+        """A CUDA-graph replay costs the host one plain launch."""
+        with self._lock:
+            self._host += self._hc.launch + self._hc.kernel
 
     def _make_stream(self, name: str) -> Stream:
         return VirtualStream(self, name)
@@ -160,9 +297,12 @@ class VirtualBackend(Backend):
         """The virtual host clock (seconds)."""
         return self._host
 
-    def kernel_seconds(self, kind: str, cost: Any, args: tuple) -> float:
-        """Modelled duration of a kernel (always a float on virtual)."""
-        return super().kernel_seconds(kind, cost, args)  # type: ignore[return-value]
+    def kernel_seconds(self, kind: str, cost: Any, args: tuple, name: str | None = None) -> float:
+        """Modelled device duration of a kernel (always a float on virtual): the dtype of the first
+        floating-point tensor argument, the kernel count of op ``name`` (its first word)."""
+        _, _, nk = self._op_cost(name or kind)
+        _, dtype = _scan(args, self._per_dtype)
+        return seconds_for(kind, cost, args, self.profile, self.link, dtype=dtype, kernels=nk)
 
     def engine_free(self, kind: str) -> float:
         """Virtual time at which the ``kind`` engine ("compute" or "comm") is next free."""
@@ -190,6 +330,7 @@ class VirtualBackend(Backend):
                 )
             self._host = 0.0
             self._engine_free = {"compute": 0.0, "comm": 0.0}
+            self._comm_busy.clear()
             for s in self.streams:
                 s._ready = 0.0  # type: ignore[attr-defined]
             self._epoch += 1

@@ -1,0 +1,231 @@
+"""The virtual backend's host clock: launches, stream switches, events, handoffs, thread start and
+join, host syncs and graph replays advance it; kernels never start before they are launched."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import dbo
+from dbo.costs import DeviceProfile, HostCosts, OpCost, Work, get_profile, kernel_time, syncs_host
+from dbo.streams import VirtualBackend, set_stream
+from dbo.trace import Tracer
+
+US = 1e-6
+
+
+def prof(**host) -> DeviceProfile:
+    """A device with 1 TFLOP/s and 1 TB/s, no per-kernel overhead, and the given host costs."""
+    return DeviceProfile("t", 1e12, 1e12, 0.0, host=HostCosts(**host))
+
+
+def test_launch_bound_step_takes_launches_times_the_launch_cost():
+    with VirtualBackend(profile=prof(launch=10 * US)) as b:
+        s = b.new_stream("s")
+        for _ in range(100):
+            s.launch(None, cost=1e-9)  # tiny kernels: the host is the bottleneck
+        s.synchronize()
+        assert b.now() == pytest.approx(100 * 10 * US, rel=1e-6, abs=2e-9)
+
+
+def test_op_kernel_counts_and_extras_cost_host_and_device_time():
+    p = dataclasses.replace(
+        prof(launch=2 * US, kernel=3 * US, ops={"big": OpCost(kernels=4, host=5 * US)}), min_kernel=1 * US
+    )
+    with VirtualBackend(profile=p) as b:
+        s = b.new_stream("s")
+        s.launch(None, name="big L0 u0", cost=Work())
+        assert b.now() == pytest.approx((2 + 4 * 3 + 5) * US)
+        t0 = b.now()
+        s.launch(None, name="other", cost=Work())
+        assert b.now() - t0 == pytest.approx((2 + 3) * US)
+        assert b.kernel_seconds("compute", Work(), (), name="big") == pytest.approx(4 * US)  # 4 x min_kernel
+
+
+def test_a_kernel_never_starts_before_its_launch_on_the_host_clock():
+    tr = Tracer()
+    with VirtualBackend(profile=prof(launch=7 * US, kernel=1 * US), tracer=tr) as b:
+        a, c = b.new_stream("a"), b.new_stream("c")
+        issued = []
+        for i in range(20):
+            issued.append(b.now())
+            (a if i % 2 else c).launch(None, name=f"k{i}", cost=(i % 3) * 1e-6)
+        recs = {r.name: r for r in tr.kernels()}
+        for i, t in enumerate(issued):
+            r = recs[f"k{i}"]
+            assert r.start >= t + 8 * US - 1e-12, f"k{i} started at {r.start} before its launch at {t}"
+            assert r.end >= t + 8 * US - 1e-12  # nor ends before it is fully issued
+
+
+def test_host_sync_waits_for_the_device():
+    with VirtualBackend(profile=prof(launch=1 * US, sync=5 * US)) as b:
+        s = b.new_stream("s")
+        s.launch(None, cost=1e-3)
+        assert b.now() == pytest.approx(1 * US)
+        ev = b.new_event()
+        ev.record(s)
+        ev.synchronize()
+        assert b.now() == pytest.approx(1 * US + 1e-3 + 5 * US)
+        s.launch(None, cost=1e-3)
+        s.synchronize()
+        assert b.now() == pytest.approx(2 * US + 2e-3 + 10 * US)
+        t = b.now()
+        b.synchronize()  # idle: costs the sync alone
+        assert b.now() == pytest.approx(t + 5 * US)
+
+
+def test_a_kernel_marked_syncing_waits_for_its_streams_earlier_work():
+    seen = []
+
+    @syncs_host
+    def reads_offsets(x):
+        seen.append(x.sum().item())
+
+    with VirtualBackend(profile=prof(launch=1 * US)) as b:
+        s = b.new_stream("s")
+        s.launch(None, cost=1e-3)
+        s.launch(reads_offsets, torch.ones(3))
+        assert seen == [3.0]
+        assert b.now() == pytest.approx(1 * US + 1e-3 + 1 * US)  # waited, then issued itself
+        s.launch(lambda x: None, torch.ones(3), cost=1e-3)  # unmarked: no wait
+        assert b.now() == pytest.approx(3 * US + 1e-3)
+
+
+def test_a_graph_replay_costs_one_launch():
+    with VirtualBackend(profile=prof(launch=4 * US, kernel=3 * US)) as b:
+        replay = getattr(b, "on_graph_replay", None)
+        assert callable(replay)
+        t = b.now()
+        replay()
+        assert b.now() - t == pytest.approx(7 * US)
+        s = b.new_stream("s")
+        t = b.now()
+        s.launch(None, cost=0.0)
+        assert b.now() - t == pytest.approx(7 * US)  # the same as one plain launch
+
+
+def test_stream_switches_and_events_cost_host_time():
+    with VirtualBackend(profile=prof(stream_switch=3 * US, event=1 * US)) as b:
+        s1, s2 = b.new_stream("s1"), b.new_stream("s2")
+        t = b.now()
+        prev = set_stream(s1)
+        set_stream(s2)
+        set_stream(s2)  # already current: no switch
+        assert b.now() - t == pytest.approx(6 * US)
+        set_stream(None)
+        t = b.now()
+        ev = b.new_event()
+        ev.record(s1)
+        s2.wait_event(ev)
+        assert b.now() - t == pytest.approx(2 * US)
+        set_stream(prev if prev is not s1 else None)
+
+
+def test_host_events_and_unknown_events():
+    with VirtualBackend(profile=prof(handoff=2 * US, thread_start=50 * US, thread_join=5 * US)) as b:
+        t = b.now()
+        b.host_event("thread_start")
+        b.host_event("yield")
+        b.host_event("thread_join")
+        assert b.now() - t == pytest.approx(57 * US)
+        with pytest.raises(ValueError, match="unknown event 'nap'"):
+            b.host_event("nap")
+
+
+def _step_time(p: DeviceProfile, yields: int) -> tuple[float, int]:
+    with VirtualBackend(profile=p) as b:
+        with dbo.UBatchOrchestrator(2, backend=b, handoff_timeout=10.0) as orch:
+
+            def body(_):
+                for _ in range(yields):
+                    dbo.launch(None, cost=0.0)
+                    dbo.dbo_yield()
+
+            t0 = b.now()
+            orch.run(body, [0, 1])
+            return b.now() - t0, orch.last_step_handoffs
+
+
+@pytest.mark.timeout(60)
+def test_a_dbo_step_pays_handoffs_and_thread_start_and_join():
+    base, n0 = _step_time(prof(), 5)
+    costly, n1 = _step_time(prof(handoff=100 * US, thread_start=1e-3, thread_join=1e-4), 5)
+    assert n0 == n1 and n1 >= 10
+    assert costly - base == pytest.approx(n1 * 100 * US + 2 * 1e-3 + 2 * 1e-4, rel=1e-6)
+
+
+@pytest.mark.timeout(60)
+def test_threaded_factor_applies_only_while_ubatch_threads_are_live():
+    with VirtualBackend(profile=prof(launch=10 * US, threaded=2.0)) as b:
+        s = b.new_stream("s")
+        t = b.now()
+        s.launch(None, cost=0.0)
+        assert b.now() - t == pytest.approx(10 * US)
+        b.host_event("thread_start")
+        b.host_event("thread_start")
+        t = b.now()
+        s.launch(None, cost=0.0)
+        assert b.now() - t == pytest.approx(20 * US)
+        b.host_event("thread_join")
+        t = b.now()
+        s.launch(None, cost=0.0)
+        assert b.now() - t == pytest.approx(10 * US)
+
+
+def test_compute_under_comm_runs_slower_by_the_comm_sm_share():
+    p = dataclasses.replace(prof(), comm_sm_share=0.5)
+    with VirtualBackend(profile=p) as b:
+        link, comp = b.new_stream("link"), b.new_stream("comp")
+        link.launch(None, kind="comm", cost=1e-3)
+        comp.launch(None, cost=1e-3)
+        # half speed for the 1 ms under the comm kernel (0.5 ms of work), then 0.5 ms alone
+        assert comp.ready_time == pytest.approx(1.5e-3)
+        comp.launch(None, cost=1e-3)  # no comm left: full speed
+        assert comp.ready_time == pytest.approx(2.5e-3)
+    with VirtualBackend(profile=prof()) as b:  # share 0: free overlap
+        link, comp = b.new_stream("link"), b.new_stream("comp")
+        link.launch(None, kind="comm", cost=1e-3)
+        comp.launch(None, cost=1e-3)
+        assert comp.ready_time == pytest.approx(1e-3)
+
+
+def test_per_dtype_rates_follow_the_kernels_tensors():
+    p = DeviceProfile("d", 1e12, 1e15, 0.0, dtype_flops={"float32": 1e12, "bfloat16": 8e12})
+    with VirtualBackend(profile=p) as b:
+        w = Work(flops=1e9)
+        f32 = b.kernel_seconds("compute", w, (torch.empty(2, dtype=torch.float32),))
+        bf16 = b.kernel_seconds("compute", w, (torch.empty(2, dtype=torch.bfloat16),))
+        assert f32 == pytest.approx(1e-3) and bf16 == pytest.approx(1e-3 / 8)
+        ints = b.kernel_seconds("compute", w, (torch.empty(2, dtype=torch.int64),))
+        assert ints == pytest.approx(1e-3)  # no floating tensor: the default rate
+        assert kernel_time(Work(flops=1e9, dtype=torch.bfloat16), p) == pytest.approx(1e-3 / 8)
+
+
+def test_host_spans_and_handoffs_line_up_with_the_host_clock():
+    tr = Tracer()
+    p = prof(launch=5 * US, handoff=2 * US, sync=1 * US)
+    with VirtualBackend(profile=p, tracer=tr) as b:
+        with dbo.UBatchOrchestrator(2, backend=b, handoff_timeout=10.0) as orch:
+
+            def body(_):
+                dbo.launch(None, cost=1e-4)
+                dbo.dbo_yield()
+                dbo.launch(None, cost=1e-4)
+
+            orch.run(body, [0, 1])
+    assert tr.handoffs and tr.spans
+    assert {s.track for s in tr.spans} >= {"ubatch 0", "ubatch 1"}
+    for s in tr.spans:
+        assert s.end >= s.start
+    # each ubatch's first kernel starts no earlier than the host time its ubatch began running
+    runs = sorted((s for s in tr.spans if s.name == "run"), key=lambda s: s.start)
+    assert runs[0].end <= runs[1].start + 1e-12  # host spans of different ubatches never overlap
+    assert any(s.name == "sync" for s in tr.spans)
+
+
+def test_the_h200_profile_has_host_costs_and_the_cpu_profile_none():
+    h = get_profile("h200").host
+    assert h.launch > 0 and h.kernel > 0 and h.handoff > 0 and h.sync > 0 and h.ops
+    assert get_profile("cpu").host.zero
