@@ -155,6 +155,26 @@ def test_replay_traces_a_host_span_and_kernels():
         assert len(tr.kernels()) == cs.num_kernels
 
 
+@pytest.mark.parametrize("layout", ["per-ubatch", "shared"])
+def test_virtual_replay_has_the_eager_steps_timeline(layout):
+    """Same kernels, same streams, same virtual start and end times: the replay keeps every wait."""
+    tr = Tracer()
+    inputs = make_inputs(2)
+
+    def timeline():
+        return [(k.stream, k.name, k.kind, k.start, k.end) for k in tr.kernels()]
+
+    with UBatchOrchestrator(2, "virtual", stream_layout=layout, tracer=tr) as orch:
+        orch.backend.reset_clock()
+        orch.run(step, inputs)
+        eager = timeline()
+        cs = orch.capture(step, inputs)
+        orch.backend.reset_clock()
+        tr.clear()
+        cs.replay()
+        assert timeline() == eager and len(eager) == cs.num_kernels
+
+
 def test_replay_calls_the_backends_graph_replay_hook_once():
     inputs = make_inputs(2)
     with UBatchOrchestrator(2, "virtual") as orch:
