@@ -174,12 +174,11 @@ def _capture(orch: Any, fn: Callable[[Any], Any], inputs: list[Any]) -> Captured
             pairs = [(rec.stream(c), rec.stream(m)) for c, m in orch._streams]
             outputs = _drive(orch, fn, inputs, pairs, rec, region)
             rec.active = False
-        if region is None:
-            orch.synchronize()
-            for s in _streams_of(rec.ops):
-                s.synchronize()
-        else:
-            region.synchronize()
+        orch.synchronize()  # raises a kernel's failure (sticky), e.g. a host sync refused inside it
+        for s in _streams_of(rec.ops):
+            s.synchronize()
+        if region is not None:
+            region.synchronize()  # run the graph once: the outputs hold the step's values
     except BaseException as exc:
         rec.active = False
         orch._recover_streams()

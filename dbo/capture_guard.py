@@ -80,7 +80,9 @@ def _host_sync(func: Callable, args: tuple, kwargs: dict) -> str | None:
                 return "copy_ from the GPU into pageable (not pinned) host memory"
         elif src.is_cuda:
             dev = kwargs.get("device", args[1] if len(args) > 1 else None)
-            if name == "cpu" or (dev is not None and not isinstance(dev, torch.dtype) and torch.device(dev).type == "cpu"):
+            if isinstance(dev, torch.Tensor):
+                dev = dev.device
+            if name == "cpu" or (isinstance(dev, (str, torch.device)) and torch.device(dev).type == "cpu"):
                 return f"Tensor.{name}() to pageable host memory"
     return None
 

@@ -233,6 +233,7 @@ SYNCS = {
     "repeat_interleave": ("repeat_interleave", lambda u: torch.repeat_interleave(u["x"][0], torch.ones(16, dtype=torch.long))),
     "stream.synchronize": ("Stream.synchronize()", lambda u: dbo.current_stream().synchronize()),
     "stream.query": ("Stream.query()", lambda u: dbo.current_stream().query()),
+    "backend.synchronize": ("Stream.synchronize()", lambda u: dbo.current_stream().backend.synchronize()),
     "event.synchronize": ("Event.synchronize()", lambda u: _recorded_event().synchronize()),
     "event.query": ("Event.query()", lambda u: _recorded_event().query()),
 }
@@ -253,6 +254,8 @@ def _syncing_step(sync, where):
             sync(u)
         else:
             dbo.launch(lambda: sync(u), name="syncing_kernel")
+        if where == "last-kernel":  # no later launch sees the failed stream: the final synchronize must
+            return u["out"]
         dbo.dbo_yield_and_switch_from_comm_to_compute()
         dbo.launch(_mm, u["h"], u["w"], u["out"])
         return u["out"]
@@ -280,13 +283,14 @@ def test_host_sync_in_the_step_is_refused(backend, kind, n):
 TORCH_SYNCS = [k for k in sorted(SYNCS) if "." not in k or k.startswith(("torch.", "Tensor."))]
 
 
+@pytest.mark.parametrize("where", ["kernel", "last-kernel"])
 @pytest.mark.parametrize("kind", TORCH_SYNCS)
-def test_host_sync_inside_a_kernel_is_refused(backend, kind):
+def test_host_sync_inside_a_kernel_is_refused(backend, kind, where):
     what, sync = SYNCS[kind]
     inputs = make_inputs(2)
     with UBatchOrchestrator(2, backend) as orch:
         with pytest.raises(CaptureError) as info:
-            orch.capture(_syncing_step(sync, "kernel"), inputs)
+            orch.capture(_syncing_step(sync, where), inputs)
         msg = str(info.value)
         assert what in msg and _line_of(sync) in msg, msg
         _assert_usable(orch, inputs)
