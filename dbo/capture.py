@@ -195,9 +195,10 @@ def _drive(orch: Any, fn: Callable, inputs: list[Any], pairs: list, rec: Recorde
     """Run the step once with the recording streams; ``region`` (cuda) brackets the device work."""
     n = orch.num_ubatches
     enter = region.enter if region is not None else contextlib.nullcontext
+    replay_kind = None if region is not None else orch.backend.name  # CPU: host-side writes are refused
     if n == 1:
         try:
-            with enter(), use_stream(pairs[0][0]), HostSyncGuard():
+            with enter(), use_stream(pairs[0][0]), HostSyncGuard(replay_kind):
                 return [fn(inputs[0])]
         except BaseException as exc:
             raise UBatchFailed(f"capture: ubatch 0 of 1 failed: {type(exc).__name__}: {exc}", 0) from exc
@@ -211,7 +212,10 @@ def _drive(orch: Any, fn: Callable, inputs: list[Any], pairs: list, rec: Recorde
     prelude = region.thread_prelude if region is not None else None
     step.threads = [
         threading.Thread(
-            target=_capture_main, args=(step.contexts[i], fn, inputs[i], results, prelude), name=f"dbo-capture-{i}", daemon=True
+            target=_capture_main,
+            args=(step.contexts[i], fn, inputs[i], results, prelude, replay_kind),
+            name=f"dbo-capture-{i}",
+            daemon=True,
         )
         for i in range(n)
     ]
@@ -240,7 +244,9 @@ def _drive(orch: Any, fn: Callable, inputs: list[Any], pairs: list, rec: Recorde
     return results
 
 
-def _capture_main(ctx: UBatchContext, fn: Callable, inp: Any, results: list, prelude: Callable | None) -> None:
+def _capture_main(
+    ctx: UBatchContext, fn: Callable, inp: Any, results: list, prelude: Callable | None, replay_kind: str | None
+) -> None:
     """A ubatch thread of a capture: the backend's prelude (cuda: device, cuBLAS) before the
     barrier, then the usual ubatch body under the host-sync guard."""
     from .orchestrator import _ubatch_main
@@ -252,7 +258,7 @@ def _capture_main(ctx: UBatchContext, fn: Callable, inp: Any, results: list, pre
             ctx.step.abort(ctx.id, exc)
             ctx.step.mark_done()
             return
-    with HostSyncGuard():
+    with HostSyncGuard(replay_kind):
         _ubatch_main(ctx, fn, inp, results)
 
 

@@ -87,14 +87,44 @@ def _host_sync(func: Callable, args: tuple, kwargs: dict) -> str | None:
     return None
 
 
+_tls = threading.local()  # .kernel_depth: > 0 while a kernel launched during a capture runs here
+_NOT_WRITES = {"requires_grad_", "share_memory_", "retain_grad"}
+
+
+def _writes(func: Callable, kwargs: dict) -> str | None:
+    """The name of ``func`` if it writes into an existing tensor (in place, ``out=``, ``x[i] = v``)."""
+    name = getattr(func, "__name__", "")
+    if kwargs.get("out") is not None or name == "__setitem__":
+        return name
+    if name.endswith("_") and not name.startswith("_") and name not in _NOT_WRITES:
+        return name
+    return None
+
+
 class HostSyncGuard(TorchFunctionMode):
-    """Raise ``CaptureError`` at any torch call that makes the host wait on the device's data."""
+    """Raise ``CaptureError`` at any torch call that makes the host wait on the device's data.
+
+    ``replay_kind``: set (to the backend's name) on the CPU backends, where only launched kernels
+    are replayed: a torch op that writes a tensor on the host *outside* a kernel is refused too,
+    since the replay would not repeat it.
+    """
+
+    def __init__(self, replay_kind: str | None = None):
+        super().__init__()
+        self.replay_kind = replay_kind
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         what = _host_sync(func, args, kwargs)
         if what is not None:
             raise CaptureError(f"host sync during capture: {what} at {user_site()}")
+        if self.replay_kind is not None and not getattr(_tls, "kernel_depth", 0):
+            name = _writes(func, kwargs)
+            if name is not None:
+                raise CaptureError(
+                    f"torch op {name!r} writes a tensor outside a kernel during capture, at {user_site()}: on the "
+                    f"{self.replay_kind} backend a replay repeats only launched kernels; launch it (dbo.launch)"
+                )
         return func(*args, **kwargs)
 
 
@@ -107,8 +137,12 @@ class GuardedKernel:
         self.fn = fn
 
     def __call__(self, *args: Any) -> Any:
-        with HostSyncGuard():
-            return self.fn(*args)
+        _tls.kernel_depth = getattr(_tls, "kernel_depth", 0) + 1
+        try:
+            with HostSyncGuard():
+                return self.fn(*args)
+        finally:
+            _tls.kernel_depth -= 1
 
 
 class Recorder:

@@ -318,6 +318,32 @@ def test_a_step_without_syncs_is_not_refused_by_static_shape_ops(backend):
         assert orch.capture(fn, make_inputs(2)).num_kernels == 6
 
 
+HOST_WRITES = {
+    "in-place": ("'add_'", lambda u: u["a"].add_(1.0)),
+    "out=": ("'add'", lambda u: torch.add(u["x"], 1.0, out=u["a"])),
+    "setitem": ("'__setitem__'", lambda u: u["a"].__setitem__(0, 1.0)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOST_WRITES))
+@pytest.mark.parametrize("n", [2, 1])
+def test_a_host_side_write_outside_a_kernel_is_refused_on_cpu_backends(backend, kind, n):
+    """The replay repeats only kernels: a write done by the step's Python would silently be lost."""
+    what, write = HOST_WRITES[kind]
+
+    def fn(u):
+        dbo.launch(_mm, u["x"], u["w"], u["h"])
+        dbo.dbo_yield()
+        write(u)
+        return u["a"]
+
+    with UBatchOrchestrator(n, backend) as orch:
+        with pytest.raises(CaptureError, match="outside a kernel") as info:
+            orch.capture(fn, make_inputs(n))
+        assert what in str(info.value) and _line_of(write) in str(info.value)
+        _assert_usable(orch, make_inputs(n))
+
+
 def test_direct_use_of_a_real_stream_is_refused():
     with UBatchOrchestrator(2, "threads") as orch:
         real = orch.streams(0)[0]
