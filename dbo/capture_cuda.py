@@ -64,6 +64,9 @@ class CudaRegion:
                     failed = exc
                 finally:
                     self.capturing = False
+                    # The capture must end on the stream it began on; a step run on this thread
+                    # (one ubatch) leaves torch's current stream at the device default.
+                    torch.cuda.set_stream(self.stream)
                     try:
                         for s in b.streams:
                             self.fork_join(s)
