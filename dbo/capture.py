@@ -203,7 +203,8 @@ def _drive(orch: Any, fn: Callable, inputs: list[Any], pairs: list, rec: Recorde
         except BaseException as exc:
             raise UBatchFailed(f"capture: ubatch 0 of 1 failed: {type(exc).__name__}: {exc}", 0) from exc
     b = orch.backend
-    step = StepState(n, orch.handoff_timeout, b.tracer, getattr(orch, "primitives", None), b.now)
+    prims = getattr(orch, "primitives", None)  # a test seam that may live elsewhere
+    step = StepState(n, orch.handoff_timeout, b.tracer, clock=b.now, **({"primitives": prims} if prims is not None else {}))
     step.contexts = [
         UBatchContext(i, step, *pairs[i], b.new_event(), b.new_event())  # recording events (patched)
         for i in range(n)
