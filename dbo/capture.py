@@ -204,7 +204,8 @@ def _drive(orch: Any, fn: Callable, inputs: list[Any], pairs: list, rec: Recorde
             raise UBatchFailed(f"capture: ubatch 0 of 1 failed: {type(exc).__name__}: {exc}", 0) from exc
     b = orch.backend
     prims = getattr(orch, "primitives", None)  # a test seam that may live elsewhere
-    step = StepState(n, orch.handoff_timeout, b.tracer, clock=b.now, **({"primitives": prims} if prims is not None else {}))
+    extra = {"primitives": prims} if prims is not None else {}
+    step = StepState(n, orch.handoff_timeout, b.tracer, clock=b.now, **extra)
     step.contexts = [
         UBatchContext(i, step, *pairs[i], b.new_event(), b.new_event())  # recording events (patched)
         for i in range(n)
@@ -227,13 +228,15 @@ def _drive(orch: Any, fn: Callable, inputs: list[Any], pairs: list, rec: Recorde
         step.barrier.wait()
     except threading.BrokenBarrierError:
         if not step.aborted:
-            step.abort(None, HandoffTimeout(f"the start barrier was not reached within {orch.handoff_timeout:g} s", step.parked()))
+            msg = f"the start barrier was not reached within {orch.handoff_timeout:g} s"
+            step.abort(None, HandoffTimeout(msg, step.parked()))
     else:
         try:
             with enter():
                 step.give_turn(0)
                 if not step.all_done.wait(orch.step_timeout):
-                    raise HandoffTimeout(f"the capture ran longer than step_timeout={orch.step_timeout} s", step.parked())
+                    msg = f"the capture ran longer than step_timeout={orch.step_timeout} s"
+                    raise HandoffTimeout(msg, step.parked())
         except BaseException as exc:
             step.abort(None, exc)
     orch._wait_for_threads(step, started)

@@ -24,9 +24,9 @@ from .streams.base import _kernel_name
 
 __all__ = ["HostSyncGuard", "GuardedKernel", "Recorder", "RecordingStream", "RecordingEvent", "user_site"]
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SKIP_DIRS = tuple(
-    os.path.dirname(os.path.abspath(p)) + os.sep
-    for p in (torch.__file__, __file__, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workspace", "x"))
+    os.path.dirname(os.path.abspath(p)) + os.sep for p in (torch.__file__, __file__, os.path.join(_ROOT, "workspace", "x"))
 )
 _SKIP_FILES = {os.path.abspath(threading.__file__), os.path.abspath(__import__("contextlib").__file__)}
 
@@ -55,7 +55,11 @@ def user_site() -> str:
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
         if not path.startswith(_SKIP_DIRS) and path not in _SKIP_FILES:
-            return f"{os.path.relpath(path) if not os.path.relpath(path).startswith('..') else path}:{frame.f_lineno}"
+            try:
+                rel = os.path.relpath(path)
+            except ValueError:  # another drive (Windows)
+                rel = path
+            return f"{path if rel.startswith('..') else rel}:{frame.f_lineno}"
         frame = frame.f_back
     return "<unknown>"
 
