@@ -69,6 +69,31 @@ def step(u):
     return u["out"]
 
 
+def _previous_event():
+    ev = dbo.current_stream().backend.new_event()
+    ev.record()
+    return ev
+
+
+def link_step(u):
+    """A transport's pattern: a shared link queue fetched by name, events made inside the step."""
+    b = dbo.current_stream().backend
+    dbo.launch(_mm, u["x"], u["w"], u["h"])
+    prev = dbo.dbo_get_previous_event(_previous_event)
+    dbo.dbo_yield_and_switch_from_compute_to_comm()
+    link = b.stream("link-queue")
+    link.wait_event(prev)
+    link.launch(_send, u["h"], u["wire"], kind="comm", cost=2e-5)
+    arrived = b.new_event()
+    arrived.record(link)
+    dbo.dbo_yield()
+    dbo.current_stream().wait_event(arrived)
+    dbo.launch(_recv, u["wire"], u["buf"], kind="comm")
+    dbo.dbo_yield_and_switch_from_comm_to_compute()
+    dbo.launch(_add, u["h"], u["buf"], u["out"])
+    return u["out"]
+
+
 def clear(inputs):
     for u in inputs:
         for k in ("a", "h", "wire", "buf", "out"):
@@ -110,6 +135,23 @@ def test_replay_is_bitwise_equal_to_eager(backend, n, layout):
             assert all(o is c for o, c in zip(out, cs.outputs))
             assert_bitwise(out, eager)
         cs.close()
+
+
+@pytest.mark.parametrize("eager_first", [True, False])
+def test_a_link_queue_fetched_by_name_and_events_made_in_the_step_are_replayed(backend, eager_first):
+    inputs = make_inputs(2)
+    with UBatchOrchestrator(2, backend) as orch:
+        if eager_first:  # else the link queue is created during the capture
+            eager = snapshot(orch.run(link_step, inputs))
+            clear(inputs)
+        cs = orch.capture(link_step, inputs)
+        if not eager_first:
+            eager = snapshot(cs.outputs)
+            clear(inputs)
+            assert_bitwise(orch.run(link_step, inputs), eager)
+        assert cs.num_kernels == 2 * 4
+        clear(inputs)
+        assert_bitwise(cs.replay(), eager)
 
 
 def test_replay_sees_a_changed_static_input(backend):
@@ -155,8 +197,9 @@ def test_replay_traces_a_host_span_and_kernels():
         assert len(tr.kernels()) == cs.num_kernels
 
 
+@pytest.mark.parametrize("fn", [step, link_step], ids=["step", "link_step"])
 @pytest.mark.parametrize("layout", ["per-ubatch", "shared"])
-def test_virtual_replay_has_the_eager_steps_timeline(layout):
+def test_virtual_replay_has_the_eager_steps_timeline(layout, fn):
     """Same kernels, same streams, same virtual start and end times: the replay keeps every wait."""
     tr = Tracer()
     inputs = make_inputs(2)
@@ -166,9 +209,9 @@ def test_virtual_replay_has_the_eager_steps_timeline(layout):
 
     with UBatchOrchestrator(2, "virtual", stream_layout=layout, tracer=tr) as orch:
         orch.backend.reset_clock()
-        orch.run(step, inputs)
+        orch.run(fn, inputs)
         eager = timeline()
-        cs = orch.capture(step, inputs)
+        cs = orch.capture(fn, inputs)
         orch.backend.reset_clock()
         tr.clear()
         cs.replay()
