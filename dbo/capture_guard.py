@@ -80,8 +80,13 @@ def _host_sync(func: Callable, args: tuple, kwargs: dict) -> str | None:
         src = args[0]
         if name == "copy_":
             dst, src = args[0], (args[1] if len(args) > 1 else kwargs.get("src"))
-            if isinstance(src, torch.Tensor) and src.is_cuda and dst.device.type == "cpu" and not dst.is_pinned():
-                return "copy_ from the GPU into pageable (not pinned) host memory"
+            blocking = not kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
+            if not isinstance(src, torch.Tensor) or src.is_cuda == dst.is_cuda:
+                return None
+            host = dst if src.is_cuda else src
+            if host.device.type == "cpu" and (blocking or not host.is_pinned()):
+                way = "from the GPU into" if src.is_cuda else "to the GPU from"
+                return f"copy_ {way} host memory that is not pinned or without non_blocking=True"
         elif src.is_cuda:
             dev = kwargs.get("device", args[1] if len(args) > 1 else None)
             if isinstance(dev, torch.Tensor):

@@ -526,3 +526,29 @@ def test_cuda_host_sync_is_refused(kind):
         assert what in str(info.value) and _line_of(sync) in str(info.value)
         eager = snapshot(orch.run(step, inputs))
         assert_bitwise(orch.capture(step, inputs).replay(), eager)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_host_copies_must_be_pinned_and_non_blocking():
+    inputs = _to_cuda(make_inputs(2))
+    pinned = [torch.zeros(8, 16).pin_memory() for _ in range(2)]
+    pageable = [torch.zeros(8, 16) for _ in range(2)]
+
+    def fn(dst):
+        def body(u):
+            out = step(u)
+            dst[dbo.dbo_current_ubatch_id()].copy_(out, non_blocking=True)
+            return out
+
+        return body
+
+    with UBatchOrchestrator(2, "cuda") as orch:
+        eager = snapshot(orch.run(step, inputs))
+        with pytest.raises(CaptureError, match="not pinned"):
+            orch.capture(fn(pageable), inputs)
+        cs = orch.capture(fn(pinned), inputs)
+        for p in pinned:
+            p.zero_()
+        cs.replay()
+        assert_bitwise([p.cuda() for p in pinned], eager)
