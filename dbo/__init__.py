@@ -22,6 +22,7 @@ from .api import (
 )
 from .context import StepState, SyncPrimitives, UBatchContext
 from .errors import (
+    CaptureError,
     DBOError,
     HandoffTimeout,
     RecvHookConflict,
@@ -34,6 +35,7 @@ from .errors import (
     UnregisteredThreadError,
 )
 from .orchestrator import STREAM_LAYOUTS, UBatchOrchestrator
+from .capture import CapturedStep
 from .registry import ubatch_scope
 from .split import merge_outputs, split_batch, split_tokens
 from .streams import current_stream, get_backend, launch, set_stream, use_stream
@@ -73,6 +75,8 @@ __all__ = [
     "dbo_yield",
     "dbo_yield_and_switch_from_comm_to_compute",
     "dbo_yield_and_switch_from_compute_to_comm",
+    "CaptureError",
+    "CapturedStep",
     "DBOError",
     "HandoffTimeout",
     "RecvHookConflict",

@@ -70,3 +70,11 @@ class StepHung(DBOError):
     def __init__(self, message: str, live_threads: list[str]):
         super().__init__(message)
         self.live_threads = list(live_threads)
+
+
+class CaptureError(DBOError):
+    """A step could not be captured: it made the host wait on the device (``.item()``, ``.tolist()``,
+    ``bool(tensor)``, a data-dependent shape, a stream or event synchronize or query, a workspace
+    allocation), or used a stream in a way the replay could not repeat. The message names the op
+    and the caller's ``file:line``. See docs/capture.md.
+    """

@@ -12,12 +12,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import registry
 from .context import FaultHook, StepState, SyncPrimitives, UBatchContext, where_is
 from .errors import DBOError, HandoffTimeout, StepHung, UBatchAborted, UBatchFailed
 from .streams import Backend, Stream, get_backend, set_stream, current_stream
+
+if TYPE_CHECKING:
+    from .capture import CapturedStep
 
 logger = logging.getLogger(__name__)
 
@@ -267,6 +270,15 @@ class UBatchOrchestrator:
             self._recover_streams()
             raise UBatchFailed(f"a stream of the step failed: {type(exc).__name__}: {exc}", None) from exc
         return results
+
+    # -- capture and replay (dbo/capture.py) --------------------------------------------------------
+    def capture(self, fn: Callable[[Any], Any], ubatch_inputs: Sequence[Any]) -> "CapturedStep":
+        """Run one step while capturing it; return a ``CapturedStep`` whose ``replay()`` re-runs it
+        on the same static tensors without ubatch threads, handoffs or model Python. A host sync
+        during the capture raises ``CaptureError``. See docs/capture.md."""
+        from .capture import capture_step
+
+        return capture_step(self, fn, ubatch_inputs)
 
     def _wait_for_threads(self, step: StepState, started: float) -> None:
         """Bounded join: wait for all threads; past the step timeout abort; past the grace, StepHung."""
