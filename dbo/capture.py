@@ -290,12 +290,19 @@ def _patched_backend(b: Any, rec: Recorder, *, guard_launches: bool) -> Iterator
     b.new_event = lambda: RecordingEvent(cls.new_event(b), rec)
     b.stream = lambda name: rec.stream(cls.stream(b, name))
     b.new_stream = new_stream
+
+    def synchronize() -> None:  # a backend may sync without its streams' methods (virtual does)
+        if rec.active:
+            rec.refuse("Backend.synchronize()")
+        cls.synchronize(b)
+
+    b.synchronize = synchronize
     for s in b.streams:
         guard(s)
     try:
         yield
     finally:
-        for attr in ("new_event", "stream", "new_stream"):
+        for attr in ("new_event", "stream", "new_stream", "synchronize"):
             b.__dict__.pop(attr, None)
         for s in patched:
             for op in _STREAM_OPS:

@@ -276,7 +276,7 @@ SYNCS = {
     "repeat_interleave": ("repeat_interleave", lambda u: torch.repeat_interleave(u["x"][0], torch.ones(16, dtype=torch.long))),
     "stream.synchronize": ("Stream.synchronize()", lambda u: dbo.current_stream().synchronize()),
     "stream.query": ("Stream.query()", lambda u: dbo.current_stream().query()),
-    "backend.synchronize": ("Stream.synchronize()", lambda u: dbo.current_stream().backend.synchronize()),
+    "backend.synchronize": ("Backend.synchronize()", lambda u: dbo.current_stream().backend.synchronize()),
     "event.synchronize": ("Event.synchronize()", lambda u: _recorded_event().synchronize()),
     "event.query": ("Event.query()", lambda u: _recorded_event().query()),
 }

@@ -94,16 +94,47 @@ def test_a_kernel_marked_syncing_waits_for_its_streams_earlier_work():
 
 
 def test_a_graph_replay_costs_one_launch():
-    with VirtualBackend(profile=prof(launch=4 * US, kernel=3 * US)) as b:
+    with VirtualBackend(profile=prof(launch=4 * US, kernel=3 * US, event=1 * US)) as b:
         replay = getattr(b, "on_graph_replay", None)
         assert callable(replay)
-        t = b.now()
-        replay()
-        assert b.now() - t == pytest.approx(7 * US)
         s = b.new_stream("s")
+        ev = b.new_event()
+        t = b.now()
+        with replay():  # what CapturedStep.replay does: re-issue every op inside the context
+            for _ in range(10):
+                s.launch(None, cost=0.0)
+                ev.record(s)
+                s.wait_event(ev)
+        assert b.now() - t == pytest.approx(7 * US)  # one launch for the whole replay
         t = b.now()
         s.launch(None, cost=0.0)
-        assert b.now() - t == pytest.approx(7 * US)  # the same as one plain launch
+        assert b.now() - t == pytest.approx(7 * US)  # outside the replay: a plain launch again
+
+
+def test_a_captured_step_replays_for_one_launch_of_host_time():
+    from dbo import UBatchOrchestrator, dbo_yield, launch
+
+    host = prof(launch=5 * US, kernel=5 * US, handoff=2 * US)
+
+    def fn(x):
+        for _ in range(4):
+            launch(lambda t: t.add_(1), x, cost=1e-6)
+            dbo_yield()
+        return x
+
+    with UBatchOrchestrator(2, backend="virtual", profile=host) as orch:
+        inputs = [torch.zeros(4), torch.zeros(4)]
+        t0 = orch.backend.now()
+        orch.run(fn, inputs)
+        eager = orch.backend.now() - t0
+        step = orch.capture(fn, inputs)
+        t0 = orch.backend.now()
+        step.replay()
+        replayed = orch.backend.now() - t0
+        step.close()
+    assert eager > 8 * 10 * US  # 8 launches, handoffs, thread start/join
+    # one launch of host time, then the host waits for the device (8 kernels of 1 us)
+    assert replayed == pytest.approx(10 * US + 8 * 1e-6, rel=0.05)
 
 
 def test_stream_switches_and_events_cost_host_time():

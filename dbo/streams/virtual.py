@@ -31,8 +31,9 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..costs import iter_tensors, seconds_for
 from ..errors import StreamError
@@ -94,7 +95,9 @@ class VirtualStream(Stream):
         b = self.backend
         kname = _kernel_name(fn, name, kind)
         host_s, first_s, nk = b._op_cost(kname)
-        if b._live > 1:
+        if b._replaying:  # inside a graph replay the launch was paid once, by on_graph_replay
+            host_s = first_s = 0.0
+        elif b._live > 1:
             host_s *= b._hc.threaded
             first_s *= b._hc.threaded
         meta, dtype = _scan(args, b._per_dtype)
@@ -139,7 +142,8 @@ class VirtualStream(Stream):
         ev = self._check_event(event)
         b = self.backend
         with b._lock:
-            b._host += b._hc.event
+            if not b._replaying:
+                b._host += b._hc.event
             if ev._time is None or ev._epoch != b._epoch:
                 return
             self._ready = max(self._ready, ev._time)
@@ -176,7 +180,8 @@ class VirtualEvent(Event):
         s = self._resolve_stream(stream)
         b = self.backend
         with b._lock:
-            b._host += b._hc.event
+            if not b._replaying:
+                b._host += b._hc.event
             self._time = s._ready
             self._epoch = b._epoch
             self._error = s._error
@@ -217,6 +222,7 @@ class VirtualBackend(Backend):
         self._epoch = 0
         self._comm_busy: collections.deque = collections.deque()  # comm intervals (comm SM share)
         self._live = 0  # ubatch threads started and not yet joined (HostCosts.threaded)
+        self._replaying = False  # inside on_graph_replay's context: re-issued ops cost no host time
         self._set_profile_cache()
 
     def _set_profile_cache(self) -> None:
@@ -282,10 +288,18 @@ class VirtualBackend(Backend):
             if tr is not None and what != "yield":
                 tr.span("main", what.replace("_", " "), t0, t0 + dt)
 
-    def on_graph_replay(self) -> None:
-        """A CUDA-graph replay costs the host one plain launch."""
+    @contextlib.contextmanager
+    def on_graph_replay(self) -> Iterator[None]:
+        """A CUDA-graph replay costs the host one plain launch; the ops it re-issues inside this
+        context cost no further host time (no launches, stream switches or event calls)."""
         with self._lock:
             self._host += self._hc.launch + self._hc.kernel
+            self._replaying = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._replaying = False
 
     def _make_stream(self, name: str) -> Stream:
         return VirtualStream(self, name)
