@@ -34,8 +34,8 @@ import workspace
 from dbo.costs import get_link, get_profile
 from dbo.trace import Tracer
 
-from .comm import TRANSFER_OPS, DistributedTransport, ModelledLinkTransport
-from .model import SCHEDULES, YIELDS_PER_LAYER, ModelConfig, ToyMoE, parse_kernel_name
+from .moe.comm import TRANSFER_OPS, DistributedTransport, ModelledLinkTransport
+from .moe.model import SCHEDULES, YIELDS_PER_LAYER, ModelConfig, ToyMoE, parse_kernel_name
 from .timeline import engine_sums, fmt_seconds, layer_window, overlap_seconds, plot_timeline, render_ascii
 
 __all__ = [
@@ -638,7 +638,7 @@ def reference_outputs(config: OverlapConfig | None = None, **overrides: Any) -> 
 
 
 def _run_distributed(cfg: OverlapConfig, res: _Resolved) -> tuple[dict, dict] | None:
-    from . import distributed
+    from .moe import distributed
 
     rank_cfg = replace(cfg, json_path=None)  # the launching process writes the JSON
     if cfg.launcher == "env":
@@ -652,7 +652,7 @@ def _overlap_rank(info: Any, cfg: OverlapConfig) -> tuple[dict, dict] | None:
     """One rank of a distributed run (``info``: demos.distributed.RankInfo). Every rank runs its
     shard; rank 0 gathers the measurements and outputs, checks them against a single-process run
     and returns ``(report, details)``; the other ranks return None."""
-    from .distributed import shard_range
+    from .moe.distributed import shard_range
 
     res = resolve(cfg)
     if res.world_size != info.world_size:
@@ -974,7 +974,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = parser.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
-    from .distributed import DistributedError, in_torchrun
+    from .moe.distributed import DistributedError, in_torchrun
 
     opts = vars(ns)
     if in_torchrun():  # started by torchrun: this process is one rank (env:// rendezvous)
@@ -992,7 +992,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"{parser.prog}: error: {e}\n")
         return 2
     except DistributedError as e:
-        from .distributed import describe_exit
+        from .moe.distributed import describe_exit
 
         sys.stderr.write(f"{parser.prog}: error: {e}\n")
         if e.exitcodes:

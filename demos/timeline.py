@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 
 from dbo.trace import KernelRecord
 
-from .model import OP_LETTERS, parse_kernel_name
+from .moe.model import OP_LETTERS, parse_kernel_name
 
 __all__ = [
     "Window",

@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import pytest
 
-from demos.model import parse_kernel_name
+from demos.moe.model import parse_kernel_name
 from demos.overlap import OverlapConfig, main, run_overlap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from demos.distributed import (
+from demos.moe.distributed import (
     FAULT_ENV,
     DistributedError,
     Fault,
@@ -243,7 +243,7 @@ def test_fault_spec_parses_and_rejects_nonsense():
 
 
 def test_symptoms_and_exit_codes_in_words():
-    from demos.comm import CollectiveError
+    from demos.moe.comm import CollectiveError
 
     try:
         try:
