@@ -23,6 +23,7 @@ import torch
 
 import dbo
 from dbo import registry
+from dbo.timeline import overlap_seconds
 from dbo.trace import KernelRecord, Tracer
 from workspace import WorkspaceManager, sanitizer
 from workspace.policy import DEFAULT_GROWTH, policy_names
@@ -461,31 +462,14 @@ def scenario_missing_wait() -> dict:
         "the compute stream wait for it. This is a stream-ordering race, not an isolation one: the bytes are "
         "the ubatch's own and live, so the workspace sanitizer is silent by design. The threads backend makes "
         "the race real on a CPU; a CSAN-style vector-clock checker fed with the simulated streams' "
-        "record/wait events is the tool that flags it without running it (REFERENCE.md 7.1, rank 10).",
+        "record/wait events is the tool that flags it without running it.",
     )
     return {"wrong": wrong, "right": right, "expected": expected, "findings": wrong_findings}
 
 
-def _overlap(kernels: Sequence[KernelRecord]) -> float:
-    """Seconds of comm kernels that run while some compute kernel runs."""
-    compute = sorted((k.start, k.end) for k in kernels if k.kind == "compute")
-    merged: list[list[float]] = []
-    for s, e in compute:
-        if merged and s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
-        else:
-            merged.append([s, e])
-    total = 0.0
-    for k in kernels:
-        if k.kind != "comm":
-            continue
-        for s, e in merged:
-            total += max(0.0, min(e, k.end) - max(s, k.start))
-    return total
-
-
 def _timeline(kernels: Sequence[KernelRecord], width: int = 72) -> list[str]:
-    """One text row per stream: a letter per kernel (upper case: ubatch 0, lower case: ubatch 1)."""
+    """One text row per stream: a letter per kernel (upper case: ubatch 0, lower case: another
+    ubatch, '?': no ubatch), ubatch taken from the kernel record."""
     end = max(k.end for k in kernels)
     streams = sorted({k.stream for k in kernels}, key=lambda s: (not s.startswith("compute"), s))
     rows = []
@@ -496,7 +480,10 @@ def _timeline(kernels: Sequence[KernelRecord], width: int = 72) -> list[str]:
             ch = "."
             for k in kernels:
                 if k.stream == s and k.start <= t < k.end:
-                    ch = k.name[0].upper() if k.ubatch == 0 else k.name[0].lower()
+                    if k.ubatch is None:  # launched outside any ubatch
+                        ch = "?"
+                    else:
+                        ch = k.name[0].upper() if k.ubatch == 0 else k.name[0].lower()
             line.append(ch)
         rows.append(f"  {s:<8}|{''.join(line)}|")
     rows.append(f"  {'':<8} 0{'':<{width - 10}}{end * 1e3:6.2f} ms")
@@ -534,7 +521,7 @@ def scenario_late_event(layers: int = 4) -> dict:
         comm = sum(k.duration for k in kernels if k.kind == "comm")
         out["late" if late else "right"] = {
             "step_s": step,
-            "overlap_s": _overlap(kernels),
+            "overlap_s": overlap_seconds(kernels),
             "comm_s": comm,
             "timeline": _timeline(kernels),
         }

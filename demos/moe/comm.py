@@ -9,7 +9,7 @@ The math downstream is therefore real and the outputs exact; only the time is mo
 ``threads`` backend a transfer sleeps (without the GIL) for its modelled time and then lands its
 data; on ``virtual`` it advances the virtual clock; on ``cuda`` it spins the stream.
 
-Two styles, matching the reference's two DeepEP modes (REFERENCE.md 2.1 and 2.2):
+Two styles, matching DeepEP's two modes (low-latency and high-throughput):
 
 * blocking on the caller's stream (high-throughput style): ``dispatch`` / ``combine`` enqueue
   the transfer on the *current* stream (the model puts it on the comm stream);

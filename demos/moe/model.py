@@ -18,8 +18,8 @@ the MoE output is added to the residual stream.
   (``_Slot``, one per ubatch id, as the reference keeps per-ubatch state in arrays indexed by
   ``dbo_current_ubatch_id()``).
 * ``schedule`` places the yields of one MoE layer as the reference does: "ll" (one stream, send
-  + recv hook, two yields per layer; REFERENCE.md 2.1) or "ht" (compute and comm streams, three
-  yields per layer; REFERENCE.md 2.2). Without DBO every ``dbo_*`` call is a no-op, so the same
+  + recv hook, two yields per layer, as DeepEP low-latency) or "ht" (compute and comm streams, three
+  yields per layer, as DeepEP high-throughput). Without DBO every ``dbo_*`` call is a no-op, so the same
   code is the reference run.
 
 Kernel names are ``"<op> L<layer> u<ubatch>"`` (``parse_kernel_name`` reads them back); the
@@ -582,7 +582,7 @@ class ToyMoE:
             )
 
     def _moe_ll(self, i: int, L: _Layer, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: _Costs) -> None:
-        """Low-latency style (REFERENCE.md 2.1): one stream, send + parked recv hook, 2 yields."""
+        """Low-latency style: one stream, send + parked recv hook, 2 yields."""
         tr, p = self.transport, st.plan
         eb = tr.expert_batch(p, slot=ub)
         dbo.dbo_maybe_run_recv_hook()  # start of MoE prepare: the sibling's combine receive
@@ -606,7 +606,7 @@ class ToyMoE:
         dbo.launch(_k_finalize, h, st.moe_out, st.shared_out, name=kernel_name("finalize", i, ub), cost=cost.finalize)
 
     def _moe_ht(self, i: int, L: _Layer, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: _Costs) -> None:
-        """High-throughput style (REFERENCE.md 2.2): compute and comm streams, 3 yields."""
+        """High-throughput style: compute and comm streams, 3 yields."""
         tr, p = self.transport, st.plan
         eb = tr.expert_batch(p, slot=ub)
         mw = self._moe_workspace(st)
