@@ -12,7 +12,7 @@ from collections import defaultdict
 import pytest
 
 from demos.moe.model import parse_kernel_name
-from demos.overlap import OverlapConfig, main, run_overlap
+from demos.overlap import ConfigError, OverlapConfig, main, run_overlap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REQUIRED_KEYS = {
@@ -326,6 +326,23 @@ def test_bad_arguments_exit_nonzero_with_one_line(argv, needle, capsys):
     assert out == ""
     assert len(err.strip().splitlines()) == 1, err
     assert needle in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("kw,fields,flags", [
+    (dict(tokens=1, ubatches=2), "tokens (1) is fewer than ubatches (2)", "--tokens (1) is fewer than --ubatches (2)"),
+    (dict(timeline_width=0), "timeline_width must be a positive integer", "--width must be a positive integer"),
+    (dict(comm_ratio=-1.0), "comm_ratio must be a positive number", "--comm-ratio must be a positive number"),
+    (dict(meta=True, backend="threads"), "add backend virtual", "add --backend virtual"),
+])
+def test_config_errors_name_fields_and_the_command_line_names_flags(kw, fields, flags):
+    from demos.moe.config import resolve
+    from demos.overlap import flag_of
+
+    with pytest.raises(ConfigError) as info:
+        resolve(OverlapConfig(**kw))
+    e = info.value
+    assert fields in str(e) and "--" not in str(e)
+    assert flags in e.render(flag_of)
 
 
 def test_cuda_without_gpu_is_a_one_line_error(capsys):
