@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
 
@@ -381,3 +382,20 @@ def test_plot_without_matplotlib_says_so_and_the_run_succeeds(monkeypatch, tmp_p
     out = capsys.readouterr().out
     assert "matplotlib is not installed" in out and "speedup" in out
     assert not out_png.exists()
+
+
+def test_layer_window_owner_comes_from_records_with_and_without_dbo():
+    from demos.moe.run import layer_window
+
+    details = {}
+    run_overlap(OverlapConfig(backend="virtual", layers=3, tokens=32, hidden=32, experts=4, steps=1), details=details)
+    no, yes = details["records_no_dbo"], details["records_dbo"]
+    assert {r.ubatch for r in no} == {None} and {r.ubatch for r in yes} == {0, 1}
+    for recs in (no, yes):
+        w = layer_window(recs, 3)
+        qkv = [r for r in recs if r.name.startswith("attn_qkv L1 ") and r.ubatch in (0, None)]
+        nxt = [r for r in recs if r.name.startswith("attn_qkv L2 ") and r.ubatch in (0, None)]
+        assert (w.layer, w.start, w.end) == (1, qkv[0].start, nxt[0].start)
+    # a kernel named for ubatch 0 but recorded for ubatch 1 does not open ubatch 0's window
+    renamed = [replace(r, ubatch=1) if r.name.startswith("attn_qkv L1 u0") else r for r in yes]
+    assert layer_window(renamed, 3).start != layer_window(yes, 3).start

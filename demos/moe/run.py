@@ -69,7 +69,7 @@ def run(config: OverlapConfig | None = None, **overrides: Any) -> OverlapResult 
     return result
 
 
-def _kernels(records: Sequence[KernelRecord], op: str, layer: int, ubatch: int) -> list[KernelRecord]:
+def _kernels(records: Sequence[KernelRecord], op: str, layer: int, ubatch: int | None) -> list[KernelRecord]:
     """The model's ``op`` kernels of ``layer`` owned by ``ubatch`` (the op and layer from the kernel's
     name, the owner from its record)."""
     out = []
@@ -83,12 +83,16 @@ def _kernels(records: Sequence[KernelRecord], op: str, layer: int, ubatch: int) 
 def layer_window(records: Sequence[KernelRecord], num_layers: int) -> Window:
     """The window of one steady-state layer of a step: from ubatch 0's first attention kernel of
     layer ``(num_layers - 1) // 2`` to the same kernel of the next layer (to the step's end for a
-    one-layer model, or when ubatch 0's kernels are not found)."""
+    one-layer model, or when ubatch 0's kernels are not found).
+
+    A step without DBO runs its one batch on no registered ubatch, so its records all carry
+    ``ubatch=None``; then the batch's own kernels (``None``) stand in for ubatch 0's."""
     layer = (num_layers - 1) // 2
     step_start = min(r.start for r in records)
     step_end = max(r.end for r in records)
-    first = _kernels(records, "attn_qkv", layer, 0)
-    nxt = _kernels(records, "attn_qkv", layer + 1, 0)
+    owner = 0 if any(r.ubatch is not None for r in records) else None
+    first = _kernels(records, "attn_qkv", layer, owner)
+    nxt = _kernels(records, "attn_qkv", layer + 1, owner)
     start = first[0].start if first else step_start
     end = nxt[0].start if nxt else step_end
     if end <= start:
