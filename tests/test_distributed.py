@@ -244,7 +244,7 @@ def test_fault_spec_parses_and_rejects_nonsense():
 
 
 def test_symptoms_and_exit_codes_in_words():
-    from demos.moe.comm import CollectiveError
+    from demos.moe.dist_comm import CollectiveError
 
     try:
         try:

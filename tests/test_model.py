@@ -1,4 +1,4 @@
-"""demos.model and demos.comm: the workspace patterns, standalone use, the transport interface."""
+"""demos.moe.model and demos.moe.comm: the workspace patterns, standalone use, the transport interface."""
 
 from __future__ import annotations
 

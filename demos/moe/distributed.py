@@ -99,7 +99,7 @@ class InjectedFault(RuntimeError):
 def is_symptom(exc: BaseException) -> bool:
     """True if ``exc`` (or anything in its cause chain) is a failed collective: the sign that some
     *other* rank failed or hangs, rather than a first error."""
-    from .comm import CollectiveError
+    from .dist_comm import CollectiveError
 
     try:
         import torch.distributed as dist
@@ -228,7 +228,7 @@ class RankInfo:
         ``n`` at the same point: ``new_group`` is collective and pairs groups by creation order."""
         import torch.distributed as dist
 
-        from .comm import CollectiveError
+        from .dist_comm import CollectiveError
 
         while len(self._groups) < n:
             try:
@@ -247,7 +247,7 @@ class RankInfo:
         """All ranks meet here (default group)."""
         import torch.distributed as dist
 
-        from .comm import CollectiveError
+        from .dist_comm import CollectiveError
 
         try:
             if self.backend == "nccl":
@@ -261,7 +261,7 @@ class RankInfo:
         """Every rank's ``obj`` (picklable; tensors on the CPU) on rank 0, in rank order; None elsewhere."""
         import torch.distributed as dist
 
-        from .comm import CollectiveError
+        from .dist_comm import CollectiveError
 
         out = [None] * self.world_size if self.rank == 0 else None
         try:
@@ -288,7 +288,7 @@ class RankInfo:
 def _init_process_group(backend: str, rank: int, world_size: int, timeout: float, **kw: Any) -> None:
     import torch.distributed as dist
 
-    from .comm import CollectiveError
+    from .dist_comm import CollectiveError
 
     try:
         dist.init_process_group(

@@ -101,7 +101,7 @@ class ModelConfig:
     ``ep`` is the expert-parallel group size the *cost model* assumes: each rank holds
     ``ceil(experts / ep)`` experts, so the experts kernel reads that many experts' weights (over the
     modelled link the math still runs every expert, since one process plays every expert's owner;
-    with ``demos.comm.DistributedTransport`` each rank computes only its own experts' rows).
+    with ``demos.moe.dist_comm.DistributedTransport`` each rank computes only its own experts' rows).
     ``device="meta"`` skips all math (shapes only; virtual backend).
     """
 
@@ -251,7 +251,7 @@ def _mm_rows(x: torch.Tensor, a: int, b: int, w: torch.Tensor, out: torch.Tensor
 def _k_experts(x, offsets, w1, w2, ws13, ws2, fused_out, pad, wire_in, w_sorted, first=0, num_experts=None) -> None:
     """The routed experts over expert-sorted rows: gate_up into workspace13, SiLU-and-mul into
     workspace2, down into fused_out (which reuses workspace13's memory: it is dead by then).
-    Segment j of ``offsets`` belongs to expert ``first + j % num_experts`` (``demos.comm.ExpertBatch``;
+    Segment j of ``offsets`` belongs to expert ``first + j % num_experts`` (``demos.moe.comm.ExpertBatch``;
     by default one segment per expert); only the first ``offsets[-1]`` rows are present.
     ``wire_in``: dequantize it into ``x`` first (high-throughput path). ``w_sorted``: apply the
     router weights to the outputs (the high-throughput "weight and reduce" before the combine)."""
@@ -397,7 +397,7 @@ class ToyMoE:
     ``UBatchOrchestrator.run`` with one token range per ubatch); ``hidden`` holds the result.
 
     ``num_slots``: ubatch ids that may run (the workspace manager must have as many slots).
-    ``transport``: the all-to-all (``demos.comm.Transport``); ``schedule``: "ll" or "ht".
+    ``transport``: the all-to-all (``demos.moe.comm.Transport``); ``schedule``: "ll" or "ht".
     """
 
     def __init__(self, config: ModelConfig, transport: Transport, *, num_slots: int, schedule: str = "ll"):

@@ -22,7 +22,8 @@ import workspace
 from dbo.timeline import Window
 from dbo.trace import KernelRecord
 
-from .comm import DistributedTransport, ModelledLinkTransport
+from .comm import ModelledLinkTransport
+from .dist_comm import DistributedTransport
 from .config import TOLERANCE, ConfigError, OverlapConfig, Resolved, _f, model_config, resolve
 from .model import ToyMoE, parse_kernel_name
 from .results import EngineTimes, OutputCheck, OverlapResult, RankResult, ReferenceCheck, WorkspaceFigures
