@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -12,14 +12,11 @@ from dbo.costs import Work
 
 from .comm import RoutePlan
 
-if TYPE_CHECKING:
-    from .model import ModelConfig
-
 
 class _Slot:
     """Buffers one ubatch keeps across its yields and workspace calls (capacity: all tokens)."""
 
-    def __init__(self, cfg: ModelConfig, wire: torch.dtype, device: Any):
+    def __init__(self, cfg: Any, wire: torch.dtype, device: Any):  # cfg: a resolved demos.moe.model.ModelConfig
         T, H, K, E = cfg.tokens, cfg.hidden, cfg.topk, cfg.experts
         dt, i64 = cfg.dtype, torch.int64
 
