@@ -399,3 +399,23 @@ def test_layer_window_owner_comes_from_records_with_and_without_dbo():
     # a kernel named for ubatch 0 but recorded for ubatch 1 does not open ubatch 0's window
     renamed = [replace(r, ubatch=1) if r.name.startswith("attn_qkv L1 u0") else r for r in yes]
     assert layer_window(renamed, 3).start != layer_window(yes, 3).start
+
+
+def test_library_run_returns_typed_results_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    from demos.moe.report import format_report, to_dict
+    from demos.moe.results import EngineTimes, OverlapResult
+    from demos.moe.run import run
+
+    monkeypatch.chdir(tmp_path)
+    cfg = small(backend="virtual", json_path="r.json", trace_path="t.json", plot_path="p.png")
+    res = run(cfg)
+    assert isinstance(res, OverlapResult) and isinstance(res.engine, EngineTimes)
+    assert list(tmp_path.iterdir()) == [], "the library writes no files; the command line does"
+    assert capsys.readouterr().out == ""
+    assert len(res.times_no_dbo_s) == len(res.times_dbo_s) == cfg.steps
+    assert res.speedup == pytest.approx(res.time_no_dbo_s / res.time_dbo_s)
+    assert res.engine.compute_s > 0 and res.engine.comm_s > 0
+    assert res.outputs.passed is True and res.output_dbo is not None and res.output_dbo.shape == (cfg.tokens, cfg.hidden)
+    rep = to_dict(res)
+    json.dumps(rep)
+    assert rep["time_dbo_s"] == res.time_dbo_s and "timeline" in format_report(rep)
