@@ -419,3 +419,18 @@ def test_library_run_returns_typed_results_and_writes_nothing(tmp_path, monkeypa
     rep = to_dict(res)
     json.dumps(rep)
     assert rep["time_dbo_s"] == res.time_dbo_s and "timeline" in format_report(rep)
+
+
+@pytest.mark.parametrize("layout", ["per-ubatch", "shared"])
+def test_ht_records_carry_the_launching_ubatch(layout):
+    # ht launches every kernel from its own ubatch's thread, so the record's ubatch (which the
+    # timeline uses) and the ubatch the model named the kernel for agree; in ll a parked recv hook
+    # runs on the sibling's thread, so its receive kernels carry the sibling (docs/overlap.md)
+    details = {}
+    run_overlap(small(backend="virtual", schedule="ht", stream_layout=layout), details=details)
+    recs = details["records_dbo"]
+    assert recs and all(parse_kernel_name(r.name)[2] == r.ubatch for r in recs)
+    details = {}
+    run_overlap(small(backend="virtual", schedule="ll", stream_layout=layout), details=details)
+    moved = {parse_kernel_name(r.name)[0] for r in details["records_dbo"] if parse_kernel_name(r.name)[2] != r.ubatch}
+    assert moved <= {"dispatch_recv", "combine_recv"}
