@@ -381,7 +381,8 @@ def section_simulation(cfg: Config) -> list[Record]:
     meta tensors and the h200 / ib400 profiles: the time to run the DBO step's host code (two
     ubatch threads, every handoff, every modelled kernel), median over repeats. Target: under 1 s.
     Beside it: the simulated (virtual) step time, which does not depend on the machine."""
-    from demos.overlap import OverlapConfig, _Runner, resolve
+    from demos.moe.config import OverlapConfig, resolve
+    from demos.moe.runner import Runner as _Runner
 
     section = "simulation"
     oc = OverlapConfig(

@@ -8,11 +8,12 @@ import os
 import subprocess
 import sys
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
 
-from demos.model import parse_kernel_name
-from demos.overlap import OverlapConfig, main, run_overlap
+from demos.moe.model import parse_kernel_name
+from demos.overlap import ConfigError, OverlapConfig, main, run_overlap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REQUIRED_KEYS = {
@@ -328,6 +329,23 @@ def test_bad_arguments_exit_nonzero_with_one_line(argv, needle, capsys):
     assert needle in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("kw,fields,flags", [
+    (dict(tokens=1, ubatches=2), "tokens (1) is fewer than ubatches (2)", "--tokens (1) is fewer than --ubatches (2)"),
+    (dict(timeline_width=0), "timeline_width must be a positive integer", "--width must be a positive integer"),
+    (dict(comm_ratio=-1.0), "comm_ratio must be a positive number", "--comm-ratio must be a positive number"),
+    (dict(meta=True, backend="threads"), "add backend virtual", "add --backend virtual"),
+])
+def test_config_errors_name_fields_and_the_command_line_names_flags(kw, fields, flags):
+    from demos.moe.config import resolve
+    from demos.overlap import flag_of
+
+    with pytest.raises(ConfigError) as info:
+        resolve(OverlapConfig(**kw))
+    e = info.value
+    assert fields in str(e) and "--" not in str(e)
+    assert flags in e.render(flag_of)
+
+
 def test_cuda_without_gpu_is_a_one_line_error(capsys):
     import torch
 
@@ -364,3 +382,55 @@ def test_plot_without_matplotlib_says_so_and_the_run_succeeds(monkeypatch, tmp_p
     out = capsys.readouterr().out
     assert "matplotlib is not installed" in out and "speedup" in out
     assert not out_png.exists()
+
+
+def test_layer_window_owner_comes_from_records_with_and_without_dbo():
+    from demos.moe.run import layer_window
+
+    details = {}
+    run_overlap(OverlapConfig(backend="virtual", layers=3, tokens=32, hidden=32, experts=4, steps=1), details=details)
+    no, yes = details["records_no_dbo"], details["records_dbo"]
+    assert {r.ubatch for r in no} == {None} and {r.ubatch for r in yes} == {0, 1}
+    for recs in (no, yes):
+        w = layer_window(recs, 3)
+        qkv = [r for r in recs if r.name.startswith("attn_qkv L1 ") and r.ubatch in (0, None)]
+        nxt = [r for r in recs if r.name.startswith("attn_qkv L2 ") and r.ubatch in (0, None)]
+        assert (w.layer, w.start, w.end) == (1, qkv[0].start, nxt[0].start)
+    # a kernel named for ubatch 0 but recorded for ubatch 1 does not open ubatch 0's window
+    renamed = [replace(r, ubatch=1) if r.name.startswith("attn_qkv L1 u0") else r for r in yes]
+    assert layer_window(renamed, 3).start != layer_window(yes, 3).start
+
+
+def test_library_run_returns_typed_results_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    from demos.moe.report import format_report, to_dict
+    from demos.moe.results import EngineTimes, OverlapResult
+    from demos.moe.run import run
+
+    monkeypatch.chdir(tmp_path)
+    cfg = small(backend="virtual", json_path="r.json", trace_path="t.json", plot_path="p.png")
+    res = run(cfg)
+    assert isinstance(res, OverlapResult) and isinstance(res.engine, EngineTimes)
+    assert list(tmp_path.iterdir()) == [], "the library writes no files; the command line does"
+    assert capsys.readouterr().out == ""
+    assert len(res.times_no_dbo_s) == len(res.times_dbo_s) == cfg.steps
+    assert res.speedup == pytest.approx(res.time_no_dbo_s / res.time_dbo_s)
+    assert res.engine.compute_s > 0 and res.engine.comm_s > 0
+    assert res.outputs.passed is True and res.output_dbo is not None and res.output_dbo.shape == (cfg.tokens, cfg.hidden)
+    rep = to_dict(res)
+    json.dumps(rep)
+    assert rep["time_dbo_s"] == res.time_dbo_s and "timeline" in format_report(rep)
+
+
+@pytest.mark.parametrize("layout", ["per-ubatch", "shared"])
+def test_ht_records_carry_the_launching_ubatch(layout):
+    # ht launches every kernel from its own ubatch's thread, so the record's ubatch (which the
+    # timeline uses) and the ubatch the model named the kernel for agree; in ll a parked recv hook
+    # runs on the sibling's thread, so its receive kernels carry the sibling (docs/overlap.md)
+    details = {}
+    run_overlap(small(backend="virtual", schedule="ht", stream_layout=layout), details=details)
+    recs = details["records_dbo"]
+    assert recs and all(parse_kernel_name(r.name)[2] == r.ubatch for r in recs)
+    details = {}
+    run_overlap(small(backend="virtual", schedule="ll", stream_layout=layout), details=details)
+    moved = {parse_kernel_name(r.name)[0] for r in details["records_dbo"] if parse_kernel_name(r.name)[2] != r.ubatch}
+    assert moved <= {"dispatch_recv", "combine_recv"}

@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from demos.distributed import (
+from demos.moe.distributed import (
     FAULT_ENV,
     DistributedError,
     Fault,
@@ -204,18 +204,19 @@ def test_a_hung_rank_is_caught_by_the_collective_timeout(monkeypatch):
 
 @pytest.mark.parametrize("kw,needle", [
     (dict(backend="virtual"), "virtual clock cannot time"),
-    (dict(experts=6, world_size=4), "multiple of --world-size"),
+    (dict(experts=6, world_size=4), "multiple of world_size"),
     (dict(comm_ratio=1.0), "drop them"),
     (dict(link="nvlink"), "drop them"),
-    (dict(tokens=3), "fewer than --world-size x --ubatches"),
-    (dict(world_size=0), "--world-size must be a positive integer"),
-    (dict(ep=4), "--ep is the number of ranks"),
-    (dict(dist_timeout=0), "--dist-timeout must be a positive number"),
+    (dict(tokens=3), "fewer than world_size x ubatches"),
+    (dict(world_size=0), "world_size must be a positive integer"),
+    (dict(ep=4), "ep is the number of ranks"),
+    (dict(dist_timeout=0), "dist_timeout must be a positive number"),
 ])
 def test_bad_distributed_options_are_config_errors(kw, needle):
     with pytest.raises(ConfigError, match=needle.replace("+", r"\+")) as info:
         run_overlap(small(**kw))
     assert "\n" not in str(info.value)
+    assert "--" not in str(info.value), "the library names config fields; only the command line names flags"
 
 
 def test_cuda_with_more_ranks_than_gpus_is_a_one_line_error(capsys):
@@ -243,7 +244,7 @@ def test_fault_spec_parses_and_rejects_nonsense():
 
 
 def test_symptoms_and_exit_codes_in_words():
-    from demos.comm import CollectiveError
+    from demos.moe.dist_comm import CollectiveError
 
     try:
         try:

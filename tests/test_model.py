@@ -1,4 +1,4 @@
-"""demos.model and demos.comm: the workspace patterns, standalone use, the transport interface."""
+"""demos.moe.model and demos.moe.comm: the workspace patterns, standalone use, the transport interface."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import torch
 
 import dbo
 import workspace
-from demos.comm import ModelledLinkTransport, Transport, wire_dtype_for
-from demos.model import ModelConfig, ToyMoE, kernel_name, parse_kernel_name
+from demos.moe.comm import ModelledLinkTransport, Transport, wire_dtype_for
+from demos.moe.model import ModelConfig, ToyMoE, kernel_name, parse_kernel_name
 
 CFG = ModelConfig(layers=2, tokens=16, hidden=32, experts=4, topk=2, shared_chunk=6)
 

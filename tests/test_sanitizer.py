@@ -350,8 +350,8 @@ def test_sanitizing_context_manager() -> None:
 
 def _demo_available() -> bool:
     try:
-        import demos.comm  # noqa: F401
-        import demos.model  # noqa: F401
+        import demos.moe.comm  # noqa: F401
+        import demos.moe.model  # noqa: F401
     except Exception:
         return False
     return True
@@ -360,8 +360,8 @@ def _demo_available() -> bool:
 @pytest.mark.skipif(not _demo_available(), reason="demos.model is not available")
 @pytest.mark.parametrize("schedule", ["ll", "ht"])
 def test_no_false_positives_on_the_demo_model(schedule) -> None:
-    from demos.comm import ModelledLinkTransport
-    from demos.model import ModelConfig, ToyMoE
+    from demos.moe.comm import ModelledLinkTransport
+    from demos.moe.model import ModelConfig, ToyMoE
 
     cfg = ModelConfig(layers=2, tokens=64, hidden=64, experts=4, topk=2, head_dim=16, shared_chunk=16)
 

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from dbo.timeline import Window, busy_fraction, engine_sums, merge_intervals, overlap_seconds, render_ascii
+from dbo.trace import KernelRecord
 from demos import scenarios
 from workspace import WorkspaceLockedError, sanitizer
 
@@ -111,3 +113,42 @@ def test_parked_failure() -> None:
     assert r["seconds"] < 5 and r["threads_left"] == []
     ref = r["reference"]
     assert ref["hung"] and ref["threads_left"] == [] and len(ref["lost"]) == 1
+
+
+# --- the overlap measure the late-event scenario reports (dbo.timeline) -------------------------------
+
+
+def _k(stream: str, kind: str, start: float, end: float, ubatch: int | None = 0) -> KernelRecord:
+    return KernelRecord(stream, f"{kind}{start}", kind, ubatch, start, end)
+
+
+def test_overlapping_comm_kernels_over_one_compute_kernel_count_once() -> None:
+    # compute [0, 10]; two comm kernels on two streams, [2, 6] and [4, 8], overlap each other on
+    # [4, 6]: comm ran during compute for [2, 8] = 6 s, not 4 + 4 = 8 s
+    recs = [_k("compute", "compute", 0, 10), _k("comm0", "comm", 2, 6), _k("comm1", "comm", 4, 8, 1)]
+    assert overlap_seconds(recs) == pytest.approx(6.0)
+    # and the same with the kinds swapped: two overlapping compute kernels over one comm kernel
+    swapped = [_k("comm", "comm", 0, 10), _k("compute0", "compute", 2, 6), _k("compute1", "compute", 4, 8, 1)]
+    assert overlap_seconds(swapped) == pytest.approx(6.0)
+
+
+def test_timeline_helpers_merge_and_measure() -> None:
+    assert merge_intervals([(5, 7), (0, 2), (1, 3), (4, 4), (3, 3.5)]) == [(0, 3.5), (5, 7)]
+    recs = [_k("compute", "compute", 0, 4), _k("comm", "comm", 3, 6), _k("comm", "comm", 8, 9)]
+    assert overlap_seconds(recs) == pytest.approx(1.0)
+    assert busy_fraction(recs, "comm", 0, 10) == pytest.approx(0.4)
+    assert busy_fraction(recs, "comm", 5, 5) == 0.0
+    assert engine_sums(recs) == {"compute": 4.0, "comm": 4.0}
+
+
+def test_ascii_timeline_owner_comes_from_the_record_not_the_name() -> None:
+    # the kernel names claim ubatch 0; the records say 1 and None: the records win
+    recs = [
+        KernelRecord("compute", "attn L0 u0", "compute", 1, 0.0, 1.0),
+        KernelRecord("comm", "dispatch L0 u0", "comm", None, 0.0, 1.0),
+    ]
+    lines = render_ascii(recs, Window(0.0, 1.0, 0.0), width=4, op_of=lambda r: r.name.split()[0], op_letters={"attn": "A"})
+    assert "  compute   1111" in lines and "  comm      ????" in lines
+    assert "  compute   AAAA" in lines and "  comm      ????" in lines
+    with pytest.raises(ValueError):
+        render_ascii(recs, Window(0.0, 1.0, 0.0), width=0)

@@ -18,8 +18,8 @@ the MoE output is added to the residual stream.
   (``_Slot``, one per ubatch id, as the reference keeps per-ubatch state in arrays indexed by
   ``dbo_current_ubatch_id()``).
 * ``schedule`` places the yields of one MoE layer as the reference does: "ll" (one stream, send
-  + recv hook, two yields per layer; REFERENCE.md 2.1) or "ht" (compute and comm streams, three
-  yields per layer; REFERENCE.md 2.2). Without DBO every ``dbo_*`` call is a no-op, so the same
+  + recv hook, two yields per layer, as DeepEP low-latency) or "ht" (compute and comm streams, three
+  yields per layer, as DeepEP high-throughput). Without DBO every ``dbo_*`` call is a no-op, so the same
   code is the reference run.
 
 Kernel names are ``"<op> L<layer> u<ubatch>"`` (``parse_kernel_name`` reads them back); the
@@ -28,9 +28,8 @@ demo's analysis relies on them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
-from typing import Any
 
 import torch
 
@@ -38,7 +37,21 @@ import dbo
 from dbo.costs import Work
 from workspace import current_workspace_manager
 
-from .comm import RoutePlan, Transport
+from .comm import Transport
+from .kernels import (
+    MIN_GEMM_ROWS,
+    _k_attn_context,
+    _k_attn_out,
+    _k_attn_qkv,
+    _k_attn_query,
+    _k_copy,
+    _k_experts,
+    _k_finalize,
+    _k_load_input,
+    _k_router,
+    _k_shared,
+)
+from .state import _Costs, _Layer, _Slot
 
 __all__ = [
     "ModelConfig",
@@ -53,10 +66,6 @@ __all__ = [
 
 SCHEDULES = ("ll", "ht")
 YIELDS_PER_LAYER = {"ll": 2, "ht": 3}
-MIN_GEMM_ROWS = 4
-"""Expert segments shorter than this are computed through a padded 4-row window: CPU GEMMs take
-a different code path (with different rounding) for 1-3 rows, which would make a row's result
-depend on how many rows its expert got, i.e. on the ubatch split."""
 
 OP_LETTERS = {
     "load_input": "i",
@@ -101,7 +110,7 @@ class ModelConfig:
     ``ep`` is the expert-parallel group size the *cost model* assumes: each rank holds
     ``ceil(experts / ep)`` experts, so the experts kernel reads that many experts' weights (over the
     modelled link the math still runs every expert, since one process plays every expert's owner;
-    with ``demos.comm.DistributedTransport`` each rank computes only its own experts' rows).
+    with ``demos.moe.dist_comm.DistributedTransport`` each rank computes only its own experts' rows).
     ``device="meta"`` skips all math (shapes only; virtual backend).
     """
 
@@ -165,231 +174,7 @@ def _itemsize(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype, device="meta").element_size()
 
 
-# --- kernels -------------------------------------------------------------------------------------
 # Each writes only into tensors it is given; small per-row temporaries come from the workspace too.
-
-
-def _k_load_input(src: torch.Tensor, dst: torch.Tensor) -> None:
-    dst.copy_(src)
-
-
-def _rmsnorm(x: torch.Tensor, nrm: torch.Tensor, out: torch.Tensor) -> None:
-    torch.linalg.vector_norm(x, 2, dim=-1, keepdim=True, out=nrm)
-    nrm.mul_(x.shape[-1] ** -0.5).add_(1e-6)
-    torch.div(x, nrm, out=out)
-
-
-def _k_attn_qkv(h, nrm, xn, w_qkv, qkv, q_scale: float) -> None:
-    _rmsnorm(h, nrm, xn)
-    torch.mm(xn, w_qkv, out=qkv)
-    qkv[:, : w_qkv.shape[0]].mul_(q_scale)
-
-
-def _k_attn_context(q, k_ctx, v_ctx, scores, out, lse, l, acc_o, acc_lse) -> None:
-    """Attention of each token over the shared cached context into scratch (out, lse), then
-    consumed into the persistent accumulator (the scratch is free after this kernel)."""
-    torch.bmm(q, k_ctx, out=scores)
-    torch.amax(scores, dim=-1, keepdim=True, out=lse)
-    scores.sub_(lse).exp_()
-    torch.sum(scores, dim=-1, keepdim=True, out=l)
-    torch.bmm(scores, v_ctx, out=out)
-    out.div_(l)
-    lse.add_(l.log_())
-    acc_o.copy_(out)
-    acc_lse.copy_(lse)
-
-
-def _k_attn_query(q, k, v, out, lse, m, w, acc_o, acc_lse) -> None:
-    """Attention of each token to itself into scratch (out, lse), merged into the accumulator
-    by log-sum-exp weights."""
-    torch.mul(q, k, out=out)
-    torch.sum(out, dim=-1, keepdim=True, out=lse)
-    out.copy_(v)
-    torch.maximum(acc_lse, lse, out=m)
-    torch.sub(acc_lse, m, out=w).exp_()
-    lse.sub_(m).exp_()
-    acc_o.mul_(w).add_(out.mul_(lse))
-    w.add_(lse)
-    acc_o.div_(w)
-
-
-def _k_attn_out(acc_o, o_flat, w_o, h) -> None:
-    nh, t, d = acc_o.shape
-    o_flat.view(t, nh, d).copy_(acc_o.transpose(0, 1))
-    h.addmm_(o_flat, w_o)
-
-
-def _k_router(h, nrm, moe_in, moe_wire, w_gate, logits, topk_w, topk_ids, wtmp, sorted_ids, src_slot, src_token, row_of, w_sorted, offsets, arange_rows, edges) -> None:
-    _rmsnorm(h, nrm, moe_in)
-    moe_wire.copy_(moe_in)  # "quant": the dispatch payload in the wire dtype
-    torch.mm(moe_in, w_gate, out=logits)
-    torch.topk(logits, topk_w.shape[1], dim=-1, out=(topk_w, topk_ids))
-    torch.amax(topk_w, dim=-1, keepdim=True, out=wtmp)
-    topk_w.sub_(wtmp).exp_()
-    torch.sum(topk_w, dim=-1, keepdim=True, out=wtmp)
-    topk_w.div_(wtmp)
-    torch.sort(topk_ids.view(-1), stable=True, out=(sorted_ids, src_slot))
-    torch.div(src_slot, topk_w.shape[1], rounding_mode="floor", out=src_token)
-    row_of.scatter_(0, src_slot, arange_rows)
-    torch.index_select(topk_w.view(-1), 0, src_slot, out=w_sorted)
-    torch.searchsorted(sorted_ids, edges, out=offsets)
-
-
-def _mm_rows(x: torch.Tensor, a: int, b: int, w: torch.Tensor, out: torch.Tensor, pad: torch.Tensor) -> None:
-    """out[a:b] = x[a:b] @ w, through a MIN_GEMM_ROWS-row window when b - a is smaller."""
-    m = b - a
-    total = x.shape[0]
-    if m >= MIN_GEMM_ROWS or total < MIN_GEMM_ROWS:
-        torch.mm(x[a:b], w, out=out[a:b])
-        return
-    s = min(a, total - MIN_GEMM_ROWS)
-    p = pad[: MIN_GEMM_ROWS * w.shape[1]].view(MIN_GEMM_ROWS, w.shape[1])
-    torch.mm(x[s : s + MIN_GEMM_ROWS], w, out=p)
-    out[a:b].copy_(p[a - s : a - s + m])
-
-
-def _k_experts(x, offsets, w1, w2, ws13, ws2, fused_out, pad, wire_in, w_sorted, first=0, num_experts=None) -> None:
-    """The routed experts over expert-sorted rows: gate_up into workspace13, SiLU-and-mul into
-    workspace2, down into fused_out (which reuses workspace13's memory: it is dead by then).
-    Segment j of ``offsets`` belongs to expert ``first + j % num_experts`` (``demos.comm.ExpertBatch``;
-    by default one segment per expert); only the first ``offsets[-1]`` rows are present.
-    ``wire_in``: dequantize it into ``x`` first (high-throughput path). ``w_sorted``: apply the
-    router weights to the outputs (the high-throughput "weight and reduce" before the combine)."""
-    bounds = offsets.tolist()
-    n = bounds[-1]
-    if num_experts is None:
-        num_experts = len(bounds) - 1
-    if wire_in is not None:
-        x[:n].copy_(wire_in[:n])
-    f = ws2.shape[1]
-    for j in range(len(bounds) - 1):
-        a, b = bounds[j], bounds[j + 1]
-        if a < b:
-            _mm_rows(x, a, b, w1[first + j % num_experts], ws13, pad)
-    gate, up = ws13[:n, :f], ws13[:n, f:]
-    torch.sigmoid(gate, out=ws2[:n])
-    ws2[:n].mul_(gate).mul_(up)
-    for j in range(len(bounds) - 1):
-        a, b = bounds[j], bounds[j + 1]
-        if a < b:
-            _mm_rows(ws2, a, b, w2[first + j % num_experts], fused_out, pad)
-    if w_sorted is not None:
-        fused_out[:n].mul_(w_sorted[:n].unsqueeze(1))
-
-
-def _k_shared(x, w1, w2, hbuf, abuf, out) -> None:
-    torch.mm(x, w1, out=hbuf)
-    f = abuf.shape[1]
-    gate, up = hbuf[:, :f], hbuf[:, f:]
-    torch.sigmoid(gate, out=abuf)
-    abuf.mul_(gate).mul_(up)
-    torch.mm(abuf, w2, out=out)
-
-
-def _k_copy(src: torch.Tensor, dst: torch.Tensor) -> None:
-    dst.copy_(src)
-
-
-def _k_finalize(h, routed, shared) -> None:
-    h.add_(routed).add_(shared)
-
-
-# --- per-ubatch persistent state ----------------------------------------------------------------
-
-
-class _Slot:
-    """Buffers one ubatch keeps across its yields and workspace calls (capacity: all tokens)."""
-
-    def __init__(self, cfg: ModelConfig, wire: torch.dtype, device: Any):
-        T, H, K, E = cfg.tokens, cfg.hidden, cfg.topk, cfg.experts
-        dt, i64 = cfg.dtype, torch.int64
-
-        def buf(n: int, dtype: torch.dtype = dt) -> torch.Tensor:
-            return torch.empty((n,), dtype=dtype, device=device)
-
-        self.cfg = cfg
-        self.qkv = buf(T * 3 * H)
-        self.acc_o = buf(T * H)
-        self.acc_lse = buf(T * cfg.heads)
-        self.moe_in = buf(T * H)
-        self.moe_wire = buf(T * H, wire)
-        self.topk_w = buf(T * K)
-        self.topk_ids = buf(T * K, i64)
-        self.src_slot = buf(T * K, i64)
-        self.src_token = buf(T * K, i64)
-        self.row_of = buf(T * K, i64)
-        self.w_sorted = buf(T * K)
-        self.offsets = buf(E + 1, i64)
-        self.shared_out = buf(T * H)
-        self.moe_out = buf(T * H)
-        self._views: dict[int, SimpleNamespace] = {}
-
-    def views(self, t: int) -> SimpleNamespace:
-        """Views of the buffers for a ubatch of ``t`` tokens (cached: built once per size)."""
-        v = self._views.get(t)
-        if v is not None:
-            return v
-        c = self.cfg
-        H, K, nh = c.hidden, c.topk, c.heads
-        d = H // nh
-        qkv = self.qkv[: t * 3 * H].view(t, 3 * H)
-        v = SimpleNamespace(
-            t=t,
-            qkv=qkv,
-            q=qkv[:, :H].view(t, nh, d).transpose(0, 1),
-            k=qkv[:, H : 2 * H].view(t, nh, d).transpose(0, 1),
-            v=qkv[:, 2 * H :].view(t, nh, d).transpose(0, 1),
-            acc_o=self.acc_o[: t * H].view(nh, t, d),
-            acc_lse=self.acc_lse[: t * nh].view(nh, t, 1),
-            moe_in=self.moe_in[: t * H].view(t, H),
-            moe_wire=self.moe_wire[: t * H].view(t, H),
-            shared_out=self.shared_out[: t * H].view(t, H),
-            moe_out=self.moe_out[: t * H].view(t, H),
-            topk_ids=self.topk_ids[: t * K].view(t, K),
-            src_slot=self.src_slot[: t * K],
-            plan=RoutePlan(
-                num_tokens=t,
-                topk=K,
-                src_token=self.src_token[: t * K],
-                row_of=self.row_of[: t * K],
-                weights=self.topk_w[: t * K].view(t, K),
-                weights_sorted=self.w_sorted[: t * K],
-                offsets=self.offsets,
-            ),
-        )
-        self._views[t] = v
-        return v
-
-
-@dataclass
-class _Layer:
-    w_qkv: torch.Tensor
-    w_o: torch.Tensor
-    k_ctx: torch.Tensor
-    v_ctx: torch.Tensor
-    w_gate: torch.Tensor
-    w1: torch.Tensor
-    w2: torch.Tensor
-    ws1: torch.Tensor
-    ws2: torch.Tensor
-
-
-@dataclass
-class _Costs:
-    """Modelled Work of each kernel for a ubatch of ``t`` tokens (used by the virtual backend)."""
-
-    load_input: Work
-    qkv: Work
-    context: Work
-    query: Work
-    out: Work
-    router: Work
-    experts: Work
-    dispatch_recv: Work
-    combine_recv: Work
-    finalize: Work
-    copy: Work
-    shared: dict[int, Work] = field(default_factory=dict)
 
 
 class ToyMoE:
@@ -397,7 +182,7 @@ class ToyMoE:
     ``UBatchOrchestrator.run`` with one token range per ubatch); ``hidden`` holds the result.
 
     ``num_slots``: ubatch ids that may run (the workspace manager must have as many slots).
-    ``transport``: the all-to-all (``demos.comm.Transport``); ``schedule``: "ll" or "ht".
+    ``transport``: the all-to-all (``demos.moe.comm.Transport``); ``schedule``: "ll" or "ht".
     """
 
     def __init__(self, config: ModelConfig, transport: Transport, *, num_slots: int, schedule: str = "ll"):
@@ -582,7 +367,7 @@ class ToyMoE:
             )
 
     def _moe_ll(self, i: int, L: _Layer, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: _Costs) -> None:
-        """Low-latency style (REFERENCE.md 2.1): one stream, send + parked recv hook, 2 yields."""
+        """Low-latency style: one stream, send + parked recv hook, 2 yields."""
         tr, p = self.transport, st.plan
         eb = tr.expert_batch(p, slot=ub)
         dbo.dbo_maybe_run_recv_hook()  # start of MoE prepare: the sibling's combine receive
@@ -606,7 +391,7 @@ class ToyMoE:
         dbo.launch(_k_finalize, h, st.moe_out, st.shared_out, name=kernel_name("finalize", i, ub), cost=cost.finalize)
 
     def _moe_ht(self, i: int, L: _Layer, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: _Costs) -> None:
-        """High-throughput style (REFERENCE.md 2.2): compute and comm streams, 3 yields."""
+        """High-throughput style: compute and comm streams, 3 yields."""
         tr, p = self.transport, st.plan
         eb = tr.expert_batch(p, slot=ub)
         mw = self._moe_workspace(st)

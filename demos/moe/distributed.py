@@ -36,12 +36,21 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 
-from dbo.split import split_tokens
+from .faults import FAULT_ENV, Fault, InjectedFault, _fault_for, is_symptom
+from .ranks import (
+    DEFAULT_TIMEOUT,
+    RankInfo,
+    _device_for,
+    _init_process_group,
+    choose_backend,
+    in_torchrun,
+    run_from_env,
+    shard_range,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -58,12 +67,6 @@ __all__ = [
     "is_symptom",
     "describe_exit",
 ]
-
-DEFAULT_TIMEOUT = 60.0
-"""Seconds a collective (and the rendezvous) may wait for the other ranks."""
-
-FAULT_ENV = "DBO_DIST_FAULT"
-"""Environment variable holding a fault to inject (``Fault.parse``); inherited by spawned ranks."""
 
 _TERM_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when stopping ranks
 
@@ -90,242 +93,6 @@ class DistributedError(RuntimeError):
         self.exitcodes = list(exitcodes)
         self.pids = list(pids)
         self.error_type = error_type
-
-
-class InjectedFault(RuntimeError):
-    """The exception a ``Fault`` of kind "raise" raises."""
-
-
-def is_symptom(exc: BaseException) -> bool:
-    """True if ``exc`` (or anything in its cause chain) is a failed collective: the sign that some
-    *other* rank failed or hangs, rather than a first error."""
-    from .comm import CollectiveError
-
-    try:
-        import torch.distributed as dist
-
-        dist_errors: tuple = (dist.DistError,)
-    except (ImportError, AttributeError):  # pragma: no cover - torch without distributed
-        dist_errors = ()
-    seen = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, CollectiveError) or (dist_errors and isinstance(e, dist_errors)):
-            return True
-        e = e.__cause__ or e.__context__
-    return False
-
-
-# --- fault injection (a test seam) ---------------------------------------------------------------
-
-_FAULT_POINTS = ("init", "step", "collective")
-_FAULT_KINDS = ("raise", "exit", "kill", "hang")
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A fault to inject on one rank: at ``at`` ("init": before the rendezvous; "step": in a
-    ubatch thread at the start of the n-th DBO step's forward; "collective": before the n-th
-    collective the transport issues), of kind ``kind`` ("raise": raise InjectedFault; "exit":
-    ``os._exit(3)`` without a word; "kill": SIGKILL itself; "hang": sleep until killed)."""
-
-    rank: int
-    at: str = "collective"
-    kind: str = "raise"
-    n: int = 1
-
-    def __post_init__(self) -> None:
-        if self.at not in _FAULT_POINTS:
-            raise ValueError(f"fault point must be one of {_FAULT_POINTS}, got {self.at!r}")
-        if self.kind not in _FAULT_KINDS:
-            raise ValueError(f"fault kind must be one of {_FAULT_KINDS}, got {self.kind!r}")
-        if self.rank < 0 or self.n < 1:
-            raise ValueError(f"bad fault {self!r}")
-
-    @classmethod
-    def parse(cls, text: str) -> "Fault":
-        """``"rank=1,at=collective,n=5,kind=raise"`` (rank required; the rest as the defaults)."""
-        fields: dict[str, Any] = {}
-        for part in text.split(","):
-            if not part.strip():
-                continue
-            key, _, value = part.partition("=")
-            key, value = key.strip(), value.strip()
-            if key in ("rank", "n"):
-                fields[key] = int(value)
-            elif key in ("at", "kind"):
-                fields[key] = value
-            else:
-                raise ValueError(f"{FAULT_ENV}: unknown field {key!r} in {text!r}")
-        if "rank" not in fields:
-            raise ValueError(f"{FAULT_ENV}: a fault needs rank=R, got {text!r}")
-        return cls(**fields)
-
-    def __str__(self) -> str:
-        return f"rank={self.rank},at={self.at},n={self.n},kind={self.kind}"
-
-    def trigger(self, where: str) -> None:
-        """Do the fault now (``where`` says where, for the message)."""
-        msg = f"injected fault on rank {self.rank}: {self.kind} at {where}"
-        if self.kind == "raise":
-            raise InjectedFault(msg)
-        sys.stderr.write(msg + "\n")
-        sys.stderr.flush()
-        if self.kind == "exit":
-            os._exit(3)
-        if self.kind == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        while True:  # hang: until someone kills this process
-            time.sleep(3600)
-
-
-def _fault_for(rank: int) -> Fault | None:
-    text = os.environ.get(FAULT_ENV, "").strip()
-    if not text:
-        return None
-    f = Fault.parse(text)
-    return f if f.rank == rank else None
-
-
-# --- ranks -------------------------------------------------------------------------------------------
-
-
-def shard_range(num_items: int, world_size: int, rank: int) -> range:
-    """Rank ``rank``'s contiguous share of ``num_items`` rows (the last rank takes the remainder),
-    so that concatenating the shards in rank order gives the whole batch."""
-    return split_tokens(num_items, world_size)[rank]
-
-
-def choose_backend(use_cuda: bool) -> str:
-    """The torch.distributed backend: nccl when the ranks run on GPUs, else gloo."""
-    return "nccl" if use_cuda else "gloo"
-
-
-def in_torchrun() -> bool:
-    """True when this process was started by torchrun (or another env:// launcher)."""
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
-
-
-@dataclass
-class RankInfo:
-    """What a rank knows about the run: who it is, its backend and device, its process groups."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    backend: str
-    device: torch.device
-    timeout: float
-    launcher: str
-    fault: Fault | None = None
-    _groups: list = field(default_factory=list, repr=False)
-    _collectives: int = 0
-    _steps: int = 0
-
-    def ubatch_groups(self, n: int) -> list:
-        """``n`` process groups, group u for ubatch u. Every rank must call this with the same
-        ``n`` at the same point: ``new_group`` is collective and pairs groups by creation order."""
-        import torch.distributed as dist
-
-        from .comm import CollectiveError
-
-        while len(self._groups) < n:
-            try:
-                self._groups.append(
-                    dist.new_group(backend=self.backend, timeout=datetime.timedelta(seconds=self.timeout))
-                )
-            except Exception as e:
-                raise CollectiveError(f"rank {self.rank}: creating the process group of ubatch {len(self._groups)} failed: {e}") from e
-        return self._groups[:n]
-
-    def shard(self, num_items: int) -> range:
-        """This rank's rows of a batch of ``num_items`` (``shard_range``)."""
-        return shard_range(num_items, self.world_size, self.rank)
-
-    def barrier(self) -> None:
-        """All ranks meet here (default group)."""
-        import torch.distributed as dist
-
-        from .comm import CollectiveError
-
-        try:
-            if self.backend == "nccl":
-                dist.barrier(device_ids=[self.device.index])
-            else:
-                dist.barrier()
-        except Exception as e:
-            raise CollectiveError(f"rank {self.rank}: barrier failed: {e}") from e
-
-    def gather_object(self, obj: Any) -> list | None:
-        """Every rank's ``obj`` (picklable; tensors on the CPU) on rank 0, in rank order; None elsewhere."""
-        import torch.distributed as dist
-
-        from .comm import CollectiveError
-
-        out = [None] * self.world_size if self.rank == 0 else None
-        try:
-            dist.gather_object(obj, out, dst=0)
-        except Exception as e:
-            raise CollectiveError(f"rank {self.rank}: gathering the results on rank 0 failed: {e}") from e
-        return out
-
-    # -- fault seams --------------------------------------------------------------------------------
-    def on_collective(self, op: str, n: int) -> None:
-        """Called by the transport before its n-th collective."""
-        f = self.fault
-        if f is not None and f.at == "collective" and n == f.n:
-            f.trigger(f"collective #{n} ({op})")
-
-    def on_step(self) -> None:
-        """Called at the start of a DBO step's forward in a ubatch thread (once per step)."""
-        self._steps += 1
-        f = self.fault
-        if f is not None and f.at == "step" and self._steps == f.n:
-            f.trigger(f"DBO step #{self._steps}")
-
-
-def _init_process_group(backend: str, rank: int, world_size: int, timeout: float, **kw: Any) -> None:
-    import torch.distributed as dist
-
-    from .comm import CollectiveError
-
-    try:
-        dist.init_process_group(
-            backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout), **kw
-        )
-    except Exception as e:
-        raise CollectiveError(f"rank {rank}: joining the process group failed: {type(e).__name__}: {e}") from e
-
-
-def _device_for(backend: str, local_rank: int) -> torch.device:
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
-
-
-def run_from_env(fn: Callable[..., Any], args: Sequence[Any] = (), *, backend: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> Any:
-    """Run ``fn(RankInfo, *args)`` as the rank torchrun made this process (env:// rendezvous);
-    returns its result. ``backend`` None: nccl if this rank has a GPU, else gloo."""
-    import torch.distributed as dist
-
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if backend is None:
-        backend = choose_backend(torch.cuda.is_available() and local_rank < torch.cuda.device_count())
-    fault = _fault_for(rank)
-    if fault is not None and fault.at == "init":
-        fault.trigger("init")
-    device = _device_for(backend, local_rank)
-    _init_process_group(backend, rank, world, timeout, init_method="env://")
-    try:
-        info = RankInfo(rank, world, local_rank, backend, device, timeout, "env", fault)
-        return fn(info, *args)
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
 # --- one host: spawn the ranks and watch them --------------------------------------------------------

@@ -1,0 +1,284 @@
+"""What one overlap run takes (``OverlapConfig``), its checks, and the automatic choices (``resolve``).
+
+A bad value raises ``ConfigError``: one line that names the config fields involved. ``str(e)``
+spells them as the fields (``topk``); ``e.render(name_of)`` spells each through ``name_of``, which
+is how the command line names its flags (``--topk``) without this module knowing about flags.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+import dbo
+from dbo.costs import get_link, get_profile
+
+from .model import SCHEDULES, ModelConfig
+
+__all__ = [
+    "BACKEND_CHOICES",
+    "DTYPE_CHOICES",
+    "LAUNCHERS",
+    "TOLERANCE",
+    "ConfigError",
+    "OverlapConfig",
+    "Resolved",
+    "resolve",
+    "model_config",
+]
+
+BACKEND_CHOICES = ("auto", "threads", "virtual", "cuda")
+DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16", "float64")
+LAUNCHERS = ("spawn", "env")
+TOLERANCE = {"float32": 1e-5, "float64": 1e-12, "bfloat16": 1e-2, "float16": 1e-3}
+"""Largest allowed max|DBO - no DBO| relative to max|no DBO| per dtype (the report prints it)."""
+META_AUTO_BYTES = 1 << 30  # virtual: weights above 1 GiB -> meta tensors (math skipped)
+REAL_LIMIT_BYTES = 4 << 30  # other backends: refuse weights above 4 GiB
+
+_MARK = "\ue000"
+_FIELD = re.compile(_MARK + r"(\w+)" + _MARK)
+
+
+def _f(name: str) -> str:
+    """A config field's name inside a ConfigError message (rendered by ``ConfigError.render``)."""
+    return f"{_MARK}{name}{_MARK}"
+
+
+class ConfigError(ValueError):
+    """A bad option; its message is one line saying which field and why."""
+
+    def __init__(self, template: str):
+        self.template = template
+        self.fields = tuple(dict.fromkeys(_FIELD.findall(template)))
+        super().__init__(self.render(lambda name: name))
+
+    def render(self, name_of: Callable[[str], str]) -> str:
+        """The message with every field named by ``name_of(field)``."""
+        return _FIELD.sub(lambda m: name_of(m.group(1)), self.template)
+
+
+@dataclass
+class OverlapConfig:
+    """Everything one overlap run takes (``python -m demos.overlap --help`` explains each)."""
+
+    backend: str = "auto"
+    schedule: str = "ht"
+    layers: int = 8
+    tokens: int = 512
+    hidden: int = 384
+    experts: int = 8
+    topk: int = 2
+    ubatches: int = 2
+    expert_ffn: int | None = None
+    shared_ffn: int | None = None
+    context: int | None = None
+    shared_chunk: int = 256
+    ep: int | None = None
+    comm_ratio: float | None = None
+    link: str | None = None
+    profile: str | None = None
+    meta: bool | None = None
+    dtype: str = "auto"
+    steps: int = 5
+    warmup: int = 1
+    seed: int = 0
+    torch_threads: int | None = None
+    stream_layout: str = "per-ubatch"
+    timeline_width: int = 72
+    json_path: str | None = None
+    trace_path: str | None = None
+    plot_path: str | None = None
+    world_size: int = 1
+    dist_timeout: float = 60.0
+    launcher: str = "spawn"
+    """How ranks start when ``world_size`` > 1: "spawn" (this process launches them on this host)
+    or "env" (this process is one rank started by torchrun; env:// rendezvous)."""
+
+
+@dataclass
+class Resolved:
+    """The automatic choices of an ``OverlapConfig``, filled in and checked."""
+
+    backend: str
+    profile: str
+    link: str
+    comm_ratio: float | None
+    meta: bool
+    dtype: torch.dtype
+    ep: int
+    model: ModelConfig
+    torch_threads: int | None = None
+    notes: list[str] = field(default_factory=list)
+    world_size: int = 1
+    dist_backend: str | None = None  # "gloo" / "nccl" when distributed
+
+    @property
+    def distributed(self) -> bool:
+        return self.dist_backend is not None
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).replace("torch.", "")
+
+
+def model_config(cfg: OverlapConfig, *, ep: int, dtype: torch.dtype, device: str) -> ModelConfig:
+    """The toy model's shapes for ``cfg`` (the one place an OverlapConfig becomes a ModelConfig)."""
+    return ModelConfig(
+        layers=cfg.layers, tokens=cfg.tokens, hidden=cfg.hidden, experts=cfg.experts, topk=cfg.topk,
+        expert_ffn=cfg.expert_ffn, shared_ffn=cfg.shared_ffn, context=cfg.context, shared_chunk=cfg.shared_chunk,
+        ep=ep, dtype=dtype, device=device, seed=cfg.seed,
+    )
+
+
+def _positive_int(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(f"{_f(name)} must be a positive integer, got {v!r}")
+    return v
+
+
+def _positive_number(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+
+
+def _check_fields(cfg: OverlapConfig) -> None:
+    """The checks of single fields and simple relations between them."""
+    if cfg.backend not in BACKEND_CHOICES:
+        raise ConfigError(f"unknown backend {cfg.backend!r}; choose one of {', '.join(BACKEND_CHOICES)}")
+    if cfg.schedule not in SCHEDULES:
+        raise ConfigError(f"unknown schedule {cfg.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    for name in ("layers", "tokens", "hidden", "experts", "topk", "ubatches", "steps", "shared_chunk", "timeline_width"):
+        _positive_int(name, getattr(cfg, name))
+    for name in ("expert_ffn", "shared_ffn", "context", "ep", "torch_threads"):
+        if getattr(cfg, name) is not None:
+            _positive_int(name, getattr(cfg, name))
+    _positive_int("warmup", cfg.warmup)
+    if cfg.topk > cfg.experts:
+        raise ConfigError(f"{_f('topk')} ({cfg.topk}) must not exceed {_f('experts')} ({cfg.experts})")
+    if cfg.tokens < cfg.ubatches:
+        raise ConfigError(
+            f"{_f('tokens')} ({cfg.tokens}) is fewer than {_f('ubatches')} ({cfg.ubatches}): "
+            "every ubatch needs at least one token"
+        )
+    if cfg.comm_ratio is not None and not _positive_number(cfg.comm_ratio):
+        raise ConfigError(f"{_f('comm_ratio')} must be a positive number, got {cfg.comm_ratio!r}")
+    if cfg.stream_layout not in dbo.STREAM_LAYOUTS:
+        raise ConfigError(f"unknown stream layout {cfg.stream_layout!r}; choose one of {', '.join(dbo.STREAM_LAYOUTS)}")
+    for kind, name, getter in (("profile", cfg.profile, get_profile), ("link", cfg.link, get_link)):
+        if name is not None:
+            try:
+                getter(name)
+            except (ValueError, TypeError) as e:
+                raise ConfigError(f"{_f(kind)}: {e}") from None
+    _positive_int("world_size", cfg.world_size)
+    if cfg.launcher not in LAUNCHERS:
+        raise ConfigError(f"unknown launcher {cfg.launcher!r}; choose one of {', '.join(LAUNCHERS)}")
+    if not _positive_number(cfg.dist_timeout):
+        raise ConfigError(f"{_f('dist_timeout')} must be a positive number of seconds, got {cfg.dist_timeout!r}")
+    if cfg.dtype not in DTYPE_CHOICES:
+        raise ConfigError(f"unknown dtype {cfg.dtype!r}; choose auto, float32, bfloat16, float16 or float64")
+
+
+def _check_distributed(cfg: OverlapConfig) -> None:
+    """The options a run on several ranks (``world_size`` > 1) cannot take."""
+    ws, w = cfg.world_size, _f("world_size")
+    if cfg.backend == "virtual":
+        raise ConfigError(
+            f"{w} {ws} runs real ranks with real transfers, which the virtual clock cannot time; "
+            f"use {_f('backend')} threads (gloo) or cuda (nccl)"
+        )
+    if cfg.meta:
+        raise ConfigError(f"{_f('meta')} skips the math; real ranks exchange real tokens: drop {_f('meta')} with {w}")
+    if cfg.comm_ratio is not None or cfg.link is not None:
+        raise ConfigError(
+            f"{_f('comm_ratio')} and {_f('link')} shape the modelled link; with {w} > 1 the transfers are real "
+            "(torch.distributed all-to-all), so drop them"
+        )
+    if cfg.experts % ws:
+        raise ConfigError(
+            f"{_f('experts')} ({cfg.experts}) must be a multiple of {w} ({ws}): each rank owns experts/{ws}"
+        )
+    if cfg.ep is not None and cfg.ep != ws:
+        raise ConfigError(f"{_f('ep')} is the number of ranks with {w}; got {_f('ep')} {cfg.ep} with {w} {ws}")
+    if cfg.tokens < ws * cfg.ubatches:
+        raise ConfigError(
+            f"{_f('tokens')} ({cfg.tokens}) is fewer than {w} x {_f('ubatches')} ({ws} x {cfg.ubatches}): "
+            "every ubatch of every rank needs at least one token"
+        )
+
+
+def _choose_backend(cfg: OverlapConfig, distributed: bool) -> str:
+    backend, ws = cfg.backend, cfg.world_size
+    if distributed:
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        enough = gpus >= 1 if cfg.launcher == "env" else gpus >= ws
+        if backend == "auto":
+            backend = "cuda" if enough else "threads"
+        elif backend == "cuda" and not enough:
+            raise ConfigError(
+                f"{_f('backend')} cuda with {_f('world_size')} {ws} needs one GPU per rank ({ws}), found {gpus}; "
+                f"use {_f('backend')} threads (gloo)"
+            )
+    if backend == "auto":
+        backend = "cuda" if torch.cuda.is_available() else "threads"
+    elif backend == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            f"{_f('backend')} cuda needs a CUDA GPU, and torch.cuda.is_available() is False here; use threads or virtual"
+        )
+    return backend
+
+
+def resolve(cfg: OverlapConfig) -> Resolved:
+    """Check ``cfg`` and fill in the automatic choices; ConfigError (one line) on a bad option."""
+    _check_fields(cfg)
+    ws = cfg.world_size
+    distributed = ws > 1 or cfg.launcher == "env"
+    if distributed:
+        _check_distributed(cfg)
+    backend = _choose_backend(cfg, distributed)
+    ep = cfg.ep if cfg.ep is not None else (ws if distributed else max(1, cfg.experts // 8))
+    probe = model_config(cfg, ep=ep, dtype=torch.float32 if cfg.dtype == "auto" else getattr(torch, cfg.dtype), device="cpu")
+    try:
+        probe.validate()
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    notes = []
+    big = probe.weight_bytes()
+    if cfg.meta and backend != "virtual":
+        raise ConfigError(
+            f"{_f('meta')} skips the math, which only the virtual backend can time; add {_f('backend')} virtual"
+        )
+    if cfg.meta is None:
+        meta = backend == "virtual" and big > META_AUTO_BYTES
+        if meta:
+            notes.append(f"the weights would take {big / 2**30:.0f} GiB in float32: meta tensors, math skipped")
+    else:
+        meta = bool(cfg.meta)
+    if not meta and big > REAL_LIMIT_BYTES:
+        raise ConfigError(
+            f"this model needs {big / 2**30:.1f} GiB of weights; simulate it with {_f('backend')} virtual (meta tensors)"
+        )
+    dtype = (torch.bfloat16 if meta else torch.float32) if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
+    comm_ratio = cfg.comm_ratio if cfg.comm_ratio is not None else (None if cfg.link is not None else 1.0)
+    device = "meta" if meta else ("cuda" if backend == "cuda" else "cpu")
+    model = model_config(cfg, ep=ep, dtype=dtype, device=device).resolved()
+    threads = cfg.torch_threads if cfg.torch_threads is not None else (1 if backend in ("threads", "virtual") else None)
+    if distributed:
+        comm_ratio = None  # the link is real: nothing to calibrate
+    return Resolved(
+        backend=backend,
+        profile=cfg.profile or ("h200" if backend == "cuda" else "cpu"),
+        link=cfg.link or "nvlink",
+        comm_ratio=comm_ratio,
+        meta=meta,
+        dtype=dtype,
+        ep=ep,
+        model=model,
+        torch_threads=threads,
+        notes=notes,
+        world_size=ws,
+        dist_backend=("nccl" if backend == "cuda" else "gloo") if distributed else None,
+    )

@@ -1,0 +1,65 @@
+"""The timeline of one DBO layer as a picture (matplotlib, imported only when drawing)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from dbo.timeline import Window, stream_sort_key
+from dbo.trace import KernelRecord
+
+from .model import OP_LETTERS
+from .runner import kernel_op
+
+__all__ = ["plot_timeline"]
+
+
+def plot_timeline(records: Sequence[KernelRecord], window: Window, path: str, title: str) -> str | None:
+    """Draw the window as a picture (one lane per stream, one colour per ubatch) into ``path``.
+
+    Returns None on success, or a one-line message when matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return (
+            "--plot: matplotlib is not installed, so no picture was drawn "
+            "(install it with: pip install 'dbo-sim[plot]'); everything else ran normally"
+        )
+    t0, t1 = window.start, window.end
+    by_stream: dict[str, list[KernelRecord]] = {}
+    for r in records:
+        if r.end > t0 and r.start < t1:
+            by_stream.setdefault(r.stream, []).append(r)
+    names = sorted(by_stream, key=stream_sort_key)
+    colours = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0", "C1", "C2", "C3"])
+    fig, ax = plt.subplots(figsize=(12, 0.6 * len(names) + 1.5))
+    scale = 1e3
+    for lane, name in enumerate(reversed(names)):
+        for r in by_stream[name]:
+            s, e = max(r.start, t0), min(r.end, t1)
+            ub = r.ubatch or 0  # no ubatch: drawn in ubatch 0's colour
+            ax.broken_barh(
+                [((s - window.step_start) * scale, (e - s) * scale)],
+                (lane - 0.4, 0.8),
+                facecolors=colours[ub % len(colours)],
+                edgecolor="black",
+                linewidth=0.3,
+                alpha=0.9 if r.kind == "compute" else 0.55,
+            )
+            op = kernel_op(r)
+            if op is not None and (e - s) > (t1 - t0) / 60:
+                ax.text(((s + e) / 2 - window.step_start) * scale, lane, OP_LETTERS.get(op, "?"), ha="center", va="center", fontsize=7)
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels(list(reversed(names)))
+    ax.set_xlabel("time since the step started (ms)")
+    ax.set_title(title)
+    ubatches = sorted({r.ubatch or 0 for recs in by_stream.values() for r in recs})
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[u % len(colours)]) for u in ubatches]
+    ax.legend(handles, [f"ubatch {u}" for u in ubatches], loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None

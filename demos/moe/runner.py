@@ -1,0 +1,217 @@
+"""One process's part of an overlap run: the model, its transport, the workspace, two orchestrators.
+
+``Runner.step`` times one step with or without DBO; ``Runner.calibrate`` rescales the modelled link;
+``measure`` does the whole sequence (warm up, lock, calibrate, timed steps) and returns a
+``Measurement``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+import dbo
+import workspace
+from dbo.timeline import engine_sums, fmt_seconds, overlap_seconds
+from dbo.trace import KernelRecord, Tracer
+
+from .comm import TRANSFER_OPS, ModelledLinkTransport
+from .config import ConfigError, OverlapConfig, Resolved, _f
+from .model import ToyMoE, parse_kernel_name
+from .results import Calibration, EngineTimes
+
+__all__ = ["Runner", "Measurement", "measure", "engine_times", "kernel_op"]
+
+
+def kernel_op(rec: KernelRecord) -> str | None:
+    """The op of one of the model's kernels (from its name; the model names them), else None."""
+    p = parse_kernel_name(rec.name)
+    return p[0] if p else None
+
+
+class Runner:
+    """The model, its transport, the workspace and the two orchestrators of one process.
+
+    ``transport``: the all-to-all (default: the modelled link of ``res.link``); ``rows``: the rows
+    of the batch this process runs (default: all of them; a rank of a distributed run passes its
+    shard); ``before_step``: called before each step's clock starts (ranks meet at a barrier);
+    ``on_dbo_step``: called in the last ubatch's thread at the start of each DBO step (a fault seam).
+    """
+
+    def __init__(
+        self,
+        cfg: OverlapConfig,
+        res: Resolved,
+        *,
+        transport: Any = None,
+        rows: range | None = None,
+        before_step: Callable[[], Any] | None = None,
+        on_dbo_step: Callable[[], Any] | None = None,
+    ):
+        self.cfg, self.res = cfg, res
+        self.tracer = Tracer(enabled=True)
+        self.orchestrators: list = []
+        self.before_step = before_step
+        self.on_dbo_step = on_dbo_step
+        self.rows = rows if rows is not None else range(0, cfg.tokens)
+        self.backend = dbo.get_backend(res.backend, profile=res.profile, link=res.link, tracer=None)
+        try:
+            self.transport = transport if transport is not None else ModelledLinkTransport(res.link)
+            self.manager = workspace.init_workspace_manager(res.model.device, num_ubatches=cfg.ubatches)
+            self.model = ToyMoE(res.model, self.transport, num_slots=cfg.ubatches, schedule=cfg.schedule)
+            # the DBO orchestrator first, so that with shared streams its streams get the plain names
+            # ("compute", "comm"); per-ubatch they are "compute0", "comm0", ..., and the no-DBO ones
+            # get the plain names
+            self.orch_n = dbo.UBatchOrchestrator(cfg.ubatches, backend=self.backend, stream_layout=cfg.stream_layout)
+            self.orchestrators.append(self.orch_n)
+            self.orch1 = dbo.UBatchOrchestrator(1, backend=self.backend, stream_layout=cfg.stream_layout)
+            self.orchestrators.append(self.orch1)
+        except BaseException:
+            self.close()
+            raise
+        start = self.rows.start
+        self.full = [self.rows]
+        self.split = [range(start + r.start, start + r.stop) for r in dbo.split_tokens(len(self.rows), cfg.ubatches)]
+        self._dbo_forward = self.model.forward if on_dbo_step is None else self._forward_with_seam
+
+    def _forward_with_seam(self, rows: range) -> Any:
+        if dbo.dbo_current_ubatch_id() == self.cfg.ubatches - 1:
+            self.on_dbo_step()  # type: ignore[misc]
+        return self.model.forward(rows)
+
+    def output(self) -> torch.Tensor:
+        """This process's rows of the final hidden states (a CPU copy)."""
+        return self.model.hidden[self.rows.start : self.rows.stop].detach().to("cpu", copy=True)
+
+    def close(self) -> None:
+        for o in self.orchestrators:
+            o.close()
+        self.backend.close()
+
+    def step(self, dbo_on: bool, traced: bool) -> tuple[float, list[KernelRecord]]:
+        """One step; returns (seconds on the backend clock, its kernel records if traced)."""
+        orch, inputs = (self.orch_n, self.split) if dbo_on else (self.orch1, self.full)
+        fn = self._dbo_forward if dbo_on else self.model.forward
+        self.backend.tracer = self.tracer if traced else None
+        first = len(self.tracer.records)
+        if self.before_step is not None:
+            self.before_step()
+        t0 = self.backend.now()
+        orch.run(fn, inputs)
+        t1 = self.backend.now()
+        self.backend.tracer = None
+        return t1 - t0, (self.tracer.records[first:] if traced else [])
+
+    def calibrate(self, ratio: float) -> Calibration:
+        """Scale the link bandwidth so that the no-DBO step's comm time is ``ratio`` x its compute.
+
+        Measures a no-DBO step's compute C, its transfers (modelled part and measured overhead:
+        copies, sleep slack) and its other comm kernels; then picks the bandwidth that makes the
+        comm total ``ratio * C``. Off virtual, a second round with the new link (median of 3
+        steps) corrects for overheads that depend on the transfer times.
+        """
+        tr = self.transport
+        rounds = [1] if self.res.backend == "virtual" else [1, 3]
+        for steps in rounds:
+            samples = []
+            for _ in range(steps):
+                tr.log.clear()
+                tr.logging = True
+                _, recs = self.step(False, traced=True)
+                tr.logging = False
+                samples.append(
+                    (
+                        sum(r.duration for r in recs if r.kind == "compute"),
+                        sum(r.duration for r in recs if r.kind == "comm" and kernel_op(r) in TRANSFER_OPS),
+                        sum(r.duration for r in recs if r.kind == "comm" and kernel_op(r) not in TRANSFER_OPS),
+                    )
+                )
+            compute, transfers, other_comm = (statistics.median(x[i] for x in samples) for i in range(3))
+            nbytes = sum(b for _, b, _ in tr.log)
+            modelled = sum(s for _, _, s in tr.log)
+            overhead = max(0.0, transfers - modelled)
+            budget = ratio * compute - other_comm - overhead - len(tr.log) * tr.link.latency
+            if nbytes == 0:
+                raise ConfigError(f"{_f('comm_ratio')}: the model made no transfers to calibrate")
+            if budget <= 0:
+                raise ConfigError(
+                    f"{_f('comm_ratio')} {ratio:g} is too small: the link's latency and fixed costs alone exceed "
+                    f"{ratio:g} x the compute time ({fmt_seconds(compute)} per step)"
+                )
+            tr.scale_bandwidth(nbytes / budget / tr.base_link.bandwidth)
+        self.tracer.clear()
+        return Calibration(ratio, tr.link.bandwidth / tr.base_link.bandwidth, sum(rounds))
+
+
+@dataclass
+class Measurement:
+    """The raw figures of one process: every timed step, its records, outputs and workspace stats."""
+
+    warm: dict
+    allocations_at_lock: int
+    calibration: Calibration | None
+    t_no: list[float]
+    recs_no: list[list[KernelRecord]]
+    t_dbo: list[float]
+    recs_dbo: list[list[KernelRecord]]
+    ref: torch.Tensor | None  # the no-DBO output
+    out: torch.Tensor | None  # the DBO output
+    stats: dict
+    slot_sizes: list[int]
+    bytes_to_peers_per_step: float
+    torch_threads: int
+
+    @property
+    def allocations_after_lock(self) -> int:
+        return self.stats["allocations"] - self.allocations_at_lock
+
+
+def measure(r: Runner, cfg: OverlapConfig, res: Resolved) -> Measurement:
+    """Warm up, lock the workspace, calibrate the link, time the steps."""
+    m = r.manager
+    # 1. warmup: the workspace grows to the largest request (no DBO: all tokens in slot 0)
+    for _ in range(cfg.warmup):
+        r.step(False, traced=False)
+        r.step(True, traced=False)
+    warm = m.stats()
+    m.lock()
+    allocations_at_lock = m.stats()["allocations"]
+    # 2. calibrate the link
+    calibration = r.calibrate(res.comm_ratio) if res.comm_ratio is not None else None
+    # 3. timed steps without DBO, then with DBO
+    sent0 = getattr(r.transport, "bytes_to_peers", 0)
+    t_no, recs_no = [], []
+    for _ in range(cfg.steps):
+        s, recs = r.step(False, traced=True)
+        t_no.append(s)
+        recs_no.append(recs)
+    sent = getattr(r.transport, "bytes_to_peers", 0) - sent0
+    ref = None if res.meta else r.output()
+    t_dbo, recs_dbo = [], []
+    for _ in range(cfg.steps):
+        s, recs = r.step(True, traced=True)
+        t_dbo.append(s)
+        recs_dbo.append(recs)
+    out = None if res.meta else r.output()
+    return Measurement(
+        warm=warm, allocations_at_lock=allocations_at_lock, calibration=calibration,
+        t_no=t_no, recs_no=recs_no, t_dbo=t_dbo, recs_dbo=recs_dbo, ref=ref, out=out,
+        stats=m.stats(), slot_sizes=m.slot_sizes(), bytes_to_peers_per_step=sent / max(1, cfg.steps),
+        torch_threads=torch.get_num_threads(),
+    )
+
+
+def engine_times(meas: Measurement) -> EngineTimes:
+    """C, M, O of the no-DBO steps (medians) and the last DBO step's engine sums."""
+    sums = [engine_sums(x) for x in meas.recs_no]
+    last = engine_sums(meas.recs_dbo[-1])
+    return EngineTimes(
+        compute_s=statistics.median(s["compute"] for s in sums),
+        comm_s=statistics.median(s["comm"] for s in sums),
+        overlapped_s=statistics.median(overlap_seconds(x) for x in meas.recs_no),
+        dbo_compute_s=last["compute"],
+        dbo_comm_s=last["comm"],
+    )

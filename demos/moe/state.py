@@ -1,0 +1,108 @@
+"""The toy MoE's per-ubatch persistent buffers (``_Slot``), a layer's weights and its kernels' costs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from dbo.costs import Work
+
+from .comm import RoutePlan
+
+
+class _Slot:
+    """Buffers one ubatch keeps across its yields and workspace calls (capacity: all tokens)."""
+
+    def __init__(self, cfg: Any, wire: torch.dtype, device: Any):  # cfg: a resolved demos.moe.model.ModelConfig
+        T, H, K, E = cfg.tokens, cfg.hidden, cfg.topk, cfg.experts
+        dt, i64 = cfg.dtype, torch.int64
+
+        def buf(n: int, dtype: torch.dtype = dt) -> torch.Tensor:
+            return torch.empty((n,), dtype=dtype, device=device)
+
+        self.cfg = cfg
+        self.qkv = buf(T * 3 * H)
+        self.acc_o = buf(T * H)
+        self.acc_lse = buf(T * cfg.heads)
+        self.moe_in = buf(T * H)
+        self.moe_wire = buf(T * H, wire)
+        self.topk_w = buf(T * K)
+        self.topk_ids = buf(T * K, i64)
+        self.src_slot = buf(T * K, i64)
+        self.src_token = buf(T * K, i64)
+        self.row_of = buf(T * K, i64)
+        self.w_sorted = buf(T * K)
+        self.offsets = buf(E + 1, i64)
+        self.shared_out = buf(T * H)
+        self.moe_out = buf(T * H)
+        self._views: dict[int, SimpleNamespace] = {}
+
+    def views(self, t: int) -> SimpleNamespace:
+        """Views of the buffers for a ubatch of ``t`` tokens (cached: built once per size)."""
+        v = self._views.get(t)
+        if v is not None:
+            return v
+        c = self.cfg
+        H, K, nh = c.hidden, c.topk, c.heads
+        d = H // nh
+        qkv = self.qkv[: t * 3 * H].view(t, 3 * H)
+        v = SimpleNamespace(
+            t=t,
+            qkv=qkv,
+            q=qkv[:, :H].view(t, nh, d).transpose(0, 1),
+            k=qkv[:, H : 2 * H].view(t, nh, d).transpose(0, 1),
+            v=qkv[:, 2 * H :].view(t, nh, d).transpose(0, 1),
+            acc_o=self.acc_o[: t * H].view(nh, t, d),
+            acc_lse=self.acc_lse[: t * nh].view(nh, t, 1),
+            moe_in=self.moe_in[: t * H].view(t, H),
+            moe_wire=self.moe_wire[: t * H].view(t, H),
+            shared_out=self.shared_out[: t * H].view(t, H),
+            moe_out=self.moe_out[: t * H].view(t, H),
+            topk_ids=self.topk_ids[: t * K].view(t, K),
+            src_slot=self.src_slot[: t * K],
+            plan=RoutePlan(
+                num_tokens=t,
+                topk=K,
+                src_token=self.src_token[: t * K],
+                row_of=self.row_of[: t * K],
+                weights=self.topk_w[: t * K].view(t, K),
+                weights_sorted=self.w_sorted[: t * K],
+                offsets=self.offsets,
+            ),
+        )
+        self._views[t] = v
+        return v
+
+
+@dataclass
+class _Layer:
+    w_qkv: torch.Tensor
+    w_o: torch.Tensor
+    k_ctx: torch.Tensor
+    v_ctx: torch.Tensor
+    w_gate: torch.Tensor
+    w1: torch.Tensor
+    w2: torch.Tensor
+    ws1: torch.Tensor
+    ws2: torch.Tensor
+
+
+@dataclass
+class _Costs:
+    """Modelled Work of each kernel for a ubatch of ``t`` tokens (used by the virtual backend)."""
+
+    load_input: Work
+    qkv: Work
+    context: Work
+    query: Work
+    out: Work
+    router: Work
+    experts: Work
+    dispatch_recv: Work
+    combine_recv: Work
+    finalize: Work
+    copy: Work
+    shared: dict[int, Work] = field(default_factory=dict)
