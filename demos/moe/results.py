@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from dbo.timeline import Window
+from dbo.timeline import Window, fmt_seconds
 from dbo.trace import HandoffRecord, KernelRecord, SpanRecord
 
 from .config import OverlapConfig, Resolved
@@ -26,6 +26,8 @@ __all__ = [
     "ReferenceCheck",
     "RankResult",
     "OverlapResult",
+    "overlap_hidden_fraction",
+    "past_ideal_note",
 ]
 
 
@@ -59,6 +61,7 @@ class EngineTimes:
     overlapped_s: float
     dbo_compute_s: float
     dbo_comm_s: float
+    dbo_overlapped_s: float | None = None  # O of the last DBO step (None: not measured)
 
     @property
     def hideable_s(self) -> float:
@@ -152,10 +155,68 @@ class OverlapResult:
 
     @property
     def bound_s(self) -> float:
-        """The best a perfect overlap could do: the no-DBO step less the hideable time."""
-        return self.time_no_dbo_s - self.engine.hideable_s
+        """The ideal DBO step: the DBO step with all of its hideable comm hidden, from its own
+        kernels: DBO step - (min(C, M) - O) of the DBO step (max(C, M) on a step without gaps).
+        Without the DBO step's overlap measured: the no-DBO step less its hideable time."""
+        e = self.engine
+        if e.dbo_overlapped_s is None:
+            return self.time_no_dbo_s - e.hideable_s
+        return self.time_dbo_s - max(0.0, min(e.dbo_compute_s, e.dbo_comm_s) - e.dbo_overlapped_s)
 
     @property
     def hidden_fraction(self) -> float | None:
-        h = self.engine.hideable_s
-        return (self.time_no_dbo_s - self.time_dbo_s) / h if h > 0 else None
+        """Share of the DBO step's hideable comm that it hid, from EACH step's own kernels
+        (docs/overlap.md): ``(r_dbo - r_no) / (1 - r_no)`` with ``r = O / min(C, M)`` of that
+        step. At most 1, whatever the kernels of the two steps took; None when nothing is hideable."""
+        return overlap_hidden_fraction(self.engine)
+
+    @property
+    def ideal_speedup(self) -> float | None:
+        """The best speedup overlapping the no-DBO step's own kernels could give:
+        no-DBO step / (no-DBO step - hideable). A measured speedup past it means the DBO step's
+        kernels (or gaps) took less time than the no-DBO step's (``speedup_note``)."""
+        b = self.time_no_dbo_s - self.engine.hideable_s
+        return self.time_no_dbo_s / b if b > 0 else None
+
+    @property
+    def speedup_note(self) -> str | None:
+        """One line when the speedup is past ``ideal_speedup``, saying why; else None."""
+        return past_ideal_note(self.speedup, self.ideal_speedup, self.engine, self.time_no_dbo_s, self.time_dbo_s)
+
+
+def _ratio(overlapped: float | None, compute: float, comm: float) -> float | None:
+    m = min(compute, comm)
+    return None if overlapped is None or m <= 0 else min(1.0, overlapped / m)
+
+
+def overlap_hidden_fraction(e: EngineTimes) -> float | None:
+    """``(r_dbo - r_no) / (1 - r_no)``, ``r = O / min(C, M)`` per step (each step's own kernel
+    times); None when the DBO step's overlap was not measured, or nothing was left to hide."""
+    r_no = _ratio(e.overlapped_s, e.compute_s, e.comm_s)
+    r_dbo = _ratio(e.dbo_overlapped_s, e.dbo_compute_s, e.dbo_comm_s)
+    if r_dbo is None:
+        return None
+    r_no = r_no or 0.0
+    if r_no >= 1.0:
+        return None
+    return (r_dbo - r_no) / (1.0 - r_no)
+
+
+def past_ideal_note(speedup: float | None, ideal: float | None, e: EngineTimes, t_no: float, t_dbo: float) -> str | None:
+    """Why a speedup is past the ideal of the no-DBO step's kernels (None when it is not): the
+    part of the step that shrank most with DBO (compute kernels, comm kernels, or idle gaps)."""
+    if speedup is None or ideal is None or speedup <= ideal:
+        return None
+    o_dbo = e.dbo_overlapped_s if e.dbo_overlapped_s is not None else 0.0
+    gap_no = max(0.0, t_no - (e.compute_s + e.comm_s - e.overlapped_s))
+    gap_dbo = max(0.0, t_dbo - (e.dbo_compute_s + e.dbo_comm_s - o_dbo))
+    parts = {
+        "compute kernels": (e.compute_s, e.dbo_compute_s),
+        "comm kernels": (e.comm_s, e.dbo_comm_s),
+        "idle gaps": (gap_no, gap_dbo),
+    }
+    what, (a, b) = max(parts.items(), key=lambda kv: kv[1][0] - kv[1][1])
+    return (
+        f"speedup {speedup:.2f}x is past {ideal:.2f}x, the best overlap of the no-DBO step's own kernels: "
+        f"the DBO step's {what} took {fmt_seconds(b)} against {fmt_seconds(a)} without DBO"
+    )

@@ -249,7 +249,7 @@ def _distributed_result(r: Runner, cfg: OverlapConfig, res: Resolved, meas: Meas
         out=torch.cat([x["out"] for x in everyone]),
     )
     engine = EngineTimes(
-        **{k: statistics.fmean(getattr(x.engine, k) for x in ranks) for k in ("compute_s", "comm_s", "overlapped_s", "dbo_compute_s", "dbo_comm_s")}
+        **{k: statistics.fmean(getattr(x.engine, k) for x in ranks) for k in ("compute_s", "comm_s", "overlapped_s", "dbo_compute_s", "dbo_comm_s", "dbo_overlapped_s")}
     )
     result = _result(r, cfg, res, agg, engine)
     result.workspace.allocations_after_lock = max(x.allocations_after_lock for x in ranks)

@@ -205,7 +205,7 @@ def measure(r: Runner, cfg: OverlapConfig, res: Resolved) -> Measurement:
 
 
 def engine_times(meas: Measurement) -> EngineTimes:
-    """C, M, O of the no-DBO steps (medians) and the last DBO step's engine sums."""
+    """C, M, O of the no-DBO steps (medians) and the last DBO step's C, M, O."""
     sums = [engine_sums(x) for x in meas.recs_no]
     last = engine_sums(meas.recs_dbo[-1])
     return EngineTimes(
@@ -214,4 +214,5 @@ def engine_times(meas: Measurement) -> EngineTimes:
         overlapped_s=statistics.median(overlap_seconds(x) for x in meas.recs_no),
         dbo_compute_s=last["compute"],
         dbo_comm_s=last["comm"],
+        dbo_overlapped_s=overlap_seconds(meas.recs_dbo[-1]),
     )
