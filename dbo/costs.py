@@ -346,11 +346,14 @@ def scale_link(link: LinkProfile | str, factor: float, name: str | None = None) 
 def scale_profile(profile: DeviceProfile | str, factor: float, name: str | None = None) -> DeviceProfile:
     """A device ``factor`` times faster: every math rate and the memory bandwidth * factor,
     launch_overhead and min_kernel / factor (so every device kernel time divides by ``factor``).
-    The host costs stay as they are (the host is not the device)."""
+    The host costs stay as they are (the host is not the device), but per-op fixed device
+    seconds (``OpCost.device``) divide by ``factor`` too."""
     p = get_profile(profile)
     f = _check_number("factor", factor, positive=True)
+    ops = {k: _dc_replace(v, device=v.device / f) for k, v in p.host.ops.items()}
     return _dc_replace(
         p,
+        host=_dc_replace(p.host, ops=ops),
         name=name or f"{p.name}x{factor:g}",
         peak_flops=p.peak_flops * f,
         mem_bandwidth=p.mem_bandwidth * f,

@@ -59,15 +59,24 @@ def check_number(what: str, value: Any, *, positive: bool = False) -> float:
 class OpCost:
     """What one named op (a kernel launched through dbo, named ``"<op> ..."``) costs beyond one
     plain launch: ``kernels`` device kernels it issues (each a host ``HostCosts.kernel`` and a
-    device ``min_kernel``), plus ``host`` seconds of other host work (Python, allocator)."""
+    device ``min_kernel``), plus ``host`` seconds of other host work (Python, allocator).
+
+    Device correction (fitted by calibration, ``demos.moe.calibration``): the op's device time is
+    ``device + scale * (the device model's time of its declared cost)``: ``device`` seconds of
+    fixed work per launch (the op's many small library calls), ``scale`` for how far the op's mix
+    runs from the fitted rates. The defaults (0, 1) leave the device model as it is."""
 
     kernels: int = 1
     host: float = 0.0
+    device: float = 0.0
+    scale: float = 1.0
 
     def __post_init__(self) -> None:
         if isinstance(self.kernels, bool) or not isinstance(self.kernels, int) or self.kernels < 0:
             raise ValueError(f"OpCost.kernels must be an int >= 0, got {self.kernels!r}")
         check_number("OpCost.host", self.host)
+        check_number("OpCost.device", self.device)
+        check_number("OpCost.scale", self.scale, positive=True)
 
 
 @dataclass(frozen=True)
@@ -81,7 +90,10 @@ class HostCosts:
     ``thread_start`` / ``thread_join``: per ubatch thread per step; ``sync``: a host sync (stream,
     event or in-kernel), on top of the wait for the device; ``event``: an event record or wait;
     ``threaded``: factor on launch costs while two or more ubatch threads are live (a DBO step's
-    host work runs slower than the same work on one thread; 1: no effect).
+    host work runs slower than the same work on one thread; 1: no effect); ``kernel_sync``:
+    whether launching a kernel function marked with ``dbo.costs.syncs_host`` makes a host sync
+    (True on a GPU, where the kernel function runs on the host thread; False where kernel functions
+    run on an executor thread, as on the threads backend).
     """
 
     launch: float = 0.0
@@ -94,10 +106,13 @@ class HostCosts:
     event: float = 0.0
     threaded: float = 1.0
     ops: Mapping[str, OpCost] = field(default_factory=dict)
+    kernel_sync: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.kernel_sync, bool):
+            raise TypeError(f"HostCosts.kernel_sync must be a bool, got {self.kernel_sync!r}")
         for f in fields(self):
-            if f.name != "ops":
+            if f.name not in ("ops", "kernel_sync"):
                 check_number(f"HostCosts.{f.name}", getattr(self, f.name))
         if self.threaded < 1:
             raise ValueError(f"HostCosts.threaded must be >= 1, got {self.threaded}")
@@ -122,7 +137,9 @@ class HostCosts:
 
     @property
     def zero(self) -> bool:
-        return not self.ops and all(getattr(self, f.name) == 0 for f in fields(self) if f.name not in ("ops", "threaded"))
+        return not self.ops and all(
+            getattr(self, f.name) == 0 for f in fields(self) if f.name not in ("ops", "threaded", "kernel_sync")
+        )
 
 
 @dataclass(frozen=True)

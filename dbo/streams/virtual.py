@@ -15,7 +15,9 @@
   shares one (compute kernels serialize in launch order), every comm kernel shares the link. A
   compute kernel running while a comm kernel runs progresses at ``1 - comm_sm_share`` of its rate.
   Duration: ``dbo.costs.seconds_for`` with the dtype of the first floating-point tensor argument
-  (when the profile has per-dtype rates) and the op's kernel count.
+  (when the profile has per-dtype rates) and the op's kernel count, corrected by the op's
+  ``OpCost``: ``device + scale * that``. A kernel marked ``syncs_host`` syncs the host only when
+  ``HostCosts.kernel_sync`` (a GPU-like host) is set.
 * Events: ``record`` stores the stream's ready time (``Event.time``); ``wait_event`` raises the
   waiting stream's ready time to it. ``advance(dt)`` moves the host clock by ``dt``.
 * ``reset_clock()`` starts a new timed region at 0: host clock, engines and stream ready times
@@ -94,15 +96,15 @@ class VirtualStream(Stream):
         self._check_launch(kind)
         b = self.backend
         kname = _kernel_name(fn, name, kind)
-        host_s, first_s, nk = b._op_cost(kname)
+        host_s, first_s, nk, dev_add, dev_scale = b._op_cost(kname)
         if b._replaying:  # inside a graph replay the launch was paid once, by on_graph_replay
             host_s = first_s = 0.0
         elif b._live > 1:
             host_s *= b._hc.threaded
             first_s *= b._hc.threaded
         meta, dtype = _scan(args, b._per_dtype)
-        duration = seconds_for(kind, cost, args, b.profile, b.link, dtype=dtype, kernels=nk)
-        syncs = fn is not None and getattr(fn, "dbo_syncs_host", False)
+        duration = dev_add + dev_scale * seconds_for(kind, cost, args, b.profile, b.link, dtype=dtype, kernels=nk)
+        syncs = fn is not None and b._hc.kernel_sync and getattr(fn, "dbo_syncs_host", False)
         with b._lock:
             host0 = host_before = b._host
             if syncs:
@@ -230,12 +232,12 @@ class VirtualBackend(Backend):
         self._hc = p.host
         self._share = p.comm_sm_share
         self._per_dtype = bool(p.dtype_flops)
-        self._op_costs: dict[str, tuple[float, float, int]] = {}
+        self._op_costs: dict[str, tuple[float, float, int, float, float]] = {}
         self._cached_profile = p
 
-    def _op_cost(self, kname: str) -> tuple[float, float, int]:
-        """(host seconds to issue, host seconds to issue the first kernel, device kernels) of a
-        launch named ``kname`` (its op: the first word)."""
+    def _op_cost(self, kname: str) -> tuple[float, float, int, float, float]:
+        """(host seconds to issue, host seconds to issue the first kernel, device kernels, device
+        seconds added, device time factor) of a launch named ``kname`` (its op: the first word)."""
         if self.profile is not self._cached_profile:  # profile replaced after creation
             self._set_profile_cache()
         op = kname.split(" ", 1)[0]
@@ -243,7 +245,9 @@ class VirtualBackend(Backend):
         if c is None:
             hc = self._hc
             total, nk = hc.launch_cost(op)
-            c = self._op_costs[op] = (total, min(total, hc.launch + hc.kernel), nk)
+            oc = hc.ops.get(op)
+            dev = (oc.device, oc.scale) if oc is not None else (0.0, 1.0)
+            c = self._op_costs[op] = (total, min(total, hc.launch + hc.kernel), nk, *dev)
         return c
 
     def _host_sync(self, t: float, what: str) -> None:
@@ -314,9 +318,9 @@ class VirtualBackend(Backend):
     def kernel_seconds(self, kind: str, cost: Any, args: tuple, name: str | None = None) -> float:
         """Modelled device duration of a kernel (always a float on virtual): the dtype of the first
         floating-point tensor argument, the kernel count of op ``name`` (its first word)."""
-        _, _, nk = self._op_cost(name or kind)
+        _, _, nk, dev_add, dev_scale = self._op_cost(name or kind)
         _, dtype = _scan(args, self._per_dtype)
-        return seconds_for(kind, cost, args, self.profile, self.link, dtype=dtype, kernels=nk)
+        return dev_add + dev_scale * seconds_for(kind, cost, args, self.profile, self.link, dtype=dtype, kernels=nk)
 
     def engine_free(self, kind: str) -> float:
         """Virtual time at which the ``kind`` engine ("compute" or "comm") is next free."""
