@@ -25,7 +25,7 @@ import numpy as np
 
 from .profiles import DTYPES, DeviceProfile, HostCosts, OpCost, dtype_key
 
-__all__ = ["fit_device", "fit_host", "fit_launch_costs", "fit_profile", "predict", "FitError"]
+__all__ = ["fit_device", "fit_host", "fit_launch_costs", "fit_op_costs", "fit_profile", "predict", "FitError"]
 
 KINDS = ("gemm", "elementwise")
 
@@ -248,6 +248,47 @@ def fit_launch_costs(steps: Iterable[Sequence[float]]) -> tuple[float, float]:
         sol = np.zeros(2)
         sol[best[1]] = best[2]
     return float(sol[0]), float(sol[1])
+
+
+def fit_op_costs(samples: Iterable[Sequence[Any]], *, kernels: Mapping[str, int] | None = None) -> dict[str, OpCost]:
+    """Per-op device corrections from ``(op, model seconds, measured seconds)`` samples: for each
+    op, non-negative least squares on relative error of ``measured = device + scale * model``
+    (``OpCost.device``, ``OpCost.scale``). ``model`` is the device model's time of the op's
+    declared cost (``dbo.costs.seconds_for`` under the fitted profile). An op with one distinct
+    model time gets ``scale`` 1 and the mean excess as ``device``. ``kernels``: ``OpCost.kernels``
+    per op (default 1)."""
+    by_op: dict[str, list[tuple[float, float]]] = {}
+    for i, s in enumerate(samples):
+        if len(s) != 3:
+            raise FitError(f"op sample {i}: expected (op, model seconds, measured seconds), got {s!r}")
+        op, m, t = s
+        if not isinstance(op, str) or not op:
+            raise FitError(f"op sample {i}: op must be a non-empty string, got {op!r}")
+        for what, v in (("model", m), ("measured", t)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
+                raise FitError(f"op sample {i} ({op}): {what} seconds must be a finite number >= 0, got {v!r}")
+        by_op.setdefault(op, []).append((float(m), float(t)))
+    if not by_op:
+        raise FitError("no op samples to fit")
+    out = {}
+    for op, rows in sorted(by_op.items()):
+        m = np.array([r[0] for r in rows])
+        t = np.array([r[1] for r in rows])
+        w = 1.0 / np.maximum(t, 1e-12)  # relative error
+        device, scale = 0.0, 1.0
+        if np.ptp(m) > 1e-12 * max(float(m.max()), 1e-30) and len(rows) >= 2:
+            A = np.stack([np.ones_like(m), m], axis=1) * w[:, None]
+            sol, *_ = np.linalg.lstsq(A, t * w, rcond=None)
+            device, scale = float(sol[0]), float(sol[1])
+            if scale <= 0:  # no usable slope: a constant
+                device, scale = float(np.average(t, weights=w)), 1e-9
+            elif device < 0:  # through the origin
+                device, scale = 0.0, float((m * w) @ (t * w) / max((m * w) @ (m * w), 1e-300))
+        else:
+            device = max(0.0, float(np.median(t - m)))
+        k = (kernels or {}).get(op, 1)
+        out[op] = OpCost(kernels=k, device=max(0.0, device), scale=max(scale, 1e-9))
+    return out
 
 
 def fit_profile(

@@ -1,0 +1,344 @@
+"""Calibrate a ``DeviceProfile`` on the machine at hand: measure, then fit (``dbo.fit``).
+
+``calibrate(backend, quick=...)`` measures, on the "threads" or "cuda" backend:
+
+1. host constants (``demos.moe.calibration_host``): a launch, a stream switch, an event record or
+   wait, a sync, a turn handoff, a ubatch thread's start and join, launches in a two-ubatch step;
+2. the device: GEMMs over a sweep of (M, N, K) and each dtype the backend supports, and copies over
+   a sweep of sizes; ``dbo.fit.fit_device`` fits the parametric device model to them;
+3. the model's own ops (attention, router, experts, shared expert, copies, transfers): the toy
+   MoE runs for real over a sweep of token counts and hidden sizes, each kernel's measured time
+   is paired with the device model's time of the cost the model declares for it, and
+   ``dbo.fit.fit_op_costs`` fits one correction per op (``OpCost.device + scale x model``);
+4. the model's host time per launch: the host's issue time of small steps against the virtual
+   backend's prediction of the same steps (the difference per launch is ``HostCosts.launch``).
+
+Everything fitted is a formula, not a table: the profile predicts shapes it was not given.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import torch
+
+import dbo
+import workspace
+from dbo.costs import DeviceProfile, HostCosts, LinkProfile, Transfer, get_link, get_profile, iter_tensors, seconds_for
+from dbo.fit import fit_device, fit_op_costs, predict
+from dbo.streams.virtual import VirtualBackend, VirtualStream
+
+from .calibration_host import measure_host
+from .comm import ModelledLinkTransport
+from .config import OverlapConfig, resolve
+from .model import ToyMoE, parse_kernel_name
+from .run import run
+from .runner import Runner
+
+__all__ = ["BACKENDS", "Plan", "plan", "calibrate", "CalibrationError", "declared_costs", "measure_device", "op_samples"]
+
+BACKENDS = ("threads", "cuda")
+
+Progress = Callable[[str], None]
+
+
+class CalibrationError(ValueError):
+    """Calibration cannot run as asked (a bad option, no GPU for cuda)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to measure."""
+
+    dtypes: tuple[str, ...]
+    gemm_m: tuple[int, ...]
+    gemm_nk: tuple[tuple[int, int], ...]
+    copy_elems: tuple[int, ...]
+    op_runs: tuple[dict, ...]  # OverlapConfig overrides of the model runs
+    issue_runs: tuple[dict, ...]  # small configs for the host issue time
+    host_reps: int
+    repeats: int
+
+
+def plan(backend: str, quick: bool = False) -> Plan:
+    """The measurement plan for ``backend`` ("threads" or "cuda"); ``quick``: a smaller sweep."""
+    if backend not in BACKENDS:
+        raise CalibrationError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    gpu = backend == "cuda"
+    if gpu:
+        dtypes = ("bfloat16", "float32") if quick else ("bfloat16", "float16", "float32")
+        ms = (8, 64, 512, 4096) if quick else (4, 16, 64, 256, 1024, 4096, 16384)
+        nk = ((1024, 1024), (4096, 4096), (4096, 1024)) if quick else ((512, 512), (1024, 4096), (4096, 4096), (8192, 2048), (4096, 14336))
+        copies = (1 << 14, 1 << 18, 1 << 22, 1 << 26) if quick else tuple(1 << k for k in range(12, 29, 2))
+        sizes = (((64, 1024), (1024, 1024), (8192, 2048)) if quick else ((16, 1024), (256, 1024), (2048, 2048), (8192, 4096)))
+        dt = "bfloat16"
+    else:
+        dtypes = ("float32", "bfloat16") if quick else ("float32", "bfloat16", "float64")
+        ms = (4, 32, 256) if quick else (1, 4, 16, 64, 256, 1024)
+        nk = ((128, 128), (384, 384), (768, 256)) if quick else ((64, 64), (128, 384), (384, 384), (768, 256), (1024, 512))
+        copies = (1 << 10, 1 << 14, 1 << 18, 1 << 21) if quick else tuple(1 << k for k in range(8, 23, 2))
+        sizes = (((8, 128), (64, 256), (384, 256), (96, 384)) if quick
+                 else ((4, 128), (16, 256), (64, 256), (256, 256), (768, 256), (128, 384), (512, 384)))
+        dt = "float32"
+    runs = []
+    for i, (tokens, hidden) in enumerate(sizes):
+        for sched in ("ht", "ll"):
+            runs.append(dict(tokens=tokens, hidden=hidden, schedule=sched, layers=2, dtype=dt))
+    issue = tuple(dict(tokens=t, hidden=128, schedule=s, layers=2, dtype=dt) for t in (4, 16) for s in ("ht", "ll"))
+    return Plan(dtypes, ms, nk, copies, tuple(runs), issue, host_reps=200 if quick else 1000, repeats=3 if quick else 5)
+
+
+# --- the device: GEMMs and copies -------------------------------------------------------------------
+
+
+def _timer(backend: str) -> Callable[[Callable[[], Any], int], float]:
+    """Seconds per call of ``fn`` (median over a few batches of ``n`` calls) on the device."""
+    if backend == "cuda":
+        def gpu(fn: Callable[[], Any], n: int) -> float:
+            out = []
+            for _ in range(3):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                for _ in range(n):
+                    fn()
+                b.record()
+                b.synchronize()
+                out.append(a.elapsed_time(b) * 1e-3 / n)
+            return statistics.median(out)
+        return gpu
+
+    def cpu(fn: Callable[[], Any], n: int) -> float:
+        out = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            out.append((time.perf_counter() - t0) / n)
+        return statistics.median(out)
+    return cpu
+
+
+def _reps(est_s: float, budget_s: float = 0.02) -> int:
+    return max(1, min(200, int(budget_s / max(est_s, 1e-7))))
+
+
+def measure_device(backend: str, p: Plan, progress: Progress | None = None) -> list[tuple]:
+    """GEMM and copy samples ``(op_kind, shape, dtype, bytes, seconds)`` for ``dbo.fit.fit_device``."""
+    dev = "cuda" if backend == "cuda" else "cpu"
+    timer = _timer(backend)
+    samples: list[tuple] = []
+    jobs = [(dt, m, n, k) for dt in p.dtypes for m in p.gemm_m for n, k in p.gemm_nk]
+    for i, (dt, m, n, k) in enumerate(jobs):
+        if progress:
+            progress(f"device: GEMM {i + 1}/{len(jobs)} ({m}x{n}x{k} {dt})")
+        dtype = getattr(torch, dt)
+        a = torch.randn(m, k, device=dev).to(dtype)
+        b = torch.randn(k, n, device=dev).to(dtype)
+        c = torch.empty(m, n, device=dev, dtype=dtype)
+        torch.mm(a, b, out=c)  # warm
+        est = timer(lambda: torch.mm(a, b, out=c), 1)
+        t = timer(lambda: torch.mm(a, b, out=c), _reps(est))
+        samples.append(("gemm", (m, n, k), dt, (m * k + k * n + m * n) * a.element_size(), t))
+    for j, numel in enumerate(p.copy_elems):
+        if progress:
+            progress(f"device: copy {j + 1}/{len(p.copy_elems)} ({numel} elements)")
+        x = torch.randn(numel, device=dev)
+        y = torch.empty_like(x)
+        y.copy_(x)
+        est = timer(lambda: y.copy_(x), 1)
+        t = timer(lambda: y.copy_(x), _reps(est))
+        samples.append(("elementwise", None, "float32", 2 * numel * x.element_size(), t))
+    return samples
+
+
+# --- the model's ops --------------------------------------------------------------------------------
+
+
+class _RecordingStream(VirtualStream):
+    def launch(self, fn: Any, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
+        dtype = next((t.dtype for t in iter_tensors(args) if t.is_floating_point()), None)
+        self.backend.log[name] = (kind, cost, dtype)
+        super().launch(fn, *args, name=name, kind=kind, cost=cost)
+
+
+class _RecordingBackend(VirtualBackend):
+    """A virtual backend that notes each launch's (kind, declared cost, dtype) by kernel name."""
+
+    def __init__(self, **options: Any):
+        super().__init__(**options)
+        self.log: dict[str, tuple] = {}
+
+    def _make_stream(self, name: str) -> VirtualStream:
+        return _RecordingStream(self, name)
+
+
+def declared_costs(cfg: OverlapConfig) -> tuple[dict[str, tuple], dict[str, tuple]]:
+    """(no-DBO step, DBO step): kernel name -> (kind, the cost the model declares, dtype), read
+    from a shape-only (meta) run of ``cfg``'s model on the virtual backend."""
+    dtype = cfg.dtype if cfg.dtype != "auto" else "float32"
+    res = resolve(replace(cfg, backend="virtual", meta=True, dtype=dtype, json_path=None, trace_path=None, plot_path=None,
+                          world_size=1, profile=None))
+    b = _RecordingBackend(profile="cpu", link=res.link)
+    workspace.init_workspace_manager(res.model.device, num_ubatches=cfg.ubatches)
+    try:
+        model = ToyMoE(res.model, ModelledLinkTransport(res.link), num_slots=cfg.ubatches, schedule=cfg.schedule)
+        split = [range(r.start, r.stop) for r in dbo.split_tokens(cfg.tokens, cfg.ubatches)]
+        with dbo.UBatchOrchestrator(cfg.ubatches, backend=b, stream_layout=cfg.stream_layout) as on, \
+                dbo.UBatchOrchestrator(1, backend=b, stream_layout=cfg.stream_layout) as o1:
+            o1.run(model.forward, [range(0, cfg.tokens)])
+            no, b.log = b.log, {}
+            on.run(model.forward, split)
+            dbo_ = b.log
+    finally:
+        workspace.reset_workspace_manager()
+        b.close()
+    link = get_link(res.link)
+    for table in (no, dbo_):  # the transport passes seconds over its base link: keep the bytes
+        for name, (kind, cost, dt) in table.items():
+            if kind == "comm" and isinstance(cost, float) and cost >= link.latency:
+                table[name] = (kind, Transfer((cost - link.latency) * link.bandwidth), dt)
+    return no, dbo_
+
+
+@dataclass
+class OpRecord:
+    """One measured kernel of the model: its op, declared cost, dtype, the run's link, seconds."""
+
+    op: str
+    kind: str
+    cost: Any
+    dtype: Any
+    link: LinkProfile
+    seconds: float
+
+
+def measure_ops(backend: str, p: Plan, progress: Progress | None = None) -> list[OpRecord]:
+    """Run the model for real over the plan's sweep; every kernel of the last no-DBO and DBO step."""
+    out: list[OpRecord] = []
+    for i, kw in enumerate(p.op_runs):
+        if progress:
+            progress(f"model ops: run {i + 1}/{len(p.op_runs)} ({kw['schedule']}, {kw['tokens']} tokens, hidden {kw['hidden']})")
+        cfg = OverlapConfig(backend=backend, steps=2, warmup=1, comm_ratio=1.0, **kw)
+        no, dbo_ = declared_costs(cfg)
+        res = run(cfg)
+        link = LinkProfile("calibrated", res.link["latency_s"], res.link["bandwidth_Bps"])
+        for recs, table in ((res.records_no_dbo, no), (res.records_dbo, dbo_)):
+            for r in recs:
+                d = table.get(r.name)
+                parsed = parse_kernel_name(r.name)
+                if d is None or parsed is None or r.duration <= 0:
+                    continue
+                out.append(OpRecord(parsed[0], d[0], d[1], d[2], link, r.duration))
+    return out
+
+
+def op_samples(records: list[OpRecord], profile: DeviceProfile) -> list[tuple[str, float, float]]:
+    """``(op, model seconds under profile, measured seconds)`` for ``dbo.fit.fit_op_costs``."""
+    return [
+        (r.op, seconds_for(r.kind, r.cost, (), profile, r.link, dtype=r.dtype), r.seconds)
+        for r in records
+    ]
+
+
+def _issue_seconds(cfg: OverlapConfig, profile: Any = None, steps: int = 3) -> tuple[float, int]:
+    """(median host seconds from a no-DBO step's start until its forward returned, launches)."""
+    res = resolve(replace(cfg, profile=profile, comm_ratio=1.0))
+    old = torch.get_num_threads()
+    if res.torch_threads is not None:
+        torch.set_num_threads(res.torch_threads)
+    runner = Runner(cfg, res)
+    try:
+        marks: list[float] = []
+        forward = runner.model.forward
+
+        def timed(rows: range) -> Any:
+            out = forward(rows)
+            marks.append(runner.backend.now())
+            return out
+
+        runner.model.forward = timed  # type: ignore[method-assign]
+        runner.step(False, traced=False)
+        issue, launches = [], 0
+        for _ in range(steps):
+            t0 = runner.backend.now()
+            _, recs = runner.step(False, traced=True)
+            issue.append(marks[-1] - t0)
+            launches = len(recs)
+        return statistics.median(issue), launches
+    finally:
+        runner.close()
+        workspace.reset_workspace_manager()
+        torch.set_num_threads(old)
+
+
+def fit_launch(backend: str, p: Plan, profile: DeviceProfile, progress: Progress | None = None) -> float:
+    """``HostCosts.launch``: the model's host seconds per launch beyond what ``profile`` predicts."""
+    per = []
+    for i, kw in enumerate(p.issue_runs):
+        if progress:
+            progress(f"host: model issue time {i + 1}/{len(p.issue_runs)}")
+        cfg = OverlapConfig(backend=backend, steps=1, warmup=1, **kw)
+        real, n = _issue_seconds(cfg)
+        virt, _ = _issue_seconds(replace(cfg, backend="virtual"), profile=profile)
+        per.append((real - virt) / max(n, 1))
+    return max(0.0, statistics.median(per))
+
+
+@dataclass
+class CalibrationReport:
+    """What was measured and how well the fit reproduces it."""
+
+    backend: str
+    host: dict[str, float]
+    device_samples: int
+    op_samples: int
+    device_rms_log_error: float
+    op_errors: dict[str, float] = field(default_factory=dict)  # op -> median |relative error|
+    seconds: float = 0.0
+
+
+def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None = None,
+              progress: Progress | None = None) -> tuple[DeviceProfile, CalibrationReport]:
+    """Measure this machine on ``backend`` and fit a profile (see the module docstring)."""
+    p = plan(backend, quick)
+    if backend == "cuda" and not torch.cuda.is_available():
+        raise CalibrationError("backend cuda needs a CUDA GPU, and torch.cuda.is_available() is False here")
+    t0 = time.perf_counter()
+    old = torch.get_num_threads()
+    if backend == "threads":
+        torch.set_num_threads(1)  # as the demo runs on threads
+    try:
+        host = measure_host(backend, p.host_reps, progress)
+        dev_samples = measure_device(backend, p, progress)
+    finally:
+        torch.set_num_threads(old)
+    base = get_profile("h200") if backend == "cuda" else None
+    hc = HostCosts(
+        kernel=host["kernel"], stream_switch=host["stream_switch"], handoff=host["handoff"],
+        thread_start=host["thread_start"], thread_join=host["thread_join"], sync=host["sync"], event=host["event"],
+        threaded=host["threaded"], kernel_sync=backend == "cuda",
+    )
+    dev = fit_device(dev_samples, name=name or f"calibrated-{backend}", base=base)
+    dev = replace(dev, comm_sm_share=base.comm_sm_share if base is not None else 0.0, host=hc)
+    records = measure_ops(backend, p, progress)
+    samples = op_samples(records, dev)
+    ops = fit_op_costs(samples)
+    prof = replace(dev, host=replace(hc, ops=ops))
+    launch = fit_launch(backend, p, prof, progress)
+    prof = replace(prof, host=replace(prof.host, launch=launch))
+    dev_err = [math.log(predict(prof, op, sh, dt, b) / t) for op, sh, dt, b, t in dev_samples]
+    errs: dict[str, list[float]] = {}
+    for (op, m, t) in op_samples(records, prof):
+        oc = prof.host.ops[op]
+        errs.setdefault(op, []).append(abs(oc.device + oc.scale * m - t) / t)
+    report = CalibrationReport(
+        backend=backend, host={**host, "launch": launch}, device_samples=len(dev_samples), op_samples=len(samples),
+        device_rms_log_error=math.sqrt(statistics.fmean(e * e for e in dev_err)),
+        op_errors={k: statistics.median(v) for k, v in sorted(errs.items())},
+        seconds=time.perf_counter() - t0,
+    )
+    return prof, report

@@ -1,0 +1,147 @@
+"""Host micro-benchmarks for calibration: what the runtime's own operations cost the host thread.
+
+``measure_host(backend, reps)`` returns seconds per: ``kernel`` (one launch of a tiny kernel
+through a dbo stream), ``stream_switch`` (a stream becoming current), ``event`` (an event record or
+a ``wait_event``), ``sync`` (synchronizing an idle stream), ``handoff`` (one turn handoff between
+two ubatch threads), ``thread_start`` / ``thread_join`` (per ubatch thread per step), and the
+factor ``threaded`` (a launch from a two-ubatch step against one from a single thread). Each is a
+median of a few batches of ``reps`` calls, measured through the runtime itself on ``backend``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+
+import dbo
+from dbo.streams.current import launch, set_stream
+
+__all__ = ["measure_host"]
+
+
+def _per_call(fn: Callable[[], Any], n: int, batches: int = 3) -> float:
+    out = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        out.append((time.perf_counter() - t0) / n)
+    return statistics.median(out)
+
+
+def _tiny(t: torch.Tensor) -> None:
+    t.add_(1)
+
+
+def _launches(x: torch.Tensor, n: int) -> float:
+    """Seconds per launch of a tiny kernel on the calling thread's current stream."""
+    t0 = time.perf_counter()
+    for _ in range(n):
+        launch(_tiny, x, name="tiny")
+    return (time.perf_counter() - t0) / n
+
+
+def _step_seconds(orch: dbo.UBatchOrchestrator, fn: Callable[[Any], Any], batches: int = 5) -> float:
+    out = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        orch.run(fn, [None] * orch.num_ubatches)
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def _bare_thread_split(n: int = 50) -> float:
+    """Share of a bare thread's start + join spent in ``start()``."""
+    start, join = [], []
+    for _ in range(n):
+        th = threading.Thread(target=lambda: None, daemon=True)
+        t0 = time.perf_counter()
+        th.start()
+        t1 = time.perf_counter()
+        time.sleep(0)
+        th.join(5)
+        start.append(t1 - t0)
+        join.append(time.perf_counter() - t1)
+    s, j = statistics.median(start), statistics.median(join)
+    return s / (s + j) if s + j > 0 else 0.5
+
+
+def measure_host(backend: str, reps: int = 500, progress: Callable[[str], None] | None = None) -> dict[str, float]:
+    """The host constants of ``backend`` ("threads" or "cuda"), seconds (``threaded``: a factor)."""
+    dev = "cuda" if backend == "cuda" else "cpu"
+    b = dbo.get_backend(backend)
+    x = torch.zeros(1, device=dev)
+    out: dict[str, float] = {}
+    prev = None
+    try:
+        s1, s2 = b.new_stream("cal-a"), b.new_stream("cal-b")
+        if progress:
+            progress("host: launch, stream switch, event, sync")
+        prev = set_stream(s1)
+        _launches(x, reps)  # warm
+        s1.synchronize()
+        per = []
+        for _ in range(3):
+            per.append(_launches(x, reps))
+            s1.synchronize()
+        out["kernel"] = statistics.median(per)
+
+        def switch() -> None:
+            set_stream(s2)
+            set_stream(s1)
+
+        out["stream_switch"] = _per_call(switch, reps) / 2
+        ev = b.new_event()
+
+        def record_wait() -> None:
+            ev.record(s1)
+            s2.wait_event(ev)
+
+        out["event"] = _per_call(record_wait, reps) / 2
+        s1.synchronize()
+        s2.synchronize()
+        out["sync"] = _per_call(s1.synchronize, reps)
+        set_stream(prev)
+        prev = None
+
+        if progress:
+            progress("host: handoffs, threads")
+        n_yield = max(10, reps // 10)
+
+        def yields(_: Any) -> None:
+            for _ in range(n_yield):
+                dbo.dbo_yield()
+
+        with dbo.UBatchOrchestrator(2, backend=b) as o2, dbo.UBatchOrchestrator(4, backend=b) as o4:
+            noop = lambda _: None  # noqa: E731
+            _step_seconds(o2, noop, 2)
+            t2 = _step_seconds(o2, noop)
+            t4 = _step_seconds(o4, noop)
+            ty = _step_seconds(o2, yields)
+            out["handoff"] = max(0.0, (ty - t2) / (2 * n_yield))
+            per_thread = max(0.0, (t4 - t2) / 2)
+            share = _bare_thread_split()
+            out["thread_start"] = per_thread * share
+            out["thread_join"] = per_thread * (1 - share)
+
+            n_launch = max(10, reps // 4)
+            dbo_per: list[float] = []
+
+            def launches_then_yield(_: Any) -> None:
+                dbo_per.append(_launches(x, n_launch))
+                dbo.dbo_yield()
+
+            for _ in range(3):
+                o2.run(launches_then_yield, [None, None])
+            single = out["kernel"]
+            out["threaded"] = max(1.0, statistics.median(dbo_per) / single) if single > 0 else 1.0
+    finally:
+        if prev is not None:
+            set_stream(prev)
+        b.synchronize()
+        b.close()
+    return out

@@ -1,0 +1,259 @@
+"""Validate the virtual backend against a real one: run a grid for real, predict it with a profile.
+
+``validate(backend, profile, quick=...)`` runs every grid point (schedule x size x comm ratio, each
+with and without DBO; eager, and graph where the demo supports it) on the real backend and on the
+virtual backend with ``profile``, and returns a ``Validation``: one ``Row`` per point with the
+measured and predicted no-DBO and DBO step times, speedups and hidden fractions, their errors, and
+per schedule the crossover (the smallest token count from which DBO pays). ``format_table`` prints
+it. ``compare_h200`` compares the built-in ``h200`` profile with the H200 measurements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from dbo.timeline import fmt_seconds
+
+from .config import OverlapConfig
+from .run import run
+
+__all__ = ["Point", "Row", "Validation", "grid", "validate", "crossover", "summarize", "format_table",
+           "H200_MEASURED", "compare_h200", "format_h200", "graph_supported", "ValidationError"]
+
+RATIOS = (0.5, 1.0, 2.0)
+SCHEDULES = ("ht", "ll")
+
+
+class ValidationError(ValueError):
+    """Validation cannot run as asked (a bad option)."""
+
+
+def graph_supported() -> bool:
+    """Whether the demo's run API takes a ``graph`` option (CUDA-graph replay of the DBO step)."""
+    return any(f.name == "graph" for f in dataclasses.fields(OverlapConfig))
+
+
+@dataclass(frozen=True)
+class Point:
+    """One grid point: schedule, token count, comm ratio, eager or graph; the other shapes fixed."""
+
+    schedule: str
+    tokens: int
+    comm_ratio: float
+    mode: str = "eager"
+    shapes: tuple = ()  # (field, value) pairs of OverlapConfig, common to the grid
+
+    def config(self, **kw: Any) -> OverlapConfig:
+        extra = dict(self.shapes)
+        if self.mode == "graph":
+            extra["graph"] = True
+        return OverlapConfig(schedule=self.schedule, tokens=self.tokens, comm_ratio=self.comm_ratio, **extra, **kw)
+
+
+@dataclass
+class Figures:
+    """Step times (s), speedup and hidden fraction of one run."""
+
+    no_dbo_s: float
+    dbo_s: float
+    hidden: float | None
+
+    @property
+    def speedup(self) -> float:
+        return self.no_dbo_s / self.dbo_s
+
+
+@dataclass
+class Row:
+    point: Point
+    measured: Figures
+    predicted: Figures
+
+    @property
+    def err_no_dbo(self) -> float:
+        return self.predicted.no_dbo_s / self.measured.no_dbo_s - 1
+
+    @property
+    def err_dbo(self) -> float:
+        return self.predicted.dbo_s / self.measured.dbo_s - 1
+
+    @property
+    def err_speedup(self) -> float:
+        return self.predicted.speedup - self.measured.speedup
+
+
+@dataclass
+class Validation:
+    backend: str
+    profile: str
+    rows: list[Row]
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def grid(quick: bool = False, *, sizes: Sequence[int] | None = None, ratios: Sequence[float] = RATIOS,
+         schedules: Sequence[str] = SCHEDULES, modes: Sequence[str] | None = None, **shapes: Any) -> list[Point]:
+    """The grid: every schedule x size x ratio x mode. Default sizes: small decode to large prefill."""
+    if sizes is None:
+        sizes = (8, 64, 512) if quick else (4, 16, 64, 256, 1024)
+    if modes is None:
+        modes = ("eager", "graph") if graph_supported() else ("eager",)
+    base = dict(layers=2, hidden=256) if quick else dict(layers=4, hidden=256)
+    base.update(shapes)
+    sh = tuple(sorted(base.items()))
+    return [Point(s, t, r, m, sh) for s in schedules for t in sizes for r in ratios for m in modes]
+
+
+def _figures(cfg: OverlapConfig) -> Figures:
+    res = run(cfg)
+    return Figures(res.time_no_dbo_s, res.time_dbo_s, res.hidden_fraction)
+
+
+def validate(backend: str, profile: Any, points: Sequence[Point], *, steps: int = 3,
+             progress: Callable[[str], None] | None = None) -> Validation:
+    """Measure every point on ``backend`` and predict it on virtual with ``profile``."""
+    t0 = time.perf_counter()
+    rows = []
+    for i, pt in enumerate(points):
+        if progress:
+            progress(f"point {i + 1}/{len(points)}: {pt.schedule} {pt.tokens} tokens, comm {pt.comm_ratio:g}x, {pt.mode}")
+        measured = _figures(pt.config(backend=backend, steps=steps, warmup=1))
+        dtype = dict(pt.shapes).get("dtype", "float32")
+        predicted = _figures(pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype))
+        rows.append(Row(pt, measured, predicted))
+    name = profile if isinstance(profile, str) else getattr(profile, "name", str(profile))
+    return Validation(backend, name, rows, time.perf_counter() - t0)
+
+
+def crossover(rows: Sequence[Row], schedule: str, which: str, comm_ratio: float = 1.0, mode: str = "eager") -> int | None:
+    """The smallest token count of the grid from which DBO pays (speedup > 1 there and at every
+    larger size) for ``schedule`` at ``comm_ratio``, ``which`` = "measured" or "predicted"; None
+    when DBO does not pay at the largest size."""
+    pts = sorted((r.point.tokens, getattr(r, which).speedup) for r in rows
+                 if r.point.schedule == schedule and r.point.comm_ratio == comm_ratio and r.point.mode == mode)
+    best = None
+    for tokens, sp in reversed(pts):
+        if sp <= 1:
+            break
+        best = tokens
+    return best
+
+
+def summarize(v: Validation) -> dict[str, Any]:
+    """Median and max |step-time error| (no-DBO and DBO together), max |speedup error|, crossovers."""
+    errs = [abs(e) for r in v.rows for e in (r.err_no_dbo, r.err_dbo)]
+    sizes = sorted({r.point.tokens for r in v.rows})
+    cross = {}
+    for s in sorted({r.point.schedule for r in v.rows}):
+        for m in sorted({r.point.mode for r in v.rows}):
+            for ratio in sorted({r.point.comm_ratio for r in v.rows}):
+                meas, pred = crossover(v.rows, s, "measured", ratio, m), crossover(v.rows, s, "predicted", ratio, m)
+                ok = None
+                if meas is not None or pred is not None:
+                    steps = [sizes.index(x) if x is not None else len(sizes) for x in (meas, pred)]
+                    ok = abs(steps[0] - steps[1]) <= 1
+                cross[f"{s} {m} comm {ratio:g}x"] = {"measured": meas, "predicted": pred, "within_one_step": ok}
+    return {
+        "median_abs_step_error": statistics.median(errs) if errs else None,
+        "max_abs_step_error": max(errs) if errs else None,
+        "max_abs_speedup_error": max((abs(r.err_speedup) for r in v.rows), default=None),
+        "crossover": cross,
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "  n/a" if x is None else f"{x * 100:+.0f}%"
+
+
+def _hid(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:.0f}%"
+
+
+def format_table(v: Validation) -> str:
+    """The table: predicted vs measured per point, the errors, the summary and the crossovers."""
+    head = (f"{'sched':5} {'mode':5} {'tokens':>6} {'comm':>4} | {'no DBO meas':>11} {'pred':>8} {'err':>5} | "
+            f"{'DBO meas':>9} {'pred':>8} {'err':>5} | {'speedup m/p':>11} {'err':>6} | {'hidden m/p':>10}")
+    lines = [f"validate: {v.backend} measured vs virtual predicted with profile {v.profile}", head, "-" * len(head)]
+    for r in v.rows:
+        p, m, q = r.point, r.measured, r.predicted
+        lines.append(
+            f"{p.schedule:5} {p.mode:5} {p.tokens:6d} {p.comm_ratio:4g} | {fmt_seconds(m.no_dbo_s):>11} {fmt_seconds(q.no_dbo_s):>8} "
+            f"{_pct(r.err_no_dbo):>5} | {fmt_seconds(m.dbo_s):>9} {fmt_seconds(q.dbo_s):>8} {_pct(r.err_dbo):>5} | "
+            f"{m.speedup:5.2f}/{q.speedup:<5.2f} {r.err_speedup:+6.2f} | {_hid(m.hidden):>4}/{_hid(q.hidden):<5}"
+        )
+    s = summarize(v)
+    lines.append(
+        f"step time |error|: median {_pct(s['median_abs_step_error']).strip('+')}, max {_pct(s['max_abs_step_error']).strip('+')}; "
+        f"speedup |error| max {s['max_abs_speedup_error']:.2f}"
+    )
+    for k, c in s["crossover"].items():
+        fmt = lambda x: "never" if x is None else f"{x} tokens"  # noqa: E731
+        lines.append(f"crossover {k}: DBO pays from {fmt(c['measured'])} measured, {fmt(c['predicted'])} predicted")
+    for n in v.notes:
+        lines.append(f"note: {n}")
+    return "\n".join(lines)
+
+
+def to_dict(v: Validation) -> dict[str, Any]:
+    return {
+        "backend": v.backend,
+        "profile": v.profile,
+        "seconds": v.seconds,
+        "rows": [
+            {
+                "schedule": r.point.schedule, "tokens": r.point.tokens, "comm_ratio": r.point.comm_ratio,
+                "mode": r.point.mode, "shapes": dict(r.point.shapes),
+                "measured": dataclasses.asdict(r.measured) | {"speedup": r.measured.speedup},
+                "predicted": dataclasses.asdict(r.predicted) | {"speedup": r.predicted.speedup},
+                "err_no_dbo": r.err_no_dbo, "err_dbo": r.err_dbo, "err_speedup": r.err_speedup,
+            }
+            for r in v.rows
+        ],
+        "summary": summarize(v),
+        "notes": list(v.notes),
+    }
+
+
+# --- the H200 measurements ---------------------------------------------------------------------------
+# One H200 SXM, eager, link calibrated so that comm = 1 x compute, two measurement runs per small
+# config (median wall step times of 7 steps each); the low and high run are kept.
+H200_MEASURED = (
+    ("default ht", dict(schedule="ht"), (22.5e-3, 24.7e-3), (0.43, 0.50)),
+    ("default ll", dict(schedule="ll"), (20.3e-3, 32.6e-3), (0.42, 0.66)),
+    ("ll, 4 layers, 8192 tokens, hidden 4096, 16 experts, bf16",
+     dict(schedule="ll", layers=4, tokens=8192, hidden=4096, experts=16, dtype="bfloat16"), (117.5e-3, 117.5e-3), (1.31, 1.31)),
+)
+
+
+def compare_h200(profile: Any = "h200") -> list[dict[str, Any]]:
+    """Predict the H200-measured configs with ``profile``; errors against the middle of the measured range."""
+    out = []
+    for label, kw, t_no, sp in H200_MEASURED:
+        res = run(OverlapConfig(backend="virtual", profile=profile, comm_ratio=1.0, steps=1, warmup=1, meta=True,
+                                **{"dtype": "float32", **kw}))
+        mid_t, mid_s = sum(t_no) / 2, sum(sp) / 2
+        out.append(dict(
+            config=label, predicted_no_dbo_s=res.time_no_dbo_s, measured_no_dbo_s=list(t_no),
+            err_no_dbo=res.time_no_dbo_s / mid_t - 1, predicted_speedup=res.speedup, measured_speedup=list(sp),
+            err_speedup=res.speedup - mid_s, right_side_of_1=(res.speedup > 1) == (mid_s > 1),
+        ))
+    return out
+
+
+def format_h200(rows: list[dict[str, Any]]) -> str:
+    lines = ["h200 profile vs the H200 measurements (virtual, comm ratio 1; errors against the middle of the measured range)"]
+    for r in rows:
+        lo, hi = r["measured_no_dbo_s"]
+        slo, shi = r["measured_speedup"]
+        rng = fmt_seconds(lo) if lo == hi else f"{fmt_seconds(lo)}-{fmt_seconds(hi)}"
+        srng = f"{slo:.2f}x" if slo == shi else f"{slo:.2f}-{shi:.2f}x"
+        lines.append(
+            f"{r['config']}: no DBO {fmt_seconds(r['predicted_no_dbo_s'])} predicted, {rng} measured ({r['err_no_dbo'] * 100:+.0f}%); "
+            f"speedup {r['predicted_speedup']:.2f}x predicted, {srng} measured ({r['err_speedup']:+.2f}"
+            f"{'' if r['right_side_of_1'] else ', WRONG side of 1'})"
+        )
+    return "\n".join(lines)
