@@ -1,0 +1,108 @@
+"""``python -m demos.calibrate``: measure this machine and write a device profile for the virtual backend.
+
+    python -m demos.calibrate --backend threads --quick -o my.json
+    python -m demos.overlap --backend virtual --profile my.json
+
+The work lives in ``demos.moe.calibration`` (docs/fidelity.md, "Calibrating").
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+import torch
+
+from dbo.timeline import fmt_seconds
+
+from .moe.calibration import BACKENDS, CalibrationError, CalibrationReport, calibrate
+from .moe.progress import ProgressLine, output_path_error
+
+__all__ = ["main", "build_parser", "format_summary"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and no usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m demos.calibrate",
+        description="Measure the host and device of this machine (host constants, GEMM and copy sweeps, the toy "
+        "MoE's own ops over a sweep of shapes), fit the virtual backend's model to them and write a profile "
+        "(JSON) for --profile.",
+    )
+    p.add_argument("--backend", choices=BACKENDS, default="threads", help="what to measure (default threads)")
+    p.add_argument("--quick", action="store_true", help="a smaller sweep (under 3 minutes on a 2-core machine)")
+    p.add_argument("-o", "--output", required=True, metavar="PROFILE.json", help="where to write the profile")
+    p.add_argument("--name", default=None, help="the profile's name (default calibrated-<backend>)")
+    p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    return p
+
+
+def format_summary(report: CalibrationReport, profile: object) -> str:
+    h = report.host
+    us = lambda s: f"{s * 1e6:.2f} us"  # noqa: E731
+    lines = [
+        f"calibrated {report.backend} in {report.seconds:.0f} s: {report.device_samples} GEMM/copy samples, "
+        f"{report.op_samples} model kernels",
+        f"host       launch {us(h['launch'])} + kernel {us(h['kernel'])}, stream switch {us(h['stream_switch'])}, "
+        f"event {us(h['event'])}, sync {us(h['sync'])}, handoff {us(h['handoff'])}, thread start/join "
+        f"{us(h['thread_start'])}/{us(h['thread_join'])}, threaded x{h['threaded']:.2f}",
+    ]
+    p = profile
+    rates = ", ".join(f"{k} {v / 1e9:.3g} GFLOP/s" for k, v in sorted(p.dtype_flops.items()))  # type: ignore[attr-defined]
+    lines.append(
+        f"device     {rates}; memory {p.mem_bandwidth / 1e9:.3g} GB/s; min kernel {fmt_seconds(p.min_kernel)}; "  # type: ignore[attr-defined]
+        f"GEMM knees {', '.join(f'{x:.0f}' for x in p.gemm_knee)}; fit rms log error {report.device_rms_log_error:.2f}"  # type: ignore[attr-defined]
+    )
+    ops = p.host.ops  # type: ignore[attr-defined]
+    lines.append(
+        "ops        " + "; ".join(
+            f"{k} {fmt_seconds(ops[k].device)} + {ops[k].scale:.2g}x (median |err| {e * 100:.0f}%)"
+            for k, e in report.op_errors.items()
+        )
+    )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status (0 ok, 2 bad arguments, 1 failure)."""
+    parser = build_parser()
+    try:
+        ns = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    err = output_path_error(ns.output, "-o", ".json")
+    if err is None and ns.backend == "cuda" and not torch.cuda.is_available():
+        err = "--backend cuda needs a CUDA GPU, and torch.cuda.is_available() is False here"
+    if err is None and ns.name is not None and not ns.name.strip():
+        err = "--name must not be empty"
+    if err is not None:
+        sys.stderr.write(f"{parser.prog}: error: {err}\n")
+        return 2
+    progress = ProgressLine(enabled=not ns.no_progress)
+    try:
+        profile, report = calibrate(ns.backend, quick=ns.quick, name=ns.name, progress=progress)
+    except CalibrationError as e:
+        progress.done()
+        sys.stderr.write(f"{parser.prog}: error: {e}\n")
+        return 2
+    progress.done()
+    try:
+        profile.to_json(ns.output)
+    except OSError as e:
+        sys.stderr.write(f"{parser.prog}: error: cannot write {ns.output!r}: {e.strerror or e}\n")
+        return 1
+    print(format_summary(report, profile))
+    print(f"wrote      {ns.output} (use it with --profile {ns.output})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

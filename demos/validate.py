@@ -1,0 +1,149 @@
+"""``python -m demos.validate``: run a grid for real, predict it with the virtual backend and a
+profile, and print the errors (docs/fidelity.md, "Validating").
+
+    python -m demos.calibrate --quick -o my.json
+    python -m demos.validate --profile my.json --quick
+    python -m demos.validate --h200        # the built-in h200 profile against the H200 measurements
+
+The work lives in ``demos.moe.validation``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+import torch
+
+from dbo.costs import get_profile
+
+from .moe.calibration import BACKENDS, CalibrationError, calibrate
+from .moe.config import ConfigError
+from .moe.progress import ProgressLine, output_path_error
+from .moe.validation import RATIOS, SCHEDULES, compare_h200, format_h200, format_table, graph_supported, grid, to_dict, validate
+
+__all__ = ["main", "build_parser"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and no usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def _list(kind: type):
+    def parse(text: str) -> list:
+        try:
+            out = [kind(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of numbers, got {text!r}") from None
+        if not out or any(x <= 0 for x in out):
+            raise argparse.ArgumentTypeError(f"expected positive values, got {text!r}")
+        return out
+    return parse
+
+
+def _schedules(text: str) -> list[str]:
+    out = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in out if x not in SCHEDULES]
+    if not out or bad:
+        raise argparse.ArgumentTypeError(f"unknown schedule(s) {', '.join(bad) or text!r}; choose from {', '.join(SCHEDULES)}")
+    return out
+
+
+def _steps(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m demos.validate",
+        description="Run a grid of the toy MoE (schedules x sizes x comm ratios, without and with DBO) for real, "
+        "predict each point with the virtual backend and a profile, and print predicted vs measured step times, "
+        "speedups, hidden fractions, their errors and the crossover (where DBO starts to pay).",
+    )
+    p.add_argument("--backend", choices=BACKENDS, default="threads", help="what to measure (default threads)")
+    p.add_argument("--profile", default=None, metavar="PROFILE.json",
+                   help="the profile to predict with (a file from demos.calibrate or a built-in name); default: "
+                   "calibrate this machine first (--quick sweep)")
+    p.add_argument("--quick", action="store_true", help="a smaller grid (under 5 minutes on a 2-core machine)")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the table as JSON")
+    p.add_argument("--sizes", type=_list(int), default=None, metavar="T1,T2,...", help="token counts of the grid")
+    p.add_argument("--ratios", type=_list(float), default=list(RATIOS), metavar="R1,R2,...",
+                   help="comm ratios of the grid (default 0.5,1,2)")
+    p.add_argument("--schedules", type=_schedules, default=list(SCHEDULES), metavar="ht,ll", help="schedules (default both)")
+    p.add_argument("--steps", type=_steps, default=3, help="timed steps per run and DBO mode (default 3)")
+    p.add_argument("--h200", action="store_true",
+                   help="only compare the built-in h200 profile with the H200 measurements (no runs here)")
+    p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status (0 ok, 2 bad arguments, 1 failure)."""
+    parser = build_parser()
+    try:
+        ns = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+
+    def fail(msg: str, code: int = 2) -> int:
+        sys.stderr.write(f"{parser.prog}: error: {msg}\n")
+        return code
+
+    if ns.backend == "cuda" and not ns.h200 and not torch.cuda.is_available():
+        return fail("--backend cuda needs a CUDA GPU, and torch.cuda.is_available() is False here")
+    if ns.json is not None and (err := output_path_error(ns.json, "--json")) is not None:
+        return fail(err)
+    if ns.h200:
+        rows = compare_h200()
+        print(format_h200(rows))
+        if ns.json:
+            _write(ns.json, {"h200": rows})
+        return 0
+    profile: Any = ns.profile
+    if profile is not None:
+        try:
+            profile = get_profile(profile)
+        except (ValueError, TypeError) as e:
+            return fail(f"--profile: {e}")
+    progress = ProgressLine(enabled=not ns.no_progress)
+    notes = []
+    try:
+        if profile is None:
+            progress("no --profile: calibrating this machine first (quick sweep)")
+            profile, _ = calibrate(ns.backend, quick=True, progress=progress)
+            notes.append(f"profile calibrated just now on {ns.backend} (quick sweep)")
+        points = grid(ns.quick, sizes=ns.sizes, ratios=ns.ratios, schedules=ns.schedules)
+        v = validate(ns.backend, profile, points, steps=ns.steps, progress=progress)
+    except (CalibrationError, ConfigError) as e:
+        progress.done()
+        return fail(str(e))
+    progress.done()
+    v.notes.extend(notes)
+    if not graph_supported():
+        v.notes.append("eager only: this demo has no CUDA-graph mode to validate")
+    print(format_table(v))
+    if ns.json:
+        _write(ns.json, to_dict(v))
+        print(f"json: {ns.json}")
+    return 0
+
+
+def _write(path: str, obj: Any) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
