@@ -25,7 +25,9 @@ import numpy as np
 
 from .profiles import DTYPES, DeviceProfile, HostCosts, OpCost, dtype_key
 
-__all__ = ["fit_device", "fit_host", "fit_launch_costs", "fit_op_costs", "fit_profile", "predict", "FitError"]
+__all__ = [
+    "fit_device", "fit_dtype_rates", "fit_host", "fit_launch_costs", "fit_op_costs", "fit_profile", "predict", "FitError",
+]
 
 KINDS = ("gemm", "elementwise")
 
@@ -177,6 +179,32 @@ def fit_device(samples: Iterable[Sequence[Any]], *, name: str = "fitted", base: 
     )
 
 
+def fit_dtype_rates(samples: Iterable[Sequence[Any]], profile: DeviceProfile) -> DeviceProfile:
+    """``profile`` with the math rate of each dtype in the GEMM ``samples`` refitted, its GEMM knees
+    and the rest kept: the rate whose model time matches the samples' median in log space (only
+    samples whose math time exceeds their memory time count). For dtypes whose small-GEMM
+    behaviour differs from the dtype the knees were fitted on (bfloat16 on a CPU with matrix units).
+    No samples: ``profile`` unchanged."""
+    samples = list(samples)
+    if not samples:
+        return profile
+    d = _table(samples)
+    rates = dict(profile.dtype_flops)
+    for key in sorted({k for k, g in zip(d["dtype"], d["gemm"]) if g}):
+        logs = []
+        for i in range(len(d["seconds"])):
+            if not d["gemm"][i] or d["dtype"][i] != key:
+                continue
+            eff = float(np.prod([x / (x + k0) if k0 > 0 else 1.0 for x, k0 in zip(d["shape"][i], profile.gemm_knee)]))
+            rate = d["flops"][i] / (d["seconds"][i] * eff)
+            mem = (d["bytes"][i] + profile.bytes_knee) / profile.mem_bandwidth
+            if d["flops"][i] / (rate * eff) >= mem:
+                logs.append(math.log(rate))
+        if logs:
+            rates[key] = float(math.exp(float(np.median(logs))))
+    return replace(profile, dtype_flops=rates, peak_flops=max(rates.values()) if rates else profile.peak_flops)
+
+
 def predict(profile: DeviceProfile, op_kind: str, shape: Any, dtype: Any, nbytes: float) -> float:
     """The profile's device seconds for one sample's description (same formula as kernel_time)."""
     from .costs import Work, kernel_time
@@ -254,8 +282,9 @@ def fit_op_costs(samples: Iterable[Sequence[Any]], *, kernels: Mapping[str, int]
     """Per-op device corrections from ``(op, model seconds, measured seconds)`` samples: for each
     op, non-negative least squares on relative error of ``measured = device + scale * model``
     (``OpCost.device``, ``OpCost.scale``). ``model`` is the device model's time of the op's
-    declared cost (``dbo.costs.seconds_for`` under the fitted profile). An op with one distinct
-    model time gets ``scale`` 1 and the mean excess as ``device``. ``kernels``: ``OpCost.kernels``
+    declared cost (``dbo.costs.seconds_for`` under the fitted profile). Samples with the same
+    model time (one shape) count as one point at their median (outliers do not pull the fit). An
+    op with one distinct model time gets ``scale`` 1 and the median excess as ``device``. ``kernels``: ``OpCost.kernels``
     per op (default 1)."""
     by_op: dict[str, list[tuple[float, float]]] = {}
     for i, s in enumerate(samples):
@@ -271,10 +300,16 @@ def fit_op_costs(samples: Iterable[Sequence[Any]], *, kernels: Mapping[str, int]
     if not by_op:
         raise FitError("no op samples to fit")
     out = {}
-    for op, rows in sorted(by_op.items()):
+    for op, raw in sorted(by_op.items()):
+        # robust to outliers (a kernel that waited for the GIL, a late wake-up): one point per
+        # distinct model time (one shape), its median measured time, weighted by its count
+        groups: dict[float, list[float]] = {}
+        for mi, ti in raw:
+            groups.setdefault(float(f"{mi:.9g}"), []).append(ti)
+        rows = [(mi, float(np.median(ts)), len(ts)) for mi, ts in sorted(groups.items())]
         m = np.array([r[0] for r in rows])
         t = np.array([r[1] for r in rows])
-        w = 1.0 / np.maximum(t, 1e-12)  # relative error
+        w = np.sqrt(np.array([r[2] for r in rows], dtype=float)) / np.maximum(t, 1e-12)  # relative error
         device, scale = 0.0, 1.0
         if np.ptp(m) > 1e-12 * max(float(m.max()), 1e-30) and len(rows) >= 2:
             A = np.stack([np.ones_like(m), m], axis=1) * w[:, None]
@@ -285,7 +320,7 @@ def fit_op_costs(samples: Iterable[Sequence[Any]], *, kernels: Mapping[str, int]
             elif device < 0:  # through the origin
                 device, scale = 0.0, float((m * w) @ (t * w) / max((m * w) @ (m * w), 1e-300))
         else:
-            device = max(0.0, float(np.median(t - m)))
+            device = max(0.0, float(np.median(np.array([ti for _, ti in raw]) - m[0])))
         k = (kernels or {}).get(op, 1)
         out[op] = OpCost(kernels=k, device=max(0.0, device), scale=max(scale, 1e-9))
     return out

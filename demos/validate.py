@@ -82,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ratios", type=_list(float), default=list(RATIOS), metavar="R1,R2,...",
                    help="comm ratios of the grid (default 0.5,1,2)")
     p.add_argument("--schedules", type=_schedules, default=list(SCHEDULES), metavar="ht,ll", help="schedules (default both)")
-    p.add_argument("--steps", type=_steps, default=3, help="timed steps per run and DBO mode (default 3)")
+    p.add_argument("--steps", type=_steps, default=5, help="timed steps per run and DBO mode (default 5)")
+    p.add_argument("--repeats", type=_steps, default=None,
+                   help="runs per grid point, medians of their figures (default 3, 1 without --quick)")
     p.add_argument("--h200", action="store_true",
                    help="only compare the built-in h200 profile with the H200 measurements (no runs here)")
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
@@ -125,7 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             profile, _ = calibrate(ns.backend, quick=True, progress=progress)
             notes.append(f"profile calibrated just now on {ns.backend} (quick sweep)")
         points = grid(ns.quick, sizes=ns.sizes, ratios=ns.ratios, schedules=ns.schedules)
-        v = validate(ns.backend, profile, points, steps=ns.steps, progress=progress)
+        repeats = ns.repeats if ns.repeats is not None else (3 if ns.quick else 1)
+        v = validate(ns.backend, profile, points, steps=ns.steps, repeats=repeats, progress=progress)
     except (CalibrationError, ConfigError) as e:
         progress.done()
         return fail(str(e))

@@ -29,12 +29,12 @@ import torch
 import dbo
 import workspace
 from dbo.costs import DeviceProfile, HostCosts, LinkProfile, Transfer, get_link, get_profile, iter_tensors, seconds_for
-from dbo.fit import fit_device, fit_op_costs, predict
+from dbo.fit import fit_device, fit_dtype_rates, fit_op_costs, predict
 from dbo.streams.virtual import VirtualBackend, VirtualStream
 
 from .calibration_host import measure_host
 from .comm import ModelledLinkTransport
-from .config import OverlapConfig, resolve
+from .config import ConfigError, OverlapConfig, resolve
 from .model import ToyMoE, parse_kernel_name
 from .run import run
 from .runner import Runner
@@ -61,7 +61,7 @@ class Plan:
     op_runs: tuple[dict, ...]  # OverlapConfig overrides of the model runs
     issue_runs: tuple[dict, ...]  # small configs for the host issue time
     host_reps: int
-    repeats: int
+    op_steps: int
 
 
 def plan(backend: str, quick: bool = False) -> Plan:
@@ -74,22 +74,20 @@ def plan(backend: str, quick: bool = False) -> Plan:
         ms = (8, 64, 512, 4096) if quick else (4, 16, 64, 256, 1024, 4096, 16384)
         nk = ((1024, 1024), (4096, 4096), (4096, 1024)) if quick else ((512, 512), (1024, 4096), (4096, 4096), (8192, 2048), (4096, 14336))
         copies = (1 << 14, 1 << 18, 1 << 22, 1 << 26) if quick else tuple(1 << k for k in range(12, 29, 2))
-        sizes = (((64, 1024), (1024, 1024), (8192, 2048)) if quick else ((16, 1024), (256, 1024), (2048, 2048), (8192, 4096)))
+        tokens = (16, 256, 2048, 8192) if quick else (8, 64, 512, 2048, 8192)
+        hiddens = (1024, 4096) if quick else (1024, 2048, 4096)
         dt = "bfloat16"
     else:
         dtypes = ("float32", "bfloat16") if quick else ("float32", "bfloat16", "float64")
-        ms = (4, 32, 256) if quick else (1, 4, 16, 64, 256, 1024)
-        nk = ((128, 128), (384, 384), (768, 256)) if quick else ((64, 64), (128, 384), (384, 384), (768, 256), (1024, 512))
-        copies = (1 << 10, 1 << 14, 1 << 18, 1 << 21) if quick else tuple(1 << k for k in range(8, 23, 2))
-        sizes = (((8, 128), (64, 256), (384, 256), (96, 384)) if quick
-                 else ((4, 128), (16, 256), (64, 256), (256, 256), (768, 256), (128, 384), (512, 384)))
+        ms = (1, 4, 16, 64, 256) if quick else (1, 4, 16, 64, 256, 1024)
+        nk = ((128, 128), (384, 384), (768, 256), (256, 1024)) if quick else ((64, 64), (128, 384), (384, 384), (768, 256), (1024, 512))
+        copies = tuple(1 << k for k in range(8, 23, 2))
+        tokens = (8, 48, 320, 1536) if quick else (4, 16, 64, 256, 1024, 2048)
+        hiddens = (192, 320) if quick else (128, 256, 384)
         dt = "float32"
-    runs = []
-    for i, (tokens, hidden) in enumerate(sizes):
-        for sched in ("ht", "ll"):
-            runs.append(dict(tokens=tokens, hidden=hidden, schedule=sched, layers=2, dtype=dt))
+    runs = [dict(tokens=t, hidden=h, schedule=sched, layers=2, dtype=dt) for h in hiddens for t in tokens for sched in ("ht", "ll")]
     issue = tuple(dict(tokens=t, hidden=128, schedule=s, layers=2, dtype=dt) for t in (4, 16) for s in ("ht", "ll"))
-    return Plan(dtypes, ms, nk, copies, tuple(runs), issue, host_reps=200 if quick else 1000, repeats=3 if quick else 5)
+    return Plan(dtypes, ms, nk, copies, tuple(runs), issue, host_reps=300 if quick else 1000, op_steps=2 if quick else 3)
 
 
 # --- the device: GEMMs and copies -------------------------------------------------------------------
@@ -216,15 +214,24 @@ class OpRecord:
     seconds: float
 
 
-def measure_ops(backend: str, p: Plan, progress: Progress | None = None) -> list[OpRecord]:
-    """Run the model for real over the plan's sweep; every kernel of the last no-DBO and DBO step."""
+def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *, truth: Any = None) -> list[OpRecord]:
+    """Run the model for real over the plan's sweep; every kernel of the last no-DBO and DBO step.
+    ``truth``: the profile of a virtual "machine" (``backend="virtual"``: tests of the fit)."""
     out: list[OpRecord] = []
     for i, kw in enumerate(p.op_runs):
         if progress:
             progress(f"model ops: run {i + 1}/{len(p.op_runs)} ({kw['schedule']}, {kw['tokens']} tokens, hidden {kw['hidden']})")
-        cfg = OverlapConfig(backend=backend, steps=2, warmup=1, comm_ratio=1.0, **kw)
+        cfg = OverlapConfig(backend=backend, steps=p.op_steps, warmup=1, comm_ratio=1.0, profile=truth, **kw)
         no, dbo_ = declared_costs(cfg)
-        res = run(cfg)
+        res = None
+        for ratio in (1.0, 2.0, 4.0):  # tiny steps: the link's fixed costs may exceed 1 x compute
+            try:
+                res = run(replace(cfg, comm_ratio=ratio))
+                break
+            except ConfigError:
+                continue
+        if res is None:
+            continue
         link = LinkProfile("calibrated", res.link["latency_s"], res.link["bandwidth_Bps"])
         for recs, table in ((res.records_no_dbo, no), (res.records_dbo, dbo_)):
             for r in recs:
@@ -275,14 +282,16 @@ def _issue_seconds(cfg: OverlapConfig, profile: Any = None, steps: int = 3) -> t
         torch.set_num_threads(old)
 
 
-def fit_launch(backend: str, p: Plan, profile: DeviceProfile, progress: Progress | None = None) -> float:
-    """``HostCosts.launch``: the model's host seconds per launch beyond what ``profile`` predicts."""
+def fit_launch(backend: str, p: Plan, profile: DeviceProfile, progress: Progress | None = None, *,
+               truth: Any = None) -> float:
+    """``HostCosts.launch``: the model's host seconds per launch beyond what ``profile`` predicts
+    (``truth``: the profile of a virtual "machine", for tests)."""
     per = []
     for i, kw in enumerate(p.issue_runs):
         if progress:
             progress(f"host: model issue time {i + 1}/{len(p.issue_runs)}")
         cfg = OverlapConfig(backend=backend, steps=1, warmup=1, **kw)
-        real, n = _issue_seconds(cfg)
+        real, n = _issue_seconds(cfg, profile=truth)
         virt, _ = _issue_seconds(replace(cfg, backend="virtual"), profile=profile)
         per.append((real - virt) / max(n, 1))
     return max(0.0, statistics.median(per))
@@ -302,9 +311,10 @@ class CalibrationReport:
 
 
 def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None = None,
-              progress: Progress | None = None) -> tuple[DeviceProfile, CalibrationReport]:
-    """Measure this machine on ``backend`` and fit a profile (see the module docstring)."""
-    p = plan(backend, quick)
+              progress: Progress | None = None, sweep: Plan | None = None) -> tuple[DeviceProfile, CalibrationReport]:
+    """Measure this machine on ``backend`` and fit a profile (see the module docstring);
+    ``sweep`` replaces the plan (tests)."""
+    p = sweep if sweep is not None else plan(backend, quick)
     if backend == "cuda" and not torch.cuda.is_available():
         raise CalibrationError("backend cuda needs a CUDA GPU, and torch.cuda.is_available() is False here")
     t0 = time.perf_counter()
@@ -322,7 +332,10 @@ def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None
         thread_start=host["thread_start"], thread_join=host["thread_join"], sync=host["sync"], event=host["event"],
         threaded=host["threaded"], kernel_sync=backend == "cuda",
     )
-    dev = fit_device(dev_samples, name=name or f"calibrated-{backend}", base=base)
+    # the knees from the model's own dtype (and the copies); the other dtypes' rates on those knees
+    first = [x for x in dev_samples if x[0] != "gemm" or x[2] == p.dtypes[0]]
+    dev = fit_device(first, name=name or f"calibrated-{backend}", base=base)
+    dev = fit_dtype_rates([x for x in dev_samples if x[0] == "gemm" and x[2] != p.dtypes[0]], dev)
     dev = replace(dev, comm_sm_share=base.comm_sm_share if base is not None else 0.0, host=hc)
     records = measure_ops(backend, p, progress)
     samples = op_samples(records, dev)

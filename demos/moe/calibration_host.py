@@ -23,7 +23,7 @@ from dbo.streams.current import launch, set_stream
 __all__ = ["measure_host"]
 
 
-def _per_call(fn: Callable[[], Any], n: int, batches: int = 3) -> float:
+def _per_call(fn: Callable[[], Any], n: int, batches: int = 7) -> float:
     out = []
     for _ in range(batches):
         t0 = time.perf_counter()
@@ -46,6 +46,7 @@ def _launches(x: torch.Tensor, n: int) -> float:
 
 
 def _step_seconds(orch: dbo.UBatchOrchestrator, fn: Callable[[Any], Any], batches: int = 5) -> float:
+    """The median of ``batches`` steps."""
     out = []
     for _ in range(batches):
         t0 = time.perf_counter()
@@ -85,7 +86,7 @@ def measure_host(backend: str, reps: int = 500, progress: Callable[[str], None] 
         _launches(x, reps)  # warm
         s1.synchronize()
         per = []
-        for _ in range(3):
+        for _ in range(7):
             per.append(_launches(x, reps))
             s1.synchronize()
         out["kernel"] = statistics.median(per)
@@ -112,18 +113,23 @@ def measure_host(backend: str, reps: int = 500, progress: Callable[[str], None] 
             progress("host: handoffs, threads")
         n_yield = max(10, reps // 10)
 
+        loops: list[float] = []
+
         def yields(_: Any) -> None:
+            t0 = time.perf_counter()
             for _ in range(n_yield):
                 dbo.dbo_yield()
+            if dbo.dbo_current_ubatch_id() == 0:
+                loops.append(time.perf_counter() - t0)
 
-        with dbo.UBatchOrchestrator(2, backend=b) as o2, dbo.UBatchOrchestrator(4, backend=b) as o4:
+        with dbo.UBatchOrchestrator(2, backend=b) as o2:
             noop = lambda _: None  # noqa: E731
             _step_seconds(o2, noop, 2)
-            t2 = _step_seconds(o2, noop)
-            t4 = _step_seconds(o4, noop)
-            ty = _step_seconds(o2, yields)
-            out["handoff"] = max(0.0, (ty - t2) / (2 * n_yield))
-            per_thread = max(0.0, (t4 - t2) / 2)
+            # a two-ubatch step that does nothing: its threads' start, barrier and join (the median:
+            # what a step typically pays on this machine as loaded now)
+            per_thread = _step_seconds(o2, noop, 21) / 2
+            _step_seconds(o2, yields, 7)
+            out["handoff"] = statistics.median(loops) / (2 * n_yield)  # each yield: a handoff there and back
             share = _bare_thread_split()
             out["thread_start"] = per_thread * share
             out["thread_join"] = per_thread * (1 - share)
@@ -135,7 +141,7 @@ def measure_host(backend: str, reps: int = 500, progress: Callable[[str], None] 
                 dbo_per.append(_launches(x, n_launch))
                 dbo.dbo_yield()
 
-            for _ in range(3):
+            for _ in range(5):
                 o2.run(launches_then_yield, [None, None])
             single = out["kernel"]
             out["threaded"] = max(1.0, statistics.median(dbo_per) / single) if single > 0 else 1.0

@@ -13,12 +13,13 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
+from dbo.costs import LinkProfile
 from dbo.timeline import fmt_seconds
 
-from .config import OverlapConfig
+from .config import ConfigError, OverlapConfig
 from .run import run
 
 __all__ = ["Point", "Row", "Validation", "grid", "validate", "crossover", "summarize", "format_table",
@@ -99,7 +100,7 @@ def grid(quick: bool = False, *, sizes: Sequence[int] | None = None, ratios: Seq
          schedules: Sequence[str] = SCHEDULES, modes: Sequence[str] | None = None, **shapes: Any) -> list[Point]:
     """The grid: every schedule x size x ratio x mode. Default sizes: small decode to large prefill."""
     if sizes is None:
-        sizes = (8, 64, 512) if quick else (4, 16, 64, 256, 1024)
+        sizes = (16, 128, 1024) if quick else (8, 32, 128, 512, 2048)
     if modes is None:
         modes = ("eager", "graph") if graph_supported() else ("eager",)
     base = dict(layers=2, hidden=256) if quick else dict(layers=4, hidden=256)
@@ -108,25 +109,48 @@ def grid(quick: bool = False, *, sizes: Sequence[int] | None = None, ratios: Seq
     return [Point(s, t, r, m, sh) for s in schedules for t in sizes for r in ratios for m in modes]
 
 
-def _figures(cfg: OverlapConfig) -> Figures:
+def _figures(cfg: OverlapConfig) -> tuple[Figures, LinkProfile]:
+    """The run's figures and the link it calibrated (latency, bandwidth)."""
     res = run(cfg)
-    return Figures(res.time_no_dbo_s, res.time_dbo_s, res.hidden_fraction)
+    link = LinkProfile("measured", res.link["latency_s"], res.link["bandwidth_Bps"])
+    return Figures(res.time_no_dbo_s, res.time_dbo_s, res.hidden_fraction), link
 
 
-def validate(backend: str, profile: Any, points: Sequence[Point], *, steps: int = 3,
-             progress: Callable[[str], None] | None = None) -> Validation:
-    """Measure every point on ``backend`` and predict it on virtual with ``profile``."""
+def _median_figures(figs: Sequence[Figures]) -> Figures:
+    hid = [f.hidden for f in figs if f.hidden is not None]
+    return Figures(statistics.median(f.no_dbo_s for f in figs), statistics.median(f.dbo_s for f in figs),
+                   statistics.median(hid) if hid else None)
+
+
+def validate(backend: str, profile: Any, points: Sequence[Point], *, steps: int = 5, repeats: int = 1,
+             progress: Callable[[str], None] | None = None, truth: Any = None) -> Validation:
+    """Measure every point on ``backend`` and predict it on virtual with ``profile`` over the link
+    the real run calibrated; ``repeats`` runs of each, medians of their figures. ``truth``: the
+    profile of the measured runs when ``backend`` is "virtual" (a machine with known figures, tests)."""
     t0 = time.perf_counter()
-    rows = []
+    rows: list[Row] = []
+    skipped: list[str] = []
     for i, pt in enumerate(points):
         if progress:
             progress(f"point {i + 1}/{len(points)}: {pt.schedule} {pt.tokens} tokens, comm {pt.comm_ratio:g}x, {pt.mode}")
-        measured = _figures(pt.config(backend=backend, steps=steps, warmup=1))
         dtype = dict(pt.shapes).get("dtype", "float32")
-        predicted = _figures(pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype))
+        try:
+            meas, pred = [], []
+            for _ in range(repeats):
+                m, link = _figures(pt.config(backend=backend, steps=steps, warmup=1, profile=truth))
+                # the prediction runs over the link the real run calibrated (not a virtual
+                # recalibration), so both see the same transfers
+                q, _ = _figures(replace(pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype),
+                                        comm_ratio=None, link=link))
+                meas.append(m)
+                pred.append(q)
+            measured, predicted = _median_figures(meas), _median_figures(pred)
+        except ConfigError as e:  # e.g. a comm ratio too small for the link's fixed costs at this size
+            skipped.append(f"{pt.schedule} {pt.tokens} tokens comm {pt.comm_ratio:g}x {pt.mode}: skipped ({e})")
+            continue
         rows.append(Row(pt, measured, predicted))
     name = profile if isinstance(profile, str) else getattr(profile, "name", str(profile))
-    return Validation(backend, name, rows, time.perf_counter() - t0)
+    return Validation(backend, name, rows, time.perf_counter() - t0, skipped)
 
 
 def crossover(rows: Sequence[Row], schedule: str, which: str, comm_ratio: float = 1.0, mode: str = "eager") -> int | None:
