@@ -126,7 +126,8 @@ class Transfer:
 #   43-58 GB/s RDMA, so 45 GB/s effective; ~5 us latency.
 # "loopback": a copy within one host's memory (same order as the "cpu" profile's bandwidth).
 _BUILTIN_PROFILES = (
-    DeviceProfile("cpu", peak_flops=100e9, mem_bandwidth=20e9, launch_overhead=5e-6),
+    # kernel functions run on executor threads on a CPU: a syncs_host kernel does not stop the host
+    DeviceProfile("cpu", peak_flops=100e9, mem_bandwidth=20e9, launch_overhead=5e-6, host=HostCosts(kernel_sync=False)),
     H200,
 )
 _BUILTIN_LINKS = (

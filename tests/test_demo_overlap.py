@@ -43,7 +43,7 @@ def test_runs_end_to_end_with_exact_outputs(backend, schedule):
     sizes = rep["slot_sizes"]
     assert len(sizes) == 2 and sizes[0] == sizes[1] > 0
     assert rep["time_no_dbo_s"] > 0 and rep["time_dbo_s"] > 0
-    assert rep["bound_s"] <= rep["time_no_dbo_s"]
+    assert rep["bound_s"] <= rep["time_dbo_s"] + 1e-12  # the ideal DBO step, from its own kernels
     assert any(set(line) & set("01") for line in rep["timeline"])
     json.dumps(rep)  # everything in the report is JSON
 

@@ -186,7 +186,7 @@ class OverlapResult:
 
 def _ratio(overlapped: float | None, compute: float, comm: float) -> float | None:
     m = min(compute, comm)
-    return None if overlapped is None or m <= 0 else min(1.0, overlapped / m)
+    return None if overlapped is None or m <= 0 else overlapped / m  # O <= min(C, M) of the same step
 
 
 def overlap_hidden_fraction(e: EngineTimes) -> float | None:
