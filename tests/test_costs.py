@@ -270,3 +270,20 @@ def test_syncs_host_marks_functions():
     assert syncs_host(f) is f and f.dbo_syncs_host is True
     with pytest.raises(TypeError, match="cannot mark"):
         syncs_host(len)
+
+
+def test_op_corrections_and_kernel_sync_round_trip_and_are_checked(tmp_path):
+    from dbo.costs import OpCost, scale_profile
+
+    p = DeviceProfile("p", 1e12, 1e12, 0.0, host=HostCosts(kernel_sync=False, ops={"router": OpCost(device=2e-5, scale=3.0)}))
+    path = tmp_path / "p.json"
+    p.to_json(path)
+    again = get_profile(str(path))
+    assert again == p and again.host.kernel_sync is False and again.host.ops["router"].scale == 3.0
+    assert scale_profile(p, 2.0).host.ops["router"].device == pytest.approx(1e-5)
+    with pytest.raises(ValueError, match="OpCost.scale must be > 0"):
+        OpCost(scale=0.0)
+    with pytest.raises(ValueError, match="OpCost.device must be >= 0"):
+        OpCost(device=-1.0)
+    with pytest.raises(TypeError, match="kernel_sync must be a bool"):
+        HostCosts(kernel_sync=1)

@@ -260,3 +260,29 @@ def test_the_h200_profile_has_host_costs_and_the_cpu_profile_none():
     h = get_profile("h200").host
     assert h.launch > 0 and h.kernel > 0 and h.handoff > 0 and h.sync > 0 and h.ops
     assert get_profile("cpu").host.zero
+
+
+def test_an_ops_device_correction_applies_to_its_kernels_only():
+    p = prof(ops={"router": OpCost(device=40 * US, scale=3.0)})
+    tr = Tracer()
+    with VirtualBackend(profile=p, tracer=tr) as b:
+        s = b.new_stream("s")
+        s.launch(None, name="router L0 u0", cost=1e-3)
+        s.launch(None, name="shared L0 u0", cost=1e-3)
+        s.synchronize()
+        d = {r.name.split()[0]: r.duration for r in tr.kernels()}
+        assert d["router"] == pytest.approx(40 * US + 3e-3)
+        assert d["shared"] == pytest.approx(1e-3)
+        assert b.kernel_seconds("compute", 1e-3, (), name="router L1 u1") == pytest.approx(40 * US + 3e-3)
+
+
+def test_a_marked_kernel_does_not_sync_a_host_whose_kernels_run_elsewhere():
+    @syncs_host
+    def reads_offsets(x):
+        x.sum().item()
+
+    with VirtualBackend(profile=prof(launch=1 * US, kernel_sync=False)) as b:
+        s = b.new_stream("s")
+        s.launch(None, cost=1e-3)
+        s.launch(reads_offsets, torch.ones(3))
+        assert b.now() == pytest.approx(2 * US)  # no wait for the first kernel
