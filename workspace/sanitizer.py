@@ -1,7 +1,7 @@
 """Workspace isolation sanitizer: a TorchDispatchMode that judges every tensor access by byte range.
 
 Off by default, and then free: importing this module registers nothing, the managers' hot path is
-unchanged, and ``scope()`` / ``wrap()`` do nothing. Process-global state (like the registry and the
+unchanged, and ``use_sanitizer()`` / ``wrap()`` do nothing. Process-global state (like the registry and the
 workspace singleton): one sanitizer per process.
 
 Use::
@@ -16,7 +16,9 @@ Use::
 
 A dispatch mode is per thread (a mode entered on the main thread never sees a ubatch thread's
 ops), so it must be entered in every thread that runs model code: ``wrap(fn)`` or
-``with sanitizer.scope():`` at the top of the function each ubatch runs. The orchestrator knows
+``with sanitizer.use_sanitizer():`` at the top of the function each ubatch runs.
+``with sanitizer.use_sanitizer("collect") as found:`` turns the sanitizer on for a block (and
+checks the calling thread too), then off; ``found()`` lists the findings. The orchestrator knows
 nothing about the sanitizer.
 
 What it knows: while enabled it observes every manager (``WorkspaceManager.add_observer``): which
@@ -28,9 +30,10 @@ storage_offset * itemsize to the end of its strided extent; never just its start
 reports:
 
 * ``cross-slot``: the bytes belong to another ubatch's slot (or a persistent tensor of another
-  ubatch), or a thread that is not a ubatch thread touches a slot while a step is active. Recv
-  hooks act for the ubatch that registered them (protocol.md), so a hook run by the next ubatch
-  may touch the registrant's slot; ``acting_for(i)`` declares the same for other helpers.
+  ubatch), or a thread that is not a ubatch thread touches a slot while a step is active. A recv
+  hook acts for the ubatch that registered it, so a hook run by the next ubatch may touch the
+  registrant's slot: the sanitizer asks ``dbo.registry.acting_ubatch_id()`` who is acting. A
+  helper thread that works for a ubatch registers as that ubatch (``dbo.registry`` scope).
 * ``stale-view``: the slot's later ``get_simultaneous`` call handed out bytes that overlap the
   tensor (a view used after its lifetime, whose bytes may now hold another tensor's data).
   Judged by ranges: a view object handed out by call k is stale if a later call handed out any
@@ -63,23 +66,22 @@ from torch.utils._pytree import tree_leaves
 
 from dbo import registry
 
-from . import manager as _manager_mod
-from .manager import WorkspaceManager, WorkspaceObserver
+from .errors import InvalidArgumentError, WorkspaceError
+from .manager import WorkspaceManager
+from .observers import WorkspaceObserver, add_global_observer, remove_global_observer
 
 __all__ = [
     "KINDS",
     "MODES",
     "Finding",
     "SanitizerError",
-    "acting_for",
     "clear",
     "disable",
     "enable",
     "enabled",
     "findings",
     "mode",
-    "sanitizing",
-    "scope",
+    "use_sanitizer",
     "wrap",
 ]
 
@@ -95,11 +97,9 @@ _SKIP_DIRS = tuple(
     os.path.dirname(os.path.abspath(p)) + os.sep
     for p in (torch.__file__, __file__, registry.__file__)
 ) + (os.path.abspath(contextlib.__file__), os.path.abspath(threading.__file__), os.path.abspath(functools.__file__))
-_DBO_DIR = os.path.dirname(os.path.abspath(registry.__file__)) + os.sep
-_HOOK_FUNCTIONS = ("maybe_run_recv_hook",)
 
 
-class SanitizerError(RuntimeError):
+class SanitizerError(WorkspaceError, RuntimeError):
     """Raised (mode "raise") by the op that made a finding, before the op runs; ``.finding`` says what."""
 
     def __init__(self, finding: "Finding"):
@@ -182,22 +182,15 @@ def _cut(intervals: list[tuple[int, int, int]], s: int, e: int, call: int) -> li
     return out
 
 
-def _caller_and_hook() -> tuple[str, int | None]:
-    """The first frame outside torch/dbo/workspace, and the ubatch a recv hook on the stack acts for."""
+def _caller() -> str:
+    """``file:line:function`` of the first frame outside torch, dbo and workspace."""
     frame = sys._getframe(2)
-    caller = None
-    acts_for = None
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
-        if path.startswith(_DBO_DIR) and frame.f_code.co_name in _HOOK_FUNCTIONS and acts_for is None:
-            ctx = frame.f_locals.get("self")
-            step = getattr(ctx, "step", None)
-            if step is not None:  # a hook parked on ubatch j was registered by ubatch j - 1
-                acts_for = (ctx.id - 1) % step.num_ubatches
-        if caller is None and not path.startswith(_SKIP_DIRS):
-            caller = f"{frame.f_code.co_filename}:{frame.f_lineno}:{frame.f_code.co_name}"
+        if not path.startswith(_SKIP_DIRS):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}:{frame.f_code.co_name}"
         frame = frame.f_back
-    return caller or "<unknown caller>", acts_for
+    return "<unknown caller>"
 
 
 class _State(WorkspaceObserver):
@@ -292,17 +285,12 @@ class _State(WorkspaceObserver):
                     "the view points at storage kept alive only by views, no longer part of any slot",
                 )
                 return
-            override = getattr(_tls, "acting_for", None)
-            if accessor != entry.owner and override != entry.owner:
-                caller, hook_for = _caller_and_hook()
-                if hook_for != entry.owner:
-                    who = "not a ubatch thread (during a step)" if accessor is None else f"ubatch {accessor}"
-                    self._report(
-                        "cross-slot", func, accessor, entry,
-                        f"bytes [{s}, {e}) of {entry.where()}, accessed by {who}",
-                        caller,
-                    )
-                    return
+            if accessor != entry.owner and registry.acting_ubatch_id() != entry.owner:
+                who = "not a ubatch thread (during a step)" if accessor is None else f"ubatch {accessor}"
+                self._report(
+                    "cross-slot", func, accessor, entry, f"bytes [{s}, {e}) of {entry.where()}, accessed by {who}"
+                )
+                return
             if entry.persistent is not None:
                 return
             detail = self._stale(t, entry, s, e)
@@ -330,10 +318,9 @@ class _State(WorkspaceObserver):
         )
 
     def _report(
-        self, kind: str, func: Any, accessor: int | None, entry: _Buffer, detail: str, caller: str | None = None
+        self, kind: str, func: Any, accessor: int | None, entry: _Buffer, detail: str
     ) -> None:
-        if caller is None:
-            caller, _ = _caller_and_hook()
+        caller = _caller()
         op = str(getattr(func, "__name__", func))
         key = (kind, op, accessor, caller, entry.slot)
         known = self.findings.get(key)
@@ -357,7 +344,7 @@ class _State(WorkspaceObserver):
 
 _UNSET = object()
 _state = _State()
-_tls = threading.local()  # .active: a scope is open in this thread; .acting_for: ubatch override
+_tls = threading.local()  # .active: use_sanitizer() has entered the dispatch mode in this thread
 
 
 def _accessor() -> int | None:
@@ -407,10 +394,10 @@ def enable(mode: str = "raise") -> None:
 
     ``mode``: "raise" (the offending op raises ``SanitizerError`` before it runs) or "collect"
     (the op runs; read ``findings()`` afterwards). Enable before the step whose ubatch threads
-    enter ``scope()``.
+    enter ``use_sanitizer()``.
     """
     if mode not in MODES:
-        raise ValueError(f"sanitizer mode must be one of {MODES}, got {mode!r}")
+        raise InvalidArgumentError(f"sanitizer mode must be one of {MODES}, got {mode!r}")
     with _state.lock:
         _state.mode = mode
         _state.findings = {}
@@ -418,7 +405,7 @@ def enable(mode: str = "raise") -> None:
         was = _state.enabled
         _state.enabled = True
     if not was:
-        _manager_mod.add_global_observer(_state)
+        add_global_observer(_state)
 
 
 def disable() -> None:
@@ -427,7 +414,7 @@ def disable() -> None:
         was = _state.enabled
         _state.enabled = False
     if was:
-        _manager_mod.remove_global_observer(_state)
+        remove_global_observer(_state)
     _state.reset_maps()
 
 
@@ -455,46 +442,36 @@ def clear() -> None:
 
 
 @contextlib.contextmanager
-def scope() -> Iterator[None]:
-    """Check this thread's ops for the ``with`` block (a no-op while disabled or already inside one)."""
-    if not _state.enabled or getattr(_tls, "active", False):
-        yield
-        return
-    _tls.active = True
+def use_sanitizer(mode: str | None = None) -> Iterator[Callable[[], list[Finding]]]:
+    """Check the calling thread's ops for the ``with`` block; yields ``findings``.
+
+    With ``mode`` ("raise" or "collect"): ``enable(mode)`` for the block and ``disable()`` after it.
+    Without: only while the sanitizer is enabled (a no-op otherwise). Nested blocks in one thread
+    enter the dispatch mode once.
+    """
+    if mode is not None:
+        enable(mode)
     try:
-        with _Mode():
-            yield
+        if not _state.enabled or getattr(_tls, "active", False):
+            yield findings
+        else:
+            _tls.active = True
+            try:
+                with _Mode():
+                    yield findings
+            finally:
+                _tls.active = False
     finally:
-        _tls.active = False
+        if mode is not None:
+            disable()
 
 
 def wrap(fn: Callable[..., T]) -> Callable[..., T]:
-    """``fn`` run inside ``scope()``: pass ``wrap(model.forward)`` to ``UBatchOrchestrator.run``."""
+    """``fn`` run inside ``use_sanitizer()``: pass ``wrap(model.forward)`` to ``UBatchOrchestrator.run``."""
 
     @functools.wraps(fn)
     def sanitized(*args: Any, **kwargs: Any) -> T:
-        with scope():
+        with use_sanitizer():
             return fn(*args, **kwargs)
 
     return sanitized
-
-
-@contextlib.contextmanager
-def acting_for(ubatch_id: int) -> Iterator[None]:
-    """Declare that this thread's code in the block works for ``ubatch_id`` (may touch its slot)."""
-    prev = getattr(_tls, "acting_for", None)
-    _tls.acting_for = ubatch_id
-    try:
-        yield
-    finally:
-        _tls.acting_for = prev
-
-
-@contextlib.contextmanager
-def sanitizing(mode: str = "collect") -> Iterator[Callable[[], list[Finding]]]:
-    """``enable(mode)`` for the block, then ``disable()``; yields ``findings``."""
-    enable(mode)
-    try:
-        yield findings
-    finally:
-        disable()
