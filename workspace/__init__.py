@@ -4,7 +4,7 @@ The manager singleton (``init_workspace_manager`` / ``current_workspace_manager`
 process-global. Depends only on ``dbo.registry`` to find the calling ubatch's slot.
 
 Modules: ``layout`` (pure layout functions), ``policy`` (growth policies), ``manager`` (the
-manager and its hot path), ``growth`` and ``persistent`` (parts of the manager), ``lanes``,
+manager and its hot path), ``growth``, ``persistent`` and ``introspection`` (parts of the manager), ``lanes``,
 ``observers``, ``singleton``, ``errors``, ``tracking`` (a live-bytes tracker for memory studies)
 and ``sanitizer`` (an isolation checker, off by default; import ``workspace.sanitizer`` to use it).
 """
