@@ -249,6 +249,7 @@ class UBatchContext:
         "compute_done",
         "comm_done",
         "recv_hook",
+        "recv_hook_from",
         "fault_hook",
     )
 
@@ -269,6 +270,7 @@ class UBatchContext:
         self.compute_done = compute_done
         self.comm_done = comm_done
         self.recv_hook: Callable[[], Any] | None = None
+        self.recv_hook_from: int | None = None  # the ubatch that registered ``recv_hook``
         self.fault_hook = fault_hook
 
     def __repr__(self) -> str:
@@ -343,7 +345,8 @@ class UBatchContext:
         nxt = (self.id + 1) % step.num_ubatches
         target = step.contexts[nxt]
         if step.exited[nxt] or target is self:
-            hook()
+            with registry.acting_for(self.id):
+                hook()
             return
         if target.recv_hook is not None:
             raise RecvHookConflict(
@@ -352,9 +355,14 @@ class UBatchContext:
                 f"dbo_maybe_run_recv_hook() before registering another"
             )
         target.recv_hook = hook
+        target.recv_hook_from = self.id
 
     def maybe_run_recv_hook(self) -> None:
+        """Run (and clear) the hook parked here, acting for the ubatch that registered it."""
         hook = self.recv_hook
         if hook is not None:
+            registrar = self.recv_hook_from
             self.recv_hook = None
-            hook()
+            self.recv_hook_from = None
+            with registry.acting_for(registrar):
+                hook()

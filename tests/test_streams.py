@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import dbo
 from dbo import StreamError, StreamTimeout
 from dbo.costs import DeviceProfile, LinkProfile, Transfer, Work
-from dbo.registry import ubatch_scope
+from dbo.registry import use_ubatch
 from dbo.streams import (
     Backend,
     Event,
@@ -1012,7 +1012,7 @@ def _program(b: VirtualBackend) -> None:
     meta = torch.empty(4096, 4096, device="meta", dtype=torch.bfloat16)
     for layer in range(3):
         for u in (0, 1):
-            with ubatch_scope(u):
+            with use_ubatch(u):
                 comp.launch(torch.Tensor.add_, x, 1.0, name=f"attn{layer}")
                 comp.launch(None, meta, name=f"gemm{layer}", cost=Work(flops=2 * 4096**3, bytes=meta.nbytes))
                 cd = b.new_event()
