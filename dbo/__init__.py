@@ -1,6 +1,6 @@
 """dbo: a multi-threaded DBO (dual-batch overlap) runtime simulator.
 
-The public API is what ``__all__`` lists: the reference's ``dbo_*`` free functions, the
+The public API is what ``__all__`` lists: vLLM's ``dbo_*`` free functions, the
 orchestrator, the current-stream helpers, the batch splitters, the tracer and the errors a caller
 catches. Everything else lives in its submodule: the registry (``dbo.registry``), the stream
 backends (``dbo.streams``), the cost model (``dbo.costs``), every error type (``dbo.errors``) and
@@ -32,7 +32,7 @@ from .streams import current_stream, get_backend, launch, set_stream, use_stream
 from .trace import Tracer
 
 __all__ = [
-    # the reference's free functions
+    # vLLM's free functions
     "dbo_current_ubatch_id",
     "dbo_enabled",
     "dbo_get_previous_event",

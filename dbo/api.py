@@ -1,4 +1,4 @@
-"""The ``dbo_*`` free functions, with the reference's names and meanings.
+"""The ``dbo_*`` free functions, with vLLM's names and meanings.
 
 Each looks up the calling thread's ubatch context in the registry. Outside a DBO step (the caller
 is not a registered ubatch thread) every one of them is a no-op, so the same model code runs with
@@ -38,7 +38,7 @@ def dbo_current_ubatch_id() -> int:
     """The calling thread's ubatch id; 0 when no DBO step is active anywhere in the process.
 
     Raises ``UnregisteredThreadError`` when a step is active and the caller is not one of its ubatch
-    threads (the reference answers 0 there, which makes a helper thread share ubatch 0's scratch).
+    threads (vLLM answers 0 there, which makes a helper thread share ubatch 0's scratch).
     """
     return registry.current_ubatch_id()
 

@@ -10,7 +10,7 @@ Rules (see docs/protocol.md, "The registry"):
   stale entry.
 * ``current_ubatch_id()`` returns the caller's ubatch id if it is registered; 0 if no DBO step is
   active anywhere in the process (no live entry); and raises ``UnregisteredThreadError`` if a step
-  is active but the caller is not one of its ubatch threads. The reference silently answers 0 (or
+  is active but the caller is not one of its ubatch threads. vLLM silently answers 0 (or
   a bare KeyError) there, which makes a helper thread share ubatch 0's scratch slot.
 * ``dbo_enabled()`` is per thread: true iff the *calling* thread is a registered ubatch thread.
   ``step_active()`` is the process-wide question ("is any ubatch registered?").
@@ -192,7 +192,7 @@ def current_ubatch_id() -> int:
 
 
 def dbo_enabled() -> bool:
-    """True iff the calling thread is a registered ubatch thread (per thread, unlike the reference)."""
+    """True iff the calling thread is a registered ubatch thread (per thread; vLLM answers it per process)."""
     return getattr(_local, "entry", None) is not None
 
 
