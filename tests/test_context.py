@@ -248,3 +248,45 @@ def test_the_orchestrator_thread_is_refused_an_id_while_its_step_runs() -> None:
         assert orch.run(lambda u: u, [0, 1]) == [0, 1]
     assert len(got) == 2 and all(isinstance(g, UnregisteredThreadError) for g in got), got
     assert dbo_current_ubatch_id() == 0  # no step active any more
+
+
+def test_a_wake_without_the_turn_is_a_broken_invariant_not_a_timeout() -> None:
+    prims = RacyPrimitives()
+    step = StepState(2, timeout=5.0, primitives=prims)
+    step.holder = 0
+    prims.locks[1].release()  # a spurious wake: ubatch 1's lock opens while ubatch 0 holds the turn
+    with pytest.raises(dbo.DBOError, match="handoff invariant broken: ubatch 1 woke but the turn is with 0") as info:
+        step.wait_turn(1)
+    assert not isinstance(info.value, HandoffTimeout)
+
+
+def test_a_failed_single_ubatch_step_restores_the_callers_stream() -> None:
+    with dbo.streams.InlineBackend() as b, dbo.UBatchOrchestrator(1, backend="virtual") as orch:
+        mine = b.new_stream("mine")
+
+        def fn(_: int) -> None:
+            assert dbo.current_stream() is orch.streams(0)[0]
+            raise RuntimeError("fails in the only ubatch")
+
+        with dbo.use_stream(mine):
+            with pytest.raises(dbo.UBatchFailed, match="ubatch 0 of 1 failed"):
+                orch.run(fn, [0])
+            assert dbo.current_stream() is mine
+            assert orch.run(lambda u: dbo.current_stream(), [0]) == [orch.streams(0)[0]]
+            assert dbo.current_stream() is mine
+
+
+def test_user_code_raising_ubatch_aborted_outside_an_abort_is_a_failure() -> None:
+    def fn(u: int) -> int:
+        dbo_yield()
+        if u == 1:
+            raise dbo.errors.UBatchAborted("raised by the model, not by an abort")
+        return u
+
+    with dbo.UBatchOrchestrator(2, backend="virtual", handoff_timeout=10.0) as orch:
+        with pytest.raises(dbo.UBatchFailed) as info:
+            orch.run(fn, [0, 1])
+        assert info.value.ubatch_id == 1
+        assert isinstance(info.value.__cause__, dbo.errors.UBatchAborted)
+        assert "outside an abort" in str(info.value.__cause__)
+        assert orch.run(lambda u: u, [0, 1]) == [0, 1]
