@@ -290,3 +290,25 @@ def test_user_code_raising_ubatch_aborted_outside_an_abort_is_a_failure() -> Non
         assert isinstance(info.value.__cause__, dbo.errors.UBatchAborted)
         assert "outside an abort" in str(info.value.__cause__)
         assert orch.run(lambda u: u, [0, 1]) == [0, 1]
+
+
+def test_switch_sync_makes_the_destination_stream_wait_for_the_source() -> None:
+    """On the virtual clock: a comm kernel after dbo_switch_to_comm_sync starts only when the compute
+    kernel before it has ended, and the same the other way round."""
+    tr = dbo.Tracer()
+
+    def fn(u: int) -> int:
+        dbo.launch(None, name=f"gemm{u}", cost=0.010)
+        dbo.dbo_switch_to_comm_sync()
+        dbo.launch(None, name=f"send{u}", cost=0.001)
+        dbo.dbo_switch_to_compute_sync()
+        dbo.launch(None, name=f"after{u}", cost=0.001)
+        return u
+
+    with dbo.UBatchOrchestrator(2, backend="virtual", tracer=tr, handoff_timeout=10.0) as orch:
+        assert orch.run(fn, [0, 1]) == [0, 1]
+    k = {r.name: r for r in tr.kernels()}
+    for u in range(2):
+        assert k[f"send{u}"].kind == "comm" and k[f"gemm{u}"].kind == "compute"
+        assert k[f"send{u}"].start >= k[f"gemm{u}"].end, (k[f"gemm{u}"], k[f"send{u}"])
+        assert k[f"after{u}"].start >= k[f"send{u}"].end, (k[f"send{u}"], k[f"after{u}"])
