@@ -434,3 +434,10 @@ def test_records_carry_the_ubatch_the_kernel_acts_for(layout, schedule):
     assert recs and all(parse_kernel_name(r.name)[2] == r.ubatch for r in recs)
     if schedule == "ll":
         assert any(parse_kernel_name(r.name)[0] == "dispatch_recv" for r in recs)
+
+
+def test_a_comm_ratio_below_the_links_latency_is_refused_in_words():
+    # 2 layers x 4 transfers a ubatch at the modelled link's latency outweigh a tiny fraction of
+    # the compute: no bandwidth can reach that ratio (virtual: deterministic)
+    with pytest.raises(ConfigError, match="comm_ratio 1e-06 is too small: the link's latency"):
+        run_overlap(small(backend="virtual", comm_ratio=1e-6))
