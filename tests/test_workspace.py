@@ -15,12 +15,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import dbo
 import workspace
-from dbo.registry import ubatch_scope
-from workspace import WorkspaceLockedError, WorkspaceManager, align_up
+from dbo.registry import use_ubatch
+from workspace import WorkspaceLockedError, WorkspaceManager
+from workspace.layout import align_up
 from workspace import manager as manager_mod
 from workspace.layout import canonical_request, canonical_shape, plan
 
-MB = 1024 * 1024
+MIB = 1024 * 1024
 F32 = torch.float32
 
 
@@ -107,7 +108,7 @@ def test_bad_device(device, exc) -> None:
 
 def test_views_in_order_aligned_exact_and_disjoint(ws: WorkspaceManager) -> None:
     specs = [((3, 5), F32), ((7,), torch.int8), ((2, 2, 2), torch.float64), ((0, 4), torch.float16), ((1,), torch.bfloat16)]
-    with ubatch_scope(0):
+    with use_ubatch(0):
         views = ws.get_simultaneous(*specs)
     base, cap = ws.slot_ranges()[0]
     assert len(views) == len(specs)
@@ -135,7 +136,7 @@ def test_absolute_alignment_when_slot_base_is_aligned() -> None:
             return raw[skip : skip + nbytes]
 
     m = AlignedBase("cpu")
-    with ubatch_scope(1):
+    with use_ubatch(1):
         views = m.get_simultaneous(((3,), torch.int8), ((17,), F32), ((1,), torch.complex128))
     assert m.slot_ranges()[1][0] % 256 == 0
     assert [v.data_ptr() % 256 for v in views] == [0, 0, 0]
@@ -170,13 +171,13 @@ def test_views_are_writable_scratch(ws: WorkspaceManager) -> None:
 def test_growth_is_exact_lazy_lockstep_and_never_shrinks() -> None:
     m = WorkspaceManager("cpu", 3, growth="lockstep")
     assert m.slot_sizes() == [0, 0, 0]
-    with ubatch_scope(2):
+    with use_ubatch(2):
         m.get_simultaneous(((1000,), torch.uint8))
     assert m.slot_sizes() == [1024, 1024, 1024]
-    with ubatch_scope(0):
+    with use_ubatch(0):
         m.get_simultaneous(((10,), torch.uint8), ((5000,), torch.uint8))
     assert m.slot_sizes() == [256 + 5120] * 3
-    with ubatch_scope(1):
+    with use_ubatch(1):
         m.get_simultaneous(((8,), torch.uint8))
     assert m.slot_sizes() == [5376] * 3
     s = m.stats()
@@ -188,7 +189,7 @@ def test_slots_never_share_storage_and_views_stay_in_own_slot() -> None:
     spec = [((100,), F32), ((33,), torch.int16)]
     views = {}
     for u in (0, 1, 2):
-        with ubatch_scope(u):
+        with use_ubatch(u):
             views[u] = m.get_simultaneous(*spec)
     ranges = m.slot_ranges()
     storages = {u: {v.untyped_storage().data_ptr() for v in views[u]} for u in views}
@@ -207,7 +208,7 @@ def test_slots_never_share_storage_and_views_stay_in_own_slot() -> None:
 def test_growth_invalidates_cached_views() -> None:
     m = WorkspaceManager("cpu", 2)
     small = ((16,), F32)
-    with ubatch_scope(0):
+    with use_ubatch(0):
         (old,) = m.get_simultaneous(small)
         del old  # not held: growth may free it
         m.get_simultaneous(((1 << 16,), torch.uint8))  # grows every slot
@@ -261,15 +262,15 @@ def test_bad_allocate_override_is_rejected() -> None:
 
 
 def _grow_while_locked(m: WorkspaceManager) -> None:
-    m.get_simultaneous(((3 * MB // 4,), F32))  # 3 MiB
+    m.get_simultaneous(((3 * MIB // 4,), F32))  # 3 MiB
 
 
 def test_lock_reuses_memory_and_refuses_growth_with_actionable_message(ws: WorkspaceManager) -> None:
-    (first,) = ws.get_simultaneous(((MB // 4,), F32))  # 1 MiB
+    (first,) = ws.get_simultaneous(((MIB // 4,), F32))  # 1 MiB
     ptr = first.data_ptr()
     ws.lock()
     assert ws.is_locked()
-    (same,) = ws.get_simultaneous(((MB // 4,), F32))
+    (same,) = ws.get_simultaneous(((MIB // 4,), F32))
     (smaller,) = ws.get_simultaneous(((1000,), torch.float16))
     a, b = ws.get_simultaneous(((100,), F32), ((200,), torch.int64))
     assert same.data_ptr() == ptr and smaller.data_ptr() == ptr and a.data_ptr() == ptr
@@ -277,15 +278,15 @@ def test_lock_reuses_memory_and_refuses_growth_with_actionable_message(ws: Works
 
     with pytest.raises(WorkspaceLockedError) as info:
         line = inspect.currentframe().f_lineno + 1
-        ws.get_simultaneous(((3 * MB // 4,), F32))
+        ws.get_simultaneous(((3 * MIB // 4,), F32))
     err = info.value
     msg = str(err)
     assert isinstance(err, AssertionError)
     assert msg.startswith("Workspace is locked")
     assert f"{os.path.basename(__file__)}:{line}:test_lock_reuses_memory_and_refuses_growth_with_actionable_message" in msg
-    assert "3.00 MB" in msg and "1.00 MB" in msg
+    assert "3.00 MiB" in msg and "1.00 MiB" in msg
     assert "not allowed after locking" in msg
-    assert (err.required_bytes, err.current_bytes, err.ubatch_id) == (3 * MB, MB, 0)
+    assert (err.required_bytes, err.current_bytes, err.ubatch_id) == (3 * MIB, MIB, 0)
 
     with pytest.raises(WorkspaceLockedError) as info:
         _grow_while_locked(ws)
@@ -296,16 +297,16 @@ def test_lock_reuses_memory_and_refuses_growth_with_actionable_message(ws: Works
 
     ws.unlock()
     assert not ws.is_locked()
-    (big,) = ws.get_simultaneous(((3 * MB // 4,), F32))
-    assert ws.slot_sizes() == [3 * MB, 3 * MB]
+    (big,) = ws.get_simultaneous(((3 * MIB // 4,), F32))
+    assert ws.slot_sizes() == [3 * MIB, 3 * MIB]
     ws.lock()
-    (again,) = ws.get_simultaneous(((3 * MB // 4,), F32))
+    (again,) = ws.get_simultaneous(((3 * MIB // 4,), F32))
     assert again.data_ptr() == big.data_ptr()
 
 
 def test_lock_before_any_use_refuses_first_growth(ws: WorkspaceManager) -> None:
     ws.lock()
-    with pytest.raises(WorkspaceLockedError, match=r"^Workspace is locked.*0\.00 MB"):
+    with pytest.raises(WorkspaceLockedError, match=r"^Workspace is locked.*0\.00 MiB"):
         ws.get_simultaneous(((1,), torch.uint8))
     assert ws.get_simultaneous(((0,), torch.uint8))[0].numel() == 0  # zero bytes always fit
 
@@ -316,7 +317,7 @@ def test_lock_before_any_use_refuses_first_growth(ws: WorkspaceManager) -> None:
 def test_hot_path_issues_no_torch_ops_and_no_allocations(ws: WorkspaceManager) -> None:
     specs = (((64, 128), F32), ((64,), torch.int32), ((16, 8, 4), torch.bfloat16))
     list_specs = (([64, 128], F32), ([64], torch.int32))
-    with ubatch_scope(1):
+    with use_ubatch(1):
         with OpRecorder() as cold:
             warm = ws.get_simultaneous(*specs)
         assert cold.ops, "the recorder must see the cold path's ops (positive control)"
@@ -387,7 +388,7 @@ def test_bad_input_raises_and_changes_nothing(ws: WorkspaceManager, request_, ex
 
 def test_ubatch_beyond_slots() -> None:
     m = WorkspaceManager("cpu", 2)
-    with ubatch_scope(2):
+    with use_ubatch(2):
         with pytest.raises(ValueError, match=r"ubatch id 2.*2 slot.*num_ubatches >= 3"):
             m.get_simultaneous(((4,), F32))
     assert m.slot_sizes() == [0, 0] and m.stats()["grows"] == 0
@@ -397,7 +398,7 @@ def test_non_ubatch_thread_during_step_is_refused(ws: WorkspaceManager) -> None:
     inside, release = threading.Event(), threading.Event()
 
     def ubatch0() -> None:
-        with ubatch_scope(0):
+        with use_ubatch(0):
             inside.set()
             release.wait(5)
 
@@ -421,9 +422,9 @@ def test_debug_logging_of_resize_lock_unlock(monkeypatch: pytest.MonkeyPatch, ca
     monkeypatch.setenv(workspace.DEBUG_ENV, "1")
     m = WorkspaceManager("cpu", 2)
     caplog.set_level(logging.INFO, logger="workspace.manager")
-    with ubatch_scope(1):
-        m.get_simultaneous(((MB // 4,), F32))
-        m.get_simultaneous(((MB // 2,), F32))
+    with use_ubatch(1):
+        m.get_simultaneous(((MIB // 4,), F32))
+        m.get_simultaneous(((MIB // 2,), F32))
         m.get_simultaneous(((10,), F32))  # fits: no log
     m.lock()
     m.unlock()
@@ -432,12 +433,12 @@ def test_debug_logging_of_resize_lock_unlock(monkeypatch: pytest.MonkeyPatch, ca
     resizes = [m_ for m_ in msgs if "resize" in m_]
     assert len(resizes) == 2
     assert os.path.basename(__file__) in resizes[0] and "test_debug_logging_of_resize_lock_unlock" in resizes[0]
-    assert "0.00 MB -> 1.00 MB" in resizes[0] and "1.00 MB -> 2.00 MB" in resizes[1]
-    assert "2 slots" in resizes[1] and "4.00 MB total" in resizes[1] and "ubatch 1" in resizes[1]
+    assert "0.00 MiB -> 1.00 MiB" in resizes[0] and "1.00 MiB -> 2.00 MiB" in resizes[1]
+    assert "2 slots" in resizes[1] and "4.00 MiB total" in resizes[1] and "ubatch 1" in resizes[1]
     locks = [m_ for m_ in msgs if m_.startswith("workspace locked")]
     unlocks = [m_ for m_ in msgs if m_.startswith("workspace unlocked")]
     assert len(locks) == 1 and len(unlocks) == 1
-    assert "2.00 MB, 2.00 MB" in locks[0] and "4.00 MB total" in unlocks[0]
+    assert "2.00 MiB, 2.00 MiB" in locks[0] and "4.00 MiB total" in unlocks[0]
 
 
 def test_no_logging_without_debug_env(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:

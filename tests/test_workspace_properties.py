@@ -6,9 +6,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dbo.registry import ubatch_scope
+from dbo.registry import use_ubatch
+from demos.bench import reference_views
 from workspace import WorkspaceManager
-from workspace.layout import align_up, canonical_request, plan, reference_views
+from workspace.layout import align_up, canonical_request, plan
 
 DTYPES = [torch.uint8, torch.int8, torch.bool, torch.float16, torch.bfloat16, torch.int32, torch.float32, torch.int64, torch.float64, torch.complex128]
 
@@ -30,7 +31,7 @@ def as_shape(shape) -> tuple[int, ...]:
 @given(request=requests, ubatch=st.integers(min_value=0, max_value=2))
 def test_random_requests_layout(request, ubatch) -> None:
     m = WorkspaceManager("cpu", 3)
-    with ubatch_scope(ubatch):
+    with use_ubatch(ubatch):
         views = m.get_simultaneous(*request)
         again = m.get_simultaneous(*request)
     assert len(views) == len(request)

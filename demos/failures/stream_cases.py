@@ -49,12 +49,12 @@ def scenario_missing_wait() -> dict:
         return body
 
     def run(sync: bool) -> tuple[list[float], list[sanitizer.Finding]]:
-        with sanitizer.sanitizing("collect") as found:
+        with sanitizer.use_sanitizer("collect") as found:
             with dbo.UBatchOrchestrator(2, backend="threads", **STEP_BOUNDS) as orch:
                 orch.run(sanitizer.wrap(make_body(sync)), [None, None])
             got = []
             for u in range(2):
-                with registry.ubatch_scope(u):
+                with registry.use_ubatch(u):
                     _, out = m.get_simultaneous(((n,), F32), ((1,), F32))
                     got.append(float(out[0]))
             return got, found()
