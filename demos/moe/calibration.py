@@ -157,9 +157,9 @@ def measure_device(backend: str, p: Plan, progress: Progress | None = None) -> l
 
 
 class _RecordingStream(VirtualStream):
-    def launch(self, fn: Any, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
+    def launch(self, fn: Any, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
         dtype = next((t.dtype for t in iter_tensors(args) if t.is_floating_point()), None)
-        self.backend.log[name] = (kind, cost, dtype)
+        self.backend.log[name] = (self._check_launch(kind), cost, dtype)  # kind None: the stream's role
         super().launch(fn, *args, name=name, kind=kind, cost=cost)
 
 
