@@ -26,7 +26,8 @@ import numpy as np
 from .profiles import DTYPES, DeviceProfile, HostCosts, OpCost, dtype_key
 
 __all__ = [
-    "fit_device", "fit_dtype_rates", "fit_host", "fit_launch_costs", "fit_op_costs", "fit_profile", "predict", "FitError",
+    "fit_device", "fit_dtype_rates", "fit_host", "fit_launch_costs", "fit_op_costs", "fit_profile", "fit_scalar", "predict",
+    "FitError",
 ]
 
 KINDS = ("gemm", "elementwise")
@@ -324,6 +325,38 @@ def fit_op_costs(samples: Iterable[Sequence[Any]], *, kernels: Mapping[str, int]
         k = (kernels or {}).get(op, 1)
         out[op] = OpCost(kernels=k, device=max(0.0, device), scale=max(scale, 1e-9))
     return out
+
+
+def fit_scalar(loss: Any, lo: float, hi: float, *, points: int = 8, refine: int = 6) -> float:
+    """The value in [lo, hi] that minimizes ``loss(value)``: a grid of ``points`` (lo, then
+    geometric up to hi), then golden-section steps between the best point's neighbours. For one
+    parameter fitted against whole simulated steps (each loss call may be costly)."""
+    if not (math.isfinite(lo) and math.isfinite(hi) and 0 <= lo <= hi):
+        raise FitError(f"fit_scalar needs 0 <= lo <= hi, got {lo!r}, {hi!r}")
+    if hi == lo:
+        return lo
+    start = max(lo, hi * 1e-3)
+    grid = sorted({lo, *np.geomspace(start, hi, max(2, points - 1)).tolist()})
+    vals = [loss(x) for x in grid]
+    k = int(np.argmin(vals))
+    a, b = grid[max(0, k - 1)], grid[min(len(grid) - 1, k + 1)]
+    best_x, best_v = grid[k], vals[k]
+    g = (math.sqrt(5) - 1) / 2
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = loss(c), loss(d)
+    for _ in range(refine):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = loss(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = loss(d)
+    for x, v in ((c, fc), (d, fd)):
+        if v < best_v:
+            best_x, best_v = x, v
+    return float(best_x)
 
 
 def fit_profile(

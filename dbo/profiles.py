@@ -156,6 +156,12 @@ class DeviceProfile:
     * ``bytes_knee``: memory efficiency ``B/(B+b0)`` (B bytes): ``(B + b0) / mem_bandwidth``.
     * ``comm_sm_share``: share of the compute engine a comm kernel takes while it runs: compute
       overlapping comm runs ``1 / (1 - share)`` times longer.
+    * ``event_latency``: seconds from an event's completion until work on another stream that
+      waits for it can start (a wake-up across engines; on the threads backend an executor thread
+      being woken, on a GPU a few microseconds).
+    * ``event_latency_threaded``: added to ``event_latency`` while two or more ubatch threads are
+      live (on the threads backend their Python competes with the executor threads for the GIL and
+      the cores, and a woken executor waits for them; fitted to DBO steps by calibration).
     * ``host``: ``HostCosts`` (virtual backend's host clock).
     """
 
@@ -170,6 +176,8 @@ class DeviceProfile:
     bytes_knee: float = 0.0
     comm_sm_share: float = 0.0
     host: HostCosts = field(default_factory=HostCosts)
+    event_latency: float = 0.0
+    event_latency_threaded: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -188,7 +196,7 @@ class DeviceProfile:
         if len(knee) != 3:
             raise ValueError(f"gemm_knee must be (m0, n0, k0), got {self.gemm_knee!r}")
         object.__setattr__(self, "gemm_knee", tuple(check_number("gemm_knee", x) for x in knee))
-        for name in ("min_kernel", "flops_knee", "bytes_knee"):
+        for name in ("min_kernel", "flops_knee", "bytes_knee", "event_latency", "event_latency_threaded"):
             check_number(name, getattr(self, name))
         share = check_number("comm_sm_share", self.comm_sm_share)
         if share >= 1:

@@ -90,7 +90,7 @@ BASE = replace(get_profile("cpu"), name="base", host=HostCosts(kernel=2e-6, kern
 
 
 def test_op_corrections_of_a_virtual_machine_are_recovered():
-    records = cal.measure_ops("virtual", TINY, truth=MACHINE)
+    records, steps = cal.measure_ops("virtual", TINY, truth=MACHINE)
     ops = {r.op for r in records}
     assert {"attn_qkv", "router", "experts", "shared", "dispatch", "combine", "finalize"} <= ops
     fitted = fit_op_costs(cal.op_samples(records, BASE))
@@ -122,7 +122,8 @@ def test_declared_costs_name_every_kernel_of_both_steps():
 
 def test_host_constants_on_threads_are_positive_and_small():
     h = measure_host("threads", reps=20)
-    assert set(h) == {"kernel", "stream_switch", "event", "sync", "handoff", "thread_start", "thread_join", "threaded"}
+    assert set(h) == {"kernel", "stream_switch", "event", "sync", "handoff", "thread_start", "thread_join", "threaded",
+                      "event_latency"}
     for k, v in h.items():
         assert math.isfinite(v) and v >= 0, k
         if k != "threaded":
@@ -190,3 +191,20 @@ def test_cli_writes_the_profile_and_a_summary(tmp_path, capsys, monkeypatch):
     assert "wrote" in text and "router" in text
     d = json.loads(out.read_text())
     assert d["name"] == "calibrated-threads" and "router" in d["host"]["ops"]
+
+
+def test_wake_up_latency_of_a_virtual_machine_is_recovered_from_its_steps():
+    machine = replace(MACHINE, event_latency=20e-6, event_latency_threaded=150e-6)
+    _, steps = cal.measure_ops("virtual", TINY, truth=machine)
+    assert len(steps) == len(TINY.op_runs) and all(s.dbo_s > 0 for s in steps)
+    got = cal.fit_event_latency(steps, replace(MACHINE, event_latency=20e-6))
+    assert got == pytest.approx(150e-6, rel=0.05)
+
+
+def test_fit_scalar_finds_an_interior_minimum_and_respects_bounds():
+    from dbo.fit import fit_scalar
+
+    assert fit_scalar(lambda x: (x - 3.3e-4) ** 2, 0.0, 2e-3) == pytest.approx(3.3e-4, rel=0.02)
+    assert fit_scalar(lambda x: x, 1e-5, 2e-3) == 1e-5
+    with pytest.raises(FitError):
+        fit_scalar(lambda x: x, 1.0, 0.5)

@@ -286,3 +286,33 @@ def test_a_marked_kernel_does_not_sync_a_host_whose_kernels_run_elsewhere():
         s.launch(None, cost=1e-3)
         s.launch(reads_offsets, torch.ones(3))
         assert b.now() == pytest.approx(2 * US)  # no wait for the first kernel
+
+
+def test_a_wait_on_another_streams_event_adds_the_wake_up_latency():
+    p = dataclasses.replace(prof(), event_latency=10 * US, event_latency_threaded=100 * US)
+    tr = Tracer()
+    with VirtualBackend(profile=p, tracer=tr) as b:
+        a, c = b.new_stream("a"), b.new_stream("c")
+        a.launch(None, name="first", cost=1e-3)
+        ev = b.new_event()
+        ev.record(a)
+        c.wait_event(ev)
+        c.launch(None, name="second", cost=1e-3)
+        b.host_event("thread_start")
+        b.host_event("thread_start")  # two ubatch threads live: the threaded latency adds
+        a.launch(None, name="a2", cost=3e-3)
+        ev.record(a)
+        c.wait_event(ev)
+        c.launch(None, name="third", cost=1e-3)
+        b.host_event("thread_join")
+        b.host_event("thread_join")
+        b.synchronize()
+        r = {k.name: k for k in tr.kernels()}
+        assert r["second"].start == pytest.approx(1e-3 + 10 * US)
+        assert r["third"].start == pytest.approx(r["a2"].end + 110 * US)
+        ev2 = b.new_event()
+        ev2.record(c)
+        c.wait_event(ev2)  # its own stream's event: no latency
+        c.launch(None, name="fourth", cost=1e-3)
+        b.synchronize()
+        assert {k.name: k for k in tr.kernels()}["fourth"].start == pytest.approx(r["third"].end)

@@ -19,7 +19,9 @@
   ``OpCost``: ``device + scale * that``. A kernel marked ``syncs_host`` syncs the host only when
   ``HostCosts.kernel_sync`` (a GPU-like host) is set.
 * Events: ``record`` stores the stream's ready time (``Event.time``); ``wait_event`` raises the
-  waiting stream's ready time to it. ``advance(dt)`` moves the host clock by ``dt``.
+  waiting stream's ready time to it, plus the profile's ``event_latency`` when the event was
+  recorded on another stream (and ``event_latency_threaded`` while two or more ubatch threads are
+  live). ``advance(dt)`` moves the host clock by ``dt``.
 * ``reset_clock()`` starts a new timed region at 0: host clock, engines and stream ready times
   become 0, and events recorded before the reset count as complete at 0. Call it when nothing is
   in flight (after ``synchronize``), else it raises StreamError.
@@ -148,7 +150,11 @@ class VirtualStream(Stream):
                 b._host += b._hc.event
             if ev._time is None or ev._epoch != b._epoch:
                 return
-            self._ready = max(self._ready, ev._time)
+            lat = 0.0
+            if ev._stream_name != self.name:
+                p = b.profile
+                lat = p.event_latency + (p.event_latency_threaded if b._live > 1 else 0.0)
+            self._ready = max(self._ready, ev._time + lat)
             if ev._error is not None and self._error is None:
                 self._error = ev._error
                 self._error_note = f"it waited on an event recorded on failed stream {ev._stream_name!r}"

@@ -33,13 +33,16 @@ from dbo.fit import fit_device, fit_dtype_rates, fit_op_costs, predict
 from dbo.streams.virtual import VirtualBackend, VirtualStream
 
 from .calibration_host import measure_host
+from .calibration_steps import StepSample, fit_event_latency, fit_launch
 from .comm import ModelledLinkTransport
 from .config import ConfigError, OverlapConfig, resolve
 from .model import ToyMoE, parse_kernel_name
 from .run import run
-from .runner import Runner
 
-__all__ = ["BACKENDS", "Plan", "plan", "calibrate", "CalibrationError", "declared_costs", "measure_device", "op_samples"]
+__all__ = [
+    "BACKENDS", "Plan", "plan", "calibrate", "CalibrationError", "declared_costs", "measure_device", "measure_ops",
+    "op_samples", "fit_launch", "fit_event_latency", "StepSample",
+]
 
 BACKENDS = ("threads", "cuda")
 
@@ -214,10 +217,13 @@ class OpRecord:
     seconds: float
 
 
-def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *, truth: Any = None) -> list[OpRecord]:
-    """Run the model for real over the plan's sweep; every kernel of the last no-DBO and DBO step.
-    ``truth``: the profile of a virtual "machine" (``backend="virtual"``: tests of the fit)."""
+def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
+                truth: Any = None) -> tuple[list[OpRecord], list[StepSample]]:
+    """Run the model for real over the plan's sweep: every kernel of the last no-DBO and DBO step,
+    and each run's step times. ``truth``: the profile of a virtual "machine" (``backend="virtual"``:
+    tests of the fit)."""
     out: list[OpRecord] = []
+    steps: list[StepSample] = []
     for i, kw in enumerate(p.op_runs):
         if progress:
             progress(f"model ops: run {i + 1}/{len(p.op_runs)} ({kw['schedule']}, {kw['tokens']} tokens, hidden {kw['hidden']})")
@@ -233,6 +239,7 @@ def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *, trut
         if res is None:
             continue
         link = LinkProfile("calibrated", res.link["latency_s"], res.link["bandwidth_Bps"])
+        steps.append(StepSample(res.config, link, res.time_no_dbo_s, res.time_dbo_s))
         for recs, table in ((res.records_no_dbo, no), (res.records_dbo, dbo_)):
             for r in recs:
                 d = table.get(r.name)
@@ -240,7 +247,7 @@ def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *, trut
                 if d is None or parsed is None or r.duration <= 0:
                     continue
                 out.append(OpRecord(parsed[0], d[0], d[1], d[2], link, r.duration))
-    return out
+    return out, steps
 
 
 def op_samples(records: list[OpRecord], profile: DeviceProfile) -> list[tuple[str, float, float]]:
@@ -249,52 +256,6 @@ def op_samples(records: list[OpRecord], profile: DeviceProfile) -> list[tuple[st
         (r.op, seconds_for(r.kind, r.cost, (), profile, r.link, dtype=r.dtype), r.seconds)
         for r in records
     ]
-
-
-def _issue_seconds(cfg: OverlapConfig, profile: Any = None, steps: int = 3) -> tuple[float, int]:
-    """(median host seconds from a no-DBO step's start until its forward returned, launches)."""
-    res = resolve(replace(cfg, profile=profile, comm_ratio=1.0))
-    old = torch.get_num_threads()
-    if res.torch_threads is not None:
-        torch.set_num_threads(res.torch_threads)
-    runner = Runner(cfg, res)
-    try:
-        marks: list[float] = []
-        forward = runner.model.forward
-
-        def timed(rows: range) -> Any:
-            out = forward(rows)
-            marks.append(runner.backend.now())
-            return out
-
-        runner.model.forward = timed  # type: ignore[method-assign]
-        runner.step(False, traced=False)
-        issue, launches = [], 0
-        for _ in range(steps):
-            t0 = runner.backend.now()
-            _, recs = runner.step(False, traced=True)
-            issue.append(marks[-1] - t0)
-            launches = len(recs)
-        return statistics.median(issue), launches
-    finally:
-        runner.close()
-        workspace.reset_workspace_manager()
-        torch.set_num_threads(old)
-
-
-def fit_launch(backend: str, p: Plan, profile: DeviceProfile, progress: Progress | None = None, *,
-               truth: Any = None) -> float:
-    """``HostCosts.launch``: the model's host seconds per launch beyond what ``profile`` predicts
-    (``truth``: the profile of a virtual "machine", for tests)."""
-    per = []
-    for i, kw in enumerate(p.issue_runs):
-        if progress:
-            progress(f"host: model issue time {i + 1}/{len(p.issue_runs)}")
-        cfg = OverlapConfig(backend=backend, steps=1, warmup=1, **kw)
-        real, n = _issue_seconds(cfg, profile=truth)
-        virt, _ = _issue_seconds(replace(cfg, backend="virtual"), profile=profile)
-        per.append((real - virt) / max(n, 1))
-    return max(0.0, statistics.median(per))
 
 
 @dataclass
@@ -336,13 +297,15 @@ def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None
     first = [x for x in dev_samples if x[0] != "gemm" or x[2] == p.dtypes[0]]
     dev = fit_device(first, name=name or f"calibrated-{backend}", base=base)
     dev = fit_dtype_rates([x for x in dev_samples if x[0] == "gemm" and x[2] != p.dtypes[0]], dev)
-    dev = replace(dev, comm_sm_share=base.comm_sm_share if base is not None else 0.0, host=hc)
-    records = measure_ops(backend, p, progress)
+    dev = replace(dev, comm_sm_share=base.comm_sm_share if base is not None else 0.0, host=hc,
+                  event_latency=host["event_latency"])  # idle; the threaded part is fitted to DBO steps below
+    records, steps = measure_ops(backend, p, progress)
     samples = op_samples(records, dev)
     ops = fit_op_costs(samples)
     prof = replace(dev, host=replace(hc, ops=ops))
     launch = fit_launch(backend, p, prof, progress)
     prof = replace(prof, host=replace(prof.host, launch=launch))
+    prof = replace(prof, event_latency_threaded=fit_event_latency(steps, prof, progress=progress))
     dev_err = [math.log(predict(prof, op, sh, dt, b) / t) for op, sh, dt, b, t in dev_samples]
     errs: dict[str, list[float]] = {}
     for (op, m, t) in op_samples(records, prof):

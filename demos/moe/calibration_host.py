@@ -3,8 +3,9 @@
 ``measure_host(backend, reps)`` returns seconds per: ``kernel`` (one launch of a tiny kernel
 through a dbo stream), ``stream_switch`` (a stream becoming current), ``event`` (an event record or
 a ``wait_event``), ``sync`` (synchronizing an idle stream), ``handoff`` (one turn handoff between
-two ubatch threads), ``thread_start`` / ``thread_join`` (per ubatch thread per step), and the
-factor ``threaded`` (a launch from a two-ubatch step against one from a single thread). Each is a
+two ubatch threads), ``thread_start`` / ``thread_join`` (per ubatch thread per step),
+``event_latency`` (from a kernel's end to the start of a waiting kernel on another engine's
+stream), and the factor ``threaded`` (a launch from a two-ubatch step against one from a single thread). Each is a
 median of a few batches of ``reps`` calls, measured through the runtime itself on ``backend``.
 """
 
@@ -19,6 +20,7 @@ import torch
 
 import dbo
 from dbo.streams.current import launch, set_stream
+from dbo.trace import Tracer
 
 __all__ = ["measure_host"]
 
@@ -53,6 +55,29 @@ def _step_seconds(orch: dbo.UBatchOrchestrator, fn: Callable[[Any], Any], batche
         orch.run(fn, [None] * orch.num_ubatches)
         out.append(time.perf_counter() - t0)
     return statistics.median(out)
+
+
+def _event_latency(b: Any, x: torch.Tensor, n: int) -> float:
+    """Median seconds from the end of a 0.2 ms comm kernel to the start of a compute kernel on
+    another stream that waits for it (queued before the comm kernel ends): the wake-up across
+    engines."""
+    link, comp = b.new_stream("cal-link"), b.new_stream("cal-comp")
+    tr = Tracer()
+    b.tracer = tr
+    try:
+        for i in range(n):
+            link.launch(None, name=f"a{i}", kind="comm", cost=2e-4)
+            ev = b.new_event()
+            ev.record(link)
+            comp.wait_event(ev)
+            comp.launch(_tiny, x, name=f"b{i}", kind="compute")
+            comp.synchronize()
+        b.synchronize()
+    finally:
+        b.tracer = None
+    recs = {r.name: r for r in tr.kernels()}
+    lat = [recs[f"b{i}"].start - recs[f"a{i}"].end for i in range(n) if f"a{i}" in recs and f"b{i}" in recs]
+    return max(0.0, statistics.median(lat)) if lat else 0.0
 
 
 def _bare_thread_split(n: int = 50) -> float:
@@ -108,6 +133,7 @@ def measure_host(backend: str, reps: int = 500, progress: Callable[[str], None] 
         out["sync"] = _per_call(s1.synchronize, reps)
         set_stream(prev)
         prev = None
+        out["event_latency"] = _event_latency(b, x, max(10, reps // 15))
 
         if progress:
             progress("host: handoffs, threads")

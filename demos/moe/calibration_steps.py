@@ -1,0 +1,112 @@
+"""Calibration from whole steps: the model's host time per launch and the wake-up latency across
+engines, each fitted so that the virtual backend reproduces measured steps of the toy MoE."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import torch
+
+import workspace
+from dbo.costs import DeviceProfile, LinkProfile
+from dbo.fit import fit_scalar
+
+from .config import ConfigError, OverlapConfig, resolve
+from .run import run
+from .runner import Runner
+
+__all__ = ["StepSample", "fit_launch", "fit_event_latency"]
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class StepSample:
+    """One measured run: its config, the link it calibrated, its no-DBO and DBO step times."""
+
+    config: OverlapConfig
+    link: LinkProfile
+    no_dbo_s: float
+    dbo_s: float
+
+
+def _issue_seconds(cfg: OverlapConfig, profile: Any = None, steps: int = 3) -> tuple[float, int]:
+    """(median host seconds from a no-DBO step's start until its forward returned, launches)."""
+    res = resolve(replace(cfg, profile=profile, comm_ratio=1.0))
+    old = torch.get_num_threads()
+    if res.torch_threads is not None:
+        torch.set_num_threads(res.torch_threads)
+    runner = Runner(cfg, res)
+    try:
+        marks: list[float] = []
+        forward = runner.model.forward
+
+        def timed(rows: range) -> Any:
+            out = forward(rows)
+            marks.append(runner.backend.now())
+            return out
+
+        runner.model.forward = timed  # type: ignore[method-assign]
+        runner.step(False, traced=False)
+        issue, launches = [], 0
+        for _ in range(steps):
+            t0 = runner.backend.now()
+            _, recs = runner.step(False, traced=True)
+            issue.append(marks[-1] - t0)
+            launches = len(recs)
+        return statistics.median(issue), launches
+    finally:
+        runner.close()
+        workspace.reset_workspace_manager()
+        torch.set_num_threads(old)
+
+
+def fit_launch(backend: str, p: Any, profile: DeviceProfile, progress: Progress | None = None, *,
+               truth: Any = None) -> float:
+    """``HostCosts.launch``: the model's host seconds per launch beyond what ``profile`` predicts
+    (``truth``: the profile of a virtual "machine", for tests)."""
+    per = []
+    for i, kw in enumerate(p.issue_runs):
+        if progress:
+            progress(f"host: model issue time {i + 1}/{len(p.issue_runs)}")
+        cfg = OverlapConfig(backend=backend, steps=1, warmup=1, **kw)
+        real, n = _issue_seconds(cfg, profile=truth)
+        virt, _ = _issue_seconds(replace(cfg, backend="virtual"), profile=profile)
+        per.append((real - virt) / max(n, 1))
+    return max(0.0, statistics.median(per))
+
+
+def _predict(s: StepSample, profile: DeviceProfile) -> tuple[float, float]:
+    cfg = replace(s.config, backend="virtual", profile=profile, meta=True, comm_ratio=None, link=s.link, steps=1,
+                  warmup=1, dtype=s.config.dtype if s.config.dtype != "auto" else "float32")
+    res = run(cfg)
+    return res.time_no_dbo_s, res.time_dbo_s
+
+
+def fit_event_latency(steps: list[StepSample], profile: DeviceProfile, *, lo: float = 0.0, hi: float = 2e-3,
+                      progress: Progress | None = None) -> float:
+    """``DeviceProfile.event_latency_threaded`` in [lo, hi] that makes the virtual backend
+    reproduce the measured DBO steps best (least squares on log step time, over the link each run
+    calibrated; the no-DBO steps do not depend on it)."""
+    if not steps:
+        return lo
+    calls = [0]
+
+    def loss(latency: float) -> float:
+        calls[0] += 1
+        if progress:
+            progress(f"steps: wake-up latency, try {calls[0]} ({latency * 1e6:.0f} us)")
+        p = replace(profile, event_latency_threaded=latency)
+        err = 0.0
+        for s in steps:
+            try:
+                no, d = _predict(s, p)
+            except ConfigError:
+                continue
+            err += math.log(d / s.dbo_s) ** 2
+        return err
+
+    return fit_scalar(loss, lo, hi)
