@@ -73,6 +73,13 @@ def test_table_has_every_row_the_errors_and_the_crossovers():
     assert "+20%" in text  # no-DBO error of every row
     assert "step time |error|: median" in text
     assert "crossover ht eager comm 1x: DBO pays from 128 tokens measured, 128 tokens predicted" in text
+    assert "targets: median_abs_step_error <= 10%: no; max_abs_step_error <= 25%: yes" in text
+
+
+def test_an_empty_validation_still_formats():
+    text = format_table(Validation("threads", "p", [], notes=["ht 16 tokens comm 0.5x eager: skipped (too small)"]))
+    assert "median  n/a" in text or "n/a" in text
+    assert "skipped" in text
 
 
 def test_grid_covers_schedules_sizes_ratios_and_modes():

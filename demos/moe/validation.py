@@ -26,6 +26,8 @@ __all__ = ["Point", "Row", "Validation", "grid", "validate", "crossover", "summa
            "H200_MEASURED", "compare_h200", "format_h200", "graph_supported", "ValidationError"]
 
 RATIOS = (0.5, 1.0, 2.0)
+TARGETS = {"median": 0.10, "max": 0.25, "speedup": 0.10}
+"""What calibrate + validate aim at on threads (reported, not enforced)."""
 SCHEDULES = ("ht", "ll")
 
 
@@ -181,7 +183,15 @@ def summarize(v: Validation) -> dict[str, Any]:
                     steps = [sizes.index(x) if x is not None else len(sizes) for x in (meas, pred)]
                     ok = abs(steps[0] - steps[1]) <= 1
                 cross[f"{s} {m} comm {ratio:g}x"] = {"measured": meas, "predicted": pred, "within_one_step": ok}
+    sp_ok = sum(abs(r.err_speedup) <= TARGETS["speedup"] for r in v.rows)
+    cr = [c["within_one_step"] for c in cross.values() if c["within_one_step"] is not None]
     return {
+        "targets": {
+            "median_abs_step_error <= 10%": bool(errs) and statistics.median(errs) <= TARGETS["median"],
+            "max_abs_step_error <= 25%": bool(errs) and max(errs) <= TARGETS["max"],
+            "speedups within 0.1": f"{sp_ok}/{len(v.rows)}",
+            "crossover within one grid step": f"{sum(cr)}/{len(cr)}",
+        },
         "median_abs_step_error": statistics.median(errs) if errs else None,
         "max_abs_step_error": max(errs) if errs else None,
         "max_abs_speedup_error": max((abs(r.err_speedup) for r in v.rows), default=None),
@@ -212,8 +222,10 @@ def format_table(v: Validation) -> str:
     s = summarize(v)
     lines.append(
         f"step time |error|: median {_pct(s['median_abs_step_error']).strip('+')}, max {_pct(s['max_abs_step_error']).strip('+')}; "
-        f"speedup |error| max {s['max_abs_speedup_error']:.2f}"
+        f"speedup |error| max {'n/a' if s['max_abs_speedup_error'] is None else format(s['max_abs_speedup_error'], '.2f')}"
     )
+    lines.append("targets: " + "; ".join(f"{k}: {'yes' if v is True else 'no' if v is False else v}"
+                                         for k, v in s["targets"].items()))
     for k, c in s["crossover"].items():
         fmt = lambda x: "never" if x is None else f"{x} tokens"  # noqa: E731
         lines.append(f"crossover {k}: DBO pays from {fmt(c['measured'])} measured, {fmt(c['predicted'])} predicted")
