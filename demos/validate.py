@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress("no --profile: calibrating this machine first (quick sweep)")
             profile, _ = calibrate(ns.backend, quick=True, progress=progress)
             notes.append(f"profile calibrated just now on {ns.backend} (quick sweep)")
-        points = grid(ns.quick, sizes=ns.sizes, ratios=ns.ratios, schedules=ns.schedules)
+        points = grid(ns.quick, sizes=ns.sizes, ratios=ns.ratios, schedules=ns.schedules, backend=ns.backend)
         repeats = ns.repeats if ns.repeats is not None else (3 if ns.quick else 1)
         v = validate(ns.backend, profile, points, steps=ns.steps, repeats=repeats, progress=progress)
     except (CalibrationError, ConfigError) as e:

@@ -76,6 +76,12 @@ def test_table_has_every_row_the_errors_and_the_crossovers():
     assert "targets: median_abs_step_error <= 10%: no; max_abs_step_error <= 25%: no; speedups within 0.1: 2/3" in text
 
 
+def test_a_point_with_a_dtype_in_its_shapes_takes_another_on_top():
+    pts = val.grid(True, backend="cuda", sizes=(16,), ratios=(1.0,), schedules=("ht",), modes=("eager",))
+    assert dict(pts[0].shapes)["dtype"] == "bfloat16"
+    assert pts[0].config(backend="virtual", dtype="float32").dtype == "float32"
+
+
 def test_an_empty_validation_still_formats():
     text = format_table(Validation("threads", "p", [], notes=["ht 16 tokens comm 0.5x eager: skipped (too small)"]))
     assert "median  n/a" in text or "n/a" in text

@@ -54,7 +54,7 @@ class Point:
         extra = dict(self.shapes)
         if self.mode == "graph":
             extra["graph"] = True
-        return OverlapConfig(schedule=self.schedule, tokens=self.tokens, comm_ratio=self.comm_ratio, **extra, **kw)
+        return OverlapConfig(schedule=self.schedule, tokens=self.tokens, comm_ratio=self.comm_ratio, **{**extra, **kw})
 
 
 @dataclass
@@ -99,13 +99,21 @@ class Validation:
 
 
 def grid(quick: bool = False, *, sizes: Sequence[int] | None = None, ratios: Sequence[float] = RATIOS,
-         schedules: Sequence[str] = SCHEDULES, modes: Sequence[str] | None = None, **shapes: Any) -> list[Point]:
-    """The grid: every schedule x size x ratio x mode. Default sizes: small decode to large prefill."""
+         schedules: Sequence[str] = SCHEDULES, modes: Sequence[str] | None = None, backend: str = "threads",
+         **shapes: Any) -> list[Point]:
+    """The grid: every schedule x size x ratio x mode. Default sizes: small decode to large prefill
+    (on cuda larger, in bfloat16)."""
+    gpu = backend == "cuda"
     if sizes is None:
-        sizes = (16, 128, 1024) if quick else (8, 32, 128, 512, 2048)
+        if gpu:
+            sizes = (16, 512, 8192) if quick else (8, 64, 512, 2048, 8192)
+        else:
+            sizes = (16, 128, 1024) if quick else (8, 32, 128, 512, 2048)
     if modes is None:
         modes = ("eager", "graph") if graph_supported() else ("eager",)
-    base = dict(layers=2, hidden=256) if quick else dict(layers=4, hidden=256)
+    base = dict(layers=2 if quick else 4, hidden=2048 if gpu else 256)
+    if gpu:
+        base["dtype"] = "bfloat16"
     base.update(shapes)
     sh = tuple(sorted(base.items()))
     return [Point(s, t, r, m, sh) for s in schedules for t in sizes for r in ratios for m in modes]
