@@ -301,7 +301,8 @@ def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None
                   event_latency=host["event_latency"])  # idle; the threaded part is fitted to DBO steps below
     records, steps = measure_ops(backend, p, progress)
     samples = op_samples(records, dev)
-    ops = fit_op_costs(samples)
+    # on a GPU, keep the base profile's CUDA kernels per op (each costs the host a launch)
+    ops = fit_op_costs(samples, kernels={k: v.kernels for k, v in base.host.ops.items()} if base is not None else None)
     prof = replace(dev, host=replace(hc, ops=ops))
     launch = fit_launch(backend, p, prof, progress)
     prof = replace(prof, host=replace(prof.host, launch=launch))
