@@ -250,10 +250,13 @@ def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
     return out, steps
 
 
-def op_samples(records: list[OpRecord], profile: DeviceProfile) -> list[tuple[str, float, float]]:
-    """``(op, model seconds under profile, measured seconds)`` for ``dbo.fit.fit_op_costs``."""
+def op_samples(records: list[OpRecord], profile: DeviceProfile,
+               kernels: dict[str, int] | None = None) -> list[tuple[str, float, float]]:
+    """``(op, model seconds under profile, measured seconds)`` for ``dbo.fit.fit_op_costs``; the
+    model time as the virtual backend computes it (``kernels``: device kernels per op, default 1)."""
+    k = kernels or {}
     return [
-        (r.op, seconds_for(r.kind, r.cost, (), profile, r.link, dtype=r.dtype), r.seconds)
+        (r.op, seconds_for(r.kind, r.cost, (), profile, r.link, dtype=r.dtype, kernels=k.get(r.op, 1)), r.seconds)
         for r in records
     ]
 
@@ -300,16 +303,17 @@ def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None
     dev = replace(dev, comm_sm_share=base.comm_sm_share if base is not None else 0.0, host=hc,
                   event_latency=host["event_latency"])  # idle; the threaded part is fitted to DBO steps below
     records, steps = measure_ops(backend, p, progress)
-    samples = op_samples(records, dev)
     # on a GPU, keep the base profile's CUDA kernels per op (each costs the host a launch)
-    ops = fit_op_costs(samples, kernels={k: v.kernels for k, v in base.host.ops.items()} if base is not None else None)
+    counts = {k: v.kernels for k, v in base.host.ops.items()} if base is not None else None
+    samples = op_samples(records, dev, counts)
+    ops = fit_op_costs(samples, kernels=counts)
     prof = replace(dev, host=replace(hc, ops=ops))
     launch = fit_launch(backend, p, prof, progress)
     prof = replace(prof, host=replace(prof.host, launch=launch))
     prof = replace(prof, event_latency_threaded=fit_event_latency(steps, prof, progress=progress))
     dev_err = [math.log(predict(prof, op, sh, dt, b) / t) for op, sh, dt, b, t in dev_samples]
     errs: dict[str, list[float]] = {}
-    for (op, m, t) in op_samples(records, prof):
+    for (op, m, t) in op_samples(records, prof, counts):
         oc = prof.host.ops[op]
         errs.setdefault(op, []).append(abs(oc.device + oc.scale * m - t) / t)
     report = CalibrationReport(
