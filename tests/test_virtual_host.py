@@ -316,3 +316,17 @@ def test_a_wait_on_another_streams_event_adds_the_wake_up_latency():
         c.launch(None, name="fourth", cost=1e-3)
         b.synchronize()
         assert {k.name: k for k in tr.kernels()}["fourth"].start == pytest.approx(r["third"].end)
+
+
+def test_a_stream_moving_to_the_other_engine_pays_the_wake_up_latency():
+    p = dataclasses.replace(prof(), event_latency=10 * US)
+    tr = Tracer()
+    with VirtualBackend(profile=p, tracer=tr) as b:
+        s = b.new_stream("s")
+        s.launch(None, name="c1", cost=1e-3)
+        s.launch(None, name="c2", cost=1e-3)  # same engine: back to back
+        s.launch(None, name="m1", kind="comm", cost=1e-3)  # the other engine: woken
+        s.synchronize()
+        r = {k.name: k for k in tr.kernels()}
+        assert r["c2"].start == pytest.approx(r["c1"].end)
+        assert r["m1"].start == pytest.approx(r["c2"].end + 10 * US)

@@ -19,9 +19,10 @@
   ``OpCost``: ``device + scale * that``. A kernel marked ``syncs_host`` syncs the host only when
   ``HostCosts.kernel_sync`` (a GPU-like host) is set.
 * Events: ``record`` stores the stream's ready time (``Event.time``); ``wait_event`` raises the
-  waiting stream's ready time to it, plus the profile's ``event_latency`` when the event was
-  recorded on another stream (and ``event_latency_threaded`` while two or more ubatch threads are
-  live). ``advance(dt)`` moves the host clock by ``dt``.
+  waiting stream's ready time to it, plus the profile's wake-up latency when the event was
+  recorded on another stream (``event_latency``, and ``event_latency_threaded`` while two or more
+  ubatch threads are live); a stream whose next kernel runs on the other engine than its last
+  pays the same latency. ``advance(dt)`` moves the host clock by ``dt``.
 * ``reset_clock()`` starts a new timed region at 0: host clock, engines and stream ready times
   become 0, and events recorded before the reset count as complete at 0. Call it when nothing is
   in flight (after ``synchronize``), else it raises StreamError.
@@ -88,6 +89,7 @@ class VirtualStream(Stream):
     def __init__(self, backend: "VirtualBackend", name: str):
         super().__init__(backend, name)
         self._ready = 0.0
+        self._last_kind: str | None = None  # engine of the last kernel launched on this stream
 
     @property
     def ready_time(self) -> float:
@@ -112,7 +114,11 @@ class VirtualStream(Stream):
             if syncs:
                 host0 = max(host0, self._ready) + b._hc.sync
             issued = host0 + host_s
-            start = max(self._ready, b._engine_free[kind], host0 + first_s)
+            ready = self._ready
+            if self._last_kind is not None and self._last_kind != kind:  # the stream moves to the other engine
+                ready += b._wake_latency()
+            self._last_kind = kind
+            start = max(ready, b._engine_free[kind], host0 + first_s)
             if kind == "compute" and b._share > 0 and b._comm_busy:
                 busy = b._comm_busy
                 while busy and busy[0][1] <= b._engine_free["compute"]:
@@ -150,10 +156,7 @@ class VirtualStream(Stream):
                 b._host += b._hc.event
             if ev._time is None or ev._epoch != b._epoch:
                 return
-            lat = 0.0
-            if ev._stream_name != self.name:
-                p = b.profile
-                lat = p.event_latency + (p.event_latency_threaded if b._live > 1 else 0.0)
+            lat = b._wake_latency() if ev._stream_name != self.name else 0.0
             self._ready = max(self._ready, ev._time + lat)
             if ev._error is not None and self._error is None:
                 self._error = ev._error
@@ -255,6 +258,12 @@ class VirtualBackend(Backend):
             dev = (oc.device, oc.scale) if oc is not None else (0.0, 1.0)
             c = self._op_costs[op] = (total, min(total, hc.launch + hc.kernel), nk, *dev)
         return c
+
+    def _wake_latency(self) -> float:
+        """Seconds before work handed across engines can start (``event_latency``, plus
+        ``event_latency_threaded`` while two or more ubatch threads are live)."""
+        p = self.profile
+        return p.event_latency + (p.event_latency_threaded if self._live > 1 else 0.0)
 
     def _host_sync(self, t: float, what: str) -> None:
         """A host sync waiting for device time ``t``: host = max(host, t) + sync cost (traced)."""
