@@ -12,6 +12,9 @@
    ``dbo.fit.fit_op_costs`` fits one correction per op (``OpCost.device + scale x model``);
 4. the model's host time per launch: the host's issue time of small steps against the virtual
    backend's prediction of the same steps (the difference per launch is ``HostCosts.launch``).
+5. the wake-up latency across engines while ubatch threads run
+   (``DeviceProfile.event_latency_threaded``): the value with which the virtual backend reproduces
+   the measured DBO steps of 3. best (``demos.moe.calibration_steps``).
 
 Everything fitted is a formula, not a table: the profile predicts shapes it was not given.
 """
