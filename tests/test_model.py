@@ -45,7 +45,7 @@ def test_standalone_forward_uses_the_reference_workspace_patterns(manager, monke
     model = ToyMoE(CFG, ModelledLinkTransport(), num_slots=2, schedule=schedule)
     moe = []
     real_moe = model._moe_workspace
-    monkeypatch.setattr(model, "_moe_workspace", lambda st: moe.append(real_moe(st)) or moe[-1])
+    monkeypatch.setattr(model, "_moe_workspace", lambda *a: moe.append(real_moe(*a)) or moe[-1])
     out = model.forward(range(0, CFG.tokens))  # no orchestrator: the default inline stream, dbo_* no-ops
     assert torch.isfinite(out).all()
     # four requests per layer: attention context, attention query, router, MoE
