@@ -169,6 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
            "rank 0 reports. Under torchrun it is this process's WORLD_SIZE (default 1; docs/distributed.md)")
     a("--dist-timeout", type=_float_arg, default=d.dist_timeout, metavar="S",
       help=f"seconds a collective may wait for the other ranks before the run fails (default {d.dist_timeout:g})")
+    a("--graph", action="store_true", default=False,
+      help="capture the no-DBO step and the DBO step once each and time their replays (a CUDA graph on cuda; a "
+           "recorded replay on the CPU backends): the speedup compares graph with graph. ll only: ht keeps "
+           "host-known expert counts, which a graph cannot hold")
     return p
 
 
