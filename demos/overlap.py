@@ -55,8 +55,10 @@ def run_overlap(config: OverlapConfig | None = None, *, details: dict | None = N
     ``records_dbo`` (the kernel records of the last timed step of each kind), ``window`` (the
     timeline's layer window), ``output_no_dbo`` and ``output_dbo`` (the final hidden states of the
     whole batch, CPU tensors; None with meta tensors) and, with ``world_size`` > 1,
-    ``output_reference`` (the single-process run they are compared with). For typed results
-    without files, call ``demos.moe.run.run``.
+    ``output_reference`` (the single-process run they are compared with); ``output_split`` (the
+    same ubatch split run one ubatch after another: the exact reference) and ``output_dbo_graph``
+    (the DBO replay's output with ``graph``, else None). For typed results without files, call
+    ``demos.moe.run.run``.
 
     Under torchrun (``launcher="env"``) ranks other than 0 return None.
     """
@@ -71,6 +73,7 @@ def run_overlap(config: OverlapConfig | None = None, *, details: dict | None = N
         )
         if result.output_reference is not None:
             details["output_reference"] = result.output_reference
+        details.update(output_split=result.output_split, output_dbo_graph=result.output_dbo_graph)
     report = to_dict(result)
     if cfg.trace_path:
         trace_of(result).to_chrome(cfg.trace_path)

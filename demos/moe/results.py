@@ -158,6 +158,8 @@ class OverlapResult:
     eager_times_no_dbo_s: list[float] = field(default_factory=list)
     eager_times_dbo_s: list[float] = field(default_factory=list)
     graph_kernels: tuple[int, int] | None = None  # kernels in the captured no-DBO and DBO steps
+    output_dbo_graph: torch.Tensor | None = None  # the DBO replay's final hidden states (--graph)
+    output_split: torch.Tensor | None = None  # the same split run one ubatch after another (the exact reference)
 
     @property
     def time_no_dbo_s(self) -> float:

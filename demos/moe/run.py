@@ -159,6 +159,8 @@ def _result(r: Runner, cfg: OverlapConfig, res: Resolved, meas: Measurement, eng
         eager_times_no_dbo_s=list(meas.t_no),
         eager_times_dbo_s=list(meas.t_dbo),
         graph_kernels=None if g is None else (g.kernels_no, g.kernels_dbo),
+        output_dbo_graph=None if g is None else g.out,
+        output_split=meas.split_ref,
         engine=engine,
         calibration=meas.calibration,
         link=r.transport.describe(),
