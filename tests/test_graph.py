@@ -188,3 +188,18 @@ def test_a_planted_difference_fails_the_bitwise_check(monkeypatch):
     rep = run_overlap(OverlapConfig(backend="virtual", **SMALL))
     assert rep["outputs_match"] is False and 0 < rep["max_abs_diff"] < 1e-5
     assert "must be 0, bitwise): FAIL" in format_report(rep)
+
+
+def test_graph_over_torch_distributed_ll_replays_bitwise():
+    """Two ranks (gloo): the ll collectives have fixed-size chunks, so the step captures; every rank
+    replays its recording in the same order."""
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
+        pytest.skip("torch.distributed with gloo is not available")
+    details: dict = {}
+    rep = run_overlap(
+        OverlapConfig(world_size=2, dist_timeout=20.0, graph=True, **{**SMALL, "steps": 1}), details=details
+    )
+    assert rep["world_size"] == 2 and rep["graph"] is True
+    assert torch.equal(details["output_dbo_graph"], details["output_dbo"])
+    assert rep["max_abs_diff"] == 0.0 and rep["outputs_match"] is True and rep["reference"]["match"] is True
