@@ -18,15 +18,12 @@ import dbo
 from .comm import (
     LINK_QUEUE,
     ExpertBatch,
-    LLBatch,
     RoutePlan,
     Transport,
-    _bits,
     _weighted_sum_kernel,
-    ll_layout_kernel,
-    ll_pack_kernel,
     wire_dtype_for,
 )
+from .ll_layout import LLBatch, _bits, ll_layout_kernel, ll_pack_kernel
 
 __all__ = ["DistributedTransport", "CollectiveError"]
 
