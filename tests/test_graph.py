@@ -60,9 +60,9 @@ def _model(schedule: str) -> ToyMoE:
     return ToyMoE(CFG, ModelledLinkTransport(), num_slots=2, schedule=schedule)
 
 
-def _detected(schedule: str) -> list[str]:
-    """Run a DBO step on inline (kernels run in the ubatch threads) with the detector entered in
-    each ubatch thread; return what it saw."""
+def _detected(schedule: str, backend: str) -> list[str]:
+    """Run a DBO step on ``backend`` (inline and virtual run each kernel in the thread that launches
+    it) with the detector entered in each ubatch thread; return what it saw."""
     model = _model(schedule)
     detectors = []
 
@@ -72,16 +72,17 @@ def _detected(schedule: str) -> list[str]:
         with d:
             return model.forward(rows)
 
-    with UBatchOrchestrator(2, "inline") as orch:
+    with UBatchOrchestrator(2, backend) as orch:
         orch.run(step, dbo.split_tokens(CFG.tokens, 2))
     assert len(detectors) == 2
     return [s for d in detectors for s in d.seen]
 
 
-def test_the_ll_step_makes_no_host_sync_and_the_detector_sees_hts(manager):
-    assert _detected("ll") == []
+@pytest.mark.parametrize("backend", ["inline", "virtual"])
+def test_the_ll_step_makes_no_host_sync_and_the_detector_sees_hts(manager, backend):
+    assert _detected("ll", backend) == []
     # the detector is not blind: ht's experts kernel reads the counts on the host
-    assert "tolist" in _detected("ht")
+    assert "tolist" in _detected("ht", backend)
 
 
 @pytest.mark.parametrize("backend", ["threads", "virtual", "inline"])
