@@ -179,7 +179,7 @@ def _graph_line(rep: dict) -> str:
     eager = f"; eager: no DBO {fmt_seconds(en)}, DBO {fmt_seconds(ed)}, speedup {en / ed:.2f}x" if ed else ""
     return (
         f"graph      true: the times above are replays of the captured steps ({k['no_dbo']} and {k['dbo']} kernels), "
-        f"graph against graph{eager}"
+        f"graph against graph{eager}; compute, comm and the timeline are the eager steps'"
     )
 
 
