@@ -49,8 +49,8 @@ class CudaStream(Stream):
         super().__init__(backend, name)
         self.torch_stream = torch.cuda.Stream(device=backend.device)
 
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
-        self._check_launch(kind)
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
+        kind = self._check_launch(kind)
         b = self.backend
         seconds = b._modelled_seconds(fn, kind, cost, args)
         kname = _kernel_name(fn, name, kind)
