@@ -322,7 +322,8 @@ def fit_op_costs(samples: Iterable[Sequence[Any]], *, kernels: Mapping[str, int]
                 device, scale = 0.0, float((m * w) @ (t * w) / max((m * w) @ (m * w), 1e-300))
         else:
             device = max(0.0, float(np.median(np.array([ti for _, ti in raw]) - m[0])))
-        k = (kernels or {}).get(op, 1)
+        kk = kernels or {}
+        k = kk.get(op, kk.get(op.split("/", 1)[0], 1))
         out[op] = OpCost(kernels=k, device=max(0.0, device), scale=max(scale, 1e-9))
     return out
 

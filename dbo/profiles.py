@@ -61,6 +61,9 @@ class OpCost:
     plain launch: ``kernels`` device kernels it issues (each a host ``HostCosts.kernel`` and a
     device ``min_kernel``), plus ``host`` seconds of other host work (Python, allocator).
 
+    An entry keyed ``"<op>/<function name>"`` applies only to that op launched with that kernel
+    function (one op with two implementations, e.g. per schedule), before the plain ``"<op>"``.
+
     Device correction (fitted by calibration, ``demos.moe.calibration``): the op's device time is
     ``device + scale * (the device model's time of its declared cost)``: ``device`` seconds of
     fixed work per launch (the op's many small library calls), ``scale`` for how far the op's mix

@@ -84,7 +84,7 @@ TINY = cal.Plan(
 )
 
 MACHINE_OPS = {"router": OpCost(device=40e-6, scale=3.0), "experts": OpCost(device=100e-6, scale=1.5),
-               "attn_qkv": OpCost(device=10e-6, scale=2.0)}
+               "experts/_k_experts_ll": OpCost(device=30e-6, scale=4.0), "attn_qkv": OpCost(device=10e-6, scale=2.0)}
 MACHINE = replace(get_profile("cpu"), name="machine", host=HostCosts(launch=25e-6, kernel=2e-6, ops=MACHINE_OPS, kernel_sync=False))
 BASE = replace(get_profile("cpu"), name="base", host=HostCosts(kernel=2e-6, kernel_sync=False))
 
@@ -94,7 +94,9 @@ def test_op_corrections_of_a_virtual_machine_are_recovered():
     ops = {r.op for r in records}
     assert {"attn_qkv", "router", "experts", "shared", "dispatch", "combine", "finalize"} <= ops
     fitted = fit_op_costs(cal.op_samples(records, BASE))
-    for op, want in MACHINE_OPS.items():
+    want_ops = {k: v for k, v in MACHINE_OPS.items() if k != "experts"}
+    want_ops["experts/_k_experts"] = MACHINE_OPS["experts"]  # the two schedules' experts, apart
+    for op, want in want_ops.items():
         assert fitted[op].device == pytest.approx(want.device, rel=0.02, abs=1e-7), op
         assert fitted[op].scale == pytest.approx(want.scale, rel=0.02), op
     for op in ("shared", "dispatch", "combine"):  # no correction on the machine
@@ -113,8 +115,9 @@ def test_declared_costs_name_every_kernel_of_both_steps():
 
     no, dbo_ = cal.declared_costs(OverlapConfig(tokens=16, hidden=64, layers=2, schedule="ht"))
     assert "router L1 u0" in no and "router L1 u1" in dbo_ and "router L1 u1" not in no
-    kind, cost, dtype = no["dispatch L0 u0"]
+    kind, cost, dtype, fn = no["dispatch L0 u0"]
     assert kind == "comm" and type(cost).__name__ == "Transfer" and cost.bytes > 0
+    assert no["experts L0 u0"][3] == "_k_experts"
 
 
 # --- the host micro-benchmarks and a whole (tiny) calibration on threads -----------------------------------

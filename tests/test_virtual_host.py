@@ -330,3 +330,24 @@ def test_a_stream_moving_to_the_other_engine_pays_the_wake_up_latency():
         r = {k.name: k for k in tr.kernels()}
         assert r["c2"].start == pytest.approx(r["c1"].end)
         assert r["m1"].start == pytest.approx(r["c2"].end + 10 * US)
+
+
+def test_an_op_entry_for_one_kernel_function_wins_over_the_plain_op():
+    def impl_a():
+        pass
+
+    def impl_b():
+        pass
+
+    p = prof(ops={"experts": OpCost(scale=2.0), "experts/impl_b": OpCost(scale=5.0)})
+    tr = Tracer()
+    with VirtualBackend(profile=p, tracer=tr) as b:
+        s = b.new_stream("s")
+        s.launch(impl_a, name="experts L0 u0", cost=1e-3)
+        s.launch(impl_b, name="experts L1 u0", cost=1e-3)
+        s.launch(None, name="experts L2 u0", cost=1e-3)
+        s.synchronize()
+        d = {r.name: r.duration for r in tr.kernels()}
+        assert d["experts L0 u0"] == pytest.approx(2e-3)
+        assert d["experts L1 u0"] == pytest.approx(5e-3)
+        assert d["experts L2 u0"] == pytest.approx(2e-3)

@@ -100,7 +100,7 @@ class VirtualStream(Stream):
         kind = self._check_launch(kind)
         b = self.backend
         kname = _kernel_name(fn, name, kind)
-        host_s, first_s, nk, dev_add, dev_scale = b._op_cost(kname)
+        host_s, first_s, nk, dev_add, dev_scale = b._op_cost(kname, fn)
         if b._replaying:  # inside a graph replay the launch was paid once, by on_graph_replay
             host_s = first_s = 0.0
         elif b._live > 1:
@@ -241,22 +241,26 @@ class VirtualBackend(Backend):
         self._hc = p.host
         self._share = p.comm_sm_share
         self._per_dtype = bool(p.dtype_flops)
-        self._op_costs: dict[str, tuple[float, float, int, float, float]] = {}
+        self._op_costs: dict[tuple[str, str | None], tuple[float, float, int, float, float]] = {}
         self._cached_profile = p
 
-    def _op_cost(self, kname: str) -> tuple[float, float, int, float, float]:
+    def _op_cost(self, kname: str, fn: Any = None) -> tuple[float, float, int, float, float]:
         """(host seconds to issue, host seconds to issue the first kernel, device kernels, device
-        seconds added, device time factor) of a launch named ``kname`` (its op: the first word)."""
+        seconds added, device time factor) of a launch named ``kname`` of kernel function ``fn``:
+        the profile's ``HostCosts.ops`` entry ``"<op>/<fn.__name__>"`` if there is one, else
+        ``"<op>"`` (the op: the name's first word)."""
         if self.profile is not self._cached_profile:  # profile replaced after creation
             self._set_profile_cache()
         op = kname.split(" ", 1)[0]
-        c = self._op_costs.get(op)
+        fname = getattr(fn, "__name__", None) if fn is not None else None
+        c = self._op_costs.get((op, fname))
         if c is None:
             hc = self._hc
-            total, nk = hc.launch_cost(op)
-            oc = hc.ops.get(op)
+            key = f"{op}/{fname}" if fname is not None and f"{op}/{fname}" in hc.ops else op
+            total, nk = hc.launch_cost(key)
+            oc = hc.ops.get(key)
             dev = (oc.device, oc.scale) if oc is not None else (0.0, 1.0)
-            c = self._op_costs[op] = (total, min(total, hc.launch + hc.kernel), nk, *dev)
+            c = self._op_costs[(op, fname)] = (total, min(total, hc.launch + hc.kernel), nk, *dev)
         return c
 
     def _wake_latency(self) -> float:

@@ -168,7 +168,8 @@ def measure_device(backend: str, p: Plan, progress: Progress | None = None) -> l
 class _RecordingStream(VirtualStream):
     def launch(self, fn: Any, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
         dtype = next((t.dtype for t in iter_tensors(args) if t.is_floating_point()), None)
-        self.backend.log[name] = (self._check_launch(kind), cost, dtype)  # kind None: the stream's role
+        fname = getattr(fn, "__name__", None) if fn is not None else None
+        self.backend.log[name] = (self._check_launch(kind), cost, dtype, fname)  # kind None: the stream's role
         super().launch(fn, *args, name=name, kind=kind, cost=cost)
 
 
@@ -184,8 +185,8 @@ class _RecordingBackend(VirtualBackend):
 
 
 def declared_costs(cfg: OverlapConfig) -> tuple[dict[str, tuple], dict[str, tuple]]:
-    """(no-DBO step, DBO step): kernel name -> (kind, the cost the model declares, dtype), read
-    from a shape-only (meta) run of ``cfg``'s model on the virtual backend."""
+    """(no-DBO step, DBO step): kernel name -> (kind, the cost the model declares, dtype, kernel
+    function name), read from a shape-only (meta) run of ``cfg``'s model on the virtual backend."""
     dtype = cfg.dtype if cfg.dtype != "auto" else "float32"
     res = resolve(replace(cfg, backend="virtual", meta=True, dtype=dtype, json_path=None, trace_path=None, plot_path=None,
                           world_size=1, profile=None))
@@ -205,9 +206,9 @@ def declared_costs(cfg: OverlapConfig) -> tuple[dict[str, tuple], dict[str, tupl
         b.close()
     link = get_link(res.link)
     for table in (no, dbo_):  # the transport passes seconds over its base link: keep the bytes
-        for name, (kind, cost, dt) in table.items():
+        for name, (kind, cost, dt, fname) in table.items():
             if kind == "comm" and isinstance(cost, float) and cost >= link.latency:
-                table[name] = (kind, Transfer((cost - link.latency) * link.bandwidth), dt)
+                table[name] = (kind, Transfer((cost - link.latency) * link.bandwidth), dt, fname)
     return no, dbo_
 
 
@@ -221,6 +222,7 @@ class OpRecord:
     dtype: Any
     link: LinkProfile
     seconds: float
+    fn: str | None = None
 
 
 def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
@@ -252,19 +254,27 @@ def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
                 parsed = parse_kernel_name(r.name)
                 if d is None or parsed is None or r.duration <= 0:
                     continue
-                out.append(OpRecord(parsed[0], d[0], d[1], d[2], link, r.duration))
+                out.append(OpRecord(parsed[0], d[0], d[1], d[2], link, r.duration, d[3]))
     return out, steps
 
 
 def op_samples(records: list[OpRecord], profile: DeviceProfile,
                kernels: dict[str, int] | None = None) -> list[tuple[str, float, float]]:
     """``(op, model seconds under profile, measured seconds)`` for ``dbo.fit.fit_op_costs``; the
-    model time as the virtual backend computes it (``kernels``: device kernels per op, default 1)."""
+    model time as the virtual backend computes it (``kernels``: device kernels per op, default 1).
+    An op launched with several kernel functions (the experts of the two schedules) also gets
+    samples under ``"<op>/<function name>"``, which the virtual backend prefers."""
     k = kernels or {}
-    return [
-        (r.op, seconds_for(r.kind, r.cost, (), profile, r.link, dtype=r.dtype, kernels=k.get(r.op, 1)), r.seconds)
-        for r in records
-    ]
+    fns: dict[str, set] = {}
+    for r in records:
+        fns.setdefault(r.op, set()).add(r.fn)
+    out = []
+    for r in records:
+        m = seconds_for(r.kind, r.cost, (), profile, r.link, dtype=r.dtype, kernels=k.get(r.op, 1))
+        out.append((r.op, m, r.seconds))
+        if len(fns[r.op]) > 1 and r.fn is not None:  # one op, several kernel functions: one entry each too
+            out.append((f"{r.op}/{r.fn}", m, r.seconds))
+    return out
 
 
 @dataclass
@@ -321,6 +331,8 @@ def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None
     errs: dict[str, list[float]] = {}
     for (op, m, t) in op_samples(records, prof, counts):
         oc = prof.host.ops[op]
+        if "/" not in op and any(k.startswith(op + "/") for k in prof.host.ops):
+            continue  # reported per kernel function
         errs.setdefault(op, []).append(abs(oc.device + oc.scale * m - t) / t)
     report = CalibrationReport(
         backend=backend, host={**host, "launch": launch}, device_samples=len(dev_samples), op_samples=len(samples),
