@@ -187,6 +187,8 @@ def summarize(v: Validation) -> dict[str, Any]:
     for s in sorted({r.point.schedule for r in v.rows}):
         for m in sorted({r.point.mode for r in v.rows}):
             for ratio in sorted({r.point.comm_ratio for r in v.rows}):
+                if not any(r.point.schedule == s and r.point.mode == m and r.point.comm_ratio == ratio for r in v.rows):
+                    continue  # e.g. graph rows of ht: the demo cannot capture ht
                 meas, pred = crossover(v.rows, s, "measured", ratio, m), crossover(v.rows, s, "predicted", ratio, m)
                 ok = None
                 if meas is not None or pred is not None:
