@@ -46,6 +46,7 @@ NOISY_SPREAD = 1.5
 class Config:
     quick: bool
     device: str
+    backend: str = "auto"  # the host section's stream backend (auto: cuda with a GPU, else threads)
 
     @property
     def repeat(self) -> int:
@@ -411,7 +412,27 @@ def section_simulation(cfg: Config) -> list[Record]:
     return [rec, value_record(section, "simulated step time (virtual clock)", statistics.median(virtual) * 1e3, "ms")]
 
 
-SECTIONS: list[Callable[[Config], list[Record]]] = [section_workspace, section_handoff, section_overlap, section_simulation]
+def section_host(cfg: Config) -> list[Record]:
+    """Host time per kernel, with and without DBO, eager and replayed, on the backend at hand
+    (`--backend`; auto: cuda with a GPU, else threads). Two workloads: `synthetic`, a step of tiny
+    kernels shaped like a DBO layer (8 layers of 6 compute kernels, a yield-and-switch to comm, 2
+    comm kernels, a yield-and-switch back); and `demo ll`, the demo's MoE model with the ll schedule
+    at tiny shapes (8 layers, 64 tokens, hidden 64, 8 experts top-2), so its kernels are short and
+    the step is host-bound. Each figure is the wall time of a whole step (eager: `run`, with its
+    threads, handoffs, model Python and final synchronize; replayed: `capture` once, then
+    `CapturedStep.replay()`, which synchronizes) divided by the step's kernels; without DBO the
+    step runs as one ubatch, with DBO as two (twice the kernels). A step the capture refuses (a
+    host sync in it) is shown as not capturable, with the refusal. Target, on cuda only: eager DBO
+    at most 1.15x eager no DBO per kernel (on the CPU backends the ratio also carries the thread
+    handoffs of a 2-core machine; it is shown without a target)."""
+    from demos.bench_host import host_records
+
+    return host_records(cfg)
+
+
+SECTIONS: list[Callable[[Config], list[Record]]] = [
+    section_workspace, section_handoff, section_overlap, section_simulation, section_host,
+]
 
 
 # ---------------------------------------------------------------------- output
@@ -515,9 +536,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--section", action="append", metavar="NAME", help="run only this section (repeatable)")
     parser.add_argument("--device", default="cpu", help="device for buffers (default: cpu)")
     parser.add_argument("--strict", action="store_true", help="exit with status 1 if a target is missed")
+    parser.add_argument(
+        "--backend", default="auto", choices=("auto", "cuda", "threads", "virtual", "inline"),
+        help="stream backend of the host section (default auto: cuda with a GPU, else threads)",
+    )
     args = parser.parse_args(argv)
 
-    cfg = Config(quick=args.quick, device=args.device)
+    cfg = Config(quick=args.quick, device=args.device, backend=args.backend)
     mach = machine()  # before the run: the load average says how busy the machine was
     chosen = [fn for fn in SECTIONS if not args.section or fn.__name__.removeprefix("section_") in args.section]
     if args.section and not chosen:
@@ -537,8 +562,20 @@ def main(argv: list[str] | None = None) -> int:
             json.dump({"machine": mach, "command": command.strip(), "records": records}, f, indent=2)
         progress(f"wrote {args.json}")
     if args.markdown:
+        text = markdown(records, command.strip(), mach)
+        if args.section and os.path.exists(args.markdown):  # a partial run: replace only its sections
+            from demos.bench_merge import merge_sections
+
+            with open(args.markdown) as f:
+                old = f.read()
+            stamp = (
+                f"Measured on {datetime.date.today().isoformat()} with `{command.strip()}` on {mach['platform']}, "
+                f"{mach['cpu_count']} CPUs, torch {mach['torch']} (CUDA available: {'yes' if mach['cuda'] else 'no'}); "
+                f"1-minute load average when the run started: {_fmt(mach['load_avg_1min'], 2)}."
+            )
+            text = merge_sections(old, text, [fn.__name__.removeprefix("section_") for fn in SECTIONS], stamp)
         with open(args.markdown, "w") as f:
-            f.write(markdown(records, command.strip(), mach))
+            f.write(text)
         progress(f"wrote {args.markdown}")
     return 1 if (args.strict and missed) else 0
 
