@@ -425,7 +425,9 @@ def section_host(cfg: Config) -> list[Record]:
     step runs as one ubatch, with DBO as two (twice the kernels). A step the capture refuses (a
     host sync in it) is shown as not capturable, with the refusal. Target, on cuda only: eager DBO
     at most 1.15x eager no DBO per kernel (on the CPU backends the ratio also carries the thread
-    handoffs of a 2-core machine; it is shown without a target). On threads the kernels run on
+    handoffs of a 2-core machine; it is shown without a target). On cuda one more row times the DBO
+    step with the launch path as it was before (a `torch.cuda.stream` context entered per launch),
+    against today's (one stream switch per `set_stream`). On threads the kernels run on
     executor threads that share the 2 vCPUs with the issuing threads, and these figures move by
     tens of percent from run to run on a shared VM (replay against eager included): read them as
     plumbing and orders of magnitude; the figures that matter come from a GPU (docs/gpu.md)."""

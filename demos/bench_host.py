@@ -112,6 +112,19 @@ def _demo(backend_name: str) -> tuple[dict, dict, Callable[[], None]]:
 # ---------------------------------------------------------------------- timing
 
 
+def _with_context_per_launch(run: Callable, fn: Callable, inputs: Any) -> Any:
+    """``run(fn, inputs)`` with the cuda backend's launch path as it was before: every launch under
+    ``with torch.cuda.stream(s)``, also on the thread's current stream (for an A/B on the same run)."""
+    from dbo.streams import cuda as cuda_streams
+
+    saved = cuda_streams._is_torch_current
+    cuda_streams._is_torch_current = lambda device_index, raw: False
+    try:
+        return run(fn, inputs)
+    finally:
+        cuda_streams._is_torch_current = saved
+
+
 def _time_steps(fns: dict[str, Callable[[], Any]], repeat: int, per_repeat: int) -> dict[str, Timing]:
     """Per-call seconds of each function: ``repeat`` rounds, round-robin, ``per_repeat`` calls each."""
     samples: dict[str, list[float]] = {k: [] for k in fns}
@@ -142,6 +155,9 @@ def _workload_records(section: str, tag: str, backend_name: str, make: Callable[
     try:
         progress(f"host: {tag}, eager, {repeat} x {per_repeat} steps each")
         fns = {f"eager{int(d)}": (lambda o=o, f=f, i=i: o.run(f, i)) for d, (o, f, i) in steps.items()}
+        if backend_name == "cuda":  # the launch path before: a stream context entered per launch
+            o, f, i = steps[True]
+            fns["eager1_ctx"] = lambda: _with_context_per_launch(o.run, f, i)
         t.update(_time_steps(fns, repeat, per_repeat))
     finally:
         close()
@@ -170,6 +186,9 @@ def _workload_records(section: str, tag: str, backend_name: str, make: Callable[
     target = EAGER_TARGET if backend_name == "cuda" else None
     recs.append({**timing_record(section, eager[False][0], eager[False][1]), "unit": unit})
     recs.append({**timing_record(section, eager[True][0], eager[True][1], eager[False], target), "unit": unit})
+    if "eager1_ctx" in t:
+        before = _per_kernel(t["eager1_ctx"], kernels[True])
+        recs.append({**timing_record(section, f"{tag}: eager, DBO, stream context per launch", before, eager[True]), "unit": unit})
     for d in (False, True):
         label = f"{tag}: replayed, {name[d]}"
         if d in refused:

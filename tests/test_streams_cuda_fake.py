@@ -227,3 +227,21 @@ def test_a_raising_kernel_fails_the_stream_and_restores_torchs_stream(fake, cb):
     s.launch(bad, name="bad")  # not current: under the temporary switch
     assert fake.current() is fake.default
     assert isinstance(s.error, ValueError)
+
+
+def test_the_benchs_before_path_enters_a_context_per_launch_and_is_undone(fake, cb):
+    """The bench's A/B row (demos.bench_host) forces the old path for one step, then restores the new."""
+    from demos.bench_host import _with_context_per_launch
+
+    s = cb.new_stream("s")
+
+    def step(n, _):
+        for _ in range(n):
+            s.launch(fake.kernel)
+
+    with use_stream(s):
+        _with_context_per_launch(lambda f, i: f(i, None), step, 4)
+        assert fake.enters == 4
+        step(4, None)
+        assert fake.enters == 4  # restored: no more enters
+    assert fake.kernel_streams == [s.torch_stream] * 8
