@@ -255,6 +255,9 @@ def judge_host(bench: dict | None, step: StepRun | None) -> Verdict:
         ok = ok and ratio is not None and ratio <= HOST_RATIO
         workload = r["name"].removesuffix(": eager, DBO")
         parts.append(f"{workload} {r['value']:.2f} us/kernel = {ratio:.3f}x" if ratio is not None else f"{workload} no ratio")
+    for r in bench.get("records", []):
+        if r.get("name", "").endswith(": eager, DBO, stream context per launch") and r.get("value") is not None:
+            parts.append(f"{r['name'].removesuffix(', stream context per launch')} with the old launch path {r['value']:.2f} us/kernel")
     replay = [r for r in bench.get("records", []) if r.get("name", "").endswith(": replayed, DBO")]
     for r in replay:
         v = r.get("value")

@@ -57,12 +57,14 @@ def _bench(r1, r2, replay=None):
         {"section": "host", "name": "synthetic [cuda]: eager, DBO", "value": 10.0, "ratio": r1},
         {"section": "host", "name": "demo ll [cuda]: eager, DBO", "value": 20.0, "ratio": r2},
         {"section": "host", "name": "demo ll [cuda]: replayed, DBO", "value": replay, "baseline": "host sync during capture"},
+        {"section": "host", "name": "demo ll [cuda]: eager, DBO, stream context per launch", "value": 31.5, "ratio": 1.6},
     ]
     return {"records": recs}
 
 
 def test_host_target_needs_every_workload():
-    assert gc.judge_host(_bench(1.05, 1.1, 2.0), ran()).status == "PASS"
+    v = gc.judge_host(_bench(1.05, 1.1, 2.0), ran())
+    assert v.status == "PASS" and "demo ll [cuda]: eager, DBO with the old launch path 31.50 us/kernel" in v.detail
     v = gc.judge_host(_bench(1.05, 1.2), ran())
     assert v.status == "FAIL" and "1.200x" in v.detail and "not capturable" in v.detail
     assert gc.judge_host({"records": []}, ran()).status == "FAIL"
