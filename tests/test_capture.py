@@ -9,7 +9,8 @@ import torch
 
 import dbo
 import workspace
-from dbo import CaptureError, CapturedStep, UBatchFailed, UBatchOrchestrator
+from dbo import CaptureError, UBatchFailed, UBatchOrchestrator
+from dbo.capture import CapturedStep
 from dbo.trace import Tracer
 
 CPU_BACKENDS = ["threads", "virtual", "inline"]

@@ -27,6 +27,7 @@ from dbo.api import dbo_yield
 from workspace import WorkspaceManager
 
 from test_stress_isolation import DTYPES, as_bytes, pattern
+from dbo.testing import with_seams
 
 HANDOFFS = 10_000
 SWITCH_INTERVAL = 1e-6
@@ -172,7 +173,7 @@ def run_noisy(steps: list[NoisyStep]) -> tuple[int, int]:
                         dbo_yield()
                 return uid
 
-            orch.fault_hook = hook
+            with_seams(orch, fault_hook=hook)
             assert orch.run(fn, list(range(step.n))) == list(range(step.n)), f"step {s}"
             assert not alt.violations, f"step {s}: {alt.violations[:3]}"
             assert not canary, f"step {s}: {canary[:3]}"

@@ -56,8 +56,8 @@ class CudaStream(Stream):
         self._raw = self.torch_stream.cuda_stream  # the cudaStream_t, to compare with torch's current one
         self._device_index = backend.device.index
 
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
-        self._check_launch(kind)
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
+        kind = self._check_launch(kind)
         if _is_torch_current(self._device_index, self._raw):
             self._issue(fn, args, name, kind, cost)
         else:

@@ -17,8 +17,8 @@ __all__ = ["InlineBackend", "InlineStream", "InlineEvent"]
 
 
 class InlineStream(Stream):
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
-        self._check_launch(kind)
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
+        kind = self._check_launch(kind)
         b = self.backend
         if cost is not None:
             b.kernel_seconds(kind, cost, args)  # validates the cost; inline does not model time

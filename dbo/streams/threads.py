@@ -150,8 +150,8 @@ class ThreadStream(Stream):
             if self._inflight is None and self._blocked is None:
                 b._pump(self)
 
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
-        self._check_launch(kind)
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
+        kind = self._check_launch(kind)
         b = self.backend
         seconds = b._modelled_seconds(fn, kind, cost, args)
         tr = b._tracing()

@@ -90,8 +90,8 @@ class VirtualStream(Stream):
         """Virtual time at which everything launched so far on this stream is done."""
         return self._ready
 
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
-        self._check_launch(kind)
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
+        kind = self._check_launch(kind)
         b = self.backend
         kname = _kernel_name(fn, name, kind)
         host_s, first_s, nk = b._op_cost(kname)
