@@ -15,7 +15,7 @@ import threading
 import pytest
 import torch
 
-from dbo.registry import ubatch_scope
+from dbo.registry import use_ubatch
 from dbo.streams import set_stream, use_stream
 from dbo.streams.cuda import CudaBackend
 from dbo.trace import Tracer
@@ -210,7 +210,7 @@ def test_modelled_comm_and_tracing_keep_working(fake, cb):
     tr = Tracer()
     cb.tracer = tr
     s = cb.new_stream("comm0")
-    with use_stream(s), ubatch_scope(1):
+    with use_stream(s), use_ubatch(1):
         s.launch(None, name="xfer", kind="comm", cost=1e-3)  # modelled: a spin (the fake kernel)
         s.launch(fake.kernel, name="k")
     cb.synchronize()
