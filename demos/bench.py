@@ -29,7 +29,6 @@ import shlex
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -50,6 +49,7 @@ from demos.bench_report import (  # noqa: F401 - re-exported: the verdict helper
     table,
 )
 from demos.bench_report import markdown as _markdown
+from demos.bench_core import Config, Timing, progress, timing_record, value_record  # noqa: F401 - re-exported
 
 
 def markdown(records: list[Record], command: str, m: dict[str, Any]) -> str:
@@ -70,40 +70,6 @@ def reference_views(buffer: torch.Tensor, specs: Any) -> list[torch.Tensor]:
     return [
         buffer[offsets[i] : offsets[i] + sizes[i]].view(specs[i][1]).reshape(specs[i][0]) for i in range(len(specs))
     ]
-
-
-@dataclass(frozen=True)
-class Config:
-    quick: bool
-    device: str
-    backend: str = "auto"  # the host section's stream backend (auto: cuda with a GPU, else threads)
-
-    @property
-    def repeat(self) -> int:
-        return 7 if self.quick else 21
-
-    @property
-    def min_time_s(self) -> float:
-        """Each repeat runs enough calls to last at least this long."""
-        return 0.01 if self.quick else 0.05
-
-
-def progress(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------------- timing
-
-
-@dataclass(frozen=True)
-class Timing:
-    median: float  # seconds per call
-    min: float
-    max: float
-
-    @property
-    def noisy(self) -> bool:
-        return self.min > 0 and self.max / self.min > NOISY_SPREAD
 
 
 def _calibrate(fn: Callable[[], Any], min_time_s: float) -> int:
@@ -135,38 +101,6 @@ def time_together(fns: dict[str, Callable[[], Any]], cfg: Config) -> dict[str, T
         if gc_was_enabled:
             gc.enable()
     return {name: Timing(statistics.median(s), min(s), max(s)) for name, s in samples.items()}
-
-
-def timing_record(
-    section: str, name: str, t: Timing, baseline: tuple[str, Timing] | None = None, target: str | None = None
-) -> Record:
-    ratio = None if baseline is None else t.median / baseline[1].median
-    return {
-        "section": section,
-        "name": name,
-        "value": t.median * 1e6,
-        "unit": "us/call",
-        "min": t.min * 1e6,
-        "max": t.max * 1e6,
-        "noisy": t.noisy,
-        "baseline": None if baseline is None else baseline[0],
-        "ratio": ratio,
-        "target": target,
-        "ok": _check(target, ratio),
-    }
-
-
-def value_record(section: str, name: str, value: float, unit: str, target: str | None = None) -> Record:
-    return {
-        "section": section,
-        "name": name,
-        "value": value,
-        "unit": unit,
-        "baseline": None,
-        "ratio": None,
-        "target": target,
-        "ok": _check(target, value),
-    }
 
 
 # ---------------------------------------------------------------------- sections

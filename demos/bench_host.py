@@ -26,7 +26,8 @@ import torch
 import dbo
 from dbo.errors import CaptureError
 
-from .bench import Config, Record, Timing, progress, timing_record, value_record
+from .bench_core import Config, Timing, progress, timing_record, value_record
+from .bench_report import Record
 
 __all__ = ["host_records", "resolve_backend", "COMPUTE_PER_LAYER", "COMM_PER_LAYER", "DEMO_SHAPES"]
 
