@@ -341,14 +341,20 @@ def _workspace_locked() -> Iterator[None]:
 
 
 def _raise_translated(exc: BaseException) -> None:
-    """Raise the CaptureError behind ``exc`` (a host sync, a locked-workspace allocation), if any."""
+    """Raise the CaptureError behind ``exc`` (a host sync, a locked-workspace allocation), if any.
+
+    Both links of every exception are followed (``__cause__`` and ``__context__``): a sibling's
+    failure can wrap the refusal on one link while the other leads elsewhere."""
     seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop(0)
+        if id(e) in seen:
+            continue
         seen.add(id(e))
         if isinstance(e, CaptureError):
             raise CaptureError(str(e)) from exc
         if type(e).__name__ == "WorkspaceLockedError":
             where = getattr(e, "caller", None) or "<unknown>"
             raise CaptureError(f"host sync during capture: workspace allocation at {where}: {e}") from exc
-        e = e.__cause__ or e.__context__
+        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)

@@ -37,7 +37,7 @@ import torch
 
 from ..costs import Work, seconds_for
 from ..errors import StreamError, StreamTimeout
-from ..registry import registered_ubatch_id
+from ..registry import acting_ubatch_id
 from .base import Backend, Event, Stream, _kernel_name, sticky_error
 
 logger = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ class CudaStream(Stream):
             ev1 = torch.cuda.Event(enable_timing=True)
             ev1.record(s)
             with b._pending_lock:
-                b._pending.append((tr, self.name, _kernel_name(fn, name, kind), kind, registered_ubatch_id(), ev0, ev1))
+                b._pending.append((tr, self.name, _kernel_name(fn, name, kind), kind, acting_ubatch_id(), ev0, ev1))
             if len(b._pending) > 64:
                 b._flush_traces()
 
