@@ -35,7 +35,9 @@ def test_ideal_speedup_is_from_the_runs_kernel_times():
 
 def test_graph_target():
     ideal = 2.0 / 1.2
-    assert gc.judge_graph(rep(0.92 * ideal), ran()).status == "PASS"
+    v = gc.judge_graph(rep(0.92 * ideal), ran())
+    assert v.status == "PASS" and "above the ideal" not in v.detail
+    assert "above the ideal" in gc.judge_graph(rep(1.2 * ideal), ran()).detail
     v = gc.judge_graph(rep(0.85 * ideal), ran())
     assert v.status == "FAIL" and "85% of it" in v.detail
     assert gc.judge_graph(rep(0.98, cd=2.0, m=0.0), ran()).status == "FAIL"  # ideal 0.5, but slower than no DBO
