@@ -23,18 +23,17 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .fit_ops import FitError, fit_op_costs, fit_scalar, fit_threaded_ops
 from .profiles import DTYPES, DeviceProfile, HostCosts, OpCost, dtype_key
 
 __all__ = [
-    "fit_device", "fit_dtype_rates", "fit_host", "fit_launch_costs", "fit_op_costs", "fit_profile", "fit_scalar", "predict",
-    "FitError",
+    "fit_device", "fit_dtype_rates", "fit_host", "fit_launch_costs", "fit_op_costs", "fit_profile", "fit_scalar",
+    "fit_threaded_ops", "predict", "FitError",
 ]
 
 KINDS = ("gemm", "elementwise")
 
 
-class FitError(ValueError):
-    """The samples cannot determine the model (too few, bad values, no convergence)."""
 
 
 def _shape(op: str, shape: Any) -> tuple[float, float, float]:
@@ -277,87 +276,6 @@ def fit_launch_costs(steps: Iterable[Sequence[float]]) -> tuple[float, float]:
         sol = np.zeros(2)
         sol[best[1]] = best[2]
     return float(sol[0]), float(sol[1])
-
-
-def fit_op_costs(samples: Iterable[Sequence[Any]], *, kernels: Mapping[str, int] | None = None) -> dict[str, OpCost]:
-    """Per-op device corrections from ``(op, model seconds, measured seconds)`` samples: for each
-    op, non-negative least squares on relative error of ``measured = device + scale * model``
-    (``OpCost.device``, ``OpCost.scale``). ``model`` is the device model's time of the op's
-    declared cost (``dbo.costs.seconds_for`` under the fitted profile). Samples with the same
-    model time (one shape) count as one point at their median (outliers do not pull the fit). An
-    op with one distinct model time gets ``scale`` 1 and the median excess as ``device``. ``kernels``: ``OpCost.kernels``
-    per op (default 1)."""
-    by_op: dict[str, list[tuple[float, float]]] = {}
-    for i, s in enumerate(samples):
-        if len(s) != 3:
-            raise FitError(f"op sample {i}: expected (op, model seconds, measured seconds), got {s!r}")
-        op, m, t = s
-        if not isinstance(op, str) or not op:
-            raise FitError(f"op sample {i}: op must be a non-empty string, got {op!r}")
-        for what, v in (("model", m), ("measured", t)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
-                raise FitError(f"op sample {i} ({op}): {what} seconds must be a finite number >= 0, got {v!r}")
-        by_op.setdefault(op, []).append((float(m), float(t)))
-    if not by_op:
-        raise FitError("no op samples to fit")
-    out = {}
-    for op, raw in sorted(by_op.items()):
-        # robust to outliers (a kernel that waited for the GIL, a late wake-up): one point per
-        # distinct model time (one shape), its median measured time, weighted by its count
-        groups: dict[float, list[float]] = {}
-        for mi, ti in raw:
-            groups.setdefault(float(f"{mi:.9g}"), []).append(ti)
-        rows = [(mi, float(np.median(ts)), len(ts)) for mi, ts in sorted(groups.items())]
-        m = np.array([r[0] for r in rows])
-        t = np.array([r[1] for r in rows])
-        w = np.sqrt(np.array([r[2] for r in rows], dtype=float)) / np.maximum(t, 1e-12)  # relative error
-        device, scale = 0.0, 1.0
-        if np.ptp(m) > 1e-12 * max(float(m.max()), 1e-30) and len(rows) >= 2:
-            A = np.stack([np.ones_like(m), m], axis=1) * w[:, None]
-            sol, *_ = np.linalg.lstsq(A, t * w, rcond=None)
-            device, scale = float(sol[0]), float(sol[1])
-            if scale <= 0:  # no usable slope: a constant
-                device, scale = float(np.average(t, weights=w)), 1e-9
-            elif device < 0:  # through the origin
-                device, scale = 0.0, float((m * w) @ (t * w) / max((m * w) @ (m * w), 1e-300))
-        else:
-            device = max(0.0, float(np.median(np.array([ti for _, ti in raw]) - m[0])))
-        kk = kernels or {}
-        k = kk.get(op, kk.get(op.split("/", 1)[0], 1))
-        out[op] = OpCost(kernels=k, device=max(0.0, device), scale=max(scale, 1e-9))
-    return out
-
-
-def fit_scalar(loss: Any, lo: float, hi: float, *, points: int = 8, refine: int = 6) -> float:
-    """The value in [lo, hi] that minimizes ``loss(value)``: a grid of ``points`` (lo, then
-    geometric up to hi), then golden-section steps between the best point's neighbours. For one
-    parameter fitted against whole simulated steps (each loss call may be costly)."""
-    if not (math.isfinite(lo) and math.isfinite(hi) and 0 <= lo <= hi):
-        raise FitError(f"fit_scalar needs 0 <= lo <= hi, got {lo!r}, {hi!r}")
-    if hi == lo:
-        return lo
-    start = max(lo, hi * 1e-3)
-    grid = sorted({lo, *np.geomspace(start, hi, max(2, points - 1)).tolist()})
-    vals = [loss(x) for x in grid]
-    k = int(np.argmin(vals))
-    a, b = grid[max(0, k - 1)], grid[min(len(grid) - 1, k + 1)]
-    best_x, best_v = grid[k], vals[k]
-    g = (math.sqrt(5) - 1) / 2
-    c, d = b - g * (b - a), a + g * (b - a)
-    fc, fd = loss(c), loss(d)
-    for _ in range(refine):
-        if fc < fd:
-            b, d, fd = d, c, fc
-            c = b - g * (b - a)
-            fc = loss(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + g * (b - a)
-            fd = loss(d)
-    for x, v in ((c, fc), (d, fd)):
-        if v < best_v:
-            best_x, best_v = x, v
-    return float(best_x)
 
 
 def fit_profile(

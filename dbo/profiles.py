@@ -162,6 +162,9 @@ class DeviceProfile:
     * ``event_latency``: seconds from an event's completion until work on another stream that
       waits for it can start (a wake-up across engines; on the threads backend an executor thread
       being woken, on a GPU a few microseconds).
+    * ``fixed_threaded``: factor on the per-op fixed device seconds (``OpCost.device``) while two
+      or more ubatch threads are live (on the threads backend that part is Python and library
+      dispatch, which then competes for the GIL; fitted by calibration; 1: no effect).
     * ``event_latency_threaded``: added to ``event_latency`` while two or more ubatch threads are
       live (on the threads backend their Python competes with the executor threads for the GIL and
       the cores, and a woken executor waits for them; fitted to DBO steps by calibration).
@@ -181,6 +184,7 @@ class DeviceProfile:
     host: HostCosts = field(default_factory=HostCosts)
     event_latency: float = 0.0
     event_latency_threaded: float = 0.0
+    fixed_threaded: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -201,6 +205,8 @@ class DeviceProfile:
         object.__setattr__(self, "gemm_knee", tuple(check_number("gemm_knee", x) for x in knee))
         for name in ("min_kernel", "flops_knee", "bytes_knee", "event_latency", "event_latency_threaded"):
             check_number(name, getattr(self, name))
+        if check_number("fixed_threaded", self.fixed_threaded) < 1:
+            raise ValueError(f"fixed_threaded must be >= 1, got {self.fixed_threaded}")
         share = check_number("comm_sm_share", self.comm_sm_share)
         if share >= 1:
             raise ValueError(f"comm_sm_share must be in [0, 1), got {share}")

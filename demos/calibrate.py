@@ -62,7 +62,8 @@ def format_summary(report: CalibrationReport, profile: object) -> str:
         f"GEMM knees {', '.join(f'{x:.0f}' for x in p.gemm_knee)}; fit rms log error {report.device_rms_log_error:.2f}"  # type: ignore[attr-defined]
     )
     lines.append(
-        f"wake-up    across engines {us(p.event_latency)} idle, + {us(p.event_latency_threaded)} while ubatch threads run"  # type: ignore[attr-defined]
+        f"wake-up    across engines {us(p.event_latency)} idle, + {us(p.event_latency_threaded)} while ubatch threads run; "  # type: ignore[attr-defined]
+        f"ops' fixed part x{p.fixed_threaded:.2f} while ubatch threads run"  # type: ignore[attr-defined]
     )
     ops = p.host.ops  # type: ignore[attr-defined]
     lines.append(

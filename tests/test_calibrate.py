@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dbo.costs import DeviceProfile, HostCosts, OpCost, get_profile
-from dbo.fit import FitError, fit_device, fit_dtype_rates, fit_op_costs, predict
+from dbo.fit import FitError, fit_device, fit_dtype_rates, fit_op_costs, fit_threaded_ops, predict
 from demos import calibrate as cli
 from demos.moe import calibration as cal
 from demos.moe.calibration_host import measure_host
@@ -37,12 +37,28 @@ def test_op_fit_extrapolates_beyond_the_measured_shapes():
     assert oc.device + oc.scale * big == pytest.approx(20e-6 + 1.7 * big, rel=1e-6)
 
 
+def test_threaded_fit_separates_the_fixed_part_slowdown_from_the_ops():
+    rows = []
+    for m in (1e-5, 1e-4, 1e-3):
+        rows.append(("a", m, 20e-6 + 2 * m, False))
+        rows.append(("a", m / 2, 3 * 20e-6 + 2 * m / 2, True))  # DBO: half the shape, fixed part x3
+        rows.append(("b", m, 50e-6 + m, False))
+        rows.append(("b", m / 2, 3 * 50e-6 + m / 2, True))
+    ops, g = fit_threaded_ops(rows)
+    assert g == pytest.approx(3.0, rel=0.02)
+    assert ops["a"].device == pytest.approx(20e-6, rel=0.03) and ops["a"].scale == pytest.approx(2.0, rel=0.02)
+    assert ops["b"].device == pytest.approx(50e-6, rel=0.03) and ops["b"].scale == pytest.approx(1.0, rel=0.02)
+    none, g1 = fit_threaded_ops([r[:3] for r in rows if not r[3]])
+    assert g1 == 1.0 and none["a"].device == pytest.approx(20e-6, rel=0.03)
+
+
 def test_op_fit_of_one_shape_keeps_scale_one():
     oc = fit_op_costs([("x", 1e-5, 3e-5), ("x", 1e-5, 3.2e-5), ("x", 1e-5, 2.8e-5)])["x"]
     assert oc.scale == 1.0 and oc.device == pytest.approx(2e-5, rel=1e-6)
 
 
-@pytest.mark.parametrize("bad", [[("op", -1.0, 1.0)], [("op", 1.0, math.nan)], [("", 1.0, 1.0)], [("op", 1.0)], []])
+@pytest.mark.parametrize("bad", [[("op", -1.0, 1.0)], [("op", 1.0, math.nan)], [("", 1.0, 1.0)], [("op", 1.0)], [],
+                                 [("op", 1.0, 1.0, True, 5)]])
 def test_op_fit_refuses_bad_samples(bad):
     with pytest.raises(FitError):
         fit_op_costs(bad)
@@ -90,10 +106,13 @@ BASE = replace(get_profile("cpu"), name="base", host=HostCosts(kernel=2e-6, kern
 
 
 def test_op_corrections_of_a_virtual_machine_are_recovered():
-    records, steps = cal.measure_ops("virtual", TINY, truth=MACHINE)
+    machine = replace(MACHINE, fixed_threaded=2.5)  # the ops' fixed part 2.5x slower in DBO steps
+    records, steps = cal.measure_ops("virtual", TINY, truth=machine)
     ops = {r.op for r in records}
     assert {"attn_qkv", "router", "experts", "shared", "dispatch", "combine", "finalize"} <= ops
-    fitted = fit_op_costs(cal.op_samples(records, BASE))
+    assert any(r.threaded for r in records) and not all(r.threaded for r in records)
+    fitted, factor = fit_threaded_ops(cal.op_samples(records, BASE))
+    assert factor == pytest.approx(2.5, rel=0.03)
     want_ops = {k: v for k, v in MACHINE_OPS.items() if k != "experts"}
     want_ops["experts/_k_experts"] = MACHINE_OPS["experts"]  # the two schedules' experts, apart
     for op, want in want_ops.items():

@@ -351,3 +351,16 @@ def test_an_op_entry_for_one_kernel_function_wins_over_the_plain_op():
         assert d["experts L0 u0"] == pytest.approx(2e-3)
         assert d["experts L1 u0"] == pytest.approx(5e-3)
         assert d["experts L2 u0"] == pytest.approx(2e-3)
+
+
+def test_the_ops_fixed_part_runs_slower_while_ubatch_threads_are_live():
+    p = dataclasses.replace(prof(ops={"router": OpCost(device=40 * US, scale=2.0)}), fixed_threaded=3.0)
+    with VirtualBackend(profile=p) as b:
+        assert b.kernel_seconds("compute", 1e-3, (), name="router L0 u0") == pytest.approx(40 * US + 2e-3)
+        b.host_event("thread_start")
+        b.host_event("thread_start")
+        assert b.kernel_seconds("compute", 1e-3, (), name="router L0 u0") == pytest.approx(120 * US + 2e-3)
+        b.host_event("thread_join")
+        b.host_event("thread_join")
+    with pytest.raises(ValueError, match="fixed_threaded must be >= 1"):
+        dataclasses.replace(prof(), fixed_threaded=0.5)

@@ -16,7 +16,8 @@
   compute kernel running while a comm kernel runs progresses at ``1 - comm_sm_share`` of its rate.
   Duration: ``dbo.costs.seconds_for`` with the dtype of the first floating-point tensor argument
   (when the profile has per-dtype rates) and the op's kernel count, corrected by the op's
-  ``OpCost``: ``device + scale * that``. A kernel marked ``syncs_host`` syncs the host only when
+  ``OpCost``: ``device + scale * that`` (``device`` times the profile's ``fixed_threaded`` while
+  two or more ubatch threads are live). A kernel marked ``syncs_host`` syncs the host only when
   ``HostCosts.kernel_sync`` (a GPU-like host) is set.
 * Events: ``record`` stores the stream's ready time (``Event.time``); ``wait_event`` raises the
   waiting stream's ready time to it, plus the profile's wake-up latency when the event was
@@ -106,6 +107,8 @@ class VirtualStream(Stream):
         elif b._live > 1:
             host_s *= b._hc.threaded
             first_s *= b._hc.threaded
+        if b._live > 1:
+            dev_add *= b.profile.fixed_threaded
         meta, dtype = _scan(args, b._per_dtype)
         duration = dev_add + dev_scale * seconds_for(kind, cost, args, b.profile, b.link, dtype=dtype, kernels=nk)
         syncs = fn is not None and b._hc.kernel_sync and getattr(fn, "dbo_syncs_host", False)
@@ -338,6 +341,8 @@ class VirtualBackend(Backend):
         """Modelled device duration of a kernel (always a float on virtual): the dtype of the first
         floating-point tensor argument, the kernel count of op ``name`` (its first word)."""
         _, _, nk, dev_add, dev_scale = self._op_cost(name or kind)
+        if self._live > 1:
+            dev_add *= self.profile.fixed_threaded
         _, dtype = _scan(args, self._per_dtype)
         return dev_add + dev_scale * seconds_for(kind, cost, args, self.profile, self.link, dtype=dtype, kernels=nk)
 

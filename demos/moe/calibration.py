@@ -32,7 +32,7 @@ import torch
 import dbo
 import workspace
 from dbo.costs import DeviceProfile, HostCosts, LinkProfile, Transfer, get_link, get_profile, iter_tensors, seconds_for
-from dbo.fit import fit_device, fit_dtype_rates, fit_op_costs, predict
+from dbo.fit import fit_device, fit_dtype_rates, fit_threaded_ops, predict
 from dbo.streams.virtual import VirtualBackend, VirtualStream
 
 from .calibration_host import measure_host
@@ -223,6 +223,7 @@ class OpRecord:
     link: LinkProfile
     seconds: float
     fn: str | None = None
+    threaded: bool = False  # measured in a DBO step (ubatch threads running)
 
 
 def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
@@ -248,19 +249,20 @@ def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
             continue
         link = LinkProfile("calibrated", res.link["latency_s"], res.link["bandwidth_Bps"])
         steps.append(StepSample(res.config, link, res.time_no_dbo_s, res.time_dbo_s))
-        for recs, table in ((res.records_no_dbo, no), (res.records_dbo, dbo_)):
+        for recs, table, threaded in ((res.records_no_dbo, no, False), (res.records_dbo, dbo_, True)):
             for r in recs:
                 d = table.get(r.name)
                 parsed = parse_kernel_name(r.name)
                 if d is None or parsed is None or r.duration <= 0:
                     continue
-                out.append(OpRecord(parsed[0], d[0], d[1], d[2], link, r.duration, d[3]))
+                out.append(OpRecord(parsed[0], d[0], d[1], d[2], link, r.duration, d[3], threaded))
     return out, steps
 
 
 def op_samples(records: list[OpRecord], profile: DeviceProfile,
                kernels: dict[str, int] | None = None) -> list[tuple[str, float, float]]:
-    """``(op, model seconds under profile, measured seconds)`` for ``dbo.fit.fit_op_costs``; the
+    """``(op, model seconds under profile, measured seconds, measured in a DBO step)`` for
+    ``dbo.fit.fit_threaded_ops``; the
     model time as the virtual backend computes it (``kernels``: device kernels per op, default 1).
     An op launched with several kernel functions (the experts of the two schedules) also gets
     samples under ``"<op>/<function name>"``, which the virtual backend prefers."""
@@ -271,9 +273,9 @@ def op_samples(records: list[OpRecord], profile: DeviceProfile,
     out = []
     for r in records:
         m = seconds_for(r.kind, r.cost, (), profile, r.link, dtype=r.dtype, kernels=k.get(r.op, 1))
-        out.append((r.op, m, r.seconds))
+        out.append((r.op, m, r.seconds, r.threaded))
         if len(fns[r.op]) > 1 and r.fn is not None:  # one op, several kernel functions: one entry each too
-            out.append((f"{r.op}/{r.fn}", m, r.seconds))
+            out.append((f"{r.op}/{r.fn}", m, r.seconds, r.threaded))
     return out
 
 
@@ -322,18 +324,19 @@ def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None
     # on a GPU, keep the base profile's CUDA kernels per op (each costs the host a launch)
     counts = {k: v.kernels for k, v in base.host.ops.items()} if base is not None else None
     samples = op_samples(records, dev, counts)
-    ops = fit_op_costs(samples, kernels=counts)
-    prof = replace(dev, host=replace(hc, ops=ops))
+    ops, fixed_threaded = fit_threaded_ops(samples, kernels=counts)
+    prof = replace(dev, host=replace(hc, ops=ops), fixed_threaded=fixed_threaded)
     launch = fit_launch(backend, p, prof, progress)
     prof = replace(prof, host=replace(prof.host, launch=launch))
     prof = replace(prof, event_latency_threaded=fit_event_latency(steps, prof, progress=progress))
     dev_err = [math.log(predict(prof, op, sh, dt, b) / t) for op, sh, dt, b, t in dev_samples]
     errs: dict[str, list[float]] = {}
-    for (op, m, t) in op_samples(records, prof, counts):
+    for (op, m, t, threaded) in op_samples(records, prof, counts):
         oc = prof.host.ops[op]
         if "/" not in op and any(k.startswith(op + "/") for k in prof.host.ops):
             continue  # reported per kernel function
-        errs.setdefault(op, []).append(abs(oc.device + oc.scale * m - t) / t)
+        fixed = oc.device * (prof.fixed_threaded if threaded else 1.0)
+        errs.setdefault(op, []).append(abs(fixed + oc.scale * m - t) / t)
     report = CalibrationReport(
         backend=backend, host={**host, "launch": launch}, device_samples=len(dev_samples), op_samples=len(samples),
         device_rms_log_error=math.sqrt(statistics.fmean(e * e for e in dev_err)),
