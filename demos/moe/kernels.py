@@ -97,7 +97,7 @@ def _mm_rows(x: torch.Tensor, a: int, b: int, w: torch.Tensor, out: torch.Tensor
     out[a:b].copy_(p[a - s : a - s + m])
 
 
-@syncs_host  # offsets.tolist() below: a host sync on a GPU (dbo.costs.syncs_host)
+@syncs_host  # it reads the offsets on the host below: a host sync on a GPU (dbo.costs.syncs_host)
 def _k_experts(x, offsets, w1, w2, ws13, ws2, fused_out, pad, wire_in, w_sorted, first=0, num_experts=None) -> None:
     """The routed experts over expert-sorted rows: gate_up into workspace13, SiLU-and-mul into
     workspace2, down into fused_out (which reuses workspace13's memory: it is dead by then).
