@@ -37,9 +37,12 @@ _METADATA_OPS = frozenset(
 class KernelStamp:
     """One launched kernel, as the detector sees it."""
 
-    __slots__ = ("sid", "seq", "clock", "name", "stream", "ubatch", "site", "thread", "local")
+    __slots__ = ("sid", "seq", "clock", "name", "stream", "ubatch", "site", "thread", "local", "ticket")
 
-    def __init__(self, sid: int, seq: int, clock: dict[int, int], name: str, stream: str, ubatch: int | None, site: str):
+    def __init__(
+        self, sid: int, seq: int, clock: dict[int, int], name: str, stream: str, ubatch: int | None, site: str, ticket: int = 0
+    ):
+        self.ticket = ticket  # launch order across every backend (dbo.races.launch_count() at its launch)
         self.sid = sid
         self.seq = seq
         self.clock = clock  # stream id -> the last sequence number of that stream ordered before this kernel

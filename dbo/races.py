@@ -59,6 +59,7 @@ __all__ = [
     "clear",
     "use_races",
     "current_kernel",
+    "launch_count",
     "add_kernel_hook",
     "remove_kernel_hook",
     "add_ubatch_hook",
@@ -174,6 +175,13 @@ def current_kernel() -> KernelStamp | None:
     return getattr(_tls, "kernel", None)
 
 
+def launch_count() -> int:
+    """Kernels launched so far while the observer was installed: a kernel's ``ticket`` is this
+    count right after its launch, so "handed out before kernel k was launched" is
+    ``launch_count() (then) < k.ticket``."""
+    return _DET.launches
+
+
 def _join(into: dict[int, int], other: dict[int, int]) -> None:
     for k, v in other.items():
         if into.get(k, 0) < v:
@@ -191,6 +199,7 @@ class _Detector:
         self.clocks: dict[int, dict[int, int]] = {}  # stream id -> its vector clock
         self.events: "weakref.WeakKeyDictionary[Any, dict[int, int]]" = weakref.WeakKeyDictionary()
         self.host: dict[int, int] = {}
+        self.launches = 0  # kernels launched while the observer is installed (KernelStamp.ticket)
         self.found: dict[tuple, Race] = {}
         self.dropped = 0
         self.shadow = Shadow(self._report)
@@ -223,7 +232,8 @@ class _Detector:
             clock = self.clocks[sid]
             _join(clock, self.host)
             seq = clock[sid] = clock.get(sid, 0) + 1
-            stamp = KernelStamp(sid, seq, dict(clock), name, stream.name, ub, site)
+            self.launches += 1
+            stamp = KernelStamp(sid, seq, dict(clock), name, stream.name, ub, site, self.launches)
         if fn is None:
             return None
         if self.on:
