@@ -169,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
            "rank 0 reports. Under torchrun it is this process's WORLD_SIZE (default 1; docs/distributed.md)")
     a("--dist-timeout", type=_float_arg, default=d.dist_timeout, metavar="S",
       help=f"seconds a collective may wait for the other ranks before the run fails (default {d.dist_timeout:g})")
+    a("--sanitize", action="store_true", default=False,
+      help="run every step under the workspace sanitizer and the stream-race detector (dbo.races); the report "
+           "counts the findings and lists the first few (docs/races.md). Slower; single process only")
     return p
 
 

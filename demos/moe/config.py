@@ -97,6 +97,8 @@ class OverlapConfig:
     launcher: str = "spawn"
     """How ranks start when ``world_size`` > 1: "spawn" (this process launches them on this host)
     or "env" (this process is one rank started by torchrun; env:// rendezvous)."""
+    sanitize: bool = False
+    """Run every step under workspace.sanitizer and dbo.races (docs/races.md); single process only."""
 
 
 @dataclass
@@ -192,6 +194,8 @@ def _check_distributed(cfg: OverlapConfig) -> None:
         )
     if cfg.meta:
         raise ConfigError(f"{_f('meta')} skips the math; real ranks exchange real tokens: drop {_f('meta')} with {w}")
+    if cfg.sanitize:
+        raise ConfigError(f"{_f('sanitize')} checks one process's streams and workspace: drop it with {w} > 1")
     if cfg.comm_ratio is not None or cfg.link is not None:
         raise ConfigError(
             f"{_f('comm_ratio')} and {_f('link')} shape the modelled link; with {w} > 1 the transfers are real "

@@ -140,6 +140,8 @@ def to_dict(result: OverlapResult) -> dict[str, Any]:
             }
             for x in result.ranks
         ]
+    if result.sanitizer_findings is not None:
+        report.update(_sanitizer_fields(result.sanitizer_findings))
     if result.reference is not None:
         ref = result.reference
         report["reference"] = {
@@ -269,6 +271,24 @@ def format_report(rep: dict) -> str:
         lines.append(f"trace      {rep['trace_path']} (open in https://ui.perfetto.dev or chrome://tracing)")
     if rep.get("plot_path"):
         lines.append(f"plot       {rep['plot_path']}")
+    lines.extend(_sanitizer_lines(rep))
     return "\n".join(lines)
+
+
+SANITIZER_SHOWN = 5
+
+
+def _sanitizer_fields(found: list) -> dict[str, Any]:
+    """--sanitize: the count and the first few findings (workspace kinds first, then stream races)."""
+    return {"sanitizer_findings": len(found), "sanitizer_first": [str(f) for f in found[:SANITIZER_SHOWN]]}
+
+
+def _sanitizer_lines(rep: dict) -> list[str]:
+    if "sanitizer_findings" not in rep:
+        return []
+    n = rep["sanitizer_findings"]
+    out = [f"sanitizer  {n} finding{'' if n == 1 else 's'} (workspace sanitizer + stream races, every step)"]
+    out += [f"           {f}" for f in rep["sanitizer_first"]]
+    return out
 
 

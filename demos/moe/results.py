@@ -137,6 +137,7 @@ class OverlapResult:
     reference: ReferenceCheck | None = None
     output_reference: torch.Tensor | None = None
     wall_s: float = 0.0
+    sanitizer_findings: list[Any] | None = None  # --sanitize: workspace findings, then stream races
 
     @property
     def time_no_dbo_s(self) -> float:

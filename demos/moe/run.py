@@ -59,8 +59,9 @@ def run(config: OverlapConfig | None = None, **overrides: Any) -> OverlapResult 
         runner = None
         try:
             runner = Runner(cfg, res)
-            meas = measure(runner, cfg, res)
+            meas, found = _measure_maybe_sanitized(runner, cfg, res)
             result = _result(runner, cfg, res, meas, engine_times(meas))
+            result.sanitizer_findings = found
         finally:
             if runner is not None:
                 runner.close()
@@ -68,6 +69,21 @@ def run(config: OverlapConfig | None = None, **overrides: Any) -> OverlapResult 
             torch.set_num_threads(old_threads)
     result.wall_s = time.perf_counter() - wall0
     return result
+
+
+def _measure_maybe_sanitized(runner: Runner, cfg: OverlapConfig, res: Resolved) -> tuple[Measurement, list | None]:
+    """``measure``; with ``cfg.sanitize`` under the workspace sanitizer and dbo.races (collecting)."""
+    if not cfg.sanitize:
+        return measure(runner, cfg, res), None
+    from workspace import sanitizer
+
+    sanitizer.enable("collect", races=True)
+    try:
+        meas = measure(runner, cfg, res)
+        runner.backend.synchronize()
+        return meas, sanitizer.findings()
+    finally:
+        sanitizer.disable()
 
 
 def _kernels(records: Sequence[KernelRecord], op: str, layer: int, ubatch: int | None) -> list[KernelRecord]:
