@@ -182,6 +182,7 @@ def _capture(orch: Any, fn: Callable[[Any], Any], inputs: list[Any]) -> Captured
     except BaseException as exc:
         rec.active = False
         orch._recover_streams()
+        _clear_refusals(b)
         _raise_translated(exc)
         raise
     finally:
@@ -340,15 +341,45 @@ def _workspace_locked() -> Iterator[None]:
             manager.unlock()
 
 
+def _clear_refusals(b: Any) -> None:
+    """After a refused capture: streams of ``b`` that failed only because a kernel was refused (a
+    host sync during capture) are drained and made usable again. The orchestrator replaces its own
+    streams, but a backend it does not own (shared, as in the demo) keeps the others, such as a
+    transport's link queue fetched by name; a real failure stays sticky."""
+    for s in b.streams:
+        if s.error is None or not _is_refusal(s.error):
+            continue
+        try:
+            s.synchronize()  # let the skipped tail drain; it raises the sticky error
+        except BaseException:
+            pass
+        s._error = None
+        s._error_note = ""
+
+
+def _is_refusal(exc: BaseException) -> bool:
+    try:
+        _raise_translated(exc)
+    except CaptureError:
+        return True
+    return False
+
+
 def _raise_translated(exc: BaseException) -> None:
-    """Raise the CaptureError behind ``exc`` (a host sync, a locked-workspace allocation), if any."""
+    """Raise the CaptureError behind ``exc`` (a host sync, a locked-workspace allocation), if any.
+
+    Both links of every exception are followed (``__cause__`` and ``__context__``): a sibling's
+    failure can wrap the refusal on one link while the other leads elsewhere."""
     seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop(0)
+        if id(e) in seen:
+            continue
         seen.add(id(e))
         if isinstance(e, CaptureError):
             raise CaptureError(str(e)) from exc
         if type(e).__name__ == "WorkspaceLockedError":
             where = getattr(e, "caller", None) or "<unknown>"
             raise CaptureError(f"host sync during capture: workspace allocation at {where}: {e}") from exc
-        e = e.__cause__ or e.__context__
+        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)

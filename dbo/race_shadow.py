@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["KernelStamp", "RaceMode", "Shadow", "byte_range", "op_spec"]
+__all__ = ["KernelStamp", "RaceMode", "Shadow", "byte_range", "op_spec", "written_args"]
 
 MAX_RECORDS = 4096
 """Access records kept per storage; past it the oldest are forgotten (a race with them is missed)."""
@@ -37,7 +37,7 @@ _METADATA_OPS = frozenset(
 class KernelStamp:
     """One launched kernel, as the detector sees it."""
 
-    __slots__ = ("sid", "seq", "clock", "name", "stream", "ubatch", "site", "thread", "local", "ticket")
+    __slots__ = ("sid", "seq", "clock", "name", "stream", "ubatch", "site", "thread", "local", "ticket", "writes")
 
     def __init__(
         self, sid: int, seq: int, clock: dict[int, int], name: str, stream: str, ubatch: int | None, site: str, ticket: int = 0
@@ -52,6 +52,7 @@ class KernelStamp:
         self.site = site
         self.thread = ""  # the thread that ran it (set when it runs)
         self.local: set[int] = set()  # storages created inside this kernel (temporaries: not judged)
+        self.writes: list[tuple[int, int, int]] = []  # (storage, start, end) this kernel wrote
 
     def ordered_after(self, other: "KernelStamp") -> bool:
         """Whether ``other`` happens before this kernel (same kernel: True)."""
@@ -133,6 +134,8 @@ class Shadow:
         if ptr == 0 or ptr in k.local:
             return
         s, e = byte_range(t)
+        if write:
+            k.writes.append((ptr, s, e))
         races = []
         with self.lock:
             sh = self.storages.get(ptr)
@@ -201,6 +204,46 @@ class Shadow:
                     what = sh.what if sh is not None else "storage"
                 return max(a, s), min(b, e), w, what
         return None
+
+
+    def concurrent_accesses(self, p: KernelStamp, t: torch.Tensor) -> list[tuple[KernelStamp, bool, int, int, str]]:
+        """Recorded accesses to ``t``'s bytes by kernels neither ordered before nor after ``p``."""
+        if t.is_meta or t.numel() == 0:
+            return []
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return []
+        s, e = byte_range(t)
+        out = []
+        with self.lock:
+            sh = self.storages.get(storage.data_ptr())
+            if sh is None or sh.ref() is not storage:
+                return []
+            for a, b, w, x in sh.records:
+                if x is not p and a < e and s < b and not p.ordered_after(x) and not x.ordered_after(p):
+                    out.append((x, w, max(a, s), min(b, e), sh.what))
+        return out
+
+
+def written_args(k: KernelStamp, args: tuple) -> set[int]:
+    """Positions of the arguments of kernel ``k`` whose bytes its body wrote."""
+    out: set[int] = set()
+    if not k.writes:
+        return out
+    for i, a in enumerate(args):
+        for t in a if isinstance(a, (list, tuple)) else (a,):
+            if not isinstance(t, torch.Tensor) or t.is_meta or t.numel() == 0:
+                continue
+            try:
+                ptr = t.untyped_storage().data_ptr()
+            except (RuntimeError, NotImplementedError):
+                continue
+            s, e = byte_range(t)
+            if any(p == ptr and a2 < e and s < b2 for p, a2, b2 in k.writes):
+                out.add(i)
+                break
+    return out
 
 
 class RaceMode(TorchDispatchMode):

@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterator
 
 from . import registry
 from .errors import DBOError
-from .race_shadow import KernelStamp, RaceMode, Shadow
+from .race_shadow import KernelStamp, RaceMode, Shadow, written_args
 from .streams import base as _base
 
 __all__ = [
@@ -167,6 +167,16 @@ def _tensors(x: Any) -> Iterator[Any]:
             yield from _tensors(y)
 
 
+def _unwrap(fn: Any) -> Any:
+    """The user's kernel function under the runtime's wrappers (a capture's guard, our body)."""
+    for _ in range(4):
+        inner = getattr(fn, "fn", None)
+        if inner is None or not callable(inner):
+            break
+        fn = inner
+    return fn
+
+
 _tls = threading.local()  # .kernel: the KernelStamp of the kernel running on this thread
 
 
@@ -203,7 +213,8 @@ class _Detector:
         self.found: dict[tuple, Race] = {}
         self.dropped = 0
         self.shadow = Shadow(self._report)
-        self.pending: dict[KernelStamp, tuple] = {}  # launched, not started: its arguments
+        self.pending: dict[KernelStamp, tuple] = {}  # launched, not started: (its arguments, its fn)
+        self.learned: dict[Any, set[int]] = {}  # kernel fn -> positions of the arguments it was seen writing
         self.kernel_hooks: list[Callable[[KernelStamp], Any]] = []
         self.ubatch_hooks: list[Callable[[Callable], Callable]] = []
 
@@ -240,8 +251,20 @@ class _Detector:
             with self.lock:
                 if len(self.pending) >= _PENDING_MAX:  # kernels dropped unrun (failed streams): forget the oldest
                     del self.pending[next(iter(self.pending))]
-                self.pending[stamp] = args
+                self.pending[stamp] = (args, _unwrap(fn))
         return _Body(fn, stamp, self)
+
+    def learn(self, fn: Any, k: KernelStamp, args: tuple) -> None:
+        """After a kernel ran: remember which of its arguments its fn writes."""
+        idx = written_args(k, args)
+        if idx:
+            key = _unwrap(fn)
+            with self.lock:
+                known = self.learned.get(key)
+                if known is None or not idx <= known:
+                    if len(self.learned) >= _PENDING_MAX:
+                        self.learned.clear()
+                    self.learned[key] = (known or set()) | idx
 
     def failed(self, k: KernelStamp, exc: BaseException) -> None:
         """Kernel ``k`` raised: a race that bit (it read bytes a concurrent kernel was to write
@@ -249,7 +272,19 @@ class _Detector:
         Report each kernel launched and not yet run, concurrent with ``k``, that takes as an
         argument bytes ``k`` touched (its access is unknown: counted as a write)."""
         with self.lock:
-            pending = [(p, a) for p, a in self.pending.items() if not k.ordered_after(p) and not p.ordered_after(k)]
+            everyone = [(p, a, f, self.learned.get(f)) for p, (a, f) in self.pending.items()]
+        # 1. a kernel launched and not yet run, concurrent with k, whose fn was seen writing an
+        #    argument: every recorded access to those bytes by a kernel concurrent with it races
+        #    with the write it would have made (whichever kernel raised).
+        why = f"it had not run when {k.name!r} raised {type(exc).__name__} and the step could fail; its fn writes this argument"
+        for p, args, _, wrote in everyone:
+            for i in sorted(wrote or ()):
+                for t in _tensors(args[i]) if i < len(args) else ():
+                    for x, w, a, b, what in self.shadow.concurrent_accesses(p, t):
+                        self._report(x, w, p, True, "(not run)", a, b, what, note=why)
+        # 2. a kernel launched and not yet run, concurrent with k, that takes as an argument bytes
+        #    k touched (its access is unknown: counted as a write).
+        pending = [(p, a) for p, a, _, wrote in everyone if not wrote and not k.ordered_after(p) and not p.ordered_after(k)]
         if not pending:
             return
         touched = self.shadow.touched_by(k)
@@ -341,7 +376,10 @@ class _Body:
                         stack.enter_context(cm)
                 if det.on:
                     stack.enter_context(RaceMode(stamp, det.shadow))
-                return self.fn(*args)
+                out = self.fn(*args)
+            if stamp.writes and det.on:
+                det.learn(self.fn, stamp, args)
+            return out
         except RaceError:
             raise
         except Exception as exc:

@@ -229,6 +229,36 @@ def test_a_race_that_makes_a_kernel_raise_before_its_writer_ran_is_reported(det)
     assert "before the first one ran" in found[0].note
 
 
+def test_an_unrun_writer_whose_fn_was_seen_writing_races_with_what_ran_before_a_failure(det):
+    """threads: the reader ran (and did not raise), a later kernel raised, the step failed and the
+    writer never ran. Its fn was seen writing that argument before: the pair is reported."""
+
+    def write_idx(i: torch.Tensor) -> None:
+        i.copy_(torch.arange(4))
+
+    def read_idx(i: torch.Tensor, o: torch.Tensor) -> None:
+        o.copy_(i.to(torch.float32))
+
+    def boom(_: torch.Tensor) -> None:
+        raise RuntimeError("something else went wrong")
+
+    with dbo.get_backend("threads", timeout=10) as b:
+        a, c = b.new_stream("a"), b.new_stream("c")
+        idx, out = torch.zeros(4, dtype=torch.int64), torch.zeros(4)
+        a.launch(write_idx, idx)
+        a.synchronize()  # seen once: write_idx writes its argument 0
+        a.launch(None, kind="comm", cost=0.2)
+        a.launch(write_idx, idx, name="writer")  # runs late
+        c.launch(read_idx, idx, out, name="reader")  # no wait: runs first, reads stale indices, fine
+        c.launch(boom, out, name="boom")
+        with pytest.raises(dbo.StreamError):
+            c.synchronize()
+        b.close()
+    found = det.findings()
+    assert [(r.first[0], r.second[0], r.access) for r in found] == [("reader", "writer", "read-write")]
+    assert "had not run" in found[0].note
+
+
 def test_graph_replay_updates_the_clocks_as_the_reissued_ops_do(backend):
     """A captured step with its waits is race-free in every replay; work launched after a replay
     on another stream without a sync races with the replay's kernels; with the sync it does not."""
