@@ -330,3 +330,34 @@ def test_cuda_missing_wait_is_a_race():
         c.launch(_read, x, out)  # ordered now: no second finding
         b.synchronize()
         assert len(found()) == 1
+
+
+def test_demo_sanitize_flag_counts_and_lists_findings(monkeypatch, tmp_path):
+    """``python -m demos.overlap --sanitize``: 0 findings on the clean demo; a switch that forgets
+    its wait is reported (count, first findings in the JSON and a text line)."""
+    import json
+
+    from dbo import context
+    from demos import overlap
+    from demos.moe.report import format_report
+
+    small = ["--backend", "virtual", "--layers", "2", "--tokens", "48", "--hidden", "32", "--experts", "4",
+             "--steps", "1", "--sanitize"]
+    out = tmp_path / "r.json"
+    assert overlap.main(small + ["--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["sanitizer_findings"] == 0 and rep["sanitizer_first"] == []
+    assert "sanitizer  0 findings" in format_report(rep)
+
+    def switch_sync(self, src, dst, done):  # the bug: record, switch, no wait
+        done.record(src)
+        context.set_stream(dst)
+
+    monkeypatch.setattr(context.UBatchContext, "switch_sync", switch_sync)
+    assert overlap.main(small + ["--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["sanitizer_findings"] >= 1
+    assert all(f.startswith("stream-race") for f in rep["sanitizer_first"])
+    assert any("experts" in f for f in rep["sanitizer_first"])
+    assert f"sanitizer  {rep['sanitizer_findings']} finding" in format_report(rep)
+    assert not races.enabled() and streams_base._observer is None  # the run turned everything off
