@@ -35,6 +35,7 @@ from typing import Any, Callable
 import torch
 
 from dbo.registry import ubatch_scope
+from demos.cli_common import OutputPathError, check_output_paths, run_main, say, write_output
 from workspace import WorkspaceManager
 from workspace.layout import canonical_request, plan, reference_views
 
@@ -516,6 +517,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="device for buffers (default: cpu)")
     parser.add_argument("--strict", action="store_true", help="exit with status 1 if a target is missed")
     args = parser.parse_args(argv)
+    try:
+        check_output_paths([(args.json, "--json"), (args.markdown, "--markdown")])
+    except OutputPathError as e:
+        parser.exit(2, f"{parser.prog}: error: {e}\n")
 
     cfg = Config(quick=args.quick, device=args.device)
     mach = machine()  # before the run: the load average says how busy the machine was
@@ -526,22 +531,30 @@ def main(argv: list[str] | None = None) -> int:
     for fn in chosen:
         records += fn(cfg)
     command = "python -m demos.bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    print(table(records))
+    say(table(records))
     missed = [r["name"] for r in records if r["ok"] is False]
     noisy = [r["name"] for r in records if r.get("noisy")]
     if noisy:
-        print(f"noisy (max/min > {NOISY_SPREAD}): " + ", ".join(noisy))
-    print("targets missed: " + (", ".join(missed) if missed else "none"))
-    if args.json:
-        with open(args.json, "w") as f:
+        say(f"noisy (max/min > {NOISY_SPREAD}): " + ", ".join(noisy))
+    say("targets missed: " + (", ".join(missed) if missed else "none"))
+    status = 1 if (args.strict and missed) else 0
+
+    def write_json(path: str) -> None:
+        with open(path, "w") as f:
             json.dump({"machine": mach, "command": command.strip(), "records": records}, f, indent=2)
-        progress(f"wrote {args.json}")
-    if args.markdown:
-        with open(args.markdown, "w") as f:
+
+    def write_markdown(path: str) -> None:
+        with open(path, "w") as f:
             f.write(markdown(records, command.strip(), mach))
-        progress(f"wrote {args.markdown}")
-    return 1 if (args.strict and missed) else 0
+
+    for path, flag, write in ((args.json, "--json", write_json), (args.markdown, "--markdown", write_markdown)):
+        if path:
+            if write_output(path, flag, write, parser.prog):
+                progress(f"wrote {path}")
+            else:
+                status = 1
+    return status
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main, "python -m demos.bench"))

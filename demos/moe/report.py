@@ -15,7 +15,7 @@ from .model import OP_LETTERS, YIELDS_PER_LAYER
 from .results import OverlapResult
 from .runner import kernel_op
 
-__all__ = ["to_dict", "format_report", "timeline_lines", "trace_of", "TIMELINE_LEGEND"]
+__all__ = ["to_dict", "format_report", "format_output_line", "timeline_lines", "trace_of", "TIMELINE_LEGEND"]
 
 TIMELINE_LEGEND = (
     "  by kernel (A attention, R router, D dispatch, d dispatch recv, E experts, C combine,",
@@ -265,10 +265,16 @@ def format_report(rep: dict) -> str:
     lines.extend(rep["timeline"])
     for note in rep.get("notes", []):
         lines.append(f"note       {note}")
-    if rep.get("trace_path"):
-        lines.append(f"trace      {rep['trace_path']} (open in https://ui.perfetto.dev or chrome://tracing)")
-    if rep.get("plot_path"):
-        lines.append(f"plot       {rep['plot_path']}")
+    for key in ("trace", "plot"):
+        if rep.get(f"{key}_path"):
+            lines.append(format_output_line(key, rep[f"{key}_path"]))
     return "\n".join(lines)
+
+
+def format_output_line(what: str, text: str) -> str:
+    """One report line about a file written ("trace", "plot", "json") or a "note"."""
+    if what == "trace":
+        text = f"{text} (open in https://ui.perfetto.dev or chrome://tracing)"
+    return f"{what:<10} {text}"
 
 
