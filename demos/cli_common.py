@@ -47,6 +47,7 @@ __all__ = [
     "check_output_paths",
     "write_output",
     "say",
+    "progress",
     "stdout_closed",
     "run_main",
     "interrupt_of",
@@ -135,6 +136,17 @@ def say(text: str = "") -> None:
     except BrokenPipeError:
         _closed = True
         _quiet_stdout()
+
+
+def progress(prog: str, text: str) -> None:
+    """One line on stderr saying what runs now, only when stderr is a terminal (a person waits
+    for it); pipes and log files get nothing."""
+    try:
+        if sys.stderr.isatty():
+            sys.stderr.write(f"{prog}: {text}\n")
+            sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def stdout_closed() -> bool:

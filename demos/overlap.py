@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import dbo
 
 from . import cli_common
-from .moe.config import BACKEND_CHOICES, DTYPE_CHOICES, TOLERANCE, ConfigError, OverlapConfig
+from .moe.config import BACKEND_CHOICES, DTYPE_CHOICES, TOLERANCE, ConfigError, OverlapConfig, resolve
 from .moe.model import SCHEDULES
 from .moe.plot import plot_timeline
 from .moe.report import format_output_line, format_report, to_dict, trace_of
@@ -195,7 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status (0 ok, 2 bad arguments, 1 failure)."""
+    """Command-line entry point; returns the exit status: 0 ok, 2 a bad option or output path
+    (before anything runs), 1 a failed run or a file that could not be written (after the report
+    was printed). Run as ``python -m demos.overlap``, ``cli_common.run_main`` adds 130 (Ctrl-C),
+    143 (SIGTERM) and 141 (stdout closed)."""
     parser = build_parser()
     try:
         ns = parser.parse_args(argv)
@@ -213,12 +216,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif opts["world_size"] is None:
         opts["world_size"] = 1
     cfg = OverlapConfig(**opts)
+    try:
+        resolve(cfg)  # the options first (cheap: nothing is built), then the paths, then the run
+    except ConfigError as e:
+        sys.stderr.write(f"{parser.prog}: error: {e.render(flag_of)}\n")
+        return 2
     if cfg.launcher != "env" or os.environ.get("RANK", "0") == "0":  # under torchrun rank 0 writes the files
         try:
             cli_common.check_output_paths([(getattr(cfg, f), flag_of(f)) for f in ("json_path", "trace_path", "plot_path")])
         except cli_common.OutputPathError as e:
             sys.stderr.write(f"{parser.prog}: error: {e}\n")
             return 2
+    cli_common.progress(
+        parser.prog, f"running {cfg.steps} steps without DBO and {cfg.steps} with DBO after {cfg.warmup} warmup (Ctrl-C stops it)"
+    )
     try:
         result = run(cfg)
     except ConfigError as e:
@@ -262,6 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         cli_common.say(format_output_line(flag.lstrip("-"), path))
     return status
+
 
 if __name__ == "__main__":
     raise SystemExit(cli_common.run_main(main, "python -m demos.overlap"))
