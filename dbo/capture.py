@@ -326,7 +326,7 @@ def _direct_use_refusal(s: Stream, op: str, rec: Recorder) -> Callable:
 @contextlib.contextmanager
 def _workspace_locked() -> Iterator[None]:
     """Lock the global workspace manager (if one is initialized) for the capture; restore after."""
-    mod = sys.modules.get("workspace.manager")
+    mod = sys.modules.get("workspace")  # dbo never imports workspace; use it only if it is loaded
     manager = None
     if mod is not None and mod.is_workspace_manager_initialized():
         manager = mod.current_workspace_manager()

@@ -254,6 +254,7 @@ class UBatchContext:
         "comm_done",
         "recv_hook",
         "fault_hook",
+        "recv_hook_owner",  # acting-ubatch record (p1-workspace stand-in)
     )
 
     def __init__(
@@ -274,6 +275,7 @@ class UBatchContext:
         self.comm_done = comm_done
         self.recv_hook: Callable[[], Any] | None = None
         self.fault_hook = fault_hook
+        self.recv_hook_owner: int | None = None  # acting-ubatch record (p1-workspace stand-in)
 
     def __repr__(self) -> str:
         return f"UBatchContext(id={self.id}, of={self.step.num_ubatches})"
@@ -356,9 +358,11 @@ class UBatchContext:
                 f"dbo_maybe_run_recv_hook() before registering another"
             )
         target.recv_hook = hook
+        target.recv_hook_owner = self.id  # acting-ubatch record (p1-workspace stand-in)
 
     def maybe_run_recv_hook(self) -> None:
         hook = self.recv_hook
         if hook is not None:
             self.recv_hook = None
-            hook()
+            with registry.acting_as(self.recv_hook_owner):  # acting-ubatch record (p1-workspace stand-in)
+                hook()

@@ -45,6 +45,8 @@ __all__ = [
     "step_active",
     "snapshot",
     "prune_dead",
+    "acting_ubatch_id",
+    "acting_as",
 ]
 
 
@@ -186,3 +188,23 @@ def prune_dead() -> list[RegistryEntry]:
     for e in dead:
         logger.warning("dropped stale registry entry: %s", e.describe())
     return dead
+
+
+# -- acting ubatch (p1-workspace stand-in; the dbo helper's version replaces this block) ---------
+
+
+def acting_ubatch_id() -> int | None:
+    """Inside a running recv hook: the ubatch that registered it; else ``registered_ubatch_id()``."""
+    acting = getattr(_local, "acting", None)
+    return registered_ubatch_id() if acting is None else acting
+
+
+@contextlib.contextmanager
+def acting_as(ubatch_id: int | None) -> Iterator[None]:
+    """Run the block as acting for ``ubatch_id`` (a recv hook runs for its registrant)."""
+    prev = getattr(_local, "acting", None)
+    _local.acting = ubatch_id
+    try:
+        yield
+    finally:
+        _local.acting = prev

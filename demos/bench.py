@@ -23,6 +23,7 @@ import argparse
 import datetime
 import gc
 import json
+import math
 import os
 import platform
 import shlex
@@ -37,10 +38,25 @@ import torch
 from dbo.registry import ubatch_scope
 from demos.cli_common import OutputPathError, check_output_paths, run_main, say, write_output
 from workspace import WorkspaceManager
-from workspace.layout import canonical_request, plan, reference_views
+from workspace.layout import align_up, canonical_request, plan
 
 Record = dict[str, Any]
 NOISY_SPREAD = 1.5
+
+
+def reference_views(buffer: torch.Tensor, specs: Any) -> list[torch.Tensor]:
+    """The plain reference algorithm, recomputed in full on every call (the benchmark's baseline).
+
+    Sizes, rounding, running offsets, then slice + view + reshape; no caching, no validation.
+    """
+    sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in specs]
+    placed = [align_up(s) for s in sizes]
+    offsets = [0]
+    for p in placed[:-1]:
+        offsets.append(offsets[-1] + p)
+    return [
+        buffer[offsets[i] : offsets[i] + sizes[i]].view(specs[i][1]).reshape(specs[i][0]) for i in range(len(specs))
+    ]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Lanes (slot = ubatch * lanes + lane) and persistent resources (REFERENCE.md 4.5 / 4.6)."""
+"""Lanes (slot = ubatch * lanes + lane), the one get_simultaneous path, and persistent resources."""
 
 from __future__ import annotations
 
@@ -74,6 +74,64 @@ def test_an_unconfigured_lane_is_refused_by_any_manager(global_manager) -> None:
             two.get_simultaneous(((4,), F32))
         with pytest.raises(RuntimeError, match="lane 2 is not configured"):
             two.get_persistent("k", (1,), F32)
+
+
+class _Recorder(workspace.WorkspaceObserver):
+    def __init__(self) -> None:
+        self.handed: list[tuple[int, list[int]]] = []
+
+    def views_handed_out(self, manager, slot, views) -> None:
+        self.handed.append((slot, [v.data_ptr() for v in views]))
+
+
+@pytest.mark.parametrize("observed", [False, True])
+@pytest.mark.parametrize("warm", ["hit", "miss"])
+def test_a_lane_out_of_range_raises_the_same_error_on_hit_and_miss_with_or_without_observers(
+    global_manager, observed: bool, warm: str
+) -> None:
+    m = WorkspaceManager("cpu", 2)  # one lane
+    if observed:
+        m.add_observer(_Recorder())
+    spec = ((8,), F32)
+    if warm == "hit":
+        m.get_simultaneous(spec)  # lane 0 has this request cached: a lane-1 call must not reuse it
+    with use_workspace_lane(1):
+        with pytest.raises(workspace.errors.LaneNotConfiguredError) as info:
+            m.get_simultaneous(spec)
+    assert isinstance(info.value, RuntimeError) and isinstance(info.value, workspace.WorkspaceError)
+    assert str(info.value) == (
+        "workspace lane 1 is not configured: the workspace manager has 1 lane(s) (0..0); "
+        "create it with num_lanes >= 2 to use use_workspace_lane(1)"
+    )
+    assert m.get_simultaneous(spec)[0].data_ptr() == m.slot_ranges()[0][0], "lane 0 still works"
+
+
+@pytest.mark.parametrize("lanes", [1, 3])
+def test_observers_see_every_hand_out_and_change_nothing(lanes: int) -> None:
+    plain = WorkspaceManager("cpu", 2, num_lanes=lanes)
+    watched = WorkspaceManager("cpu", 2, num_lanes=lanes)
+    rec = _Recorder()
+    watched.add_observer(rec)
+    assert "get_simultaneous" not in vars(watched), "observing swaps nothing on the instance"
+
+    def offsets(m: WorkspaceManager) -> list[tuple[int, int]]:
+        out = []
+        for u in (0, 1):
+            with ubatch_scope(u):
+                for lane in range(lanes):
+                    with use_workspace_lane(lane):
+                        for _ in range(2):  # a miss, then a hit
+                            a, b = m.get_simultaneous(((5,), F32), ((3,), U8))
+                            base = m.slot_ranges()[m.slot_of(u, lane)][0]
+                            out.append((a.data_ptr() - base, b.data_ptr() - base))
+        return out
+
+    assert offsets(plain) == offsets(watched)
+    expected_slots = [watched.slot_of(u, lane) for u in (0, 1) for lane in range(lanes) for _ in range(2)]
+    assert [slot for slot, _ in rec.handed] == expected_slots
+    watched.remove_observer(rec)
+    watched.get_simultaneous(((5,), F32), ((3,), U8))
+    assert len(rec.handed) == len(expected_slots), "a detached observer hears nothing"
 
 
 def test_new_threads_start_in_lane_zero() -> None:

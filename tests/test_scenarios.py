@@ -61,7 +61,7 @@ def test_undersized_at_lock(capsys) -> None:
     for p in ("lockstep", "deferred-lockstep"):
         assert r[p]["undersized_at_lock"] == [] and r[p]["locked_step"] == "ok"
         assert r[p]["allocations_after_lock"] == 0
-    assert "0.00 MB" in capsys.readouterr().out
+    assert "0.00 MiB" in capsys.readouterr().out
 
 
 def test_policies_table_picks_the_default(capsys) -> None:

@@ -16,11 +16,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import dbo
 import workspace
 from dbo.registry import ubatch_scope
-from workspace import WorkspaceLockedError, WorkspaceManager, align_up
+from workspace import WorkspaceLockedError, WorkspaceManager
+from workspace.layout import align_up
 from workspace import manager as manager_mod
 from workspace.layout import canonical_request, canonical_shape, plan
 
-MB = 1024 * 1024
+MIB = 1024 * 1024
 F32 = torch.float32
 
 
@@ -261,15 +262,15 @@ def test_bad_allocate_override_is_rejected() -> None:
 
 
 def _grow_while_locked(m: WorkspaceManager) -> None:
-    m.get_simultaneous(((3 * MB // 4,), F32))  # 3 MiB
+    m.get_simultaneous(((3 * MIB // 4,), F32))  # 3 MiB
 
 
 def test_lock_reuses_memory_and_refuses_growth_with_actionable_message(ws: WorkspaceManager) -> None:
-    (first,) = ws.get_simultaneous(((MB // 4,), F32))  # 1 MiB
+    (first,) = ws.get_simultaneous(((MIB // 4,), F32))  # 1 MiB
     ptr = first.data_ptr()
     ws.lock()
     assert ws.is_locked()
-    (same,) = ws.get_simultaneous(((MB // 4,), F32))
+    (same,) = ws.get_simultaneous(((MIB // 4,), F32))
     (smaller,) = ws.get_simultaneous(((1000,), torch.float16))
     a, b = ws.get_simultaneous(((100,), F32), ((200,), torch.int64))
     assert same.data_ptr() == ptr and smaller.data_ptr() == ptr and a.data_ptr() == ptr
@@ -277,15 +278,15 @@ def test_lock_reuses_memory_and_refuses_growth_with_actionable_message(ws: Works
 
     with pytest.raises(WorkspaceLockedError) as info:
         line = inspect.currentframe().f_lineno + 1
-        ws.get_simultaneous(((3 * MB // 4,), F32))
+        ws.get_simultaneous(((3 * MIB // 4,), F32))
     err = info.value
     msg = str(err)
     assert isinstance(err, AssertionError)
     assert msg.startswith("Workspace is locked")
     assert f"{os.path.basename(__file__)}:{line}:test_lock_reuses_memory_and_refuses_growth_with_actionable_message" in msg
-    assert "3.00 MB" in msg and "1.00 MB" in msg
+    assert "3.00 MiB" in msg and "1.00 MiB" in msg
     assert "not allowed after locking" in msg
-    assert (err.required_bytes, err.current_bytes, err.ubatch_id) == (3 * MB, MB, 0)
+    assert (err.required_bytes, err.current_bytes, err.ubatch_id) == (3 * MIB, MIB, 0)
 
     with pytest.raises(WorkspaceLockedError) as info:
         _grow_while_locked(ws)
@@ -296,16 +297,16 @@ def test_lock_reuses_memory_and_refuses_growth_with_actionable_message(ws: Works
 
     ws.unlock()
     assert not ws.is_locked()
-    (big,) = ws.get_simultaneous(((3 * MB // 4,), F32))
-    assert ws.slot_sizes() == [3 * MB, 3 * MB]
+    (big,) = ws.get_simultaneous(((3 * MIB // 4,), F32))
+    assert ws.slot_sizes() == [3 * MIB, 3 * MIB]
     ws.lock()
-    (again,) = ws.get_simultaneous(((3 * MB // 4,), F32))
+    (again,) = ws.get_simultaneous(((3 * MIB // 4,), F32))
     assert again.data_ptr() == big.data_ptr()
 
 
 def test_lock_before_any_use_refuses_first_growth(ws: WorkspaceManager) -> None:
     ws.lock()
-    with pytest.raises(WorkspaceLockedError, match=r"^Workspace is locked.*0\.00 MB"):
+    with pytest.raises(WorkspaceLockedError, match=r"^Workspace is locked.*0\.00 MiB"):
         ws.get_simultaneous(((1,), torch.uint8))
     assert ws.get_simultaneous(((0,), torch.uint8))[0].numel() == 0  # zero bytes always fit
 
@@ -422,8 +423,8 @@ def test_debug_logging_of_resize_lock_unlock(monkeypatch: pytest.MonkeyPatch, ca
     m = WorkspaceManager("cpu", 2)
     caplog.set_level(logging.INFO, logger="workspace.manager")
     with ubatch_scope(1):
-        m.get_simultaneous(((MB // 4,), F32))
-        m.get_simultaneous(((MB // 2,), F32))
+        m.get_simultaneous(((MIB // 4,), F32))
+        m.get_simultaneous(((MIB // 2,), F32))
         m.get_simultaneous(((10,), F32))  # fits: no log
     m.lock()
     m.unlock()
@@ -432,12 +433,12 @@ def test_debug_logging_of_resize_lock_unlock(monkeypatch: pytest.MonkeyPatch, ca
     resizes = [m_ for m_ in msgs if "resize" in m_]
     assert len(resizes) == 2
     assert os.path.basename(__file__) in resizes[0] and "test_debug_logging_of_resize_lock_unlock" in resizes[0]
-    assert "0.00 MB -> 1.00 MB" in resizes[0] and "1.00 MB -> 2.00 MB" in resizes[1]
-    assert "2 slots" in resizes[1] and "4.00 MB total" in resizes[1] and "ubatch 1" in resizes[1]
+    assert "0.00 MiB -> 1.00 MiB" in resizes[0] and "1.00 MiB -> 2.00 MiB" in resizes[1]
+    assert "2 slots" in resizes[1] and "4.00 MiB total" in resizes[1] and "ubatch 1" in resizes[1]
     locks = [m_ for m_ in msgs if m_.startswith("workspace locked")]
     unlocks = [m_ for m_ in msgs if m_.startswith("workspace unlocked")]
     assert len(locks) == 1 and len(unlocks) == 1
-    assert "2.00 MB, 2.00 MB" in locks[0] and "4.00 MB total" in unlocks[0]
+    assert "2.00 MiB, 2.00 MiB" in locks[0] and "4.00 MiB total" in unlocks[0]
 
 
 def test_no_logging_without_debug_env(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:

@@ -58,7 +58,7 @@ def test_every_old_buffer_is_freed_before_any_new_one_is_allocated() -> None:
 
 
 def test_reference_live_bytes_model_single_slot() -> None:
-    # REFERENCE 4.2: 1000 -> 2000 bytes (here 1024 -> 2048 to stay aligned): free-then-allocate peaks at the new size.
+    # vLLM resizes 1000 -> 2000 bytes (here 1024 -> 2048 to stay aligned): free-then-allocate peaks at the new size.
     m = Tracked("cpu", 1)
     (v,) = m.get_simultaneous(((1024,), torch.uint8))
     del v

@@ -156,7 +156,7 @@ def test_requester_locks_a_sibling_undersized_and_the_step_fails_loudly() -> Non
             orch.run(lambda _: m.get_simultaneous(((2 * KiB,), U8)), [None, None])
     err = info.value
     assert err.ubatch_id == 1 and isinstance(err.__cause__, WorkspaceLockedError)
-    assert "0.00 MB" in str(err.__cause__) and err.__cause__.current_bytes == 0
+    assert "0.00 MiB" in str(err.__cause__) and err.__cause__.current_bytes == 0
 
 
 # ---------------------------------------------------------------------- memory

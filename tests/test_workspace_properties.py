@@ -7,8 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dbo.registry import ubatch_scope
+from demos.bench import reference_views
 from workspace import WorkspaceManager
-from workspace.layout import align_up, canonical_request, plan, reference_views
+from workspace.layout import align_up, canonical_request, plan
 
 DTYPES = [torch.uint8, torch.int8, torch.bool, torch.float16, torch.bfloat16, torch.int32, torch.float32, torch.int64, torch.float64, torch.complex128]
 

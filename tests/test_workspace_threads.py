@@ -9,10 +9,12 @@ import threading
 import time
 from typing import Any, Callable
 
+import pytest
 import torch
 
+import dbo
 from dbo.registry import ubatch_scope
-from workspace import WorkspaceManager
+from workspace import WorkspaceManager, use_workspace_lane
 
 JOIN_S = 10.0
 
@@ -151,3 +153,58 @@ def test_lock_free_hits_racing_with_growth_stay_memory_safe() -> None:
         (v,) = m.get_simultaneous(((64,), torch.int64))
     base, size = m.slot_ranges()[0]
     assert base <= start_of(v) < base + size, "after growth the cache must be rebuilt from the new buffer"
+
+
+def _during_a_step(ubatch_body: Callable[[], Any], check: Callable[[], Any]) -> None:
+    """Run ``check`` on this (unregistered) thread while a ubatch-0 thread, after ``ubatch_body``, is parked."""
+    inside, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def ubatch0() -> None:
+        try:
+            with ubatch_scope(0):
+                ubatch_body()
+                inside.set()
+                release.wait(JOIN_S)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+            inside.set()
+
+    t = threading.Thread(target=ubatch0, name="ubatch-0", daemon=True)
+    t.start()
+    try:
+        assert inside.wait(JOIN_S) and not errors, errors
+        check()
+    finally:
+        release.set()
+        t.join(JOIN_S)
+    assert not t.is_alive() and not errors, errors
+
+
+def test_a_helper_thread_during_a_step_gets_no_slot_even_on_a_cache_hit() -> None:
+    """The request is already cached in slot 0: a helper must still be refused, not handed slot 0's views."""
+    m = WorkspaceManager("cpu", 2)
+    spec = ((64,), torch.float32)
+    held: list[torch.Tensor] = []
+
+    def check() -> None:
+        before = m.stats()
+        with pytest.raises(dbo.UnregisteredThreadError):
+            m.get_simultaneous(spec)
+        assert m.stats() == before
+
+    _during_a_step(lambda: held.extend(m.get_simultaneous(spec)), check)
+    assert m.slot_sizes() == [256, 256]
+
+
+def test_a_helper_thread_in_another_lane_during_a_step_is_refused_and_grows_nothing() -> None:
+    m = WorkspaceManager("cpu", 2, num_lanes=2, growth="lockstep")
+
+    def check() -> None:
+        with use_workspace_lane(1):
+            with pytest.raises(dbo.UnregisteredThreadError):
+                m.get_simultaneous(((1000,), torch.uint8))
+        assert m.slot_sizes() == [256, 0, 256, 0], "lane 1 of ubatch 0 must not have grown"
+        assert m.stats()["allocations"] == 2
+
+    _during_a_step(lambda: m.get_simultaneous(((10,), torch.uint8)), check)

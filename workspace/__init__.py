@@ -3,19 +3,21 @@
 The manager singleton (``init_workspace_manager`` / ``current_workspace_manager``) is
 process-global. Depends only on ``dbo.registry`` to find the calling ubatch's slot.
 
-Submodules: ``layout`` (pure layout functions), ``policy`` (growth policies), ``manager``,
-``tracking`` (a live-bytes tracker for memory studies) and ``sanitizer`` (an isolation checker,
-off by default; import ``workspace.sanitizer`` to use it).
+Modules: ``layout`` (pure layout functions), ``policy`` (growth policies), ``manager`` (the
+manager and its hot path), ``growth``, ``persistent`` and ``introspection`` (parts of the manager), ``lanes``,
+``observers``, ``singleton``, ``errors``, ``tracking`` (a live-bytes tracker for memory studies)
+and ``sanitizer`` (an isolation checker, off by default; import ``workspace.sanitizer`` to use it).
 """
 
 from . import layout, policy
-from .errors import WorkspaceLockedError
-from .layout import ALIGNMENT, align_up
-from .manager import (
-    DEBUG_ENV,
-    WorkspaceManager,
-    WorkspaceObserver,
-    current_workspace_lane,
+from .diagnostics import DEBUG_ENV
+from .errors import WorkspaceError, WorkspaceLockedError
+from .lanes import current_workspace_lane
+from .layout import ALIGNMENT
+from .manager import WorkspaceManager
+from .observers import WorkspaceObserver
+from .policy import DEFAULT_GROWTH
+from .singleton import (
     current_workspace_manager,
     init_workspace_manager,
     is_workspace_manager_initialized,
@@ -24,25 +26,20 @@ from .manager import (
     unlock_workspace,
     use_workspace_lane,
 )
-from .policy import DEFAULT_GROWTH, POLICIES, GrowthPolicy
 
 __all__ = [
     "ALIGNMENT",
     "DEBUG_ENV",
     "DEFAULT_GROWTH",
-    "GrowthPolicy",
-    "POLICIES",
+    "WorkspaceError",
     "WorkspaceLockedError",
     "WorkspaceManager",
     "WorkspaceObserver",
-    "align_up",
     "current_workspace_lane",
     "current_workspace_manager",
     "init_workspace_manager",
     "is_workspace_manager_initialized",
-    "layout",
     "lock_workspace",
-    "policy",
     "reset_workspace_manager",
     "unlock_workspace",
     "use_workspace_lane",

@@ -14,9 +14,11 @@ import functools
 import math
 import operator
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import torch
+
+from .errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = [
     "ALIGNMENT",
@@ -30,7 +32,6 @@ __all__ = [
     "carve",
     "nbytes_of",
     "plan",
-    "reference_views",
 ]
 
 ALIGNMENT = 256
@@ -43,23 +44,23 @@ Spec = tuple[tuple[int, ...], torch.dtype]
 def align_up(n: int, alignment: int = ALIGNMENT) -> int:
     """The smallest multiple of ``alignment`` that is >= ``n`` (``n`` >= 0, ``alignment`` >= 1)."""
     if n < 0:
-        raise ValueError(f"cannot align a negative byte count: {n}")
+        raise InvalidArgumentError(f"cannot align a negative byte count: {n}")
     if alignment < 1:
-        raise ValueError(f"alignment must be >= 1, got {alignment}")
+        raise InvalidArgumentError(f"alignment must be >= 1, got {alignment}")
     return -(-n // alignment) * alignment
 
 
 def _dim(value: object, shape: object, position: int) -> int:
     if isinstance(value, bool):
-        raise TypeError(f"shape {shape!r}: dim {position} is a bool ({value!r}); dims must be ints")
+        raise InvalidArgumentTypeError(f"shape {shape!r}: dim {position} is a bool ({value!r}); dims must be ints")
     try:
         dim = operator.index(value)  # ints and int-like scalars (numpy ints); not floats
     except TypeError:
-        raise TypeError(
+        raise InvalidArgumentTypeError(
             f"shape {shape!r}: dim {position} must be an int, got {type(value).__name__} {value!r}"
         ) from None
     if dim < 0:
-        raise ValueError(f"shape {shape!r}: dim {position} is negative ({dim}); dims must be >= 0")
+        raise InvalidArgumentError(f"shape {shape!r}: dim {position} is negative ({dim}); dims must be >= 0")
     return dim
 
 
@@ -71,10 +72,10 @@ def canonical_shape(shape: object) -> tuple[int, ...]:
     if isinstance(shape, (tuple, list, torch.Size)):
         return tuple(_dim(d, shape, i) for i, d in enumerate(shape))
     if isinstance(shape, bool):
-        raise TypeError(f"shape must be a tuple, list, torch.Size or int, got a bool ({shape!r})")
+        raise InvalidArgumentTypeError(f"shape must be a tuple, list, torch.Size or int, got a bool ({shape!r})")
     if hasattr(shape, "__index__"):
         return (_dim(shape, shape, 0),)
-    raise TypeError(f"shape must be a tuple, list, torch.Size or int, got {type(shape).__name__}: {shape!r}")
+    raise InvalidArgumentTypeError(f"shape must be a tuple, list, torch.Size or int, got {type(shape).__name__}: {shape!r}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -90,16 +91,16 @@ def _viewable(dtype: torch.dtype) -> bool:
 def canonical_dtype(dtype: object) -> torch.dtype:
     """Check that ``dtype`` is a ``torch.dtype`` a uint8 buffer can be viewed as; TypeError if not."""
     if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}: {dtype!r}")
+        raise InvalidArgumentTypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}: {dtype!r}")
     if not _viewable(dtype):
-        raise TypeError(f"dtype {dtype} cannot be carved from a uint8 workspace buffer")
+        raise InvalidArgumentTypeError(f"dtype {dtype} cannot be carved from a uint8 workspace buffer")
     return dtype
 
 
 def canonical_spec(spec: object) -> Spec:
     """One ``(shape, dtype)`` pair in canonical form; TypeError/ValueError on anything else."""
     if not isinstance(spec, (tuple, list)) or len(spec) != 2:
-        raise TypeError(
+        raise InvalidArgumentTypeError(
             "each request must be a (shape, dtype) pair, e.g. ((4, 128), torch.float16); "
             f"got {type(spec).__name__}: {spec!r}"
         )
@@ -155,19 +156,4 @@ def carve(buffer: torch.Tensor, layout: Plan) -> list[torch.Tensor]:
     return [
         buffer[off : off + size].view(dtype).reshape(shape)
         for (shape, dtype), off, size in zip(layout.specs, layout.offsets, layout.nbytes)
-    ]
-
-
-def reference_views(buffer: torch.Tensor, specs: Sequence[Any]) -> list[torch.Tensor]:
-    """The plain reference algorithm, recomputed in full on every call (the benchmark's baseline).
-
-    Sizes, rounding, running offsets, then slice + view + reshape; no caching, no validation.
-    """
-    sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in specs]
-    placed = [align_up(s) for s in sizes]
-    offsets = [0]
-    for p in placed[:-1]:
-        offsets.append(offsets[-1] + p)
-    return [
-        buffer[offsets[i] : offsets[i] + sizes[i]].view(specs[i][1]).reshape(specs[i][0]) for i in range(len(specs))
     ]

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import InvalidArgumentError, InvalidArgumentTypeError
+
 __all__ = ["GrowthPolicy", "POLICIES", "DEFAULT_GROWTH", "get_policy", "policy_names"]
 
 
@@ -39,7 +41,7 @@ class GrowthPolicy:
 
     def __post_init__(self) -> None:
         if self.siblings not in ("now", "at-safe-point", "never"):
-            raise ValueError(f"siblings must be 'now', 'at-safe-point' or 'never', got {self.siblings!r}")
+            raise InvalidArgumentError(f"siblings must be 'now', 'at-safe-point' or 'never', got {self.siblings!r}")
 
     @property
     def grows_siblings_now(self) -> bool:
@@ -84,8 +86,8 @@ def get_policy(growth: str | GrowthPolicy | None) -> GrowthPolicy:
     if isinstance(growth, GrowthPolicy):
         return growth
     if not isinstance(growth, str):
-        raise TypeError(f"growth must be a policy name or a GrowthPolicy, got {type(growth).__name__}: {growth!r}")
+        raise InvalidArgumentTypeError(f"growth must be a policy name or a GrowthPolicy, got {type(growth).__name__}: {growth!r}")
     policy = POLICIES.get(growth.strip().lower())
     if policy is None:
-        raise ValueError(f"unknown growth policy {growth!r}; valid: {', '.join(POLICIES)}")
+        raise InvalidArgumentError(f"unknown growth policy {growth!r}; valid: {', '.join(POLICIES)}")
     return policy

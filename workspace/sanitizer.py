@@ -1,7 +1,7 @@
 """Workspace isolation sanitizer: a TorchDispatchMode that judges every tensor access by byte range.
 
 Off by default, and then free: importing this module registers nothing, the managers' hot path is
-unchanged, and ``scope()`` / ``wrap()`` do nothing. Process-global state (like the registry and the
+unchanged, and ``use_sanitizer()`` / ``wrap()`` do nothing. Process-global state (like the registry and the
 workspace singleton): one sanitizer per process.
 
 Use::
@@ -16,7 +16,9 @@ Use::
 
 A dispatch mode is per thread (a mode entered on the main thread never sees a ubatch thread's
 ops), so it must be entered in every thread that runs model code: ``wrap(fn)`` or
-``with sanitizer.scope():`` at the top of the function each ubatch runs. The orchestrator knows
+``with sanitizer.use_sanitizer():`` at the top of the function each ubatch runs.
+``with sanitizer.use_sanitizer("collect") as found:`` turns the sanitizer on for a block (and
+checks the calling thread too), then off; ``found()`` lists the findings. The orchestrator knows
 nothing about the sanitizer.
 
 What it knows: while enabled it observes every manager (``WorkspaceManager.add_observer``): which
@@ -28,9 +30,10 @@ storage_offset * itemsize to the end of its strided extent; never just its start
 reports:
 
 * ``cross-slot``: the bytes belong to another ubatch's slot (or a persistent tensor of another
-  ubatch), or a thread that is not a ubatch thread touches a slot while a step is active. Recv
-  hooks act for the ubatch that registered them (protocol.md), so a hook run by the next ubatch
-  may touch the registrant's slot; ``acting_for(i)`` declares the same for other helpers.
+  ubatch), or a thread that is not a ubatch thread touches a slot while a step is active. A recv
+  hook acts for the ubatch that registered it, so a hook run by the next ubatch may touch the
+  registrant's slot: the sanitizer asks ``dbo.registry.acting_ubatch_id()`` who is acting. A
+  helper thread that works for a ubatch registers as that ubatch (``dbo.registry`` scope).
 * ``stale-view``: the slot's later ``get_simultaneous`` call handed out bytes that overlap the
   tensor (a view used after its lifetime, whose bytes may now hold another tensor's data).
   Judged by ranges: a view object handed out by call k is stale if a later call handed out any
@@ -43,329 +46,46 @@ reports:
 Ops that run inside stream kernels on the ``threads`` backend execute on the backend's executor
 threads (one per engine), which have no dispatch mode of their own, and are not seen (use
 ``virtual`` or ``inline`` to sanitize kernels); on ``virtual`` a kernel's math runs in the
-launching thread, inside its scope.
+launching thread, inside its ``use_sanitizer`` block.
+
+This module is the public API and the dispatch mode; the state and the checks are in
+``workspace.sanitizer_checks``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
-import sys
 import threading
-import weakref
-from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
-from dbo import registry
-
-from . import manager as _manager_mod
-from .manager import WorkspaceManager, WorkspaceObserver
+from .errors import InvalidArgumentError
+from .observers import add_global_observer, remove_global_observer
+from .sanitizer_checks import KINDS, MAX_FINDINGS, MODES, Finding, SanitizerError
+from .sanitizer_checks import STATE as _state
 
 __all__ = [
     "KINDS",
+    "MAX_FINDINGS",
     "MODES",
     "Finding",
     "SanitizerError",
-    "acting_for",
     "clear",
     "disable",
     "enable",
     "enabled",
     "findings",
     "mode",
-    "sanitizing",
-    "scope",
+    "use_sanitizer",
     "wrap",
 ]
 
-KINDS = ("cross-slot", "stale-view", "orphaned-view")
-MODES = ("raise", "collect")
-MAX_FINDINGS = 1000
-"""Distinct findings kept (a repeat of a known finding only increments its ``count``)."""
-_HANDED_PRUNE_AT = 20_000
-
 T = TypeVar("T")
 
-_SKIP_DIRS = tuple(
-    os.path.dirname(os.path.abspath(p)) + os.sep
-    for p in (torch.__file__, __file__, registry.__file__)
-) + (os.path.abspath(contextlib.__file__), os.path.abspath(threading.__file__), os.path.abspath(functools.__file__))
-_DBO_DIR = os.path.dirname(os.path.abspath(registry.__file__)) + os.sep
-_HOOK_FUNCTIONS = ("maybe_run_recv_hook",)
-
-
-class SanitizerError(RuntimeError):
-    """Raised (mode "raise") by the op that made a finding, before the op runs; ``.finding`` says what."""
-
-    def __init__(self, finding: "Finding"):
-        super().__init__(str(finding))
-        self.finding = finding
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One isolation problem.
-
-    ``kind``: one of ``KINDS``. ``op``: the aten op. ``ubatch``: the ubatch whose thread made the
-    access (None: a thread that is not a ubatch thread, during a step). ``caller``:
-    ``file:line:function`` of the first frame outside torch, dbo and workspace. ``slot`` /
-    ``owner``: the slot whose bytes were touched and the ubatch owning it. ``count``: how many
-    times the same (kind, op, ubatch, caller, slot) was seen.
-    """
-
-    kind: str
-    op: str
-    ubatch: int | None
-    caller: str
-    slot: int
-    owner: int
-    thread: str
-    detail: str
-    count: int = 1
-
-    def __str__(self) -> str:
-        who = "a thread that is not a ubatch thread" if self.ubatch is None else f"ubatch {self.ubatch}"
-        return f"{self.kind}: {self.op} by {who} ({self.thread}) at {self.caller}: {self.detail}"
-
-
-class _Buffer:
-    """What the sanitizer knows about one storage the manager handed out views of."""
-
-    __slots__ = ("ref", "manager", "slot", "owner", "lane", "retired", "persistent", "intervals", "calls")
-
-    def __init__(self, storage: Any, manager: WorkspaceManager, slot: int, persistent: Any = None):
-        self.ref = weakref.ref(storage)
-        self.manager = weakref.ref(manager)
-        self.slot = slot
-        self.owner, self.lane = manager.owner_of(slot)
-        self.retired = False
-        self.persistent = persistent  # the key, for a persistent tensor
-        # (start, end, call) byte ranges relative to the storage start, as last handed out
-        self.intervals: list[tuple[int, int, int]] = []
-        self.calls = 0
-
-    def where(self) -> str:
-        lane = f", lane {self.lane}" if self.lane else ""
-        what = f"persistent tensor {self.persistent!r} of" if self.persistent is not None else "the slot of"
-        return f"{what} ubatch {self.owner}{lane} (slot {self.slot})"
-
-
-def _byte_range(t: torch.Tensor) -> tuple[int, int]:
-    """[start, end) of the bytes ``t`` can touch, relative to its storage's start."""
-    size = t.element_size()
-    start = t.storage_offset() * size
-    extent = 1
-    for n, s in zip(t.shape, t.stride()):
-        if n == 0:
-            return start, start
-        extent += (n - 1) * abs(s)
-    return start, start + extent * size
-
-
-def _cut(intervals: list[tuple[int, int, int]], s: int, e: int, call: int) -> list[tuple[int, int, int]]:
-    out = []
-    for a, b, c in intervals:
-        if b <= s or e <= a:
-            out.append((a, b, c))
-            continue
-        if a < s:
-            out.append((a, s, c))
-        if e < b:
-            out.append((e, b, c))
-    out.append((s, e, call))
-    out.sort()
-    return out
-
-
-def _caller_and_hook() -> tuple[str, int | None]:
-    """The first frame outside torch/dbo/workspace, and the ubatch a recv hook on the stack acts for."""
-    frame = sys._getframe(2)
-    caller = None
-    acts_for = None
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if path.startswith(_DBO_DIR) and frame.f_code.co_name in _HOOK_FUNCTIONS and acts_for is None:
-            ctx = frame.f_locals.get("self")
-            step = getattr(ctx, "step", None)
-            if step is not None:  # a hook parked on ubatch j was registered by ubatch j - 1
-                acts_for = (ctx.id - 1) % step.num_ubatches
-        if caller is None and not path.startswith(_SKIP_DIRS):
-            caller = f"{frame.f_code.co_filename}:{frame.f_lineno}:{frame.f_code.co_name}"
-        frame = frame.f_back
-    return caller or "<unknown caller>", acts_for
-
-
-class _State(WorkspaceObserver):
-    """The process-global sanitizer state; also the observer attached to every manager."""
-
-    def __init__(self) -> None:
-        self.enabled = False
-        self.mode = "raise"
-        self.lock = threading.RLock()
-        self.buffers: dict[int, _Buffer] = {}  # storage data_ptr -> what it is
-        self.handed: dict[int, tuple[weakref.ref, int, _Buffer]] = {}  # id(view) -> (view, call, buffer)
-        self.findings: dict[tuple, Finding] = {}
-        self.dropped = 0
-
-    # -- observer ---------------------------------------------------------------------------------
-    def buffer_allocated(self, manager: WorkspaceManager, slot: int, buffer: torch.Tensor) -> None:
-        storage = buffer.untyped_storage()
-        with self.lock:
-            self.buffers[storage.data_ptr()] = _Buffer(storage, manager, slot)
-
-    def buffer_retired(self, manager: WorkspaceManager, slot: int, storage_ref: weakref.ref, nbytes: int) -> None:
-        storage = storage_ref()
-        if storage is None:  # freed: its address may be reused, forget it
-            with self.lock:
-                for ptr, b in list(self.buffers.items()):
-                    if b.ref() is None:
-                        del self.buffers[ptr]
-            return
-        with self.lock:
-            entry = self.buffers.get(storage.data_ptr())
-            if entry is not None and entry.ref() is storage:
-                entry.retired = True
-
-    def persistent_created(self, manager: WorkspaceManager, slot: int, key: Any, tensor: torch.Tensor) -> None:
-        if tensor.numel() == 0:
-            return
-        storage = tensor.untyped_storage()
-        with self.lock:
-            self.buffers[storage.data_ptr()] = _Buffer(storage, manager, slot, persistent=key)
-
-    def views_handed_out(self, manager: WorkspaceManager, slot: int, views: list[torch.Tensor]) -> None:
-        if not views:
-            return
-        with self.lock:
-            entry = None
-            for v in views:
-                if v.numel() == 0:
-                    continue
-                storage = v.untyped_storage()
-                if entry is None:
-                    entry = self.buffers.get(storage.data_ptr())
-                    if entry is None or entry.ref() is not storage:
-                        return  # a buffer the sanitizer never saw allocated (attached late): no history
-                    entry.calls += 1
-                s, e = _byte_range(v)
-                entry.intervals = _cut(entry.intervals, s, e, entry.calls)
-                self.handed[id(v)] = (weakref.ref(v), entry.calls, entry)
-            if len(self.handed) > _HANDED_PRUNE_AT:
-                self.handed = {k: h for k, h in self.handed.items() if h[0]() is not None}
-
-    # -- checking ---------------------------------------------------------------------------------
-    def check(self, func: Any, args: tuple, kwargs: dict) -> None:
-        accessor: Any = _UNSET
-        for t in tree_leaves((args, kwargs)):
-            if not isinstance(t, torch.Tensor) or t.is_meta or t.numel() == 0:
-                continue
-            try:
-                storage = t.untyped_storage()
-            except (RuntimeError, NotImplementedError):  # tensor subclasses without storage
-                continue
-            ptr = storage.data_ptr()
-            entry = self.buffers.get(ptr)
-            if entry is None:
-                continue
-            if entry.ref() is not storage:
-                if entry.ref() is None:
-                    with self.lock:
-                        if self.buffers.get(ptr) is entry:
-                            del self.buffers[ptr]
-                continue
-            if accessor is _UNSET:
-                accessor = _accessor()
-            self._check_one(func, t, entry, accessor)
-
-    def _check_one(self, func: Any, t: torch.Tensor, entry: _Buffer, accessor: int | None) -> None:
-        with self.lock:
-            s, e = _byte_range(t)
-            if entry.retired:
-                self._report(
-                    "orphaned-view", func, accessor, entry,
-                    f"bytes [{s}, {e}) of a buffer the manager has replaced ({entry.where()}, old buffer); "
-                    "the view points at storage kept alive only by views, no longer part of any slot",
-                )
-                return
-            override = getattr(_tls, "acting_for", None)
-            if accessor != entry.owner and override != entry.owner:
-                caller, hook_for = _caller_and_hook()
-                if hook_for != entry.owner:
-                    who = "not a ubatch thread (during a step)" if accessor is None else f"ubatch {accessor}"
-                    self._report(
-                        "cross-slot", func, accessor, entry,
-                        f"bytes [{s}, {e}) of {entry.where()}, accessed by {who}",
-                        caller,
-                    )
-                    return
-            if entry.persistent is not None:
-                return
-            detail = self._stale(t, entry, s, e)
-            if detail is not None:
-                self._report("stale-view", func, accessor, entry, detail)
-
-    def _stale(self, t: torch.Tensor, entry: _Buffer, s: int, e: int) -> str | None:
-        handed = self.handed.get(id(t))
-        if handed is not None and handed[0]() is t and handed[2] is entry:
-            call = handed[1]
-            for a, b, c in entry.intervals:
-                if a < e and s < b and c > call:
-                    return (
-                        f"this view came from call #{call} of {entry.where()}, but call #{c} handed out "
-                        f"bytes [{max(a, s)}, {min(b, e)}) of it again"
-                    )
-            return None
-        over = [(a, b, c) for a, b, c in entry.intervals if a < e and s < b]
-        if not over or (len(over) == 1 and over[0][0] <= s and e <= over[0][1]):
-            return None
-        calls = sorted({c for _, _, c in over})
-        return (
-            f"bytes [{s}, {e}) of {entry.where()} are not one view's bytes as last handed out: calls "
-            f"{', '.join('#' + str(c) for c in calls)} handed them out to {len(over)} different views"
-        )
-
-    def _report(
-        self, kind: str, func: Any, accessor: int | None, entry: _Buffer, detail: str, caller: str | None = None
-    ) -> None:
-        if caller is None:
-            caller, _ = _caller_and_hook()
-        op = str(getattr(func, "__name__", func))
-        key = (kind, op, accessor, caller, entry.slot)
-        known = self.findings.get(key)
-        if known is not None:
-            finding = self.findings[key] = replace(known, count=known.count + 1)
-        else:
-            thread = threading.current_thread().name
-            finding = Finding(kind, op, accessor, caller, entry.slot, entry.owner, thread, detail)
-            if len(self.findings) < MAX_FINDINGS:
-                self.findings[key] = finding
-            else:
-                self.dropped += 1
-        if self.mode == "raise":
-            raise SanitizerError(finding)
-
-    def reset_maps(self) -> None:
-        with self.lock:
-            self.buffers.clear()
-            self.handed.clear()
-
-
-_UNSET = object()
-_state = _State()
-_tls = threading.local()  # .active: a scope is open in this thread; .acting_for: ubatch override
-
-
-def _accessor() -> int | None:
-    """The ubatch of the calling thread (None: not a ubatch thread while a step is active)."""
-    uid = registry.registered_ubatch_id()
-    if uid is not None:
-        return uid
-    return None if registry.step_active() else 0
+_tls = threading.local()  # .active: use_sanitizer() has entered the dispatch mode in this thread
 
 
 @functools.lru_cache(maxsize=None)
@@ -407,10 +127,10 @@ def enable(mode: str = "raise") -> None:
 
     ``mode``: "raise" (the offending op raises ``SanitizerError`` before it runs) or "collect"
     (the op runs; read ``findings()`` afterwards). Enable before the step whose ubatch threads
-    enter ``scope()``.
+    enter ``use_sanitizer()``.
     """
     if mode not in MODES:
-        raise ValueError(f"sanitizer mode must be one of {MODES}, got {mode!r}")
+        raise InvalidArgumentError(f"sanitizer mode must be one of {MODES}, got {mode!r}")
     with _state.lock:
         _state.mode = mode
         _state.findings = {}
@@ -418,7 +138,7 @@ def enable(mode: str = "raise") -> None:
         was = _state.enabled
         _state.enabled = True
     if not was:
-        _manager_mod.add_global_observer(_state)
+        add_global_observer(_state)
 
 
 def disable() -> None:
@@ -427,7 +147,7 @@ def disable() -> None:
         was = _state.enabled
         _state.enabled = False
     if was:
-        _manager_mod.remove_global_observer(_state)
+        remove_global_observer(_state)
     _state.reset_maps()
 
 
@@ -455,46 +175,36 @@ def clear() -> None:
 
 
 @contextlib.contextmanager
-def scope() -> Iterator[None]:
-    """Check this thread's ops for the ``with`` block (a no-op while disabled or already inside one)."""
-    if not _state.enabled or getattr(_tls, "active", False):
-        yield
-        return
-    _tls.active = True
+def use_sanitizer(mode: str | None = None) -> Iterator[Callable[[], list[Finding]]]:
+    """Check the calling thread's ops for the ``with`` block; yields ``findings``.
+
+    With ``mode`` ("raise" or "collect"): ``enable(mode)`` for the block and ``disable()`` after it.
+    Without: only while the sanitizer is enabled (a no-op otherwise). Nested blocks in one thread
+    enter the dispatch mode once.
+    """
+    if mode is not None:
+        enable(mode)
     try:
-        with _Mode():
-            yield
+        if not _state.enabled or getattr(_tls, "active", False):
+            yield findings
+        else:
+            _tls.active = True
+            try:
+                with _Mode():
+                    yield findings
+            finally:
+                _tls.active = False
     finally:
-        _tls.active = False
+        if mode is not None:
+            disable()
 
 
 def wrap(fn: Callable[..., T]) -> Callable[..., T]:
-    """``fn`` run inside ``scope()``: pass ``wrap(model.forward)`` to ``UBatchOrchestrator.run``."""
+    """``fn`` run inside ``use_sanitizer()``: pass ``wrap(model.forward)`` to ``UBatchOrchestrator.run``."""
 
     @functools.wraps(fn)
     def sanitized(*args: Any, **kwargs: Any) -> T:
-        with scope():
+        with use_sanitizer():
             return fn(*args, **kwargs)
 
     return sanitized
-
-
-@contextlib.contextmanager
-def acting_for(ubatch_id: int) -> Iterator[None]:
-    """Declare that this thread's code in the block works for ``ubatch_id`` (may touch its slot)."""
-    prev = getattr(_tls, "acting_for", None)
-    _tls.acting_for = ubatch_id
-    try:
-        yield
-    finally:
-        _tls.acting_for = prev
-
-
-@contextlib.contextmanager
-def sanitizing(mode: str = "collect") -> Iterator[Callable[[], list[Finding]]]:
-    """``enable(mode)`` for the block, then ``disable()``; yields ``findings``."""
-    enable(mode)
-    try:
-        yield findings
-    finally:
-        disable()

@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from .manager import WorkspaceManager, WorkspaceObserver
+from .manager import WorkspaceManager
+from .observers import WorkspaceObserver
 
 __all__ = ["LiveBytesTracker"]
 

@@ -49,7 +49,7 @@ def scenario_missing_wait() -> dict:
         return body
 
     def run(sync: bool) -> tuple[list[float], list[sanitizer.Finding]]:
-        with sanitizer.sanitizing("collect") as found:
+        with sanitizer.use_sanitizer("collect") as found:
             with dbo.UBatchOrchestrator(2, backend="threads", **STEP_BOUNDS) as orch:
                 orch.run(sanitizer.wrap(make_body(sync)), [None, None])
             got = []

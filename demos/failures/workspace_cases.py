@@ -200,7 +200,7 @@ def scenario_undersized_at_lock() -> dict:
         "What happens",
         "With requester-only growth (vLLM since #39226) only the calling slot grows, and warmup on the main "
         "thread only ever calls as ubatch 0. Ubatch 1's slot is locked at 0 bytes, and the first DBO step "
-        "that needs scratch in it fails with 'Workspace is locked ... holds 0.00 MB' (vllm#41858, #42275, "
+        "that needs scratch in it fails with 'Workspace is locked ... holds 0.00 MiB' (vllm#41858, #42275, "
         "#42112). Lockstep and deferred-lockstep size every slot of the lane: deferred-lockstep allocates the "
         "sibling's buffer at lock() at the latest, so nothing is allocated while locked either. The sanitizer "
         "has nothing to say: this is a sizing failure, loud by design.",
@@ -226,7 +226,7 @@ def scenario_stale_view() -> dict:
         got = float(x.sum())  # x is stale: its bytes are y's and z's now
         return {"expected": float(n * (u + 1)), "got": got}
 
-    with sanitizer.sanitizing("collect") as found:
+    with sanitizer.use_sanitizer("collect") as found:
         with dbo.UBatchOrchestrator(2, backend="virtual", **STEP_BOUNDS) as orch:
             results = orch.run(sanitizer.wrap(body), [None, None])
         findings = found()
@@ -266,7 +266,7 @@ def scenario_foreign_thread() -> dict:
         errors: list[BaseException] = []
 
         def helper() -> None:
-            with sanitizer.scope():
+            with sanitizer.use_sanitizer():
                 try:
                     if model_reference:
                         # The reference maps a thread it does not know to slot 0 (dbo_current_ubatch_id()
@@ -300,7 +300,7 @@ def scenario_foreign_thread() -> dict:
             results = orch.run(sanitizer.wrap(body), [None, None])
         return results, errors
 
-    with sanitizer.sanitizing("collect") as found:
+    with sanitizer.use_sanitizer("collect") as found:
         ours, ours_errors = run(False)
         ours_findings = found()
         sanitizer.clear()

@@ -1,0 +1,293 @@
+"""The sanitizer's state and checks: what each known storage is, and how an access is judged.
+
+Used by ``workspace.sanitizer`` (the public API and the dispatch mode); see its docstring for what
+the findings mean. Process-global: one ``STATE`` per process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import threading
+import weakref
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from dbo import registry
+
+from .errors import WorkspaceError
+from .manager import WorkspaceManager
+from .observers import WorkspaceObserver
+
+__all__ = ["KINDS", "MAX_FINDINGS", "MODES", "Finding", "SanitizerError", "STATE"]
+
+KINDS = ("cross-slot", "stale-view", "orphaned-view")
+MODES = ("raise", "collect")
+MAX_FINDINGS = 1000
+"""Distinct findings kept (a repeat of a known finding only increments its ``count``)."""
+_HANDED_PRUNE_AT = 20_000
+
+_SKIP_DIRS = tuple(
+    os.path.dirname(os.path.abspath(p)) + os.sep
+    for p in (torch.__file__, __file__, registry.__file__)
+) + (os.path.abspath(contextlib.__file__), os.path.abspath(threading.__file__), os.path.abspath(functools.__file__))
+
+
+class SanitizerError(WorkspaceError, RuntimeError):
+    """Raised (mode "raise") by the op that made a finding, before the op runs; ``.finding`` says what."""
+
+    def __init__(self, finding: "Finding"):
+        super().__init__(str(finding))
+        self.finding = finding
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One isolation problem.
+
+    ``kind``: one of ``KINDS``. ``op``: the aten op. ``ubatch``: the ubatch whose thread made the
+    access (None: a thread that is not a ubatch thread, during a step). ``caller``:
+    ``file:line:function`` of the first frame outside torch, dbo and workspace. ``slot`` /
+    ``owner``: the slot whose bytes were touched and the ubatch owning it. ``count``: how many
+    times the same (kind, op, ubatch, caller, slot) was seen.
+    """
+
+    kind: str
+    op: str
+    ubatch: int | None
+    caller: str
+    slot: int
+    owner: int
+    thread: str
+    detail: str
+    count: int = 1
+
+    def __str__(self) -> str:
+        who = "a thread that is not a ubatch thread" if self.ubatch is None else f"ubatch {self.ubatch}"
+        return f"{self.kind}: {self.op} by {who} ({self.thread}) at {self.caller}: {self.detail}"
+
+
+class _Buffer:
+    """What the sanitizer knows about one storage the manager handed out views of."""
+
+    __slots__ = ("ref", "manager", "slot", "owner", "lane", "retired", "persistent", "intervals", "calls")
+
+    def __init__(self, storage: Any, manager: WorkspaceManager, slot: int, persistent: Any = None):
+        self.ref = weakref.ref(storage)
+        self.manager = weakref.ref(manager)
+        self.slot = slot
+        self.owner, self.lane = manager.owner_of(slot)
+        self.retired = False
+        self.persistent = persistent  # the key, for a persistent tensor
+        # (start, end, call) byte ranges relative to the storage start, as last handed out
+        self.intervals: list[tuple[int, int, int]] = []
+        self.calls = 0
+
+    def where(self) -> str:
+        lane = f", lane {self.lane}" if self.lane else ""
+        what = f"persistent tensor {self.persistent!r} of" if self.persistent is not None else "the slot of"
+        return f"{what} ubatch {self.owner}{lane} (slot {self.slot})"
+
+
+def _byte_range(t: torch.Tensor) -> tuple[int, int]:
+    """[start, end) of the bytes ``t`` can touch, relative to its storage's start."""
+    size = t.element_size()
+    start = t.storage_offset() * size
+    extent = 1
+    for n, s in zip(t.shape, t.stride()):
+        if n == 0:
+            return start, start
+        extent += (n - 1) * abs(s)
+    return start, start + extent * size
+
+
+def _cut(intervals: list[tuple[int, int, int]], s: int, e: int, call: int) -> list[tuple[int, int, int]]:
+    out = []
+    for a, b, c in intervals:
+        if b <= s or e <= a:
+            out.append((a, b, c))
+            continue
+        if a < s:
+            out.append((a, s, c))
+        if e < b:
+            out.append((e, b, c))
+    out.append((s, e, call))
+    out.sort()
+    return out
+
+
+def _caller() -> str:
+    """``file:line:function`` of the first frame outside torch, dbo and workspace."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_SKIP_DIRS):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}:{frame.f_code.co_name}"
+        frame = frame.f_back
+    return "<unknown caller>"
+
+
+class _State(WorkspaceObserver):
+    """The process-global sanitizer state; also the observer attached to every manager."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.mode = "raise"
+        self.lock = threading.RLock()
+        self.buffers: dict[int, _Buffer] = {}  # storage data_ptr -> what it is
+        self.handed: dict[int, tuple[weakref.ref, int, _Buffer]] = {}  # id(view) -> (view, call, buffer)
+        self.findings: dict[tuple, Finding] = {}
+        self.dropped = 0
+
+    # -- observer ---------------------------------------------------------------------------------
+    def buffer_allocated(self, manager: WorkspaceManager, slot: int, buffer: torch.Tensor) -> None:
+        storage = buffer.untyped_storage()
+        with self.lock:
+            self.buffers[storage.data_ptr()] = _Buffer(storage, manager, slot)
+
+    def buffer_retired(self, manager: WorkspaceManager, slot: int, storage_ref: weakref.ref, nbytes: int) -> None:
+        storage = storage_ref()
+        if storage is None:  # freed: its address may be reused, forget it
+            with self.lock:
+                for ptr, b in list(self.buffers.items()):
+                    if b.ref() is None:
+                        del self.buffers[ptr]
+            return
+        with self.lock:
+            entry = self.buffers.get(storage.data_ptr())
+            if entry is not None and entry.ref() is storage:
+                entry.retired = True
+
+    def persistent_created(self, manager: WorkspaceManager, slot: int, key: Any, tensor: torch.Tensor) -> None:
+        if tensor.numel() == 0:
+            return
+        storage = tensor.untyped_storage()
+        with self.lock:
+            self.buffers[storage.data_ptr()] = _Buffer(storage, manager, slot, persistent=key)
+
+    def views_handed_out(self, manager: WorkspaceManager, slot: int, views: list[torch.Tensor]) -> None:
+        if not views:
+            return
+        with self.lock:
+            entry = None
+            for v in views:
+                if v.numel() == 0:
+                    continue
+                storage = v.untyped_storage()
+                if entry is None:
+                    entry = self.buffers.get(storage.data_ptr())
+                    if entry is None or entry.ref() is not storage:
+                        return  # a buffer the sanitizer never saw allocated (attached late): no history
+                    entry.calls += 1
+                s, e = _byte_range(v)
+                entry.intervals = _cut(entry.intervals, s, e, entry.calls)
+                self.handed[id(v)] = (weakref.ref(v), entry.calls, entry)
+            if len(self.handed) > _HANDED_PRUNE_AT:
+                self.handed = {k: h for k, h in self.handed.items() if h[0]() is not None}
+
+    # -- checking ---------------------------------------------------------------------------------
+    def check(self, func: Any, args: tuple, kwargs: dict) -> None:
+        accessor: Any = _UNSET
+        for t in tree_leaves((args, kwargs)):
+            if not isinstance(t, torch.Tensor) or t.is_meta or t.numel() == 0:
+                continue
+            try:
+                storage = t.untyped_storage()
+            except (RuntimeError, NotImplementedError):  # tensor subclasses without storage
+                continue
+            ptr = storage.data_ptr()
+            entry = self.buffers.get(ptr)
+            if entry is None:
+                continue
+            if entry.ref() is not storage:
+                if entry.ref() is None:
+                    with self.lock:
+                        if self.buffers.get(ptr) is entry:
+                            del self.buffers[ptr]
+                continue
+            if accessor is _UNSET:
+                accessor = _accessor()
+            self._check_one(func, t, entry, accessor)
+
+    def _check_one(self, func: Any, t: torch.Tensor, entry: _Buffer, accessor: int | None) -> None:
+        with self.lock:
+            s, e = _byte_range(t)
+            if entry.retired:
+                self._report(
+                    "orphaned-view", func, accessor, entry,
+                    f"bytes [{s}, {e}) of a buffer the manager has replaced ({entry.where()}, old buffer); "
+                    "the view points at storage kept alive only by views, no longer part of any slot",
+                )
+                return
+            if accessor != entry.owner and registry.acting_ubatch_id() != entry.owner:
+                who = "not a ubatch thread (during a step)" if accessor is None else f"ubatch {accessor}"
+                self._report(
+                    "cross-slot", func, accessor, entry, f"bytes [{s}, {e}) of {entry.where()}, accessed by {who}"
+                )
+                return
+            if entry.persistent is not None:
+                return
+            detail = self._stale(t, entry, s, e)
+            if detail is not None:
+                self._report("stale-view", func, accessor, entry, detail)
+
+    def _stale(self, t: torch.Tensor, entry: _Buffer, s: int, e: int) -> str | None:
+        handed = self.handed.get(id(t))
+        if handed is not None and handed[0]() is t and handed[2] is entry:
+            call = handed[1]
+            for a, b, c in entry.intervals:
+                if a < e and s < b and c > call:
+                    return (
+                        f"this view came from call #{call} of {entry.where()}, but call #{c} handed out "
+                        f"bytes [{max(a, s)}, {min(b, e)}) of it again"
+                    )
+            return None
+        over = [(a, b, c) for a, b, c in entry.intervals if a < e and s < b]
+        if not over or (len(over) == 1 and over[0][0] <= s and e <= over[0][1]):
+            return None
+        calls = sorted({c for _, _, c in over})
+        return (
+            f"bytes [{s}, {e}) of {entry.where()} are not one view's bytes as last handed out: calls "
+            f"{', '.join('#' + str(c) for c in calls)} handed them out to {len(over)} different views"
+        )
+
+    def _report(
+        self, kind: str, func: Any, accessor: int | None, entry: _Buffer, detail: str
+    ) -> None:
+        caller = _caller()
+        op = str(getattr(func, "__name__", func))
+        key = (kind, op, accessor, caller, entry.slot)
+        known = self.findings.get(key)
+        if known is not None:
+            finding = self.findings[key] = replace(known, count=known.count + 1)
+        else:
+            thread = threading.current_thread().name
+            finding = Finding(kind, op, accessor, caller, entry.slot, entry.owner, thread, detail)
+            if len(self.findings) < MAX_FINDINGS:
+                self.findings[key] = finding
+            else:
+                self.dropped += 1
+        if self.mode == "raise":
+            raise SanitizerError(finding)
+
+    def reset_maps(self) -> None:
+        with self.lock:
+            self.buffers.clear()
+            self.handed.clear()
+
+
+_UNSET = object()
+_state = STATE = _State()
+
+
+def _accessor() -> int | None:
+    """The ubatch of the calling thread (None: not a ubatch thread while a step is active)."""
+    uid = registry.registered_ubatch_id()
+    if uid is not None:
+        return uid
+    return None if registry.step_active() else 0
