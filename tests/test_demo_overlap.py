@@ -178,7 +178,7 @@ class _Sim:
 
 
 def _simulate(records, schedule, layers, n, layout):
-    """Replay the reference schedule (REFERENCE.md 2.1 / 2.2) for n ubatches with the recorded
+    """Replay the reference's schedule (vLLM's DBO: ll and ht yield points, round-robin turns) for n ubatches with the recorded
     per-kernel durations; return the step time."""
     dur = {r.name: r.duration for r in records}
     kinds = {r.name: r.kind for r in records}

@@ -1,7 +1,7 @@
 """Noise: many handoffs with a tiny switch interval and random zero sleeps, zero violations.
 
 ``sys.setswitchinterval`` only changes how often the interpreter switches threads, not where
-(REFERENCE.md 7.2), so the plan also puts ``time.sleep(0)`` at random points: in the model code
+(the interpreter may switch at any bytecode boundary), so the plan also puts ``time.sleep(0)`` at random points: in the model code
 before and after yields and inside the registry-adjacent fault-hook points (right after a ubatch
 registers, right after it first gets the turn, right before it exits and unregisters). Every
 segment checks strict alternation (nobody else is inside a segment; the global order of segments
