@@ -421,3 +421,30 @@ def test_trace_holds_exactly_the_two_steps_it_draws_with_their_host_side(tmp_pat
     host = [e for e in three["traceEvents"] if e.get("ph") == "X" and e.get("pid") == HOST_PID]
     kern = sorted((e["ts"], e["ts"] + e["dur"]) for e in three["traceEvents"] if e.get("ph") == "X" and e.get("pid") == STREAMS_PID)
     assert min(e["ts"] for e in host) >= kern[0][0] - 1e3 and max(e["ts"] + e["dur"] for e in host) <= kern[-1][1] + 1e3
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("module, args, stream, first", [
+    ("demos.scenarios", [], "stdout", "===="),
+    ("demos.bench", ["--quick"], "stderr", "[bench]"),
+])
+def test_ctrl_c_stops_scenarios_and_bench(module, args, stream, first):
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", module, *args], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+    )
+    try:
+        pipe = proc.stdout if stream == "stdout" else proc.stderr
+        _read_until(pipe.fileno(), first, 60)  # it runs
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=10)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    assert proc.returncode == 130, err
+    assert took < 2.0, took
+    assert err.decode().strip().splitlines()[-1] == f"python -m {module}: interrupted" and b"Traceback" not in err
