@@ -448,3 +448,12 @@ def test_ctrl_c_stops_scenarios_and_bench(module, args, stream, first):
     assert proc.returncode == 130, err
     assert took < 2.0, took
     assert err.decode().strip().splitlines()[-1] == f"python -m {module}: interrupted" and b"Traceback" not in err
+
+
+def test_a_group_of_durations_shares_one_unit():
+    from dbo.timeline import fmt_seconds_group
+
+    assert fmt_seconds_group([0.238, 0.0, 0.238]) == ["238 ms", "0 ms", "238 ms"]
+    assert fmt_seconds_group([1.31e-3, 0.992e-3]) == ["1.31 ms", "0.99 ms"]
+    assert fmt_seconds_group([2e-3, 1e-9, None]) == ["2 ms", "<0.01 ms", "n/a"]
+    assert fmt_seconds_group([0.0, 0.0]) == ["0 s", "0 s"]

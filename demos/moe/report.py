@@ -235,7 +235,7 @@ def format_report(rep: dict) -> str:
     ratio = rep["comm_ratio_measured"]
     lines.append(
         f"per step   compute {fmt_seconds(rep['compute_s'])}, comm {fmt_seconds(rep['comm_s'])} (ratio {ratio:.2f}) "
-        f"in the no-DBO kernels; per layer {fmt_seconds(rep['compute_s'] / c['layers'])} + {fmt_seconds(rep['comm_s'] / c['layers'])}"
+        f"in the no-DBO kernels; per layer {' + '.join(fmt_seconds_group([rep['compute_s'] / c['layers'], rep['comm_s'] / c['layers']]))}"
         if ratio is not None
         else f"per step   compute {fmt_seconds(rep['compute_s'])}, comm {fmt_seconds(rep['comm_s'])}"
     )
