@@ -38,6 +38,7 @@ __all__ = [
     "build_parser",
     "flag_of",
     "output_files",
+    "report_of",
     "TOLERANCE",
 ]
 
@@ -74,10 +75,17 @@ def run_overlap(config: OverlapConfig | None = None, *, details: dict | None = N
         )
         if result.output_reference is not None:
             details["output_reference"] = result.output_reference
-    report = to_dict(result)
-    report["wall_s"] = result.wall_s
+    report = report_of(result)
     for flag, path, write in output_files(result, report):
         write(path)
+    return report
+
+
+def report_of(result: OverlapResult) -> dict:
+    """The report dict of a result (what ``run_overlap`` returns and the command prints), before
+    any file is written."""
+    report = to_dict(result)
+    report["wall_s"] = result.wall_s
     return report
 
 
@@ -258,8 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if result is None:  # a rank other than 0 under torchrun: rank 0 reports
         return 0
     # the report first, then the files: a file that fails to be written loses nothing printed
-    rep = to_dict(result)
-    rep["wall_s"] = result.wall_s
+    rep = report_of(result)
     cli_common.say(format_report(rep))
     status = 0
     for flag, path, write in output_files(result, rep):
