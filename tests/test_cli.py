@@ -128,13 +128,14 @@ def test_subprocess_bad_path_has_no_traceback(tmp_path):
 # --- signals and a closed stdout -------------------------------------------------------------------------
 
 
-def _start_on_a_terminal(args: list[str], **env: str):
+def _start_on_a_terminal(args: list[str], session: bool = False, **env: str):
     """Start a command with stderr on a pseudo-terminal (so it says when it runs); return the
-    process and the terminal's reading end."""
+    process and the terminal's reading end. ``session``: in a process group of its own (so that
+    a signal can go to the whole group, as a terminal's Ctrl-C does)."""
     master, slave = pty.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", *args], cwd=ROOT, env=_env(**env), stdout=subprocess.PIPE, stderr=slave,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL, start_new_session=session,
     )
     os.close(slave)
     return proc, master
@@ -208,14 +209,19 @@ def _children(pid: int) -> list[int]:
 
 @pytest.mark.timeout(180)
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads child processes from /proc")
-@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_stops_a_distributed_run_and_leaves_nothing(sig, code, tmp_path):
+@pytest.mark.parametrize("sig, code, group", [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, False), (signal.SIGINT, 130, True)])
+def test_a_signal_stops_a_distributed_run_and_leaves_nothing(sig, code, group, tmp_path):
+    """The launcher alone (kill PID), or the launcher and its ranks (a terminal's Ctrl-C goes to
+    the whole process group)."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(10)
+    (tmp / f"dbo-dist-{dead.pid}-stale").mkdir()  # a SIGKILLed launcher's folder: this launch sweeps it
     proc, term = _start_on_a_terminal(
         ["demos.overlap", "--world-size", "2", "--layers", "4", "--tokens", "128", "--hidden", "64", "--experts", "4",
          "--steps", "400", "--dist-timeout", "30"],
-        TMPDIR=str(tmp),
+        session=group, TMPDIR=str(tmp),
     )
     try:
         deadline = time.monotonic() + 90
@@ -226,7 +232,10 @@ def test_a_signal_stops_a_distributed_run_and_leaves_nothing(sig, code, tmp_path
         assert ranks, "the ranks are child processes"
         time.sleep(1.0)
         t0 = time.monotonic()
-        proc.send_signal(sig)
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
         proc.wait(timeout=15)
         took = time.monotonic() - t0
         err = _drain(term)
@@ -241,6 +250,40 @@ def test_a_signal_stops_a_distributed_run_and_leaves_nothing(sig, code, tmp_path
     assert [d for d in os.listdir(tmp) if d.startswith("dbo-dist-")] == []
     for pid in ranks:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", pid
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads child processes from /proc")
+def test_sigkill_leaves_a_folder_that_names_its_dead_launcher(tmp_path):
+    from demos.moe.distributed import sweep_stale_rundirs
+
+    proc, term = _start_on_a_terminal(
+        ["demos.overlap", "--world-size", "2", "--layers", "4", "--tokens", "128", "--hidden", "64", "--experts", "4",
+         "--steps", "400"],
+        TMPDIR=str(tmp_path),
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not any(os.path.exists(os.path.join(tmp_path, d, "started-1")) for d in os.listdir(tmp_path)):
+            assert proc.poll() is None and time.monotonic() < deadline, _drain(term)
+            time.sleep(0.1)
+        ranks = _children(proc.pid)
+        proc.kill()
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        os.close(term)
+        proc.stdout.close()
+    left = [d for d in os.listdir(tmp_path) if d.startswith("dbo-dist-")]
+    assert left and all(d.startswith(f"dbo-dist-{proc.pid}-") for d in left)
+    deadline = time.monotonic() + 20  # the ranks see their launcher gone and exit
+    while any(os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z" for pid in ranks):
+        assert time.monotonic() < deadline, "a rank outlived its SIGKILLed launcher"
+        time.sleep(0.1)
+    assert sorted(sweep_stale_rundirs(str(tmp_path))) == sorted(str(tmp_path / d) for d in left)
+    assert not any(d.startswith("dbo-dist-") for d in os.listdir(tmp_path))
 
 
 def test_a_killed_launchers_folder_is_swept_by_the_next_launch(tmp_path):
