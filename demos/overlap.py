@@ -23,7 +23,7 @@ import dbo
 from . import cli_common
 from .moe.config import BACKEND_CHOICES, DTYPE_CHOICES, TOLERANCE, ConfigError, OverlapConfig, resolve
 from .moe.model import SCHEDULES
-from .moe.plot import plot_timeline
+from .moe.plot import plot_path_problem, plot_timeline
 from .moe.report import format_output_line, format_report, to_dict, trace_of
 from .moe.results import OverlapResult
 from .moe.run import reference_outputs, run
@@ -232,6 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cfg.launcher != "env" or os.environ.get("RANK", "0") == "0":  # under torchrun rank 0 writes the files
         try:
             cli_common.check_output_paths([(getattr(cfg, f), flag_of(f)) for f in ("json_path", "trace_path", "plot_path")])
+            problem = plot_path_problem(cfg.plot_path) if cfg.plot_path else None
+            if problem:
+                raise cli_common.OutputPathError(f"--plot {cfg.plot_path}: {problem}")
         except cli_common.OutputPathError as e:
             sys.stderr.write(f"{parser.prog}: error: {e}\n")
             return 2

@@ -56,6 +56,18 @@ def test_a_bad_output_path_is_one_line_and_exit_2_before_the_run(flag, tmp_path,
         assert err.startswith("python -m demos.overlap: error: ") and flag in err and why in err and path in err
 
 
+def test_a_plot_path_matplotlib_cannot_write_is_refused_before_the_run(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import demos.overlap as overlap
+
+    monkeypatch.setattr(overlap, "run", lambda *a, **k: pytest.fail("the run started"))
+    for name, why in (("t.foo", "cannot write .foo files"), ("t", "give the file an extension")):
+        assert main(TINY + ["--plot", str(tmp_path / name)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and why in err and len(err.strip().splitlines()) == 1
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes anywhere: mode bits prove nothing")
 def test_a_folder_without_write_permission_is_refused(tmp_path, capsys):
     ro = tmp_path / "ro"

@@ -11,7 +11,25 @@ from .model import OP_LETTERS
 from .report import OP_NAMES
 from .runner import kernel_op
 
-__all__ = ["plot_timeline", "key_entries"]
+__all__ = ["plot_timeline", "key_entries", "plot_path_problem"]
+
+
+def plot_path_problem(path: str) -> str | None:
+    """Why matplotlib could not write a picture to ``path`` (its extension names the format), or
+    None. Without matplotlib, None: the run goes on and says that no picture was drawn."""
+    import os
+
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        return None
+    known = sorted(FigureCanvasBase.get_supported_filetypes())
+    if not ext:
+        return f"give the file an extension that names the format ({', '.join(known)})"
+    if ext not in known:
+        return f"matplotlib cannot write .{ext} files; use one of {', '.join(known)}"
+    return None
 
 
 def key_entries(plt, by_stream: dict, colours: Sequence[str], letters: set[str]) -> tuple[list, list[str]]:
