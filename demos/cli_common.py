@@ -157,9 +157,14 @@ def stdout_closed() -> bool:
 def interrupt_of(exc: BaseException | None) -> BaseException | None:
     """The KeyboardInterrupt (or Terminated) behind ``exc``: itself, or one in its cause or
     context chain (the runtime wraps an interrupt that lands in a step in UBatchFailed)."""
+    return _in_chain(exc, KeyboardInterrupt)
+
+
+def _in_chain(exc: BaseException | None, kind: type) -> BaseException | None:
+    """The first exception of type ``kind`` in ``exc``'s cause (or context) chain, ``exc`` included."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, kind):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
@@ -197,12 +202,12 @@ def run_main(main: Callable[[Sequence[str] | None], int], prog: str, argv: Seque
         finally:
             if old is not None:
                 signal.signal(signal.SIGTERM, old)
-    except BrokenPipeError:
-        _quiet_stdout()
-        return EXIT_BROKEN_PIPE
     except BaseException as e:  # noqa: BLE001 - an interrupt may be wrapped in any exception
         intr = interrupt_of(e)
         if intr is None:
+            if _in_chain(e, BrokenPipeError) is not None:  # stdout closed, also from a ubatch thread's print
+                _quiet_stdout()
+                return EXIT_BROKEN_PIPE
             raise
         term = isinstance(intr, Terminated)
         try:
