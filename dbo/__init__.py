@@ -1,10 +1,14 @@
 """dbo: a multi-threaded DBO (dual-batch overlap) runtime simulator.
 
-The public API is re-exported here; see docs/protocol.md for the protocol and docs/streams.md for
-the stream backends.
+The public API is what ``__all__`` lists: vLLM's ``dbo_*`` free functions, the
+orchestrator, the current-stream helpers, the batch splitters, the tracer and the errors a caller
+catches. Everything else lives in its submodule: the registry (``dbo.registry``), the stream
+backends (``dbo.streams``), the cost model (``dbo.costs``), every error type (``dbo.errors``) and
+the test seams (``dbo.testing``, never imported here). See docs/protocol.md for the protocol and
+docs/streams.md for the stream backends.
 """
 
-from . import costs, registry, split, streams, trace
+from . import costs, errors, registry, split, streams, trace
 from .api import (
     dbo_current_ubatch_id,
     dbo_enabled,
@@ -20,48 +24,15 @@ from .api import (
     dbo_yield_and_switch_from_comm_to_compute,
     dbo_yield_and_switch_from_compute_to_comm,
 )
-from .context import StepState, SyncPrimitives, UBatchContext
-from .errors import (
-    CaptureError,
-    DBOError,
-    HandoffTimeout,
-    RecvHookConflict,
-    RegistryError,
-    StepHung,
-    StreamError,
-    StreamTimeout,
-    UBatchAborted,
-    UBatchFailed,
-    UnregisteredThreadError,
-)
+from .errors import CaptureError, DBOError, HandoffTimeout, StepHung, StreamError, StreamTimeout, UBatchFailed, UnregisteredThreadError
 from .orchestrator import STREAM_LAYOUTS, UBatchOrchestrator
-from .capture import CapturedStep
-from .registry import ubatch_scope
+from .registry import use_ubatch
 from .split import merge_outputs, split_batch, split_tokens
 from .streams import current_stream, get_backend, launch, set_stream, use_stream
 from .trace import Tracer
 
 __all__ = [
-    "costs",
-    "registry",
-    "split",
-    "streams",
-    "trace",
-    "UBatchOrchestrator",
-    "STREAM_LAYOUTS",
-    "StepState",
-    "SyncPrimitives",
-    "UBatchContext",
-    "Tracer",
-    "get_backend",
-    "current_stream",
-    "set_stream",
-    "use_stream",
-    "launch",
-    "ubatch_scope",
-    "split_batch",
-    "split_tokens",
-    "merge_outputs",
+    # vLLM's free functions
     "dbo_current_ubatch_id",
     "dbo_enabled",
     "dbo_get_previous_event",
@@ -75,16 +46,28 @@ __all__ = [
     "dbo_yield",
     "dbo_yield_and_switch_from_comm_to_compute",
     "dbo_yield_and_switch_from_compute_to_comm",
-    "CaptureError",
-    "CapturedStep",
+    # running a step
+    "UBatchOrchestrator",
+    "STREAM_LAYOUTS",
+    "use_ubatch",
+    # streams
+    "get_backend",
+    "current_stream",
+    "set_stream",
+    "use_stream",
+    "launch",
+    # batches and traces
+    "split_batch",
+    "split_tokens",
+    "merge_outputs",
+    "Tracer",
+    # errors a caller catches (all of them: dbo.errors)
     "DBOError",
-    "HandoffTimeout",
-    "RecvHookConflict",
-    "RegistryError",
+    "UBatchFailed",
+    "CaptureError",
     "StepHung",
+    "HandoffTimeout",
+    "UnregisteredThreadError",
     "StreamError",
     "StreamTimeout",
-    "UBatchAborted",
-    "UBatchFailed",
-    "UnregisteredThreadError",
 ]

@@ -1,4 +1,4 @@
-"""The ``dbo_*`` free functions, with the reference's names and meanings.
+"""The ``dbo_*`` free functions, with vLLM's names and meanings.
 
 Each looks up the calling thread's ubatch context in the registry. Outside a DBO step (the caller
 is not a registered ubatch thread) every one of them is a no-op, so the same model code runs with
@@ -31,8 +31,16 @@ __all__ = [
 T = TypeVar("T")
 
 dbo_enabled = registry.dbo_enabled
-dbo_current_ubatch_id = registry.current_ubatch_id
 _ctx = registry.current_context
+
+
+def dbo_current_ubatch_id() -> int:
+    """The calling thread's ubatch id; 0 when no DBO step is active anywhere in the process.
+
+    Raises ``UnregisteredThreadError`` when a step is active and the caller is not one of its ubatch
+    threads (vLLM answers 0 there, which makes a helper thread share ubatch 0's scratch).
+    """
+    return registry.current_ubatch_id()
 
 
 def dbo_num_ubatches() -> int:

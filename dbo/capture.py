@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from . import registry
 from .capture_guard import HostSyncGuard, Recorder, RecordingEvent, RecordingStream, user_site
-from .context import StepState, UBatchContext
+from .context import StepState, UBatchContext, ubatch_main
 from .errors import CaptureError, DBOError, HandoffTimeout, UBatchFailed
 from .streams import Stream, use_stream
 
@@ -203,7 +203,8 @@ def _drive(orch: Any, fn: Callable, inputs: list[Any], pairs: list, rec: Recorde
         except BaseException as exc:
             raise UBatchFailed(f"capture: ubatch 0 of 1 failed: {type(exc).__name__}: {exc}", 0) from exc
     b = orch.backend
-    prims = getattr(orch, "primitives", None)  # a test seam that may live elsewhere
+    seams = getattr(orch, "_seams", None)  # dbo.testing.with_seams: the sync primitives, if any
+    prims = None if seams is None else seams.primitives
     extra = {"primitives": prims} if prims is not None else {}
     step = StepState(n, orch.handoff_timeout, b.tracer, clock=b.now, **extra)
     step.contexts = [
@@ -253,7 +254,6 @@ def _capture_main(
 ) -> None:
     """A ubatch thread of a capture: the backend's prelude (cuda: device, cuBLAS) before the
     barrier, then the usual ubatch body under the host-sync guard."""
-    from .orchestrator import _ubatch_main
 
     if prelude is not None:
         try:
@@ -263,7 +263,7 @@ def _capture_main(
             ctx.step.mark_done()
             return
     with HostSyncGuard(replay_kind):
-        _ubatch_main(ctx, fn, inp, results)
+        ubatch_main(ctx, fn, inp, results)
 
 
 @contextlib.contextmanager
@@ -341,14 +341,20 @@ def _workspace_locked() -> Iterator[None]:
 
 
 def _raise_translated(exc: BaseException) -> None:
-    """Raise the CaptureError behind ``exc`` (a host sync, a locked-workspace allocation), if any."""
+    """Raise the CaptureError behind ``exc`` (a host sync, a locked-workspace allocation), if any.
+
+    Both links of every exception are followed (``__cause__`` and ``__context__``): a sibling's
+    failure can wrap the refusal on one link while the other leads elsewhere."""
     seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop(0)
+        if id(e) in seen:
+            continue
         seen.add(id(e))
         if isinstance(e, CaptureError):
             raise CaptureError(str(e)) from exc
         if type(e).__name__ == "WorkspaceLockedError":
             where = getattr(e, "caller", None) or "<unknown>"
             raise CaptureError(f"host sync during capture: workspace allocation at {where}: {e}") from exc
-        e = e.__cause__ or e.__context__
+        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)

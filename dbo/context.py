@@ -25,7 +25,7 @@ from .errors import HandoffTimeout, RecvHookConflict, DBOError, UBatchAborted
 from .streams import Event, Stream, set_stream, current_stream
 from .trace import ubatch_track
 
-__all__ = ["StepState", "UBatchContext", "FaultHook", "SyncPrimitives", "where_is"]
+__all__ = ["StepState", "UBatchContext", "FaultHook", "SyncPrimitives", "where_is", "ubatch_main"]
 
 FaultHook = Callable[[str, "int | None"], None]
 """Test seam: called as ``hook(point, ubatch_id)`` at "enter", "start", "exit" and "after_barrier"."""
@@ -253,8 +253,8 @@ class UBatchContext:
         "compute_done",
         "comm_done",
         "recv_hook",
+        "recv_hook_from",
         "fault_hook",
-        "recv_hook_owner",  # acting-ubatch record (p1-workspace stand-in)
     )
 
     def __init__(
@@ -274,8 +274,8 @@ class UBatchContext:
         self.compute_done = compute_done
         self.comm_done = comm_done
         self.recv_hook: Callable[[], Any] | None = None
+        self.recv_hook_from: int | None = None  # the ubatch that registered ``recv_hook``
         self.fault_hook = fault_hook
-        self.recv_hook_owner: int | None = None  # acting-ubatch record (p1-workspace stand-in)
 
     def __repr__(self) -> str:
         return f"UBatchContext(id={self.id}, of={self.step.num_ubatches})"
@@ -349,7 +349,8 @@ class UBatchContext:
         nxt = (self.id + 1) % step.num_ubatches
         target = step.contexts[nxt]
         if step.exited[nxt] or target is self:
-            hook()
+            with registry.acting_for(self.id):
+                hook()
             return
         if target.recv_hook is not None:
             raise RecvHookConflict(
@@ -358,11 +359,35 @@ class UBatchContext:
                 f"dbo_maybe_run_recv_hook() before registering another"
             )
         target.recv_hook = hook
-        target.recv_hook_owner = self.id  # acting-ubatch record (p1-workspace stand-in)
+        target.recv_hook_from = self.id
 
     def maybe_run_recv_hook(self) -> None:
+        """Run (and clear) the hook parked here, acting for the ubatch that registered it."""
         hook = self.recv_hook
         if hook is not None:
+            registrar = self.recv_hook_from
             self.recv_hook = None
-            with registry.acting_as(self.recv_hook_owner):  # acting-ubatch record (p1-workspace stand-in)
+            self.recv_hook_from = None
+            with registry.acting_for(registrar):
                 hook()
+
+
+def ubatch_main(ctx: UBatchContext, fn: Callable[[Any], Any], inp: Any, results: list[Any]) -> None:
+    """Body of a ubatch thread: enter, run ``fn``, exit; on any failure abort the step."""
+    step = ctx.step
+    try:
+        try:
+            ctx.enter()
+            results[ctx.id] = fn(inp)
+            ctx.exit()
+        finally:
+            if registry.dbo_enabled():
+                registry.unregister()
+            set_stream(None)
+    except UBatchAborted:
+        if not step.aborted:  # raised by user code, not by an abort: treat it as a failure
+            step.abort(ctx.id, UBatchAborted(f"ubatch {ctx.id} raised UBatchAborted outside an abort"))
+    except BaseException as exc:
+        step.abort(ctx.id, exc)
+    finally:
+        step.mark_done()

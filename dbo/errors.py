@@ -18,7 +18,7 @@ class RegistryError(DBOError):
 class UnregisteredThreadError(RegistryError, LookupError):
     """A thread that is not a ubatch thread asked for its ubatch id while a DBO step is active.
 
-    The reference silently maps such a thread to slot 0 (or fails with a bare KeyError); we refuse,
+    vLLM silently maps such a thread to slot 0 (or fails with a bare KeyError); we refuse,
     because sharing ubatch 0's scratch slot from another thread breaks workspace isolation.
     """
 

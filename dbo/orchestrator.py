@@ -15,8 +15,8 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import registry
-from .context import FaultHook, StepState, SyncPrimitives, UBatchContext, where_is
-from .errors import DBOError, HandoffTimeout, StepHung, UBatchAborted, UBatchFailed
+from .context import StepState, UBatchContext, ubatch_main, where_is
+from .errors import DBOError, HandoffTimeout, StepHung, UBatchFailed
 from .streams import Backend, Stream, get_backend, set_stream, current_stream
 
 if TYPE_CHECKING:
@@ -40,8 +40,8 @@ class UBatchOrchestrator:
 
     ``handoff_timeout`` bounds every wait for the turn or the start barrier; ``step_timeout`` bounds
     a whole step; ``join_grace`` is how long threads of an aborted step get to unwind before the step
-    is declared hung (``StepHung``). ``fault_hook(point, ubatch_id)`` is a test seam called at
-    "enter", "start", "exit" (in ubatch threads) and "after_barrier" (in the orchestrator).
+    is declared hung (``StepHung``). Tests reach inside a step through ``dbo.testing.with_seams``
+    (fault hook, sync primitives, after-barrier callback), which sets ``_seams``.
     """
 
     def __init__(
@@ -54,8 +54,6 @@ class UBatchOrchestrator:
         step_timeout: float | None = 600.0,
         join_grace: float = 10.0,
         tracer: Any = None,
-        fault_hook: FaultHook | None = None,
-        primitives: SyncPrimitives | None = None,
         **backend_options: Any,
     ):
         if isinstance(num_ubatches, bool) or not isinstance(num_ubatches, int):
@@ -74,8 +72,7 @@ class UBatchOrchestrator:
         self.handoff_timeout = float(handoff_timeout)
         self.step_timeout = None if step_timeout is None else float(step_timeout)
         self.join_grace = float(join_grace)
-        self.fault_hook = fault_hook
-        self.primitives = primitives
+        self._seams: Any = None  # dbo.testing.Seams, installed by dbo.testing.with_seams
         self._backend_spec = backend
         self._backend_options = dict(backend_options)
         if tracer is not None:
@@ -90,20 +87,23 @@ class UBatchOrchestrator:
         self.closed = False
 
     # -- streams ----------------------------------------------------------------------------------
-    def _new_stream(self, name: str) -> Stream:
-        """A new stream called ``name`` (or ``name#k`` if a stream of that name already exists)."""
+    def _new_stream(self, name: str, role: str) -> Stream:
+        """A new ``role`` stream called ``name`` (or ``name#k`` if a stream of that name already exists)."""
         taken = {s.name for s in self.backend.streams}
         k, unique = 1, name
         while unique in taken:
             k += 1
             unique = f"{name}#{k}"
-        return self.backend.new_stream(unique)
+        return self.backend.new_stream(unique, role=role)
 
     def _make_streams(self) -> list[tuple[Stream, Stream]]:
         if self.stream_layout == "shared" or self.num_ubatches == 1:
-            pair = (self._new_stream("compute"), self._new_stream("comm"))
+            pair = (self._new_stream("compute", "compute"), self._new_stream("comm", "comm"))
             return [pair] * self.num_ubatches
-        return [(self._new_stream(f"compute{i}"), self._new_stream(f"comm{i}")) for i in range(self.num_ubatches)]
+        return [
+            (self._new_stream(f"compute{i}", "compute"), self._new_stream(f"comm{i}", "comm"))
+            for i in range(self.num_ubatches)
+        ]
 
     def streams(self, ubatch_id: int) -> tuple[Stream, Stream]:
         """The (compute, comm) streams of ubatch ``ubatch_id``."""
@@ -150,18 +150,10 @@ class UBatchOrchestrator:
         self.close()
 
     # -- one step ---------------------------------------------------------------------------------
-    def run(
-        self,
-        fn: Callable[[Any], Any],
-        ubatch_inputs: Sequence[Any],
-        *,
-        after_barrier: Callable[[], None] | None = None,
-    ) -> list[Any]:
+    def run(self, fn: Callable[[Any], Any], ubatch_inputs: Sequence[Any]) -> list[Any]:
         """Run one step; return ``[fn(ubatch_inputs[i]) for i]`` computed in ubatch threads.
 
         Streams are synchronized before returning, so results may be read at once.
-        ``after_barrier`` (optional) runs in the calling thread after the start barrier and before
-        ubatch 0 gets the turn (a seam for tests and studies).
         """
         if self.closed:
             raise DBOError("this UBatchOrchestrator is closed")
@@ -176,12 +168,13 @@ class UBatchOrchestrator:
             raise DBOError("this UBatchOrchestrator is already running a step in another thread")
         try:
             if self.num_ubatches == 1:
-                return self._run_single(fn, inputs[0], after_barrier)
-            return self._run_threads(fn, inputs, after_barrier)
+                return self._run_single(fn, inputs[0])
+            return self._run_threads(fn, inputs)
         finally:
             self._running.release()
 
-    def _run_single(self, fn: Callable[[Any], Any], inp: Any, after_barrier: Callable[[], None] | None) -> list[Any]:
+    def _run_single(self, fn: Callable[[Any], Any], inp: Any) -> list[Any]:
+        after_barrier = None if self._seams is None else self._seams.after_barrier
         compute, _ = self._streams[0]
         previous = current_stream()
         set_stream(compute)
@@ -198,20 +191,22 @@ class UBatchOrchestrator:
         self.last_step_handoffs = 0
         return [out]
 
-    def _run_threads(
-        self, fn: Callable[[Any], Any], inputs: list[Any], after_barrier: Callable[[], None] | None
-    ) -> list[Any]:
+    def _run_threads(self, fn: Callable[[Any], Any], inputs: list[Any]) -> list[Any]:
         n = self.num_ubatches
-        step = StepState(n, self.handoff_timeout, self.backend.tracer, self.primitives, self.backend.now)
+        seams = self._seams
+        fault_hook = None if seams is None else seams.fault_hook
+        after_barrier = None if seams is None else seams.after_barrier
+        primitives = None if seams is None else seams.primitives
+        step = StepState(n, self.handoff_timeout, self.backend.tracer, primitives, self.backend.now)
         b = self.backend
         step.host_event = b.host_event  # host costs of handoffs, thread start/join (virtual backend)
         step.contexts = [
-            UBatchContext(i, step, *self._streams[i], b.new_event(), b.new_event(), self.fault_hook) for i in range(n)
+            UBatchContext(i, step, *self._streams[i], b.new_event(), b.new_event(), fault_hook) for i in range(n)
         ]
         results: list[Any] = [None] * n
         step.threads = [
             threading.Thread(
-                target=_ubatch_main,
+                target=ubatch_main,
                 args=(step.contexts[i], fn, inputs[i], results),
                 name=f"dbo-ubatch-{i}",
                 daemon=True,
@@ -236,8 +231,8 @@ class UBatchOrchestrator:
                         ),
                     )
             else:
-                if self.fault_hook is not None:
-                    self.fault_hook("after_barrier", None)
+                if fault_hook is not None:
+                    fault_hook("after_barrier", None)
                 if after_barrier is not None:
                     after_barrier()
                 step.give_turn(0)
@@ -256,7 +251,7 @@ class UBatchOrchestrator:
         if step.failure is not None:
             self._recover_streams()
             uid, exc = step.failure
-            # The exception's traceback holds _ubatch_main's frame, which holds the step, which holds
+            # The exception's traceback holds ubatch_main's frame, which holds the step, which holds
             # the exception: a cycle that would keep the failed ubatch's tensors (workspace views
             # included) alive until the cyclic GC runs. Break it now.
             step.failure = None
@@ -310,24 +305,3 @@ class UBatchOrchestrator:
         for t in step.threads:  # they have all returned from their target; reap them
             t.join(self.join_grace)
             self.backend.host_event("thread_join")
-
-
-def _ubatch_main(ctx: UBatchContext, fn: Callable[[Any], Any], inp: Any, results: list[Any]) -> None:
-    """Body of a ubatch thread: enter, run ``fn``, exit; on any failure abort the step."""
-    step = ctx.step
-    try:
-        try:
-            ctx.enter()
-            results[ctx.id] = fn(inp)
-            ctx.exit()
-        finally:
-            if registry.dbo_enabled():
-                registry.unregister()
-            set_stream(None)
-    except UBatchAborted:
-        if not step.aborted:  # raised by user code, not by an abort: treat it as a failure
-            step.abort(ctx.id, UBatchAborted(f"ubatch {ctx.id} raised UBatchAborted outside an abort"))
-    except BaseException as exc:
-        step.abort(ctx.id, exc)
-    finally:
-        step.mark_done()

@@ -10,14 +10,18 @@ Rules (see docs/protocol.md, "The registry"):
   stale entry.
 * ``current_ubatch_id()`` returns the caller's ubatch id if it is registered; 0 if no DBO step is
   active anywhere in the process (no live entry); and raises ``UnregisteredThreadError`` if a step
-  is active but the caller is not one of its ubatch threads. The reference silently answers 0 (or
+  is active but the caller is not one of its ubatch threads. vLLM silently answers 0 (or
   a bare KeyError) there, which makes a helper thread share ubatch 0's scratch slot.
 * ``dbo_enabled()`` is per thread: true iff the *calling* thread is a registered ubatch thread.
   ``step_active()`` is the process-wide question ("is any ubatch registered?").
-* An entry whose thread died without unregistering (it cannot happen through ``ubatch_scope``)
-  is stale (a thread Python did not start, a ``_DummyThread``, always reports alive, so its stale
-  entry is not detected: register such threads only through ``ubatch_scope``): it is ignored by ``step_active()``, reported by ``snapshot()`` and dropped by
-  ``prune_dead()``.
+* An entry whose thread died without unregistering (it cannot happen through ``use_ubatch``)
+  is stale: it is ignored by ``step_active()``, reported by ``snapshot()`` and dropped by
+  ``prune_dead()``. A thread Python did not start (a ``_DummyThread``) always reports alive, so its
+  stale entry is not detected: register such threads only through ``use_ubatch``.
+* ``acting_ubatch_id()`` says which ubatch the calling code acts for. A recv hook runs in another
+  thread than the one that registered it (the next ubatch's, or the registrar's own when the next
+  one has exited); while it runs, the runtime marks it as acting for the registrar
+  (``acting_for``), so per-ubatch resources can be attributed to the ubatch that owns the work.
 """
 
 from __future__ import annotations
@@ -37,7 +41,9 @@ __all__ = [
     "RegistryEntry",
     "register",
     "unregister",
-    "ubatch_scope",
+    "use_ubatch",
+    "acting_for",
+    "acting_ubatch_id",
     "current_ubatch_id",
     "registered_ubatch_id",
     "current_context",
@@ -45,8 +51,6 @@ __all__ = [
     "step_active",
     "snapshot",
     "prune_dead",
-    "acting_ubatch_id",
-    "acting_as",
 ]
 
 
@@ -68,7 +72,7 @@ class RegistryEntry:
         return f"ubatch {self.ubatch_id} on thread {self.thread.name!r} ident={self.thread.ident}{state}"
 
 
-_local = threading.local()  # .entry: RegistryEntry of the calling thread, if registered
+_local = threading.local()  # .entry: RegistryEntry of the calling thread, if registered; .acting: see acting_for
 _entries: dict[int, RegistryEntry] = {}  # token -> entry; process-global
 _entries_lock = threading.Lock()
 _tokens = itertools.count(1)
@@ -116,7 +120,7 @@ def unregister() -> int:
 
 
 @contextlib.contextmanager
-def ubatch_scope(ubatch_id: int, context: Any = None) -> Iterator[RegistryEntry]:
+def use_ubatch(ubatch_id: int, context: Any = None) -> Iterator[RegistryEntry]:
     """Run the calling thread as ubatch ``ubatch_id`` for the ``with`` block; always unregisters."""
     entry = register(ubatch_id, context)
     try:
@@ -130,6 +134,32 @@ def registered_ubatch_id() -> int | None:
     """The calling thread's ubatch id, or None if it is not registered. Never raises."""
     entry = getattr(_local, "entry", None)
     return None if entry is None else entry.ubatch_id
+
+
+def acting_ubatch_id() -> int | None:
+    """The ubatch the calling code acts for; never raises.
+
+    Inside a recv hook (any thread): the ubatch that registered the hook. Elsewhere: the calling
+    thread's registered ubatch id, or None for an unregistered thread.
+    """
+    acting = getattr(_local, "acting", None)
+    if acting is not None:
+        return acting
+    entry = getattr(_local, "entry", None)
+    return None if entry is None else entry.ubatch_id
+
+
+@contextlib.contextmanager
+def acting_for(ubatch_id: int) -> Iterator[int]:
+    """Mark the calling thread as acting for ``ubatch_id`` in the ``with`` block (nests; restores the
+    previous value on exit). The runtime wraps every recv hook in it with the registrar's id."""
+    _check_ubatch_id(ubatch_id)
+    previous = getattr(_local, "acting", None)
+    _local.acting = ubatch_id
+    try:
+        yield ubatch_id
+    finally:
+        _local.acting = previous
 
 
 def current_context() -> Any:
@@ -157,12 +187,12 @@ def current_ubatch_id() -> int:
     raise UnregisteredThreadError(
         f"thread {threading.current_thread().name!r} asked for its ubatch id while a DBO step is "
         f"active ({who}), but it is not a ubatch thread. Run the code inside the ubatch's thread, or "
-        f"wrap it in dbo.registry.ubatch_scope(ubatch_id) to say which ubatch it acts for."
+        f"wrap it in dbo.registry.use_ubatch(ubatch_id) to say which ubatch it acts for."
     )
 
 
 def dbo_enabled() -> bool:
-    """True iff the calling thread is a registered ubatch thread (per thread, unlike the reference)."""
+    """True iff the calling thread is a registered ubatch thread (per thread; vLLM answers it per process)."""
     return getattr(_local, "entry", None) is not None
 
 
@@ -188,23 +218,3 @@ def prune_dead() -> list[RegistryEntry]:
     for e in dead:
         logger.warning("dropped stale registry entry: %s", e.describe())
     return dead
-
-
-# -- acting ubatch (p1-workspace stand-in; the dbo helper's version replaces this block) ---------
-
-
-def acting_ubatch_id() -> int | None:
-    """Inside a running recv hook: the ubatch that registered it; else ``registered_ubatch_id()``."""
-    acting = getattr(_local, "acting", None)
-    return registered_ubatch_id() if acting is None else acting
-
-
-@contextlib.contextmanager
-def acting_as(ubatch_id: int | None) -> Iterator[None]:
-    """Run the block as acting for ``ubatch_id`` (a recv hook runs for its registrant)."""
-    prev = getattr(_local, "acting", None)
-    _local.acting = ubatch_id
-    try:
-        yield
-    finally:
-        _local.acting = prev

@@ -1,6 +1,6 @@
 """Token-balanced split of a batch into ubatch slices, and the merge of their results.
 
-As in the reference: the cut points are the multiples of ``num_tokens // N`` (the last ubatch
+As in vLLM: the cut points are the multiples of ``num_tokens // N`` (the last ubatch
 absorbs the remainder), chosen by tokens rather than by requests, so a request may straddle a cut
 and appear in two ubatches. The later ubatch continues it like a chunked prefill.
 """

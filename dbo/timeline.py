@@ -154,10 +154,11 @@ def _scale_line(width: int, t0: float, t1: float, pad: str) -> list[str]:
     ticks = 4
     labels = [" "] * (width + 12)
     marks = ["-"] * width
+    texts = fmt_seconds_group([t0 + (t1 - t0) * k / ticks for k in range(ticks + 1)])  # one unit for the scale
     for k in range(ticks + 1):
         col = round(k * (width - 1) / ticks)
         marks[col] = "|"
-        text = fmt_seconds(t0 + (t1 - t0) * k / ticks)
+        text = texts[k]
         begin = col if k < ticks else max(0, col - len(text) + 1)
         for j, ch in enumerate(text):
             if begin + j < len(labels):

@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import torch
 
-from dbo.registry import ubatch_scope
+from dbo.registry import use_ubatch
 from demos.cli_common import OutputPathError, check_output_paths, run_main, say, write_output
 from workspace import WorkspaceManager
 from workspace.layout import align_up, canonical_request, plan
@@ -214,7 +214,7 @@ def section_workspace(cfg: Config) -> list[Record]:
         manager = WorkspaceManager(cfg.device, 2)
         buffer = torch.empty(plan(canonical_request(specs)).total, dtype=torch.uint8, device=cfg.device)
         get = manager.get_simultaneous
-        with ubatch_scope(1):
+        with use_ubatch(1):
             get(*specs)
             manager.lock()
             timings = time_together(

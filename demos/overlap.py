@@ -59,8 +59,10 @@ def run_overlap(config: OverlapConfig | None = None, *, details: dict | None = N
     ``records_dbo`` (the kernel records of the last timed step of each kind), ``window`` (the
     timeline's layer window), ``output_no_dbo`` and ``output_dbo`` (the final hidden states of the
     whole batch, CPU tensors; None with meta tensors) and, with ``world_size`` > 1,
-    ``output_reference`` (the single-process run they are compared with). For typed results
-    without files, call ``demos.moe.run.run``.
+    ``output_reference`` (the single-process run they are compared with); ``output_split`` (the
+    same ubatch split run one ubatch after another: the exact reference) and ``output_dbo_graph``
+    (the DBO replay's output with ``graph``, else None). For typed results without files, call
+    ``demos.moe.run.run``.
 
     Under torchrun (``launcher="env"``) ranks other than 0 return None.
     """
@@ -75,6 +77,7 @@ def run_overlap(config: OverlapConfig | None = None, *, details: dict | None = N
         )
         if result.output_reference is not None:
             details["output_reference"] = result.output_reference
+        details.update(output_split=result.output_split, output_dbo_graph=result.output_dbo_graph)
     report = report_of(result)
     for flag, path, write in output_files(result, report):
         write(path)
@@ -199,6 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
            "rank 0 reports. Under torchrun it is this process's WORLD_SIZE (default 1; docs/distributed.md)")
     a("--dist-timeout", type=_float_arg, default=d.dist_timeout, metavar="S",
       help=f"seconds a collective may wait for the other ranks before the run fails (default {d.dist_timeout:g})")
+    a("--graph", action="store_true", default=False,
+      help="capture the no-DBO step and the DBO step once each and time their replays (a CUDA graph on cuda; a "
+           "recorded replay on the CPU backends): the speedup compares graph with graph. ll only: ht keeps "
+           "host-known expert counts, which a graph cannot hold")
     return p
 
 

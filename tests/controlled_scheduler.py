@@ -1,7 +1,7 @@
 """A controlled scheduler for the DBO handoff primitives, and a preemption-bounded explorer.
 
 The orchestrator builds its turn locks and start barrier through a ``SyncPrimitives`` factory
-(``UBatchOrchestrator(primitives=...)``). ``ControlledPrimitives`` returns instrumented stand-ins
+(installed with ``dbo.testing.with_seams(orch, primitives=...)``). ``ControlledPrimitives`` returns instrumented stand-ins
 whose every operation (lock acquire / release, barrier arrival, barrier departure, barrier abort,
 plus explicit ``Scheduler.point`` calls) is a *scheduling point*:
 
@@ -57,7 +57,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from dbo.context import SyncPrimitives
+from dbo.testing import SyncPrimitives, with_seams
 from dbo.orchestrator import UBatchOrchestrator
 
 __all__ = [
@@ -334,7 +334,9 @@ class ScheduledOrchestrator(UBatchOrchestrator):
     """
 
     def __init__(self, *args: Any, primitives: ControlledPrimitives, **kwargs: Any):
-        super().__init__(*args, primitives=primitives, **kwargs)
+        super().__init__(*args, **kwargs)
+        self.primitives = primitives
+        with_seams(self, primitives=primitives)
 
     def _wait_for_threads(self, step: Any, started: float) -> None:  # noqa: D401 - see class doc
         sched = self.primitives.scheduler

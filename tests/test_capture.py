@@ -9,7 +9,8 @@ import torch
 
 import dbo
 import workspace
-from dbo import CaptureError, CapturedStep, UBatchFailed, UBatchOrchestrator
+from dbo import CaptureError, UBatchFailed, UBatchOrchestrator
+from dbo.capture import CapturedStep
 from dbo.trace import Tracer
 
 CPU_BACKENDS = ["threads", "virtual", "inline"]
@@ -550,3 +551,21 @@ def test_cuda_host_copies_must_be_pinned_and_non_blocking():
             p.zero_()
         cs.replay()
         assert_bitwise([p.cuda() for p in pinned], eager)
+
+
+def test_a_refusal_reached_only_through_an_exceptions_context_is_still_a_capture_error():
+    from dbo.capture import _raise_translated
+
+    refusal = CaptureError("host sync during capture: Tensor.item() at x.py:1")
+    try:
+        try:
+            raise refusal
+        except CaptureError:
+            wrapper = dbo.StreamError("it waited on an event of a stream that was closed first")
+            wrapper.__cause__ = RuntimeError("unrelated")  # the cause link leads elsewhere
+            raise wrapper
+    except dbo.StreamError as e:
+        failed = UBatchFailed("ubatch 1 of 2 failed", 1)
+        failed.__cause__ = e
+    with pytest.raises(CaptureError, match="Tensor.item"):
+        _raise_translated(failed)

@@ -24,6 +24,7 @@ from dbo.api import dbo_current_ubatch_id, dbo_maybe_run_recv_hook, dbo_register
 from workspace import WorkspaceManager
 
 import controlled_scheduler as cs
+from dbo.testing import with_seams
 
 HANDOFF_TIMEOUT = 10.0  # never reached: the scheduler models waits as untimed
 
@@ -237,7 +238,7 @@ def _run_protocol(orch, proto: Protocol, prefix, replay) -> cs.Execution:
     proto.injected = None
     proto.step = None
     proto.workspace = WorkspaceManager("cpu", proto.n)
-    orch.fault_hook = proto.fault_hook
+    with_seams(orch, fault_hook=proto.fault_hook)
     return cs.run_controlled(
         lambda: orch.run(proto.fn, list(range(proto.n))),
         proto.prims,

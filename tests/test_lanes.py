@@ -9,7 +9,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import workspace
-from dbo.registry import ubatch_scope
+from dbo.registry import use_ubatch
 from workspace import WorkspaceLockedError, WorkspaceManager, current_workspace_lane, use_workspace_lane
 
 U8 = torch.uint8
@@ -117,7 +117,7 @@ def test_observers_see_every_hand_out_and_change_nothing(lanes: int) -> None:
     def offsets(m: WorkspaceManager) -> list[tuple[int, int]]:
         out = []
         for u in (0, 1):
-            with ubatch_scope(u):
+            with use_ubatch(u):
                 for lane in range(lanes):
                     with use_workspace_lane(lane):
                         for _ in range(2):  # a miss, then a hit
@@ -149,7 +149,7 @@ def test_new_threads_start_in_lane_zero() -> None:
 def test_lanes_do_not_alias_and_untouched_slots_stay_empty() -> None:
     m = WorkspaceManager("cpu", 2, num_lanes=2, growth="requester")
     assert m.slot_sizes() == [0, 0, 0, 0]
-    with ubatch_scope(0):
+    with use_ubatch(0):
         a = ptr(m, ((512,), U8))
         with use_workspace_lane(1):
             b = ptr(m, ((256,), U8))
@@ -161,7 +161,7 @@ def test_two_ubatches_times_two_lanes_give_four_distinct_buffers() -> None:
     m = WorkspaceManager("cpu", 2, num_lanes=2)
     ptrs = set()
     for u in (0, 1):
-        with ubatch_scope(u):
+        with use_ubatch(u):
             for lane in (0, 1):
                 with use_workspace_lane(lane):
                     ptrs.add(ptr(m, ((1024,), U8)))
@@ -182,7 +182,7 @@ def test_lockstep_policies_grow_within_a_lane_only(growth) -> None:
 
 def test_locked_lanes_reuse_memory_and_refuse_growth_naming_the_lane() -> None:
     m = WorkspaceManager("cpu", 2, num_lanes=2)
-    with ubatch_scope(1), use_workspace_lane(1):
+    with use_ubatch(1), use_workspace_lane(1):
         p = ptr(m, ((1024,), U8))
         m.lock()
         assert ptr(m, ((1024,), U8)) == p and ptr(m, ((10,), F32)) == p
@@ -206,7 +206,7 @@ def test_lanes_hot_path_issues_no_torch_ops() -> None:
 
     m = WorkspaceManager("cpu", 2, num_lanes=2)
     spec = ((16, 16), F32)
-    with ubatch_scope(1), use_workspace_lane(1):
+    with use_ubatch(1), use_workspace_lane(1):
         first = m.get_simultaneous(spec)
         with Ops() as rec:
             again = m.get_simultaneous(spec)
@@ -215,7 +215,7 @@ def test_lanes_hot_path_issues_no_torch_ops() -> None:
 
 def test_ubatch_beyond_slots_with_lanes() -> None:
     m = WorkspaceManager("cpu", 2, num_lanes=2)
-    with ubatch_scope(2), use_workspace_lane(1):
+    with use_ubatch(2), use_workspace_lane(1):
         with pytest.raises(ValueError, match=r"ubatch id 2 \(lane 1\) has no workspace slot.*num_ubatches >= 3"):
             m.get_simultaneous(((4,), F32))
 
@@ -233,7 +233,7 @@ def test_persistent_resource_built_once_per_slot_and_cached() -> None:
 
     got = {}
     for u in (0, 1):
-        with ubatch_scope(u):
+        with use_ubatch(u):
             for lane in (0, 1):
                 with use_workspace_lane(lane):
                     got[u, lane] = m.get_persistent_resource("meta", factory)
@@ -276,7 +276,7 @@ def test_a_factory_may_use_the_workspace() -> None:
 
 def test_persistent_tensor_zeroed_once_and_never_clobbered_by_scratch() -> None:
     m = WorkspaceManager("cpu", 2)
-    with ubatch_scope(1):
+    with use_ubatch(1):
         p = m.get_persistent("lse", (4, 2), F32, zero_init=True)
         assert p.tolist() == [[0.0, 0.0]] * 4
         p.fill_(5.0)
@@ -285,7 +285,7 @@ def test_persistent_tensor_zeroed_once_and_never_clobbered_by_scratch() -> None:
             s.fill_(-1.0)
         again = m.get_persistent("lse", (4, 2), F32, zero_init=True)
         assert again is p and p.tolist() == [[5.0, 5.0]] * 4, "zeroed once; contents survive"
-    with ubatch_scope(0):
+    with use_ubatch(0):
         other = m.get_persistent("lse", (4, 2), F32)
     assert other.data_ptr() != p.data_ptr()
     assert m.stats()["persistent_entries"] == 2 and m.stats()["persistent_allocations"] == 2

@@ -45,7 +45,7 @@ def test_standalone_forward_uses_the_reference_workspace_patterns(manager, monke
     model = ToyMoE(CFG, ModelledLinkTransport(), num_slots=2, schedule=schedule)
     moe = []
     real_moe = model._moe_workspace
-    monkeypatch.setattr(model, "_moe_workspace", lambda st: moe.append(real_moe(st)) or moe[-1])
+    monkeypatch.setattr(model, "_moe_workspace", lambda *a: moe.append(real_moe(*a)) or moe[-1])
     out = model.forward(range(0, CFG.tokens))  # no orchestrator: the default inline stream, dbo_* no-ops
     assert torch.isfinite(out).all()
     # four requests per layer: attention context, attention query, router, MoE
@@ -119,3 +119,73 @@ def test_transfers_are_comm_kernels_with_modelled_seconds(manager):
     c = next(r for r in comm if r.name.startswith("combine"))
     assert d.duration == pytest.approx(model.transport.seconds(rows * CFG.hidden * 2))  # bf16 on the wire
     assert c.duration == pytest.approx(model.transport.seconds(rows * CFG.hidden * 4))  # float32 back
+
+
+# --- the ll schedule's low-latency layout (DeepEP low-latency) ------------------------------------------
+
+
+def _standalone(schedule: str, cfg: ModelConfig = CFG, zero_gate: bool = False) -> ToyMoE:
+    model = ToyMoE(cfg, ModelledLinkTransport(), num_slots=2, schedule=schedule)
+    if zero_gate:  # every token ties on every expert: top-k picks the same experts for all tokens
+        for L in model.layers:
+            L.w_gate.zero_()
+    model.forward(range(0, cfg.tokens))
+    return model
+
+
+def test_ll_layout_holds_each_experts_rows_in_order_with_zeros_past_the_counts(manager):
+    model = _standalone("ll")
+    t, K, E, H = CFG.tokens, CFG.topk, CFG.experts, CFG.hidden
+    st = model.slots[0].views(t)
+    p, b = st.plan, model.transport._slots[0]  # the last layer's plan and its dispatch
+    lb = model.transport.ll_batch(p, slot=0)
+    assert (lb.local_experts, lb.capacity, lb.first_expert) == (E, t, 0)
+    counts = lb.counts
+    assert counts.dtype == torch.int64 and counts.device == model.device and int(counts.sum()) == t * K
+    offsets = p.offsets.tolist()
+    assert counts.tolist() == [offsets[e + 1] - offsets[e] for e in range(E)]
+    padded = b.padded[: E * t * H].view(E, t, H)
+    for e in range(E):
+        a, z = offsets[e], offsets[e + 1]
+        assert torch.equal(padded[e, : z - a], st.moe_wire[p.src_token[a:z]])
+        assert not padded[e, z - a :].any()  # zeros past the count
+    # the combine reads exactly the valid rows, through a device-side index: copy j = token * topk + k
+    # sits in the layout at copy_row[j], which holds that token's row
+    rows = b.copy_row[: t * K]
+    assert len(set(rows.tolist())) == t * K and bool(((rows % t) < counts[rows // t]).all())
+    assert torch.equal(padded.view(E * t, H)[rows], st.moe_wire.repeat_interleave(K, dim=0))
+
+
+@pytest.mark.parametrize("zero_gate", [False, True])
+def test_ll_and_ht_compute_the_same_model(manager, zero_gate):
+    """Two ways to the same math (the batched GEMM over the padded layout, the per-expert GEMMs over
+    sorted rows): equal to float32 rounding. With a zero gate every token picks the same experts,
+    so those experts get exactly ``capacity`` rows: the worst case fits."""
+    ll = _standalone("ll", zero_gate=zero_gate)
+    if zero_gate:
+        counts = ll.transport._slots[0].counts
+        assert int(counts.max()) == CFG.tokens == ll.transport.ll_batch(ll.slots[0].views(CFG.tokens).plan, slot=0).capacity
+    out_ll = ll.hidden.clone()
+    ht = _standalone("ht", zero_gate=zero_gate)
+    assert torch.isfinite(out_ll).all()
+    torch.testing.assert_close(out_ll, ht.hidden, rtol=1e-5, atol=1e-5 * float(ht.hidden.abs().max()))
+
+
+def test_ll_experts_kernel_is_modelled_as_a_masked_gemm_over_the_valid_rows(manager):
+    """The virtual backend charges the ll experts kernel the valid rows' Work (a masked grouped GEMM),
+    not the padded buffer's, though the torch code multiplies the whole padded buffer."""
+    from dbo.costs import Work, kernel_time
+
+    tracer = dbo.Tracer()
+    model = ToyMoE(CFG, ModelledLinkTransport(), num_slots=2, schedule="ll")
+    with dbo.UBatchOrchestrator(1, backend="virtual", tracer=tracer) as orch:
+        orch.run(model.forward, [range(0, CFG.tokens)])
+    experts = [r.duration for r in tracer.records if r.name.startswith("experts")]
+    assert len(experts) == CFG.layers
+    work = model.costs(CFG.tokens).experts
+    assert experts[0] == pytest.approx(kernel_time(work, "cpu", torch.float32))
+    padded = CFG.experts * CFG.tokens  # rows of the layout
+    valid = CFG.tokens * CFG.topk
+    assert padded > valid
+    scale = padded / valid
+    assert experts[0] < kernel_time(Work(flops=work.flops * scale, bytes=work.bytes * scale), "cpu", torch.float32)

@@ -1,7 +1,7 @@
 """Noise: many handoffs with a tiny switch interval and random zero sleeps, zero violations.
 
 ``sys.setswitchinterval`` only changes how often the interpreter switches threads, not where
-(the interpreter may switch at any bytecode boundary), so the plan also puts ``time.sleep(0)`` at random points: in the model code
+(a thread switch lands only at bytecode boundaries the interpreter picks), so the plan also puts ``time.sleep(0)`` at random points: in the model code
 before and after yields and inside the registry-adjacent fault-hook points (right after a ubatch
 registers, right after it first gets the turn, right before it exits and unregisters). Every
 segment checks strict alternation (nobody else is inside a segment; the global order of segments
@@ -27,6 +27,7 @@ from dbo.api import dbo_yield
 from workspace import WorkspaceManager
 
 from test_stress_isolation import DTYPES, as_bytes, pattern
+from dbo.testing import with_seams
 
 HANDOFFS = 10_000
 SWITCH_INTERVAL = 1e-6
@@ -172,7 +173,7 @@ def run_noisy(steps: list[NoisyStep]) -> tuple[int, int]:
                         dbo_yield()
                 return uid
 
-            orch.fault_hook = hook
+            with_seams(orch, fault_hook=hook)
             assert orch.run(fn, list(range(step.n))) == list(range(step.n)), f"step {s}"
             assert not alt.violations, f"step {s}: {alt.violations[:3]}"
             assert not canary, f"step {s}: {canary[:3]}"

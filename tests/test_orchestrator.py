@@ -25,6 +25,7 @@ from dbo.api import (
     dbo_yield_and_switch_from_compute_to_comm,
 )
 from dbo.streams import current_stream
+from dbo.testing import with_seams
 
 BACKENDS = ["threads", "virtual"]
 FAULT_BOUND_S = 5.0  # every injected fault must end the step well within this
@@ -218,7 +219,7 @@ def test_second_recv_hook_over_a_pending_one_is_an_error():
         with pytest.raises(dbo.UBatchFailed) as info:
             orch.run(fn, [0, 1])
     assert info.value.ubatch_id == 0
-    assert isinstance(info.value.__cause__, dbo.RecvHookConflict)
+    assert isinstance(info.value.__cause__, dbo.errors.RecvHookConflict)
 
 
 # -- failure handling ------------------------------------------------------------------------------
@@ -275,15 +276,15 @@ def test_fault_in_enter_start_exit(point, uid):
         if p == point and u == uid:
             raise Injected(f"{p} of ubatch {u}")
 
-    with _orch(2, fault_hook=hook) as orch:
-        orch.fault_hook = hook
+    with _orch(2) as orch:
+        with_seams(orch, fault_hook=hook)
         started = time.monotonic()
         with pytest.raises(dbo.UBatchFailed) as info:
             orch.run(lambda u: (dbo_yield(), u)[1], [0, 1])
         assert time.monotonic() - started < FAULT_BOUND_S
         assert info.value.ubatch_id == uid and isinstance(info.value.__cause__, Injected)
         assert registry.snapshot() == []
-        orch.fault_hook = None
+        with_seams(orch, fault_hook=None)
         assert orch.run(lambda u: (dbo_yield(), u)[1], [0, 1]) == [0, 1]
 
 
@@ -294,10 +295,11 @@ def test_fault_in_the_orchestrator_after_the_barrier():
     with _orch(2) as orch:
         started = time.monotonic()
         with pytest.raises(dbo.UBatchFailed) as info:
-            orch.run(lambda u: u, [0, 1], after_barrier=boom)
+            with_seams(orch, after_barrier=boom).run(lambda u: u, [0, 1])
         assert time.monotonic() - started < FAULT_BOUND_S
         assert info.value.ubatch_id is None and isinstance(info.value.__cause__, Injected)
         assert "orchestrator" in str(info.value)
+        with_seams(orch, after_barrier=None)
         assert orch.run(lambda u: u, [0, 1]) == [0, 1]
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import dbo
 from dbo import registry
-from dbo.registry import current_ubatch_id, register, registered_ubatch_id, ubatch_scope, unregister
+from dbo.registry import current_ubatch_id, register, registered_ubatch_id, use_ubatch, unregister
 
 JOIN_S = 5.0
 
@@ -83,7 +83,7 @@ def test_unregistered_thread_during_active_step_raises() -> None:
     inside, release = threading.Event(), threading.Event()
 
     def ubatch1() -> None:
-        with ubatch_scope(1):
+        with use_ubatch(1):
             inside.set()
             release.wait(JOIN_S)
 
@@ -94,8 +94,8 @@ def test_unregistered_thread_during_active_step_raises() -> None:
         assert registry.step_active()
         with pytest.raises(dbo.UnregisteredThreadError, match="not a ubatch thread") as info:
             current_ubatch_id()
-        assert isinstance(info.value, LookupError) and isinstance(info.value, dbo.RegistryError)
-        with ubatch_scope(0):
+        assert isinstance(info.value, LookupError) and isinstance(info.value, dbo.errors.RegistryError)
+        with use_ubatch(0):
             assert current_ubatch_id() == 0
     finally:
         release.set()
@@ -103,9 +103,9 @@ def test_unregistered_thread_during_active_step_raises() -> None:
     assert not t.is_alive()
 
 
-def test_ubatch_scope_cleans_up_on_error() -> None:
+def test_use_ubatch_cleans_up_on_error() -> None:
     with pytest.raises(ZeroDivisionError):
-        with ubatch_scope(3):
+        with use_ubatch(3):
             assert current_ubatch_id() == 3 and registry.dbo_enabled()
             1 / 0
     assert registered_ubatch_id() is None
@@ -115,7 +115,7 @@ def test_ubatch_scope_cleans_up_on_error() -> None:
 
     def failing() -> None:
         try:
-            with ubatch_scope(1):
+            with use_ubatch(1):
                 raise KeyError("boom")
         except KeyError as exc:
             errors.append(exc)
@@ -126,8 +126,8 @@ def test_ubatch_scope_cleans_up_on_error() -> None:
     assert registry.snapshot() == []
 
 
-def test_ubatch_scope_tolerates_body_unregistering() -> None:
-    with ubatch_scope(2):
+def test_use_ubatch_tolerates_body_unregistering() -> None:
+    with use_ubatch(2):
         assert unregister() == 2
     assert registry.snapshot() == []
 
@@ -135,15 +135,15 @@ def test_ubatch_scope_tolerates_body_unregistering() -> None:
 def test_register_twice_raises() -> None:
     register(0)
     try:
-        with pytest.raises(dbo.RegistryError, match="already registered"):
+        with pytest.raises(dbo.errors.RegistryError, match="already registered"):
             register(1)
-        with pytest.raises(dbo.RegistryError):
-            with ubatch_scope(1):
+        with pytest.raises(dbo.errors.RegistryError):
+            with use_ubatch(1):
                 pass
         assert registered_ubatch_id() == 0, "a refused registration must not change the existing one"
     finally:
         unregister()
-    with pytest.raises(dbo.RegistryError, match="not registered"):
+    with pytest.raises(dbo.errors.RegistryError, match="not registered"):
         unregister()
     assert registry.snapshot() == []
 

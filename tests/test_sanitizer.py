@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 import dbo
 import workspace
-from dbo.registry import ubatch_scope
+from dbo.registry import use_ubatch
 from demos.moe.comm import ModelledLinkTransport
 from demos.moe.model import ModelConfig, ToyMoE
 from workspace import WorkspaceManager, sanitizer
@@ -97,9 +97,9 @@ def test_wrap_keeps_the_function_and_its_result() -> None:
 def test_cross_slot_write_is_reported_with_op_ubatch_and_caller() -> None:
     m = WorkspaceManager("cpu", 2)
     sanitizer.enable("collect")
-    with ubatch_scope(0):
+    with use_ubatch(0):
         (mine,) = m.get_simultaneous(((64,), F32))
-    with sanitizer.use_sanitizer(), ubatch_scope(1):
+    with sanitizer.use_sanitizer(), use_ubatch(1):
         line = sys._getframe().f_lineno + 1
         mine.fill_(3.0)
     (f,) = sanitizer.findings()
@@ -112,10 +112,10 @@ def test_cross_slot_write_is_reported_with_op_ubatch_and_caller() -> None:
 def test_raise_mode_stops_the_op_before_it_runs() -> None:
     m = WorkspaceManager("cpu", 2)
     sanitizer.enable("raise")
-    with ubatch_scope(0):
+    with use_ubatch(0):
         (mine,) = m.get_simultaneous(((8,), F32))
         mine.fill_(1.0)
-    with sanitizer.use_sanitizer(), ubatch_scope(1):
+    with sanitizer.use_sanitizer(), use_ubatch(1):
         with pytest.raises(SanitizerError) as info:
             mine.fill_(2.0)
     assert info.value.finding.kind == "cross-slot"
@@ -146,12 +146,12 @@ def test_a_finding_in_a_ubatch_thread_fails_the_step_naming_the_ubatch() -> None
 def test_a_non_ubatch_thread_touching_a_slot_during_a_step_is_cross_slot() -> None:
     m = WorkspaceManager("cpu", 2)
     sanitizer.enable("collect")
-    with ubatch_scope(0):
+    with use_ubatch(0):
         (x,) = m.get_simultaneous(((16,), F32))
     inside, release = threading.Event(), threading.Event()
 
     def ubatch1() -> None:
-        with ubatch_scope(1):
+        with use_ubatch(1):
             inside.set()
             release.wait(5)
 
@@ -175,12 +175,12 @@ def test_a_non_ubatch_thread_touching_a_slot_during_a_step_is_cross_slot() -> No
 def test_cross_slot_on_another_ubatchs_persistent_tensor() -> None:
     m = WorkspaceManager("cpu", 2)
     sanitizer.enable("collect")
-    with ubatch_scope(1):
+    with use_ubatch(1):
         p = m.get_persistent("meta", (4,), torch.int32, zero_init=True)
     with sanitizer.use_sanitizer():
-        with ubatch_scope(1):
+        with use_ubatch(1):
             p.add_(1)  # its own: fine
-        with ubatch_scope(0):
+        with use_ubatch(0):
             p.add_(1)
     (f,) = sanitizer.findings()
     assert f.kind == "cross-slot" and f.owner == 1 and "persistent tensor 'meta'" in f.detail
@@ -210,13 +210,13 @@ def test_recv_hooks_act_for_the_ubatch_that_registered_them() -> None:
 def test_a_helper_registered_as_the_owner_is_not_cross_slot() -> None:
     m = WorkspaceManager("cpu", 2)
     sanitizer.enable("collect")
-    with ubatch_scope(0):
+    with use_ubatch(0):
         (x,) = m.get_simultaneous(((16,), F32))
     errors: list[BaseException] = []
 
     def helper() -> None:
         try:
-            with sanitizer.use_sanitizer(), ubatch_scope(0):  # a helper that works for ubatch 0
+            with sanitizer.use_sanitizer(), use_ubatch(0):  # a helper that works for ubatch 0
                 x.fill_(1)
         except BaseException as exc:  # reported below
             errors.append(exc)
@@ -226,7 +226,7 @@ def test_a_helper_registered_as_the_owner_is_not_cross_slot() -> None:
     t.join(10)
     assert not t.is_alive() and not errors
     assert sanitizer.findings() == []
-    with sanitizer.use_sanitizer(), ubatch_scope(1):
+    with sanitizer.use_sanitizer(), use_ubatch(1):
         x.fill_(2)
     assert kinds() == ["cross-slot"]
 
@@ -235,18 +235,18 @@ def test_the_acting_ubatch_comes_from_the_registry(monkeypatch: pytest.MonkeyPat
     """The sanitizer asks dbo.registry who acts; a hook frame on the stack alone proves nothing."""
     m = WorkspaceManager("cpu", 2)
     sanitizer.enable("collect")
-    with ubatch_scope(0):
+    with use_ubatch(0):
         (x,) = m.get_simultaneous(((16,), F32))
 
     def maybe_run_recv_hook() -> None:  # named like dbo's hook runner, but not run by dbo
         x.fill_(3)
 
-    with sanitizer.use_sanitizer(), ubatch_scope(1):
+    with sanitizer.use_sanitizer(), use_ubatch(1):
         maybe_run_recv_hook()
     assert kinds() == ["cross-slot"]
     sanitizer.clear()
     monkeypatch.setattr(dbo.registry, "acting_ubatch_id", lambda: 0)  # as inside a hook ubatch 0 registered
-    with sanitizer.use_sanitizer(), ubatch_scope(1):
+    with sanitizer.use_sanitizer(), use_ubatch(1):
         x.fill_(4)
     assert sanitizer.findings() == []
 
@@ -257,7 +257,7 @@ def test_the_acting_ubatch_comes_from_the_registry(monkeypatch: pytest.MonkeyPat
 def test_stale_view_after_the_same_slots_next_call() -> None:
     m = WorkspaceManager("cpu", 2)
     sanitizer.enable("collect")
-    with sanitizer.use_sanitizer(), ubatch_scope(0):
+    with sanitizer.use_sanitizer(), use_ubatch(0):
         (x,) = m.get_simultaneous(((256,), F32))  # 1 KiB
         x.fill_(1)
         y, z = m.get_simultaneous(((128,), F32), ((128,), F32))  # the same 1 KiB, two views
@@ -292,7 +292,7 @@ def test_reused_and_derived_views_within_their_lifetime_are_fine() -> None:
     sanitizer.enable("raise")
     with sanitizer.use_sanitizer():
         for u in (0, 1):
-            with ubatch_scope(u):
+            with use_ubatch(u):
                 for _ in range(3):
                     a, b = m.get_simultaneous(((8, 16), F32), ((16,), torch.int64))
                     a.fill_(1)
@@ -313,11 +313,11 @@ def test_reused_and_derived_views_within_their_lifetime_are_fine() -> None:
 def test_orphaned_view_under_lockstep_growth() -> None:
     m = WorkspaceManager("cpu", 2, growth="lockstep")
     sanitizer.enable("collect")
-    with ubatch_scope(1):
+    with use_ubatch(1):
         (held,) = m.get_simultaneous(((64,), F32))
-    with ubatch_scope(0):
+    with use_ubatch(0):
         m.get_simultaneous(((1 << 16,), U8))  # reallocates ubatch 1's slot too
-    with sanitizer.use_sanitizer(), ubatch_scope(1):
+    with sanitizer.use_sanitizer(), use_ubatch(1):
         held.add_(1)
     (f,) = sanitizer.findings()
     assert f.kind == "orphaned-view" and f.ubatch == 1 and f.owner == 1 and "replaced" in f.detail
@@ -326,11 +326,11 @@ def test_orphaned_view_under_lockstep_growth() -> None:
 def test_no_orphan_under_deferred_growth_until_the_owner_reallocates() -> None:
     m = WorkspaceManager("cpu", 2, growth="deferred-lockstep")
     sanitizer.enable("collect")
-    with ubatch_scope(1):
+    with use_ubatch(1):
         (held,) = m.get_simultaneous(((64,), F32))
-    with ubatch_scope(0):
+    with use_ubatch(0):
         m.get_simultaneous(((1 << 16,), U8))
-    with sanitizer.use_sanitizer(), ubatch_scope(1):
+    with sanitizer.use_sanitizer(), use_ubatch(1):
         held.add_(1)  # still a live view: its slot had no call
         assert sanitizer.findings() == []
         m.get_simultaneous(((8,), F32))  # its safe point: reallocated
@@ -344,9 +344,9 @@ def test_no_orphan_under_deferred_growth_until_the_owner_reallocates() -> None:
 def test_findings_are_deduplicated_counted_and_survive_disable() -> None:
     m = WorkspaceManager("cpu", 2)
     sanitizer.enable("collect")
-    with ubatch_scope(0):
+    with use_ubatch(0):
         (x,) = m.get_simultaneous(((16,), F32))
-    with sanitizer.use_sanitizer(), ubatch_scope(1):
+    with sanitizer.use_sanitizer(), use_ubatch(1):
         for _ in range(5):
             x.fill_(0)
     (f,) = sanitizer.findings()
@@ -360,9 +360,9 @@ def test_findings_are_deduplicated_counted_and_survive_disable() -> None:
 def test_disabled_sanitizer_sees_nothing_even_inside_an_open_scope() -> None:
     m = WorkspaceManager("cpu", 2)
     sanitizer.enable("collect")
-    with ubatch_scope(0):
+    with use_ubatch(0):
         (x,) = m.get_simultaneous(((16,), F32))
-    with sanitizer.use_sanitizer(), ubatch_scope(1):
+    with sanitizer.use_sanitizer(), use_ubatch(1):
         sanitizer.disable()
         x.fill_(0)
     assert sanitizer.findings() == []
@@ -371,9 +371,9 @@ def test_disabled_sanitizer_sees_nothing_even_inside_an_open_scope() -> None:
 def test_use_sanitizer_with_a_mode_enables_for_the_block() -> None:
     m = WorkspaceManager("cpu", 2)
     with sanitizer.use_sanitizer("collect") as found:
-        with ubatch_scope(0):
+        with use_ubatch(0):
             (x,) = m.get_simultaneous(((16,), F32))
-        with sanitizer.use_sanitizer(), ubatch_scope(1):
+        with sanitizer.use_sanitizer(), use_ubatch(1):
             x.fill_(0)
         assert [f.kind for f in found()] == ["cross-slot"]
     assert not sanitizer.enabled()

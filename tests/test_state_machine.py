@@ -40,6 +40,7 @@ from workspace import WorkspaceLockedError, WorkspaceManager
 from workspace.layout import canonical_request, plan
 
 from test_stress_isolation import DTYPES, Isolation, as_bytes, pattern
+from dbo.testing import with_seams
 
 
 class Injected(Exception):
@@ -195,7 +196,7 @@ class DBOWorkspaceMachine(RuleBasedStateMachine):
             iso.drop(uid)
             return uid
 
-        self.orch.fault_hook = fault_hook
+        with_seams(self.orch, fault_hook=fault_hook)
         self.steps += 1
         try:
             if expected is None:
@@ -212,7 +213,7 @@ class DBOWorkspaceMachine(RuleBasedStateMachine):
                 del info
         finally:
             # Our references to the failure (its traceback holds the failed ubatch's frame and views).
-            self.orch.fault_hook = None
+            with_seams(self.orch, fault_hook=None)
             injected.clear()
         assert not iso.problems, iso.problems
         if self.model.locked:

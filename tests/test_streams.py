@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import dbo
 from dbo import StreamError, StreamTimeout
 from dbo.costs import DeviceProfile, LinkProfile, Transfer, Work
-from dbo.registry import ubatch_scope
+from dbo.registry import use_ubatch
 from dbo.streams import (
     Backend,
     Event,
@@ -151,6 +151,46 @@ def test_record_defaults_to_the_current_stream(backend):
         ev.record()
     ev.synchronize()
     assert ev.query()
+
+
+def test_a_stream_knows_its_role_and_launch_defaults_kind_to_it(backend):
+    tr = Tracer()
+    backend.tracer = tr
+    compute = backend.new_stream("c")
+    comm = backend.new_stream("m", role="comm")
+    assert compute.role == "compute" and comm.role == "comm"
+    assert backend.stream("c").role == "compute" and backend.stream("m").role == "comm"
+    with pytest.raises(ValueError, match="stream role must be one of compute, comm; got 'dma'"):
+        backend.new_stream("x", role="dma")
+    assert "x" not in [st.name for st in backend.streams]
+    comm.launch(None, name="k_comm_default", cost=0.001)
+    comm.launch(None, name="k_comm_as_compute", kind="compute", cost=0.001)
+    compute.launch(None, name="k_compute_default", cost=0.001)
+    compute.launch(None, name="k_compute_as_comm", kind="comm", cost=0.001)
+    with use_stream(comm):
+        launch(None, name="k_current_comm", cost=0.001)  # dbo.launch on the current stream
+    with use_stream(compute):
+        launch(None, name="k_current_compute", cost=0.001)
+    with pytest.raises(ValueError, match="kernel kind"):
+        comm.launch(None, kind="dma")
+    backend.synchronize()
+    kinds = {k.name: k.kind for k in tr.kernels()}
+    assert kinds == {
+        "k_comm_default": "comm",
+        "k_comm_as_compute": "compute",
+        "k_compute_default": "compute",
+        "k_compute_as_comm": "comm",
+        "k_current_comm": "comm",
+        "k_current_compute": "compute",
+    }
+
+
+def test_orchestrator_streams_have_their_roles():
+    for layout in dbo.STREAM_LAYOUTS:
+        with dbo.UBatchOrchestrator(2, backend="virtual", stream_layout=layout) as orch:
+            for u in range(2):
+                compute, comm = orch.streams(u)
+                assert (compute.role, comm.role) == ("compute", "comm")
 
 
 def test_kernel_names():
@@ -1012,7 +1052,7 @@ def _program(b: VirtualBackend) -> None:
     meta = torch.empty(4096, 4096, device="meta", dtype=torch.bfloat16)
     for layer in range(3):
         for u in (0, 1):
-            with ubatch_scope(u):
+            with use_ubatch(u):
                 comp.launch(torch.Tensor.add_, x, 1.0, name=f"attn{layer}")
                 comp.launch(None, meta, name=f"gemm{layer}", cost=Work(flops=2 * 4096**3, bytes=meta.nbytes))
                 cd = b.new_event()

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dbo import StreamError, StreamTimeout
-from dbo.registry import ubatch_scope
+from dbo.registry import use_ubatch
 from dbo.streams import CudaBackend, get_backend, use_stream
 from dbo.trace import Tracer
 
@@ -132,7 +132,7 @@ def test_tracing_records_kernels_on_the_perf_counter_clock(cb):
     out = torch.empty_like(a)
     torch.cuda.synchronize(cb.device)
     t0 = cb.now()
-    with ubatch_scope(1):
+    with use_ubatch(1):
         s.launch(lambda x, o: torch.matmul(x, x, out=o), a, out, name="mm")
         s.launch(None, name="xfer", kind="comm", cost=0.01)
     s.synchronize()

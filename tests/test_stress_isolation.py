@@ -305,10 +305,10 @@ def test_isolation_checker_catches_a_cross_slot_view():
     """Positive control: a view of ubatch 0's slot handed to ubatch 1 is reported."""
     ws = WorkspaceManager("cpu", 2)
     iso = Isolation(ws)
-    with dbo.ubatch_scope(0):
+    with dbo.use_ubatch(0):
         (mine,) = ws.get_simultaneous(((64,), torch.uint8))
         iso.handed_out(0, [mine], (((64,), torch.uint8),))
-    with dbo.ubatch_scope(1):
+    with dbo.use_ubatch(1):
         ws.get_simultaneous(((64,), torch.uint8))
         iso.handed_out(1, [mine[8:16]], (((8,), torch.uint8),))  # a foreign view
     assert any("not carved from slot 1" in p for p in iso.problems)
@@ -479,7 +479,7 @@ def test_sibling_views_across_growth_orphaned_or_deferred(n, growth):
 def test_locked_growth_in_a_ubatch_changes_nothing(n):
     """After lock(), a ubatch whose request does not fit fails the step; nothing is reallocated."""
     ws = WorkspaceManager("cpu", n)
-    with dbo.ubatch_scope(0):
+    with dbo.use_ubatch(0):
         ws.get_simultaneous(((4096,), torch.uint8))
     ws.lock()
     before = (ws.slot_sizes(), ws.stats()["allocations"])

@@ -34,6 +34,7 @@ from dbo.api import (
 )
 from dbo.streams import current_stream
 from workspace import WorkspaceManager
+from dbo.testing import with_seams
 
 BACKENDS = ["threads", "virtual"]
 LAYOUTS = ["per-ubatch", "shared"]
@@ -146,7 +147,7 @@ def fault_points(n: int) -> list[str]:
 
 def assert_next_step_works(orch, ws: WorkspaceManager) -> None:
     model = Model(orch.num_ubatches, ws)
-    orch.fault_hook = None
+    with_seams(orch, fault_hook=None)
     out = orch.run(model.fn, list(range(orch.num_ubatches)))
     assert [o.tolist() for o in out] == [[float(u)] * 4 for u in range(orch.num_ubatches)]
     assert not model.problems, model.problems
@@ -179,7 +180,7 @@ CASES = [(n, point) for n in (2, 3, 4) for point in fault_points(n)]
 def test_fault_at_every_handoff_point(n, point, backend, layout):
     ws = WorkspaceManager("cpu", n)
     model = Model(n, ws, point)
-    with _orch(n, backend, layout, fault_hook=model.fault_hook) as orch:
+    with with_seams(_orch(n, backend, layout), fault_hook=model.fault_hook) as orch:
         run_failing_step(orch, model, model.expected_owner())
         assert_next_step_works(orch, ws)
 
@@ -217,7 +218,7 @@ def test_fault_while_siblings_are_parked_inside_yield_and_switch(n, api, backend
                 dbo_yield_and_switch_from_compute_to_comm()
             else:
                 dbo_yield_and_switch_from_comm_to_compute()
-        except dbo.UBatchAborted as exc:
+        except dbo.errors.UBatchAborted as exc:
             unwound[uid] = type(exc).__name__
             raise
         return uid
@@ -345,7 +346,7 @@ def test_base_exception_in_a_ubatch_fails_the_step_cleanly(where, exc_type, back
             raised["e"] = exc_type("stop")
             raise raised["e"]
 
-    with _orch(2, backend, "per-ubatch", fault_hook=hook) as orch:
+    with with_seams(_orch(2, backend, "per-ubatch"), fault_hook=hook) as orch:
         started = time.monotonic()
         with pytest.raises(dbo.UBatchFailed) as info:
             orch.run(fn, [0, 1])
@@ -353,7 +354,7 @@ def test_base_exception_in_a_ubatch_fails_the_step_cleanly(where, exc_type, back
         assert info.value.__cause__ is raised["e"]
         assert info.value.ubatch_id == (1 if where == "before_yield" else 0)
         assert _ubatch_threads() == [] and registry.snapshot() == []
-        orch.fault_hook = None
+        with_seams(orch, fault_hook=None)
         assert orch.run(lambda u: (dbo_yield(), u)[1], [0, 1]) == [0, 1]
 
 
@@ -411,7 +412,7 @@ def test_repeated_faults_do_not_leak(backend, stress_count):
     with _orch(n, backend, "per-ubatch") as orch:
         for i in range(len(points) * stress_count):
             model = Model(n, ws, points[(i * 7) % len(points)])
-            orch.fault_hook = model.fault_hook
+            with_seams(orch, fault_hook=model.fault_hook)
             run_failing_step(orch, model, model.expected_owner())
         assert_next_step_works(orch, ws)
     assert ws.stats()["grows"] <= 6  # growth only while warming up to the largest canary request

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dbo.costs import DeviceProfile, Transfer
-from dbo.registry import ubatch_scope
+from dbo.registry import use_ubatch
 from dbo.streams import KernelRecord, get_backend
 from dbo.trace import HOST_PID, STREAMS_PID, Tracer, ubatch_track
 
@@ -172,7 +172,7 @@ def test_backend_records_kernels_with_ubatch_ids():
         s = b.new_stream("compute")
         c = b.new_stream("comm")
         s.launch(None, cost=1.0, name="pre")
-        with ubatch_scope(1):
+        with use_ubatch(1):
             c.launch(None, kind="comm", cost=Transfer(0), name="xfer")
         b.tracer = None  # recording off
         s.launch(None, cost=1.0, name="unseen")
@@ -189,7 +189,7 @@ def test_threads_backend_records_on_its_clock():
         s = b.new_stream("compute")
         t0 = b.now()
         x = torch.zeros(4)
-        with ubatch_scope(0):
+        with use_ubatch(0):
             s.launch(torch.Tensor.add_, x, 1, name="add")
         s.synchronize()
         t1 = b.now()

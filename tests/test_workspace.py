@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import dbo
 import workspace
-from dbo.registry import ubatch_scope
+from dbo.registry import use_ubatch
 from workspace import WorkspaceLockedError, WorkspaceManager
 from workspace.layout import align_up
 from workspace import manager as manager_mod
@@ -108,7 +108,7 @@ def test_bad_device(device, exc) -> None:
 
 def test_views_in_order_aligned_exact_and_disjoint(ws: WorkspaceManager) -> None:
     specs = [((3, 5), F32), ((7,), torch.int8), ((2, 2, 2), torch.float64), ((0, 4), torch.float16), ((1,), torch.bfloat16)]
-    with ubatch_scope(0):
+    with use_ubatch(0):
         views = ws.get_simultaneous(*specs)
     base, cap = ws.slot_ranges()[0]
     assert len(views) == len(specs)
@@ -136,7 +136,7 @@ def test_absolute_alignment_when_slot_base_is_aligned() -> None:
             return raw[skip : skip + nbytes]
 
     m = AlignedBase("cpu")
-    with ubatch_scope(1):
+    with use_ubatch(1):
         views = m.get_simultaneous(((3,), torch.int8), ((17,), F32), ((1,), torch.complex128))
     assert m.slot_ranges()[1][0] % 256 == 0
     assert [v.data_ptr() % 256 for v in views] == [0, 0, 0]
@@ -171,13 +171,13 @@ def test_views_are_writable_scratch(ws: WorkspaceManager) -> None:
 def test_growth_is_exact_lazy_lockstep_and_never_shrinks() -> None:
     m = WorkspaceManager("cpu", 3, growth="lockstep")
     assert m.slot_sizes() == [0, 0, 0]
-    with ubatch_scope(2):
+    with use_ubatch(2):
         m.get_simultaneous(((1000,), torch.uint8))
     assert m.slot_sizes() == [1024, 1024, 1024]
-    with ubatch_scope(0):
+    with use_ubatch(0):
         m.get_simultaneous(((10,), torch.uint8), ((5000,), torch.uint8))
     assert m.slot_sizes() == [256 + 5120] * 3
-    with ubatch_scope(1):
+    with use_ubatch(1):
         m.get_simultaneous(((8,), torch.uint8))
     assert m.slot_sizes() == [5376] * 3
     s = m.stats()
@@ -189,7 +189,7 @@ def test_slots_never_share_storage_and_views_stay_in_own_slot() -> None:
     spec = [((100,), F32), ((33,), torch.int16)]
     views = {}
     for u in (0, 1, 2):
-        with ubatch_scope(u):
+        with use_ubatch(u):
             views[u] = m.get_simultaneous(*spec)
     ranges = m.slot_ranges()
     storages = {u: {v.untyped_storage().data_ptr() for v in views[u]} for u in views}
@@ -208,7 +208,7 @@ def test_slots_never_share_storage_and_views_stay_in_own_slot() -> None:
 def test_growth_invalidates_cached_views() -> None:
     m = WorkspaceManager("cpu", 2)
     small = ((16,), F32)
-    with ubatch_scope(0):
+    with use_ubatch(0):
         (old,) = m.get_simultaneous(small)
         del old  # not held: growth may free it
         m.get_simultaneous(((1 << 16,), torch.uint8))  # grows every slot
@@ -317,7 +317,7 @@ def test_lock_before_any_use_refuses_first_growth(ws: WorkspaceManager) -> None:
 def test_hot_path_issues_no_torch_ops_and_no_allocations(ws: WorkspaceManager) -> None:
     specs = (((64, 128), F32), ((64,), torch.int32), ((16, 8, 4), torch.bfloat16))
     list_specs = (([64, 128], F32), ([64], torch.int32))
-    with ubatch_scope(1):
+    with use_ubatch(1):
         with OpRecorder() as cold:
             warm = ws.get_simultaneous(*specs)
         assert cold.ops, "the recorder must see the cold path's ops (positive control)"
@@ -388,7 +388,7 @@ def test_bad_input_raises_and_changes_nothing(ws: WorkspaceManager, request_, ex
 
 def test_ubatch_beyond_slots() -> None:
     m = WorkspaceManager("cpu", 2)
-    with ubatch_scope(2):
+    with use_ubatch(2):
         with pytest.raises(ValueError, match=r"ubatch id 2.*2 slot.*num_ubatches >= 3"):
             m.get_simultaneous(((4,), F32))
     assert m.slot_sizes() == [0, 0] and m.stats()["grows"] == 0
@@ -398,7 +398,7 @@ def test_non_ubatch_thread_during_step_is_refused(ws: WorkspaceManager) -> None:
     inside, release = threading.Event(), threading.Event()
 
     def ubatch0() -> None:
-        with ubatch_scope(0):
+        with use_ubatch(0):
             inside.set()
             release.wait(5)
 
@@ -422,7 +422,7 @@ def test_debug_logging_of_resize_lock_unlock(monkeypatch: pytest.MonkeyPatch, ca
     monkeypatch.setenv(workspace.DEBUG_ENV, "1")
     m = WorkspaceManager("cpu", 2)
     caplog.set_level(logging.INFO, logger="workspace.manager")
-    with ubatch_scope(1):
+    with use_ubatch(1):
         m.get_simultaneous(((MIB // 4,), F32))
         m.get_simultaneous(((MIB // 2,), F32))
         m.get_simultaneous(((10,), F32))  # fits: no log

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from dbo.registry import ubatch_scope
+from dbo.registry import use_ubatch
 from workspace import WorkspaceManager, WorkspaceObserver
 from workspace.policy import POLICIES
 
@@ -82,7 +82,7 @@ def _grow_together(m: WorkspaceManager, amap: _AllocationMap, n: int) -> list[st
 
     def body(i: int) -> None:
         try:
-            with ubatch_scope(i):
+            with use_ubatch(i):
                 for r in range(ROUNDS):
                     barrier.wait()
                     elems = 4096 * (r + 1) * (n + 1) + 1024 * i  # every ubatch needs a different size
@@ -154,7 +154,7 @@ def test_concurrent_growth_keeps_every_slots_bytes_private(
 
     def body(i: int) -> None:
         try:
-            with ubatch_scope(i):
+            with use_ubatch(i):
                 barrier.wait()
                 (a,) = m.get_simultaneous(((65536 + 64 * i,), F32))
                 barrier.wait()

@@ -11,7 +11,7 @@ import weakref
 import pytest
 import torch
 
-from dbo.registry import ubatch_scope
+from dbo.registry import use_ubatch
 from workspace import WorkspaceManager
 
 
@@ -40,7 +40,7 @@ class Tracked(WorkspaceManager):
 
 def test_every_old_buffer_is_freed_before_any_new_one_is_allocated() -> None:
     m = Tracked("cpu", 2)
-    with ubatch_scope(1):
+    with use_ubatch(1):
         views = m.get_simultaneous(((1024,), torch.uint8))
         m.get_simultaneous(((512,), torch.uint8))  # a second cached signature: the cache must not pin storage
         del views

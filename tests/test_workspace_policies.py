@@ -15,7 +15,7 @@ import torch
 
 import dbo
 import workspace
-from dbo.registry import ubatch_scope
+from dbo.registry import use_ubatch
 from workspace import WorkspaceLockedError, WorkspaceManager
 from workspace.policy import DEFAULT_GROWTH, POLICIES, GrowthPolicy, get_policy, policy_names
 from workspace.tracking import LiveBytesTracker
@@ -72,7 +72,7 @@ def test_init_workspace_manager_takes_the_policy() -> None:
 
 def test_lockstep_reallocates_every_slot_at_once() -> None:
     m = WorkspaceManager("cpu", 3, growth="lockstep")
-    with ubatch_scope(2):
+    with use_ubatch(2):
         m.get_simultaneous(((1000,), U8))
     assert m.slot_sizes() == [1024] * 3 and all(n == 1024 for _, n in m.slot_ranges())
     assert m.pending_slots() == [] and m.stats()["allocations"] == 3
@@ -80,7 +80,7 @@ def test_lockstep_reallocates_every_slot_at_once() -> None:
 
 def test_requester_grows_only_the_calling_slot() -> None:
     m = WorkspaceManager("cpu", 3, growth="requester")
-    with ubatch_scope(1):
+    with use_ubatch(1):
         m.get_simultaneous(((1000,), U8))
     assert m.slot_sizes() == [0, 1024, 0]
     assert m.slot_ranges()[0] == (0, 0) and m.slot_ranges()[2] == (0, 0)
@@ -90,19 +90,19 @@ def test_requester_grows_only_the_calling_slot() -> None:
 
 def test_deferred_raises_every_capacity_but_reallocates_only_the_requester() -> None:
     m = WorkspaceManager("cpu", 3, growth="deferred-lockstep")
-    with ubatch_scope(1):
+    with use_ubatch(1):
         m.get_simultaneous(((100,), U8))
-    with ubatch_scope(0):
+    with use_ubatch(0):
         m.get_simultaneous(((100,), U8))
     before = m.slot_ranges()
-    with ubatch_scope(1):
+    with use_ubatch(1):
         m.get_simultaneous(((5000,), U8))
     after = m.slot_ranges()
     assert m.slot_sizes() == [5120] * 3, "every slot is guaranteed the new capacity"
     assert after[0] == before[0], "a sibling's buffer stays until its own next call"
     assert after[1][1] == 5120 and after[2] == (0, 0)
     assert m.pending_slots() == [0, 2] and m.undersized_slots() == []
-    with ubatch_scope(0):
+    with use_ubatch(0):
         (v,) = m.get_simultaneous(((100,), U8))  # its safe point: reallocated to the capacity
     assert m.slot_ranges()[0][1] == 5120 and inside(v, m.slot_ranges()[0])
     assert m.pending_slots() == [2]
@@ -113,12 +113,12 @@ def test_deferred_raises_every_capacity_but_reallocates_only_the_requester() -> 
 def test_deferred_sibling_cache_is_invalidated_so_its_next_call_reaches_the_safe_point() -> None:
     m = WorkspaceManager("cpu", 2, growth="deferred-lockstep")
     spec = ((64,), torch.float32)
-    with ubatch_scope(1):
+    with use_ubatch(1):
         (old,) = m.get_simultaneous(spec)
     del old
-    with ubatch_scope(0):
+    with use_ubatch(0):
         m.get_simultaneous(((8 * KiB,), U8))
-    with ubatch_scope(1):
+    with use_ubatch(1):
         (new,) = m.get_simultaneous(spec)  # was a cache hit before the growth
     assert m.pending_slots() == [] and inside(new, m.slot_ranges()[1])
 
@@ -129,7 +129,7 @@ def test_lock_reallocates_pending_slots_first_so_nothing_is_undersized_or_alloca
     assert m.pending_slots() == [1] and m.slot_ranges()[1] == (0, 0)
     m.lock()
     assert m.pending_slots() == [] and m.slot_ranges()[1][1] == 3072
-    with ubatch_scope(1):
+    with use_ubatch(1):
         (v,) = m.get_simultaneous(((3000,), U8))
     assert inside(v, m.slot_ranges()[1])
     assert m.stats()["allocations_after_lock"] == 0
@@ -204,9 +204,9 @@ def test_peak_and_orphaned_bytes_with_a_parked_sibling(growth, peak, orphaned) -
 
 def test_lockstep_orphans_a_held_sibling_view_and_the_manager_counts_it() -> None:
     m = WorkspaceManager("cpu", 2, growth="lockstep")
-    with ubatch_scope(1):
+    with use_ubatch(1):
         (held,) = m.get_simultaneous(((1000,), U8))
-    with ubatch_scope(0):
+    with use_ubatch(0):
         m.get_simultaneous(((4000,), U8))
     assert m.orphaned_bytes() == 1024 and m.stats()["orphaned_bytes"] == 1024
     assert not inside(held, m.slot_ranges()[1])
@@ -217,12 +217,12 @@ def test_lockstep_orphans_a_held_sibling_view_and_the_manager_counts_it() -> Non
 def test_deferred_sibling_is_freed_before_its_new_buffer_is_allocated() -> None:
     m = WorkspaceManager("cpu", 2, growth="deferred-lockstep")
     tracker = LiveBytesTracker().attach(m)
-    with ubatch_scope(1):
+    with use_ubatch(1):
         (v,) = m.get_simultaneous(((1024,), U8))
     del v
-    with ubatch_scope(0):
+    with use_ubatch(0):
         m.get_simultaneous(((2048,), U8))
-    with ubatch_scope(1):
+    with use_ubatch(1):
         m.get_simultaneous(((10,), U8))
     assert tracker.events == [
         ("alloc", 1, 1024),
@@ -239,12 +239,12 @@ def test_a_view_kept_past_its_own_safe_point_is_the_holders_choice_not_an_orphan
     # Under deferred-lockstep only the owner's own call replaces its buffer; its old views are
     # dead by contract then. Holding one anyway keeps the storage alive (counted as orphaned).
     m = WorkspaceManager("cpu", 2, growth="deferred-lockstep")
-    with ubatch_scope(1):
+    with use_ubatch(1):
         (kept,) = m.get_simultaneous(((1024,), U8))
-    with ubatch_scope(0):
+    with use_ubatch(0):
         m.get_simultaneous(((4096,), U8))
     assert m.orphaned_bytes() == 0, "a sibling's growth orphans nothing"
-    with ubatch_scope(1):
+    with use_ubatch(1):
         m.get_simultaneous(((8,), U8))  # ubatch 1's own safe point
     assert m.orphaned_bytes() == 1024
     del kept
@@ -265,7 +265,7 @@ def test_deferred_growth_failure_leaves_the_requester_empty_keeps_capacities_and
             return super()._allocate(nbytes)
 
     m = Flaky("cpu", 2, growth="deferred-lockstep")
-    with ubatch_scope(0):
+    with use_ubatch(0):
         m.get_simultaneous(((100,), U8))
         m.fail_next = True
         with pytest.raises(MemoryError):
@@ -275,7 +275,7 @@ def test_deferred_growth_failure_leaves_the_requester_empty_keeps_capacities_and
     assert m.slot_sizes() == [1024, 1024] and v.numel() == 1000
     # a failing reallocation at a sibling's safe point is retried at its next call
     m.fail_next = True
-    with ubatch_scope(1):
+    with use_ubatch(1):
         with pytest.raises(MemoryError):
             m.get_simultaneous(((10,), U8))
         assert m.pending_slots() == [1]
@@ -317,7 +317,7 @@ def _run_threads(n: int, body) -> list:
 
     def main(i: int) -> None:
         try:
-            with ubatch_scope(i):
+            with use_ubatch(i):
                 results[i] = body(i, barrier)
         except BaseException as exc:
             errors.append(exc)
@@ -336,7 +336,7 @@ def _run_threads(n: int, body) -> list:
 
 def test_deferred_hits_racing_with_a_growing_sibling_never_see_foreign_writes() -> None:
     m = WorkspaceManager("cpu", 2, growth="deferred-lockstep")
-    with ubatch_scope(0):
+    with use_ubatch(0):
         m.get_simultaneous(((64,), torch.int64))
     stop = threading.Event()
 
@@ -364,7 +364,7 @@ def test_deferred_hits_racing_with_a_growing_sibling_never_see_foreign_writes() 
     (bad, calls), _ = _run_threads(2, body)
     assert bad == 0 and calls > 0
     assert m.slot_sizes() == [39 * 1024] * 2
-    with ubatch_scope(0):
+    with use_ubatch(0):
         (v,) = m.get_simultaneous(((64,), torch.int64))
     assert inside(v, m.slot_ranges()[0])
     del v
@@ -373,9 +373,9 @@ def test_deferred_hits_racing_with_a_growing_sibling_never_see_foreign_writes() 
 
 def test_lock_orphans_only_a_view_held_across_it_and_warns(caplog) -> None:
     m = WorkspaceManager("cpu", 2, growth="deferred-lockstep")
-    with ubatch_scope(1):
+    with use_ubatch(1):
         (held,) = m.get_simultaneous(((1000,), U8))  # ubatch 1 keeps this past the growth and lock
-    with ubatch_scope(0):
+    with use_ubatch(0):
         m.get_simultaneous(((4000,), U8))
     caplog.set_level(logging.WARNING, logger="workspace.manager")
     m.lock()

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dbo.registry import ubatch_scope
+from dbo.registry import use_ubatch
 from demos.bench import reference_views
 from workspace import WorkspaceManager
 from workspace.layout import align_up, canonical_request, plan
@@ -31,7 +31,7 @@ def as_shape(shape) -> tuple[int, ...]:
 @given(request=requests, ubatch=st.integers(min_value=0, max_value=2))
 def test_random_requests_layout(request, ubatch) -> None:
     m = WorkspaceManager("cpu", 3)
-    with ubatch_scope(ubatch):
+    with use_ubatch(ubatch):
         views = m.get_simultaneous(*request)
         again = m.get_simultaneous(*request)
     assert len(views) == len(request)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import dbo
-from dbo.registry import ubatch_scope
+from dbo.registry import use_ubatch
 from workspace import WorkspaceManager, use_workspace_lane
 
 JOIN_S = 10.0
@@ -31,7 +31,7 @@ def run_ubatches(n: int, body: Callable[[int, threading.Barrier], Any]) -> list[
 
     def main(i: int) -> None:
         try:
-            with ubatch_scope(i):
+            with use_ubatch(i):
                 results[i] = body(i, barrier)
         except BaseException as exc:  # reported below
             errors.append(exc)
@@ -106,7 +106,7 @@ def test_concurrent_growth_ends_in_lockstep_at_the_largest_request() -> None:
     assert storages[0] != storages[1]
     # Once growth has settled, each slot's cached views lie in that slot's current buffer.
     for i in (0, 1):
-        with ubatch_scope(i):
+        with use_ubatch(i):
             (v,) = m.get_simultaneous(((wanted[i],), torch.uint8))
         base, size = m.slot_ranges()[i]
         assert base <= start_of(v) and start_of(v) + wanted[i] <= base + size
@@ -119,7 +119,7 @@ def test_lock_free_hits_racing_with_growth_stay_memory_safe() -> None:
     private memory (the views keep the old storage alive), never memory that someone else writes.
     """
     m = WorkspaceManager("cpu", 2)
-    with ubatch_scope(0):
+    with use_ubatch(0):
         m.get_simultaneous(((64,), torch.int64))
     stop = threading.Event()
 
@@ -149,7 +149,7 @@ def test_lock_free_hits_racing_with_growth_stay_memory_safe() -> None:
     assert bad == 0, f"ubatch 0 saw foreign writes in {bad} of {calls} calls"
     assert m.slot_sizes() == [59 * 1024, 59 * 1024]
     assert m.stats()["grows"] == 1 + 59  # the warm-up, then every k
-    with ubatch_scope(0):
+    with use_ubatch(0):
         (v,) = m.get_simultaneous(((64,), torch.int64))
     base, size = m.slot_ranges()[0]
     assert base <= start_of(v) < base + size, "after growth the cache must be rebuilt from the new buffer"
@@ -162,7 +162,7 @@ def _during_a_step(ubatch_body: Callable[[], Any], check: Callable[[], Any]) -> 
 
     def ubatch0() -> None:
         try:
-            with ubatch_scope(0):
+            with use_ubatch(0):
                 ubatch_body()
                 inside.set()
                 release.wait(JOIN_S)

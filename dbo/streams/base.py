@@ -25,9 +25,13 @@ from ..errors import StreamError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Backend", "Stream", "Event", "DEFAULT_TIMEOUT", "sticky_error"]
+__all__ = ["Backend", "Stream", "Event", "DEFAULT_TIMEOUT", "ROLES", "sticky_error", "install_current_stream"]
 
 DEFAULT_TIMEOUT = 300.0
+# How Event.record(None) finds the calling thread's current stream. The module that keeps the current
+# stream (current.py) installs it at import, so this module never imports that one (no cycle).
+_current_stream: Callable[[], "Stream"] | None = None
+ROLES = ("compute", "comm")
 _backend_ids = itertools.count(1)
 
 
@@ -76,8 +80,11 @@ class Backend(ABC):
 
     # --- streams and events ------------------------------------------------------------------
 
-    def new_stream(self, name: str | None = None) -> "Stream":
-        """Create a stream. Names are unique per backend (a taken name -> ValueError)."""
+    def new_stream(self, name: str | None = None, role: str = "compute") -> "Stream":
+        """Create a stream. Names are unique per backend (a taken name -> ValueError). ``role``
+        ("compute" or "comm") is what the stream is for: the default kind of kernels launched on it."""
+        if role not in ROLES:
+            raise ValueError(f"stream role must be one of {', '.join(ROLES)}; got {role!r}")
         self._check_open()
         with self._streams_lock:
             if name is None:
@@ -92,6 +99,7 @@ class Backend(ABC):
                     f"use backend.stream({name!r}) to get it or pick another name"
                 )
             s = self._make_stream(name)
+            s.role = role
             self._streams[name] = s
         return s
 
@@ -175,6 +183,7 @@ class Stream(ABC):
     def __init__(self, backend: Backend, name: str):
         self.backend = backend
         self.name = name
+        self.role = "compute"  # "compute" or "comm": the default kind of its kernels (set by new_stream)
         self._error: BaseException | None = None  # sticky: the failure that ended this stream
         self._error_note = ""  # how it failed ("kernel 'x' raised", "it waited on ...")
 
@@ -188,15 +197,18 @@ class Stream(ABC):
         if err is not None:
             raise sticky_error(self.name, err, action, self._error_note)
 
-    def _check_launch(self, kind: str) -> None:
-        """What every ``launch`` checks first: a valid kind, an open backend, a stream not failed."""
-        _check_kind(kind)
+    def _check_launch(self, kind: str | None) -> str:
+        """What every ``launch`` checks first: a valid kind (None: the stream's role), an open backend,
+        a stream not failed. Returns the kind."""
+        kind = _check_kind(self.role if kind is None else kind)
         self.backend._check_open()
         self._raise_if_failed("launch")
+        return kind
 
     @abstractmethod
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
-        """Enqueue ``fn(*args)`` (a kernel of ``kind`` "compute" or "comm", modelled by ``cost``)."""
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
+        """Enqueue ``fn(*args)`` (a kernel of ``kind`` "compute" or "comm", modelled by ``cost``;
+        ``kind=None``: the stream's ``role``)."""
 
     @abstractmethod
     def wait_event(self, event: "Event") -> None:
@@ -280,9 +292,9 @@ class Event(ABC):
 
     def _resolve_stream(self, stream: Stream | None) -> Stream:
         if stream is None:
-            from .current import current_stream
-
-            stream = current_stream()
+            if _current_stream is None:
+                raise StreamError("no current-stream lookup is installed (import dbo.streams, not its base module alone)")
+            stream = _current_stream()
         if not isinstance(stream, Stream):
             raise TypeError(f"expected a Stream, got {type(stream).__name__}: {stream!r}")
         if stream.backend is not self.backend:
@@ -292,3 +304,8 @@ class Event(ABC):
             )
         return stream
 
+
+def install_current_stream(getter: Callable[[], Stream]) -> None:
+    """Install the function ``Event.record(None)`` calls for the calling thread's current stream."""
+    global _current_stream
+    _current_stream = getter

@@ -32,7 +32,7 @@ import torch
 
 from ..costs import Work, seconds_for
 from ..errors import StreamError, StreamTimeout
-from ..registry import registered_ubatch_id
+from ..registry import acting_ubatch_id
 from .base import Backend, Event, Stream, _kernel_name, sticky_error
 
 logger = logging.getLogger(__name__)
@@ -49,8 +49,8 @@ class CudaStream(Stream):
         super().__init__(backend, name)
         self.torch_stream = torch.cuda.Stream(device=backend.device)
 
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
-        self._check_launch(kind)
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
+        kind = self._check_launch(kind)
         b = self.backend
         seconds = b._modelled_seconds(fn, kind, cost, args)
         kname = _kernel_name(fn, name, kind)
@@ -74,7 +74,7 @@ class CudaStream(Stream):
                 ev1 = torch.cuda.Event(enable_timing=True)
                 ev1.record(s)
                 with b._pending_lock:
-                    b._pending.append((tr, self.name, kname, kind, registered_ubatch_id(), ev0, ev1))
+                    b._pending.append((tr, self.name, kname, kind, acting_ubatch_id(), ev0, ev1))
         if tr is not None and len(b._pending) > 64:
             b._flush_traces()
 

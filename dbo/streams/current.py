@@ -11,7 +11,9 @@ import contextlib
 import threading
 from typing import Any, Callable, Iterator
 
+from . import base
 from .base import Stream
+from .inline import InlineBackend
 
 __all__ = ["current_stream", "set_stream", "use_stream", "launch", "default_stream"]
 
@@ -27,8 +29,6 @@ def default_stream() -> Stream:
     if s is None:
         with _default_lock:
             if _default is None:
-                from .inline import InlineBackend
-
                 _default = InlineBackend().new_stream("default")
             s = _default
     return s
@@ -65,6 +65,9 @@ def use_stream(stream: Stream) -> Iterator[Stream]:
         set_stream(prev)
 
 
-def launch(fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
-    """Launch ``fn(*args)`` on the calling thread's current stream."""
+def launch(fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
+    """Launch ``fn(*args)`` on the calling thread's current stream (``kind=None``: the stream's role)."""
     current_stream().launch(fn, *args, name=name, kind=kind, cost=cost)
+
+
+base.install_current_stream(current_stream)

@@ -10,15 +10,15 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from ..registry import registered_ubatch_id
+from ..registry import acting_ubatch_id
 from .base import Backend, Event, Stream, _kernel_name
 
 __all__ = ["InlineBackend", "InlineStream", "InlineEvent"]
 
 
 class InlineStream(Stream):
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
-        self._check_launch(kind)
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
+        kind = self._check_launch(kind)
         b = self.backend
         if cost is not None:
             b.kernel_seconds(kind, cost, args)  # validates the cost; inline does not model time
@@ -32,7 +32,7 @@ class InlineStream(Stream):
             if fn is not None:
                 fn(*args)
         finally:
-            tr.kernel(self.name, _kernel_name(fn, name, kind), kind, registered_ubatch_id(), t0, time.perf_counter())
+            tr.kernel(self.name, _kernel_name(fn, name, kind), kind, acting_ubatch_id(), t0, time.perf_counter())
 
     def wait_event(self, event: Event) -> None:
         self._check_event(event)

@@ -51,7 +51,7 @@ import torch
 
 from ..costs import Work, seconds_for
 from ..errors import StreamError, StreamTimeout
-from ..registry import registered_ubatch_id
+from ..registry import acting_ubatch_id
 from .base import Backend, Event, Stream, _kernel_name, sticky_error
 
 logger = logging.getLogger(__name__)
@@ -150,12 +150,12 @@ class ThreadStream(Stream):
             if self._inflight is None and self._blocked is None:
                 b._pump(self)
 
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
-        self._check_launch(kind)
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
+        kind = self._check_launch(kind)
         b = self.backend
         seconds = b._modelled_seconds(fn, kind, cost, args)
         tr = b._tracing()
-        ubatch = registered_ubatch_id() if tr is not None else None
+        ubatch = acting_ubatch_id() if tr is not None else None
         self._enqueue(_Kernel(fn, args, _kernel_name(fn, name, kind), kind, seconds, tr, ubatch, next(b._seq)))
 
     def wait_event(self, event: Event) -> None:

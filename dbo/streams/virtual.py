@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator
 
 from ..costs import iter_tensors, seconds_for
 from ..errors import StreamError
-from ..registry import registered_ubatch_id
+from ..registry import acting_ubatch_id
 from ..trace import ubatch_track
 from .base import Backend, Event, Stream, _check_kind, _kernel_name, sticky_error
 
@@ -90,8 +90,8 @@ class VirtualStream(Stream):
         """Virtual time at which everything launched so far on this stream is done."""
         return self._ready
 
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
-        self._check_launch(kind)
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
+        kind = self._check_launch(kind)
         b = self.backend
         kname = _kernel_name(fn, name, kind)
         host_s, first_s, nk = b._op_cost(kname)
@@ -125,7 +125,7 @@ class VirtualStream(Stream):
             b._host = issued
         tr = b._tracing()
         if tr is not None:
-            ub = registered_ubatch_id()
+            ub = acting_ubatch_id()
             if syncs and not b._hc.zero:
                 tr.span(ubatch_track(ub), "host sync", host_before, host0, ubatch=ub, kernel=kname)
             tr.kernel(self.name, kname, kind, ub, start, end)
@@ -254,7 +254,7 @@ class VirtualBackend(Backend):
             after = self._host
         tr = self._tracing()
         if tr is not None and after > before and not self._hc.zero:  # device-only model: no host spans
-            ub = registered_ubatch_id()
+            ub = acting_ubatch_id()
             tr.span(ubatch_track(ub), "sync", before, after, ubatch=ub, on=what)
 
     def synchronize(self) -> None:

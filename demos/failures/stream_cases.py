@@ -54,7 +54,7 @@ def scenario_missing_wait() -> dict:
                 orch.run(sanitizer.wrap(make_body(sync)), [None, None])
             got = []
             for u in range(2):
-                with registry.ubatch_scope(u):
+                with registry.use_ubatch(u):
                     _, out = m.get_simultaneous(((n,), F32), ((1,), F32))
                     got.append(float(out[0]))
             return got, found()

@@ -324,7 +324,7 @@ def scenario_foreign_thread() -> dict:
         "The reference's registry answers 0 to any thread it does not know while a step runs (or raises a "
         "bare KeyError), so a helper thread silently shares ubatch 0's slot and overwrites its live views. "
         "Here the registry refuses: UnregisteredThreadError names the live ubatches and says how to fix it "
-        "(run the work in the ubatch's thread, or wrap it in dbo.registry.ubatch_scope(i) to say which ubatch "
+        "(run the work in the ubatch's thread, or wrap it in dbo.registry.use_ubatch(i) to say which ubatch "
         "it acts for, accepting that ubatch's lifetime rule). With the reference's mapping modelled, the "
         "sanitizer, entered in the helper too, reports the write as cross-slot by a non-ubatch thread.",
     )

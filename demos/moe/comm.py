@@ -18,6 +18,11 @@ Two styles, matching DeepEP's two modes (low-latency and high-throughput):
   stream) and return a *receive hook*; calling the hook makes the sender's stream wait for the arrival and
   enqueues the receive kernel there. The model parks the hook on the next ubatch
   (``dbo_register_recv_hook``), which is what hides the transfer on a single compute stream.
+  This style uses DeepEP low-latency's layout (``LLBatch``): the experts' rows arrive in a
+  fixed-capacity buffer ``(local_experts, capacity, hidden)`` with the per-expert counts kept on
+  the device, so nothing in it syncs with the host or has a data-dependent shape (it can be
+  captured into a graph). The high-throughput style keeps host-known counts, as DeepEP's normal
+  mode does.
 
 ``demos.moe.dist_comm.DistributedTransport`` is the real thing: the same four methods over
 ``torch.distributed.all_to_all_single`` between ranks (docs/distributed.md).
@@ -39,9 +44,12 @@ import torch
 import dbo
 from dbo.costs import LinkProfile, Work, get_link
 
+from .ll_layout import LLBatch, ll_layout_kernel, ll_pack_kernel
+
 __all__ = [
     "RoutePlan",
     "ExpertBatch",
+    "LLBatch",
     "Transport",
     "ModelledLinkTransport",
     "RecvHook",
@@ -86,6 +94,8 @@ class RoutePlan:
     weights: torch.Tensor
     weights_sorted: torch.Tensor
     offsets: torch.Tensor
+    expert_sorted: torch.Tensor | None = None
+    """``expert_sorted[r]``: the expert of sorted row r (the low-latency layout needs it)."""
 
     @property
     def rows(self) -> int:
@@ -122,8 +132,11 @@ class Transport(ABC):
     name: str = "abstract"
 
     @abstractmethod
-    def setup(self, *, num_slots: int, max_tokens: int, topk: int, hidden: int, dtype: torch.dtype, device: Any) -> None:
-        """Allocate per-slot buffers for up to ``max_tokens`` tokens of ``hidden`` values."""
+    def setup(
+        self, *, num_slots: int, max_tokens: int, topk: int, hidden: int, dtype: torch.dtype, device: Any, experts: int = 1
+    ) -> None:
+        """Allocate per-slot buffers for up to ``max_tokens`` tokens of ``hidden`` values routed to
+        ``experts`` experts."""
 
     @property
     @abstractmethod
@@ -143,18 +156,27 @@ class Transport(ABC):
 
     # -- low-latency style: in flight on the link, receive through a hook --------------------------
     @abstractmethod
+    def ll_batch(self, plan: RoutePlan, *, slot: int) -> LLBatch:
+        """The low-latency layout of ``plan``'s rows on this process's experts (shapes known now;
+        ``counts`` filled on the device by the dispatch)."""
+
+    @abstractmethod
     def dispatch_send(
         self, x: torch.Tensor, plan: RoutePlan, recv_into: torch.Tensor, *, slot: int, name: str, recv_cost: Any = None
     ) -> RecvHook:
         """Put the dispatch in flight; the hook, when called, makes the sender's stream wait for it
-        and enqueues the receive, which dequantizes the arrived rows into ``recv_into`` (rows, hidden)."""
+        and enqueues the receive, which dequantizes the arrived rows into ``recv_into``, a
+        ``(local_experts, capacity, hidden)`` buffer in the layout of ``ll_batch`` (zeros past each
+        expert's count). No host sync."""
 
     @abstractmethod
     def combine_send(
         self, y: torch.Tensor, plan: RoutePlan, out: torch.Tensor, *, slot: int, name: str, recv_cost: Any = None
     ) -> RecvHook:
-        """Put the combine of (unweighted) ``y`` in flight; the hook's receive writes
-        ``out[t] = sum_k weights[t, k] * y[row_of[t * topk + k]]``."""
+        """Put the combine of (unweighted) ``y``, the experts' ``(local_experts, capacity, hidden)``
+        outputs in the layout of the same slot's last ``dispatch_send``, in flight; the hook's receive
+        writes ``out[t] = sum_k weights[t, k] * y_of(copy t * topk + k)`` (reading only valid rows,
+        through a device-side index). No host sync."""
 
     # -- where the experts' rows are (defaults: one process owns every expert) ---------------------
     def expert_capacity(self, rows: int) -> int:
@@ -198,6 +220,11 @@ def _dequant_kernel(wire: torch.Tensor, out: torch.Tensor) -> None:
     out.copy_(wire)
 
 
+def _ll_dispatch_kernel(x, plan, cap, arange_rows, pad_row, copy_row, counts, stage, padded) -> None:
+    ll_layout_kernel(plan, cap, arange_rows, pad_row, copy_row, counts)
+    ll_pack_kernel(x, plan.src_token, pad_row, stage, padded)
+
+
 def _weighted_sum_kernel(landing: torch.Tensor, weights: torch.Tensor, out: torch.Tensor) -> None:
     t, h = out.shape
     rows = landing.view(t, -1, h)
@@ -206,12 +233,17 @@ def _weighted_sum_kernel(landing: torch.Tensor, weights: torch.Tensor, out: torc
 
 
 class _SlotBuffers:
-    __slots__ = ("recv", "landing", "out")
+    __slots__ = ("recv", "landing", "out", "padded", "pad_row", "copy_row", "counts")
 
-    def __init__(self, rows: int, tokens: int, hidden: int, dtype: torch.dtype, wire: torch.dtype, device: Any):
+    def __init__(self, rows: int, tokens: int, hidden: int, experts: int, dtype: torch.dtype, wire: torch.dtype, device: Any):
         self.recv = torch.empty((rows * hidden,), dtype=wire, device=device)
         self.landing = torch.empty((rows * hidden,), dtype=dtype, device=device)
         self.out = torch.empty((tokens * hidden,), dtype=dtype, device=device)
+        # the low-latency layout: (experts, capacity <= tokens, hidden), its indices and counts
+        self.padded = torch.empty((experts * tokens * hidden,), dtype=wire, device=device)
+        self.pad_row = torch.empty((rows,), dtype=torch.int64, device=device)
+        self.copy_row = torch.empty((rows,), dtype=torch.int64, device=device)
+        self.counts = torch.empty((experts,), dtype=torch.int64, device=device)
 
 
 class ModelledLinkTransport(Transport):
@@ -230,6 +262,8 @@ class ModelledLinkTransport(Transport):
         self.base_link: LinkProfile = self.link
         self._slots: list[_SlotBuffers] = []
         self._hidden = 0
+        self._experts = 1
+        self._arange: torch.Tensor | None = None
         self._dtype = torch.float32
         self._wire = torch.bfloat16
         self.logging = False
@@ -237,12 +271,14 @@ class ModelledLinkTransport(Transport):
         self._log_lock = threading.Lock()
 
     # -- setup and link model -----------------------------------------------------------------------
-    def setup(self, *, num_slots: int, max_tokens: int, topk: int, hidden: int, dtype: torch.dtype, device: Any) -> None:
+    def setup(self, *, num_slots: int, max_tokens: int, topk: int, hidden: int, dtype: torch.dtype, device: Any, experts: int = 1) -> None:
         self._hidden = hidden
+        self._experts = experts
         self._dtype = dtype
         self._wire = wire_dtype_for(dtype)
         rows = max_tokens * topk
-        self._slots = [_SlotBuffers(rows, max_tokens, hidden, dtype, self._wire, device) for _ in range(num_slots)]
+        self._arange = torch.arange(rows, dtype=torch.int64, device=device)
+        self._slots = [_SlotBuffers(rows, max_tokens, hidden, experts, dtype, self._wire, device) for _ in range(num_slots)]
 
     @property
     def wire_dtype(self) -> torch.dtype:
@@ -324,25 +360,41 @@ class ModelledLinkTransport(Transport):
         return out
 
     # -- low-latency style --------------------------------------------------------------------------
+    # The modelled link plays every expert's owner: the layout is (experts, tokens of the ubatch,
+    # hidden). The link model charges the valid rows only (DeepEP low-latency sends only them).
+    def ll_batch(self, plan, *, slot):
+        return LLBatch(self._experts, plan.num_tokens, 0, self._slots[slot].counts)
+
     def dispatch_send(self, x, plan, recv_into, *, slot, name, recv_cost=None):
-        recv = self._recv_view(slot, plan.rows)
-        nbytes = recv.numel() * recv.element_size()
-        stream, arrived = self._in_flight(slot, _dispatch_kernel, (x, plan.src_token, recv), name, nbytes)
+        if plan.expert_sorted is None:
+            raise ValueError("the low-latency dispatch needs plan.expert_sorted (the expert of each sorted row)")
+        b = self._slots[slot]
+        rows, cap, E, H = plan.rows, plan.num_tokens, self._experts, self._hidden
+        if tuple(recv_into.shape) != (E, cap, H):
+            raise ValueError(f"recv_into must be (experts, capacity, hidden) = {(E, cap, H)}, got {tuple(recv_into.shape)}")
+        stage = self._recv_view(slot, rows)
+        padded = b.padded[: E * cap * H].view(E * cap, H)
+        nbytes = stage.numel() * stage.element_size()  # the valid rows travel
+        args = (x, plan, cap, self._arange[:rows], b.pad_row[:rows], b.copy_row[:rows], b.counts, stage, padded)
+        stream, arrived = self._in_flight(slot, _ll_dispatch_kernel, args, name, nbytes)
         rname = name.replace("dispatch", "dispatch_recv", 1)
         if recv_cost is None:
-            recv_cost = Work(bytes=recv.numel() * (recv.element_size() + recv_into.element_size()))
+            recv_cost = Work(bytes=stage.numel() * (stage.element_size() + recv_into.element_size()))
+        dst = recv_into.view(E * cap, H)
 
         def hook() -> None:
             stream.wait_event(arrived)
-            stream.launch(_dequant_kernel, recv, recv_into, name=rname, kind="compute", cost=recv_cost)
+            stream.launch(_dequant_kernel, padded, dst, name=rname, kind="compute", cost=recv_cost)
 
         hook.__name__ = rname
         return hook
 
     def combine_send(self, y, plan, out, *, slot, name, recv_cost=None):
         landing = self._landing_view(slot, plan.rows)
-        nbytes = y.numel() * y.element_size()
-        stream, arrived = self._in_flight(slot, _combine_gather_kernel, (y, plan.row_of, landing), name, nbytes)
+        b = self._slots[slot]
+        y_rows = y.reshape(-1, self._hidden)
+        nbytes = landing.numel() * y.element_size()  # the valid rows travel
+        stream, arrived = self._in_flight(slot, _combine_gather_kernel, (y_rows, b.copy_row[: plan.rows], landing), name, nbytes)
         rname = name.replace("combine", "combine_recv", 1)
         if recv_cost is None:
             isz = landing.element_size()

@@ -107,6 +107,8 @@ class OverlapConfig:
     launcher: str = "spawn"
     """How ranks start when ``world_size`` > 1: "spawn" (this process launches them on this host)
     or "env" (this process is one rank started by torchrun; env:// rendezvous)."""
+    graph: bool = False
+    """Capture the no-DBO and the DBO step once each and time their replays (``ll`` only)."""
 
 
 @dataclass
@@ -200,6 +202,15 @@ def _check_fields(cfg: OverlapConfig) -> None:
         raise ConfigError(f"{_f('dist_timeout')} must be a positive number of seconds, got {cfg.dist_timeout!r}")
     if cfg.dtype not in DTYPE_CHOICES:
         raise ConfigError(f"unknown dtype {cfg.dtype!r}; choose auto, float32, bfloat16, float16 or float64")
+    _check_graph(cfg)
+
+
+def _check_graph(cfg: OverlapConfig) -> None:
+    if cfg.graph and cfg.schedule == "ht":
+        raise ConfigError(
+            f"{_f('graph')} cannot capture {_f('schedule')} ht: it keeps host-known expert counts (like DeepEP's normal "
+            f"mode), a host sync a graph cannot hold; use {_f('schedule')} ll"
+        )
 
 
 def _check_distributed(cfg: OverlapConfig) -> None:

@@ -15,7 +15,15 @@ import torch
 
 import dbo
 
-from .comm import LINK_QUEUE, ExpertBatch, RoutePlan, Transport, _weighted_sum_kernel, wire_dtype_for
+from .comm import (
+    LINK_QUEUE,
+    ExpertBatch,
+    RoutePlan,
+    Transport,
+    _weighted_sum_kernel,
+    wire_dtype_for,
+)
+from .ll_layout import LLBatch, _bits, ll_layout_kernel, ll_pack_kernel
 
 __all__ = ["DistributedTransport", "CollectiveError"]
 
@@ -25,16 +33,11 @@ class CollectiveError(RuntimeError):
     raised or hangs), not the first error of a run."""
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """``t`` as bytes when its dtype is a 1-byte float (float8): gloo and older nccl cannot send them."""
-    if t.element_size() == 1 and t.dtype not in (torch.uint8, torch.int8):
-        return t.view(torch.uint8)
-    return t
-
-
-def _k_dequant_rows(recv: torch.Tensor, out: torch.Tensor, offsets: torch.Tensor) -> None:
-    n = int(offsets[-1].item())
-    out[:n].copy_(recv[:n])
+def _k_ll_receive(recv: torch.Tensor, out: torch.Tensor) -> None:
+    """Dequantize the arrived ``(ranks, local_experts, cap, hidden)`` chunks into the experts'
+    ``(local_experts, ranks * cap, hidden)`` buffer (source ranks in order within each expert)."""
+    w, n, cap, h = recv.shape
+    out.view(n, w, cap, h).copy_(recv.transpose(0, 1))
 
 
 class _DistSlot:
@@ -42,12 +45,21 @@ class _DistSlot:
 
     __slots__ = (
         "send", "recv", "recv_w", "counts_send", "counts_recv", "recv_offsets", "back", "landing", "out",
-        "send_splits", "recv_splits",
+        "send_splits", "recv_splits", "ll_send", "ll_recv", "ll_back", "ll_out", "pad_row", "copy_row",
     )
 
     def __init__(self, rows: int, cap: int, tokens: int, hidden: int, experts: int, dtype, wire, device):
         def buf(n: int, dt) -> torch.Tensor:
             return torch.empty((n,), dtype=dt, device=device)
+
+        # the low-latency layout: a fixed chunk of (local experts, tokens, hidden) to every rank
+        padded = experts * tokens * hidden
+        self.ll_send = buf(padded, wire)
+        self.ll_recv = buf(padded, wire)
+        self.ll_out = buf(padded, dtype)
+        self.ll_back = buf(padded, dtype)
+        self.pad_row = buf(rows, torch.int64)
+        self.copy_row = buf(rows, torch.int64)
 
         self.send = buf(rows * hidden, wire)
         self.recv = buf(cap * hidden, wire)
@@ -96,6 +108,12 @@ class DistributedTransport(Transport):
     reads the router's offsets and the received counts with ``.tolist()`` (a device sync on
     cuda, as DeepEP's normal kernels do on the CPU).
 
+    The low-latency style needs no host-known split: as DeepEP low-latency, every rank sends every
+    rank a chunk of one fixed size, ``(local_experts, max_tokens, hidden)`` (zeros past each
+    expert's count), and the per-expert counts travel as a fixed-size tensor that stays on the
+    device. The receiver's experts see ``(local_experts, world_size * max_tokens, hidden)``
+    (``ll_batch``); the combine sends the same chunks back. No ``.tolist()``, no ``.item()``.
+
     ``fault(op, n)``: a test seam called before the n-th collective this transport issues.
     """
 
@@ -128,6 +146,8 @@ class DistributedTransport(Transport):
         self.fault = fault
         self._slots: list[_DistSlot] = []
         self._rows_max = 0
+        self._tokens = 0
+        self._arange: torch.Tensor | None = None
         self._hidden = 0
         self._dtype = torch.float32
         self._wire = torch.bfloat16
@@ -137,7 +157,9 @@ class DistributedTransport(Transport):
         """Bytes this rank sent to other ranks so far (the part of each all-to-all that leaves the process)."""
 
     # -- setup ----------------------------------------------------------------------------------------
-    def setup(self, *, num_slots: int, max_tokens: int, topk: int, hidden: int, dtype: torch.dtype, device: Any) -> None:
+    def setup(
+        self, *, num_slots: int, max_tokens: int, topk: int, hidden: int, dtype: torch.dtype, device: Any, experts: int = 1
+    ) -> None:
         if num_slots > len(self.groups):
             raise ValueError(f"{num_slots} ubatch slots but only {len(self.groups)} process groups (one per ubatch)")
         tokens = min(max_tokens, self.max_tokens)
@@ -145,6 +167,8 @@ class DistributedTransport(Transport):
         self._dtype = dtype
         self._wire = wire_dtype_for(dtype)
         self._rows_max = tokens * topk
+        self._tokens = tokens
+        self._arange = torch.arange(self._rows_max, dtype=torch.int64, device=device)
         cap = self.world_size * self._rows_max
         self._slots = [
             _DistSlot(self._rows_max, cap, tokens, hidden, self.experts, dtype, self._wire, device) for _ in range(num_slots)
@@ -163,6 +187,11 @@ class DistributedTransport(Transport):
         return ExpertBatch(
             b.recv_offsets, b.recv_w, self.rank * self.local_experts, self.local_experts, self.world_size * self._rows_max
         )
+
+    def ll_batch(self, plan: RoutePlan, *, slot: int) -> LLBatch:
+        b = self._slots[slot]
+        counts = b.counts_recv.view(self.world_size, self.local_experts)  # per source rank
+        return LLBatch(self.local_experts, self.world_size * self._tokens, self.rank * self.local_experts, counts)
 
     def describe(self) -> dict:
         backend = None
@@ -279,6 +308,31 @@ class DistributedTransport(Transport):
             torch.sum(landing.view(out.shape[0], -1, out.shape[1]), dim=1, out=out)
         self.bytes_to_peers += (n - b.recv_splits[self.rank]) * self._hidden * y.element_size()
 
+    def _k_ll_dispatch(self, group: Any, b: _DistSlot, x: torch.Tensor, plan: RoutePlan, what: str) -> None:
+        """Fixed-size chunks: no host-known split, no host sync."""
+        self._before(what)
+        rows, cap, H = plan.rows, self._tokens, self._hidden
+        ll_layout_kernel(plan, cap, self._arange[:rows], b.pad_row[:rows], b.copy_row[:rows], b.counts_send)
+        send = b.ll_send.view(-1, H)
+        ll_pack_kernel(x, plan.src_token, b.pad_row[:rows], self._rows(b.send, rows), send)
+        works = [
+            self._a2a(b.counts_recv, b.counts_send, None, None, group, what + " (counts)"),
+            self._a2a(_bits(b.ll_recv), _bits(b.ll_send), None, None, group, what),
+        ]
+        self._wait(works, what)
+        chunk = send.numel() // self.world_size * send.element_size()
+        self.bytes_to_peers += (self.world_size - 1) * chunk
+
+    def _k_ll_combine(self, group: Any, b: _DistSlot, y: torch.Tensor, plan: RoutePlan, landing: torch.Tensor, what: str) -> None:
+        self._before(what)
+        W, El, cap, H = self.world_size, self.local_experts, self._tokens, self._hidden
+        # experts' rows (El, W * cap) -> one (El, cap) chunk per source rank, back to it
+        b.ll_out.view(W, El, cap, H).copy_(y.view(El, W, cap, H).transpose(0, 1))
+        self._wait([self._a2a(b.ll_back, b.ll_out, None, None, group, what)], what)
+        # the chunks that came back are (experts, cap) in global expert order: the layout's index space
+        torch.index_select(b.ll_back.view(-1, H), 0, b.copy_row[: plan.rows], out=landing)
+        self.bytes_to_peers += (W - 1) * (b.ll_out.numel() // W) * b.ll_out.element_size()
+
     # -- high-throughput style ----------------------------------------------------------------------------
     def dispatch(self, x, plan, *, slot, name, previous_event=None):
         b = self._slots[slot]
@@ -296,16 +350,21 @@ class DistributedTransport(Transport):
 
     # -- low-latency style ----------------------------------------------------------------------------------
     def dispatch_send(self, x, plan, recv_into, *, slot, name, recv_cost=None):
+        if plan.expert_sorted is None:
+            raise ValueError("the low-latency dispatch needs plan.expert_sorted (the expert of each sorted row)")
         b = self._slots[slot]
+        W, El, cap, H = self.world_size, self.local_experts, self._tokens, self._hidden
+        if tuple(recv_into.shape) != (El, W * cap, H):
+            raise ValueError(f"recv_into must be (local experts, capacity, hidden) = {(El, W * cap, H)}, got {tuple(recv_into.shape)}")
         group = self._group(slot)
         stream = dbo.current_stream()
-        arrived = self._in_flight(stream, self._k_dispatch, (group, b, x, plan, False, name), name)
-        recv = self._rows(b.recv, self.world_size * self._rows_max)
+        arrived = self._in_flight(stream, self._k_ll_dispatch, (group, b, x, plan, name), name)
+        recv = b.ll_recv.view(W, El, cap, H)
         rname = name.replace("dispatch", "dispatch_recv", 1)
 
         def hook() -> None:
             stream.wait_event(arrived)
-            stream.launch(_k_dequant_rows, recv, recv_into, b.recv_offsets, name=rname, kind="compute", cost=recv_cost)
+            stream.launch(_k_ll_receive, recv, recv_into, name=rname, kind="compute", cost=recv_cost)
 
         hook.__name__ = rname
         return hook
@@ -315,7 +374,7 @@ class DistributedTransport(Transport):
         group = self._group(slot)
         stream = dbo.current_stream()
         landing = self._rows(b.landing, plan.rows)
-        arrived = self._in_flight(stream, self._k_combine, (group, b, y, plan, landing, None, name), name)
+        arrived = self._in_flight(stream, self._k_ll_combine, (group, b, y, plan, landing, name), name)
         rname = name.replace("combine", "combine_recv", 1)
 
         def hook() -> None:

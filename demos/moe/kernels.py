@@ -124,6 +124,21 @@ def _k_experts(x, offsets, w1, w2, ws13, ws2, fused_out, pad, wire_in, w_sorted,
         fused_out[:n].mul_(w_sorted[:n].unsqueeze(1))
 
 
+def _k_experts_ll(x, w1, w2, ws13, ws2, fused_out, first: int) -> None:
+    """The routed experts over the low-latency layout (DeepEP low-latency): ``x`` is
+    ``(local_experts, capacity, hidden)``, expert ``first + e``'s rows in ``x[e]``; one batched GEMM
+    per projection over the whole padded buffer. No host sync, no data-dependent shape: the rows
+    past an expert's count are zeros (the dispatch writes them), so they stay zeros (SiLU(0) * 0 = 0)
+    and the combine never reads them."""
+    n = x.shape[0]
+    f = ws2.shape[-1]
+    torch.bmm(x, w1[first : first + n], out=ws13)
+    gate, up = ws13[..., :f], ws13[..., f:]
+    torch.sigmoid(gate, out=ws2)
+    ws2.mul_(gate).mul_(up)
+    torch.bmm(ws2, w2[first : first + n], out=fused_out)
+
+
 def _k_shared(x, w1, w2, hbuf, abuf, out) -> None:
     torch.mm(x, w1, out=hbuf)
     f = abuf.shape[1]

@@ -37,7 +37,7 @@ import dbo
 from dbo.costs import Work
 from workspace import current_workspace_manager
 
-from .comm import Transport
+from .comm import LLBatch, Transport
 from .kernels import (
     MIN_GEMM_ROWS,
     _k_attn_context,
@@ -46,6 +46,7 @@ from .kernels import (
     _k_attn_query,
     _k_copy,
     _k_experts,
+    _k_experts_ll,
     _k_finalize,
     _k_load_input,
     _k_router,
@@ -197,7 +198,7 @@ class ToyMoE:
         H, E, T, K = cfg.hidden, cfg.experts, cfg.tokens, cfg.topk
         self.heads = cfg.heads
         self.head_dim = H // self.heads
-        transport.setup(num_slots=num_slots, max_tokens=T, topk=K, hidden=H, dtype=cfg.dtype, device=self.device)
+        transport.setup(num_slots=num_slots, max_tokens=T, topk=K, hidden=H, dtype=cfg.dtype, device=self.device, experts=E)
         self.wire = transport.wire_dtype
         gen = torch.Generator().manual_seed(cfg.seed)
         self.layers = [self._make_layer(gen) for _ in range(cfg.layers)]
@@ -319,23 +320,23 @@ class ToyMoE:
     def _router(self, i: int, L: _Layer, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: _Costs) -> None:
         c, t = self.cfg, st.t
         ws = current_workspace_manager()
-        nrm, logits, wtmp, sorted_ids = ws.get_simultaneous(
-            ((t, 1), c.dtype), ((t, c.experts), c.dtype), ((t, 1), c.dtype), ((t * c.topk,), torch.int64)
-        )
+        nrm, logits, wtmp = ws.get_simultaneous(((t, 1), c.dtype), ((t, c.experts), c.dtype), ((t, 1), c.dtype))
         p = st.plan
         dbo.launch(
-            _k_router, h, nrm, st.moe_in, st.moe_wire, L.w_gate, logits, p.weights, st.topk_ids, wtmp, sorted_ids,
+            _k_router, h, nrm, st.moe_in, st.moe_wire, L.w_gate, logits, p.weights, st.topk_ids, wtmp, p.expert_sorted,
             st.src_slot, p.src_token, p.row_of, p.weights_sorted, p.offsets, self.arange_rows[: p.rows], self.edges,
             name=kernel_name("router", i, ub), cost=cost.router,
         )
 
-    def _moe_workspace(self, st: SimpleNamespace) -> SimpleNamespace:
+    def _moe_workspace(self, st: SimpleNamespace, lb: LLBatch | None = None) -> SimpleNamespace:
         """One request for the whole MoE layer: workspace13 and fused_out share one region,
         workspace2 is separate; plus the experts' dequantized input, a GEMM pad and the shared
-        expert's max-size chunk buffers (sliced per chunk)."""
+        expert's max-size chunk buffers (sliced per chunk). With ``lb`` (the low-latency layout)
+        the experts' buffers are ``(local_experts, capacity, ...)``."""
         c, t = self.cfg, st.t
         H, F, Fs, dt = c.hidden, c.expert_ffn, c.shared_ffn, c.dtype
-        M = self.transport.expert_capacity(t * c.topk)  # rows this process's experts may get
+        # rows this process's experts may get
+        M = self.transport.expert_capacity(t * c.topk) if lb is None else lb.rows
         chunk = min(c.shared_chunk, c.tokens)
         common, ws2, x_in, pad, sh_h, sh_a = current_workspace_manager().get_simultaneous(
             ((max(M * 2 * F, M * H),), dt),
@@ -345,11 +346,12 @@ class ToyMoE:
             ((chunk, 2 * Fs), dt),
             ((chunk, Fs), dt),
         )
+        lead = (M,) if lb is None else (lb.local_experts, lb.capacity)
         return SimpleNamespace(
-            ws13=common[: M * 2 * F].view(M, 2 * F),
-            fused_out=common[: M * H].view(M, H),
-            ws2=ws2,
-            x_in=x_in,
+            ws13=common[: M * 2 * F].view(*lead, 2 * F),
+            fused_out=common[: M * H].view(*lead, H),
+            ws2=ws2.view(*lead, F),
+            x_in=x_in.view(*lead, H),
             pad=pad,
             sh_h=sh_h,
             sh_a=sh_a,
@@ -367,19 +369,20 @@ class ToyMoE:
             )
 
     def _moe_ll(self, i: int, L: _Layer, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: _Costs) -> None:
-        """Low-latency style: one stream, send + parked recv hook, 2 yields."""
+        """Low-latency style: one stream, send + parked recv hook, 2 yields. DeepEP low-latency's
+        layout (``LLBatch``): no host sync, no data-dependent shape (capturable)."""
         tr, p = self.transport, st.plan
-        eb = tr.expert_batch(p, slot=ub)
+        lb = tr.ll_batch(p, slot=ub)
         dbo.dbo_maybe_run_recv_hook()  # start of MoE prepare: the sibling's combine receive
-        mw = self._moe_workspace(st)
+        mw = self._moe_workspace(st, lb)
         hook = tr.dispatch_send(
             st.moe_wire, p, mw.x_in, slot=ub, name=kernel_name("dispatch", i, ub), recv_cost=cost.dispatch_recv
         )
         dbo.dbo_register_recv_hook(hook)
         dbo.dbo_yield()
         dbo.launch(
-            _k_experts, mw.x_in, eb.offsets, L.w1, L.w2, mw.ws13, mw.ws2, mw.fused_out, mw.pad, None, None,
-            eb.first_expert, eb.num_experts, name=kernel_name("experts", i, ub), cost=cost.experts,
+            _k_experts_ll, mw.x_in, L.w1, L.w2, mw.ws13, mw.ws2, mw.fused_out, lb.first_expert,
+            name=kernel_name("experts", i, ub), cost=cost.experts,
         )
         dbo.dbo_maybe_run_recv_hook()  # before the combine: the sibling's dispatch receive
         hook = tr.combine_send(

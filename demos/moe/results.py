@@ -72,17 +72,32 @@ class EngineTimes:
 
 @dataclass
 class OutputCheck:
-    """max |DBO - no DBO| against ``rtol`` x max(1, max |no DBO|); None everywhere with meta tensors."""
+    """The outputs, judged against the right reference; None everywhere with meta tensors.
+
+    ``max_abs_diff``: max |DBO - the same ubatch split run one ubatch after another| (eager DBO and,
+    with ``--graph``, the DBO replay: the larger). Each ubatch runs the same kernels on the same
+    shapes either way, so it must be 0: ``passed`` means bitwise equal (and ``graph_max_abs_diff``
+    is the replay's part). ``max_abs_diff_whole_batch``: max |DBO - the whole batch at once (no
+    DBO)|, numerics only: other row counts may take other GEMM kernels and roundings; expected up
+    to about ``rtol`` x max(1, ``max_abs_ref``) (``atol``) for ``dtype``, never a failure."""
 
     max_abs_diff: float | None
     max_abs_ref: float | None
     passed: bool | None
     rtol: float
     dtype: str
+    max_abs_diff_whole_batch: float | None = None
+    graph_max_abs_diff: float | None = None
 
     @property
     def atol(self) -> float | None:
         return None if self.max_abs_ref is None else self.rtol * max(self.max_abs_ref, 1.0)
+
+    @property
+    def whole_batch_within(self) -> bool | None:
+        """Whether the whole-batch difference is within its expectation (information, not a verdict)."""
+        d, a = self.max_abs_diff_whole_batch, self.atol
+        return None if d is None or a is None else d <= a
 
 
 @dataclass
@@ -137,6 +152,14 @@ class OverlapResult:
     reference: ReferenceCheck | None = None
     output_reference: torch.Tensor | None = None
     wall_s: float = 0.0
+    graph: bool = False
+    """True: ``times_*`` are replays of the captured steps (``--graph``); the eager steps' times
+    are then in ``eager_times_*`` and the records, engine times and timeline are the eager steps'."""
+    eager_times_no_dbo_s: list[float] = field(default_factory=list)
+    eager_times_dbo_s: list[float] = field(default_factory=list)
+    graph_kernels: tuple[int, int] | None = None  # kernels in the captured no-DBO and DBO steps
+    output_dbo_graph: torch.Tensor | None = None  # the DBO replay's final hidden states (--graph)
+    output_split: torch.Tensor | None = None  # the same split run one ubatch after another (the exact reference)
 
     @property
     def time_no_dbo_s(self) -> float:

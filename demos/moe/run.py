@@ -27,9 +27,9 @@ from .dist_comm import DistributedTransport
 from .config import TOLERANCE, ConfigError, OverlapConfig, Resolved, _f, model_config, resolve
 from .model import ToyMoE, parse_kernel_name
 from .results import EngineTimes, OutputCheck, OverlapResult, RankResult, ReferenceCheck, WorkspaceFigures
-from .runner import Measurement, Runner, engine_times, measure
+from .runner import GraphTimes, Measurement, Runner, engine_times, measure
 
-__all__ = ["run", "reference_outputs", "layer_window", "compare_outputs"]
+__all__ = ["run", "reference_outputs", "layer_window", "compare_outputs", "bitwise_diff"]
 
 
 def _config(config: OverlapConfig | None, overrides: dict[str, Any]) -> OverlapConfig:
@@ -114,21 +114,52 @@ def compare_outputs(out: torch.Tensor | None, ref: torch.Tensor | None, rtol: fl
     return max_abs_diff, ref_max, (not nonfinite) and max_abs_diff <= rtol * max(ref_max, 1.0)
 
 
+def bitwise_diff(out: torch.Tensor | None, ref: torch.Tensor | None) -> tuple[float | None, bool | None]:
+    """(max |out - ref|, bitwise equal); (None, None) without tensors (meta)."""
+    if out is None or ref is None:
+        return None, None
+    if out.shape != ref.shape or out.dtype != ref.dtype:
+        return math.inf, False
+    diff = (out.to(torch.float64) - ref.to(torch.float64)).abs()
+    return (float(diff.max().item()) if diff.numel() else 0.0), bool(torch.equal(out, ref))
+
+
+def _output_check(meas: Measurement, rtol: float, dtype: str) -> OutputCheck:
+    """DBO against the same split run one ubatch after another (bitwise), eager and graph; and
+    against the whole batch at once (numerics)."""
+    whole, ref_max, _ = compare_outputs(meas.out, meas.ref, rtol)
+    d_eager, ok = bitwise_diff(meas.out, meas.split_ref)
+    d_graph = None
+    if meas.graph is not None and ok is not None:
+        d_graph, ok_graph = bitwise_diff(meas.graph.out, meas.split_ref)
+        ok = ok and ok_graph
+    diffs = [d for d in (d_eager, d_graph) if d is not None]
+    worst = max(diffs) if diffs else None
+    return OutputCheck(worst, ref_max, ok, rtol, dtype, max_abs_diff_whole_batch=whole, graph_max_abs_diff=d_graph)
+
+
 def _result(r: Runner, cfg: OverlapConfig, res: Resolved, meas: Measurement, engine: EngineTimes) -> OverlapResult:
     """The result from one process's measurements (``engine``: the figures to report)."""
     rtol = TOLERANCE.get(res.dtype_name, 1e-2)
-    max_abs_diff, ref_max, passed = compare_outputs(meas.out, meas.ref, rtol)
+    outputs = _output_check(meas, rtol, res.dtype_name)
     stats, recs_no, recs_dbo = meas.stats, meas.recs_no[-1], meas.recs_dbo[-1]
     spans, handoffs = [], []  # the host side of exactly the two steps whose kernels the result holds
     for dbo_on in (False, True):
         step_spans, step_handoffs = r.last_host.get(dbo_on, ([], []))
         spans += step_spans
         handoffs += step_handoffs
+    g = meas.graph
     return OverlapResult(
         config=cfg,
         resolved=res,
-        times_no_dbo_s=list(meas.t_no),
-        times_dbo_s=list(meas.t_dbo),
+        times_no_dbo_s=list(meas.t_no) if g is None else list(g.t_no),
+        times_dbo_s=list(meas.t_dbo) if g is None else list(g.t_dbo),
+        graph=g is not None,
+        eager_times_no_dbo_s=list(meas.t_no),
+        eager_times_dbo_s=list(meas.t_dbo),
+        graph_kernels=None if g is None else (g.kernels_no, g.kernels_dbo),
+        output_dbo_graph=None if g is None else g.out,
+        output_split=meas.split_ref,
         engine=engine,
         calibration=meas.calibration,
         link=r.transport.describe(),
@@ -141,7 +172,7 @@ def _result(r: Runner, cfg: OverlapConfig, res: Resolved, meas: Measurement, eng
             manager_allocations_after_lock=stats["allocations_after_lock"],
             locked=stats["locked"],
         ),
-        outputs=OutputCheck(max_abs_diff, ref_max, passed, rtol, res.dtype_name),
+        outputs=outputs,
         output_no_dbo=meas.ref,
         output_dbo=meas.out,
         records_no_dbo=list(recs_no),
@@ -222,7 +253,7 @@ def _overlap_rank(info: Any, cfg: OverlapConfig) -> OverlapResult | None:
                 times_dbo_s=meas.t_dbo, engine=engine_times(meas), allocations_after_lock=meas.allocations_after_lock,
                 bytes_to_peers_per_step=meas.bytes_to_peers_per_step,
             ),
-            ref=meas.ref, out=meas.out,
+            ref=meas.ref, out=meas.out, split_ref=meas.split_ref, graph=meas.graph,
         )
         everyone = info.gather_object(mine)
         if info.rank != 0:
@@ -233,6 +264,20 @@ def _overlap_rank(info: Any, cfg: OverlapConfig) -> OverlapResult | None:
             runner.close()
         workspace.reset_workspace_manager()
         torch.set_num_threads(old_threads)
+
+
+def _gather_graph(per_rank: list[GraphTimes | None]) -> GraphTimes | None:
+    """The ranks' replays: a replay takes as long as its slowest rank; the outputs in rank order."""
+    if per_rank[0] is None:
+        return None
+    steps = len(per_rank[0].t_no)
+    return GraphTimes(
+        t_no=[max(g.t_no[i] for g in per_rank) for i in range(steps)],
+        t_dbo=[max(g.t_dbo[i] for g in per_rank) for i in range(steps)],
+        out=torch.cat([g.out for g in per_rank]),
+        kernels_no=per_rank[0].kernels_no,
+        kernels_dbo=per_rank[0].kernels_dbo,
+    )
 
 
 def _distributed_result(r: Runner, cfg: OverlapConfig, res: Resolved, meas: Measurement, everyone: list[dict]) -> OverlapResult:
@@ -246,6 +291,8 @@ def _distributed_result(r: Runner, cfg: OverlapConfig, res: Resolved, meas: Meas
         t_dbo=[max(x.times_dbo_s[i] for x in ranks) for i in range(steps)],
         ref=torch.cat([x["ref"] for x in everyone]),
         out=torch.cat([x["out"] for x in everyone]),
+        split_ref=torch.cat([x["split_ref"] for x in everyone]),
+        graph=_gather_graph([x["graph"] for x in everyone]),
     )
     engine = EngineTimes(
         **{k: statistics.fmean(getattr(x.engine, k) for x in ranks) for k in ("compute_s", "comm_s", "overlapped_s", "dbo_compute_s", "dbo_comm_s")}

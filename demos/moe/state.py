@@ -32,6 +32,7 @@ class _Slot:
         self.topk_w = buf(T * K)
         self.topk_ids = buf(T * K, i64)
         self.src_slot = buf(T * K, i64)
+        self.expert_sorted = buf(T * K, i64)
         self.src_token = buf(T * K, i64)
         self.row_of = buf(T * K, i64)
         self.w_sorted = buf(T * K)
@@ -71,6 +72,7 @@ class _Slot:
                 weights=self.topk_w[: t * K].view(t, K),
                 weights_sorted=self.w_sorted[: t * K],
                 offsets=self.offsets,
+                expert_sorted=self.expert_sorted[: t * K],
             ),
         )
         self._views[t] = v

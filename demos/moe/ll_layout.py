@@ -1,0 +1,69 @@
+"""DeepEP low-latency's layout for the toy MoE's ll schedule: ``LLBatch`` and the device-side
+kernels that build it (used by both transports, ``demos.moe.comm`` and ``demos.moe.dist_comm``).
+
+The experts' rows live in a fixed-capacity ``(experts, capacity, hidden)`` buffer with the counts on
+the device: no host sync and no data-dependent shape, so a step that uses it can be captured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from .comm import RoutePlan
+
+__all__ = ["LLBatch", "ll_layout_kernel", "ll_pack_kernel"]
+
+
+@dataclass
+class LLBatch:
+    """The low-latency layout of the rows this process's experts compute for one ubatch (DeepEP
+    low-latency): a ``(local_experts, capacity, hidden)`` buffer, expert ``first_expert + e``'s rows
+    in ``[e, :counts[e]]``; the rest of each expert's rows are zeros. ``counts`` stays on the device
+    (over torch.distributed it is ``(world_size, local_experts)``: rank q's rows of expert e are
+    ``[e, q * max_tokens : q * max_tokens + counts[q, e]]``).
+
+    ``capacity`` cannot overflow: a token's top-k experts are distinct, so an expert receives at
+    most one copy of each token of each source rank; the capacity is the tokens a source rank may
+    send (the ubatch's tokens over the modelled link; ``world_size x`` the most tokens of any rank
+    over torch.distributed, whose chunks must have one size on every rank).
+    """
+
+    local_experts: int
+    capacity: int
+    first_expert: int
+    counts: torch.Tensor
+
+    @property
+    def rows(self) -> int:
+        return self.local_experts * self.capacity
+
+
+def ll_layout_kernel(plan: "RoutePlan", cap: int, arange_rows: torch.Tensor, pad_row: torch.Tensor, copy_row: torch.Tensor, counts: torch.Tensor) -> None:
+    """The low-latency layout, on the device: ``pad_row[r]`` = the row of sorted row r in the padded
+    ``(experts * cap)`` buffer (``expert * cap + position within the expert``), ``copy_row[j]`` = that
+    of token-major copy j, ``counts[e]`` = rows of expert e."""
+    torch.index_select(plan.offsets, 0, plan.expert_sorted, out=pad_row)
+    torch.sub(arange_rows, pad_row, out=pad_row)
+    pad_row.add_(plan.expert_sorted, alpha=cap)
+    torch.index_select(pad_row, 0, plan.row_of, out=copy_row)
+    torch.diff(plan.offsets, out=counts)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as bytes when its dtype is a 1-byte float (float8): some kernels (CPU ``index_copy_``)
+    and collectives (gloo, older nccl) do not take them."""
+    if t.element_size() == 1 and t.dtype not in (torch.uint8, torch.int8):
+        return t.view(torch.uint8)
+    return t
+
+
+def ll_pack_kernel(x: torch.Tensor, src_token: torch.Tensor, pad_row: torch.Tensor, stage: torch.Tensor, padded: torch.Tensor) -> None:
+    """``padded[pad_row[r]] = x[src_token[r]]``, zeros elsewhere (``padded``: (experts * cap, hidden))."""
+    x, stage, padded = _bits(x), _bits(stage), _bits(padded)
+    torch.index_select(x, 0, src_token, out=stage)
+    padded.zero_()
+    padded.index_copy_(0, pad_row, stage)
