@@ -236,7 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         sys.stderr.write(f"{parser.prog}: error: {e.render(flag_of)}\n")
         return 2
-    if cfg.launcher != "env" or os.environ.get("RANK", "0") == "0":  # under torchrun rank 0 writes the files
+    reporter = cfg.launcher != "env" or os.environ.get("RANK", "0") == "0"  # under torchrun rank 0 reports
+    if reporter:
         try:
             cli_common.check_output_paths([(getattr(cfg, f), flag_of(f)) for f in ("json_path", "trace_path", "plot_path")])
             problem = plot_path_problem(cfg.plot_path) if cfg.plot_path else None
@@ -245,9 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except cli_common.OutputPathError as e:
             sys.stderr.write(f"{parser.prog}: error: {e}\n")
             return 2
-    cli_common.progress(
-        parser.prog, f"running {cfg.steps} steps without DBO and {cfg.steps} with DBO after {cfg.warmup} warmup (Ctrl-C stops it)"
-    )
+        cli_common.progress(
+            parser.prog, f"running {cfg.steps} steps without DBO and {cfg.steps} with DBO after {cfg.warmup} warmup (Ctrl-C stops it)",
+        )
     try:
         result = run(cfg)
     except ConfigError as e:
