@@ -182,6 +182,7 @@ def _capture(orch: Any, fn: Callable[[Any], Any], inputs: list[Any]) -> Captured
     except BaseException as exc:
         rec.active = False
         orch._recover_streams()
+        _clear_refusals(b)
         _raise_translated(exc)
         raise
     finally:
@@ -338,6 +339,30 @@ def _workspace_locked() -> Iterator[None]:
     finally:
         if not was_locked:
             manager.unlock()
+
+
+def _clear_refusals(b: Any) -> None:
+    """After a refused capture: streams of ``b`` that failed only because a kernel was refused (a
+    host sync during capture) are drained and made usable again. The orchestrator replaces its own
+    streams, but a backend it does not own (shared, as in the demo) keeps the others, such as a
+    transport's link queue fetched by name; a real failure stays sticky."""
+    for s in b.streams:
+        if s.error is None or not _is_refusal(s.error):
+            continue
+        try:
+            s.synchronize()  # let the skipped tail drain; it raises the sticky error
+        except BaseException:
+            pass
+        s._error = None
+        s._error_note = ""
+
+
+def _is_refusal(exc: BaseException) -> bool:
+    try:
+        _raise_translated(exc)
+    except CaptureError:
+        return True
+    return False
 
 
 def _raise_translated(exc: BaseException) -> None:

@@ -25,12 +25,10 @@ import gc
 import json
 import math
 import os
-import platform
 import shlex
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -40,8 +38,24 @@ from demos.cli_common import OutputPathError, check_output_paths, run_main, say,
 from workspace import WorkspaceManager
 from workspace.layout import align_up, canonical_request, plan
 
-Record = dict[str, Any]
-NOISY_SPREAD = 1.5
+from demos.bench_report import (  # noqa: F401 - re-exported: the verdict helpers live there
+    HEADER,
+    NOISY_SPREAD,
+    Record,
+    _check,
+    _fmt,
+    _rows,
+    format_checked,
+    machine,
+    table,
+)
+from demos.bench_report import markdown as _markdown
+from demos.bench_core import Config, Timing, progress, timing_record, value_record  # noqa: F401 - re-exported
+
+
+def markdown(records: list[Record], command: str, m: dict[str, Any]) -> str:
+    """The report page of ``records`` over every section of ``SECTIONS``."""
+    return _markdown(records, command, m, SECTIONS)
 
 
 def reference_views(buffer: torch.Tensor, specs: Any) -> list[torch.Tensor]:
@@ -57,39 +71,6 @@ def reference_views(buffer: torch.Tensor, specs: Any) -> list[torch.Tensor]:
     return [
         buffer[offsets[i] : offsets[i] + sizes[i]].view(specs[i][1]).reshape(specs[i][0]) for i in range(len(specs))
     ]
-
-
-@dataclass(frozen=True)
-class Config:
-    quick: bool
-    device: str
-
-    @property
-    def repeat(self) -> int:
-        return 7 if self.quick else 21
-
-    @property
-    def min_time_s(self) -> float:
-        """Each repeat runs enough calls to last at least this long."""
-        return 0.01 if self.quick else 0.05
-
-
-def progress(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------------- timing
-
-
-@dataclass(frozen=True)
-class Timing:
-    median: float  # seconds per call
-    min: float
-    max: float
-
-    @property
-    def noisy(self) -> bool:
-        return self.min > 0 and self.max / self.min > NOISY_SPREAD
 
 
 def _calibrate(fn: Callable[[], Any], min_time_s: float) -> int:
@@ -121,67 +102,6 @@ def time_together(fns: dict[str, Callable[[], Any]], cfg: Config) -> dict[str, T
         if gc_was_enabled:
             gc.enable()
     return {name: Timing(statistics.median(s), min(s), max(s)) for name, s in samples.items()}
-
-
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    "<=": lambda x, b: x <= b,
-    "<": lambda x, b: x < b,
-    "==": lambda x, b: x == b,
-    ">=": lambda x, b: x >= b,
-}
-
-
-def _check(target: str | None, x: float | None) -> bool | None:
-    """Whether the unrounded ``x`` meets ``target`` ("OP BOUND", e.g. ">= 0.85"); None without one."""
-    if target is None or x is None:
-        return None
-    op, bound = target.split()
-    return _OPS[op](x, float(bound))
-
-
-def format_checked(x: float, target: str | None, digits: int = 3, max_digits: int = 12) -> str:
-    """``x`` with at least ``digits`` decimals and as many more as it takes for the printed number
-    to give the same verdict against ``target`` as the unrounded one: 0.84996 against ">= 0.85"
-    prints as 0.84996, not 0.850 (which a reader would take as met)."""
-    verdict = _check(target, x)
-    d = digits
-    while verdict is not None and _check(target, float(f"{x:.{d}f}")) != verdict:
-        if d >= max_digits:
-            return repr(x)  # the shortest text that reads back as x itself
-        d += 1
-    return f"{x:.{d}f}"
-
-
-def timing_record(
-    section: str, name: str, t: Timing, baseline: tuple[str, Timing] | None = None, target: str | None = None
-) -> Record:
-    ratio = None if baseline is None else t.median / baseline[1].median
-    return {
-        "section": section,
-        "name": name,
-        "value": t.median * 1e6,
-        "unit": "us/call",
-        "min": t.min * 1e6,
-        "max": t.max * 1e6,
-        "noisy": t.noisy,
-        "baseline": None if baseline is None else baseline[0],
-        "ratio": ratio,
-        "target": target,
-        "ok": _check(target, ratio),
-    }
-
-
-def value_record(section: str, name: str, value: float, unit: str, target: str | None = None) -> Record:
-    return {
-        "section": section,
-        "name": name,
-        "value": value,
-        "unit": unit,
-        "baseline": None,
-        "ratio": None,
-        "target": target,
-        "ok": _check(target, value),
-    }
 
 
 # ---------------------------------------------------------------------- sections
@@ -428,100 +348,32 @@ def section_simulation(cfg: Config) -> list[Record]:
     return [rec, value_record(section, "simulated step time (virtual clock)", statistics.median(virtual) * 1e3, "ms")]
 
 
-SECTIONS: list[Callable[[Config], list[Record]]] = [section_workspace, section_handoff, section_overlap, section_simulation]
+def section_host(cfg: Config) -> list[Record]:
+    """Host time per kernel, with and without DBO, eager and replayed, on the backend at hand
+    (`--backend`; auto: cuda with a GPU, else threads). Two workloads: `synthetic`, a step of tiny
+    kernels shaped like a DBO layer (8 layers of 6 compute kernels, a yield-and-switch to comm, 2
+    comm kernels, a yield-and-switch back); and `demo ll`, the demo's MoE model with the ll schedule
+    at tiny shapes (8 layers, 64 tokens, hidden 64, 8 experts top-2), so its kernels are short and
+    the step is host-bound. Each figure is the wall time of a whole step (eager: `run`, with its
+    threads, handoffs, model Python and final synchronize; replayed: `capture` once, then
+    `CapturedStep.replay()`, which synchronizes) divided by the step's kernels; without DBO the
+    step runs as one ubatch, with DBO as two (twice the kernels). A step the capture refuses (a
+    host sync in it) is shown as not capturable, with the refusal. Target, on cuda only: eager DBO
+    at most 1.15x eager no DBO per kernel (on the CPU backends the ratio also carries the thread
+    handoffs of a 2-core machine; it is shown without a target). On cuda one more row times the DBO
+    step with the launch path as it was before (a `torch.cuda.stream` context entered per launch),
+    against today's (one stream switch per `set_stream`). On threads the kernels run on
+    executor threads that share the 2 vCPUs with the issuing threads, and these figures move by
+    tens of percent from run to run on a shared VM (replay against eager included): read them as
+    plumbing and orders of magnitude; the figures that matter come from a GPU (docs/gpu.md)."""
+    from demos.bench_host import host_records
+
+    return host_records(cfg)
 
 
-# ---------------------------------------------------------------------- output
-
-
-def machine() -> dict[str, Any]:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.cuda.is_available(),
-        "torch_threads": torch.get_num_threads(),
-        "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-    }
-
-
-def _fmt(x: Any, digits: int = 3) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, bool):
-        return "yes" if x else "NO"
-    if isinstance(x, float):
-        return f"{x:.{digits}f}" if abs(x) < 1000 else f"{x:,.0f}"
-    return str(x)
-
-
-def _rows(records: list[Record]) -> list[list[str]]:
-    rows = []
-    for r in records:
-        spread = "-"
-        if "min" in r:
-            spread = f"{r['min']:.3f}-{r['max']:.3f}"
-        if r.get("noisy"):
-            spread += " NOISY"
-        # The target applies to the ratio when there is one (timing_record), else to the value.
-        value, ratio = _fmt(r["value"]), _fmt(r["ratio"])
-        if r["target"] is not None and r["ratio"] is not None:
-            ratio = format_checked(r["ratio"], r["target"])
-        elif r["target"] is not None and isinstance(r["value"], float) and abs(r["value"]) < 1000:
-            value = format_checked(r["value"], r["target"])
-        rows.append([r["name"], value, r["unit"], spread, r["baseline"] or "-", ratio, r["target"] or "-", _fmt(r["ok"])])
-    return rows
-
-
-HEADER = ["measure", "value", "unit", "min-max", "baseline", "ratio", "target", "ok"]
-
-
-def table(records: list[Record]) -> str:
-    rows = [HEADER] + _rows(records)
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def markdown(records: list[Record], command: str, m: dict[str, Any]) -> str:
-    out = [
-        "# Performance",
-        "",
-        "Generated by the benchmark; do not edit by hand. To refresh it, run:",
-        "",
-        "```",
-        command,
-        "```",
-        "",
-        f"Run on {datetime.date.today().isoformat()}: {m['platform']}, {m['processor']}, {m['cpu_count']} CPUs, "
-        f"Python {m['python']}, torch {m['torch']} (CUDA available: {'yes' if m['cuda'] else 'no'}, "
-        f"{m['torch_threads']} intra-op threads); 1-minute load average when the run started: "
-        f"{_fmt(m['load_avg_1min'], 2)}.",
-        "",
-        "Timings are medians of per-call times over several repeats (each repeat a timeit-style loop, "
-        "candidates interleaved round-robin); min-max is the spread over the repeats, in us. "
-        f"NOISY marks a spread above {NOISY_SPREAD}x: trust that figure less. "
-        "ratio = value / baseline value; ok says whether the target holds.",
-    ]
-    for fn in SECTIONS:
-        name = fn.__name__.removeprefix("section_")
-        recs = [r for r in records if r.get("section") == name]
-        if not recs:
-            continue
-        out += ["", f"## {name}", "", " ".join((fn.__doc__ or "").split()), ""]
-        out.append("| " + " | ".join(HEADER) + " |")
-        out.append("|" + "|".join("---" for _ in HEADER) + "|")
-        for row in _rows(recs):
-            out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
-        missed = [r["name"] for r in recs if r["ok"] is False]
-        noisy = [r["name"] for r in recs if r.get("noisy")]
-        out.append("")
-        out.append("Targets missed: " + (", ".join(missed) if missed else "none") + ".")
-        out.append("Noisy figures: " + (", ".join(noisy) if noisy else "none") + ".")
-    return "\n".join(out) + "\n"
+SECTIONS: list[Callable[[Config], list[Record]]] = [
+    section_workspace, section_handoff, section_overlap, section_simulation, section_host,
+]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -532,13 +384,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--section", action="append", metavar="NAME", help="run only this section (repeatable)")
     parser.add_argument("--device", default="cpu", help="device for buffers (default: cpu)")
     parser.add_argument("--strict", action="store_true", help="exit with status 1 if a target is missed")
+    parser.add_argument(
+        "--backend", default="auto", choices=("auto", "cuda", "threads", "virtual", "inline"),
+        help="stream backend of the host section (default auto: cuda with a GPU, else threads)",
+    )
     args = parser.parse_args(argv)
     try:
         check_output_paths([(args.json, "--json"), (args.markdown, "--markdown")])
     except OutputPathError as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")
 
-    cfg = Config(quick=args.quick, device=args.device)
+    cfg = Config(quick=args.quick, device=args.device, backend=args.backend)
     mach = machine()  # before the run: the load average says how busy the machine was
     chosen = [fn for fn in SECTIONS if not args.section or fn.__name__.removeprefix("section_") in args.section]
     if args.section and not chosen:
@@ -560,8 +416,20 @@ def main(argv: list[str] | None = None) -> int:
             json.dump({"machine": mach, "command": command.strip(), "records": records}, f, indent=2)
 
     def write_markdown(path: str) -> None:
+        text = markdown(records, command.strip(), mach)
+        if args.section and os.path.exists(path):  # a partial run: replace only its sections
+            from demos.bench_merge import merge_sections
+
+            with open(path) as f:
+                old = f.read()
+            stamp = (
+                f"Measured on {datetime.date.today().isoformat()} with `{command.strip()}` on {mach['platform']}, "
+                f"{mach['cpu_count']} CPUs, torch {mach['torch']} (CUDA available: {'yes' if mach['cuda'] else 'no'}); "
+                f"1-minute load average when the run started: {_fmt(mach['load_avg_1min'], 2)}."
+            )
+            text = merge_sections(old, text, [fn.__name__.removeprefix("section_") for fn in SECTIONS], stamp)
         with open(path, "w") as f:
-            f.write(markdown(records, command.strip(), mach))
+            f.write(text)
 
     for path, flag, write in ((args.json, "--json", write_json), (args.markdown, "--markdown", write_markdown)):
         if path:

@@ -569,3 +569,34 @@ def test_a_refusal_reached_only_through_an_exceptions_context_is_still_a_capture
         failed.__cause__ = e
     with pytest.raises(CaptureError, match="Tensor.item"):
         _raise_translated(failed)
+
+
+def _item_in_a_link_kernel(u):
+    link = dbo.current_stream().backend.stream("link")  # a transport's queue, fetched by name
+    link.launch(lambda t: t.sum().item(), u["x"], kind="comm")
+    dbo.dbo_yield()
+    return u["x"]
+
+
+def test_a_refusal_on_a_shared_backend_leaves_its_named_streams_usable(backend):
+    # the demo shares one backend between its orchestrators, so recovery cannot replace it: the
+    # stream the refused kernel ran on must not stay failed for the next eager step
+    from dbo.streams import get_backend
+
+    b = get_backend(backend)
+    try:
+        with UBatchOrchestrator(2, b) as orch:
+            inputs = make_inputs(2)
+            with pytest.raises(CaptureError, match="Tensor.item"):
+                orch.capture(_item_in_a_link_kernel, inputs)
+            link = b.stream("link")
+            assert link.error is None
+            def send_on_the_link(u):
+                dbo.current_stream().backend.stream("link").launch(_send, u["x"], u["wire"], kind="comm")
+                return u["wire"]
+
+            out = orch.run(send_on_the_link, inputs)
+            link.synchronize()
+            assert all(torch.equal(o, u["x"]) for o, u in zip(out, inputs))
+    finally:
+        b.close()

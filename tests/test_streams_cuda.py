@@ -154,3 +154,30 @@ def test_use_stream_sets_torch_current_stream(cb):
     assert torch.cuda.current_stream(cb.device) == default
     s.synchronize()
     assert x.sum().item() == 8.0
+
+
+def test_switch_paid_once_per_stream_change_not_per_launch(cb, monkeypatch):
+    """With s current, launches on s run on torch's current stream without a stream context; a launch
+    on another stream switches for that launch only, and its kernel runs there."""
+    real = torch.cuda.stream
+    enters = []
+
+    def counting(s):
+        enters.append(s)
+        return real(s)
+
+    monkeypatch.setattr(torch.cuda, "stream", counting)
+    s, other = cb.new_stream("s"), cb.new_stream("other")
+    seen = []
+    x = torch.zeros(8, device=cb.device)
+    torch.cuda.synchronize(cb.device)
+    with use_stream(s):
+        for _ in range(10):
+            s.launch(lambda t: (seen.append(torch.cuda.current_stream(cb.device)), t.add_(1.0)), x)
+        assert enters == []
+        other.wait_stream(s)
+        other.launch(lambda t: (seen.append(torch.cuda.current_stream(cb.device)), t.mul_(2.0)), x)
+        assert len(enters) == 1 and torch.cuda.current_stream(cb.device) == s.torch_stream
+    cb.synchronize()
+    assert seen[:10] == [s.torch_stream] * 10 and seen[10] == other.torch_stream
+    assert x.sum().item() == 8 * 20.0

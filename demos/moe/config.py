@@ -47,7 +47,8 @@ RANKS_PER_CPU = 4
 "spawn"): each rank is a process with a model, ubatch threads and a comm executor; beyond this,
 a run only measures the host's time slicing (and takes minutes)."""
 META_AUTO_BYTES = 1 << 30  # virtual: weights above 1 GiB -> meta tensors (math skipped)
-REAL_LIMIT_BYTES = 4 << 30  # other backends: refuse weights above 4 GiB
+REAL_LIMIT_BYTES = 4 << 30  # CPU backends (real tensors): refuse weights above 4 GiB
+REAL_LIMIT_FRACTION = 0.5  # cuda: refuse weights above this share of the device's free memory
 
 _MARK = "\ue000"
 _FIELD = re.compile(_MARK + r"(\w+)" + _MARK)
@@ -272,6 +273,22 @@ def _choose_backend(cfg: OverlapConfig, distributed: bool) -> str:
     return backend
 
 
+def real_limit(backend: str) -> tuple[int, str]:
+    """The most bytes of real weights a run on ``backend`` may take, and how that limit was set:
+    on cuda ``REAL_LIMIT_FRACTION`` of the current device's free memory (``torch.cuda.mem_get_info``),
+    elsewhere the fixed ``REAL_LIMIT_BYTES``."""
+    if backend != "cuda":
+        return REAL_LIMIT_BYTES, "the fixed limit for real tensors on the CPU backends"
+    index = torch.cuda.current_device()
+    try:
+        free, total = torch.cuda.mem_get_info(index)
+    except RuntimeError as e:
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise ConfigError(f"{_f('backend')} cuda: could not read the free memory of cuda:{index}: {first}") from None
+    why = f"{REAL_LIMIT_FRACTION:g} of the {free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB on cuda:{index}"
+    return int(free * REAL_LIMIT_FRACTION), why
+
+
 def resolve(cfg: OverlapConfig) -> Resolved:
     """Check ``cfg`` and fill in the automatic choices; ConfigError (one line) on a bad option."""
     _check_fields(cfg)
@@ -298,10 +315,13 @@ def resolve(cfg: OverlapConfig) -> Resolved:
             notes.append(f"the weights would take {big / 2**30:.0f} GiB in float32: meta tensors, math skipped")
     else:
         meta = bool(cfg.meta)
-    if not meta and big > REAL_LIMIT_BYTES:
-        raise ConfigError(
-            f"this model needs {big / 2**30:.1f} GiB of weights; simulate it with {_f('backend')} virtual (meta tensors)"
-        )
+    if not meta:
+        limit, why = real_limit(backend)
+        if big > limit:
+            raise ConfigError(
+                f"this model needs {big / 2**30:.1f} GiB of weights, over the {limit / 2**30:.1f} GiB limit "
+                f"({why}); simulate it with {_f('backend')} virtual (meta tensors)"
+            )
     dtype = (torch.bfloat16 if meta else torch.float32) if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
     comm_ratio = cfg.comm_ratio if cfg.comm_ratio is not None else (None if cfg.link is not None else 1.0)
     device = "meta" if meta else ("cuda" if backend == "cuda" else "cpu")
