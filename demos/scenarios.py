@@ -106,4 +106,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .cli_common import run_main
+
+    sys.exit(run_main(main, "python -m demos.scenarios"))

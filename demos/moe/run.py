@@ -159,12 +159,11 @@ def _result(r: Runner, cfg: OverlapConfig, res: Resolved, meas: Measurement, eng
     rtol = TOLERANCE.get(res.dtype_name, 1e-2)
     outputs = _output_check(meas, rtol, res.dtype_name)
     stats, recs_no, recs_dbo = meas.stats, meas.recs_no[-1], meas.recs_dbo[-1]
-    spans, handoffs = [], []
-    if res.backend != "virtual":  # on virtual the host clock stands still during a step
-        lo = min(x.start for x in recs_no)
-        hi = max(x.end for x in recs_dbo)
-        spans = [s for s in r.tracer.spans if s.start >= lo and s.end <= hi]
-        handoffs = [h for h in r.tracer.handoffs if lo <= h.t_src <= hi]
+    spans, handoffs = [], []  # the host side of exactly the two steps whose kernels the result holds
+    for dbo_on in (False, True):
+        step_spans, step_handoffs = r.last_host.get(dbo_on, ([], []))
+        spans += step_spans
+        handoffs += step_handoffs
     g = meas.graph
     return OverlapResult(
         config=cfg,
