@@ -19,6 +19,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 import dbo
+from dbo import CaptureError
 
 from . import cli_common
 from .moe.config import BACKEND_CHOICES, DTYPE_CHOICES, TOLERANCE, ConfigError, OverlapConfig, resolve
@@ -265,6 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.write("ranks: " + "; ".join(f"{r} {describe_exit(c)}" for r, c in enumerate(e.exitcodes)) + "\n")
         if e.remote_traceback:
             sys.stderr.write(f"--- traceback of rank {e.rank} ---\n{e.remote_traceback}")
+        return 1
+    except CaptureError as e:  # --graph: the step made a host sync a graph cannot hold
+        sys.stderr.write(f"{parser.prog}: error: --graph could not capture the step: {e}\n")
         return 1
     except BaseException as e:
         if cfg.launcher != "env" or cli_common.interrupt_of(e) is not None:
