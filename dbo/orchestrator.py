@@ -18,6 +18,7 @@ from . import registry
 from .context import StepState, UBatchContext, ubatch_main, where_is
 from .errors import DBOError, HandoffTimeout, StepHung, UBatchFailed
 from .streams import Backend, Stream, get_backend, set_stream, current_stream
+from .streams import base as _streams_base
 
 if TYPE_CHECKING:
     from .capture import CapturedStep
@@ -166,6 +167,8 @@ class UBatchOrchestrator:
             raise DBOError("UBatchOrchestrator.run called from inside a ubatch thread; steps do not nest")
         if not self._running.acquire(blocking=False):
             raise DBOError("this UBatchOrchestrator is already running a step in another thread")
+        if _streams_base._observer is not None:  # dbo.races: sanitizers wrap the ubatch body
+            fn = _streams_base._observer.wrap_ubatch(fn)
         try:
             if self.num_ubatches == 1:
                 return self._run_single(fn, inputs[0])
@@ -273,6 +276,8 @@ class UBatchOrchestrator:
         during the capture raises ``CaptureError``. See docs/capture.md."""
         from .capture import capture_step
 
+        if _streams_base._observer is not None:  # dbo.races: sanitizers wrap the ubatch body
+            fn = _streams_base._observer.wrap_ubatch(fn)
         return capture_step(self, fn, ubatch_inputs)
 
     def _wait_for_threads(self, step: StepState, started: float) -> None:

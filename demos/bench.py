@@ -34,6 +34,7 @@ from typing import Any, Callable
 import torch
 
 from dbo.registry import use_ubatch
+from demos.cli_common import OutputPathError, check_output_paths, run_main, say, write_output
 from workspace import WorkspaceManager
 from workspace.layout import align_up, canonical_request, plan
 
@@ -388,6 +389,10 @@ def main(argv: list[str] | None = None) -> int:
         help="stream backend of the host section (default auto: cuda with a GPU, else threads)",
     )
     args = parser.parse_args(argv)
+    try:
+        check_output_paths([(args.json, "--json"), (args.markdown, "--markdown")])
+    except OutputPathError as e:
+        parser.exit(2, f"{parser.prog}: error: {e}\n")
 
     cfg = Config(quick=args.quick, device=args.device, backend=args.backend)
     mach = machine()  # before the run: the load average says how busy the machine was
@@ -398,22 +403,24 @@ def main(argv: list[str] | None = None) -> int:
     for fn in chosen:
         records += fn(cfg)
     command = "python -m demos.bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    print(table(records))
+    say(table(records))
     missed = [r["name"] for r in records if r["ok"] is False]
     noisy = [r["name"] for r in records if r.get("noisy")]
     if noisy:
-        print(f"noisy (max/min > {NOISY_SPREAD}): " + ", ".join(noisy))
-    print("targets missed: " + (", ".join(missed) if missed else "none"))
-    if args.json:
-        with open(args.json, "w") as f:
+        say(f"noisy (max/min > {NOISY_SPREAD}): " + ", ".join(noisy))
+    say("targets missed: " + (", ".join(missed) if missed else "none"))
+    status = 1 if (args.strict and missed) else 0
+
+    def write_json(path: str) -> None:
+        with open(path, "w") as f:
             json.dump({"machine": mach, "command": command.strip(), "records": records}, f, indent=2)
-        progress(f"wrote {args.json}")
-    if args.markdown:
+
+    def write_markdown(path: str) -> None:
         text = markdown(records, command.strip(), mach)
-        if args.section and os.path.exists(args.markdown):  # a partial run: replace only its sections
+        if args.section and os.path.exists(path):  # a partial run: replace only its sections
             from demos.bench_merge import merge_sections
 
-            with open(args.markdown) as f:
+            with open(path) as f:
                 old = f.read()
             stamp = (
                 f"Measured on {datetime.date.today().isoformat()} with `{command.strip()}` on {mach['platform']}, "
@@ -421,11 +428,17 @@ def main(argv: list[str] | None = None) -> int:
                 f"1-minute load average when the run started: {_fmt(mach['load_avg_1min'], 2)}."
             )
             text = merge_sections(old, text, [fn.__name__.removeprefix("section_") for fn in SECTIONS], stamp)
-        with open(args.markdown, "w") as f:
+        with open(path, "w") as f:
             f.write(text)
-        progress(f"wrote {args.markdown}")
-    return 1 if (args.strict and missed) else 0
+
+    for path, flag, write in ((args.json, "--json", write_json), (args.markdown, "--markdown", write_markdown)):
+        if path:
+            if write_output(path, flag, write, parser.prog):
+                progress(f"wrote {path}")
+            else:
+                status = 1
+    return status
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main, "python -m demos.bench"))

@@ -16,14 +16,17 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import dbo
+from dbo import CaptureError
 
-from .moe.config import BACKEND_CHOICES, DTYPE_CHOICES, TOLERANCE, ConfigError, OverlapConfig
+from . import cli_common
+from .moe.config import BACKEND_CHOICES, DTYPE_CHOICES, TOLERANCE, ConfigError, OverlapConfig, resolve
 from .moe.model import SCHEDULES
-from .moe.plot import plot_timeline
-from .moe.report import format_report, to_dict, trace_of
+from .moe.plot import plot_path_problem, plot_timeline
+from .moe.report import format_output_line, format_report, to_dict, trace_of
+from .moe.results import OverlapResult
 from .moe.run import reference_outputs, run
 
 __all__ = [
@@ -35,6 +38,8 @@ __all__ = [
     "main",
     "build_parser",
     "flag_of",
+    "output_files",
+    "report_of",
     "TOLERANCE",
 ]
 
@@ -74,26 +79,52 @@ def run_overlap(config: OverlapConfig | None = None, *, details: dict | None = N
         if result.output_reference is not None:
             details["output_reference"] = result.output_reference
         details.update(output_split=result.output_split, output_dbo_graph=result.output_dbo_graph)
+    report = report_of(result)
+    for flag, path, write in output_files(result, report):
+        write(path)
+    return report
+
+
+def report_of(result: OverlapResult) -> dict:
+    """The report dict of a result (what ``run_overlap`` returns and the command prints), before
+    any file is written."""
     report = to_dict(result)
-    if cfg.trace_path:
-        trace_of(result).to_chrome(cfg.trace_path)
-        report["trace_path"] = cfg.trace_path
-    if cfg.plot_path:
+    report["wall_s"] = result.wall_s
+    return report
+
+
+def output_files(result: OverlapResult, report: dict) -> list[tuple[str, str, Callable[[str], None]]]:
+    """``(flag, path, write)`` for each file the result's config names, in the order they are
+    written: ``--trace``, ``--plot``, then ``--json`` (last, so that it holds ``trace_path`` and
+    ``plot_path`` of the files written before it). ``write(path)`` raises OSError on failure and
+    records what it wrote in ``report``."""
+    cfg = result.config
+    out: list[tuple[str, str, Callable[[str], None]]] = []
+
+    def trace(path: str) -> None:
+        trace_of(result).to_chrome(path)
+        report["trace_path"] = path
+
+    def plot(path: str) -> None:
         w = result.window
         msg = plot_timeline(
-            result.records_dbo, w, cfg.plot_path,
+            result.records_dbo, w, path,
             f"DBO ({cfg.schedule}, {cfg.ubatches} ubatches, {result.resolved.backend}): layer {w.layer}",
         )
         if msg is None:
-            report["plot_path"] = cfg.plot_path
+            report["plot_path"] = path
         else:
             report["notes"].append(msg)
             report["plot_error"] = msg
-    report["wall_s"] = result.wall_s
-    if cfg.json_path:
-        with open(cfg.json_path, "w", encoding="utf-8") as f:
+
+    def json_file(path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2)
-    return report
+
+    for flag, path, write in (("--trace", cfg.trace_path, trace), ("--plot", cfg.plot_path, plot), ("--json", cfg.json_path, json_file)):
+        if path:
+            out.append((flag, path, write))
+    return out
 
 
 # --- command line --------------------------------------------------------------------------------
@@ -176,11 +207,17 @@ def build_parser() -> argparse.ArgumentParser:
       help="capture the no-DBO step and the DBO step once each and time their replays (a CUDA graph on cuda; a "
            "recorded replay on the CPU backends): the speedup compares graph with graph. ll only: ht keeps "
            "host-known expert counts, which a graph cannot hold")
+    a("--sanitize", action="store_true", default=False,
+      help="run every step under the workspace sanitizer and the stream-race detector (dbo.races); the report "
+           "counts the findings and lists the first few (docs/races.md). Slower; single process only")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status (0 ok, 2 bad arguments, 1 failure)."""
+    """Command-line entry point; returns the exit status: 0 ok, 2 a bad option or output path
+    (before anything runs), 1 a failed run or a file that could not be written (after the report
+    was printed). Run as ``python -m demos.overlap``, ``cli_common.run_main`` adds 130 (Ctrl-C),
+    143 (SIGTERM) and 141 (stdout closed)."""
     parser = build_parser()
     try:
         ns = parser.parse_args(argv)
@@ -199,7 +236,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         opts["world_size"] = 1
     cfg = OverlapConfig(**opts)
     try:
-        rep = run_overlap(cfg)
+        resolve(cfg)  # the options first (cheap: nothing is built), then the paths, then the run
+    except ConfigError as e:
+        sys.stderr.write(f"{parser.prog}: error: {e.render(flag_of)}\n")
+        return 2
+    reporter = cfg.launcher != "env" or os.environ.get("RANK", "0") == "0"  # under torchrun rank 0 reports
+    if reporter:
+        try:
+            cli_common.check_output_paths([(getattr(cfg, f), flag_of(f)) for f in ("json_path", "trace_path", "plot_path")])
+            problem = plot_path_problem(cfg.plot_path) if cfg.plot_path else None
+            if problem:
+                raise cli_common.OutputPathError(f"--plot {cfg.plot_path}: {problem}")
+        except cli_common.OutputPathError as e:
+            sys.stderr.write(f"{parser.prog}: error: {e}\n")
+            return 2
+        cli_common.progress(
+            parser.prog, f"running {cfg.steps} steps without DBO and {cfg.steps} with DBO after {cfg.warmup} warmup (Ctrl-C stops it)",
+        )
+    try:
+        result = run(cfg)
     except ConfigError as e:
         sys.stderr.write(f"{parser.prog}: error: {e.render(flag_of)}\n")
         return 2
@@ -212,8 +267,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if e.remote_traceback:
             sys.stderr.write(f"--- traceback of rank {e.rank} ---\n{e.remote_traceback}")
         return 1
-    except BaseException:
-        if cfg.launcher != "env":
+    except CaptureError as e:  # --graph: the step made a host sync a graph cannot hold
+        sys.stderr.write(f"{parser.prog}: error: --graph could not capture the step: {e}\n")
+        return 1
+    except BaseException as e:
+        if cfg.launcher != "env" or cli_common.interrupt_of(e) is not None:
             raise
         # one rank under torchrun: say why, then leave at once (a collective may still be stuck on
         # the backend's comm executor thread); torchrun sees the non-zero status and stops the other ranks
@@ -223,13 +281,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(1)
-    if rep is None:  # a rank other than 0 under torchrun: rank 0 reports
+    if result is None:  # a rank other than 0 under torchrun: rank 0 reports
         return 0
-    print(format_report(rep))
-    if cfg.json_path:
-        print(f"json       {cfg.json_path}")
-    return 0
+    # the report first, then the files: a file that fails to be written loses nothing printed
+    rep = report_of(result)
+    cli_common.say(format_report(rep))
+    status = 0
+    for flag, path, write in output_files(result, rep):
+        notes = len(rep["notes"])
+        if not cli_common.write_output(path, flag, write, parser.prog):
+            status = 1
+            continue
+        for note in rep["notes"][notes:]:
+            cli_common.say(format_output_line("note", note))
+        if flag == "--plot" and "plot_path" not in rep:  # no matplotlib: the note above says so
+            continue
+        cli_common.say(format_output_line(flag.lstrip("-"), path))
+    return status
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(cli_common.run_main(main, "python -m demos.overlap"))

@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 from workspace.policy import DEFAULT_GROWTH
 
+from .failures.race_cases import scenario_compute_streams, scenario_event_after_yield, scenario_recv_hook
 from .failures.stream_cases import scenario_late_event, scenario_missing_wait, scenario_parked_failure
 from .failures.text import WIDTH, say
 from .failures.workspace_cases import (
@@ -54,6 +55,11 @@ _ALL = (
     ("parked-failure", "a ubatch fails while its sibling is parked: the reference hangs, ours aborts",
      scenario_parked_failure),
     ("policies", "the growth policies side by side: peak, orphaned bytes, sizes at lock", scenario_policies),
+    ("race-compute-streams", "no wait_event between two compute streams: dbo.races finds it on every backend",
+     scenario_compute_streams),
+    ("race-recv-hook", "a recv hook launches the receive without waiting for the transfer", scenario_recv_hook),
+    ("race-event-after-yield", "the event is recorded after the yield: the sibling's wait orders nothing",
+     scenario_event_after_yield),
 )
 SCENARIOS: dict[str, Scenario] = {name: Scenario(name, summary, fn) for name, summary, fn in _ALL}
 
@@ -100,4 +106,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .cli_common import run_main
+
+    sys.exit(run_main(main, "python -m demos.scenarios"))

@@ -242,3 +242,21 @@ def test_cuda_graph_demo_is_bitwise_against_the_same_split():
     assert rep["max_abs_diff"] == 0.0 and rep["graph_max_abs_diff"] == 0.0 and rep["outputs_match"] is True
     assert torch.equal(details["output_dbo_graph"], details["output_dbo"])
     assert rep["max_abs_diff_whole_batch"] is not None  # numerics only: may be > 0 on a GPU
+
+
+def test_a_step_that_cannot_be_captured_is_one_line_under_graph(monkeypatch, capsys):
+    import demos.moe.model as model_mod
+    from demos.overlap import main
+
+    real = model_mod._k_experts_ll
+
+    def syncing(x, *args):
+        x.sum().item()  # a host sync inside the kernel: refused during capture
+        return real(x, *args)
+
+    monkeypatch.setattr(model_mod, "_k_experts_ll", syncing)
+    code = main(["--graph", "--schedule", "ll", "--backend", "virtual", "--layers", "1", "--tokens", "32",
+                 "--hidden", "32", "--experts", "4", "--steps", "1", "--warmup", "1"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.count("\n") == 1 and "--graph could not capture the step" in err and "Tensor.item()" in err, err

@@ -279,12 +279,40 @@ def test_stale_judged_by_byte_range_not_start_address() -> None:
         assert b.data_ptr() != x.data_ptr()
         b.fill_(0)
         x.mul_(2)
-        x[:128].sum()  # bytes [0, 512): inside a, handed out again as one view -> not flagged
+        # Slices of x keep x's judgement (stale: call #2 handed out some of its bytes), whatever
+        # bytes the slice itself covers: identity, not ranges, decides.
+        x[:128].sum()  # bytes [0, 512): inside a, handed out again as one view -> stale all the same
         x[300:].sum()  # bytes [1200, 2048): overlaps b and x's remnant -> stale
-        x[400:].sum()  # bytes [1600, 2048): x's remnant only, never handed out again -> fine
+        x[400:].sum()  # bytes [1600, 2048): x's remnant, never handed out again; x is stale -> stale
     found = sanitizer.findings()
-    assert [f.kind for f in found] == ["stale-view", "stale-view"]
-    assert found[0].op == "mul_.Tensor" and found[1].op == "sum.default"
+    assert [f.kind for f in found] == ["stale-view"] * 4
+    assert found[0].op == "mul_.Tensor" and {f.op for f in found[1:]} == {"sum.default"}
+    assert "derived" in found[1].detail and "derived" not in found[0].detail
+
+
+def test_stale_by_identity_when_the_next_call_hands_out_the_very_same_bytes() -> None:
+    """The most common stale view: the slot asks for the same shape again and gets the same bytes
+    (a cache hit); code then writes through the FIRST view. Same start, same size: only identity
+    tells the two views apart. Derived tensors (slices, .view, .t()) keep their view's judgement."""
+    m = WorkspaceManager("cpu", 1)
+    sanitizer.enable("collect")
+    with sanitizer.use_sanitizer():
+        (first,) = m.get_simultaneous(((8, 8), F32))
+        first_t = first.t()
+        first_row = first[1:3]
+        (second,) = m.get_simultaneous(((8, 8), F32))
+        assert second.data_ptr() == first.data_ptr() and second.shape == first.shape
+        assert second is not first
+        second.fill_(1)  # the live view: fine
+        second[2:4].view(-1).sum()  # derived from the live view: fine
+        assert sanitizer.findings() == []
+        first.fill_(2)  # stale
+        first_t.add_(1)  # derived (.t()) from the stale view: stale
+        first_row.view(-1).zero_()  # derived (slice, then .view): stale
+    found = sanitizer.findings()
+    assert [f.kind for f in found] == ["stale-view"] * 3
+    assert [f.op for f in found] == ["fill_.Scalar", "add_.Tensor", "zero_.default"]
+    assert all("call #1" in f.detail and "call #2" in f.detail for f in found)
 
 
 def test_reused_and_derived_views_within_their_lifetime_are_fine() -> None:
@@ -408,3 +436,91 @@ def test_no_false_positives_on_the_demo_model(schedule) -> None:
     checked = run(True)
     assert sanitizer.findings() == []
     assert torch.equal(plain, checked), "the sanitizer must not change results"
+
+
+# ---------------------------------------------------------------------- enable once, see everything
+
+
+@pytest.mark.parametrize("backend", ["virtual", "inline", "threads"])
+def test_enable_alone_checks_ubatch_threads_and_kernels_on_any_thread(backend) -> None:
+    """No wrap: the orchestrator runs the ubatch body under the sanitizer, and every kernel body
+    is checked on the thread that runs it (threads: the executors), as the launching ubatch."""
+    m = WorkspaceManager("cpu", 2)
+    views: dict[int, torch.Tensor] = {}
+    threads: list[str] = []
+
+    def touch(x: torch.Tensor) -> None:
+        threads.append(threading.current_thread().name)
+        x.add_(1)
+
+    def body(u: int) -> None:
+        (views[u],) = m.get_simultaneous(((64,), F32))
+        dbo.dbo_yield()
+        if u == 1:
+            dbo.launch(touch, views[0], name="touch")  # ubatch 1's kernel on ubatch 0's slot
+            views[0].sum()  # and on the host, in ubatch 1's thread
+        dbo.dbo_yield()
+
+    sanitizer.enable("collect")
+    with dbo.UBatchOrchestrator(2, backend=backend, **BOUNDS) as orch:
+        orch.run(body, [0, 1])
+    found = sanitizer.findings()
+    assert sorted(f.op for f in found) == ["add_.Tensor", "sum.default"]
+    assert all(f.kind == "cross-slot" and f.ubatch == 1 and f.owner == 0 for f in found)
+    kernel = next(f for f in found if f.op == "add_.Tensor")
+    assert kernel.thread == threads[0]
+    if backend == "threads":
+        assert threads[0].startswith("dbo-stream-")
+    sanitizer.disable()
+    sanitizer.enable("collect")  # hooks are dropped by disable and put back once by enable
+    from dbo import races
+
+    assert len(races._DET.kernel_hooks) == 1 and len(races._DET.ubatch_hooks) == 1
+
+
+def test_a_kernel_is_judged_as_of_its_launch_on_threads() -> None:
+    """threads: a kernel launched before the slot's next call may run after it: not stale (the
+    stream orders it before the next call's kernels). One launched after that call: stale."""
+    m = WorkspaceManager("cpu", 1)
+    gate = threading.Event()
+
+    def wait_gate(_: torch.Tensor) -> None:
+        gate.wait(5)
+
+    def fill(x: torch.Tensor) -> None:
+        x.fill_(3)
+
+    sanitizer.enable("collect")
+    with dbo.get_backend("threads", timeout=10) as b, use_ubatch(0):
+        s = b.new_stream("s")
+        (x,) = m.get_simultaneous(((32,), F32))
+        s.launch(wait_gate, x)
+        s.launch(fill, x, name="early")  # launched while x is live
+        (y,) = m.get_simultaneous(((32,), F32))  # same bytes again: x is stale from here on
+        s.launch(fill, x, name="late")  # launched through the stale view
+        gate.set()
+        s.synchronize()
+    found = sanitizer.findings()
+    assert [f.kind for f in found] == ["stale-view"]
+    assert found[0].count == 1  # "late" only (both kernels' fill_ is the same line: one finding)
+    assert found[0].thread.startswith("dbo-stream-")
+
+
+def test_enable_with_races_lists_stream_races_after_workspace_findings() -> None:
+    from dbo import races
+
+    m = WorkspaceManager("cpu", 1)
+    sanitizer.enable("collect", races=True)
+    assert races.enabled()
+    with dbo.get_backend("virtual") as b, use_ubatch(0):
+        a, c = b.new_stream("a"), b.new_stream("c")
+        (x,) = m.get_simultaneous(((32,), F32))
+        a.launch(lambda t: t.fill_(1), x, name="w")
+        c.launch(lambda t: t.sum(), x, name="r")
+    found = sanitizer.findings()
+    assert [f.kind for f in found] == ["stream-race"]
+    assert found[0].op == "sum.default" and found[0].ubatch == 0 and HERE in found[0].caller
+    sanitizer.disable()
+    assert not races.enabled() and len(sanitizer.findings()) == 1  # readable until the next enable
+    with pytest.raises(workspace.errors.InvalidArgumentError):
+        sanitizer.enable("collect", races="yes")

@@ -94,6 +94,33 @@ def test_missing_wait() -> None:
     assert r["right"] == r["expected"]
     assert r["wrong"] != r["expected"], "without the event the compute stream reads before the data lands"
     assert r["findings"] == []
+    assert len(r["races"]) == 2 and r["races_fixed"] == []  # one per ubatch: recv on comm, consume on compute
+    # threads: whichever of the two ran second completes the race (the consume usually runs first)
+    assert all({x.first[0], x.second[0]} == {"recv", "consume"} for x in r["races"])
+    assert all(sorted(x.access.split("-")) == ["read", "write"] for x in r["races"])
+
+
+@pytest.mark.parametrize(
+    "name, pair",
+    [
+        ("race-compute-streams", ("produce", "consume")),
+        ("race-recv-hook", ("receive", "transfer")),
+        ("race-event-after-yield", ("produce", "consume")),
+    ],
+)
+def test_race_scenarios_are_found_on_every_cpu_backend(name, pair) -> None:
+    from demos.failures.race_cases import BACKENDS, finding_names
+
+    r = scenarios.run_scenario(name)
+    assert set(r["bug"]) == set(BACKENDS) == {"virtual", "inline", "threads"}
+    for backend in BACKENDS:
+        found = r["bug"][backend]
+        assert found, f"{name}: no race found on {backend}"
+        assert all(set(p) == set(pair) for p in finding_names(found)), (backend, finding_names(found))
+        assert r["fixed"][backend] == [], f"{name}: the fixed program still races on {backend}"
+        assert r["fixed_values"][backend] == r["expected"]
+    # virtual and inline run nothing concurrently: the bug never shows in their numbers, yet is found
+    assert r["bug_values"]["virtual"] == r["expected"] and r["bug_values"]["inline"] == r["expected"]
 
 
 def test_late_event() -> None:

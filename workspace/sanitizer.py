@@ -9,17 +9,21 @@ Use::
     from workspace import sanitizer
 
     sanitizer.enable("collect")               # or "raise": the offending op raises SanitizerError
-    orch.run(sanitizer.wrap(model.forward), inputs)   # the mode is entered inside each ubatch thread
+    orch.run(model.forward, inputs)           # every ubatch thread and every kernel is checked
     for f in sanitizer.findings():
         print(f.kind, f.op, f.ubatch, f.caller)
     sanitizer.disable()
 
 A dispatch mode is per thread (a mode entered on the main thread never sees a ubatch thread's
-ops), so it must be entered in every thread that runs model code: ``wrap(fn)`` or
-``with sanitizer.use_sanitizer():`` at the top of the function each ubatch runs.
+ops). While enabled, the sanitizer registers two hooks with ``dbo.races``: every
+``UBatchOrchestrator`` step (and capture) runs its ubatch function inside ``use_sanitizer()``, and
+every kernel body, on whichever thread runs it (the ``threads`` backend's executors included),
+runs inside it too, judged as the ubatch its launching code acted for and as of its launch.
+``wrap(fn)`` / ``with sanitizer.use_sanitizer():`` still work (threads the runtime does not start).
 ``with sanitizer.use_sanitizer("collect") as found:`` turns the sanitizer on for a block (and
-checks the calling thread too), then off; ``found()`` lists the findings. The orchestrator knows
-nothing about the sanitizer.
+checks the calling thread too), then off; ``found()`` lists the findings.
+``enable(mode, races=True)`` also turns on ``dbo.races`` (stream-order races, docs/races.md);
+``findings()`` then lists its ``stream-race`` findings after the workspace ones.
 
 What it knows: while enabled it observes every manager (``WorkspaceManager.add_observer``): which
 buffer belongs to which slot, which buffers were replaced, which byte ranges each
@@ -34,19 +38,19 @@ reports:
   hook acts for the ubatch that registered it, so a hook run by the next ubatch may touch the
   registrant's slot: the sanitizer asks ``dbo.registry.acting_ubatch_id()`` who is acting. A
   helper thread that works for a ubatch registers as that ubatch (``dbo.registry`` scope).
-* ``stale-view``: the slot's later ``get_simultaneous`` call handed out bytes that overlap the
-  tensor (a view used after its lifetime, whose bytes may now hold another tensor's data).
-  Judged by ranges: a view object handed out by call k is stale if a later call handed out any
-  of its bytes; a derived tensor (slice, reshape) is stale if it does not lie inside a single
-  view's bytes as they were last handed out. Limitation: a derived tensor whose bytes were
-  handed out again as exactly one view (same start, same end) looks like that view.
+* ``stale-view``: the slot's later ``get_simultaneous`` call handed out bytes of the view the
+  tensor is (or derives from): a view used after its lifetime, whose bytes may now hold another
+  tensor's data. Judged by identity: while the sanitizer is on, each call hands out fresh tensor
+  objects (same bytes, new identity, no ``_base``), so a view from call k is stale once a later
+  call of its slot handed out any of its bytes, even the very same start and size; a slice /
+  ``.view`` / ``.t()`` of it (its ``_base``) keeps its judgement. A tensor not derived from a
+  handed-out view falls back to ranges (stale if it does not lie inside one view's bytes as
+  last handed out).
 * ``orphaned-view``: the tensor's storage is a buffer the manager has replaced (lockstep growth
   while the owner held views, or a view kept past its slot's deferred reallocation).
 
-Ops that run inside stream kernels on the ``threads`` backend execute on the backend's executor
-threads (one per engine), which have no dispatch mode of their own, and are not seen (use
-``virtual`` or ``inline`` to sanitize kernels); on ``virtual`` a kernel's math runs in the
-launching thread, inside its ``use_sanitizer`` block.
+A kernel launched by code acting for a ubatch is checked wherever it runs; one launched outside
+any ubatch (setup, a graph replay from the main thread) only by a mode its thread entered itself.
 
 This module is the public API and the dispatch mode; the state and the checks are in
 ``workspace.sanitizer_checks``.
@@ -61,6 +65,8 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from dbo import races as _races
 
 from .errors import InvalidArgumentError
 from .observers import add_global_observer, remove_global_observer
@@ -122,32 +128,53 @@ class _Mode(TorchDispatchMode):
 # ---------------------------------------------------------------------- public API
 
 
-def enable(mode: str = "raise") -> None:
-    """Start checking: attach to every workspace manager (live and future) and clear old findings.
+_with_races = False  # findings() lists dbo.races' findings too (enable(races=True), or races were on)
+_own_races = False  # enable(races=True) turned dbo.races on: disable() turns it off
+
+
+def enable(mode: str = "raise", *, races: bool = False) -> None:
+    """Start checking: attach to every workspace manager (live and future), hook every ubatch
+    thread and kernel body the runtime runs, and clear old findings.
 
     ``mode``: "raise" (the offending op raises ``SanitizerError`` before it runs) or "collect"
-    (the op runs; read ``findings()`` afterwards). Enable before the step whose ubatch threads
-    enter ``use_sanitizer()``.
+    (the op runs; read ``findings()`` afterwards). ``races``: also turn on ``dbo.races`` in the
+    same mode (its findings join ``findings()``). Enable before the step.
     """
+    global _with_races, _own_races
     if mode not in MODES:
         raise InvalidArgumentError(f"sanitizer mode must be one of {MODES}, got {mode!r}")
+    if not isinstance(races, bool):
+        raise InvalidArgumentError(f"races must be True or False, got {races!r}")
     with _state.lock:
         _state.mode = mode
         _state.findings = {}
         _state.dropped = 0
         was = _state.enabled
         _state.enabled = True
+    if races:
+        _races.enable("raise" if mode == "raise" else "collect")
+    _own_races = races or (_own_races and _races.enabled())
+    _with_races = _own_races or _races.enabled()
     if not was:
         add_global_observer(_state)
+        _races.add_kernel_hook(_kernel_hook)
+        _races.add_ubatch_hook(wrap)
 
 
 def disable() -> None:
-    """Stop checking and detach from every manager. Findings stay readable until the next ``enable``."""
+    """Stop checking and detach from every manager (and turn off ``dbo.races`` if ``enable`` turned
+    it on). Findings stay readable until the next ``enable``."""
+    global _own_races
     with _state.lock:
         was = _state.enabled
         _state.enabled = False
     if was:
+        _races.remove_kernel_hook(_kernel_hook)
+        _races.remove_ubatch_hook(wrap)
         remove_global_observer(_state)
+    if _own_races:
+        _races.disable()
+        _own_races = False
     _state.reset_maps()
 
 
@@ -161,17 +188,24 @@ def mode() -> str:
     return _state.mode
 
 
-def findings() -> list[Finding]:
-    """Distinct findings since the last ``enable`` / ``clear``, in the order first seen."""
+def findings() -> list[Any]:
+    """Distinct findings since the last ``enable`` / ``clear``, in the order first seen; then, when
+    race detection was on with it, ``dbo.races``' ``stream-race`` findings (``dbo.races.Race``:
+    the same ``kind`` / ``op`` / ``ubatch`` / ``caller`` / ``thread`` / ``detail`` / ``count``)."""
     with _state.lock:
-        return list(_state.findings.values())
+        out: list[Any] = list(_state.findings.values())
+    if _with_races:
+        out += _races.findings()
+    return out
 
 
 def clear() -> None:
-    """Forget the findings (the sanitizer stays on)."""
+    """Forget the findings (the sanitizer stays on); race findings too when they are listed."""
     with _state.lock:
         _state.findings = {}
         _state.dropped = 0
+    if _with_races:
+        _races.clear()
 
 
 @contextlib.contextmanager
@@ -197,6 +231,26 @@ def use_sanitizer(mode: str | None = None) -> Iterator[Callable[[], list[Finding
     finally:
         if mode is not None:
             disable()
+
+
+@contextlib.contextmanager
+def _in_kernel() -> Iterator[None]:
+    if getattr(_tls, "active", False):  # virtual / inline: the launching thread is already checked
+        yield
+        return
+    _tls.active = True
+    try:
+        with _Mode():
+            yield
+    finally:
+        _tls.active = False
+
+
+def _kernel_hook(stamp: Any) -> Any:
+    """dbo.races kernel hook: a kernel launched for a ubatch runs under the sanitizer."""
+    if not _state.enabled or stamp.ubatch is None:
+        return None
+    return _in_kernel()
 
 
 def wrap(fn: Callable[..., T]) -> Callable[..., T]:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_leaves
 
-from dbo import registry
+from dbo import races, registry
 
 from .errors import WorkspaceError
 from .manager import WorkspaceManager
@@ -26,11 +26,13 @@ from .observers import WorkspaceObserver
 
 __all__ = ["KINDS", "MAX_FINDINGS", "MODES", "Finding", "SanitizerError", "STATE"]
 
-KINDS = ("cross-slot", "stale-view", "orphaned-view")
+KINDS = ("cross-slot", "stale-view", "orphaned-view", races.KIND)
 MODES = ("raise", "collect")
 MAX_FINDINGS = 1000
 """Distinct findings kept (a repeat of a known finding only increments its ``count``)."""
 _HANDED_PRUNE_AT = 20_000
+_HANDOUTS_KEPT = 512  # per buffer: the most recent handed-out ranges the identity check looks at
+_NEVER = float("inf")
 
 _SKIP_DIRS = tuple(
     os.path.dirname(os.path.abspath(p)) + os.sep
@@ -75,18 +77,20 @@ class Finding:
 class _Buffer:
     """What the sanitizer knows about one storage the manager handed out views of."""
 
-    __slots__ = ("ref", "manager", "slot", "owner", "lane", "retired", "persistent", "intervals", "calls")
+    __slots__ = ("ref", "manager", "slot", "owner", "lane", "retired", "persistent", "intervals", "calls", "handouts")
 
     def __init__(self, storage: Any, manager: WorkspaceManager, slot: int, persistent: Any = None):
         self.ref = weakref.ref(storage)
         self.manager = weakref.ref(manager)
         self.slot = slot
         self.owner, self.lane = manager.owner_of(slot)
-        self.retired = False
+        self.retired: float | bool = False  # once retired: dbo.races.launch_count() at that time
         self.persistent = persistent  # the key, for a persistent tensor
         # (start, end, call) byte ranges relative to the storage start, as last handed out
         self.intervals: list[tuple[int, int, int]] = []
         self.calls = 0
+        # (start, end, call, launches before it) of each recent handed-out view, oldest first
+        self.handouts: list[tuple[int, int, int, int]] = []
 
     def where(self) -> str:
         lane = f", lane {self.lane}" if self.lane else ""
@@ -119,6 +123,13 @@ def _cut(intervals: list[tuple[int, int, int]], s: int, e: int, call: int) -> li
     out.append((s, e, call))
     out.sort()
     return out
+
+
+def _fresh(v: torch.Tensor) -> torch.Tensor:
+    """A new tensor object on ``v``'s bytes that is not a view of anything (``_base`` None)."""
+    t = torch.empty((0,), dtype=v.dtype, device=v.device)
+    t.set_(v.untyped_storage(), v.storage_offset(), v.shape, v.stride())
+    return t
 
 
 def _caller() -> str:
@@ -161,7 +172,7 @@ class _State(WorkspaceObserver):
         with self.lock:
             entry = self.buffers.get(storage.data_ptr())
             if entry is not None and entry.ref() is storage:
-                entry.retired = True
+                entry.retired = races.launch_count()
 
     def persistent_created(self, manager: WorkspaceManager, slot: int, key: Any, tensor: torch.Tensor) -> None:
         if tensor.numel() == 0:
@@ -171,11 +182,17 @@ class _State(WorkspaceObserver):
             self.buffers[storage.data_ptr()] = _Buffer(storage, manager, slot, persistent=key)
 
     def views_handed_out(self, manager: WorkspaceManager, slot: int, views: list[torch.Tensor]) -> None:
+        """Record the call's byte ranges, and replace each view in ``views`` (the list the caller
+        gets) by a fresh tensor on the same bytes: a cache hit hands out the same view objects,
+        so without a new identity per call the first call's view could not be told from the
+        second's. The fresh tensor is not a view of another tensor, so whatever is derived from it
+        (slices, ``.view``, ``.t()``) has it as ``_base``."""
         if not views:
             return
+        launched = races.launch_count()
         with self.lock:
             entry = None
-            for v in views:
+            for i, v in enumerate(views):
                 if v.numel() == 0:
                     continue
                 storage = v.untyped_storage()
@@ -186,7 +203,12 @@ class _State(WorkspaceObserver):
                     entry.calls += 1
                 s, e = _byte_range(v)
                 entry.intervals = _cut(entry.intervals, s, e, entry.calls)
-                self.handed[id(v)] = (weakref.ref(v), entry.calls, entry)
+                entry.handouts.append((s, e, entry.calls, launched))
+                fresh = _fresh(v)
+                views[i] = fresh
+                self.handed[id(fresh)] = (weakref.ref(fresh), entry.calls, entry, s, e)
+            if entry is not None and len(entry.handouts) > 2 * _HANDOUTS_KEPT:
+                del entry.handouts[:-_HANDOUTS_KEPT]
             if len(self.handed) > _HANDED_PRUNE_AT:
                 self.handed = {k: h for k, h in self.handed.items() if h[0]() is not None}
 
@@ -215,9 +237,13 @@ class _State(WorkspaceObserver):
             self._check_one(func, t, entry, accessor)
 
     def _check_one(self, func: Any, t: torch.Tensor, entry: _Buffer, accessor: int | None) -> None:
+        kernel = races.current_kernel()
+        # A kernel is judged as of its launch (on threads it may run after the host moved on):
+        # only what was handed out or retired before it was launched counts.
+        ticket = kernel.ticket if kernel is not None else _NEVER
         with self.lock:
             s, e = _byte_range(t)
-            if entry.retired:
+            if entry.retired is not False and entry.retired < ticket:
                 self._report(
                     "orphaned-view", func, accessor, entry,
                     f"bytes [{s}, {e}) of a buffer the manager has replaced ({entry.where()}, old buffer); "
@@ -232,20 +258,34 @@ class _State(WorkspaceObserver):
                 return
             if entry.persistent is not None:
                 return
-            detail = self._stale(t, entry, s, e)
+            detail = self._stale(t, entry, s, e, ticket)
             if detail is not None:
                 self._report("stale-view", func, accessor, entry, detail)
 
-    def _stale(self, t: torch.Tensor, entry: _Buffer, s: int, e: int) -> str | None:
+    def _stale(self, t: torch.Tensor, entry: _Buffer, s: int, e: int, ticket: float = _NEVER) -> str | None:
+        view, derived = t, ""
         handed = self.handed.get(id(t))
-        if handed is not None and handed[0]() is t and handed[2] is entry:
-            call = handed[1]
-            for a, b, c in entry.intervals:
-                if a < e and s < b and c > call:
+        if handed is None or handed[0]() is not t:
+            base = t._base  # a slice / .view / .t() of a handed-out view keeps its judgement
+            handed = self.handed.get(id(base)) if base is not None else None
+            if handed is not None and handed[0]() is base:
+                view, derived = base, "a tensor derived from "
+            else:
+                handed = None
+        if handed is not None and handed[2] is entry:
+            _, call, _, vs, ve = handed
+            for a, b, c, launched in reversed(entry.handouts):
+                if c <= call:
+                    break
+                if a < ve and vs < b and launched < ticket:
                     return (
-                        f"this view came from call #{call} of {entry.where()}, but call #{c} handed out "
-                        f"bytes [{max(a, s)}, {min(b, e)}) of it again"
+                        f"{derived}a view from call #{call} of {entry.where()}, used after call #{c} handed "
+                        f"out bytes [{max(a, vs)}, {min(b, ve)}) of it again"
                     )
+            if entry.handouts and entry.handouts[0][2] > call + 1:  # older than the kept history
+                for a, b, c in entry.intervals:
+                    if a < ve and vs < b and c > call:
+                        return f"{derived}a view from call #{call} of {entry.where()}, used after call #{c} handed out bytes of it again"
             return None
         over = [(a, b, c) for a, b, c in entry.intervals if a < e and s < b]
         if not over or (len(over) == 1 and over[0][0] <= s and e <= over[0][1]):
@@ -286,7 +326,11 @@ _state = STATE = _State()
 
 
 def _accessor() -> int | None:
-    """The ubatch of the calling thread (None: not a ubatch thread while a step is active)."""
+    """The ubatch of the calling thread (None: not a ubatch thread while a step is active); inside a
+    kernel body, the ubatch its launching code acted for (on any thread that runs it)."""
+    kernel = races.current_kernel()
+    if kernel is not None and kernel.ubatch is not None:
+        return kernel.ubatch
     uid = registry.registered_ubatch_id()
     if uid is not None:
         return uid

@@ -32,6 +32,10 @@ DEFAULT_TIMEOUT = 300.0
 # stream (current.py) installs it at import, so this module never imports that one (no cycle).
 _current_stream: Callable[[], "Stream"] | None = None
 ROLES = ("compute", "comm")
+# The observer seam (dbo.races): None, or an object whose launch(stream, fn, args, name) -> fn,
+# record(event, stream), wait(stream, event) and sync(stream | event | backend) each backend calls.
+# Off (None), every call site costs one global read and one ``is not None`` test.
+_observer: Any = None
 _backend_ids = itertools.count(1)
 
 

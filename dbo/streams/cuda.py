@@ -38,6 +38,7 @@ import torch
 from ..costs import Work, seconds_for
 from ..errors import StreamError, StreamTimeout
 from ..registry import acting_ubatch_id
+from . import base
 from .base import Backend, Event, Stream, _kernel_name, sticky_error
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,9 @@ class CudaStream(Stream):
         """Enqueue the kernel; torch's current stream is this stream."""
         b = self.backend
         seconds = b._modelled_seconds(fn, kind, cost, args)
+        if base._observer is not None:  # dbo.races: stamp the kernel, watch its body
+            name = _kernel_name(fn, name, kind)
+            fn = base._observer.launch(self, fn, args, name)
         tr = b._tracing()
         s = self.torch_stream
         if tr is not None:
@@ -93,6 +97,8 @@ class CudaStream(Stream):
 
     def wait_event(self, event: Event) -> None:
         ev = self._check_event(event)
+        if base._observer is not None:
+            base._observer.wait(self, ev)
         if not ev._recorded:
             return
         self.torch_stream.wait_event(ev.torch_event)
@@ -101,6 +107,8 @@ class CudaStream(Stream):
             self._error_note = f"it waited on an event recorded on failed stream {ev._stream_name!r}"
 
     def synchronize(self) -> None:
+        if base._observer is not None:
+            base._observer.sync(self)
         self.backend._poll(self.torch_stream.query, f"synchronize of stream {self.name!r}")
         self.backend._flush_traces()
         self._raise_if_failed("synchronize")
@@ -141,6 +149,8 @@ class CudaEvent(Event):
 
     def record(self, stream: Stream | None = None) -> None:
         s = self._resolve_stream(stream)
+        if base._observer is not None:
+            base._observer.record(self, s)
         self.torch_event.record(s.torch_stream)  # type: ignore[attr-defined]
         self._recorded = True
         self._error = s._error  # type: ignore[attr-defined]
@@ -154,6 +164,8 @@ class CudaEvent(Event):
             return True
 
     def synchronize(self) -> None:
+        if base._observer is not None:
+            base._observer.sync(self)
         if self._recorded:
             self.backend._poll(self.torch_event.query, f"Event.synchronize (recorded on stream {self._stream_name!r})")
             self.backend._flush_traces()

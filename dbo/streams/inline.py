@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable
 
 from ..registry import acting_ubatch_id
+from . import base
 from .base import Backend, Event, Stream, _kernel_name
 
 __all__ = ["InlineBackend", "InlineStream", "InlineEvent"]
@@ -22,6 +23,8 @@ class InlineStream(Stream):
         b = self.backend
         if cost is not None:
             b.kernel_seconds(kind, cost, args)  # validates the cost; inline does not model time
+        if base._observer is not None:
+            fn = base._observer.launch(self, fn, args, _kernel_name(fn, name, kind))
         tr = b._tracing()
         if tr is None:
             if fn is not None:
@@ -36,9 +39,12 @@ class InlineStream(Stream):
 
     def wait_event(self, event: Event) -> None:
         self._check_event(event)
+        if base._observer is not None:
+            base._observer.wait(self, event)
 
     def synchronize(self) -> None:
-        pass
+        if base._observer is not None:
+            base._observer.sync(self)
 
     def query(self) -> bool:
         return True
@@ -50,14 +56,17 @@ class InlineEvent(Event):
         self._time: float | None = None
 
     def record(self, stream: Stream | None = None) -> None:
-        self._resolve_stream(stream)
+        s = self._resolve_stream(stream)
+        if base._observer is not None:
+            base._observer.record(self, s)
         self._time = time.perf_counter()
 
     def query(self) -> bool:
         return True
 
     def synchronize(self) -> None:
-        pass
+        if base._observer is not None:
+            base._observer.sync(self)
 
     @property
     def time(self) -> float | None:

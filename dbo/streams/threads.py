@@ -52,6 +52,7 @@ import torch
 from ..costs import Work, seconds_for
 from ..errors import StreamError, StreamTimeout
 from ..registry import acting_ubatch_id
+from . import base
 from .base import Backend, Event, Stream, _kernel_name, sticky_error
 
 logger = logging.getLogger(__name__)
@@ -156,16 +157,23 @@ class ThreadStream(Stream):
         seconds = b._modelled_seconds(fn, kind, cost, args)
         tr = b._tracing()
         ubatch = acting_ubatch_id() if tr is not None else None
-        self._enqueue(_Kernel(fn, args, _kernel_name(fn, name, kind), kind, seconds, tr, ubatch, next(b._seq)))
+        kname = _kernel_name(fn, name, kind)
+        if base._observer is not None:
+            fn = base._observer.launch(self, fn, args, kname)
+        self._enqueue(_Kernel(fn, args, kname, kind, seconds, tr, ubatch, next(b._seq)))
 
     def wait_event(self, event: Event) -> None:
         self._check_event(event)
+        if base._observer is not None:
+            base._observer.wait(self, event)
         token = event._token  # the most recent record, now
         if token is None or (token.flag.is_set() and token.error is None and not token.dropped):
             return
         self._enqueue(_Wait(token))
 
     def synchronize(self) -> None:
+        if base._observer is not None:
+            base._observer.sync(self)
         b = self.backend
         token = None
         with b._lock:
@@ -352,6 +360,8 @@ class ThreadEvent(Event):
 
     def record(self, stream: Stream | None = None) -> None:
         s = self._resolve_stream(stream)
+        if base._observer is not None:
+            base._observer.record(self, s)
         token = _Done(s)
         s._enqueue(token)
         self._token = token
@@ -362,6 +372,8 @@ class ThreadEvent(Event):
 
     def synchronize(self) -> None:
         token = self._token
+        if base._observer is not None:
+            base._observer.sync(self)
         if token is None:
             return
         self.backend._wait_host(token.flag, f"Event.synchronize (recorded on stream {token.stream.name!r})")

@@ -45,6 +45,7 @@ from ..costs import iter_tensors, seconds_for
 from ..errors import StreamError
 from ..registry import acting_ubatch_id
 from ..trace import ubatch_track
+from . import base
 from .base import Backend, Event, Stream, _check_kind, _kernel_name, sticky_error
 
 __all__ = ["VirtualBackend", "VirtualStream", "VirtualEvent"]
@@ -142,6 +143,8 @@ class VirtualStream(Stream):
             if syncs and not b._hc.zero:
                 tr.span(ubatch_track(ub), "host sync", host_before, host0, ubatch=ub, kernel=kname)
             tr.kernel(self.name, kname, kind, ub, start, end)
+        if base._observer is not None:
+            fn = base._observer.launch(self, fn, args, kname)
         if fn is not None and not meta:
             try:
                 fn(*args)
@@ -154,6 +157,8 @@ class VirtualStream(Stream):
     def wait_event(self, event: Event) -> None:
         ev = self._check_event(event)
         b = self.backend
+        if base._observer is not None:
+            base._observer.wait(self, ev)
         with b._lock:
             if not b._replaying:
                 b._host += b._hc.event
@@ -166,6 +171,8 @@ class VirtualStream(Stream):
                 self._error_note = f"it waited on an event recorded on failed stream {ev._stream_name!r}"
 
     def synchronize(self) -> None:
+        if base._observer is not None:
+            base._observer.sync(self)
         self.backend._host_sync(self._ready, self.name)
         self._raise_if_failed("synchronize")
 
@@ -193,6 +200,8 @@ class VirtualEvent(Event):
     def record(self, stream: Stream | None = None) -> None:
         s = self._resolve_stream(stream)
         b = self.backend
+        if base._observer is not None:
+            base._observer.record(self, s)
         with b._lock:
             if not b._replaying:
                 b._host += b._hc.event
@@ -216,6 +225,8 @@ class VirtualEvent(Event):
 
     def synchronize(self) -> None:
         t = self.time
+        if base._observer is not None:
+            base._observer.sync(self)
         if t is None:
             return
         self.backend._host_sync(t, self._stream_name)
@@ -286,6 +297,8 @@ class VirtualBackend(Backend):
     def synchronize(self) -> None:
         """One host sync for every stream (as ``torch.cuda.synchronize``); raise the first stream's
         sticky error."""
+        if base._observer is not None:
+            base._observer.sync(self)
         streams = self.streams
         self._host_sync(max((s._ready for s in streams), default=0.0), "device")  # type: ignore[attr-defined]
         for s in streams:

@@ -8,6 +8,7 @@ is how the command line names its flags (``--topk``) without this module knowing
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -29,6 +30,9 @@ __all__ = [
     "Resolved",
     "resolve",
     "model_config",
+    "max_spawned_ranks",
+    "MIN_TIMELINE_WIDTH",
+    "RANKS_PER_CPU",
 ]
 
 BACKEND_CHOICES = ("auto", "threads", "virtual", "cuda")
@@ -36,6 +40,12 @@ DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16", "float64")
 LAUNCHERS = ("spawn", "env")
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12, "bfloat16": 1e-2, "float16": 1e-3}
 """Largest allowed max|DBO - no DBO| relative to max|no DBO| per dtype (the report prints it)."""
+MIN_TIMELINE_WIDTH = 40
+"""Fewer columns cannot hold the timeline's time scale (five labels) or show a layer's kernels."""
+RANKS_PER_CPU = 4
+"""At most this many ranks per CPU core when this command starts the ranks itself (launcher
+"spawn"): each rank is a process with a model, ubatch threads and a comm executor; beyond this,
+a run only measures the host's time slicing (and takes minutes)."""
 META_AUTO_BYTES = 1 << 30  # virtual: weights above 1 GiB -> meta tensors (math skipped)
 REAL_LIMIT_BYTES = 4 << 30  # CPU backends (real tensors): refuse weights above 4 GiB
 REAL_LIMIT_FRACTION = 0.5  # cuda: refuse weights above this share of the device's free memory
@@ -100,6 +110,8 @@ class OverlapConfig:
     or "env" (this process is one rank started by torchrun; env:// rendezvous)."""
     graph: bool = False
     """Capture the no-DBO and the DBO step once each and time their replays (``ll`` only)."""
+    sanitize: bool = False
+    """Run every step under workspace.sanitizer and dbo.races (docs/races.md); single process only."""
 
 
 @dataclass
@@ -159,6 +171,16 @@ def _check_fields(cfg: OverlapConfig) -> None:
         if getattr(cfg, name) is not None:
             _positive_int(name, getattr(cfg, name))
     _positive_int("warmup", cfg.warmup)
+    if cfg.timeline_width < MIN_TIMELINE_WIDTH:
+        raise ConfigError(
+            f"{_f('timeline_width')} must be at least {MIN_TIMELINE_WIDTH} columns (the time scale needs them), "
+            f"got {cfg.timeline_width}"
+        )
+    if cfg.ep is not None and cfg.ep > cfg.experts:
+        raise ConfigError(
+            f"{_f('ep')} ({cfg.ep}) must not exceed {_f('experts')} ({cfg.experts}): each rank of the group holds "
+            "at least one expert"
+        )
     if cfg.topk > cfg.experts:
         raise ConfigError(f"{_f('topk')} ({cfg.topk}) must not exceed {_f('experts')} ({cfg.experts})")
     if cfg.tokens < cfg.ubatches:
@@ -204,10 +226,17 @@ def _check_distributed(cfg: OverlapConfig) -> None:
         )
     if cfg.meta:
         raise ConfigError(f"{_f('meta')} skips the math; real ranks exchange real tokens: drop {_f('meta')} with {w}")
+    if cfg.sanitize:
+        raise ConfigError(f"{_f('sanitize')} checks one process's streams and workspace: drop it with {w} > 1")
     if cfg.comm_ratio is not None or cfg.link is not None:
         raise ConfigError(
             f"{_f('comm_ratio')} and {_f('link')} shape the modelled link; with {w} > 1 the transfers are real "
             "(torch.distributed all-to-all), so drop them"
+        )
+    if cfg.launcher == "spawn" and ws > max_spawned_ranks():
+        raise ConfigError(
+            f"{w} {ws} is more ranks than this machine can run side by side: at most {max_spawned_ranks()} "
+            f"({RANKS_PER_CPU} per CPU core, {os.cpu_count() or 1} cores); each rank is a process with its own threads"
         )
     if cfg.experts % ws:
         raise ConfigError(
@@ -220,6 +249,11 @@ def _check_distributed(cfg: OverlapConfig) -> None:
             f"{_f('tokens')} ({cfg.tokens}) is fewer than {w} x {_f('ubatches')} ({ws} x {cfg.ubatches}): "
             "every ubatch of every rank needs at least one token"
         )
+
+
+def max_spawned_ranks() -> int:
+    """The most ranks this host may start for one run (``RANKS_PER_CPU`` per core)."""
+    return RANKS_PER_CPU * (os.cpu_count() or 1)
 
 
 def _choose_backend(cfg: OverlapConfig, distributed: bool) -> str:

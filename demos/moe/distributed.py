@@ -66,6 +66,8 @@ __all__ = [
     "choose_backend",
     "is_symptom",
     "describe_exit",
+    "sweep_stale_rundirs",
+    "RUNDIR_PREFIX",
 ]
 
 _TERM_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when stopping ranks
@@ -284,7 +286,8 @@ def launch(
         raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
     if backend == "nccl" and torch.cuda.device_count() < world_size:
         raise ValueError(f"nccl with {world_size} ranks on one host needs {world_size} GPUs, found {torch.cuda.device_count()}")
-    rundir = tempfile.mkdtemp(prefix="dbo-dist-")
+    sweep_stale_rundirs()
+    rundir = tempfile.mkdtemp(prefix=f"{RUNDIR_PREFIX}{os.getpid()}-")
     store = _loopback_store(world_size, timeout)
     ctx = tmp.get_context("spawn")
     procs: list = []
@@ -319,6 +322,44 @@ def launch(
         pids=[p.pid for p in procs],
         error_type=failure.get("type"),
     )
+
+
+RUNDIR_PREFIX = "dbo-dist-"
+"""A launch's folder in the temp dir: ``dbo-dist-<launcher pid>-<random>``. Removed when the launch
+ends (also on Ctrl-C and, through the commands' SIGTERM handler, on SIGTERM); a launcher killed
+outright (SIGKILL) leaves it, and the next launch removes it (``sweep_stale_rundirs``)."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # someone else's process: alive
+    return True
+
+
+def sweep_stale_rundirs(tmpdir: str | None = None) -> list[str]:
+    """Remove the launch folders (``dbo-dist-<pid>-*``) whose launcher process is gone; return
+    their paths. A folder whose name carries no pid, or whose pid is alive, is left alone."""
+    tmpdir = tmpdir or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(tmpdir)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(RUNDIR_PREFIX):
+            continue
+        pid_text = name[len(RUNDIR_PREFIX):].split("-", 1)[0]
+        if not pid_text.isdigit() or _pid_alive(int(pid_text)):
+            continue
+        path = os.path.join(tmpdir, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def _watch(procs: list, rundir: str, world: int, started: float, run_timeout: float | None, settle: float) -> dict | None:

@@ -8,9 +8,46 @@ from dbo.timeline import Window, stream_sort_key
 from dbo.trace import KernelRecord
 
 from .model import OP_LETTERS
+from .report import OP_NAMES
 from .runner import kernel_op
 
-__all__ = ["plot_timeline"]
+__all__ = ["plot_timeline", "key_entries", "plot_path_problem"]
+
+
+def plot_path_problem(path: str) -> str | None:
+    """Why matplotlib could not write a picture to ``path`` (its extension names the format), or
+    None. Without matplotlib, None: the run goes on and says that no picture was drawn."""
+    import os
+
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        return None
+    known = sorted(FigureCanvasBase.get_supported_filetypes())
+    if not ext:
+        return f"give the file an extension that names the format ({', '.join(known)})"
+    if ext not in known:
+        return f"matplotlib cannot write .{ext} files; use one of {', '.join(known)}"
+    return None
+
+
+def key_entries(plt, by_stream: dict, colours: Sequence[str], letters: set[str]) -> tuple[list, list[str]]:
+    """The picture's key: one colour per ubatch drawn, what a lighter bar means, and one entry
+    per kernel letter written on a bar (only those; a bar too narrow for its letter adds none)."""
+    from matplotlib.lines import Line2D
+
+    ubatches = sorted({r.ubatch or 0 for recs in by_stream.values() for r in recs})
+    handles: list = [plt.Rectangle((0, 0), 1, 1, color=colours[u % len(colours)]) for u in ubatches]
+    labels = [f"ubatch {u}" for u in ubatches]
+    if any(r.kind != "compute" for recs in by_stream.values() for r in recs):
+        handles.append(plt.Rectangle((0, 0), 1, 1, color="grey", alpha=0.55))
+        labels.append("lighter: comm kernel")
+    for letter, words in OP_NAMES.items():
+        if letter in letters:
+            handles.append(Line2D([], [], linestyle="none", marker=f"${letter}$", color="black", markersize=7))
+            labels.append(words)
+    return handles, labels
 
 
 def plot_timeline(records: Sequence[KernelRecord], window: Window, path: str, title: str) -> str | None:
@@ -35,8 +72,9 @@ def plot_timeline(records: Sequence[KernelRecord], window: Window, path: str, ti
             by_stream.setdefault(r.stream, []).append(r)
     names = sorted(by_stream, key=stream_sort_key)
     colours = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0", "C1", "C2", "C3"])
-    fig, ax = plt.subplots(figsize=(12, 0.6 * len(names) + 1.5))
+    fig, ax = plt.subplots(figsize=(13, max(0.6 * len(names) + 1.5, 3.6)))
     scale = 1e3
+    drawn: set[str] = set()
     for lane, name in enumerate(reversed(names)):
         for r in by_stream[name]:
             s, e = max(r.start, t0), min(r.end, t1)
@@ -51,14 +89,16 @@ def plot_timeline(records: Sequence[KernelRecord], window: Window, path: str, ti
             )
             op = kernel_op(r)
             if op is not None and (e - s) > (t1 - t0) / 60:
-                ax.text(((s + e) / 2 - window.step_start) * scale, lane, OP_LETTERS.get(op, "?"), ha="center", va="center", fontsize=7)
+                letter = OP_LETTERS.get(op, "?")
+                drawn.add(letter)
+                ax.text(((s + e) / 2 - window.step_start) * scale, lane, letter, ha="center", va="center", fontsize=7)
     ax.set_yticks(range(len(names)))
     ax.set_yticklabels(list(reversed(names)))
     ax.set_xlabel("time since the step started (ms)")
     ax.set_title(title)
-    ubatches = sorted({r.ubatch or 0 for recs in by_stream.values() for r in recs})
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[u % len(colours)]) for u in ubatches]
-    ax.legend(handles, [f"ubatch {u}" for u in ubatches], loc="upper right", fontsize=8)
+    handles, labels = key_entries(plt, by_stream, colours, drawn)
+    # the key sits right of the axes, never on the data
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, borderaxespad=0.0)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -8,26 +8,38 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from dbo.timeline import fmt_seconds, render_ascii
+from dbo.timeline import fmt_seconds, fmt_seconds_group, legend_lines, render_ascii
 from dbo.trace import KernelRecord, Tracer
 
 from .model import OP_LETTERS, YIELDS_PER_LAYER
 from .results import OverlapResult
 from .runner import kernel_op
 
-__all__ = ["to_dict", "format_report", "timeline_lines", "trace_of", "TIMELINE_LEGEND"]
+__all__ = ["to_dict", "format_report", "format_output_line", "timeline_lines", "trace_of", "TIMELINE_LEGEND", "OP_NAMES"]
 
-TIMELINE_LEGEND = (
-    "  by kernel (A attention, R router, D dispatch, d dispatch recv, E experts, C combine,",
-    "             c combine recv/copy, S shared expert, F finalize)",
-)
+OP_NAMES = {
+    "i": "input load",
+    "A": "attention",
+    "R": "router",
+    "D": "dispatch",
+    "d": "dispatch recv",
+    "E": "experts",
+    "C": "combine",
+    "c": "combine recv/copy",
+    "S": "shared expert",
+    "F": "finalize",
+}
+"""What each letter of the timeline's kernel rows stands for (the letters of ``OP_LETTERS``)."""
+
+TIMELINE_LEGEND = tuple(legend_lines(OP_NAMES, OP_NAMES, 84))
+"""The legend with every letter (the timeline itself lists only the letters it shows)."""
 
 
 def timeline_lines(records: list[KernelRecord], result: OverlapResult) -> list[str]:
     """The ASCII timeline of the result's window over ``records`` (the owner digit of each kernel
     is its record's ubatch; the op letter comes from the model's kernel name)."""
     return render_ascii(
-        records, result.window, op_of=kernel_op, op_letters=OP_LETTERS, legend=TIMELINE_LEGEND,
+        records, result.window, op_of=kernel_op, op_letters=OP_LETTERS, op_names=OP_NAMES,
         width=result.config.timeline_width,
     )
 
@@ -144,6 +156,8 @@ def to_dict(result: OverlapResult) -> dict[str, Any]:
             }
             for x in result.ranks
         ]
+    if result.sanitizer_findings is not None:
+        report.update(_sanitizer_fields(result.sanitizer_findings))
     if result.reference is not None:
         ref = result.reference
         report["reference"] = {
@@ -153,6 +167,33 @@ def to_dict(result: OverlapResult) -> dict[str, Any]:
             "match": ref.match,
         }
     return report
+
+
+def times(n: int) -> str:
+    """``once``, ``2 times``."""
+    return "once" if n == 1 else f"{n} times"
+
+
+def _growth_text(grows: int, in_warmup: int) -> str:
+    """How often the workspace grew, and whether all of it happened in warmup (before the lock)."""
+    if grows == 0:
+        return "never grew"
+    if grows == in_warmup:
+        return f"grew {times(grows)}, all in warmup"
+    late = grows - in_warmup
+    return f"grew {times(grows)}, {late} of them after warmup"
+
+
+def _link_line(link: dict, comm_ratio: float | None) -> str:
+    """The modelled link: its profile, and whether its bandwidth is the profile's own or was
+    rescaled so that comm = ``comm_ratio`` x compute."""
+    bw = f"{link['bandwidth_Bps'] / 1e9:.3g} GB/s"
+    lat = f"latency {fmt_seconds(link['latency_s'])}"
+    if comm_ratio is not None:
+        what = f"{link['base_link']}, bandwidth rescaled to {bw} so that comm = {comm_ratio:g} x compute; {lat}"
+    else:
+        what = f"{link['base_link']}, {bw} and {lat} as given (no --comm-ratio)"
+    return f"link       {what}; dispatch in {link['wire_dtype']}"
 
 
 def _exactness_and_graph(result: OverlapResult) -> dict[str, Any]:
@@ -227,9 +268,10 @@ def _bound_lines(rep: dict) -> list[str]:
     m_no = min(rep["compute_s"], rep["comm_s"])
     r_no = rep["overlapped_no_dbo_s"] / m_no if m_no > 0 else 0.0
     ideal = rep.get("ideal_speedup")
+    bound, t_dbo, least, over = fmt_seconds_group([rep["bound_s"], rep["time_dbo_s"], min(cd, md), od])
     lines = [
-        f"bound      {fmt_seconds(rep['bound_s'])} = ideal DBO step = DBO step - (min(compute, comm) - overlapped) of its "
-        f"own kernels = {fmt_seconds(rep['time_dbo_s'])} - ({fmt_seconds(min(cd, md))} - {fmt_seconds(od)})"
+        f"bound      {bound} = ideal DBO step = DBO step - (min(compute, comm) - overlapped) of its "
+        f"own kernels = {t_dbo} - ({least} - {over})"
         + (f"; ideal speedup over the no-DBO step's kernels {ideal:.2f}x" if ideal is not None else ""),
         f"hidden     {_pct(rep['hidden_fraction'])} of the hideable comm: overlapped / min(compute, comm) in the DBO "
         f"step ({_pct(od / min(cd, md) if min(cd, md) > 0 else None)}) beyond the {_pct(r_no)} overlapped without DBO",
@@ -272,19 +314,11 @@ def format_report(rep: dict) -> str:
             f"calibrated); dispatch in {link['wire_dtype']}{sent_txt}"
         )
     else:
-        how = (
-            f"bandwidth scaled so that comm = {c['comm_ratio']:g} x compute"
-            if c["comm_ratio"] is not None
-            else "as given (no --comm-ratio)"
-        )
-        lines.append(
-            f"link       {link['base_link']}: latency {fmt_seconds(link['latency_s'])}, {bw / 1e9:.3g} GB/s ({how}); "
-            f"dispatch in {link['wire_dtype']}"
-        )
+        lines.append(_link_line(link, c["comm_ratio"]))
     ratio = rep["comm_ratio_measured"]
     lines.append(
         f"per step   compute {fmt_seconds(rep['compute_s'])}, comm {fmt_seconds(rep['comm_s'])} (ratio {ratio:.2f}) "
-        f"in the no-DBO kernels; per layer {fmt_seconds(rep['compute_s'] / c['layers'])} + {fmt_seconds(rep['comm_s'] / c['layers'])}"
+        f"in the no-DBO kernels; per layer {' + '.join(fmt_seconds_group([rep['compute_s'] / c['layers'], rep['comm_s'] / c['layers']]))}"
         if ratio is not None
         else f"per step   compute {fmt_seconds(rep['compute_s'])}, comm {fmt_seconds(rep['comm_s'])}"
     )
@@ -323,20 +357,48 @@ def format_report(rep: dict) -> str:
     if ws > 1:
         size_txt += " (rank 0)"
     lines.append(
-        f"workspace  {size_txt}, grew {w['grows']} times (all in warmup: {w['grows'] == w['grows_in_warmup']}), "
+        f"workspace  {size_txt}, {_growth_text(w['grows'], w['grows_in_warmup'])}, "
         f"allocations after lock: {w['allocations_after_lock']}{' (most on any rank)' if ws > 1 else ''}"
     )
     on_rank = " on rank 0" if ws > 1 else ""
     lines.append(
         f"timeline   layer {rep['timeline_layer']} of the last DBO step{on_rank}; digit = ubatch owning the kernel, '.' = idle"
     )
+    if any(row.startswith("  link ") for row in rep["timeline"]):
+        lines.append("           link = this process's one queue of transfers, shared by the ubatches")
+        if ws > 1:
+            lines.append("           (the all-to-alls run there, in launch order; the comm rows hold only local copies)")
     lines.extend(rep["timeline"])
     for note in rep.get("notes", []):
         lines.append(f"note       {note}")
-    if rep.get("trace_path"):
-        lines.append(f"trace      {rep['trace_path']} (open in https://ui.perfetto.dev or chrome://tracing)")
-    if rep.get("plot_path"):
-        lines.append(f"plot       {rep['plot_path']}")
+    for key in ("trace", "plot"):
+        if rep.get(f"{key}_path"):
+            lines.append(format_output_line(key, rep[f"{key}_path"]))
+    lines.extend(_sanitizer_lines(rep))
     return "\n".join(lines)
+
+
+def format_output_line(what: str, text: str) -> str:
+    """One report line about a file written ("trace", "plot", "json") or a "note"."""
+    if what == "trace":
+        text = f"{text} (open in https://ui.perfetto.dev or chrome://tracing)"
+    return f"{what:<10} {text}"
+
+
+SANITIZER_SHOWN = 5
+
+
+def _sanitizer_fields(found: list) -> dict[str, Any]:
+    """--sanitize: the count and the first few findings (workspace kinds first, then stream races)."""
+    return {"sanitizer_findings": len(found), "sanitizer_first": [str(f) for f in found[:SANITIZER_SHOWN]]}
+
+
+def _sanitizer_lines(rep: dict) -> list[str]:
+    if "sanitizer_findings" not in rep:
+        return []
+    n = rep["sanitizer_findings"]
+    out = [f"sanitizer  {n} finding{'' if n == 1 else 's'} (workspace sanitizer + stream races, every step)"]
+    out += [f"           {f}" for f in rep["sanitizer_first"]]
+    return out
 
 

@@ -163,6 +163,7 @@ class OverlapResult:
     graph_kernels: tuple[int, int] | None = None  # kernels in the captured no-DBO and DBO steps
     output_dbo_graph: torch.Tensor | None = None  # the DBO replay's final hidden states (--graph)
     output_split: torch.Tensor | None = None  # the same split run one ubatch after another (the exact reference)
+    sanitizer_findings: list[Any] | None = None  # --sanitize: workspace findings, then stream races
 
     @property
     def time_no_dbo_s(self) -> float:

@@ -59,8 +59,9 @@ def run(config: OverlapConfig | None = None, **overrides: Any) -> OverlapResult 
         runner = None
         try:
             runner = Runner(cfg, res)
-            meas = measure(runner, cfg, res)
+            meas, found = _measure_maybe_sanitized(runner, cfg, res)
             result = _result(runner, cfg, res, meas, engine_times(meas))
+            result.sanitizer_findings = found
         finally:
             if runner is not None:
                 runner.close()
@@ -68,6 +69,21 @@ def run(config: OverlapConfig | None = None, **overrides: Any) -> OverlapResult 
             torch.set_num_threads(old_threads)
     result.wall_s = time.perf_counter() - wall0
     return result
+
+
+def _measure_maybe_sanitized(runner: Runner, cfg: OverlapConfig, res: Resolved) -> tuple[Measurement, list | None]:
+    """``measure``; with ``cfg.sanitize`` under the workspace sanitizer and dbo.races (collecting)."""
+    if not cfg.sanitize:
+        return measure(runner, cfg, res), None
+    from workspace import sanitizer
+
+    sanitizer.enable("collect", races=True)
+    try:
+        meas = measure(runner, cfg, res)
+        runner.backend.synchronize()
+        return meas, sanitizer.findings()
+    finally:
+        sanitizer.disable()
 
 
 def _kernels(records: Sequence[KernelRecord], op: str, layer: int, ubatch: int | None) -> list[KernelRecord]:
@@ -143,12 +159,11 @@ def _result(r: Runner, cfg: OverlapConfig, res: Resolved, meas: Measurement, eng
     rtol = TOLERANCE.get(res.dtype_name, 1e-2)
     outputs = _output_check(meas, rtol, res.dtype_name)
     stats, recs_no, recs_dbo = meas.stats, meas.recs_no[-1], meas.recs_dbo[-1]
-    spans, handoffs = [], []
-    if res.backend != "virtual":  # on virtual the host clock stands still during a step
-        lo = min(x.start for x in recs_no)
-        hi = max(x.end for x in recs_dbo)
-        spans = [s for s in r.tracer.spans if s.start >= lo and s.end <= hi]
-        handoffs = [h for h in r.tracer.handoffs if lo <= h.t_src <= hi]
+    spans, handoffs = [], []  # the host side of exactly the two steps whose kernels the result holds
+    for dbo_on in (False, True):
+        step_spans, step_handoffs = r.last_host.get(dbo_on, ([], []))
+        spans += step_spans
+        handoffs += step_handoffs
     g = meas.graph
     return OverlapResult(
         config=cfg,

@@ -57,6 +57,8 @@ class Runner:
         self.before_step = before_step
         self.on_dbo_step = on_dbo_step
         self.rows = rows if rows is not None else range(0, cfg.tokens)
+        self.last_host: dict[bool, tuple[list, list]] = {}
+        """The host spans and handoffs of the last traced step, without (False) and with DBO (True)."""
         self.backend = dbo.get_backend(res.backend, profile=res.profile, link=res.link, tracer=None)
         try:
             self.transport = transport if transport is not None else ModelledLinkTransport(res.link)
@@ -97,12 +99,15 @@ class Runner:
         fn = self._dbo_forward if dbo_on else self.model.forward
         self.backend.tracer = self.tracer if traced else None
         first = len(self.tracer.records)
+        first_span, first_handoff = len(self.tracer.spans), len(self.tracer.handoffs)
         if self.before_step is not None:
             self.before_step()
         t0 = self.backend.now()
         orch.run(fn, inputs)
         t1 = self.backend.now()
         self.backend.tracer = None
+        if traced:
+            self.last_host[dbo_on] = (self.tracer.spans[first_span:], self.tracer.handoffs[first_handoff:])
         return t1 - t0, (self.tracer.records[first:] if traced else [])
 
     def run_split_sequentially(self) -> None:
