@@ -17,7 +17,8 @@ import torch
 from dbo.timeline import fmt_seconds
 
 from .moe.calibration import BACKENDS, CalibrationError, CalibrationReport, calibrate
-from .moe.progress import ProgressLine, output_path_error
+from . import cli_common
+from .moe.progress import ProgressLine
 
 __all__ = ["main", "build_parser", "format_summary"]
 
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="a smaller sweep (under 3 minutes on a 2-core machine)")
     p.add_argument("-o", "--output", required=True, metavar="PROFILE.json", help="where to write the profile")
     p.add_argument("--name", default=None, help="the profile's name (default calibrated-<backend>)")
-    p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    p.add_argument("--no-progress", action="store_true", help="no progress line (shown only on a terminal)")
     return p
 
 
@@ -82,7 +83,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = parser.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
-    err = output_path_error(ns.output, "-o", ".json")
+    err = None
+    if not ns.output.endswith(".json"):
+        err = f"-o {ns.output}: must end in .json (so that --profile reads it as a file)"
+    else:
+        try:
+            cli_common.check_output_path(ns.output, "-o")
+        except cli_common.OutputPathError as e:
+            err = str(e)
     if err is None and ns.backend == "cuda" and not torch.cuda.is_available():
         err = "--backend cuda needs a CUDA GPU, and torch.cuda.is_available() is False here"
     if err is None and ns.name is not None and not ns.name.strip():
@@ -98,15 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"{parser.prog}: error: {e}\n")
         return 2
     progress.done()
-    try:
-        profile.to_json(ns.output)
-    except OSError as e:
-        sys.stderr.write(f"{parser.prog}: error: cannot write {ns.output!r}: {e.strerror or e}\n")
-        return 1
-    print(format_summary(report, profile))
-    print(f"wrote      {ns.output} (use it with --profile {ns.output})")
+    cli_common.say(format_summary(report, profile))
+    if not cli_common.write_output(ns.output, "-o", profile.to_json, parser.prog):
+        return cli_common.EXIT_FAILED
+    cli_common.say(f"wrote      {ns.output} (use it with --profile {ns.output})")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(cli_common.run_main(main, "python -m demos.calibrate"))

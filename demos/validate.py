@@ -21,7 +21,8 @@ from dbo.costs import get_profile
 
 from .moe.calibration import BACKENDS, CalibrationError, calibrate
 from .moe.config import ConfigError
-from .moe.progress import ProgressLine, output_path_error
+from . import cli_common
+from .moe.progress import ProgressLine
 from .moe.validation import RATIOS, SCHEDULES, compare_h200, format_h200, format_table, graph_supported, grid, to_dict, validate
 
 __all__ = ["main", "build_parser"]
@@ -87,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="runs per grid point, medians of their figures (default 3, 1 without --quick)")
     p.add_argument("--h200", action="store_true",
                    help="only compare the built-in h200 profile with the H200 measurements (no runs here)")
-    p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    p.add_argument("--no-progress", action="store_true", help="no progress line (shown only on a terminal)")
     return p
 
 
@@ -105,14 +106,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if ns.backend == "cuda" and not ns.h200 and not torch.cuda.is_available():
         return fail("--backend cuda needs a CUDA GPU, and torch.cuda.is_available() is False here")
-    if ns.json is not None and (err := output_path_error(ns.json, "--json")) is not None:
-        return fail(err)
+    if ns.json is not None:
+        try:
+            cli_common.check_output_path(ns.json, "--json")
+        except cli_common.OutputPathError as e:
+            return fail(str(e))
     if ns.h200:
         rows = compare_h200()
-        print(format_h200(rows))
-        if ns.json:
-            _write(ns.json, {"h200": rows})
-        return 0
+        cli_common.say(format_h200(rows))
+        return _write(ns.json, {"h200": rows}, parser.prog)
     profile: Any = ns.profile
     if profile is not None:
         try:
@@ -136,17 +138,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     v.notes.extend(notes)
     if not graph_supported():
         v.notes.append("eager only: this demo has no CUDA-graph mode to validate")
-    print(format_table(v))
-    if ns.json:
-        _write(ns.json, to_dict(v))
-        print(f"json: {ns.json}")
+    cli_common.say(format_table(v))
+    return _write(ns.json, to_dict(v), parser.prog)
+
+
+def _write(path: str | None, obj: Any, prog: str) -> int:
+    """Write ``obj`` as JSON to ``path`` (if any); the exit status."""
+    if not path:
+        return 0
+
+    def write(p: str) -> None:
+        with open(p, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2)
+
+    if not cli_common.write_output(path, "--json", write, prog):
+        return cli_common.EXIT_FAILED
+    cli_common.say(f"json: {path}")
     return 0
 
 
-def _write(path: str, obj: Any) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(cli_common.run_main(main, "python -m demos.validate"))

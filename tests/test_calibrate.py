@@ -195,7 +195,7 @@ def test_cli_directory_as_output_is_refused(tmp_path, capsys):
     d = tmp_path / "x.json"
     d.mkdir()
     assert cli.main(["-o", str(d)]) == 2
-    assert "is a directory" in capsys.readouterr().err
+    assert "is a folder" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU is present")
