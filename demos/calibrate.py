@@ -60,7 +60,7 @@ def format_summary(report: CalibrationReport, profile: object) -> str:
     rates = ", ".join(f"{k} {v / 1e9:.3g} GFLOP/s" for k, v in sorted(p.dtype_flops.items()))  # type: ignore[attr-defined]
     lines.append(
         f"device     {rates}; memory {p.mem_bandwidth / 1e9:.3g} GB/s; min kernel {fmt_seconds(p.min_kernel)}; "  # type: ignore[attr-defined]
-        f"GEMM knees {', '.join(f'{x:.0f}' for x in p.gemm_knee)}; fit rms log error {report.device_rms_log_error:.2f}"  # type: ignore[attr-defined]
+        f"GEMM knees {', '.join(f'{x:.0f}' for x in p.gemm_knee)}; rms log error of the fit {report.device_rms_log_error:.2f}"  # type: ignore[attr-defined]
     )
     lines.append(
         f"wake-up    across engines {us(p.event_latency)} idle, + {us(p.event_latency_threaded)} while ubatch threads run; "  # type: ignore[attr-defined]

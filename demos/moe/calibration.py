@@ -287,7 +287,7 @@ class CalibrationReport:
     host: dict[str, float]
     device_samples: int
     op_samples: int
-    device_rms_log_error: float
+    device_rms_log_error: float  # over the first dtype's GEMMs and the copies
     op_errors: dict[str, float] = field(default_factory=dict)  # op -> median |relative error|
     seconds: float = 0.0
 
@@ -329,7 +329,7 @@ def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None
     launch = fit_launch(backend, p, prof, progress)
     prof = replace(prof, host=replace(prof.host, launch=launch))
     prof = replace(prof, event_latency_threaded=fit_event_latency(steps, prof, progress=progress))
-    dev_err = [math.log(predict(prof, op, sh, dt, b) / t) for op, sh, dt, b, t in dev_samples]
+    dev_err = [math.log(predict(prof, op, sh, dt, b) / t) for op, sh, dt, b, t in first]  # the dtype the knees fit
     errs: dict[str, list[float]] = {}
     for (op, m, t, threaded) in op_samples(records, prof, counts):
         oc = prof.host.ops[op]
