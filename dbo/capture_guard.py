@@ -10,8 +10,6 @@ streams and events, which record each launch, event record and wait (for the CPU
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 from typing import Any, Callable
 
@@ -19,16 +17,12 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .errors import CaptureError
+from .sites import user_site
 from .streams import Event, Stream
 from .streams.base import _kernel_name
 
 __all__ = ["HostSyncGuard", "GuardedKernel", "Recorder", "RecordingStream", "RecordingEvent", "user_site"]
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_SKIP_DIRS = tuple(
-    os.path.dirname(os.path.abspath(p)) + os.sep for p in (torch.__file__, __file__, os.path.join(_ROOT, "workspace", "x"))
-)
-_SKIP_FILES = {os.path.abspath(threading.__file__), os.path.abspath(__import__("contextlib").__file__)}
 
 # Tensor -> host scalars / lists, and ops whose output shape depends on the data (the host reads it).
 _ALWAYS = {
@@ -47,21 +41,6 @@ _ALWAYS = {
     "masked_select": "masked_select",
     "bincount": "bincount",
 }
-
-
-def user_site() -> str:
-    """``file:line`` of the innermost frame outside torch, dbo, workspace, threading and contextlib."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(_SKIP_DIRS) and path not in _SKIP_FILES:
-            try:
-                rel = os.path.relpath(path)
-            except ValueError:  # another drive (Windows)
-                rel = path
-            return f"{path if rel.startswith('..') else rel}:{frame.f_lineno}"
-        frame = frame.f_back
-    return "<unknown>"
 
 
 def _host_sync(func: Callable, args: tuple, kwargs: dict) -> str | None:

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import os
-import sys
-import threading
 from dataclasses import dataclass
 
 from .errors import DBOError
+from .sites import user_site as launch_site
 
 __all__ = ["KIND", "MODES", "MAX_FINDINGS", "Race", "RaceError", "launch_site"]
 
@@ -17,13 +13,6 @@ KIND = "stream-race"
 MODES = ("collect", "raise")
 MAX_FINDINGS = 1000
 
-_DBO_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_SKIP_DIRS = (
-    _DBO_DIR,
-    os.path.join(os.path.dirname(_DBO_DIR.rstrip(os.sep)), "workspace") + os.sep,
-    os.path.dirname(os.path.abspath(__import__("torch").__file__)) + os.sep,
-)
-_SKIP_FILES = {os.path.abspath(m.__file__) for m in (threading, contextlib, functools)}
 
 
 class RaceError(DBOError):
@@ -86,16 +75,3 @@ def _side(k: tuple[str, str, int | None, str]) -> str:
     return f"kernel {name!r} on stream {stream!r} ({who}, launched at {site})"
 
 
-def launch_site() -> str:
-    """``file:line`` of the innermost frame outside dbo, workspace, torch and the stdlib helpers."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(_SKIP_DIRS) and path not in _SKIP_FILES:
-            try:
-                rel = os.path.relpath(path)
-            except ValueError:
-                rel = path
-            return f"{path if rel.startswith('..') else rel}:{frame.f_lineno}"
-        frame = frame.f_back
-    return "<unknown>"

@@ -19,6 +19,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from dbo import races, registry
+from dbo.race_shadow import byte_range
 
 from .errors import WorkspaceError
 from .manager import WorkspaceManager
@@ -96,18 +97,6 @@ class _Buffer:
         lane = f", lane {self.lane}" if self.lane else ""
         what = f"persistent tensor {self.persistent!r} of" if self.persistent is not None else "the slot of"
         return f"{what} ubatch {self.owner}{lane} (slot {self.slot})"
-
-
-def _byte_range(t: torch.Tensor) -> tuple[int, int]:
-    """[start, end) of the bytes ``t`` can touch, relative to its storage's start."""
-    size = t.element_size()
-    start = t.storage_offset() * size
-    extent = 1
-    for n, s in zip(t.shape, t.stride()):
-        if n == 0:
-            return start, start
-        extent += (n - 1) * abs(s)
-    return start, start + extent * size
 
 
 def _cut(intervals: list[tuple[int, int, int]], s: int, e: int, call: int) -> list[tuple[int, int, int]]:
@@ -201,7 +190,7 @@ class _State(WorkspaceObserver):
                     if entry is None or entry.ref() is not storage:
                         return  # a buffer the sanitizer never saw allocated (attached late): no history
                     entry.calls += 1
-                s, e = _byte_range(v)
+                s, e = byte_range(v)
                 entry.intervals = _cut(entry.intervals, s, e, entry.calls)
                 entry.handouts.append((s, e, entry.calls, launched))
                 fresh = _fresh(v)
@@ -242,7 +231,7 @@ class _State(WorkspaceObserver):
         # only what was handed out or retired before it was launched counts.
         ticket = kernel.ticket if kernel is not None else _NEVER
         with self.lock:
-            s, e = _byte_range(t)
+            s, e = byte_range(t)
             if entry.retired is not False and entry.retired < ticket:
                 self._report(
                     "orphaned-view", func, accessor, entry,
