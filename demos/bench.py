@@ -267,7 +267,8 @@ def section_overlap(cfg: Config) -> list[Record]:
     ubatches, the link calibrated so that comm = R x compute), for both schedules at comm/compute
     ratios R = 0.25 ... 4; on `virtual` (meta tensors: the timeline is the same, the math is
     skipped) and on `threads` (wall clock; smaller shapes to keep the run short; `--quick` runs
-    ratio 1 only). hidden = (no-DBO - DBO) / hideable, as defined in docs/overlap.md. Beside each
+    ratio 1 only). hidden = (r_dbo - r_no) / (1 - r_no), r = overlapped / min(compute, comm) of each
+    step's own kernels, as defined in docs/overlap.md ("The bound and the hidden fraction"). Beside each
     measured speedup stands the ideal (comm + compute) / max(comm, compute) of that run. Targets at
     ratio 1: hidden >= 0.95 on virtual and >= 0.85 on threads. Known shortfall: ll on virtual
     stays near 0.94 at ratio 1 with 8 layers, because the last ubatch's final combine receive runs at
