@@ -23,16 +23,8 @@ from .moe.progress import ProgressLine
 __all__ = ["main", "build_parser", "format_summary"]
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors and no usage dump."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        raise SystemExit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = cli_common.OneLineParser(
         prog="python -m demos.calibrate",
         description="Measure the host and device of this machine (host constants, GEMM and copy sweeps, the toy "
         "MoE's own ops over a sweep of shapes), fit the virtual backend's model to them and write a profile "

@@ -30,6 +30,7 @@ written after the report, and how a command ends on Ctrl-C, SIGTERM or a closed 
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import sys
@@ -41,6 +42,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_TERMINATED",
     "EXIT_BROKEN_PIPE",
+    "OneLineParser",
     "OutputPathError",
     "Terminated",
     "check_output_path",
@@ -52,6 +54,15 @@ __all__ = [
     "run_main",
     "interrupt_of",
 ]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with one-line errors (``prog: error: ...``, status 2) and no usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2

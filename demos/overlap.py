@@ -70,7 +70,6 @@ def run_overlap(config: OverlapConfig | None = None, *, details: dict | None = N
     result = run(config, **overrides)
     if result is None:
         return None
-    cfg = result.config
     if details is not None:
         details.update(
             records_no_dbo=result.records_no_dbo, records_dbo=result.records_dbo, window=result.window,
@@ -130,14 +129,6 @@ def output_files(result: OverlapResult, report: dict) -> list[tuple[str, str, Ca
 # --- command line --------------------------------------------------------------------------------
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors and no usage dump."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        raise SystemExit(2)
-
-
 def _float_arg(text: str) -> float:
     try:
         return float(text)
@@ -147,7 +138,7 @@ def _float_arg(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     d = OverlapConfig()
-    p = _Parser(
+    p = cli_common.OneLineParser(
         prog="python -m demos.overlap",
         description=(
             "Run a toy MoE transformer with and without DBO (dual-batch overlap) and report the step times, "

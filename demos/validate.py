@@ -28,14 +28,6 @@ from .moe.validation import RATIOS, SCHEDULES, compare_h200, format_h200, format
 __all__ = ["main", "build_parser"]
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors and no usage dump."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        raise SystemExit(2)
-
-
 def _list(kind: type):
     def parse(text: str) -> list:
         try:
@@ -67,7 +59,7 @@ def _steps(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = cli_common.OneLineParser(
         prog="python -m demos.validate",
         description="Run a grid of the toy MoE (schedules x sizes x comm ratios, without and with DBO) for real, "
         "predict each point with the virtual backend and a profile, and print predicted vs measured step times, "
