@@ -189,3 +189,30 @@ def test_ll_experts_kernel_is_modelled_as_a_masked_gemm_over_the_valid_rows(mana
     assert padded > valid
     scale = padded / valid
     assert experts[0] < kernel_time(Work(flops=work.flops * scale, bytes=work.bytes * scale), "cpu", torch.float32)
+
+
+def test_experts_work_carries_each_experts_gemm_rows_and_the_ht_padding(manager):
+    """At a decode-sized step each expert's GEMM runs on a few rows, where a GEMM is far from its
+    peak: the experts' Work declares those per-expert rows as its GEMM shape (so the efficiency
+    curve applies), and on ht the MIN_GEMM_ROWS window ``_mm_rows`` pads small experts to."""
+    from dbo.costs import DeviceProfile, kernel_time
+    from demos.moe.kernels import MIN_GEMM_ROWS, expert_gemm_rows
+
+    cfg = ModelConfig(layers=1, tokens=64, hidden=32, experts=8, topk=2)
+    H, F = cfg.hidden, cfg.hidden  # expert_ffn defaults to hidden
+    ht = ToyMoE(cfg, ModelledLinkTransport(), num_slots=1, schedule="ht")
+    ll = ToyMoE(cfg, ModelledLinkTransport(), num_slots=1, schedule="ll")
+    # 4 tokens: 8 copies over 8 experts, one row each; ht runs each on a 4-row window
+    assert expert_gemm_rows(8, 8, padded=True) == MIN_GEMM_ROWS
+    assert ht.costs(4).experts.shape == (MIN_GEMM_ROWS, 2 * F, H)
+    assert ll.costs(4).experts.shape == (1, 2 * F, H)
+    gemm = 6 * H * F  # flops of one row through both projections
+    assert ht.costs(4).experts.flops == pytest.approx(8 * MIN_GEMM_ROWS * gemm + 4 * 8 * F)
+    assert ll.costs(4).experts.flops == pytest.approx(8 * gemm + 4 * 8 * F)
+    # 64 tokens: 16 rows per expert, nothing padded
+    assert ht.costs(64).experts.shape[0] == 16
+    assert ht.costs(64).experts.flops == ll.costs(64).experts.flops
+    # with a GEMM efficiency knee, a row at 4 tokens costs more than a row at 64 tokens
+    prof = DeviceProfile("knee", peak_flops=1e9, mem_bandwidth=1e15, launch_overhead=0.0, gemm_knee=(8.0, 0.0, 0.0))
+    per_row = [kernel_time(ll.costs(t).experts, prof, torch.float32) / t for t in (4, 64)]
+    assert per_row[0] > 2 * per_row[1]

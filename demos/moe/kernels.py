@@ -10,7 +10,7 @@ import torch
 
 from dbo.costs import syncs_host
 
-__all__ = ["MIN_GEMM_ROWS"]
+__all__ = ["MIN_GEMM_ROWS", "expert_gemm_rows"]
 
 MIN_GEMM_ROWS = 4
 """Expert segments shorter than this are computed through a padded 4-row window: CPU GEMMs take
@@ -82,6 +82,19 @@ def _k_router(h, nrm, moe_in, moe_wire, w_gate, logits, topk_w, topk_ids, wtmp, 
     row_of.scatter_(0, src_slot, arange_rows)
     torch.index_select(topk_w.view(-1), 0, src_slot, out=w_sorted)
     torch.searchsorted(sorted_ids, edges, out=offsets)
+
+
+def expert_gemm_rows(rows: int, experts: int, padded: bool) -> float:
+    """Rows of each expert's GEMM when ``rows`` token copies spread evenly over ``experts`` experts
+    (the average, fractional): ``_mm_rows`` runs an expert with fewer than MIN_GEMM_ROWS rows on a
+    MIN_GEMM_ROWS-row window (``padded``, the high-throughput kernel); the low-latency kernel is
+    charged its valid rows (a masked grouped GEMM). The cost model's GEMM efficiency curve needs
+    these per-GEMM rows: at a decode-sized step each expert gets a handful of rows, far below the
+    whole step's ``rows``."""
+    per = rows / max(1, experts)
+    if padded and rows >= MIN_GEMM_ROWS:
+        per = max(per, float(MIN_GEMM_ROWS))
+    return per
 
 
 def _mm_rows(x: torch.Tensor, a: int, b: int, w: torch.Tensor, out: torch.Tensor, pad: torch.Tensor) -> None:

@@ -40,6 +40,7 @@ from workspace import current_workspace_manager
 from .comm import LLBatch, Transport
 from .kernels import (
     MIN_GEMM_ROWS,
+    expert_gemm_rows,
     _k_attn_context,
     _k_attn_out,
     _k_attn_qkv,
@@ -243,6 +244,9 @@ class ToyMoE:
         isz, wsz = _itemsize(c.dtype), _itemsize(self.wire)
         M = t * K
         local = min(c.experts_per_rank, M)
+        ht = self.schedule == "ht"
+        g = expert_gemm_rows(M, local, padded=ht)
+        G = g * local
         costs = _Costs(
             load_input=Work(bytes=2 * t * H * isz),
             qkv=Work(flops=2 * t * H * 3 * H + 4 * t * H, bytes=(3 * t * H + 3 * H * H + 3 * t * H) * isz),
@@ -253,9 +257,12 @@ class ToyMoE:
                 flops=2 * t * H * E + 4 * t * H + 8 * M,
                 bytes=(3 * t * H + H * E + 2 * t * E) * isz + t * H * wsz + 8 * 8 * M,
             ),
+            # each expert's GEMMs run on few rows at small t (GEMM efficiency), padded on ht
             experts=Work(
-                flops=2 * M * H * 2 * F + 2 * M * F * H + 4 * M * F,
-                bytes=local * 3 * H * F * isz + (M * H + 3 * M * 2 * F + 2 * M * F + M * H) * isz,
+                flops=2 * G * H * 2 * F + 2 * G * F * H + 4 * M * F,
+                bytes=local * 3 * H * F * isz + (M * H + 3 * M * 2 * F + 2 * M * F + M * H) * isz
+                + (M * H * (wsz + isz) if ht else 0),  # ht: the kernel dequantizes its input too
+                shape=(max(1, round(g)), 2 * F, H),
             ),
             dispatch_recv=Work(bytes=M * H * (wsz + isz)),
             combine_recv=Work(flops=2 * M * H, bytes=(2 * M * H + t * H) * isz),
@@ -404,7 +411,7 @@ class ToyMoE:
         dbo.dbo_switch_to_compute_sync()
         dbo.launch(
             _k_experts, mw.x_in, eb.offsets, L.w1, L.w2, mw.ws13, mw.ws2, mw.fused_out, mw.pad, recv, eb.weights,
-            eb.first_expert, eb.num_experts, name=kernel_name("experts", i, ub), cost=cost.experts + cost.dispatch_recv,
+            eb.first_expert, eb.num_experts, name=kernel_name("experts", i, ub), cost=cost.experts,
         )
         prev = dbo.dbo_get_previous_event(tr.record_event)
         dbo.dbo_yield_and_switch_from_compute_to_comm()
