@@ -53,10 +53,11 @@ def _site() -> tuple[str, str | None]:
 
 
 class Mutator:
-    """Counts the sync call sites; drops every call at ``drop`` (an ``(op, site)`` key)."""
+    """Counts the sync call sites; drops every call at the ``drop`` sites (``(op, site)`` keys: none
+    for the clean run, one for a mutant, two for a pair)."""
 
-    def __init__(self, drop: tuple | None = None):
-        self.drop = drop
+    def __init__(self, *drop: tuple):
+        self.drop = frozenset(drop)
         self.seen: collections.Counter = collections.Counter()
         self.dropped = 0
         self._tls = threading.local()
@@ -70,7 +71,7 @@ class Mutator:
                 return orig(obj, *args, **kwargs)
             key = (op, _site())
             mut.seen[key] += 1
-            if key == mut.drop:
+            if key in mut.drop:
                 mut.dropped += 1
                 return None
             mut._tls.depth = 1
@@ -189,42 +190,16 @@ def run_mutants(backend: str, schedule: str, layout: str, n: int = 2, graph: boo
     assert not demo_step(backend, schedule, layout, n, graph=graph, orders=clean)
     out = []
     for key in mutants(schedule, layout, n):
-        m, o = Mutator(drop=key), Orders()
+        m, o = Mutator(key), Orders()
         found = demo_step(backend, schedule, layout, n, graph=graph, mutator=m, orders=o)
         out.append((key, m.dropped, len(found), o.kernels == clean.kernels))
     equivalent = [r[0] for r in out if r[3]]
     for i, a in enumerate(equivalent):
         for b in equivalent[i + 1 :]:
-            m, o = PairMutator(a, b), Orders()
+            m, o = Mutator(a, b), Orders()
             found = demo_step(backend, schedule, layout, n, graph=graph, mutator=m, orders=o)
             out.append(((a, b), m.dropped, len(found), o.kernels == clean.kernels))
     return out
-
-
-class PairMutator(Mutator):
-    """Drops every call at two sites."""
-
-    def __init__(self, a: tuple, b: tuple):
-        super().__init__(drop=None)
-        self.pair = (a, b)
-
-    def _wrap(self, op: str, orig: Any) -> Any:
-        mut = self
-
-        def intercepted(obj: Any, *args: Any, **kwargs: Any) -> Any:
-            if getattr(mut._tls, "depth", 0):
-                return orig(obj, *args, **kwargs)
-            key = (op, _site())
-            if key in mut.pair:
-                mut.dropped += 1
-                return None
-            mut._tls.depth = 1
-            try:
-                return orig(obj, *args, **kwargs)
-            finally:
-                mut._tls.depth = 0
-
-        return intercepted
 
 
 def verdict(found: int, equivalent: bool) -> str:
