@@ -361,3 +361,19 @@ def test_demo_sanitize_flag_counts_and_lists_findings(monkeypatch, tmp_path):
     assert any("experts" in f for f in rep["sanitizer_first"])
     assert f"sanitizer  {rep['sanitizer_findings']} finding" in format_report(rep)
     assert not races.enabled() and streams_base._observer is None  # the run turned everything off
+
+
+@pytest.mark.parametrize("backend", ["inline", "virtual", "threads"])
+def test_a_watched_kernel_is_traced_under_its_own_name(backend):
+    # the detector wraps the kernel it watches; the trace must still name the user's function
+    from dbo.streams import get_backend
+    from dbo.trace import Tracer
+
+    def scale_rows(t):
+        t.mul_(2)
+
+    with get_backend(backend, tracer=Tracer()) as b, races.use_races():
+        s = b.new_stream("s")
+        s.launch(scale_rows, torch.ones(4))
+        s.synchronize()
+        assert [k.name for k in b.tracer.kernels()] == ["scale_rows"]

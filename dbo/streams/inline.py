@@ -23,8 +23,9 @@ class InlineStream(Stream):
         b = self.backend
         if cost is not None:
             b.kernel_seconds(kind, cost, args)  # validates the cost; inline does not model time
+        kname = _kernel_name(fn, name, kind)
         if base._observer is not None:
-            fn = base._observer.launch(self, fn, args, _kernel_name(fn, name, kind))
+            fn = base._observer.launch(self, fn, args, kname)
         tr = b._tracing()
         if tr is None:
             if fn is not None:
@@ -35,7 +36,7 @@ class InlineStream(Stream):
             if fn is not None:
                 fn(*args)
         finally:
-            tr.kernel(self.name, _kernel_name(fn, name, kind), kind, acting_ubatch_id(), t0, time.perf_counter())
+            tr.kernel(self.name, kname, kind, acting_ubatch_id(), t0, time.perf_counter())
 
     def wait_event(self, event: Event) -> None:
         self._check_event(event)
