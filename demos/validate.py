@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any, Sequence
 
@@ -23,7 +24,7 @@ from .moe.calibration import BACKENDS, CalibrationError, calibrate
 from .moe.config import ConfigError
 from . import cli_common
 from .moe.progress import ProgressLine
-from .moe.validation import RATIOS, SCHEDULES, compare_h200, format_h200, format_table, graph_supported, grid, to_dict, validate
+from .moe.validation import MAX_STEPS, RATIOS, SCHEDULES, compare_h200, format_h200, format_table, graph_supported, grid, to_dict, validate
 
 __all__ = ["main", "build_parser"]
 
@@ -58,6 +59,16 @@ def _steps(text: str) -> int:
     return v
 
 
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}") from None
+    if not (v >= 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = cli_common.OneLineParser(
         prog="python -m demos.validate",
@@ -76,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comm ratios of the grid (default 0.5,1,2)")
     p.add_argument("--schedules", type=_schedules, default=list(SCHEDULES), metavar="ht,ll", help="schedules (default both)")
     p.add_argument("--steps", type=_steps, default=5, help="timed steps per run and DBO mode (default 5)")
+    p.add_argument("--min-time", type=_seconds, default=0.1, metavar="SECONDS",
+                   help="time each run's steps for at least this long per DBO mode: more steps where a step is "
+                   f"short, at most {MAX_STEPS} (default 0.1; 0: exactly --steps)")
     p.add_argument("--repeats", type=_steps, default=None,
                    help="runs per grid point, medians of their figures (default 3, 1 without --quick)")
     p.add_argument("--h200", action="store_true",
@@ -122,7 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             notes.append(f"profile calibrated just now on {ns.backend} (quick sweep)")
         points = grid(ns.quick, sizes=ns.sizes, ratios=ns.ratios, schedules=ns.schedules, backend=ns.backend)
         repeats = ns.repeats if ns.repeats is not None else (3 if ns.quick else 1)
-        v = validate(ns.backend, profile, points, steps=ns.steps, repeats=repeats, progress=progress)
+        v = validate(ns.backend, profile, points, steps=ns.steps, repeats=repeats, min_time=ns.min_time,
+                     progress=progress)
     except (CalibrationError, ConfigError) as e:
         progress.done()
         return fail(str(e))

@@ -125,6 +125,41 @@ def test_a_twice_slower_device_shows_as_errors():
     assert r.err_no_dbo > 0.3 and r.err_dbo > 0.3  # the link is the measured run's: comm is unchanged
 
 
+@pytest.mark.parametrize(
+    "step_s,steps,min_time,want",
+    [
+        (0.004, 5, 0.1, 25),  # small steps: enough of them to fill min_time
+        (0.03, 5, 0.1, 5),  # long enough already
+        (1e-6, 5, 0.1, val.MAX_STEPS),  # capped
+        (0.004, 5, 0.0, 5),  # 0: exactly steps
+        (0.0, 7, 0.1, 7),  # no guess: as asked
+    ],
+)
+def test_steps_for_fills_the_minimum_time_within_the_cap(step_s, steps, min_time, want):
+    assert val.steps_for(step_s, steps, min_time) == want
+
+
+def test_validate_times_short_steps_for_the_minimum_time(monkeypatch):
+    seen = []
+    real = val._figures
+
+    def figures(cfg):
+        if not cfg.meta:  # the measured run (the guess and the prediction are shape-only)
+            seen.append((cfg.tokens, cfg.steps))
+        return real(cfg)
+
+    monkeypatch.setattr(val, "_figures", figures)
+    pts = val.grid(True, sizes=(8, 512), ratios=(1.0,), schedules=("ll",), modes=("eager",), layers=1, hidden=64)
+    guess = {p.tokens: val._figures(p.config(backend="virtual", profile=MACHINE, steps=1, warmup=1, meta=True,
+                                                     dtype="float32")
+                                    )[0].no_dbo_s for p in pts}
+    seen.clear()
+    v = val.validate("virtual", MACHINE, pts, steps=2, min_time=0.01, truth=MACHINE)
+    assert len(v.rows) == 2
+    assert seen == [(t, val.steps_for(guess[t], 2, 0.01)) for t in (8, 512)]
+    assert seen[0][1] > 2  # the small step got more steps than asked
+
+
 # --- the command line ------------------------------------------------------------------------------------
 
 
@@ -138,6 +173,8 @@ def test_a_twice_slower_device_shows_as_errors():
         (["--ratios", "x"], "comma-separated"),
         (["--schedules", "xx"], "unknown schedule"),
         (["--steps", "0"], "positive integer"),
+        (["--min-time", "-1"], "seconds >= 0"),
+        (["--min-time", "soon"], "seconds >= 0"),
         (["--backend", "inline"], "invalid choice"),
     ],
 )

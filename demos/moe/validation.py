@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import statistics
 import time
 from dataclasses import dataclass, field, replace
@@ -24,7 +25,7 @@ from .config import ConfigError, OverlapConfig
 from .run import run
 
 __all__ = ["Point", "Row", "Validation", "grid", "validate", "crossover", "summarize", "format_table",
-           "H200_MEASURED", "compare_h200", "format_h200", "graph_supported", "ValidationError"]
+           "H200_MEASURED", "compare_h200", "format_h200", "graph_supported", "ValidationError", "steps_for", "MAX_STEPS"]
 
 RATIOS = (0.5, 1.0, 2.0)
 TARGETS = {"median": 0.10, "max": 0.25, "speedup": 0.10}
@@ -135,11 +136,26 @@ def _median_figures(figs: Sequence[Figures]) -> Figures:
                    statistics.median(hid) if hid else None)
 
 
+MAX_STEPS = 60
+"""The most timed steps ``validate`` gives one run (``min_time`` asks for more on small steps)."""
+
+
+def steps_for(predicted_step_s: float, steps: int, min_time: float) -> int:
+    """Timed steps per DBO mode for a step predicted to take ``predicted_step_s``: at least
+    ``steps``, and enough that each mode is timed for ``min_time`` seconds (at most ``MAX_STEPS``).
+    Small steps are the noisy ones on a shared machine; more of them cost little."""
+    if min_time <= 0 or not predicted_step_s > 0:
+        return steps
+    return max(steps, min(MAX_STEPS, math.ceil(min_time / predicted_step_s)))
+
+
 def validate(backend: str, profile: Any, points: Sequence[Point], *, steps: int = 5, repeats: int = 1,
-             progress: Callable[[str], None] | None = None, truth: Any = None) -> Validation:
+             min_time: float = 0.0, progress: Callable[[str], None] | None = None, truth: Any = None) -> Validation:
     """Measure every point on ``backend`` and predict it on virtual with ``profile`` over the link
-    the real run calibrated; ``repeats`` runs of each, medians of their figures. ``truth``: the
-    profile of the measured runs when ``backend`` is "virtual" (a machine with known figures, tests)."""
+    the real run calibrated; ``repeats`` runs of each, medians of their figures. Each run times
+    ``steps`` steps per DBO mode, more where the profile predicts a step shorter than ``min_time /
+    steps`` (``steps_for``). ``truth``: the profile of the measured runs when ``backend`` is
+    "virtual" (a machine with known figures, tests)."""
     t0 = time.perf_counter()
     rows: list[Row] = []
     skipped: list[str] = []
@@ -148,9 +164,13 @@ def validate(backend: str, profile: Any, points: Sequence[Point], *, steps: int 
             progress(f"point {i + 1}/{len(points)}: {pt.schedule} {pt.tokens} tokens, comm {pt.comm_ratio:g}x, {pt.mode}")
         dtype = dict(pt.shapes).get("dtype", "float32")
         try:
+            n = steps
+            if min_time > 0:  # a first guess of the step time, over the profile's own link
+                guess, _ = _figures(pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype))
+                n = steps_for(guess.no_dbo_s, steps, min_time)
             meas, pred = [], []
             for _ in range(repeats):
-                m, link = _figures(pt.config(backend=backend, steps=steps, warmup=1, profile=truth))
+                m, link = _figures(pt.config(backend=backend, steps=n, warmup=1, profile=truth))
                 # the prediction runs over the link the real run calibrated (not a virtual
                 # recalibration), so both see the same transfers
                 q, _ = _figures(replace(pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype),
