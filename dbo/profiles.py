@@ -96,7 +96,12 @@ class HostCosts:
     host work runs slower than the same work on one thread; 1: no effect); ``kernel_sync``:
     whether launching a kernel function marked with ``dbo.costs.syncs_host`` makes a host sync
     (True on a GPU, where the kernel function runs on the host thread; False where kernel functions
-    run on an executor thread, as on the threads backend).
+    run on an executor thread, as on the threads backend); ``idle_hold``: how long the host's
+    running code keeps an idle device asleep. A kernel launched while every engine is idle starts
+    when the host next blocks (a sync, a turn handoff, a thread join), or ``idle_hold`` seconds after
+    its launch, whichever is first. On the threads backend the engines are Python threads: the
+    host's Python holds the GIL until it blocks or the interpreter's switch interval runs out
+    (5 ms by default). On a GPU it is 0 (the device never waits for the host's code).
     """
 
     launch: float = 0.0
@@ -110,6 +115,7 @@ class HostCosts:
     threaded: float = 1.0
     ops: Mapping[str, OpCost] = field(default_factory=dict)
     kernel_sync: bool = True
+    idle_hold: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.kernel_sync, bool):

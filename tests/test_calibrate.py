@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -145,18 +146,22 @@ def test_declared_costs_name_every_kernel_of_both_steps():
 def test_host_constants_on_threads_are_positive_and_small():
     h = measure_host("threads", reps=20)
     assert set(h) == {"kernel", "stream_switch", "event", "sync", "handoff", "thread_start", "thread_join", "threaded",
-                      "event_latency"}
+                      "event_latency", "idle_hold"}
     for k, v in h.items():
         assert math.isfinite(v) and v >= 0, k
         if k != "threaded":
             assert v < 0.05, k  # seconds: nothing here takes 50 ms
     assert h["threaded"] >= 1 and h["kernel"] > 0 and h["handoff"] > 0
+    # the executors are Python threads: host code that never blocks keeps an idle one waiting for
+    # the GIL until the switch interval runs out
+    assert h["idle_hold"] >= 0.5 * sys.getswitchinterval()
 
 
 def test_tiny_calibration_on_threads_writes_a_profile_virtual_can_use(tmp_path):
     prof, rep = cal.calibrate("threads", sweep=TINY)
     assert rep.device_samples == 7 and rep.op_samples > 50
     assert prof.host.kernel_sync is False and prof.host.launch >= 0
+    assert prof.host.idle_hold > 0  # measured: the executors wait for the GIL
     assert {"router", "experts", "dispatch"} <= set(prof.host.ops)
     path = tmp_path / "p.json"
     prof.to_json(path)

@@ -421,6 +421,19 @@ def test_library_run_returns_typed_results_and_writes_nothing(tmp_path, monkeypa
     assert rep["time_dbo_s"] == res.time_dbo_s and "timeline" in format_report(rep)
 
 
+def test_timed_steps_take_turns_and_every_steps_records_are_kept():
+    from demos.moe.run import run
+
+    cfg = small(backend="virtual", steps=3)
+    res = run(cfg)
+    no, yes = res.step_records_no_dbo, res.step_records_dbo
+    assert len(no) == len(yes) == cfg.steps and no[-1] == res.records_no_dbo and yes[-1] == res.records_dbo
+    order = [s for pair in zip(no, yes) for s in pair]  # no DBO, DBO, no DBO, ... on one clock
+    for a, b in zip(order, order[1:]):
+        assert max(r.end for r in a) <= min(r.start for r in b)
+    assert res.outputs.passed is True
+
+
 @pytest.mark.parametrize("schedule", ["ht", "ll"])
 @pytest.mark.parametrize("layout", ["per-ubatch", "shared"])
 def test_records_carry_the_ubatch_the_kernel_acts_for(layout, schedule):

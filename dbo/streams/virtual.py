@@ -95,8 +95,11 @@ class VirtualStream(Stream):
 
     @property
     def ready_time(self) -> float:
-        """Virtual time at which everything launched so far on this stream is done."""
-        return self._ready
+        """Virtual time at which everything launched so far on this stream is done (a sleeping
+        device is woken first: the host looks)."""
+        with self.backend._lock:
+            self.backend._settle()
+            return self._ready
 
     def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
         kind = self._check_launch(kind)
@@ -113,36 +116,23 @@ class VirtualStream(Stream):
         meta, dtype = _scan(args, b._per_dtype)
         duration = dev_add + dev_scale * seconds_for(kind, cost, args, b.profile, b.link, dtype=dtype, kernels=nk)
         syncs = fn is not None and b._hc.kernel_sync and getattr(fn, "dbo_syncs_host", False)
+        tr = b._tracing()
+        ub = acting_ubatch_id() if tr is not None else None
         with b._lock:
+            if syncs:
+                b._settle()  # the host waits for the device: it blocks
             host0 = host_before = b._host
             if syncs:
                 host0 = max(host0, self._ready) + b._hc.sync
             issued = host0 + host_s
-            ready = self._ready
-            if self._last_kind is not None and self._last_kind != kind:  # the stream moves to the other engine
-                ready += b._wake_latency()
-            self._last_kind = kind
-            start = max(ready, b._engine_free[kind], host0 + first_s)
-            if kind == "compute" and b._share > 0 and b._comm_busy:
-                busy = b._comm_busy
-                while busy and busy[0][1] <= b._engine_free["compute"]:
-                    busy.popleft()
-                end = _stretch(start, duration, busy, b._share)
-            else:
-                end = start + duration
-            if end < issued:
-                end = issued
-            self._ready = end
-            b._engine_free[kind] = end
-            if kind == "comm" and b._share > 0:
-                b._comm_busy.append((start, end))
             b._host = issued
-        tr = b._tracing()
-        if tr is not None:
-            ub = acting_ubatch_id()
-            if syncs and not b._hc.zero:
-                tr.span(ubatch_track(ub), "host sync", host_before, host0, ubatch=ub, kernel=kname)
-            tr.kernel(self.name, kname, kind, ub, start, end)
+            item = (kind, duration, host0 + first_s, issued, kname, ub, tr, b._wake_latency())
+            if b._hold > 0 and b._asleep_at(host0 + first_s):
+                b._pending.append((self._schedule, item))  # the device sleeps until the host blocks
+            else:
+                self._schedule(*item)
+        if tr is not None and syncs and not b._hc.zero:
+            tr.span(ubatch_track(ub), "host sync", host_before, host0, ubatch=ub, kernel=kname)
         if base._observer is not None:
             fn = base._observer.launch(self, fn, args, kname)
         if fn is not None and not meta:
@@ -154,6 +144,36 @@ class VirtualStream(Stream):
                         self._error = e
                         self._error_note = f"kernel {kname!r} raised"
 
+    def _schedule(self, kind: str, duration: float, host_first: float, issued: float, kname: str, ub: Any,
+                  tr: Any, lat: float, wake: float = 0.0) -> None:
+        """Place one launched kernel on its engine (backend lock held): it starts when its stream,
+        its engine and the host have issued its first kernel (and the device is awake: ``wake``),
+        and ends no earlier than the host has issued all of it."""
+        b = self.backend
+        ready = self._ready
+        if self._last_kind is not None and self._last_kind != kind:  # the stream moves to the other engine
+            ready += lat
+        self._last_kind = kind
+        start = max(ready, b._engine_free[kind], host_first, wake)
+        if kind == "compute" and b._share > 0 and b._comm_busy:
+            busy = b._comm_busy
+            while busy and busy[0][1] <= b._engine_free["compute"]:
+                busy.popleft()
+            end = _stretch(start, duration, busy, b._share)
+        else:
+            end = start + duration
+        if end < issued:
+            end = issued
+        self._ready = end
+        b._engine_free[kind] = end
+        if kind == "comm" and b._share > 0:
+            b._comm_busy.append((start, end))
+        if tr is not None:
+            tr.kernel(self.name, kname, kind, ub, start, end)
+
+    def _wait_for(self, ev: "VirtualEvent", lat: float) -> None:
+        self._ready = max(self._ready, ev._time + lat)  # type: ignore[operator]
+
     def wait_event(self, event: Event) -> None:
         ev = self._check_event(event)
         b = self.backend
@@ -162,10 +182,14 @@ class VirtualStream(Stream):
         with b._lock:
             if not b._replaying:
                 b._host += b._hc.event
-            if ev._time is None or ev._epoch != b._epoch:
+            if not ev._recorded or ev._epoch != b._epoch:
                 return
             lat = b._wake_latency() if ev._stream_name != self.name else 0.0
-            self._ready = max(self._ready, ev._time + lat)
+            b._expire()
+            if b._pending is not None:  # the device sleeps: wait once the record is placed
+                b._pending.append((self._wait_for, (ev, lat)))
+            else:
+                self._ready = max(self._ready, ev._time + lat)
             if ev._error is not None and self._error is None:
                 self._error = ev._error
                 self._error_note = f"it waited on an event recorded on failed stream {ev._stream_name!r}"
@@ -173,7 +197,8 @@ class VirtualStream(Stream):
     def synchronize(self) -> None:
         if base._observer is not None:
             base._observer.sync(self)
-        self.backend._host_sync(self._ready, self.name)
+        b = self.backend
+        b._host_sync(lambda: self._ready, self.name)
         self._raise_if_failed("synchronize")
 
     def _activate(self) -> None:
@@ -183,7 +208,10 @@ class VirtualStream(Stream):
                 b._host += b._hc.stream_switch
 
     def query(self) -> bool:
-        return self._ready <= self.backend._host
+        b = self.backend
+        with b._lock:
+            b._settle()
+            return self._ready <= b._host
 
 
 class VirtualEvent(Event):
@@ -191,7 +219,8 @@ class VirtualEvent(Event):
 
     def __init__(self, backend: "VirtualBackend"):
         super().__init__(backend)
-        self._time: float | None = None
+        self._time: float | None = None  # None while its record waits for a sleeping device
+        self._recorded = False
         self._epoch = -1
         self._error: BaseException | None = None
         self._error_note = ""
@@ -205,18 +234,29 @@ class VirtualEvent(Event):
         with b._lock:
             if not b._replaying:
                 b._host += b._hc.event
-            self._time = s._ready
+            self._recorded = True
+            b._expire()
+            if b._pending is not None:  # the device sleeps: the time is known once it wakes
+                self._time = None
+                b._pending.append((self._place, (s,)))
+            else:
+                self._time = s._ready
             self._epoch = b._epoch
             self._error = s._error
             self._error_note = s._error_note
             self._stream_name = s.name
 
+    def _place(self, s: VirtualStream) -> None:
+        self._time = s._ready
+
     @property
     def time(self) -> float | None:
         """Virtual completion time of the most recent record (None: never recorded; 0.0 once
         recorded before a ``reset_clock``)."""
-        if self._time is None:
+        if not self._recorded:
             return None
+        with self.backend._lock:
+            self.backend._settle()
         return self._time if self._epoch == self.backend._epoch else 0.0
 
     def query(self) -> bool:
@@ -224,12 +264,11 @@ class VirtualEvent(Event):
         return t is None or t <= self.backend._host
 
     def synchronize(self) -> None:
-        t = self.time
         if base._observer is not None:
             base._observer.sync(self)
-        if t is None:
+        if not self._recorded:
             return
-        self.backend._host_sync(t, self._stream_name)
+        self.backend._host_sync(lambda: self.time, self._stream_name)
         if self._error is not None:
             raise sticky_error(self._stream_name, self._error, "Event.synchronize", self._error_note)
 
@@ -248,11 +287,14 @@ class VirtualBackend(Backend):
         self._comm_busy: collections.deque = collections.deque()  # comm intervals (comm SM share)
         self._live = 0  # ubatch threads started and not yet joined (HostCosts.threaded)
         self._replaying = False  # inside on_graph_replay's context: re-issued ops cost no host time
+        self._pending: list | None = None  # device ops issued while the device sleeps (idle_hold)
+        self._sleep_from = 0.0  # when the sleeping device's first kernel could have started
         self._set_profile_cache()
 
     def _set_profile_cache(self) -> None:
         p = self.profile
         self._hc = p.host
+        self._hold = p.host.idle_hold
         self._share = p.comm_sm_share
         self._per_dtype = bool(p.dtype_flops)
         self._op_costs: dict[tuple[str, str | None], tuple[float, float, int, float, float]] = {}
@@ -283,11 +325,46 @@ class VirtualBackend(Backend):
         p = self.profile
         return p.event_latency + (p.event_latency_threaded if self._live > 1 else 0.0)
 
-    def _host_sync(self, t: float, what: str) -> None:
-        """A host sync waiting for device time ``t``: host = max(host, t) + sync cost (traced)."""
+    def _asleep_at(self, t: float) -> bool:
+        """Whether a kernel that could start at ``t`` finds the device asleep (lock held): ops
+        are already pending, or every engine and stream is idle by ``t`` (then the device falls
+        asleep). Pending ops whose hold ran out by ``t`` are placed first."""
+        if self._pending is not None:
+            if t < self._sleep_from + self._hold:
+                return True
+            self._settle(self._sleep_from + self._hold)  # the executors got in by themselves
+        if any(e > t for e in self._engine_free.values()) or any(
+                s._ready > t for s in self.streams):  # type: ignore[attr-defined]
+            return False
+        self._pending, self._sleep_from = [], t
+        return True
+
+    def _settle(self, wake: float | None = None) -> None:
+        """Wake a sleeping device (lock held): place the pending ops in order, no kernel starting
+        before ``wake`` (default: now, the host blocking or looking; never after the hold)."""
+        pending = self._pending
+        if pending is None:
+            return
+        self._pending = None
+        w = min(self._host if wake is None else wake, self._sleep_from + self._hold)
+        for fn, args in pending:
+            if getattr(fn, "__func__", None) is VirtualStream._schedule:
+                fn(*args, wake=w)
+            else:
+                fn(*args)
+
+    def _expire(self) -> None:
+        """Wake a sleeping device whose hold has run out by the host clock (lock held)."""
+        if self._pending is not None and self._host >= self._sleep_from + self._hold:
+            self._settle(self._sleep_from + self._hold)
+
+    def _host_sync(self, t: Callable[[], float | None], what: str) -> None:
+        """A host sync waiting for device time ``t()`` (read once a sleeping device is woken):
+        host = max(host, t) + sync cost (traced)."""
         with self._lock:
+            self._settle()
             before = self._host
-            self._host = max(before, t) + self._hc.sync
+            self._host = max(before, t() or 0.0) + self._hc.sync
             after = self._host
         tr = self._tracing()
         if tr is not None and after > before and not self._hc.zero:  # device-only model: no host spans
@@ -300,13 +377,16 @@ class VirtualBackend(Backend):
         if base._observer is not None:
             base._observer.sync(self)
         streams = self.streams
-        self._host_sync(max((s._ready for s in streams), default=0.0), "device")  # type: ignore[attr-defined]
+        self._host_sync(lambda: max((s._ready for s in streams), default=0.0), "device")  # type: ignore[attr-defined]
         for s in streams:
             s._raise_if_failed("synchronize")
 
     def host_event(self, what: str) -> None:
         """Host cost of a runtime event: "yield" (a handoff), "thread_start", "thread_join"."""
         hc = self._hc
+        if what != "thread_start":  # the host blocks: a sleeping device wakes
+            with self._lock:
+                self._settle()
         if what == "yield":
             dt = hc.handoff
         elif what == "thread_start":
@@ -362,7 +442,9 @@ class VirtualBackend(Backend):
     def engine_free(self, kind: str) -> float:
         """Virtual time at which the ``kind`` engine ("compute" or "comm") is next free."""
         _check_kind(kind)
-        return self._engine_free[kind]
+        with self._lock:
+            self._settle()
+            return self._engine_free[kind]
 
     def advance(self, seconds: float) -> float:
         """Move the host clock forward by ``seconds`` (host-side work); return the new time."""
@@ -378,6 +460,7 @@ class VirtualBackend(Backend):
         Raises StreamError if some stream still has work beyond the host clock (synchronize first).
         """
         with self._lock:
+            self._settle()
             busy = [s.name for s in self.streams if s._ready > self._host]  # type: ignore[attr-defined]
             if busy:
                 raise StreamError(

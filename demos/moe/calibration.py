@@ -3,7 +3,8 @@
 ``calibrate(backend, quick=...)`` measures, on the "threads" or "cuda" backend:
 
 1. host constants (``demos.moe.calibration_host``): a launch, a stream switch, an event record or
-   wait, a sync, a turn handoff, a ubatch thread's start and join, launches in a two-ubatch step;
+   wait, a sync, a turn handoff, a ubatch thread's start and join, launches in a two-ubatch step,
+   how long running host code keeps an idle device from starting;
 2. the device: GEMMs over a sweep of (M, N, K) and each dtype the backend supports, and copies over
    a sweep of sizes; ``dbo.fit.fit_device`` fits the parametric device model to them;
 3. the model's own ops (attention, router, experts, shared expert, copies, transfers): the toy
@@ -93,7 +94,7 @@ def plan(backend: str, quick: bool = False) -> Plan:
         dt = "float32"
     runs = [dict(tokens=t, hidden=h, schedule=sched, layers=2, dtype=dt) for h in hiddens for t in tokens for sched in ("ht", "ll")]
     issue = tuple(dict(tokens=t, hidden=128, schedule=s, layers=2, dtype=dt) for t in (4, 16) for s in ("ht", "ll"))
-    return Plan(dtypes, ms, nk, copies, tuple(runs), issue, host_reps=300 if quick else 1000, op_steps=3 if quick else 5)
+    return Plan(dtypes, ms, nk, copies, tuple(runs), issue, host_reps=300 if quick else 1000, op_steps=5 if quick else 9)
 
 
 # --- the device: GEMMs and copies -------------------------------------------------------------------
@@ -228,8 +229,8 @@ class OpRecord:
 
 def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
                 truth: Any = None) -> tuple[list[OpRecord], list[StepSample]]:
-    """Run the model for real over the plan's sweep: every kernel of the last no-DBO and DBO step,
-    and each run's step times. ``truth``: the profile of a virtual "machine" (``backend="virtual"``:
+    """Run the model for real over the plan's sweep: every kernel of every timed no-DBO and DBO
+    step, and each run's step times. ``truth``: the profile of a virtual "machine" (``backend="virtual"``:
     tests of the fit)."""
     out: list[OpRecord] = []
     steps: list[StepSample] = []
@@ -249,8 +250,10 @@ def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
             continue
         link = LinkProfile("calibrated", res.link["latency_s"], res.link["bandwidth_Bps"])
         steps.append(StepSample(res.config, link, res.time_no_dbo_s, res.time_dbo_s))
-        for recs, table, threaded in ((res.records_no_dbo, no, False), (res.records_dbo, dbo_, True)):
-            for r in recs:
+        every = ((res.step_records_no_dbo or [res.records_no_dbo], no, False),
+                 (res.step_records_dbo or [res.records_dbo], dbo_, True))
+        for steps_recs, table, threaded in every:  # every timed step: the fit takes each shape's median
+            for r in (r for recs in steps_recs for r in recs):
                 d = table.get(r.name)
                 parsed = parse_kernel_name(r.name)
                 if d is None or parsed is None or r.duration <= 0:
@@ -312,7 +315,7 @@ def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None
     hc = HostCosts(
         kernel=host["kernel"], stream_switch=host["stream_switch"], handoff=host["handoff"],
         thread_start=host["thread_start"], thread_join=host["thread_join"], sync=host["sync"], event=host["event"],
-        threaded=host["threaded"], kernel_sync=backend == "cuda",
+        threaded=host["threaded"], kernel_sync=backend == "cuda", idle_hold=host["idle_hold"],
     )
     # the knees from the model's own dtype (and the copies); the other dtypes' rates on those knees
     first = [x for x in dev_samples if x[0] != "gemm" or x[2] == p.dtypes[0]]

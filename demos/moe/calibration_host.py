@@ -5,13 +5,16 @@ through a dbo stream), ``stream_switch`` (a stream becoming current), ``event`` 
 a ``wait_event``), ``sync`` (synchronizing an idle stream), ``handoff`` (one turn handoff between
 two ubatch threads), ``thread_start`` / ``thread_join`` (per ubatch thread per step),
 ``event_latency`` (from a kernel's end to the start of a waiting kernel on another engine's
-stream), and the factor ``threaded`` (a launch from a two-ubatch step against one from a single thread). Each is a
-median of a few batches of ``reps`` calls, measured through the runtime itself on ``backend``.
+stream), the factor ``threaded`` (a launch from a two-ubatch step against one from a single thread), and
+``idle_hold`` (how long host code that does not block keeps an idle device from starting a kernel
+launched on it). Each is a median of a few batches of ``reps`` calls, measured through the runtime
+itself on ``backend``.
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -80,6 +83,37 @@ def _event_latency(b: Any, x: torch.Tensor, n: int) -> float:
     return max(0.0, statistics.median(lat)) if lat else 0.0
 
 
+def _idle_hold(b: Any, x: torch.Tensor, n: int = 7) -> float:
+    """Median seconds by which host code that runs without blocking delays the start of a kernel
+    launched onto an idle device, the host running for twice the interpreter's switch interval
+    (at most 20 ms). On the threads backend the executor needs the GIL. Other backends: 0 (a GPU
+    runs what it was given whatever the host thread does)."""
+    if b.name != "threads":
+        return 0.0
+    s = b.new_stream("cal-hold")
+    spin = min(0.02, 2 * sys.getswitchinterval())
+    tr = Tracer()
+    out = []
+    try:
+        for i in range(n):
+            s.synchronize()
+            time.sleep(0.001)  # the executors go idle
+            b.tracer = tr
+            t0 = time.perf_counter()
+            s.launch(_tiny, x, name=f"h{i}", kind="compute")
+            b.tracer = None
+            while time.perf_counter() - t0 < spin:  # host code that never blocks
+                pass
+            s.synchronize()
+            rec = next((r for r in tr.kernels() if r.name == f"h{i}"), None)
+            if rec is not None:  # threads: kernel records are on the perf_counter clock
+                out.append(max(0.0, rec.start - t0))
+    finally:
+        b.tracer = None
+        b.synchronize()
+    return statistics.median(out) if out else 0.0
+
+
 def _bare_thread_split(n: int = 50) -> float:
     """Share of a bare thread's start + join spent in ``start()``."""
     start, join = [], []
@@ -134,6 +168,7 @@ def measure_host(backend: str, reps: int = 500, progress: Callable[[str], None] 
         set_stream(prev)
         prev = None
         out["event_latency"] = _event_latency(b, x, max(10, reps // 15))
+        out["idle_hold"] = _idle_hold(b, x)
 
         if progress:
             progress("host: handoffs, threads")

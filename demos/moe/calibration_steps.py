@@ -33,7 +33,7 @@ class StepSample:
     dbo_s: float
 
 
-def _issue_seconds(cfg: OverlapConfig, profile: Any = None, steps: int = 3) -> tuple[float, int]:
+def _issue_seconds(cfg: OverlapConfig, profile: Any = None, steps: int = 9) -> tuple[float, int]:
     """(median host seconds from a no-DBO step's start until its forward returned, launches)."""
     res = resolve(replace(cfg, profile=profile, comm_ratio=1.0))
     old = torch.get_num_threads()

@@ -164,6 +164,9 @@ class OverlapResult:
     output_dbo_graph: torch.Tensor | None = None  # the DBO replay's final hidden states (--graph)
     output_split: torch.Tensor | None = None  # the same split run one ubatch after another (the exact reference)
     sanitizer_findings: list[Any] | None = None  # --sanitize: workspace findings, then stream races
+    step_records_no_dbo: list[list[KernelRecord]] = field(default_factory=list)
+    """Every timed eager step's kernel records (``records_*`` are the last step's)."""
+    step_records_dbo: list[list[KernelRecord]] = field(default_factory=list)
 
     @property
     def time_no_dbo_s(self) -> float:

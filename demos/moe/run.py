@@ -193,6 +193,8 @@ def _result(r: Runner, cfg: OverlapConfig, res: Resolved, meas: Measurement, eng
         output_dbo=meas.out,
         records_no_dbo=list(recs_no),
         records_dbo=list(recs_dbo),
+        step_records_no_dbo=[list(x) for x in meas.recs_no],
+        step_records_dbo=[list(x) for x in meas.recs_dbo],
         window=layer_window(recs_dbo, cfg.layers),
         torch_threads=meas.torch_threads,
         host_spans=spans,
