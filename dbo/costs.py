@@ -43,6 +43,7 @@ __all__ = [
     "tensor_bytes",
     "iter_tensors",
     "seconds_for",
+    "memory_seconds",
     "scale_link",
     "scale_profile",
     "syncs_host",
@@ -323,6 +324,24 @@ def seconds_for(
     if math.isinf(v):
         raise ValueError("cost (seconds) must be finite")
     return v
+
+
+def memory_seconds(kind: str, cost: Any, args: Iterable[Any], profile: DeviceProfile | str) -> float:
+    """The memory part of a compute kernel's device model: ``(bytes + bytes_knee) / mem_bandwidth``
+    of its ``Work`` (for ``cost=None``: its tensor arguments' bytes); 0 for a comm kernel, a
+    transfer, a time in seconds or a Work without bytes (``OpCost.memory_scale`` multiplies it)."""
+    if kind != "compute":
+        return 0.0
+    if cost is None:
+        nbytes = tensor_bytes(args)
+    elif isinstance(cost, Work):
+        nbytes = cost.bytes
+    else:
+        return 0.0
+    if nbytes <= 0:
+        return 0.0
+    p = get_profile(profile)
+    return (nbytes + p.bytes_knee) / p.mem_bandwidth
 
 
 def syncs_host(fn: Any) -> Any:

@@ -65,14 +65,17 @@ class OpCost:
     function (one op with two implementations, e.g. per schedule), before the plain ``"<op>"``.
 
     Device correction (fitted by calibration, ``demos.moe.calibration``): the op's device time is
-    ``device + scale * (the device model's time of its declared cost)``: ``device`` seconds of
-    fixed work per launch (the op's many small library calls), ``scale`` for how far the op's mix
-    runs from the fitted rates. The defaults (0, 1) leave the device model as it is."""
+    ``device + scale * (the device model's time of its declared cost) + memory_scale * (its memory
+    time, bytes / bandwidth)``: ``device`` seconds of fixed work per launch (the op's many small
+    library calls), ``scale`` for how far the op's mix runs from the fitted rates, ``memory_scale``
+    for memory traffic that does not hide under the math (a CPU GEMM of a few rows streams its
+    weights once per row). The defaults (0, 1, 0) leave the device model as it is."""
 
     kernels: int = 1
     host: float = 0.0
     device: float = 0.0
     scale: float = 1.0
+    memory_scale: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.kernels, bool) or not isinstance(self.kernels, int) or self.kernels < 0:
@@ -80,6 +83,7 @@ class OpCost:
         check_number("OpCost.host", self.host)
         check_number("OpCost.device", self.device)
         check_number("OpCost.scale", self.scale, positive=True)
+        check_number("OpCost.memory_scale", self.memory_scale)
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,9 @@ def format_summary(report: CalibrationReport, profile: object) -> str:
     ops = p.host.ops  # type: ignore[attr-defined]
     lines.append(
         "ops        " + "; ".join(
-            f"{k} {fmt_seconds(ops[k].device)} + {ops[k].scale:.2g}x (median |err| {e * 100:.0f}%)"
+            f"{k} {fmt_seconds(ops[k].device)} + {ops[k].scale:.2g}x"
+            + (f" + {ops[k].memory_scale:.2g}x memory" if ops[k].memory_scale else "")
+            + f" (median |err| {e * 100:.0f}%)"
             for k, e in report.op_errors.items()
         )
     )

@@ -53,13 +53,35 @@ def test_threaded_fit_separates_the_fixed_part_slowdown_from_the_ops():
     assert g1 == 1.0 and none["a"].device == pytest.approx(20e-6, rel=0.03)
 
 
+def test_op_fit_adds_a_memory_term_only_where_it_explains_the_samples():
+    # a CPU GEMM of few rows: its weights stream once per row, so a part proportional to the
+    # memory time (weights) rides on top of the model time (which the math term dominates)
+    rng = np.random.default_rng(3)
+    rows, truth = [], lambda m, b: 10e-6 + 1.2 * m + 6.0 * b
+    for h in (1.0, 2.5):  # two "hidden sizes": weights (memory time) differ at one token count
+        for tok in (1, 6, 40, 200):
+            m, b = 20e-6 * tok * h, 8e-6 * h * h
+            for _ in range(3):
+                rows.append(("experts", m, truth(m, b) * math.exp(rng.normal(0, 0.02)), False, b))
+    oc = fit_op_costs(rows)["experts"]
+    assert oc.memory_scale == pytest.approx(6.0, rel=0.15)
+    assert oc.scale == pytest.approx(1.2, rel=0.1)
+    m, b = 20e-6 * 6 * 1.8, 8e-6 * 1.8 ** 2  # a hidden size between the two, never measured
+    assert oc.device + oc.scale * m + oc.memory_scale * b == pytest.approx(truth(m, b), rel=0.05)
+    # a memory-bound op: its model time *is* its memory time; no memory term takes its place
+    bound = [("copy", 1e-6 * k, 2e-6 + 3 * 1e-6 * k, False, 1e-6 * k) for k in (1, 4, 16, 64)]
+    oc = fit_op_costs(bound)["copy"]
+    assert oc.memory_scale == 0.0 and oc.scale == pytest.approx(3.0, rel=1e-6)
+    assert oc.device == pytest.approx(2e-6, rel=1e-6)
+
+
 def test_op_fit_of_one_shape_keeps_scale_one():
     oc = fit_op_costs([("x", 1e-5, 3e-5), ("x", 1e-5, 3.2e-5), ("x", 1e-5, 2.8e-5)])["x"]
     assert oc.scale == 1.0 and oc.device == pytest.approx(2e-5, rel=1e-6)
 
 
 @pytest.mark.parametrize("bad", [[("op", -1.0, 1.0)], [("op", 1.0, math.nan)], [("", 1.0, 1.0)], [("op", 1.0)], [],
-                                 [("op", 1.0, 1.0, True, 5)]])
+                                 [("op", 1.0, 1.0, True, -5.0)], [("op", 1.0, 1.0, True, 0.0, 1)]])
 def test_op_fit_refuses_bad_samples(bad):
     with pytest.raises(FitError):
         fit_op_costs(bad)

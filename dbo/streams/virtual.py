@@ -16,8 +16,8 @@
   compute kernel running while a comm kernel runs progresses at ``1 - comm_sm_share`` of its rate.
   Duration: ``dbo.costs.seconds_for`` with the dtype of the first floating-point tensor argument
   (when the profile has per-dtype rates) and the op's kernel count, corrected by the op's
-  ``OpCost``: ``device + scale * that`` (``device`` times the profile's ``fixed_threaded`` while
-  two or more ubatch threads are live). A kernel marked ``syncs_host`` syncs the host only when
+  ``OpCost``: ``device + scale * that + memory_scale * its memory time`` (``device`` times the
+  profile's ``fixed_threaded`` while two or more ubatch threads are live). A kernel marked ``syncs_host`` syncs the host only when
   ``HostCosts.kernel_sync`` (a GPU-like host) is set.
 * Events: ``record`` stores the stream's ready time (``Event.time``); ``wait_event`` raises the
   waiting stream's ready time to it, plus the profile's wake-up latency when the event was
@@ -41,7 +41,7 @@ import contextlib
 import threading
 from typing import Any, Callable, Iterator
 
-from ..costs import iter_tensors, seconds_for
+from ..costs import iter_tensors, memory_seconds, seconds_for
 from ..errors import StreamError
 from ..registry import acting_ubatch_id
 from ..trace import ubatch_track
@@ -105,7 +105,7 @@ class VirtualStream(Stream):
         kind = self._check_launch(kind)
         b = self.backend
         kname = _kernel_name(fn, name, kind)
-        host_s, first_s, nk, dev_add, dev_scale = b._op_cost(kname, fn)
+        host_s, first_s, nk, dev_add, dev_scale, mem_scale = b._op_cost(kname, fn)
         if b._replaying:  # inside a graph replay the launch was paid once, by on_graph_replay
             host_s = first_s = 0.0
         elif b._live > 1:
@@ -115,6 +115,8 @@ class VirtualStream(Stream):
             dev_add *= b.profile.fixed_threaded
         meta, dtype = _scan(args, b._per_dtype)
         duration = dev_add + dev_scale * seconds_for(kind, cost, args, b.profile, b.link, dtype=dtype, kernels=nk)
+        if mem_scale:
+            duration += mem_scale * memory_seconds(kind, cost, args, b.profile)
         syncs = fn is not None and b._hc.kernel_sync and getattr(fn, "dbo_syncs_host", False)
         tr = b._tracing()
         ub = acting_ubatch_id() if tr is not None else None
@@ -297,12 +299,12 @@ class VirtualBackend(Backend):
         self._hold = p.host.idle_hold
         self._share = p.comm_sm_share
         self._per_dtype = bool(p.dtype_flops)
-        self._op_costs: dict[tuple[str, str | None], tuple[float, float, int, float, float]] = {}
+        self._op_costs: dict[tuple[str, str | None], tuple[float, float, int, float, float, float]] = {}
         self._cached_profile = p
 
-    def _op_cost(self, kname: str, fn: Any = None) -> tuple[float, float, int, float, float]:
+    def _op_cost(self, kname: str, fn: Any = None) -> tuple[float, float, int, float, float, float]:
         """(host seconds to issue, host seconds to issue the first kernel, device kernels, device
-        seconds added, device time factor) of a launch named ``kname`` of kernel function ``fn``:
+        seconds added, device time factor, memory time factor) of a launch named ``kname`` of kernel function ``fn``:
         the profile's ``HostCosts.ops`` entry ``"<op>/<fn.__name__>"`` if there is one, else
         ``"<op>"`` (the op: the name's first word)."""
         if self.profile is not self._cached_profile:  # profile replaced after creation
@@ -315,7 +317,7 @@ class VirtualBackend(Backend):
             key = f"{op}/{fname}" if fname is not None and f"{op}/{fname}" in hc.ops else op
             total, nk = hc.launch_cost(key)
             oc = hc.ops.get(key)
-            dev = (oc.device, oc.scale) if oc is not None else (0.0, 1.0)
+            dev = (oc.device, oc.scale, oc.memory_scale) if oc is not None else (0.0, 1.0, 0.0)
             c = self._op_costs[(op, fname)] = (total, min(total, hc.launch + hc.kernel), nk, *dev)
         return c
 
@@ -433,11 +435,12 @@ class VirtualBackend(Backend):
     def kernel_seconds(self, kind: str, cost: Any, args: tuple, name: str | None = None) -> float:
         """Modelled device duration of a kernel (always a float on virtual): the dtype of the first
         floating-point tensor argument, the kernel count of op ``name`` (its first word)."""
-        _, _, nk, dev_add, dev_scale = self._op_cost(name or kind)
+        _, _, nk, dev_add, dev_scale, mem_scale = self._op_cost(name or kind)
         if self._live > 1:
             dev_add *= self.profile.fixed_threaded
         _, dtype = _scan(args, self._per_dtype)
-        return dev_add + dev_scale * seconds_for(kind, cost, args, self.profile, self.link, dtype=dtype, kernels=nk)
+        t = dev_add + dev_scale * seconds_for(kind, cost, args, self.profile, self.link, dtype=dtype, kernels=nk)
+        return t + mem_scale * memory_seconds(kind, cost, args, self.profile) if mem_scale else t
 
     def engine_free(self, kind: str) -> float:
         """Virtual time at which the ``kind`` engine ("compute" or "comm") is next free."""

@@ -10,7 +10,8 @@
 3. the model's own ops (attention, router, experts, shared expert, copies, transfers): the toy
    MoE runs for real over a sweep of token counts and hidden sizes, each kernel's measured time
    is paired with the device model's time of the cost the model declares for it, and
-   ``dbo.fit.fit_op_costs`` fits one correction per op (``OpCost.device + scale x model``);
+   ``dbo.fit.fit_op_costs`` fits one correction per op (``OpCost.device + scale x model +
+   memory_scale x memory``);
 4. the model's host time per launch: the host's issue time of small steps against the virtual
    backend's prediction of the same steps (the difference per launch is ``HostCosts.launch``).
 5. the wake-up latency across engines while ubatch threads run
@@ -32,7 +33,8 @@ import torch
 
 import dbo
 import workspace
-from dbo.costs import DeviceProfile, HostCosts, LinkProfile, Transfer, get_link, get_profile, iter_tensors, seconds_for
+from dbo.costs import (DeviceProfile, HostCosts, LinkProfile, Transfer, get_link, get_profile, iter_tensors, memory_seconds,
+                       seconds_for)
 from dbo.fit import fit_device, fit_dtype_rates, fit_threaded_ops, predict
 from dbo.streams.virtual import VirtualBackend, VirtualStream
 
@@ -263,10 +265,10 @@ def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
 
 
 def op_samples(records: list[OpRecord], profile: DeviceProfile,
-               kernels: dict[str, int] | None = None) -> list[tuple[str, float, float]]:
-    """``(op, model seconds under profile, measured seconds, measured in a DBO step)`` for
-    ``dbo.fit.fit_threaded_ops``; the
-    model time as the virtual backend computes it (``kernels``: device kernels per op, default 1).
+               kernels: dict[str, int] | None = None) -> list[tuple[str, float, float, bool, float]]:
+    """``(op, model seconds under profile, measured seconds, measured in a DBO step, memory
+    seconds)`` for ``dbo.fit.fit_threaded_ops``; the model time as the virtual backend computes it
+    (``kernels``: device kernels per op, default 1), the memory time its memory part.
     An op launched with several kernel functions (the experts of the two schedules) also gets
     samples under ``"<op>/<function name>"``, which the virtual backend prefers."""
     k = kernels or {}
@@ -276,9 +278,10 @@ def op_samples(records: list[OpRecord], profile: DeviceProfile,
     out = []
     for r in records:
         m = seconds_for(r.kind, r.cost, (), profile, r.link, dtype=r.dtype, kernels=k.get(r.op, 1))
-        out.append((r.op, m, r.seconds, r.threaded))
+        b = memory_seconds(r.kind, r.cost, (), profile)
+        out.append((r.op, m, r.seconds, r.threaded, b))
         if len(fns[r.op]) > 1 and r.fn is not None:  # one op, several kernel functions: one entry each too
-            out.append((f"{r.op}/{r.fn}", m, r.seconds, r.threaded))
+            out.append((f"{r.op}/{r.fn}", m, r.seconds, r.threaded, b))
     return out
 
 
@@ -334,12 +337,12 @@ def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None
     prof = replace(prof, event_latency_threaded=fit_event_latency(steps, prof, progress=progress))
     dev_err = [math.log(predict(prof, op, sh, dt, b) / t) for op, sh, dt, b, t in first]  # the dtype the knees fit
     errs: dict[str, list[float]] = {}
-    for (op, m, t, threaded) in op_samples(records, prof, counts):
+    for (op, m, t, threaded, b) in op_samples(records, prof, counts):
         oc = prof.host.ops[op]
         if "/" not in op and any(k.startswith(op + "/") for k in prof.host.ops):
             continue  # reported per kernel function
         fixed = oc.device * (prof.fixed_threaded if threaded else 1.0)
-        errs.setdefault(op, []).append(abs(fixed + oc.scale * m - t) / t)
+        errs.setdefault(op, []).append(abs(fixed + oc.scale * m + oc.memory_scale * b - t) / t)
     report = CalibrationReport(
         backend=backend, host={**host, "launch": launch}, device_samples=len(dev_samples), op_samples=len(samples),
         device_rms_log_error=math.sqrt(statistics.fmean(e * e for e in dev_err)),
