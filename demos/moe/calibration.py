@@ -96,7 +96,7 @@ def plan(backend: str, quick: bool = False) -> Plan:
         dt = "float32"
     runs = [dict(tokens=t, hidden=h, schedule=sched, layers=2, dtype=dt) for h in hiddens for t in tokens for sched in ("ht", "ll")]
     issue = tuple(dict(tokens=t, hidden=128, schedule=s, layers=2, dtype=dt) for t in (4, 16) for s in ("ht", "ll"))
-    return Plan(dtypes, ms, nk, copies, tuple(runs), issue, host_reps=300 if quick else 1000, op_steps=5 if quick else 9)
+    return Plan(dtypes, ms, nk, copies, tuple(runs), issue, host_reps=300 if quick else 1000, op_steps=9 if quick else 15)
 
 
 # --- the device: GEMMs and copies -------------------------------------------------------------------

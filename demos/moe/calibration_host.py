@@ -167,7 +167,7 @@ def measure_host(backend: str, reps: int = 500, progress: Callable[[str], None] 
         out["sync"] = _per_call(s1.synchronize, reps)
         set_stream(prev)
         prev = None
-        out["event_latency"] = _event_latency(b, x, max(10, reps // 15))
+        out["event_latency"] = _event_latency(b, x, max(30, reps // 5))
         out["idle_hold"] = _idle_hold(b, x)
 
         if progress:
