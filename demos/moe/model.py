@@ -239,7 +239,7 @@ class ToyMoE:
         if cached is not None:
             return cached
         c = self.cfg
-        H, E, K, F, Fs, C = c.hidden, c.experts, c.topk, c.expert_ffn, c.shared_ffn, c.context
+        H, E, K, F, C = c.hidden, c.experts, c.topk, c.expert_ffn, c.context
         nh = self.heads
         isz, wsz = _itemsize(c.dtype), _itemsize(self.wire)
         M = t * K
