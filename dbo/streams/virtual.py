@@ -19,6 +19,10 @@
   ``OpCost``: ``device + scale * that + memory_scale * its memory time`` (``device`` times the
   profile's ``fixed_threaded`` while two or more ubatch threads are live). A kernel marked ``syncs_host`` syncs the host only when
   ``HostCosts.kernel_sync`` (a GPU-like host) is set.
+* A sleeping device (``HostCosts.idle_hold`` > 0, ``virtual_sleep``): a kernel launched while
+  every engine and stream is idle puts the device to sleep until the host blocks (a sync, a
+  handoff, a thread join) or looks (a query, a ready time, an event's time), or the hold runs out;
+  the ops issued meanwhile are placed then, in order, none starting earlier.
 * Events: ``record`` stores the stream's ready time (``Event.time``); ``wait_event`` raises the
   waiting stream's ready time to it, plus the profile's wake-up latency when the event was
   recorded on another stream (``event_latency``, and ``event_latency_threaded`` while two or more
@@ -47,6 +51,7 @@ from ..registry import acting_ubatch_id
 from ..trace import ubatch_track
 from . import base
 from .base import Backend, Event, Stream, _check_kind, _kernel_name, sticky_error
+from .virtual_sleep import SleepingDevice
 
 __all__ = ["VirtualBackend", "VirtualStream", "VirtualEvent"]
 
@@ -129,8 +134,8 @@ class VirtualStream(Stream):
             issued = host0 + host_s
             b._host = issued
             item = (kind, duration, host0 + first_s, issued, kname, ub, tr, b._wake_latency())
-            if b._hold > 0 and b._asleep_at(host0 + first_s):
-                b._pending.append((self._schedule, item))  # the device sleeps until the host blocks
+            if b._sleep.sleeps_at(host0 + first_s, b._idle_by):
+                b._sleep.queue(lambda w, item=item: self._schedule(*item, wake=w))  # placed when the host blocks
             else:
                 self._schedule(*item)
         if tr is not None and syncs and not b._hc.zero:
@@ -187,9 +192,9 @@ class VirtualStream(Stream):
             if not ev._recorded or ev._epoch != b._epoch:
                 return
             lat = b._wake_latency() if ev._stream_name != self.name else 0.0
-            b._expire()
-            if b._pending is not None:  # the device sleeps: wait once the record is placed
-                b._pending.append((self._wait_for, (ev, lat)))
+            b._sleep.expire(b._host)
+            if b._sleep.asleep:  # wait once the record is placed
+                b._sleep.queue(lambda w, ev=ev, lat=lat: self._wait_for(ev, lat))
             else:
                 self._ready = max(self._ready, ev._time + lat)
             if ev._error is not None and self._error is None:
@@ -237,10 +242,10 @@ class VirtualEvent(Event):
             if not b._replaying:
                 b._host += b._hc.event
             self._recorded = True
-            b._expire()
-            if b._pending is not None:  # the device sleeps: the time is known once it wakes
+            b._sleep.expire(b._host)
+            if b._sleep.asleep:  # the time is known once it wakes
                 self._time = None
-                b._pending.append((self._place, (s,)))
+                b._sleep.queue(lambda w, s=s: self._place(s))
             else:
                 self._time = s._ready
             self._epoch = b._epoch
@@ -289,14 +294,13 @@ class VirtualBackend(Backend):
         self._comm_busy: collections.deque = collections.deque()  # comm intervals (comm SM share)
         self._live = 0  # ubatch threads started and not yet joined (HostCosts.threaded)
         self._replaying = False  # inside on_graph_replay's context: re-issued ops cost no host time
-        self._pending: list | None = None  # device ops issued while the device sleeps (idle_hold)
-        self._sleep_from = 0.0  # when the sleeping device's first kernel could have started
+        self._sleep = SleepingDevice()  # HostCosts.idle_hold (virtual_sleep)
         self._set_profile_cache()
 
     def _set_profile_cache(self) -> None:
         p = self.profile
         self._hc = p.host
-        self._hold = p.host.idle_hold
+        self._sleep.hold = p.host.idle_hold
         self._share = p.comm_sm_share
         self._per_dtype = bool(p.dtype_flops)
         self._op_costs: dict[tuple[str, str | None], tuple[float, float, int, float, float, float]] = {}
@@ -327,38 +331,14 @@ class VirtualBackend(Backend):
         p = self.profile
         return p.event_latency + (p.event_latency_threaded if self._live > 1 else 0.0)
 
-    def _asleep_at(self, t: float) -> bool:
-        """Whether a kernel that could start at ``t`` finds the device asleep (lock held): ops
-        are already pending, or every engine and stream is idle by ``t`` (then the device falls
-        asleep). Pending ops whose hold ran out by ``t`` are placed first."""
-        if self._pending is not None:
-            if t < self._sleep_from + self._hold:
-                return True
-            self._settle(self._sleep_from + self._hold)  # the executors got in by themselves
-        if any(e > t for e in self._engine_free.values()) or any(
-                s._ready > t for s in self.streams):  # type: ignore[attr-defined]
-            return False
-        self._pending, self._sleep_from = [], t
-        return True
+    def _idle_by(self, t: float) -> bool:
+        """Whether every engine and stream is idle by ``t`` (lock held)."""
+        return all(e <= t for e in self._engine_free.values()) and all(
+            s._ready <= t for s in self.streams)  # type: ignore[attr-defined]
 
-    def _settle(self, wake: float | None = None) -> None:
-        """Wake a sleeping device (lock held): place the pending ops in order, no kernel starting
-        before ``wake`` (default: now, the host blocking or looking; never after the hold)."""
-        pending = self._pending
-        if pending is None:
-            return
-        self._pending = None
-        w = min(self._host if wake is None else wake, self._sleep_from + self._hold)
-        for fn, args in pending:
-            if getattr(fn, "__func__", None) is VirtualStream._schedule:
-                fn(*args, wake=w)
-            else:
-                fn(*args)
-
-    def _expire(self) -> None:
-        """Wake a sleeping device whose hold has run out by the host clock (lock held)."""
-        if self._pending is not None and self._host >= self._sleep_from + self._hold:
-            self._settle(self._sleep_from + self._hold)
+    def _settle(self) -> None:
+        """The host blocks or looks at the device: a sleeping device wakes now (lock held)."""
+        self._sleep.wake(self._host)
 
     def _host_sync(self, t: Callable[[], float | None], what: str) -> None:
         """A host sync waiting for device time ``t()`` (read once a sleeping device is woken):
