@@ -14,7 +14,7 @@ import argparse
 import json
 import math
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -49,24 +49,21 @@ def _schedules(text: str) -> list[str]:
     return out
 
 
-def _steps(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
+def _number(kind: type, ok: Callable[[Any], bool], expected: str) -> Callable[[str], Any]:
+    """An argparse type: ``kind(text)`` if ``ok`` of it, else the one-line ``expected ...`` error."""
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or not ok(v):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return v
+    return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}") from None
-    if not (v >= 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
-    return v
+_steps = _number(int, lambda v: v >= 1, "a positive integer")
+_seconds = _number(float, lambda v: v >= 0 and math.isfinite(v), "a number of seconds >= 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
