@@ -85,6 +85,12 @@ class OpCost:
         check_number("OpCost.scale", self.scale, positive=True)
         check_number("OpCost.memory_scale", self.memory_scale)
 
+    def seconds(self, model: float, memory: float = 0.0, fixed_factor: float = 1.0) -> float:
+        """The op's corrected device time: ``device * fixed_factor + scale * model + memory_scale *
+        memory`` (``model``: the device model's time of its declared cost, ``memory`` that time's
+        memory part, ``fixed_factor``: ``DeviceProfile.fixed_threaded`` while ubatch threads run)."""
+        return self.device * fixed_factor + self.scale * model + self.memory_scale * memory
+
 
 @dataclass(frozen=True)
 class HostCosts:

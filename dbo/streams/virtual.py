@@ -45,7 +45,7 @@ import contextlib
 import threading
 from typing import Any, Callable, Iterator
 
-from ..costs import iter_tensors, memory_seconds, seconds_for
+from ..costs import OpCost, iter_tensors, memory_seconds, seconds_for
 from ..errors import StreamError
 from ..registry import acting_ubatch_id
 from ..trace import ubatch_track
@@ -57,6 +57,7 @@ __all__ = ["VirtualBackend", "VirtualStream", "VirtualEvent"]
 
 
 HOST_EVENTS = ("yield", "thread_start", "thread_join")
+_NO_CORRECTION = OpCost()
 
 
 def _scan(args: tuple, want_dtype: bool) -> tuple[bool, Any]:
@@ -110,18 +111,14 @@ class VirtualStream(Stream):
         kind = self._check_launch(kind)
         b = self.backend
         kname = _kernel_name(fn, name, kind)
-        host_s, first_s, nk, dev_add, dev_scale, mem_scale = b._op_cost(kname, fn)
+        host_s, first_s, nk, oc = b._op_cost(kname, fn)
         if b._replaying:  # inside a graph replay the launch was paid once, by on_graph_replay
             host_s = first_s = 0.0
         elif b._live > 1:
             host_s *= b._hc.threaded
             first_s *= b._hc.threaded
-        if b._live > 1:
-            dev_add *= b.profile.fixed_threaded
         meta, dtype = _scan(args, b._per_dtype)
-        duration = dev_add + dev_scale * seconds_for(kind, cost, args, b.profile, b.link, dtype=dtype, kernels=nk)
-        if mem_scale:
-            duration += mem_scale * memory_seconds(kind, cost, args, b.profile)
+        duration = b._duration(kind, cost, args, dtype, nk, oc)
         syncs = fn is not None and b._hc.kernel_sync and getattr(fn, "dbo_syncs_host", False)
         tr = b._tracing()
         ub = acting_ubatch_id() if tr is not None else None
@@ -192,11 +189,7 @@ class VirtualStream(Stream):
             if not ev._recorded or ev._epoch != b._epoch:
                 return
             lat = b._wake_latency() if ev._stream_name != self.name else 0.0
-            b._sleep.expire(b._host)
-            if b._sleep.asleep:  # wait once the record is placed
-                b._sleep.queue(lambda w, ev=ev, lat=lat: self._wait_for(ev, lat))
-            else:
-                self._ready = max(self._ready, ev._time + lat)
+            b._sleep.now_or_at_wake(b._host, lambda: self._wait_for(ev, lat))  # after the record is placed
             if ev._error is not None and self._error is None:
                 self._error = ev._error
                 self._error_note = f"it waited on an event recorded on failed stream {ev._stream_name!r}"
@@ -242,12 +235,8 @@ class VirtualEvent(Event):
             if not b._replaying:
                 b._host += b._hc.event
             self._recorded = True
-            b._sleep.expire(b._host)
-            if b._sleep.asleep:  # the time is known once it wakes
-                self._time = None
-                b._sleep.queue(lambda w, s=s: self._place(s))
-            else:
-                self._time = s._ready
+            self._time = None  # known once a sleeping device wakes
+            b._sleep.now_or_at_wake(b._host, lambda: self._place(s))
             self._epoch = b._epoch
             self._error = s._error
             self._error_note = s._error_note
@@ -303,12 +292,12 @@ class VirtualBackend(Backend):
         self._sleep.hold = p.host.idle_hold
         self._share = p.comm_sm_share
         self._per_dtype = bool(p.dtype_flops)
-        self._op_costs: dict[tuple[str, str | None], tuple[float, float, int, float, float, float]] = {}
+        self._op_costs: dict[tuple[str, str | None], tuple[float, float, int, OpCost]] = {}
         self._cached_profile = p
 
-    def _op_cost(self, kname: str, fn: Any = None) -> tuple[float, float, int, float, float, float]:
-        """(host seconds to issue, host seconds to issue the first kernel, device kernels, device
-        seconds added, device time factor, memory time factor) of a launch named ``kname`` of kernel function ``fn``:
+    def _op_cost(self, kname: str, fn: Any = None) -> tuple[float, float, int, OpCost]:
+        """(host seconds to issue, host seconds to issue the first kernel, device kernels, the
+        device correction, ``OpCost()`` for none) of a launch named ``kname`` of kernel function ``fn``:
         the profile's ``HostCosts.ops`` entry ``"<op>/<fn.__name__>"`` if there is one, else
         ``"<op>"`` (the op: the name's first word)."""
         if self.profile is not self._cached_profile:  # profile replaced after creation
@@ -320,9 +309,8 @@ class VirtualBackend(Backend):
             hc = self._hc
             key = f"{op}/{fname}" if fname is not None and f"{op}/{fname}" in hc.ops else op
             total, nk = hc.launch_cost(key)
-            oc = hc.ops.get(key)
-            dev = (oc.device, oc.scale, oc.memory_scale) if oc is not None else (0.0, 1.0, 0.0)
-            c = self._op_costs[(op, fname)] = (total, min(total, hc.launch + hc.kernel), nk, *dev)
+            oc = hc.ops.get(key) or _NO_CORRECTION
+            c = self._op_costs[(op, fname)] = (total, min(total, hc.launch + hc.kernel), nk, oc)
         return c
 
     def _wake_latency(self) -> float:
@@ -415,12 +403,17 @@ class VirtualBackend(Backend):
     def kernel_seconds(self, kind: str, cost: Any, args: tuple, name: str | None = None) -> float:
         """Modelled device duration of a kernel (always a float on virtual): the dtype of the first
         floating-point tensor argument, the kernel count of op ``name`` (its first word)."""
-        _, _, nk, dev_add, dev_scale, mem_scale = self._op_cost(name or kind)
-        if self._live > 1:
-            dev_add *= self.profile.fixed_threaded
+        _, _, nk, oc = self._op_cost(name or kind)
         _, dtype = _scan(args, self._per_dtype)
-        t = dev_add + dev_scale * seconds_for(kind, cost, args, self.profile, self.link, dtype=dtype, kernels=nk)
-        return t + mem_scale * memory_seconds(kind, cost, args, self.profile) if mem_scale else t
+        return self._duration(kind, cost, args, dtype, nk, oc)
+
+    def _duration(self, kind: str, cost: Any, args: tuple, dtype: Any, nk: int, oc: OpCost) -> float:
+        """A kernel's device seconds: the cost model's, corrected by its op's ``OpCost`` (the fixed
+        part times ``fixed_threaded`` while two or more ubatch threads are live)."""
+        p = self.profile
+        model = seconds_for(kind, cost, args, p, self.link, dtype=dtype, kernels=nk)
+        memory = memory_seconds(kind, cost, args, p) if oc.memory_scale else 0.0
+        return oc.seconds(model, memory, p.fixed_threaded if self._live > 1 else 1.0)
 
     def engine_free(self, kind: str) -> float:
         """Virtual time at which the ``kind`` engine ("compute" or "comm") is next free."""

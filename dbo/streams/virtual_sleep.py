@@ -59,6 +59,15 @@ class SleepingDevice:
         assert self._queue is not None
         self._queue.append(op)
 
+    def now_or_at_wake(self, now: float, op: Callable[[], None]) -> None:
+        """Run a device op that needs no start time (an event record or wait) at once, or, while
+        the device sleeps (its hold not run out by ``now``), queue it behind what it follows."""
+        self.expire(now)
+        if self._queue is None:
+            op()
+        else:
+            self._queue.append(lambda w: op())
+
     def wake(self, now: float) -> None:
         """Wake the device at ``now`` (no later than the hold's end) and place the queued ops in
         the order they were issued. Awake: nothing to do."""

@@ -252,8 +252,7 @@ def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
             continue
         link = LinkProfile("calibrated", res.link["latency_s"], res.link["bandwidth_Bps"])
         steps.append(StepSample(res.config, link, res.time_no_dbo_s, res.time_dbo_s))
-        every = ((res.step_records_no_dbo or [res.records_no_dbo], no, False),
-                 (res.step_records_dbo or [res.records_dbo], dbo_, True))
+        every = ((res.step_records_no_dbo, no, False), (res.step_records_dbo, dbo_, True))
         for steps_recs, table, threaded in every:  # every timed step: the fit takes each shape's median
             for r in (r for recs in steps_recs for r in recs):
                 d = table.get(r.name)
@@ -341,8 +340,7 @@ def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None
         oc = prof.host.ops[op]
         if "/" not in op and any(k.startswith(op + "/") for k in prof.host.ops):
             continue  # reported per kernel function
-        fixed = oc.device * (prof.fixed_threaded if threaded else 1.0)
-        errs.setdefault(op, []).append(abs(fixed + oc.scale * m + oc.memory_scale * b - t) / t)
+        errs.setdefault(op, []).append(abs(oc.seconds(m, b, prof.fixed_threaded if threaded else 1.0) - t) / t)
     report = CalibrationReport(
         backend=backend, host={**host, "launch": launch}, device_samples=len(dev_samples), op_samples=len(samples),
         device_rms_log_error=math.sqrt(statistics.fmean(e * e for e in dev_err)),
