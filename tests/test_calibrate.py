@@ -152,6 +152,18 @@ def test_host_launch_cost_of_a_virtual_machine_is_recovered():
     assert got == pytest.approx(25e-6, rel=0.02)
 
 
+def test_thread_start_of_a_virtual_machine_is_recovered_from_its_dbo_steps():
+    from demos.moe.calibration_steps import fit_thread_start
+
+    machine = replace(MACHINE, host=replace(MACHINE.host, thread_start=150e-6))
+    _, steps = cal.measure_ops("virtual", TINY, truth=machine)
+    assert steps and all(s.start_s == pytest.approx(2 * 150e-6, rel=0.05) for s in steps)
+    base = replace(BASE, host=replace(BASE.host, thread_start=40e-6))
+    assert fit_thread_start(steps, base) == pytest.approx(150e-6, rel=0.05)
+    # a machine that starts threads faster than the empty-step measurement: keep the measurement
+    assert fit_thread_start(steps, replace(BASE, host=replace(BASE.host, thread_start=200e-6))) == 200e-6
+
+
 def test_declared_costs_name_every_kernel_of_both_steps():
     from demos.moe.config import OverlapConfig
 

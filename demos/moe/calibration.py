@@ -39,7 +39,7 @@ from dbo.fit import fit_device, fit_dtype_rates, fit_threaded_ops, predict
 from dbo.streams.virtual import VirtualBackend, VirtualStream
 
 from .calibration_host import measure_host
-from .calibration_steps import StepSample, fit_event_latency, fit_launch
+from .calibration_steps import StepSample, fit_event_latency, fit_launch, fit_thread_start
 from .comm import ModelledLinkTransport
 from .config import ConfigError, OverlapConfig, resolve
 from .model import ToyMoE, parse_kernel_name
@@ -47,7 +47,7 @@ from .run import run
 
 __all__ = [
     "BACKENDS", "Plan", "plan", "calibrate", "CalibrationError", "declared_costs", "measure_device", "measure_ops",
-    "op_samples", "fit_launch", "fit_event_latency", "StepSample",
+    "op_samples", "fit_launch", "fit_thread_start", "fit_event_latency", "StepSample",
 ]
 
 BACKENDS = ("threads", "cuda")
@@ -251,7 +251,8 @@ def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
         if res is None:
             continue
         link = LinkProfile("calibrated", res.link["latency_s"], res.link["bandwidth_Bps"])
-        steps.append(StepSample(res.config, link, res.time_no_dbo_s, res.time_dbo_s))
+        start = statistics.median(res.start_phases_dbo_s) if res.start_phases_dbo_s else None
+        steps.append(StepSample(res.config, link, res.time_no_dbo_s, res.time_dbo_s, start))
         every = ((res.step_records_no_dbo, no, False), (res.step_records_dbo, dbo_, True))
         for steps_recs, table, threaded in every:  # every timed step: the fit takes each shape's median
             for r in (r for recs in steps_recs for r in recs):
@@ -333,6 +334,8 @@ def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None
     prof = replace(dev, host=replace(hc, ops=ops), fixed_threaded=fixed_threaded)
     launch = fit_launch(backend, p, prof, progress)
     prof = replace(prof, host=replace(prof.host, launch=launch))
+    thread_start = fit_thread_start(steps, prof)
+    prof = replace(prof, host=replace(prof.host, thread_start=thread_start))
     prof = replace(prof, event_latency_threaded=fit_event_latency(steps, prof, progress=progress))
     dev_err = [math.log(predict(prof, op, sh, dt, b) / t) for op, sh, dt, b, t in first]  # the dtype the knees fit
     errs: dict[str, list[float]] = {}
@@ -342,7 +345,7 @@ def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None
             continue  # reported per kernel function
         errs.setdefault(op, []).append(abs(oc.seconds(m, b, prof.fixed_threaded if threaded else 1.0) - t) / t)
     report = CalibrationReport(
-        backend=backend, host={**host, "launch": launch}, device_samples=len(dev_samples), op_samples=len(samples),
+        backend=backend, host={**host, "launch": launch, "thread_start": thread_start}, device_samples=len(dev_samples), op_samples=len(samples),
         device_rms_log_error=math.sqrt(statistics.fmean(e * e for e in dev_err)),
         op_errors={k: statistics.median(v) for k, v in sorted(errs.items())},
         seconds=time.perf_counter() - t0,

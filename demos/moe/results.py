@@ -167,6 +167,9 @@ class OverlapResult:
     step_records_no_dbo: list[list[KernelRecord]] = field(default_factory=list)
     """Every timed eager step's kernel records (``records_*`` are the last step's)."""
     step_records_dbo: list[list[KernelRecord]] = field(default_factory=list)
+    start_phases_dbo_s: list[float] = field(default_factory=list)
+    """Each timed eager DBO step's start phase: seconds until its first ubatch entered the forward
+    (the ubatch threads' start)."""
 
     @property
     def time_no_dbo_s(self) -> float:

@@ -195,6 +195,7 @@ def _result(r: Runner, cfg: OverlapConfig, res: Resolved, meas: Measurement, eng
         records_dbo=list(recs_dbo),
         step_records_no_dbo=[list(x) for x in meas.recs_no],
         step_records_dbo=[list(x) for x in meas.recs_dbo],
+        start_phases_dbo_s=list(meas.start_dbo),
         window=layer_window(recs_dbo, cfg.layers),
         torch_threads=meas.torch_threads,
         host_spans=spans,

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -78,11 +78,20 @@ class Runner:
         self.full = [self.rows]
         self.split = [range(start + r.start, start + r.stop) for r in dbo.split_tokens(len(self.rows), cfg.ubatches)]
         self._dbo_forward = self.model.forward if on_dbo_step is None else self._forward_with_seam
+        self._entered: float | None = None  # when the DBO step's first ubatch entered the forward
+        self.last_start_phase: float | None = None
+        """Seconds from the last DBO step's start until its first ubatch entered the forward: the
+        ubatch threads' start as the model's steps pay it (calibration fits thread_start to it)."""
 
     def _forward_with_seam(self, rows: range) -> Any:
         if dbo.dbo_current_ubatch_id() == self.cfg.ubatches - 1:
             self.on_dbo_step()  # type: ignore[misc]
         return self.model.forward(rows)
+
+    def _dbo_entry(self, rows: range) -> Any:
+        if self._entered is None:  # the first ubatch to run (it holds the turn first)
+            self._entered = self.backend.now()
+        return self._dbo_forward(rows)
 
     def output(self) -> torch.Tensor:
         """This process's rows of the final hidden states (a CPU copy)."""
@@ -96,7 +105,8 @@ class Runner:
     def step(self, dbo_on: bool, traced: bool) -> tuple[float, list[KernelRecord]]:
         """One step; returns (seconds on the backend clock, its kernel records if traced)."""
         orch, inputs = (self.orch_n, self.split) if dbo_on else (self.orch1, self.full)
-        fn = self._dbo_forward if dbo_on else self.model.forward
+        fn = self._dbo_entry if dbo_on else self.model.forward
+        self._entered = None
         self.backend.tracer = self.tracer if traced else None
         first = len(self.tracer.records)
         first_span, first_handoff = len(self.tracer.spans), len(self.tracer.handoffs)
@@ -106,6 +116,8 @@ class Runner:
         orch.run(fn, inputs)
         t1 = self.backend.now()
         self.backend.tracer = None
+        if dbo_on and self._entered is not None:
+            self.last_start_phase = self._entered - t0
         if traced:
             self.last_host[dbo_on] = (self.tracer.spans[first_span:], self.tracer.handoffs[first_handoff:])
         return t1 - t0, (self.tracer.records[first:] if traced else [])
@@ -194,6 +206,7 @@ class Measurement:
     torch_threads: int
     split_ref: torch.Tensor | None = None  # the DBO split run one ubatch after another
     graph: "GraphTimes | None" = None
+    start_dbo: list[float] = field(default_factory=list)  # each timed DBO step's start phase (Runner.last_start_phase)
 
     @property
     def allocations_after_lock(self) -> int:
@@ -216,6 +229,7 @@ def measure(r: Runner, cfg: OverlapConfig, res: Resolved) -> Measurement:
     # clock change) then shifts both alike instead of biasing their ratio
     sent = 0
     t_no, recs_no, t_dbo, recs_dbo = [], [], [], []
+    start_dbo: list[float] = []
     ref = out = None
     for i in range(cfg.steps):
         sent0 = getattr(r.transport, "bytes_to_peers", 0)
@@ -228,6 +242,8 @@ def measure(r: Runner, cfg: OverlapConfig, res: Resolved) -> Measurement:
         s, recs = r.step(True, traced=True)
         t_dbo.append(s)
         recs_dbo.append(recs)
+        if r.last_start_phase is not None:
+            start_dbo.append(r.last_start_phase)
     if not res.meta:
         out = r.output()
     # 4. the exactness reference: the same split, one ubatch after another
@@ -239,7 +255,7 @@ def measure(r: Runner, cfg: OverlapConfig, res: Resolved) -> Measurement:
         warm=warm, allocations_at_lock=allocations_at_lock, calibration=calibration,
         t_no=t_no, recs_no=recs_no, t_dbo=t_dbo, recs_dbo=recs_dbo, ref=ref, out=out,
         stats=m.stats(), slot_sizes=m.slot_sizes(), bytes_to_peers_per_step=sent / max(1, cfg.steps),
-        torch_threads=torch.get_num_threads(), split_ref=split_ref, graph=graph,
+        torch_threads=torch.get_num_threads(), split_ref=split_ref, graph=graph, start_dbo=start_dbo,
     )
 
 
