@@ -69,17 +69,25 @@ class OpCost:
     time, bytes / bandwidth)``: ``device`` seconds of fixed work per launch (the op's many small
     library calls), ``scale`` for how far the op's mix runs from the fitted rates, ``memory_scale``
     for memory traffic that does not hide under the math (a CPU GEMM of a few rows streams its
-    weights once per row). The defaults (0, 1, 0) leave the device model as it is."""
+    weights once per row). The defaults (0, 1, 0) leave the device model as it is.
+
+    ``gil_calls``: torch calls in the op's kernel function that each need the interpreter lock
+    back when they return (counted by calibration); on a host whose Python keeps the device
+    waiting (``HostCosts.idle_hold`` > 0: the threads backend) each such return waits while the
+    host runs Python (``dbo.streams.virtual_gil``). 0: the kernel never waits for the host."""
 
     kernels: int = 1
     host: float = 0.0
     device: float = 0.0
     scale: float = 1.0
     memory_scale: float = 0.0
+    gil_calls: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.kernels, bool) or not isinstance(self.kernels, int) or self.kernels < 0:
-            raise ValueError(f"OpCost.kernels must be an int >= 0, got {self.kernels!r}")
+        for name in ("kernels", "gil_calls"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"OpCost.{name} must be an int >= 0, got {v!r}")
         check_number("OpCost.host", self.host)
         check_number("OpCost.device", self.device)
         check_number("OpCost.scale", self.scale, positive=True)

@@ -164,6 +164,17 @@ def test_thread_start_of_a_virtual_machine_is_recovered_from_its_dbo_steps():
     assert fit_thread_start(steps, replace(BASE, host=replace(BASE.host, thread_start=200e-6))) == 200e-6
 
 
+def test_wake_latency_of_a_virtual_machine_is_recovered_from_its_no_dbo_steps():
+    from demos.moe.calibration_steps import fit_wake_latency
+
+    machine = replace(MACHINE, event_latency=40e-6)
+    _, steps = cal.measure_ops("virtual", TINY, truth=machine)
+    assert all(s.gaps for s in steps)
+    base = replace(BASE, host=replace(BASE.host, ops=MACHINE_OPS, launch=25e-6), event_latency=8e-6)
+    assert fit_wake_latency(steps, base) == pytest.approx(40e-6, rel=0.02)
+    assert fit_wake_latency([replace(s, gaps={}) for s in steps], base) == 8e-6  # nothing measured: kept
+
+
 def test_declared_costs_name_every_kernel_of_both_steps():
     from demos.moe.config import OverlapConfig
 

@@ -51,6 +51,7 @@ from ..registry import acting_ubatch_id
 from ..trace import ubatch_track
 from . import base
 from .base import Backend, Event, Stream, _check_kind, _kernel_name, sticky_error
+from .virtual_gil import HostGil
 from .virtual_sleep import SleepingDevice
 
 __all__ = ["VirtualBackend", "VirtualStream", "VirtualEvent"]
@@ -119,6 +120,7 @@ class VirtualStream(Stream):
             first_s *= b._hc.threaded
         meta, dtype = _scan(args, b._per_dtype)
         duration = b._duration(kind, cost, args, dtype, nk, oc)
+        calls = oc.gil_calls if b._gil_on else 0
         syncs = fn is not None and b._hc.kernel_sync and getattr(fn, "dbo_syncs_host", False)
         tr = b._tracing()
         ub = acting_ubatch_id() if tr is not None else None
@@ -130,11 +132,14 @@ class VirtualStream(Stream):
                 host0 = max(host0, self._ready) + b._hc.sync
             issued = host0 + host_s
             b._host = issued
-            item = (kind, duration, host0 + first_s, issued, kname, ub, tr, b._wake_latency())
-            if b._sleep.sleeps_at(host0 + first_s, b._idle_by):
-                b._sleep.queue(lambda w, item=item: self._schedule(*item, wake=w))  # placed when the host blocks
-            else:
-                self._schedule(*item)
+            if b._gil_on:
+                b._gil.hold(host0, issued)
+                b._sleep.advanced(issued)
+            item = (kind, duration, host0 + first_s, issued, kname, ub, tr, b._wake_latency(), calls)
+            # placed now, or queued: on a sleeping device until the host blocks, or while its end
+            # depends on what the host does next (virtual_sleep)
+            b._sleep.launch(host0 + first_s, b._idle_by,
+                            lambda w, final, item=item: self._schedule(*item, wake=w, final=final))
         if tr is not None and syncs and not b._hc.zero:
             tr.span(ubatch_track(ub), "host sync", host_before, host0, ubatch=ub, kernel=kname)
         if base._observer is not None:
@@ -149,15 +154,16 @@ class VirtualStream(Stream):
                         self._error_note = f"kernel {kname!r} raised"
 
     def _schedule(self, kind: str, duration: float, host_first: float, issued: float, kname: str, ub: Any,
-                  tr: Any, lat: float, wake: float = 0.0) -> None:
+                  tr: Any, lat: float, calls: int = 0, wake: float = 0.0, final: bool = True) -> float | None:
         """Place one launched kernel on its engine (backend lock held): it starts when its stream,
         its engine and the host have issued its first kernel (and the device is awake: ``wake``),
-        and ends no earlier than the host has issued all of it."""
+        and ends no earlier than the host has issued all of it. With ``calls`` GIL returns its end
+        also waits for the host's Python (``virtual_gil``): returns the host time to wait for, and
+        places nothing, when that depends on what the host does after now (unless ``final``)."""
         b = self.backend
         ready = self._ready
         if self._last_kind is not None and self._last_kind != kind:  # the stream moves to the other engine
             ready += lat
-        self._last_kind = kind
         start = max(ready, b._engine_free[kind], host_first, wake)
         if kind == "compute" and b._share > 0 and b._comm_busy:
             busy = b._comm_busy
@@ -166,6 +172,14 @@ class VirtualStream(Stream):
             end = _stretch(start, duration, busy, b._share)
         else:
             end = start + duration
+        if calls:
+            walked, need = b._gil.walk(start, end - start, calls, b._sleep.hold, b._host, final)
+            if walked is None:
+                return need
+            end = walked
+            if len(b._gil) > 4096:
+                b._gil.prune(min(b._engine_free.values()))
+        self._last_kind = kind
         if end < issued:
             end = issued
         self._ready = end
@@ -174,6 +188,7 @@ class VirtualStream(Stream):
             b._comm_busy.append((start, end))
         if tr is not None:
             tr.kernel(self.name, kname, kind, ub, start, end)
+        return None
 
     def _wait_for(self, ev: "VirtualEvent", lat: float) -> None:
         self._ready = max(self._ready, ev._time + lat)  # type: ignore[operator]
@@ -185,7 +200,7 @@ class VirtualStream(Stream):
             base._observer.wait(self, ev)
         with b._lock:
             if not b._replaying:
-                b._host += b._hc.event
+                b._busy(b._hc.event)
             if not ev._recorded or ev._epoch != b._epoch:
                 return
             lat = b._wake_latency() if ev._stream_name != self.name else 0.0
@@ -205,7 +220,7 @@ class VirtualStream(Stream):
         b = self.backend
         if b._hc.stream_switch:
             with b._lock:
-                b._host += b._hc.stream_switch
+                b._busy(b._hc.stream_switch)
 
     def query(self) -> bool:
         b = self.backend
@@ -233,7 +248,7 @@ class VirtualEvent(Event):
             base._observer.record(self, s)
         with b._lock:
             if not b._replaying:
-                b._host += b._hc.event
+                b._busy(b._hc.event)
             self._recorded = True
             self._time = None  # known once a sleeping device wakes
             b._sleep.now_or_at_wake(b._host, lambda: self._place(s))
@@ -283,13 +298,16 @@ class VirtualBackend(Backend):
         self._comm_busy: collections.deque = collections.deque()  # comm intervals (comm SM share)
         self._live = 0  # ubatch threads started and not yet joined (HostCosts.threaded)
         self._replaying = False  # inside on_graph_replay's context: re-issued ops cost no host time
-        self._sleep = SleepingDevice()  # HostCosts.idle_hold (virtual_sleep)
+        self._sleep = SleepingDevice()  # HostCosts.idle_hold and kernels waiting on the host (virtual_sleep)
+        self._gil = HostGil()  # when the host ran Python (OpCost.gil_calls, virtual_gil)
         self._set_profile_cache()
 
     def _set_profile_cache(self) -> None:
         p = self.profile
         self._hc = p.host
         self._sleep.hold = p.host.idle_hold
+        # a host whose Python keeps an idle device waiting (threads) also keeps kernels' GIL returns waiting
+        self._gil_on = p.host.idle_hold > 0 and any(oc.gil_calls for oc in p.host.ops.values())
         self._share = p.comm_sm_share
         self._per_dtype = bool(p.dtype_flops)
         self._op_costs: dict[tuple[str, str | None], tuple[float, float, int, OpCost]] = {}
@@ -324,9 +342,26 @@ class VirtualBackend(Backend):
         return all(e <= t for e in self._engine_free.values()) and all(
             s._ready <= t for s in self.streams)  # type: ignore[attr-defined]
 
-    def _settle(self) -> None:
-        """The host blocks or looks at the device: a sleeping device wakes now (lock held)."""
-        self._sleep.wake(self._host)
+    def _settle(self, final: bool = True) -> None:
+        """The host blocks or looks at the device (lock held): a sleeping device wakes now, and the
+        queued ops are placed; ``final``: all of them, the host being free from now on (a sync, a
+        look), else as far as the host's Python so far decides (a handoff, a join: the host goes on
+        running Python in another thread soon after)."""
+        self._sleep.wake(self._host, final)
+
+    def _busy(self, dt: float) -> None:
+        """The host runs Python for ``dt`` seconds (lock held)."""
+        t0 = self._host
+        self._host = t0 + dt
+        if self._gil_on:
+            self._gil.hold(t0, self._host)
+            self._sleep.advanced(self._host)
+
+    def _free(self, dt: float) -> None:
+        """The host waits ``dt`` seconds without running Python (lock held)."""
+        self._host += dt
+        if self._gil_on:
+            self._sleep.advanced(self._host)
 
     def _host_sync(self, t: Callable[[], float | None], what: str) -> None:
         """A host sync waiting for device time ``t()`` (read once a sleeping device is woken):
@@ -334,7 +369,7 @@ class VirtualBackend(Backend):
         with self._lock:
             self._settle()
             before = self._host
-            self._host = max(before, t() or 0.0) + self._hc.sync
+            self._free(max(before, t() or 0.0) + self._hc.sync - before)
             after = self._host
         tr = self._tracing()
         if tr is not None and after > before and not self._hc.zero:  # device-only model: no host spans
@@ -356,7 +391,7 @@ class VirtualBackend(Backend):
         hc = self._hc
         if what != "thread_start":  # the host blocks: a sleeping device wakes
             with self._lock:
-                self._settle()
+                self._settle(final=False)
         if what == "yield":
             dt = hc.handoff
         elif what == "thread_start":
@@ -372,7 +407,10 @@ class VirtualBackend(Backend):
         if dt:
             with self._lock:
                 t0 = self._host
-                self._host += dt
+                if what == "thread_start":
+                    self._busy(dt)
+                else:  # a handoff or a join waits for another thread
+                    self._free(dt)
             tr = self._tracing()
             if tr is not None and what != "yield":
                 tr.span("main", what.replace("_", " "), t0, t0 + dt)
@@ -382,7 +420,7 @@ class VirtualBackend(Backend):
         """A CUDA-graph replay costs the host one plain launch; the ops it re-issues inside this
         context cost no further host time (no launches, stream switches or event calls)."""
         with self._lock:
-            self._host += self._hc.launch + self._hc.kernel
+            self._busy(self._hc.launch + self._hc.kernel)
             self._replaying = True
         try:
             yield
@@ -427,7 +465,7 @@ class VirtualBackend(Backend):
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
             raise ValueError(f"advance() needs seconds >= 0, got {seconds!r}")
         with self._lock:
-            self._host += float(seconds)
+            self._busy(float(seconds))
             return self._host
 
     def reset_clock(self) -> None:
@@ -445,6 +483,7 @@ class VirtualBackend(Backend):
             self._host = 0.0
             self._engine_free = {"compute": 0.0, "comm": 0.0}
             self._comm_busy.clear()
+            self._gil.clear()
             for s in self.streams:
                 s._ready = 0.0  # type: ignore[attr-defined]
             self._epoch += 1

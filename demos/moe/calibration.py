@@ -27,19 +27,21 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
 import dbo
 import workspace
-from dbo.costs import (DeviceProfile, HostCosts, LinkProfile, Transfer, get_link, get_profile, iter_tensors, memory_seconds,
+from dbo.costs import (DeviceProfile, HostCosts, LinkProfile, OpCost, Transfer, get_link, get_profile, iter_tensors, memory_seconds,
                        seconds_for)
 from dbo.fit import fit_device, fit_dtype_rates, fit_threaded_ops, predict
 from dbo.streams.virtual import VirtualBackend, VirtualStream
 
+from .calibration_calls import count_gil_calls
 from .calibration_host import measure_host
-from .calibration_steps import StepSample, fit_event_latency, fit_launch, fit_thread_start
+from .calibration_steps import (StepSample, engine_gaps, fit_event_latency, fit_launch, fit_thread_start,
+                                fit_wake_latency)
 from .comm import ModelledLinkTransport
 from .config import ConfigError, OverlapConfig, resolve
 from .model import ToyMoE, parse_kernel_name
@@ -47,7 +49,8 @@ from .run import run
 
 __all__ = [
     "BACKENDS", "Plan", "plan", "calibrate", "CalibrationError", "declared_costs", "measure_device", "measure_ops",
-    "op_samples", "fit_launch", "fit_thread_start", "fit_event_latency", "StepSample",
+    "op_samples", "fit_launch", "fit_thread_start", "fit_wake_latency", "fit_event_latency", "StepSample",
+    "with_gil_calls",
 ]
 
 BACKENDS = ("threads", "cuda")
@@ -252,7 +255,8 @@ def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
             continue
         link = LinkProfile("calibrated", res.link["latency_s"], res.link["bandwidth_Bps"])
         start = statistics.median(res.start_phases_dbo_s) if res.start_phases_dbo_s else None
-        steps.append(StepSample(res.config, link, res.time_no_dbo_s, res.time_dbo_s, start))
+        steps.append(StepSample(res.config, link, res.time_no_dbo_s, res.time_dbo_s, start,
+                                engine_gaps(res.step_records_no_dbo)))
         every = ((res.step_records_no_dbo, no, False), (res.step_records_dbo, dbo_, True))
         for steps_recs, table, threaded in every:  # every timed step: the fit takes each shape's median
             for r in (r for recs in steps_recs for r in recs):
@@ -298,6 +302,14 @@ class CalibrationReport:
     seconds: float = 0.0
 
 
+def with_gil_calls(ops: dict[str, OpCost], runs: Sequence[dict]) -> dict[str, OpCost]:
+    """``ops`` with each op's ``gil_calls`` counted (``calibration_calls``) over ``runs`` at their
+    smallest hidden size (the counts depend on the schedule and the routing, not on the width)."""
+    small = min(kw["hidden"] for kw in runs) if runs else None
+    calls = count_gil_calls(OverlapConfig(**kw) for kw in runs if kw["hidden"] == small)
+    return {k: replace(v, gil_calls=calls.get(k, 0)) for k, v in ops.items()}
+
+
 def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None = None,
               progress: Progress | None = None, sweep: Plan | None = None) -> tuple[DeviceProfile, CalibrationReport]:
     """Measure this machine on ``backend`` and fit a profile (see the module docstring);
@@ -331,11 +343,14 @@ def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None
     counts = {k: v.kernels for k, v in base.host.ops.items()} if base is not None else None
     samples = op_samples(records, dev, counts)
     ops, fixed_threaded = fit_threaded_ops(samples, kernels=counts)
+    if hc.idle_hold > 0:  # the host's Python keeps the device waiting: so it does each kernel's GIL returns
+        ops = with_gil_calls(ops, p.op_runs)
     prof = replace(dev, host=replace(hc, ops=ops), fixed_threaded=fixed_threaded)
     launch = fit_launch(backend, p, prof, progress)
     prof = replace(prof, host=replace(prof.host, launch=launch))
     thread_start = fit_thread_start(steps, prof)
     prof = replace(prof, host=replace(prof.host, thread_start=thread_start))
+    prof = replace(prof, event_latency=fit_wake_latency(steps, prof))
     prof = replace(prof, event_latency_threaded=fit_event_latency(steps, prof, progress=progress))
     dev_err = [math.log(predict(prof, op, sh, dt, b) / t) for op, sh, dt, b, t in first]  # the dtype the knees fit
     errs: dict[str, list[float]] = {}

@@ -1,11 +1,12 @@
-"""Calibration from whole steps: the model's host time per launch and the wake-up latency across
-engines, each fitted so that the virtual backend reproduces measured steps of the toy MoE."""
+"""Calibration from whole steps: the model's host time per launch, the ubatch threads' start, and
+the wake-up latency across engines (idle, and while ubatch threads run), each taken from or fitted
+to measured steps of the toy MoE, so that the virtual backend reproduces them."""
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -18,7 +19,7 @@ from .config import ConfigError, OverlapConfig, resolve
 from .run import run
 from .runner import Runner
 
-__all__ = ["StepSample", "fit_launch", "fit_thread_start", "fit_event_latency"]
+__all__ = ["StepSample", "engine_gaps", "fit_launch", "fit_thread_start", "fit_wake_latency", "fit_event_latency"]
 
 Progress = Callable[[str], None]
 
@@ -32,6 +33,24 @@ class StepSample:
     no_dbo_s: float
     dbo_s: float
     start_s: float | None = None  # median start phase of its DBO steps (OverlapResult.start_phases_dbo_s)
+    gaps: dict = field(default_factory=dict)  # engine_gaps of its no-DBO steps
+
+
+def engine_gaps(steps: list[list[Any]]) -> dict[tuple[str, str], float]:
+    """Median seconds from a kernel's end to the start of the same ubatch's next kernel when that
+    one runs on the other engine, by (kernel name, next kernel name), over ``steps`` (each a list
+    of ``KernelRecord``)."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for recs in steps:
+        by: dict[Any, list[Any]] = {}
+        for r in recs:
+            by.setdefault(r.ubatch, []).append(r)
+        for rs in by.values():
+            rs.sort(key=lambda r: r.start)
+            for a, b in zip(rs, rs[1:]):
+                if a.kind != b.kind:
+                    out.setdefault((a.name, b.name), []).append(b.start - a.end)
+    return {k: statistics.median(v) for k, v in out.items()}
 
 
 def _issue_seconds(cfg: OverlapConfig, profile: Any = None, steps: int = 9) -> tuple[float, int]:
@@ -97,6 +116,27 @@ def fit_thread_start(steps: list[StepSample], profile: DeviceProfile) -> float:
             continue
         per.append((s.start_s - virt) / s.config.ubatches)
     return profile.host.thread_start + max(0.0, statistics.median(per)) if per else profile.host.thread_start
+
+
+def fit_wake_latency(steps: list[StepSample], profile: DeviceProfile) -> float:
+    """``DeviceProfile.event_latency`` from the model's own no-DBO steps: the median measured gap
+    at the engine changes where the virtual backend's gap is the wake-up latency itself (the next
+    kernel was issued in time and waits only for the other engine; not, for instance, behind a
+    host sync). On the 2-core development VM these gaps are 20-60 us while an empty
+    micro-benchmark gives 8 us. The profile's value when no such gap was measured."""
+    lat = profile.event_latency
+    meas = []
+    for s in steps:
+        if not s.gaps:
+            continue
+        try:
+            pred = engine_gaps(_virtual(s, profile).step_records_no_dbo)
+        except ConfigError:
+            continue
+        for k, g in pred.items():
+            if k in s.gaps and abs(g - lat) <= 0.01 * lat + 1e-8:
+                meas.append(s.gaps[k])
+    return max(0.0, statistics.median(meas)) if meas else lat
 
 
 def _virtual(s: StepSample, profile: DeviceProfile) -> Any:
