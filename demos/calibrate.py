@@ -64,7 +64,7 @@ def format_summary(report: CalibrationReport, profile: object) -> str:
         "ops        " + "; ".join(
             f"{k} {fmt_seconds(ops[k].device)} + {ops[k].scale:.2g}x"
             + (f" + {ops[k].memory_scale:.2g}x memory" if ops[k].memory_scale else "")
-            + (f", {ops[k].gil_calls} GIL calls" if ops[k].gil_calls else "")
+            + (f", {ops[k].gil_calls} GIL call{'' if ops[k].gil_calls == 1 else 's'}" if ops[k].gil_calls else "")
             + f" (median |err| {e * 100:.0f}%)"
             for k, e in report.op_errors.items()
         )
