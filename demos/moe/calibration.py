@@ -31,20 +31,17 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-import dbo
-import workspace
 from dbo.costs import (DeviceProfile, HostCosts, LinkProfile, OpCost, Transfer, get_link, get_profile, iter_tensors, memory_seconds,
                        seconds_for)
 from dbo.fit import fit_device, fit_dtype_rates, fit_threaded_ops, predict
 from dbo.streams.virtual import VirtualBackend, VirtualStream
 
-from .calibration_calls import count_gil_calls
+from .calibration_calls import count_gil_calls, one_step_each
 from .calibration_host import measure_host
 from .calibration_steps import (StepSample, engine_gaps, fit_event_latency, fit_launch, fit_thread_start,
                                 fit_wake_latency)
-from .comm import ModelledLinkTransport
-from .config import ConfigError, OverlapConfig, resolve
-from .model import ToyMoE, parse_kernel_name
+from .config import ConfigError, OverlapConfig
+from .model import parse_kernel_name
 from .run import run
 
 __all__ = [
@@ -193,24 +190,16 @@ class _RecordingBackend(VirtualBackend):
 def declared_costs(cfg: OverlapConfig) -> tuple[dict[str, tuple], dict[str, tuple]]:
     """(no-DBO step, DBO step): kernel name -> (kind, the cost the model declares, dtype, kernel
     function name), read from a shape-only (meta) run of ``cfg``'s model on the virtual backend."""
-    dtype = cfg.dtype if cfg.dtype != "auto" else "float32"
-    res = resolve(replace(cfg, backend="virtual", meta=True, dtype=dtype, json_path=None, trace_path=None, plot_path=None,
-                          world_size=1, profile=None))
-    b = _RecordingBackend(profile="cpu", link=res.link)
-    workspace.init_workspace_manager(res.model.device, num_ubatches=cfg.ubatches)
-    try:
-        model = ToyMoE(res.model, ModelledLinkTransport(res.link), num_slots=cfg.ubatches, schedule=cfg.schedule)
-        split = [range(r.start, r.stop) for r in dbo.split_tokens(cfg.tokens, cfg.ubatches)]
-        with dbo.UBatchOrchestrator(cfg.ubatches, backend=b, stream_layout=cfg.stream_layout) as on, \
-                dbo.UBatchOrchestrator(1, backend=b, stream_layout=cfg.stream_layout) as o1:
-            o1.run(model.forward, [range(0, cfg.tokens)])
-            no, b.log = b.log, {}
-            on.run(model.forward, split)
-            dbo_ = b.log
-    finally:
-        workspace.reset_workspace_manager()
-        b.close()
-    link = get_link(res.link)
+    no: dict[str, tuple] = {}
+
+    def keep_no_dbo(b: Any) -> None:
+        no.update(b.log)
+        b.log = {}
+
+    b, link_name = one_step_each(cfg, lambda link: _RecordingBackend(profile="cpu", link=link), meta=True,
+                                 between=keep_no_dbo)
+    dbo_ = b.log
+    link = get_link(link_name)
     for table in (no, dbo_):  # the transport passes seconds over its base link: keep the bytes
         for name, (kind, cost, dt, fname) in table.items():
             if kind == "comm" and isinstance(cost, float) and cost >= link.latency:

@@ -25,7 +25,7 @@ from .comm import ModelledLinkTransport
 from .config import OverlapConfig, resolve
 from .model import ToyMoE, parse_kernel_name
 
-__all__ = ["count_gil_calls", "TorchCalls"]
+__all__ = ["count_gil_calls", "TorchCalls", "one_step_each"]
 
 
 class TorchCalls(TorchFunctionMode):
@@ -69,26 +69,37 @@ class _CountingBackend(VirtualBackend):
         return _CountingStream(self, name)
 
 
+def one_step_each(cfg: OverlapConfig, make_backend: Callable[[str], Any], *, meta: bool,
+                  between: Callable[[Any], None] | None = None) -> tuple[Any, str]:
+    """Build ``cfg``'s model on the virtual backend ``make_backend(link name)`` returns (a
+    subclass that records something) and run one no-DBO step, ``between(backend)``, then one DBO
+    step; ``meta``: shapes only. Returns (the closed backend, the link's name)."""
+    dtype = cfg.dtype if cfg.dtype != "auto" else "float32"
+    res = resolve(replace(cfg, backend="virtual", meta=meta, dtype=dtype, json_path=None, trace_path=None,
+                          plot_path=None, world_size=1, profile=None, graph=False))
+    b = make_backend(res.link)
+    workspace.init_workspace_manager(res.model.device, num_ubatches=cfg.ubatches)
+    try:
+        model = ToyMoE(res.model, ModelledLinkTransport(res.link), num_slots=cfg.ubatches, schedule=cfg.schedule)
+        split = [range(r.start, r.stop) for r in dbo.split_tokens(cfg.tokens, cfg.ubatches)]
+        with dbo.UBatchOrchestrator(cfg.ubatches, backend=b, stream_layout=cfg.stream_layout) as on, \
+                dbo.UBatchOrchestrator(1, backend=b, stream_layout=cfg.stream_layout) as o1:
+            o1.run(model.forward, [range(0, cfg.tokens)])
+            if between is not None:
+                between(b)
+            on.run(model.forward, split)
+    finally:
+        workspace.reset_workspace_manager()
+        b.close()
+    return b, res.link
+
+
 def count_gil_calls(runs: Iterable[OverlapConfig]) -> dict[str, int]:
     """Median torch calls per launch of each op (and op/kernel function) over a no-DBO and a DBO
     step of each config, with real tensors on the CPU."""
     counts: dict[str, list[int]] = {}
     for cfg in runs:
-        dtype = cfg.dtype if cfg.dtype != "auto" else "float32"
-        res = resolve(replace(cfg, backend="virtual", meta=False, dtype=dtype, json_path=None, trace_path=None,
-                              plot_path=None, world_size=1, profile=None, graph=False))
-        b = _CountingBackend(profile="cpu", link=res.link)
-        workspace.init_workspace_manager(res.model.device, num_ubatches=cfg.ubatches)
-        try:
-            model = ToyMoE(res.model, ModelledLinkTransport(res.link), num_slots=cfg.ubatches, schedule=cfg.schedule)
-            split = [range(r.start, r.stop) for r in dbo.split_tokens(cfg.tokens, cfg.ubatches)]
-            with dbo.UBatchOrchestrator(cfg.ubatches, backend=b, stream_layout=cfg.stream_layout) as on, \
-                    dbo.UBatchOrchestrator(1, backend=b, stream_layout=cfg.stream_layout) as o1:
-                o1.run(model.forward, [range(0, cfg.tokens)])
-                on.run(model.forward, split)
-        finally:
-            workspace.reset_workspace_manager()
-            b.close()
+        b, _ = one_step_each(cfg, lambda link: _CountingBackend(profile="cpu", link=link), meta=False)
         for k, v in b.counts.items():
             counts.setdefault(k, []).extend(v)
     return {k: round(statistics.median(v)) for k, v in sorted(counts.items())}
