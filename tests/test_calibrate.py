@@ -208,6 +208,8 @@ def test_tiny_calibration_on_threads_writes_a_profile_virtual_can_use(tmp_path):
     assert prof.host.kernel_sync is False and prof.host.launch >= 0
     assert prof.host.idle_hold > 0  # measured: the executors wait for the GIL
     assert {"router", "experts", "dispatch"} <= set(prof.host.ops)
+    for k in ("launch", "thread_start", "threaded"):  # the summary prints what the profile holds
+        assert rep.host[k] == getattr(prof.host, k), k
     path = tmp_path / "p.json"
     prof.to_json(path)
     again = get_profile(str(path))
