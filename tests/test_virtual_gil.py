@@ -206,3 +206,85 @@ def test_count_gil_calls_counts_every_op_of_both_schedules():
         assert got[op] >= 1, op
     assert got["finalize"] == 2  # h.add_(routed).add_(shared)
     assert got["experts/_k_experts"] > got["experts/_k_experts_ll"]  # the ht experts loop over experts
+
+
+# --- the lazy queue never loses or reorders anything ---------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_ACTIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("launch"), st.integers(0, 1), st.sampled_from(["k", "plain"]), st.integers(1, 300)),
+        st.tuples(st.just("comm"), st.integers(0, 1), st.integers(1, 300)),
+        st.tuples(st.just("wait"), st.integers(0, 1)),  # stream i waits on the other stream's last record
+        st.tuples(st.just("python"), st.integers(1, 2000)),
+        st.tuples(st.just("yield")),
+        st.tuples(st.just("look"), st.integers(0, 1)),
+    ),
+    max_size=40,
+)
+
+
+def _play(actions, profile):
+    tr = Tracer()
+    launched, waits = [], []
+    with VirtualBackend(profile=profile, tracer=tr) as b:
+        ss = [b.new_stream("s0"), b.new_stream("s1")]
+        last = [None, None]
+        for n, a in enumerate(actions):
+            if a[0] == "launch":
+                _, i, op, us = a
+                ss[i].launch(None, name=f"{op} {n}", cost=us * US)
+                launched.append((f"{op} {n}", ss[i].name, us * US))
+                ev = b.new_event()
+                ev.record(ss[i])
+                last[i] = (ev, f"{op} {n}")
+            elif a[0] == "comm":
+                _, i, us = a
+                ss[i].launch(None, name=f"k {n}", kind="comm", cost=us * US)
+                launched.append((f"k {n}", ss[i].name, us * US))
+            elif a[0] == "wait":
+                i = a[1]
+                if last[1 - i] is not None:
+                    ss[i].wait_event(last[1 - i][0])
+                    waits.append((ss[i].name, len(launched), last[1 - i][1]))
+            elif a[0] == "python":
+                b.advance(a[1] * US)
+            elif a[0] == "yield":
+                b.host_event("yield")
+            else:
+                _ = ss[a[1]].query()
+        b.synchronize()
+        end = b.now()
+    return tr, launched, waits, end
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_ACTIONS)
+def test_every_op_is_placed_once_and_in_order(actions):
+    """Random launches (some with GIL calls), records and waits across two streams, host Python,
+    handoffs and looks, with and without GIL calls: after a sync every kernel was placed exactly
+    once; each stream's kernels and each engine's run in order without overlap; a wait holds; no
+    kernel is shorter than its device time. (Not an invariant: that GIL calls only delay. A kernel
+    that a GIL wait keeps running keeps the device awake, so the next launch need not wait for the
+    host to block: hypothesis found a comm kernel, a handoff and two launches where it does not.)"""
+    with_gil = _play(actions, prof(calls=5))
+    without = _play(actions, prof(calls=0))
+    for tr, launched, waits, end in (with_gil, without):
+        recs = {r.name: r for r in tr.kernels()}
+        assert sorted(recs) == sorted(name for name, _, _ in launched)  # nothing lost, nothing twice
+        for name, stream, dur in launched:
+            assert recs[name].stream == stream
+            assert recs[name].end >= recs[name].start + dur * (1 - 1e-9)
+            assert recs[name].end <= end + 1e-12
+        for kind in ("compute", "comm"):
+            on = sorted((r for r in recs.values() if r.kind == kind), key=lambda r: r.start)
+            assert all(x.end <= y.start + 1e-12 for x, y in zip(on, on[1:]))
+        order = [name for name, _, _ in launched]
+        for s in ("s0", "s1"):
+            mine = [recs[n] for n in order if recs[n].stream == s]
+            assert all(x.end <= y.start + 1e-12 for x, y in zip(mine, mine[1:]))  # in issue order
+        for s, upto, after in waits:  # a kernel launched after a wait starts after what it waited for
+            later = [recs[n] for n, st_, _ in launched[upto:] if st_ == s]
+            assert all(r.start >= recs[after].end - 1e-12 for r in later)
