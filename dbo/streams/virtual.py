@@ -129,12 +129,10 @@ class VirtualStream(Stream):
                 b._settle()  # the host waits for the device: it blocks
             host0 = host_before = b._host
             if syncs:
-                host0 = max(host0, self._ready) + b._hc.sync
-            issued = host0 + host_s
-            b._host = issued
-            if b._gil_on:
-                b._gil.hold(host0, issued)
-                b._sleep.advanced(issued)
+                b._free(max(host0, self._ready) + b._hc.sync - host0)
+                host0 = b._host
+            b._busy(host_s)  # the launch's Python
+            issued = b._host
             item = (kind, duration, host0 + first_s, issued, kname, ub, tr, b._wake_latency(), calls)
             # placed now, or queued: on a sleeping device until the host blocks, or while its end
             # depends on what the host does next (virtual_sleep)
