@@ -23,6 +23,12 @@
   every engine and stream is idle puts the device to sleep until the host blocks (a sync, a
   handoff, a thread join) or looks (a query, a ready time, an event's time), or the hold runs out;
   the ops issued meanwhile are placed then, in order, none starting earlier.
+* The GIL for busy kernels (an op's ``OpCost.gil_calls``, only while ``idle_hold`` > 0,
+  ``virtual_gil``): the host's Python (launches, event calls, stream switches, thread starts,
+  ``advance``) is kept as busy intervals; each of a kernel's GIL returns, spread evenly over its
+  device time, that falls inside one waits for its end (at most ``idle_hold``). Such a kernel,
+  and everything issued after it, stays queued until the host's Python has decided its end (the
+  host clock passed the return, or the host blocks for good: a sync or a look).
 * Events: ``record`` stores the stream's ready time (``Event.time``); ``wait_event`` raises the
   waiting stream's ready time to it, plus the profile's wake-up latency when the event was
   recorded on another stream (``event_latency``, and ``event_latency_threaded`` while two or more
