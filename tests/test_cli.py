@@ -4,6 +4,7 @@ sanity bounds on the options, and the key report lines read right."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -12,8 +13,8 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import time
+from typing import Iterator
 
 import pytest
 
@@ -140,17 +141,26 @@ def test_subprocess_bad_path_has_no_traceback(tmp_path):
 # --- signals and a closed stdout -------------------------------------------------------------------------
 
 
-def _start_on_a_terminal(args: list[str], session: bool = False, **env: str):
-    """Start a command with stderr on a pseudo-terminal (so it says when it runs); return the
-    process and the terminal's reading end. ``session``: in a process group of its own (so that
-    a signal can go to the whole group, as a terminal's Ctrl-C does)."""
+@contextlib.contextmanager
+def _on_a_terminal(args: list[str], session: bool = False, **env: str) -> Iterator[tuple[subprocess.Popen, int]]:
+    """Run a command with stderr on a pseudo-terminal (so it says when it runs); yield the process
+    and the terminal's reading end; on the way out kill it if it still runs, and close the
+    terminal and its stdout. ``session``: in a process group of its own (so that a signal can go
+    to the whole group, as a terminal's Ctrl-C does)."""
     master, slave = pty.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", *args], cwd=ROOT, env=_env(**env), stdout=subprocess.PIPE, stderr=slave,
         stdin=subprocess.DEVNULL, start_new_session=session,
     )
     os.close(slave)
-    return proc, master
+    try:
+        yield proc, master
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        os.close(master)
+        proc.stdout.close()
 
 
 def _read_until(fd: int, needle: str, timeout: float) -> str:
@@ -189,8 +199,7 @@ def _drain(fd: int) -> str:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
 def test_a_signal_stops_the_overlap_run_within_a_second(sig, code, word):
-    proc, term = _start_on_a_terminal(["demos.overlap", *LONG])
-    try:
+    with _on_a_terminal(["demos.overlap", *LONG]) as (proc, term):
         _read_until(term, "Ctrl-C stops it", 60)
         time.sleep(0.5)  # into the steps
         t0 = time.monotonic()
@@ -198,15 +207,10 @@ def test_a_signal_stops_the_overlap_run_within_a_second(sig, code, word):
         proc.wait(timeout=10)
         took = time.monotonic() - t0
         err = _drain(term)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        os.close(term)
+        out = proc.stdout.read()
     assert proc.returncode == code, err
     assert took < 1.5, took  # a second, and some slack for a loaded machine's process exit
-    assert proc.stdout.read() == b""
-    proc.stdout.close()
+    assert out == b""
     lines = [x for x in err.replace("\r", "").splitlines() if x.strip()]
     assert lines[-1] == f"python -m demos.overlap: {word}" and "Traceback" not in err, err
 
@@ -230,12 +234,11 @@ def test_a_signal_stops_a_distributed_run_and_leaves_nothing(sig, code, group, t
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait(10)
     (tmp / f"dbo-dist-{dead.pid}-stale").mkdir()  # a SIGKILLed launcher's folder: this launch sweeps it
-    proc, term = _start_on_a_terminal(
+    with _on_a_terminal(
         ["demos.overlap", "--world-size", "2", "--layers", "4", "--tokens", "128", "--hidden", "64", "--experts", "4",
          "--steps", "400", "--dist-timeout", "30"],
         session=group, TMPDIR=str(tmp),
-    )
-    try:
+    ) as (proc, term):
         deadline = time.monotonic() + 90
         while not any(os.path.exists(os.path.join(tmp, d, "started-1")) for d in os.listdir(tmp)):
             assert proc.poll() is None and time.monotonic() < deadline, _drain(term)
@@ -251,12 +254,6 @@ def test_a_signal_stops_a_distributed_run_and_leaves_nothing(sig, code, group, t
         proc.wait(timeout=15)
         took = time.monotonic() - t0
         err = _drain(term)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        os.close(term)
-        proc.stdout.close()
     assert proc.returncode == code, err
     assert took < 3.0, took  # the ranks get SIGTERM, then SIGKILL after a 2 s grace
     assert [d for d in os.listdir(tmp) if d.startswith("dbo-dist-")] == []
@@ -285,12 +282,11 @@ def _gone(pids: list[int], within: float) -> None:
 def test_sigkill_leaves_a_folder_that_names_its_dead_launcher(tmp_path):
     from demos.moe.distributed import sweep_stale_rundirs
 
-    proc, term = _start_on_a_terminal(
+    with _on_a_terminal(
         ["demos.overlap", "--world-size", "2", "--layers", "4", "--tokens", "128", "--hidden", "64", "--experts", "4",
          "--steps", "400"],
         TMPDIR=str(tmp_path),
-    )
-    try:
+    ) as (proc, term):
         deadline = time.monotonic() + 90
         while not any(os.path.exists(os.path.join(tmp_path, d, "started-1")) for d in os.listdir(tmp_path)):
             assert proc.poll() is None and time.monotonic() < deadline, _drain(term)
@@ -298,12 +294,6 @@ def test_sigkill_leaves_a_folder_that_names_its_dead_launcher(tmp_path):
         ranks = _children(proc.pid)
         proc.kill()
         proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        os.close(term)
-        proc.stdout.close()
     left = [d for d in os.listdir(tmp_path) if d.startswith("dbo-dist-")]
     assert left and all(d.startswith(f"dbo-dist-{proc.pid}-") for d in left)
     _gone(ranks, 20.0)  # the ranks see their launcher gone and exit
