@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -215,6 +215,15 @@ def test_a_signal_stops_the_overlap_run_within_a_second(sig, code, word):
     assert lines[-1] == f"python -m demos.overlap: {word}" and "Traceback" not in err, err
 
 
+def _wait_for_ranks(proc: subprocess.Popen, term: int, tmp: Any, timeout: float = 90) -> None:
+    """Wait until a distributed run under ``tmp`` has started its ranks (its run folder holds
+    ``started-1``); fail if the launcher exits first or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while not any(os.path.exists(os.path.join(tmp, d, "started-1")) for d in os.listdir(tmp)):
+        assert proc.poll() is None and time.monotonic() < deadline, _drain(term)
+        time.sleep(0.1)
+
+
 def _children(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
@@ -239,10 +248,7 @@ def test_a_signal_stops_a_distributed_run_and_leaves_nothing(sig, code, group, t
          "--steps", "400", "--dist-timeout", "30"],
         session=group, TMPDIR=str(tmp),
     ) as (proc, term):
-        deadline = time.monotonic() + 90
-        while not any(os.path.exists(os.path.join(tmp, d, "started-1")) for d in os.listdir(tmp)):
-            assert proc.poll() is None and time.monotonic() < deadline, _drain(term)
-            time.sleep(0.1)
+        _wait_for_ranks(proc, term, tmp)
         ranks = _children(proc.pid)
         assert ranks, "the ranks are child processes"
         time.sleep(1.0)
@@ -287,10 +293,7 @@ def test_sigkill_leaves_a_folder_that_names_its_dead_launcher(tmp_path):
          "--steps", "400"],
         TMPDIR=str(tmp_path),
     ) as (proc, term):
-        deadline = time.monotonic() + 90
-        while not any(os.path.exists(os.path.join(tmp_path, d, "started-1")) for d in os.listdir(tmp_path)):
-            assert proc.poll() is None and time.monotonic() < deadline, _drain(term)
-            time.sleep(0.1)
+        _wait_for_ranks(proc, term, tmp_path)
         ranks = _children(proc.pid)
         proc.kill()
         proc.wait(10)
