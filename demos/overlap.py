@@ -201,6 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--sanitize", action="store_true", default=False,
       help="run every step under the workspace sanitizer and the stream-race detector (dbo.races); the report "
            "counts the findings and lists the first few (docs/races.md). Slower; single process only")
+    a("--no-pin-engines", dest="pin_engines", action="store_false", default=d.pin_engines,
+      help="threads backend: let the OS place the compute and link executors on any CPU instead of giving each "
+           "its own (by default they are pinned in a single-process run, as a GPU's engines never wait for each "
+           "other's processor; docs/streams.md)")
     return p
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import heapq
 import logging
+import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Collection
 
 import torch
 
@@ -21,6 +22,43 @@ if TYPE_CHECKING:
 logger = logging.getLogger("dbo.streams.threads")
 
 _SYNC_TORCH_THREADS = True  # executors follow torch.get_num_threads() (off only to measure the difference)
+
+
+def engine_cpus(kind: str, allowed: Collection[int]) -> set[int] | None:
+    """The CPUs the executor of engine ``kind`` ("compute" or "comm") keeps to when the backend pins
+    its engines, out of the CPUs ``allowed`` to the thread that made the backend: the link executor
+    gets the last one to itself, the compute executor all the others (its intra-op threads inherit
+    them). None with fewer than two CPUs: nothing to separate."""
+    cpus = sorted(allowed)
+    if len(cpus) < 2:
+        return None
+    return {cpus[-1]} if kind == "comm" else set(cpus[:-1])
+
+
+def allowed_cpus() -> set[int] | None:
+    """The CPUs the calling thread may run on, or None where the OS has no thread affinity."""
+    get = getattr(os, "sched_getaffinity", None)
+    try:
+        return set(get(0)) if get is not None else None
+    except OSError:
+        return None
+
+
+def _pin_this_thread(kind: str, allowed: Collection[int] | None) -> set[int] | None:
+    """Keep the calling executor thread to ``engine_cpus(kind, allowed)``; the set, or None where
+    the platform cannot (no ``os.sched_setaffinity``), there is one CPU, or the OS refused. (Not the
+    executor's own CPUs: the first executor starts the second, which inherits its pinning.)"""
+    put = getattr(os, "sched_setaffinity", None)
+    if put is None or allowed is None:
+        return None
+    try:
+        cpus = engine_cpus(kind, allowed)
+        if cpus is not None:
+            put(0, cpus)
+        return cpus
+    except OSError as e:  # a cpuset that changed under us, a seccomp filter: run unpinned
+        logger.debug("could not pin the %s executor: %s", kind, e)
+        return None
 
 
 class _Done:
@@ -93,6 +131,7 @@ class _Engine:
         self.running: tuple[ThreadStream, _Kernel] | None = None
         self.busy_since = 0.0  # monotonic time the running kernel started
         self.crashed: BaseException | None = None
+        self.cpus: set[int] | None = None  # the CPUs its executor keeps to (pinned engines), else None
 
     def submit(self, s: ThreadStream, k: _Kernel) -> None:
         """Hand a ready kernel to the engine (scheduler lock held)."""
@@ -116,6 +155,8 @@ class _Engine:
         k: _Kernel | None = None
         exc: BaseException | None = None
         applied_threads = -1
+        if b.pin_engines:
+            self.cpus = _pin_this_thread(self.kind, b._cpus_allowed)
         try:
             while True:
                 with lock:

@@ -27,6 +27,14 @@ per engine runs the kernels.
   cost; ``Transfer`` -> latency + bytes / bandwidth (link profile); ``Work`` only when ``fn`` is
   None (otherwise the real math takes what it takes); None -> 0. Waiting uses an Event wait
   (releases the GIL) and ends early when the backend closes.
+* Pinning (``pin_engines=True``; off by default): each executor keeps to its own CPUs, the link
+  executor to the last CPU the thread that made the backend may use, the compute executor to the others
+  (``thread_engine.engine_cpus``; nothing changes with one CPU or where the OS has no thread
+  affinity). A GPU's engines never wait for each other's processor; unpinned, on a machine with
+  few cores, the OS may queue an executor that was just woken behind the other engine's running
+  kernel on the same core for a scheduler slice (about 1 ms on the 2-core development machine),
+  which no GPU does. Several processes that each pin on the same CPUs would share one core for
+  compute, so leave it off for ranks that run side by side.
 * Errors are sticky per stream (see ``dbo.streams.base``). Every wait is bounded by ``timeout``:
   host waits raise StreamTimeout; a stream parked on an event for longer than ``timeout``, or a
   ready kernel whose engine has been running one and the same kernel for longer than ``timeout``,
@@ -53,7 +61,7 @@ from ..errors import StreamError, StreamTimeout
 from ..registry import acting_ubatch_id
 from . import base
 from .base import Backend, Event, Stream, _kernel_name
-from .thread_engine import _Done, _Engine, _Kernel, _Wait, _complete
+from .thread_engine import _Done, _Engine, _Kernel, _Wait, _complete, allowed_cpus
 
 logger = logging.getLogger(__name__)
 
@@ -227,16 +235,21 @@ class ThreadsBackend(Backend):
 
     ``engine_order``: "launch" (default) runs an engine's ready kernels in launch order; "ready" in
     the order they became ready (round-robin between streams, which exposes more missing waits
-    between two streams of the same engine).
+    between two streams of the same engine). ``pin_engines``: give the compute and the link
+    executor CPUs of their own (see the module's docstring).
     """
 
     name = "threads"
 
-    def __init__(self, *, engine_order: str = "launch", **options: Any):
+    def __init__(self, *, engine_order: str = "launch", pin_engines: bool = False, **options: Any):
         if engine_order not in ENGINE_ORDERS:
             raise ValueError(f"engine_order must be one of {', '.join(ENGINE_ORDERS)}; got {engine_order!r}")
+        if not isinstance(pin_engines, bool):
+            raise TypeError(f"pin_engines must be True or False, got {pin_engines!r}")
         super().__init__(**options)
         self.engine_order = engine_order
+        self.pin_engines = pin_engines
+        self._cpus_allowed = allowed_cpus() if pin_engines else None  # the creating thread's CPUs
         self._stop = threading.Event()  # set at close: cuts modelled waits short, stops the watchdog
         self._lock = threading.Lock()  # the scheduler lock: queues, tokens' waiters, engines' heaps
         self._stopping = False  # under _lock: executors exit
@@ -247,6 +260,11 @@ class ThreadsBackend(Backend):
 
     def _make_stream(self, name: str) -> Stream:
         return ThreadStream(self, name)
+
+    def pinned_cpus(self) -> dict[str, list[int]]:
+        """The CPUs each started executor keeps to, by engine ("compute", "comm"); empty when the
+        engines are not pinned (``pin_engines`` off, one CPU, no thread affinity on this OS)."""
+        return {k: sorted(e.cpus) for k, e in self._engines.items() if e.cpus is not None}
 
     def new_event(self) -> Event:
         return ThreadEvent(self)

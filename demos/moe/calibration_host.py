@@ -161,7 +161,8 @@ def _threaded(b: Any, o2: dbo.UBatchOrchestrator, x: torch.Tensor, n: int, round
 def measure_host(backend: str, reps: int = 500, progress: Callable[[str], None] | None = None) -> dict[str, float]:
     """The host constants of ``backend`` ("threads" or "cuda"), seconds (``threaded``: a factor)."""
     dev = "cuda" if backend == "cuda" else "cpu"
-    b = dbo.get_backend(backend)
+    # pinned as the model's single-process runs are (Runner), so that both see the same machine
+    b = dbo.get_backend(backend, **({"pin_engines": True} if backend == "threads" else {}))
     x = torch.zeros(1, device=dev)
     out: dict[str, float] = {}
     prev = None

@@ -112,6 +112,9 @@ class OverlapConfig:
     """Capture the no-DBO and the DBO step once each and time their replays (``ll`` only)."""
     sanitize: bool = False
     """Run every step under workspace.sanitizer and dbo.races (docs/races.md); single process only."""
+    pin_engines: bool = True
+    """threads backend, one process: the compute and the link executor keep to CPUs of their own
+    (``ThreadsBackend(pin_engines=True)``, docs/streams.md); ignored on other backends and ranks."""
 
 
 @dataclass

@@ -98,6 +98,7 @@ def to_dict(result: OverlapResult) -> dict[str, Any]:
             "warmup": cfg.warmup,
             "seed": cfg.seed,
             "torch_threads": result.torch_threads,
+            "engine_cpus": result.engine_cpus,
             "stream_layout": cfg.stream_layout,
             "world_size": res.world_size,
             "dist_backend": res.dist_backend,
@@ -248,6 +249,16 @@ def _output_lines(rep: dict) -> list[str]:
     return lines
 
 
+def _pinned(cpus: dict | None) -> str:
+    """", engines pinned: compute CPU 0, link CPU 1" (threads backend), or "" when not pinned."""
+    if not cpus:
+        return ""
+    def one(c: list[int]) -> str:
+        return f"CPU {c[0]}" if len(c) == 1 else f"CPUs {c[0]}-{c[-1]}" if c == list(range(c[0], c[-1] + 1)) else "CPUs " + ",".join(map(str, c))
+    names = {"compute": "compute", "comm": "link"}
+    return ", engines pinned: " + ", ".join(f"{names[k]} {one(cpus[k])}" for k in names if k in cpus)
+
+
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 100:.1f}%"
 
@@ -303,7 +314,7 @@ def format_report(rep: dict) -> str:
     lines.append(
         f"           expert ffn {c['expert_ffn']}, shared ffn {c['shared_ffn']}, context {c['context']}, heads {c['heads']}, "
         f"dtype {c['dtype']}{' (meta: math skipped)' if c['meta'] else ''}, profile {c['profile']}, ep {c['ep']}, "
-        f"torch threads {c['torch_threads']}"
+        f"torch threads {c['torch_threads']}{_pinned(c.get('engine_cpus'))}"
     )
     bw = link["bandwidth_Bps"]
     if bw is None:  # a real link: torch.distributed

@@ -149,6 +149,8 @@ class OverlapResult:
     records_dbo: list[KernelRecord]
     window: Window
     torch_threads: int
+    engine_cpus: dict[str, list[int]] = field(default_factory=dict)
+    """threads backend: the CPUs the pinned executors kept to, by engine; empty when not pinned."""
     host_spans: list[SpanRecord] = field(default_factory=list)
     host_handoffs: list[HandoffRecord] = field(default_factory=list)
     ranks: list[RankResult] = field(default_factory=list)

@@ -198,6 +198,7 @@ def _result(r: Runner, cfg: OverlapConfig, res: Resolved, meas: Measurement, eng
         start_phases_dbo_s=list(meas.start_dbo),
         window=layer_window(recs_dbo, cfg.layers),
         torch_threads=meas.torch_threads,
+        engine_cpus=meas.engine_cpus,
         host_spans=spans,
         host_handoffs=handoffs,
     )

@@ -59,7 +59,10 @@ class Runner:
         self.rows = rows if rows is not None else range(0, cfg.tokens)
         self.last_host: dict[bool, tuple[list, list]] = {}
         """The host spans and handoffs of the last traced step, without (False) and with DBO (True)."""
-        self.backend = dbo.get_backend(res.backend, profile=res.profile, link=res.link, tracer=None)
+        # the threads backend gives its engines CPUs of their own, as a GPU's engines have, unless
+        # asked not to or when ranks run side by side on the same CPUs (ThreadsBackend, pin_engines)
+        pin = {"pin_engines": cfg.pin_engines and not res.distributed} if res.backend == "threads" else {}
+        self.backend = dbo.get_backend(res.backend, profile=res.profile, link=res.link, tracer=None, **pin)
         try:
             self.transport = transport if transport is not None else ModelledLinkTransport(res.link)
             self.manager = workspace.init_workspace_manager(res.model.device, num_ubatches=cfg.ubatches)
@@ -204,6 +207,7 @@ class Measurement:
     slot_sizes: list[int]
     bytes_to_peers_per_step: float
     torch_threads: int
+    engine_cpus: dict[str, list[int]] = field(default_factory=dict)  # pinned engines' CPUs (threads)
     split_ref: torch.Tensor | None = None  # the DBO split run one ubatch after another
     graph: "GraphTimes | None" = None
     start_dbo: list[float] = field(default_factory=list)  # each timed DBO step's start phase (Runner.last_start_phase)
@@ -255,7 +259,7 @@ def measure(r: Runner, cfg: OverlapConfig, res: Resolved) -> Measurement:
         warm=warm, allocations_at_lock=allocations_at_lock, calibration=calibration,
         t_no=t_no, recs_no=recs_no, t_dbo=t_dbo, recs_dbo=recs_dbo, ref=ref, out=out,
         stats=m.stats(), slot_sizes=m.slot_sizes(), bytes_to_peers_per_step=sent / max(1, cfg.steps),
-        torch_threads=torch.get_num_threads(), split_ref=split_ref, graph=graph, start_dbo=start_dbo,
+        torch_threads=torch.get_num_threads(), engine_cpus=getattr(r.backend, "pinned_cpus", dict)(), split_ref=split_ref, graph=graph, start_dbo=start_dbo,
     )
 
 
