@@ -192,6 +192,10 @@ class DeviceProfile:
     * ``event_latency_threaded``: added to ``event_latency`` while two or more ubatch threads are
       live (on the threads backend their Python competes with the executor threads for the GIL and
       the cores, and a woken executor waits for them; fitted to DBO steps by calibration).
+    * ``engine_gap``: seconds an engine takes between the end of one kernel and the start of the
+      next one that was already waiting for it (on the threads backend the executor's bookkeeping
+      between two kernels; on a GPU about nothing), and ``engine_gap_threaded`` added to it while two
+      or more ubatch threads are live. Both measured by calibration from the model's steps.
     * ``host``: ``HostCosts`` (virtual backend's host clock).
     """
 
@@ -209,6 +213,8 @@ class DeviceProfile:
     event_latency: float = 0.0
     event_latency_threaded: float = 0.0
     fixed_threaded: float = 1.0
+    engine_gap: float = 0.0
+    engine_gap_threaded: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -227,7 +233,8 @@ class DeviceProfile:
         if len(knee) != 3:
             raise ValueError(f"gemm_knee must be (m0, n0, k0), got {self.gemm_knee!r}")
         object.__setattr__(self, "gemm_knee", tuple(check_number("gemm_knee", x) for x in knee))
-        for name in ("min_kernel", "flops_knee", "bytes_knee", "event_latency", "event_latency_threaded"):
+        for name in ("min_kernel", "flops_knee", "bytes_knee", "event_latency", "event_latency_threaded",
+                     "engine_gap", "engine_gap_threaded"):
             check_number(name, getattr(self, name))
         if check_number("fixed_threaded", self.fixed_threaded) < 1:
             raise ValueError(f"fixed_threaded must be >= 1, got {self.fixed_threaded}")

@@ -56,6 +56,7 @@ def format_summary(report: CalibrationReport, profile: object) -> str:
     )
     lines.append(
         f"wake-up    across engines {us(p.event_latency)} idle, + {us(p.event_latency_threaded)} while ubatch threads run; "  # type: ignore[attr-defined]
+        f"an engine takes {us(p.engine_gap)} between kernels, + {us(p.engine_gap_threaded)} while ubatch threads run; "  # type: ignore[attr-defined]
         f"an idle device waits for running host code up to {fmt_seconds(p.host.idle_hold)}; "  # type: ignore[attr-defined]
         f"ops' fixed part x{p.fixed_threaded:.2f} while ubatch threads run"  # type: ignore[attr-defined]
     )

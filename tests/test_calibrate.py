@@ -175,6 +175,21 @@ def test_wake_latency_of_a_virtual_machine_is_recovered_from_its_no_dbo_steps():
     assert fit_wake_latency([replace(s, gaps={}) for s in steps], base) == 8e-6  # nothing measured: kept
 
 
+def test_engine_gaps_of_a_virtual_machine_are_recovered_from_its_steps():
+    from demos.moe.calibration_steps import fit_engine_gap
+
+    machine = replace(MACHINE, engine_gap=6e-6, engine_gap_threaded=10e-6)
+    _, steps = cal.measure_ops("virtual", TINY, truth=machine)
+    assert all(s.turns_no_dbo and s.turns_dbo for s in steps)
+    base = replace(BASE, host=replace(BASE.host, ops=MACHINE_OPS, launch=25e-6), engine_gap=1e-6)
+    gap, threaded = fit_engine_gap(steps, base)
+    assert gap == pytest.approx(6e-6, rel=0.02)
+    assert threaded == pytest.approx(10e-6, rel=0.02)
+    # nothing measured: the profile's values are kept
+    none = [replace(s, turns_no_dbo={}, turns_dbo={}) for s in steps]
+    assert fit_engine_gap(none, replace(base, engine_gap_threaded=3e-6)) == (1e-6, 3e-6)
+
+
 def test_declared_costs_name_every_kernel_of_both_steps():
     from demos.moe.config import OverlapConfig
 

@@ -364,3 +364,39 @@ def test_the_ops_fixed_part_runs_slower_while_ubatch_threads_are_live():
         b.host_event("thread_join")
     with pytest.raises(ValueError, match="fixed_threaded must be >= 1"):
         dataclasses.replace(prof(), fixed_threaded=0.5)
+
+
+def test_a_kernel_waiting_for_its_engine_starts_the_engine_gap_after_the_last_one():
+    p = dataclasses.replace(prof(), engine_gap=5 * US, engine_gap_threaded=20 * US)
+    tr = Tracer()
+    with VirtualBackend(profile=p, tracer=tr) as b:
+        a, c = b.new_stream("a"), b.new_stream("c")
+        a.launch(None, name="k1", cost=1e-3)
+        a.launch(None, name="k2", cost=1e-3)  # same stream, waiting: the gap
+        c.launch(None, name="k3", cost=1e-3)  # another stream, same engine, waiting: the gap too
+        a.launch(None, name="m1", kind="comm", cost=1e-4)  # the comm engine is idle: no gap
+        b.synchronize()
+        late_at = b.now() + 10e-3
+        b.host_event("thread_start")
+        b.host_event("thread_start")  # two ubatch threads live: the threaded gap adds
+        a.launch(None, name="k4", cost=1e-3)
+        a.launch(None, name="k5", cost=1e-3)
+        b.host_event("thread_join")
+        b.host_event("thread_join")
+        b.advance(late_at - b.now())  # a kernel launched long after the engine went idle: no gap
+        c.launch(None, name="k6", cost=1e-3)
+        b.synchronize()
+        r = {k.name: k for k in tr.kernels()}
+        assert r["k2"].start == pytest.approx(r["k1"].end + 5 * US)
+        assert r["k3"].start == pytest.approx(r["k2"].end + 5 * US)
+        assert r["m1"].start == pytest.approx(r["k2"].end)  # after k2 on its stream; its engine was free
+        assert r["k5"].start == pytest.approx(r["k4"].end + 25 * US)
+        assert r["k6"].start == pytest.approx(late_at)
+    with pytest.raises(ValueError, match="engine_gap"):
+        dataclasses.replace(prof(), engine_gap=-1e-6)
+
+
+def test_engine_gaps_survive_the_profile_json():
+    p = dataclasses.replace(prof(), engine_gap=5 * US, engine_gap_threaded=20 * US)
+    q = DeviceProfile.from_json(p.to_json())
+    assert (q.engine_gap, q.engine_gap_threaded) == (5 * US, 20 * US)

@@ -9,8 +9,9 @@
   (``on_graph_replay``: one plain launch) add theirs; a host sync (stream, event, backend
   ``synchronize``, or launching a kernel function marked with ``dbo.costs.syncs_host``) moves the
   host clock to ``max(host, device completion) + HostCosts.sync``. ``now()`` is the host clock.
-* Device timing, per kernel: ``start = max(stream ready, engine free, host clock after issuing
-  its first kernel)``; ``end = max(start + duration, host clock after issuing all of it)``; then the
+* Device timing, per kernel: ``start = max(stream ready, engine free + engine gap, host clock after
+  issuing its first kernel)`` (the gap: the profile's ``engine_gap``, plus ``engine_gap_threaded``
+  while two or more ubatch threads are live); ``end = max(start + duration, host clock after issuing all of it)``; then the
   stream's ready time and the engine's free time become ``end``. Two engines: every compute kernel
   shares one (compute kernels serialize in launch order), every comm kernel shares the link. A
   compute kernel running while a comm kernel runs progresses at ``1 - comm_sm_share`` of its rate.
@@ -139,7 +140,7 @@ class VirtualStream(Stream):
                 host0 = b._host
             b._busy(host_s)  # the launch's Python
             issued = b._host
-            item = (kind, duration, host0 + first_s, issued, kname, ub, tr, b._wake_latency(), calls)
+            item = (kind, duration, host0 + first_s, issued, kname, ub, tr, b._wake_latency(), calls, b._engine_gap())
             # placed now, or queued: on a sleeping device until the host blocks, or while its end
             # depends on what the host does next (virtual_sleep)
             b._sleep.launch(host0 + first_s, b._idle_by,
@@ -158,9 +159,11 @@ class VirtualStream(Stream):
                         self._error_note = f"kernel {kname!r} raised"
 
     def _schedule(self, kind: str, duration: float, host_first: float, issued: float, kname: str, ub: Any,
-                  tr: Any, lat: float, calls: int = 0, wake: float = 0.0, final: bool = True) -> float | None:
+                  tr: Any, lat: float, calls: int = 0, gap: float = 0.0, wake: float = 0.0,
+                  final: bool = True) -> float | None:
         """Place one launched kernel on its engine (backend lock held): it starts when its stream,
-        its engine and the host have issued its first kernel (and the device is awake: ``wake``),
+        its engine (``gap`` after its last kernel) and the host have issued its first kernel (and
+        the device is awake: ``wake``),
         and ends no earlier than the host has issued all of it. With ``calls`` GIL returns its end
         also waits for the host's Python (``virtual_gil``): returns the host time to wait for, and
         places nothing, when that depends on what the host does after now (unless ``final``)."""
@@ -168,7 +171,7 @@ class VirtualStream(Stream):
         ready = self._ready
         if self._last_kind is not None and self._last_kind != kind:  # the stream moves to the other engine
             ready += lat
-        start = max(ready, b._engine_free[kind], host_first, wake)
+        start = max(ready, b._engine_free[kind] + gap, host_first, wake)
         if kind == "compute" and b._share > 0 and b._comm_busy:
             busy = b._comm_busy
             while busy and busy[0][1] <= b._engine_free["compute"]:
@@ -340,6 +343,12 @@ class VirtualBackend(Backend):
         ``event_latency_threaded`` while two or more ubatch threads are live)."""
         p = self.profile
         return p.event_latency + (p.event_latency_threaded if self._live > 1 else 0.0)
+
+    def _engine_gap(self) -> float:
+        """Seconds an engine takes from one kernel's end to the start of the next, waiting one
+        (``engine_gap``, plus ``engine_gap_threaded`` while two or more ubatch threads are live)."""
+        p = self.profile
+        return p.engine_gap + (p.engine_gap_threaded if self._live > 1 else 0.0)
 
     def _idle_by(self, t: float) -> bool:
         """Whether every engine and stream is idle by ``t`` (lock held)."""

@@ -42,8 +42,8 @@ from dbo.streams.virtual import VirtualBackend, VirtualStream
 
 from .calibration_calls import count_gil_calls, one_step_each
 from .calibration_host import measure_host
-from .calibration_steps import (StepSample, engine_gaps, fit_event_latency, fit_launch, fit_thread_start,
-                                fit_wake_latency)
+from .calibration_steps import (StepSample, engine_gaps, fit_engine_gap, fit_event_latency, fit_launch,
+                                fit_thread_start, fit_wake_latency, turnarounds)
 from .config import ConfigError, OverlapConfig
 from .model import parse_kernel_name
 from .run import run
@@ -249,7 +249,8 @@ def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
         link = LinkProfile("calibrated", res.link["latency_s"], res.link["bandwidth_Bps"])
         start = statistics.median(res.start_phases_dbo_s) if res.start_phases_dbo_s else None
         steps.append(StepSample(res.config, link, res.time_no_dbo_s, res.time_dbo_s, start,
-                                engine_gaps(res.step_records_no_dbo)))
+                                engine_gaps(res.step_records_no_dbo), turnarounds(res.step_records_no_dbo),
+                                turnarounds(res.step_records_dbo)))
         every = ((res.step_records_no_dbo, no, False), (res.step_records_dbo, dbo_, True))
         for steps_recs, table, threaded in every:  # every timed step: the fit takes each shape's median
             for r in (r for recs in steps_recs for r in recs):
@@ -343,6 +344,8 @@ def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None
     prof = replace(prof, host=replace(prof.host, launch=launch))
     thread_start = fit_thread_start(steps, prof)
     prof = replace(prof, host=replace(prof.host, thread_start=thread_start))
+    gap, gap_threaded = fit_engine_gap(steps, prof)
+    prof = replace(prof, engine_gap=gap, engine_gap_threaded=gap_threaded)
     prof = replace(prof, event_latency=fit_wake_latency(steps, prof))
     prof = replace(prof, event_latency_threaded=fit_event_latency(steps, prof, progress=progress))
     dev_err = [math.log(predict(prof, op, sh, dt, b) / t) for op, sh, dt, b, t in first]  # the dtype the knees fit
