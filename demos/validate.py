@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time each run's steps for at least this long per DBO mode: more steps where a step is "
                    f"short, at most {MAX_STEPS} (default 0.1; 0: exactly --steps)")
     p.add_argument("--repeats", type=_steps, default=None,
-                   help="runs per grid point, medians of their figures (default 3, 1 without --quick)")
+                   help="runs per grid point, medians of their figures; the grid runs once per repeat, point after "
+                   "point (default 3, 1 without --quick)")
     p.add_argument("--h200", action="store_true",
                    help="only compare the built-in h200 profile with the H200 measurements (no runs here)")
     p.add_argument("--no-progress", action="store_true", help="no progress line (shown only on a terminal)")

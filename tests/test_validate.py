@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from dbo.costs import HostCosts, OpCost, get_profile, scale_profile
+from dbo.costs import HostCosts, LinkProfile, OpCost, get_profile, scale_profile
 from dbo.trace import KernelRecord
 from dbo.timeline import engine_sums, overlap_seconds
 from demos import validate as cli
@@ -74,6 +74,45 @@ def test_table_has_every_row_the_errors_and_the_crossovers():
     assert "step time |error|: median" in text
     assert "crossover ht eager comm 1x: DBO pays from 128 tokens measured, 128 tokens predicted" in text
     assert "targets: median_abs_step_error <= 10%: no; max_abs_step_error <= 25%: no; speedups within 0.1: 2/3" in text
+
+
+def test_a_slowdown_over_a_few_consecutive_runs_spoils_no_points_median(monkeypatch):
+    # the machine slows down for three measured runs in a row; run in passes over the grid, each
+    # point has at most one of its three runs inside the slowdown, and the median drops it (run
+    # point by point, the first point's second and third runs would both have been slow)
+    pts = val.grid(True, sizes=(16, 128, 1024), ratios=(1.0,), schedules=("ht",), modes=("eager",))
+    measured = []
+    link = LinkProfile("l", 1e-6, 1e9)
+
+    def fake(cfg):
+        if cfg.meta:  # the prediction
+            return Figures(1.0, 0.5, None), link
+        measured.append(cfg.tokens)
+        slow = len(measured) in (2, 3, 4)
+        return Figures(1.0, 5.0 if slow else 0.5, None), link
+
+    monkeypatch.setattr(val, "_figures", fake)
+    seen = []
+    v = val.validate("virtual", MACHINE, pts, steps=1, repeats=3, progress=seen.append)
+    assert measured == [16, 128, 1024] * 3  # pass after pass
+    assert [r.measured.dbo_s for r in v.rows] == [0.5, 0.5, 0.5]
+    assert seen[0] == "pass 1/3, point 1/3: ht 16 tokens, comm 1x, eager" and seen[-1].startswith("pass 3/3, point 3/3")
+
+
+def test_a_point_that_cannot_run_is_skipped_in_every_pass(monkeypatch):
+    pts = val.grid(True, sizes=(16, 128), ratios=(1.0,), schedules=("ht",), modes=("eager",))
+    calls = []
+
+    def fake(cfg):
+        if cfg.tokens == 16 and not cfg.meta:
+            calls.append(cfg.tokens)
+            raise val.ConfigError("comm ratio too small")
+        return Figures(1.0, 0.5, None), LinkProfile("l", 1e-6, 1e9)
+
+    monkeypatch.setattr(val, "_figures", fake)
+    v = val.validate("virtual", MACHINE, pts, steps=1, repeats=3)
+    assert [r.point.tokens for r in v.rows] == [128] and calls == [16]
+    assert len(v.notes) == 1 and "16 tokens" in v.notes[0]
 
 
 def test_a_point_with_a_dtype_in_its_shapes_takes_another_on_top():

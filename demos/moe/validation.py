@@ -152,38 +152,46 @@ def steps_for(predicted_step_s: float, steps: int, min_time: float) -> int:
 def validate(backend: str, profile: Any, points: Sequence[Point], *, steps: int = 5, repeats: int = 1,
              min_time: float = 0.0, progress: Callable[[str], None] | None = None, truth: Any = None) -> Validation:
     """Measure every point on ``backend`` and predict it on virtual with ``profile`` over the link
-    the real run calibrated; ``repeats`` runs of each, medians of their figures. Each run times
-    ``steps`` steps per DBO mode, more where the profile predicts a step shorter than ``min_time /
-    steps`` (``steps_for``). ``truth``: the profile of the measured runs when ``backend`` is
-    "virtual" (a machine with known figures, tests)."""
+    the real run calibrated; ``repeats`` runs of each, medians of their figures. The grid runs in
+    ``repeats`` passes (every point once per pass), so that a slowdown of the machine that lasts
+    a few points spoils one run of each of them, which the median drops, and not all of one
+    point's runs. Each run times ``steps`` steps per DBO mode, more where the profile predicts a
+    step shorter than ``min_time / steps`` (``steps_for``). ``truth``: the profile of the measured
+    runs when ``backend`` is "virtual" (a machine with known figures, tests)."""
     t0 = time.perf_counter()
-    rows: list[Row] = []
-    skipped: list[str] = []
-    for i, pt in enumerate(points):
-        if progress:
-            progress(f"point {i + 1}/{len(points)}: {pt.schedule} {pt.tokens} tokens, comm {pt.comm_ratio:g}x, {pt.mode}")
-        dtype = dict(pt.shapes).get("dtype", "float32")
-        try:
-            n = steps
-            if min_time > 0:  # a first guess of the step time, over the profile's own link
-                guess, _ = _figures(pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype))
-                n = steps_for(guess.no_dbo_s, steps, min_time)
-            meas, pred = [], []
-            for _ in range(repeats):
-                m, link = _figures(pt.config(backend=backend, steps=n, warmup=1, profile=truth))
+    runs: dict[int, tuple[list[Figures], list[Figures]]] = {}
+    skipped: dict[int, str] = {}
+    sizes: dict[int, int] = {}
+    for r in range(repeats):
+        for i, pt in enumerate(points):
+            if i in skipped:
+                continue
+            if progress:
+                pass_ = f"pass {r + 1}/{repeats}, " if repeats > 1 else ""
+                progress(f"{pass_}point {i + 1}/{len(points)}: {pt.schedule} {pt.tokens} tokens, comm {pt.comm_ratio:g}x, {pt.mode}")
+            dtype = dict(pt.shapes).get("dtype", "float32")
+            try:
+                if i not in sizes:
+                    n = steps
+                    if min_time > 0:  # a first guess of the step time, over the profile's own link
+                        guess, _ = _figures(pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype))
+                        n = steps_for(guess.no_dbo_s, steps, min_time)
+                    sizes[i] = n
+                m, link = _figures(pt.config(backend=backend, steps=sizes[i], warmup=1, profile=truth))
                 # the prediction runs over the link the real run calibrated (not a virtual
                 # recalibration), so both see the same transfers
                 q, _ = _figures(replace(pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype),
                                         comm_ratio=None, link=link))
-                meas.append(m)
-                pred.append(q)
-            measured, predicted = _median_figures(meas), _median_figures(pred)
-        except ConfigError as e:  # e.g. a comm ratio too small for the link's fixed costs at this size
-            skipped.append(f"{pt.schedule} {pt.tokens} tokens comm {pt.comm_ratio:g}x {pt.mode}: skipped ({e})")
-            continue
-        rows.append(Row(pt, measured, predicted))
+            except ConfigError as e:  # e.g. a comm ratio too small for the link's fixed costs at this size
+                skipped[i] = f"{pt.schedule} {pt.tokens} tokens comm {pt.comm_ratio:g}x {pt.mode}: skipped ({e})"
+                runs.pop(i, None)
+                continue
+            meas, pred = runs.setdefault(i, ([], []))
+            meas.append(m)
+            pred.append(q)
+    rows = [Row(pt, _median_figures(runs[i][0]), _median_figures(runs[i][1])) for i, pt in enumerate(points) if i in runs]
     name = profile if isinstance(profile, str) else getattr(profile, "name", str(profile))
-    return Validation(backend, name, rows, time.perf_counter() - t0, skipped)
+    return Validation(backend, name, rows, time.perf_counter() - t0, [skipped[i] for i in sorted(skipped)])
 
 
 def crossover(rows: Sequence[Row], schedule: str, which: str, comm_ratio: float = 1.0, mode: str = "eager") -> int | None:
