@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 
+import workspace
 from dbo.streams import ThreadsBackend
 from dbo.streams import thread_engine
 from dbo.streams import threads as threads_mod
@@ -140,6 +141,9 @@ def test_demo_never_pins_ranks_that_share_the_cpus(monkeypatch):
 
     cfg = OverlapConfig(**SMALL)
     res = resolve(cfg)
-    for r_res, want in ((res, True), (replace(res, world_size=2, dist_backend="gloo"), False)):
-        Runner(cfg, r_res).close()
-        assert seen[-1] is want
+    try:
+        for r_res, want in ((res, True), (replace(res, world_size=2, dist_backend="gloo"), False)):
+            Runner(cfg, r_res).close()
+            assert seen[-1] is want
+    finally:
+        workspace.reset_workspace_manager()  # as run() does: leave no process-global manager behind
