@@ -236,6 +236,8 @@ def summarize(v: Validation) -> dict[str, Any]:
         "median_abs_step_error": statistics.median(errs) if errs else None,
         "max_abs_step_error": max(errs) if errs else None,
         "max_abs_speedup_error": max((abs(r.err_speedup) for r in v.rows), default=None),
+        "speedups_off": [f"{r.point.schedule} {r.point.mode} {r.point.tokens} tokens comm {r.point.comm_ratio:g}x: "
+                         f"{r.err_speedup:+.2f}" for r in v.rows if abs(r.err_speedup) > TARGETS["speedup"]],
         "crossover": cross,
     }
 
@@ -267,6 +269,8 @@ def format_table(v: Validation) -> str:
     )
     lines.append("targets: " + "; ".join(f"{k}: {'yes' if v is True else 'no' if v is False else v}"
                                          for k, v in s["targets"].items()))
+    if s["speedups_off"]:
+        lines.append("speedups off by more than 0.1: " + "; ".join(s["speedups_off"]))
     for k, c in s["crossover"].items():
         fmt = lambda x: "never" if x is None else f"{x} tokens"  # noqa: E731
         lines.append(f"crossover {k}: DBO pays from {fmt(c['measured'])} measured, {fmt(c['predicted'])} predicted")
