@@ -39,36 +39,34 @@ class StepSample:
     turns_dbo: dict = field(default_factory=dict)  # turnarounds of its DBO steps
 
 
-def engine_gaps(steps: list[list[Any]]) -> dict[tuple[str, str], float]:
-    """Median seconds from a kernel's end to the start of the same ubatch's next kernel when that
-    one runs on the other engine, by (kernel name, next kernel name), over ``steps`` (each a list
-    of ``KernelRecord``)."""
+def _next_kernel_gaps(steps: list[list[Any]], group: Callable[[Any], Any],
+                      keep: Callable[[Any, Any], bool]) -> dict[tuple[str, str], float]:
+    """Median seconds from a kernel's end to the start of the next kernel of its ``group`` (by
+    start time) where ``keep(kernel, next)``, by (kernel name, next kernel name), over ``steps``
+    (each a list of ``KernelRecord``)."""
     out: dict[tuple[str, str], list[float]] = {}
     for recs in steps:
         by: dict[Any, list[Any]] = {}
         for r in recs:
-            by.setdefault(r.ubatch, []).append(r)
+            by.setdefault(group(r), []).append(r)
         for rs in by.values():
             rs.sort(key=lambda r: r.start)
             for a, b in zip(rs, rs[1:]):
-                if a.kind != b.kind:
+                if keep(a, b):
                     out.setdefault((a.name, b.name), []).append(b.start - a.end)
     return {k: statistics.median(v) for k, v in out.items()}
 
 
+def engine_gaps(steps: list[list[Any]]) -> dict[tuple[str, str], float]:
+    """Median gap from a kernel's end to the start of the same ubatch's next kernel when that one
+    runs on the other engine, by (kernel name, next kernel name)."""
+    return _next_kernel_gaps(steps, lambda r: r.ubatch, lambda a, b: a.kind != b.kind)
+
+
 def turnarounds(steps: list[list[Any]]) -> dict[tuple[str, str], float]:
-    """Median seconds from a kernel's end to the start of the next kernel on the same engine, by
-    (kernel name, next kernel name), over ``steps`` (each a list of ``KernelRecord``)."""
-    out: dict[tuple[str, str], list[float]] = {}
-    for recs in steps:
-        by: dict[str, list[Any]] = {}
-        for r in recs:
-            by.setdefault(r.kind, []).append(r)
-        for rs in by.values():
-            rs.sort(key=lambda r: r.start)
-            for a, b in zip(rs, rs[1:]):
-                out.setdefault((a.name, b.name), []).append(b.start - a.end)
-    return {k: statistics.median(v) for k, v in out.items()}
+    """Median gap from a kernel's end to the start of the next kernel on the same engine, by
+    (kernel name, next kernel name)."""
+    return _next_kernel_gaps(steps, lambda r: r.kind, lambda a, b: True)
 
 
 def _issue_seconds(cfg: OverlapConfig, profile: Any = None, steps: int = 9) -> tuple[float, int]:
