@@ -11,8 +11,8 @@
   host clock to ``max(host, device completion) + HostCosts.sync``. ``now()`` is the host clock.
 * Device timing, per kernel: ``start = max(stream ready, engine free + engine gap, host clock after
   issuing its first kernel)`` (the gap: the profile's ``engine_gap``, plus ``engine_gap_threaded``
-  while two or more ubatch threads are live); ``end = max(start + duration, host clock after issuing all of it)``; then the
-  stream's ready time and the engine's free time become ``end``. Two engines: every compute kernel
+  while two or more ubatch threads are live); ``end = max(start + duration, host clock after
+  issuing all of it)``; then the stream's ready time and the engine's free time become ``end``. Two engines: every compute kernel
   shares one (compute kernels serialize in launch order), every comm kernel shares the link. A
   compute kernel running while a comm kernel runs progresses at ``1 - comm_sm_share`` of its rate.
   Duration: ``dbo.costs.seconds_for`` with the dtype of the first floating-point tensor argument

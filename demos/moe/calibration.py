@@ -15,8 +15,10 @@
 4. the model's host time per launch: the host's issue time of small steps against the virtual
    backend's prediction of the same steps (the difference per launch is ``HostCosts.launch``).
 5. in context, from the runs of 3. (``demos.moe.calibration_steps``): the ubatch threads' start
-   (``HostCosts.thread_start``, from the DBO steps' start phase) and the idle wake-up across
-   engines (``DeviceProfile.event_latency``, from the no-DBO steps' engine changes); on threads,
+   (``HostCosts.thread_start``, from the DBO steps' start phase), the engines' turnaround between
+   kernels (``DeviceProfile.engine_gap`` and ``engine_gap_threaded``, from both kinds of step) and
+   the idle wake-up across engines (``DeviceProfile.event_latency``, from the no-DBO steps' engine
+   changes); on threads,
    each op's torch calls (``OpCost.gil_calls``, ``demos.moe.calibration_calls``);
 6. the wake-up latency across engines while ubatch threads run
    (``DeviceProfile.event_latency_threaded``): the value with which the virtual backend reproduces

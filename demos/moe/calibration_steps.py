@@ -1,6 +1,7 @@
-"""Calibration from whole steps: the model's host time per launch, the ubatch threads' start, and
-the wake-up latency across engines (idle, and while ubatch threads run), each taken from or fitted
-to measured steps of the toy MoE, so that the virtual backend reproduces them."""
+"""Calibration from whole steps: the model's host time per launch, the ubatch threads' start, the
+engines' turnaround between kernels, and the wake-up latency across engines (idle, and while
+ubatch threads run), each taken from or fitted to measured steps of the toy MoE, so that the
+virtual backend reproduces them."""
 
 from __future__ import annotations
 
@@ -141,8 +142,8 @@ def fit_engine_gap(steps: list[StepSample], profile: DeviceProfile, rounds: int 
     DBO steps less that. Means, not medians: every turnaround adds to the step. Which kernels
     waited depends on the gaps themselves (a later start moves what follows), so the fit starts
     from none and re-predicts with its estimate, ``rounds`` times. On the 2-core development VM
-    3-8 us without DBO; in DBO steps 3-5 us when the next kernel is the same ubatch's and 5-28 us
-    when it is the other's. The profile's values where nothing was measured."""
+    7-9 us without DBO and 2-5 us more in DBO steps (there the next kernel is often the other
+    ubatch's, 5-28 us later). The profile's values where nothing was measured."""
     gap, threaded = 0.0, 0.0
     for _ in range(rounds):
         p = replace(profile, engine_gap=gap, engine_gap_threaded=threaded)
