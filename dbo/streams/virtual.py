@@ -12,9 +12,9 @@
 * Device timing, per kernel: ``start = max(stream ready, engine free + engine gap, host clock after
   issuing its first kernel)`` (the gap: the profile's ``engine_gap``, plus ``engine_gap_threaded``
   while two or more ubatch threads are live); ``end = max(start + duration, host clock after
-  issuing all of it)``; then the stream's ready time and the engine's free time become ``end``. Two engines: every compute kernel
-  shares one (compute kernels serialize in launch order), every comm kernel shares the link. A
-  compute kernel running while a comm kernel runs progresses at ``1 - comm_sm_share`` of its rate.
+  issuing all of it)``; then the stream's ready time and the engine's free time become ``end``.
+  Two engines: every compute kernel shares one (compute kernels serialize in launch order), every
+  comm kernel shares the link. A compute kernel running while a comm kernel runs progresses at ``1 - comm_sm_share`` of its rate.
   Duration: ``dbo.costs.seconds_for`` with the dtype of the first floating-point tensor argument
   (when the profile has per-dtype rates) and the op's kernel count, corrected by the op's
   ``OpCost``: ``device + scale * that + memory_scale * its memory time`` (``device`` times the
@@ -163,8 +163,8 @@ class VirtualStream(Stream):
                   final: bool = True) -> float | None:
         """Place one launched kernel on its engine (backend lock held): it starts when its stream,
         its engine (``gap`` after its last kernel) and the host have issued its first kernel (and
-        the device is awake: ``wake``),
-        and ends no earlier than the host has issued all of it. With ``calls`` GIL returns its end
+        the device is awake: ``wake``), and ends no earlier than the host has issued all of it.
+        With ``calls`` GIL returns its end
         also waits for the host's Python (``virtual_gil``): returns the host time to wait for, and
         places nothing, when that depends on what the host does after now (unless ``final``)."""
         b = self.backend
