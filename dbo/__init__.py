@@ -8,8 +8,8 @@ the test seams (``dbo.testing``, never imported here). See docs/protocol.md for 
 docs/streams.md for the stream backends.
 """
 
-from . import costs, errors, registry, split, streams, trace
-from .api import (
+from dbo import costs, errors, registry, split, streams, trace
+from dbo.api import (
     dbo_current_ubatch_id,
     dbo_enabled,
     dbo_get_previous_event,
@@ -24,12 +24,12 @@ from .api import (
     dbo_yield_and_switch_from_comm_to_compute,
     dbo_yield_and_switch_from_compute_to_comm,
 )
-from .errors import CaptureError, DBOError, HandoffTimeout, StepHung, StreamError, StreamTimeout, UBatchFailed, UnregisteredThreadError
-from .orchestrator import STREAM_LAYOUTS, UBatchOrchestrator
-from .registry import use_ubatch
-from .split import merge_outputs, split_batch, split_tokens
-from .streams import current_stream, get_backend, launch, set_stream, use_stream
-from .trace import Tracer
+from dbo.errors import CaptureError, DBOError, HandoffTimeout, StepHung, StreamError, StreamTimeout, UBatchFailed, UnregisteredThreadError
+from dbo.orchestrator import STREAM_LAYOUTS, UBatchOrchestrator
+from dbo.registry import use_ubatch
+from dbo.split import merge_outputs, split_batch, split_tokens
+from dbo.streams import current_stream, get_backend, launch, set_stream, use_stream
+from dbo.trace import Tracer
 
 __all__ = [
     # vLLM's free functions

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, TypeVar
 
-from . import registry
-from .streams import set_stream, use_stream
+from dbo import registry
+from dbo.streams import set_stream, use_stream
 
 __all__ = [
     "dbo_enabled",

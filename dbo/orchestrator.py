@@ -14,14 +14,14 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from . import registry
-from .context import StepState, UBatchContext, ubatch_main, where_is
-from .errors import DBOError, HandoffTimeout, StepHung, UBatchFailed
-from .streams import Backend, Stream, get_backend, set_stream, current_stream
-from .streams import base as _streams_base
+from dbo import registry
+from dbo._context import StepState, UBatchContext, ubatch_main, where_is
+from dbo.errors import DBOError, HandoffTimeout, StepHung, UBatchFailed
+from dbo.streams import Backend, Stream, get_backend, set_stream, current_stream
+from dbo.streams import base as _streams_base
 
 if TYPE_CHECKING:
-    from .capture import CapturedStep
+    from dbo.capture import CapturedStep
 
 logger = logging.getLogger(__name__)
 
@@ -269,12 +269,12 @@ class UBatchOrchestrator:
             raise UBatchFailed(f"a stream of the step failed: {type(exc).__name__}: {exc}", None) from exc
         return results
 
-    # -- capture and replay (dbo/capture.py) --------------------------------------------------------
+    # -- capture and replay (dbo/capture/_step.py) --------------------------------------------------------
     def capture(self, fn: Callable[[Any], Any], ubatch_inputs: Sequence[Any]) -> "CapturedStep":
         """Run one step while capturing it; return a ``CapturedStep`` whose ``replay()`` re-runs it
         on the same static tensors without ubatch threads, handoffs or model Python. A host sync
         during the capture raises ``CaptureError``. See docs/capture.md."""
-        from .capture import capture_step
+        from dbo.capture import capture_step
 
         if _streams_base._observer is not None:  # dbo.races: sanitizers wrap the ubatch body
             fn = _streams_base._observer.wrap_ubatch(fn)

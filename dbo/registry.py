@@ -33,7 +33,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from .errors import RegistryError, UnregisteredThreadError
+from dbo.errors import RegistryError, UnregisteredThreadError
 
 logger = logging.getLogger(__name__)
 

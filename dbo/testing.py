@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from .context import FaultHook, StepState, SyncPrimitives, UBatchContext
-from .orchestrator import UBatchOrchestrator
+from dbo._context import FaultHook, StepState, SyncPrimitives, UBatchContext
+from dbo.orchestrator import UBatchOrchestrator
 
 __all__ = ["FaultHook", "Seams", "StepState", "SyncPrimitives", "UBatchContext", "seams_of", "with_seams"]
 

@@ -3,7 +3,7 @@
     python -m demos.calibrate --backend threads --quick -o my.json
     python -m demos.overlap --backend virtual --profile my.json
 
-The work lives in ``demos.moe.calibration`` (docs/fidelity.md, "Calibrating").
+The work lives in ``demos.fidelity.calibration`` (docs/fidelity.md, "Calibrating").
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Sequence
 
 import torch
 
-from dbo.timeline import fmt_seconds
+from dbo.trace import fmt_seconds
 
-from .moe.calibration import BACKENDS, CalibrationError, CalibrationReport, calibrate
-from . import cli_common
-from .moe.progress import ProgressLine
+from demos.fidelity.calibration import BACKENDS, CalibrationError, CalibrationReport, calibrate
+from demos import _cli as cli_common
+from demos._cli import ProgressLine
 
 __all__ = ["main", "build_parser", "format_summary"]
 

@@ -2,8 +2,8 @@
 
 This module is the command line only: flags, one-line errors that name flags, the files that
 ``--json``, ``--trace`` and ``--plot`` ask for, and the exit status. The work lives in the
-``demos.moe`` package: ``demos.moe.config`` (OverlapConfig, its checks), ``demos.moe.run`` (runs the
-steps, returns an ``OverlapResult``), ``demos.moe.report`` (the text and JSON report).
+``demos.moe`` package: ``demos.moe.config`` (OverlapConfig, its checks), ``demos.experiment.run`` (runs the
+steps, returns an ``OverlapResult``), ``demos.experiment.report`` (the text and JSON report).
 docs/overlap.md explains every line of the report; docs/distributed.md the ``--world-size`` runs.
 
 ``run_overlap(OverlapConfig(...))`` is the command as a function: it runs, writes the files the
@@ -21,13 +21,13 @@ from typing import Any, Callable, Sequence
 import dbo
 from dbo import CaptureError
 
-from . import cli_common
-from .moe.config import BACKEND_CHOICES, DTYPE_CHOICES, TOLERANCE, ConfigError, OverlapConfig, resolve
-from .moe.model import SCHEDULES
-from .moe.plot import plot_path_problem, plot_timeline
-from .moe.report import format_output_line, format_report, to_dict, trace_of
-from .moe.results import OverlapResult
-from .moe.run import reference_outputs, run
+from demos import _cli as cli_common
+from demos.moe.config import BACKEND_CHOICES, DTYPE_CHOICES, TOLERANCE, ConfigError, OverlapConfig, resolve
+from demos.moe.model import SCHEDULES
+from demos.experiment.plot import plot_path_problem, plot_timeline
+from demos.experiment.report import format_output_line, format_report, to_dict, trace_of
+from demos.experiment.results import OverlapResult
+from demos.experiment.run import reference_outputs, run
 
 __all__ = [
     "OverlapConfig",
@@ -63,7 +63,7 @@ def run_overlap(config: OverlapConfig | None = None, *, details: dict | None = N
     ``output_reference`` (the single-process run they are compared with); ``output_split`` (the
     same ubatch split run one ubatch after another: the exact reference) and ``output_dbo_graph``
     (the DBO replay's output with ``graph``, else None). For typed results without files, call
-    ``demos.moe.run.run``.
+    ``demos.experiment.run.run``.
 
     Under torchrun (``launcher="env"``) ranks other than 0 return None.
     """
@@ -218,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = parser.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
-    from .moe.distributed import DistributedError, in_torchrun
+    from demos.ranks.launcher import DistributedError, in_torchrun
 
     opts = vars(ns)
     if in_torchrun():  # started by torchrun: this process is one rank (env:// rendezvous)
@@ -254,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"{parser.prog}: error: {e.render(flag_of)}\n")
         return 2
     except DistributedError as e:
-        from .moe.distributed import describe_exit
+        from demos.ranks.launcher import describe_exit
 
         sys.stderr.write(f"{parser.prog}: error: {e}\n")
         if e.exitcodes:

@@ -19,10 +19,10 @@ from typing import Callable, Sequence
 
 from workspace.policy import DEFAULT_GROWTH
 
-from .failures.race_cases import scenario_compute_streams, scenario_event_after_yield, scenario_recv_hook
-from .failures.stream_cases import scenario_late_event, scenario_missing_wait, scenario_parked_failure
-from .failures.text import WIDTH, say
-from .failures.workspace_cases import (
+from demos.failures.race_cases import scenario_compute_streams, scenario_event_after_yield, scenario_recv_hook
+from demos.failures.stream_cases import scenario_late_event, scenario_missing_wait, scenario_parked_failure
+from demos.failures.text import WIDTH, say
+from demos.failures.workspace_cases import (
     measure_policy,
     policy_table,
     scenario_foreign_thread,
@@ -106,6 +106,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from .cli_common import run_main
+    from demos._cli import run_main
 
     sys.exit(run_main(main, "python -m demos.scenarios"))

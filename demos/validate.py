@@ -5,7 +5,7 @@ profile, and print the errors (docs/fidelity.md, "Validating").
     python -m demos.validate --profile my.json --quick
     python -m demos.validate --h200        # the built-in h200 profile against the H200 measurements
 
-The work lives in ``demos.moe.validation``.
+The work lives in ``demos.fidelity.validation``.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import torch
 
 from dbo.costs import get_profile
 
-from .moe.calibration import BACKENDS, CalibrationError, calibrate
-from .moe.config import ConfigError
-from . import cli_common
-from .moe.progress import ProgressLine
-from .moe.validation import MAX_STEPS, RATIOS, SCHEDULES, compare_h200, format_h200, format_table, graph_supported, grid, to_dict, validate
+from demos.fidelity.calibration import BACKENDS, CalibrationError, calibrate
+from demos.moe.config import ConfigError
+from demos import _cli as cli_common
+from demos._cli import ProgressLine
+from demos.fidelity.validation import MAX_STEPS, RATIOS, SCHEDULES, compare_h200, format_h200, format_table, graph_supported, grid, to_dict, validate
 
 __all__ = ["main", "build_parser"]
 

@@ -9,15 +9,15 @@ manager and its hot path), ``growth``, ``persistent`` and ``introspection`` (par
 and ``sanitizer`` (an isolation checker, off by default; import ``workspace.sanitizer`` to use it).
 """
 
-from . import layout, policy
-from .diagnostics import DEBUG_ENV
-from .errors import WorkspaceError, WorkspaceLockedError
-from .lanes import current_workspace_lane
-from .layout import ALIGNMENT
-from .manager import WorkspaceManager
-from .observers import WorkspaceObserver
-from .policy import DEFAULT_GROWTH
-from .singleton import (
+from workspace import layout, policy
+from workspace.diagnostics import DEBUG_ENV
+from workspace.errors import WorkspaceError, WorkspaceLockedError
+from workspace.lanes import current_workspace_lane
+from workspace.layout import ALIGNMENT
+from workspace.manager import WorkspaceManager
+from workspace.observers import WorkspaceObserver
+from workspace.policy import DEFAULT_GROWTH
+from workspace.singleton import (
     current_workspace_manager,
     init_workspace_manager,
     is_workspace_manager_initialized,

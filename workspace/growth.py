@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from .diagnostics import caller, logger, mib
-from .errors import BadAllocationError, ViewMetadataChangedError, WorkspaceLockedError
-from .layout import Plan, canonical_request, plan
+from workspace.diagnostics import caller, logger, mib
+from workspace.errors import BadAllocationError, ViewMetadataChangedError, WorkspaceLockedError
+from workspace.layout import Plan, canonical_request, plan
 
 __all__ = ["GrowthMixin"]
 

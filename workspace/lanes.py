@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextvars
 
-from .errors import InvalidArgumentError, InvalidArgumentTypeError, LaneNotConfiguredError
+from workspace.errors import InvalidArgumentError, InvalidArgumentTypeError, LaneNotConfiguredError
 
 __all__ = ["check_lane", "current_workspace_lane", "lane_not_configured"]
 

@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from .errors import InvalidArgumentError, InvalidArgumentTypeError
+from workspace.errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = [
     "ALIGNMENT",

@@ -38,15 +38,15 @@ import torch
 
 from dbo.registry import current_ubatch_id
 
-from .diagnostics import DEBUG_ENV, debug_enabled, logger, mib
-from .errors import InvalidArgumentError, InvalidArgumentTypeError, NoSlotError
-from .growth import GrowthMixin
-from .introspection import IntrospectionMixin
-from .lanes import lane_not_configured, lane_var
-from .layout import canonical_request, carve, plan
-from .observers import WorkspaceObserver, track_manager
-from .persistent import Persistent, PersistentMixin
-from .policy import GrowthPolicy, get_policy
+from workspace.diagnostics import DEBUG_ENV, debug_enabled, logger, mib
+from workspace.errors import InvalidArgumentError, InvalidArgumentTypeError, NoSlotError
+from workspace.growth import GrowthMixin
+from workspace.introspection import IntrospectionMixin
+from workspace.lanes import lane_not_configured, lane_var
+from workspace.layout import canonical_request, carve, plan
+from workspace.observers import WorkspaceObserver, track_manager
+from workspace.persistent import Persistent, PersistentMixin
+from workspace.policy import GrowthPolicy, get_policy
 
 __all__ = ["CACHE_LIMIT", "DEBUG_ENV", "WorkspaceManager"]
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:  # pragma: no cover - for annotations only
-    from .manager import WorkspaceManager
+    from workspace.manager import WorkspaceManager
 
 __all__ = ["WorkspaceObserver", "add_global_observer", "remove_global_observer"]
 

@@ -11,9 +11,9 @@ from typing import Any, Callable
 
 import torch
 
-from .diagnostics import caller
-from .errors import BadAllocationError, InvalidArgumentTypeError, PersistentKeyError, WorkspaceLockedError
-from .layout import canonical_dtype, canonical_shape, nbytes_of
+from workspace.diagnostics import caller
+from workspace.errors import BadAllocationError, InvalidArgumentTypeError, PersistentKeyError, WorkspaceLockedError
+from workspace.layout import canonical_dtype, canonical_shape, nbytes_of
 
 __all__ = ["PersistentMixin"]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import InvalidArgumentError, InvalidArgumentTypeError
+from workspace.errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["GrowthPolicy", "POLICIES", "DEFAULT_GROWTH", "get_policy", "policy_names"]
 

@@ -13,10 +13,10 @@ from typing import Iterator
 
 import torch
 
-from .errors import WorkspaceNotInitializedError
-from .lanes import check_lane, lane_not_configured, lane_var
-from .manager import WorkspaceManager
-from .policy import GrowthPolicy
+from workspace.errors import WorkspaceNotInitializedError
+from workspace.lanes import check_lane, lane_not_configured, lane_var
+from workspace.manager import WorkspaceManager
+from workspace.policy import GrowthPolicy
 
 __all__ = [
     "current_workspace_manager",

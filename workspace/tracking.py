@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from .manager import WorkspaceManager
-from .observers import WorkspaceObserver
+from workspace.manager import WorkspaceManager
+from workspace.observers import WorkspaceObserver
 
 __all__ = ["LiveBytesTracker"]
 

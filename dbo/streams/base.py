@@ -20,8 +20,8 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any, Callable
 
-from ..costs import KINDS, DeviceProfile, LinkProfile, get_link, get_profile, seconds_for
-from ..errors import StreamError
+from dbo.costs import KINDS, DeviceProfile, LinkProfile, get_link, get_profile, seconds_for
+from dbo.errors import StreamError
 
 logger = logging.getLogger(__name__)
 

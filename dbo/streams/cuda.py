@@ -35,11 +35,11 @@ from typing import Any, Callable
 
 import torch
 
-from ..costs import Work, seconds_for
-from ..errors import StreamError, StreamTimeout
-from ..registry import acting_ubatch_id
-from . import base
-from .base import Backend, Event, Stream, _kernel_name, sticky_error
+from dbo.costs import Work, seconds_for
+from dbo.errors import StreamError, StreamTimeout
+from dbo.registry import acting_ubatch_id
+from dbo.streams import base
+from dbo.streams.base import Backend, Event, Stream, _kernel_name, sticky_error
 
 logger = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ import contextlib
 import threading
 from typing import Any, Callable, Iterator
 
-from . import base
-from .base import Stream
-from .inline import InlineBackend
+from dbo.streams import base
+from dbo.streams.base import Stream
+from dbo.streams.inline import InlineBackend
 
 __all__ = ["current_stream", "set_stream", "use_stream", "launch", "default_stream"]
 

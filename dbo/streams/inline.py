@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from ..registry import acting_ubatch_id
-from . import base
-from .base import Backend, Event, Stream, _kernel_name
+from dbo.registry import acting_ubatch_id
+from dbo.streams import base
+from dbo.streams.base import Backend, Event, Stream, _kernel_name
 
 __all__ = ["InlineBackend", "InlineStream", "InlineEvent"]
 

@@ -15,7 +15,7 @@ import torch
 import dbo
 from dbo import races
 
-from .text import F32, STEP_BOUNDS, para, say, wrapped
+from demos.failures.text import F32, STEP_BOUNDS, para, say, wrapped
 
 BACKENDS = ("virtual", "inline", "threads")
 N = 4096

@@ -10,11 +10,11 @@ import torch
 
 import dbo
 from dbo import races, registry
-from dbo.timeline import overlap_seconds
+from dbo.trace import overlap_seconds
 from dbo.trace import KernelRecord, Tracer
 from workspace import WorkspaceManager, sanitizer
 
-from .text import F32, STEP_BOUNDS, _findings_line, para, say, wrapped
+from demos.failures.text import F32, STEP_BOUNDS, _findings_line, para, say, wrapped
 
 
 # ---------------------------------------------------------------------- streams

@@ -10,7 +10,7 @@ from workspace import WorkspaceManager, sanitizer
 from workspace.policy import DEFAULT_GROWTH, policy_names
 from workspace.tracking import LiveBytesTracker
 
-from .text import F32, STEP_BOUNDS, U8, MiB, _findings_line, _mib, para, say, wrapped
+from demos.failures.text import F32, STEP_BOUNDS, U8, MiB, _findings_line, _mib, para, say, wrapped
 
 
 # ---------------------------------------------------------------------- growth policies

@@ -44,7 +44,7 @@ import torch
 import dbo
 from dbo.costs import LinkProfile, Work, get_link
 
-from .ll_layout import LLBatch, ll_layout_kernel, ll_pack_kernel
+from demos.moe.ll_layout import LLBatch, ll_layout_kernel, ll_pack_kernel
 
 __all__ = [
     "RoutePlan",

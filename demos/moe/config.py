@@ -18,7 +18,7 @@ import torch
 import dbo
 from dbo.costs import get_link, get_profile
 
-from .model import SCHEDULES, ModelConfig
+from demos.moe.model import SCHEDULES, ModelConfig
 
 __all__ = [
     "BACKEND_CHOICES",

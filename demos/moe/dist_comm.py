@@ -15,7 +15,7 @@ import torch
 
 import dbo
 
-from .comm import (
+from demos.moe.comm import (
     LINK_QUEUE,
     ExpertBatch,
     RoutePlan,
@@ -23,7 +23,7 @@ from .comm import (
     _weighted_sum_kernel,
     wire_dtype_for,
 )
-from .ll_layout import LLBatch, _bits, ll_layout_kernel, ll_pack_kernel
+from demos.moe.ll_layout import LLBatch, _bits, ll_layout_kernel, ll_pack_kernel
 
 __all__ = ["DistributedTransport", "CollectiveError"]
 

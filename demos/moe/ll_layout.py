@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from .comm import RoutePlan
+    from demos.moe.comm import RoutePlan
 
 __all__ = ["LLBatch", "ll_layout_kernel", "ll_pack_kernel"]
 

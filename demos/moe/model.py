@@ -37,8 +37,8 @@ import dbo
 from dbo.costs import Work
 from workspace import current_workspace_manager
 
-from .comm import LLBatch, Transport
-from .kernels import (
+from demos.moe.comm import LLBatch, Transport
+from demos.moe.kernels import (
     MIN_GEMM_ROWS,
     expert_gemm_rows,
     _k_attn_context,
@@ -53,7 +53,7 @@ from .kernels import (
     _k_router,
     _k_shared,
 )
-from .state import _Costs, _Layer, _Slot
+from demos.moe.state import _Costs, _Layer, _Slot
 
 __all__ = [
     "ModelConfig",

@@ -10,7 +10,7 @@ import torch
 
 from dbo.costs import Work
 
-from .comm import RoutePlan
+from demos.moe.comm import RoutePlan
 
 
 class _Slot:

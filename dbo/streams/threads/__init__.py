@@ -1,0 +1,9 @@
+"""The threads backend: one executor thread per engine (compute and comm), shared by all streams.
+
+Parts: ``_backend`` (``ThreadsBackend``, its streams and events) and ``_engine`` (the queued
+records and the executor thread that runs them).
+"""
+
+from dbo.streams.threads._backend import ThreadsBackend, ThreadStream, ThreadEvent, ENGINE_ORDERS
+
+__all__ = ['ThreadsBackend', 'ThreadStream', 'ThreadEvent', 'ENGINE_ORDERS']

@@ -1,0 +1,366 @@
+"""Calibrate a ``DeviceProfile`` on the machine at hand: measure, then fit (``dbo.costs``).
+
+``calibrate(backend, quick=...)`` measures, on the "threads" or "cuda" backend:
+
+1. host constants (``demos.fidelity.host``): a launch, a stream switch, an event record or
+   wait, a sync, a turn handoff, a ubatch thread's start and join, launches in a two-ubatch step,
+   how long running host code keeps an idle device from starting;
+2. the device: GEMMs over a sweep of (M, N, K) and each dtype the backend supports, and copies over
+   a sweep of sizes; ``dbo.costs.fit_device`` fits the parametric device model to them;
+3. the model's own ops (attention, router, experts, shared expert, copies, transfers): the toy
+   MoE runs for real over a sweep of token counts and hidden sizes, each kernel's measured time
+   is paired with the device model's time of the cost the model declares for it, and
+   ``dbo.costs.fit_op_costs`` fits one correction per op (``OpCost.device + scale x model +
+   memory_scale x memory``);
+4. the model's host time per launch: the host's issue time of small steps against the virtual
+   backend's prediction of the same steps (the difference per launch is ``HostCosts.launch``).
+5. in context, from the runs of 3. (``demos.fidelity.steps``): the ubatch threads' start
+   (``HostCosts.thread_start``, from the DBO steps' start phase), the engines' turnaround between
+   kernels (``DeviceProfile.engine_gap`` and ``engine_gap_threaded``, from both kinds of step) and
+   the idle wake-up across engines (``DeviceProfile.event_latency``, from the no-DBO steps' engine
+   changes); on threads,
+   each op's torch calls (``OpCost.gil_calls``, ``demos.fidelity.calls``);
+6. the wake-up latency across engines while ubatch threads run
+   (``DeviceProfile.event_latency_threaded``): the value with which the virtual backend reproduces
+   the measured speedups of 3. best (``demos.fidelity.steps``).
+
+Everything fitted is a formula, not a table: the profile predicts shapes it was not given.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
+
+import torch
+
+from dbo.costs import (DeviceProfile, HostCosts, LinkProfile, OpCost, Transfer, get_link, get_profile, iter_tensors, memory_seconds,
+                       seconds_for)
+from dbo.costs import fit_device, fit_dtype_rates, fit_threaded_ops, predict
+from dbo.streams.virtual import VirtualBackend, VirtualStream
+
+from demos.fidelity.calls import count_gil_calls, one_step_each
+from demos.fidelity.host import measure_host
+from demos.fidelity.steps import (StepSample, engine_gaps, fit_engine_gap, fit_event_latency, fit_launch,
+                                fit_thread_start, fit_wake_latency, turnarounds)
+from demos.moe.config import ConfigError, OverlapConfig
+from demos.moe.model import parse_kernel_name
+from demos.experiment.run import run
+
+__all__ = [
+    "BACKENDS", "Plan", "plan", "calibrate", "CalibrationError", "declared_costs", "measure_device", "measure_ops",
+    "op_samples", "fit_launch", "fit_thread_start", "fit_wake_latency", "fit_event_latency", "StepSample",
+    "with_gil_calls",
+]
+
+BACKENDS = ("threads", "cuda")
+
+Progress = Callable[[str], None]
+
+
+class CalibrationError(ValueError):
+    """Calibration cannot run as asked (a bad option, no GPU for cuda)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to measure."""
+
+    dtypes: tuple[str, ...]
+    gemm_m: tuple[int, ...]
+    gemm_nk: tuple[tuple[int, int], ...]
+    copy_elems: tuple[int, ...]
+    op_runs: tuple[dict, ...]  # OverlapConfig overrides of the model runs
+    issue_runs: tuple[dict, ...]  # small configs for the host issue time
+    host_reps: int
+    op_steps: int
+
+
+def plan(backend: str, quick: bool = False) -> Plan:
+    """The measurement plan for ``backend`` ("threads" or "cuda"); ``quick``: a smaller sweep."""
+    if backend not in BACKENDS:
+        raise CalibrationError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    gpu = backend == "cuda"
+    if gpu:
+        dtypes = ("bfloat16", "float32") if quick else ("bfloat16", "float16", "float32")
+        ms = (8, 64, 512, 4096) if quick else (4, 16, 64, 256, 1024, 4096, 16384)
+        nk = ((1024, 1024), (4096, 4096), (4096, 1024)) if quick else ((512, 512), (1024, 4096), (4096, 4096), (8192, 2048), (4096, 14336))
+        copies = (1 << 14, 1 << 18, 1 << 22, 1 << 26) if quick else tuple(1 << k for k in range(12, 29, 2))
+        tokens = (16, 256, 2048, 8192) if quick else (8, 64, 512, 2048, 8192)
+        hiddens = (1024, 4096) if quick else (1024, 2048, 4096)
+        dt = "bfloat16"
+    else:
+        dtypes = ("float32", "bfloat16") if quick else ("float32", "bfloat16", "float64")
+        ms = (1, 4, 16, 64, 256) if quick else (1, 4, 16, 64, 256, 1024)
+        nk = ((128, 128), (384, 384), (768, 256), (256, 1024)) if quick else ((64, 64), (128, 384), (384, 384), (768, 256), (1024, 512))
+        copies = tuple(1 << k for k in range(8, 23, 2))
+        tokens = (8, 48, 320, 1536) if quick else (4, 16, 64, 256, 1024, 2048)
+        hiddens = (192, 320) if quick else (128, 256, 384)
+        dt = "float32"
+    runs = [dict(tokens=t, hidden=h, schedule=sched, layers=2, dtype=dt) for h in hiddens for t in tokens for sched in ("ht", "ll")]
+    issue = tuple(dict(tokens=t, hidden=128, schedule=s, layers=2, dtype=dt) for t in (4, 16) for s in ("ht", "ll"))
+    return Plan(dtypes, ms, nk, copies, tuple(runs), issue, host_reps=300 if quick else 1000, op_steps=9 if quick else 15)
+
+
+# --- the device: GEMMs and copies -------------------------------------------------------------------
+
+
+def _timer(backend: str) -> Callable[[Callable[[], Any], int], float]:
+    """Seconds per call of ``fn`` over a few batches of ``n`` calls on the device (GPU: the median;
+    CPU: the shortest batch)."""
+    if backend == "cuda":
+        def gpu(fn: Callable[[], Any], n: int) -> float:
+            out = []
+            for _ in range(3):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                for _ in range(n):
+                    fn()
+                b.record()
+                b.synchronize()
+                out.append(a.elapsed_time(b) * 1e-3 / n)
+            return statistics.median(out)
+        return gpu
+
+    def cpu(fn: Callable[[], Any], n: int) -> float:
+        # the shortest of a few batches: the device curve's shape with the least disturbance from
+        # other work on the machine (the model's own ops, measured in real steps, carry the load)
+        out = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            out.append((time.perf_counter() - t0) / n)
+        return min(out)
+    return cpu
+
+
+def _reps(est_s: float, budget_s: float = 0.02) -> int:
+    return max(1, min(200, int(budget_s / max(est_s, 1e-7))))
+
+
+def measure_device(backend: str, p: Plan, progress: Progress | None = None) -> list[tuple]:
+    """GEMM and copy samples ``(op_kind, shape, dtype, bytes, seconds)`` for ``dbo.costs.fit_device``."""
+    dev = "cuda" if backend == "cuda" else "cpu"
+    timer = _timer(backend)
+    samples: list[tuple] = []
+    jobs = [(dt, m, n, k) for dt in p.dtypes for m in p.gemm_m for n, k in p.gemm_nk]
+    for i, (dt, m, n, k) in enumerate(jobs):
+        if progress:
+            progress(f"device: GEMM {i + 1}/{len(jobs)} ({m}x{n}x{k} {dt})")
+        dtype = getattr(torch, dt)
+        a = torch.randn(m, k, device=dev).to(dtype)
+        b = torch.randn(k, n, device=dev).to(dtype)
+        c = torch.empty(m, n, device=dev, dtype=dtype)
+        torch.mm(a, b, out=c)  # warm
+        est = timer(lambda: torch.mm(a, b, out=c), 1)
+        t = timer(lambda: torch.mm(a, b, out=c), _reps(est))
+        samples.append(("gemm", (m, n, k), dt, (m * k + k * n + m * n) * a.element_size(), t))
+    for j, numel in enumerate(p.copy_elems):
+        if progress:
+            progress(f"device: copy {j + 1}/{len(p.copy_elems)} ({numel} elements)")
+        x = torch.randn(numel, device=dev)
+        y = torch.empty_like(x)
+        y.copy_(x)
+        est = timer(lambda: y.copy_(x), 1)
+        t = timer(lambda: y.copy_(x), _reps(est))
+        samples.append(("elementwise", None, "float32", 2 * numel * x.element_size(), t))
+    return samples
+
+
+# --- the model's ops --------------------------------------------------------------------------------
+
+
+class _RecordingStream(VirtualStream):
+    def launch(self, fn: Any, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
+        dtype = next((t.dtype for t in iter_tensors(args) if t.is_floating_point()), None)
+        fname = getattr(fn, "__name__", None) if fn is not None else None
+        self.backend.log[name] = (self._check_launch(kind), cost, dtype, fname)  # kind None: the stream's role
+        super().launch(fn, *args, name=name, kind=kind, cost=cost)
+
+
+class _RecordingBackend(VirtualBackend):
+    """A virtual backend that notes each launch's (kind, declared cost, dtype) by kernel name."""
+
+    def __init__(self, **options: Any):
+        super().__init__(**options)
+        self.log: dict[str, tuple] = {}
+
+    def _make_stream(self, name: str) -> VirtualStream:
+        return _RecordingStream(self, name)
+
+
+def declared_costs(cfg: OverlapConfig) -> tuple[dict[str, tuple], dict[str, tuple]]:
+    """(no-DBO step, DBO step): kernel name -> (kind, the cost the model declares, dtype, kernel
+    function name), read from a shape-only (meta) run of ``cfg``'s model on the virtual backend."""
+    no: dict[str, tuple] = {}
+
+    def keep_no_dbo(b: Any) -> None:
+        no.update(b.log)
+        b.log = {}
+
+    b, link_name = one_step_each(cfg, lambda link: _RecordingBackend(profile="cpu", link=link), meta=True,
+                                 between=keep_no_dbo)
+    dbo_ = b.log
+    link = get_link(link_name)
+    for table in (no, dbo_):  # the transport passes seconds over its base link: keep the bytes
+        for name, (kind, cost, dt, fname) in table.items():
+            if kind == "comm" and isinstance(cost, float) and cost >= link.latency:
+                table[name] = (kind, Transfer((cost - link.latency) * link.bandwidth), dt, fname)
+    return no, dbo_
+
+
+@dataclass
+class OpRecord:
+    """One measured kernel of the model: its op, declared cost, dtype, the run's link, seconds."""
+
+    op: str
+    kind: str
+    cost: Any
+    dtype: Any
+    link: LinkProfile
+    seconds: float
+    fn: str | None = None
+    threaded: bool = False  # measured in a DBO step (ubatch threads running)
+
+
+def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
+                truth: Any = None) -> tuple[list[OpRecord], list[StepSample]]:
+    """Run the model for real over the plan's sweep: every kernel of every timed no-DBO and DBO
+    step, and each run's step times. ``truth``: the profile of a virtual "machine" (``backend="virtual"``:
+    tests of the fit)."""
+    out: list[OpRecord] = []
+    steps: list[StepSample] = []
+    for i, kw in enumerate(p.op_runs):
+        if progress:
+            progress(f"model ops: run {i + 1}/{len(p.op_runs)} ({kw['schedule']}, {kw['tokens']} tokens, hidden {kw['hidden']})")
+        cfg = OverlapConfig(backend=backend, steps=p.op_steps, warmup=1, comm_ratio=1.0, profile=truth, **kw)
+        no, dbo_ = declared_costs(cfg)
+        res = None
+        for ratio in (1.0, 2.0, 4.0):  # tiny steps: the link's fixed costs may exceed 1 x compute
+            try:
+                res = run(replace(cfg, comm_ratio=ratio))
+                break
+            except ConfigError:
+                continue
+        if res is None:
+            continue
+        link = LinkProfile("calibrated", res.link["latency_s"], res.link["bandwidth_Bps"])
+        start = statistics.median(res.start_phases_dbo_s) if res.start_phases_dbo_s else None
+        steps.append(StepSample(res.config, link, res.time_no_dbo_s, res.time_dbo_s, start,
+                                engine_gaps(res.step_records_no_dbo), turnarounds(res.step_records_no_dbo),
+                                turnarounds(res.step_records_dbo)))
+        every = ((res.step_records_no_dbo, no, False), (res.step_records_dbo, dbo_, True))
+        for steps_recs, table, threaded in every:  # every timed step: the fit takes each shape's median
+            for r in (r for recs in steps_recs for r in recs):
+                d = table.get(r.name)
+                parsed = parse_kernel_name(r.name)
+                if d is None or parsed is None or r.duration <= 0:
+                    continue
+                out.append(OpRecord(parsed[0], d[0], d[1], d[2], link, r.duration, d[3], threaded))
+    return out, steps
+
+
+def op_samples(records: list[OpRecord], profile: DeviceProfile,
+               kernels: dict[str, int] | None = None) -> list[tuple[str, float, float, bool, float]]:
+    """``(op, model seconds under profile, measured seconds, measured in a DBO step, memory
+    seconds)`` for ``dbo.costs.fit_threaded_ops``; the model time as the virtual backend computes it
+    (``kernels``: device kernels per op, default 1), the memory time its memory part.
+    An op launched with several kernel functions (the experts of the two schedules) also gets
+    samples under ``"<op>/<function name>"``, which the virtual backend prefers."""
+    k = kernels or {}
+    fns: dict[str, set] = {}
+    for r in records:
+        fns.setdefault(r.op, set()).add(r.fn)
+    out = []
+    for r in records:
+        m = seconds_for(r.kind, r.cost, (), profile, r.link, dtype=r.dtype, kernels=k.get(r.op, 1))
+        b = memory_seconds(r.kind, r.cost, (), profile)
+        out.append((r.op, m, r.seconds, r.threaded, b))
+        if len(fns[r.op]) > 1 and r.fn is not None:  # one op, several kernel functions: one entry each too
+            out.append((f"{r.op}/{r.fn}", m, r.seconds, r.threaded, b))
+    return out
+
+
+@dataclass
+class CalibrationReport:
+    """What was measured and how well the fit reproduces it."""
+
+    backend: str
+    host: dict[str, float]
+    device_samples: int
+    op_samples: int
+    device_rms_log_error: float  # over the first dtype's GEMMs and the copies
+    op_errors: dict[str, float] = field(default_factory=dict)  # op -> median |relative error|
+    seconds: float = 0.0
+
+
+def with_gil_calls(ops: dict[str, OpCost], runs: Sequence[dict]) -> dict[str, OpCost]:
+    """``ops`` with each op's ``gil_calls`` counted (``calibration_calls``) over ``runs`` at their
+    smallest hidden size (the counts depend on the schedule and the routing, not on the width)."""
+    small = min(kw["hidden"] for kw in runs) if runs else None
+    calls = count_gil_calls(OverlapConfig(**kw) for kw in runs if kw["hidden"] == small)
+    return {k: replace(v, gil_calls=calls.get(k, 0)) for k, v in ops.items()}
+
+
+def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None = None,
+              progress: Progress | None = None, sweep: Plan | None = None) -> tuple[DeviceProfile, CalibrationReport]:
+    """Measure this machine on ``backend`` and fit a profile (see the module docstring);
+    ``sweep`` replaces the plan (tests)."""
+    p = sweep if sweep is not None else plan(backend, quick)
+    if backend == "cuda" and not torch.cuda.is_available():
+        raise CalibrationError("backend cuda needs a CUDA GPU, and torch.cuda.is_available() is False here")
+    t0 = time.perf_counter()
+    old = torch.get_num_threads()
+    if backend == "threads":
+        torch.set_num_threads(1)  # as the demo runs on threads
+    try:
+        host = measure_host(backend, p.host_reps, progress)
+        dev_samples = measure_device(backend, p, progress)
+    finally:
+        torch.set_num_threads(old)
+    base = get_profile("h200") if backend == "cuda" else None
+    hc = HostCosts(
+        kernel=host["kernel"], stream_switch=host["stream_switch"], handoff=host["handoff"],
+        thread_start=host["thread_start"], thread_join=host["thread_join"], sync=host["sync"], event=host["event"],
+        threaded=host["threaded"], kernel_sync=backend == "cuda", idle_hold=host["idle_hold"],
+    )
+    # the knees from the model's own dtype (and the copies); the other dtypes' rates on those knees
+    first = [x for x in dev_samples if x[0] != "gemm" or x[2] == p.dtypes[0]]
+    dev = fit_device(first, name=name or f"calibrated-{backend}", base=base)
+    dev = fit_dtype_rates([x for x in dev_samples if x[0] == "gemm" and x[2] != p.dtypes[0]], dev)
+    dev = replace(dev, comm_sm_share=base.comm_sm_share if base is not None else 0.0, host=hc,
+                  event_latency=host["event_latency"])  # idle; the threaded part is fitted to DBO steps below
+    records, steps = measure_ops(backend, p, progress)
+    # on a GPU, keep the base profile's CUDA kernels per op (each costs the host a launch)
+    counts = {k: v.kernels for k, v in base.host.ops.items()} if base is not None else None
+    samples = op_samples(records, dev, counts)
+    ops, fixed_threaded = fit_threaded_ops(samples, kernels=counts)
+    if hc.idle_hold > 0:  # the host's Python keeps the device waiting: so it does each kernel's GIL returns
+        ops = with_gil_calls(ops, p.op_runs)
+    prof = replace(dev, host=replace(hc, ops=ops), fixed_threaded=fixed_threaded)
+    launch = fit_launch(backend, p, prof, progress)
+    prof = replace(prof, host=replace(prof.host, launch=launch))
+    thread_start = fit_thread_start(steps, prof)
+    prof = replace(prof, host=replace(prof.host, thread_start=thread_start))
+    gap, gap_threaded = fit_engine_gap(steps, prof)
+    prof = replace(prof, engine_gap=gap, engine_gap_threaded=gap_threaded)
+    prof = replace(prof, event_latency=fit_wake_latency(steps, prof))
+    prof = replace(prof, event_latency_threaded=fit_event_latency(steps, prof, progress=progress))
+    dev_err = [math.log(predict(prof, op, sh, dt, b) / t) for op, sh, dt, b, t in first]  # the dtype the knees fit
+    errs: dict[str, list[float]] = {}
+    for (op, m, t, threaded, b) in op_samples(records, prof, counts):
+        oc = prof.host.ops[op]
+        if "/" not in op and any(k.startswith(op + "/") for k in prof.host.ops):
+            continue  # reported per kernel function
+        errs.setdefault(op, []).append(abs(oc.seconds(m, b, prof.fixed_threaded if threaded else 1.0) - t) / t)
+    report = CalibrationReport(
+        backend=backend, host={**host, "launch": launch, "thread_start": thread_start}, device_samples=len(dev_samples), op_samples=len(samples),
+        device_rms_log_error=math.sqrt(statistics.fmean(e * e for e in dev_err)),
+        op_errors={k: statistics.median(v) for k, v in sorted(errs.items())},
+        seconds=time.perf_counter() - t0,
+    )
+    return prof, report

@@ -1,0 +1,83 @@
+"""The per-test limits scale with --stress-count (tests/conftest.py), and the faulthandler
+backstop fires after pytest-timeout, never before it (docs/testing.md, "Timeouts and the segfault")."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = "DBO_TIMEOUT_PROBE"
+
+
+def test_the_backstop_fires_after_pytest_timeout_and_ends_the_process(request):
+    cfg = request.config
+    timeout = float(cfg.getini("timeout"))
+    assert timeout > 0
+    assert cfg.getini("timeout_method") == "signal"
+    # faulthandler's watchdog dumps running threads without the GIL: it may only be the backstop.
+    assert float(cfg.getini("faulthandler_timeout")) > timeout
+    try:
+        exits = cfg.getini("faulthandler_exit_on_timeout")
+    except ValueError:  # pytest < 9 has no such option: the backstop dumps and the session goes on
+        return
+    assert exits is True
+
+
+def test_a_stress_test_gets_timeout_times_count(request, stress_count):
+    marker = request.node.get_closest_marker("timeout")
+    if stress_count == 1:
+        assert marker is None  # the ini's limit applies as is
+    else:
+        import pytest_timeout
+
+        base = pytest_timeout.get_env_settings(request.config).timeout
+        assert marker is not None and marker.args == (base * stress_count,)
+
+
+def test_a_plain_test_keeps_the_base_timeout(request):
+    assert request.node.get_closest_marker("timeout") is None
+
+
+def test_probe_sleeps(stress_count):
+    """Only run by the subprocess check below: a test that uses stress_count and takes 3 s."""
+    if os.environ.get(PROBE) != "1":
+        pytest.skip(f"helper for the subprocess check; runs with {PROBE}=1")
+    time.sleep(3.0)
+
+
+def _probe(count: int, timeout: float, fh_timeout: float) -> subprocess.CompletedProcess:
+    cmd = [
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+        "tests/runtime/test_timeouts.py::test_probe_sleeps", f"--stress-count={count}",
+        "-o", f"timeout={timeout}", "-o", f"faulthandler_timeout={fh_timeout}",
+    ]  # fmt: skip
+    env = {**os.environ, PROBE: "1"}
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=90)
+
+
+def test_scaled_limits_hold_in_a_real_session():
+    """3 s of work under limits of 1 s (pytest-timeout) and 2.5 s (faulthandler): fails at count 1
+    (the control), passes at count 5 (5 s and 12.5 s)."""
+    short = _probe(1, timeout=1.0, fh_timeout=2.5)
+    assert short.returncode == 1, short.stdout + short.stderr
+    assert "Timeout (>1.0s) from pytest-timeout" in short.stdout, short.stdout
+    # pytest-timeout ended the test before the faulthandler backstop could dump or exit.
+    assert "Timeout (0:" not in short.stderr, short.stderr
+
+    scaled = _probe(5, timeout=1.0, fh_timeout=2.5)
+    assert scaled.returncode == 0, scaled.stdout + scaled.stderr
+    assert "1 passed" in scaled.stdout
+    assert "Timeout (" not in scaled.stderr, scaled.stderr  # the backstop was re-armed at 12.5 s
+
+
+def test_stress_count_below_one_is_a_usage_error():
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--co", "--stress-count=0", "tests/runtime/test_timeouts.py"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=90)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "--stress-count must be >= 1, got 0" in r.stderr
