@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable
 
 from dbo import registry
+from dbo._sites import DBO_DIR, first_frame_outside
 from dbo.errors import HandoffTimeout, RecvHookConflict, DBOError, UBatchAborted
 from dbo.streams import Event, Stream, set_stream, current_stream
 from dbo.trace import ubatch_track
@@ -30,7 +31,6 @@ __all__ = ["StepState", "UBatchContext", "FaultHook", "SyncPrimitives", "where_i
 FaultHook = Callable[[str, "int | None"], None]
 """Test seam: called as ``hook(point, ubatch_id)`` at "enter", "start", "exit" and "after_barrier"."""
 
-_DBO_DIR = os.path.dirname(os.path.abspath(__file__))
 _THREADING_FILE = os.path.abspath(threading.__file__)
 
 
@@ -41,17 +41,15 @@ def where_is(thread: threading.Thread | None) -> str:
     if not thread.is_alive():
         return "finished"
     frame = sys._current_frames().get(thread.ident)
-    inner_dbo = None
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if path.startswith(_DBO_DIR) or path == _THREADING_FILE:
-            if inner_dbo is None and path.startswith(_DBO_DIR):
-                inner_dbo = frame.f_code.co_name
-        else:
-            where = f"{frame.f_code.co_name} ({os.path.basename(path)}:{frame.f_lineno})"
-            return f"{where} in {inner_dbo}" if inner_dbo else where
-        frame = frame.f_back
-    return f"inside dbo ({inner_dbo})" if inner_dbo else "unknown"
+    inner = first_frame_outside((), (_THREADING_FILE,), start=frame) if frame is not None else None
+    if inner is None:
+        return "unknown"
+    user = first_frame_outside((DBO_DIR,), (_THREADING_FILE,), start=inner)
+    inner_dbo = None if user is inner else inner.f_code.co_name  # not user code, so dbo's innermost frame
+    if user is None:
+        return f"inside dbo ({inner_dbo})"
+    where = f"{user.f_code.co_name} ({os.path.basename(os.path.abspath(user.f_code.co_filename))}:{user.f_lineno})"
+    return f"{where} in {inner_dbo}" if inner_dbo else where
 
 
 class SyncPrimitives:

@@ -1,8 +1,13 @@
-"""Where user code called in: the ``file:line`` that error messages and reports name.
+"""Where user code called in: the one stack-frame walker, and the ``file:line`` that error messages name.
 
-Frames inside torch, dbo and workspace, and in the standard library's threading, contextlib and
-functools modules, are skipped, so a refusal during capture or a race report names the line of the
-model or test that launched the work, not the runtime's own plumbing.
+``first_frame_outside`` is the walker every "who called" helper uses (``user_site`` here,
+``dbo._context.where_is``, ``workspace.diagnostics.caller`` and the sanitizer's finding site); each
+passes the directories and files it treats as plumbing and formats the frame it gets back.
+
+``user_site`` skips the plumbing (``PLUMBING_DIRS``: torch, dbo and workspace; ``PLUMBING_FILES``:
+the standard library's threading, contextlib and functools modules), so a refusal during capture or
+a race report names the line of the model or test that launched the work, not the runtime's own
+plumbing.
 """
 
 from __future__ import annotations
@@ -12,31 +17,60 @@ import functools
 import os
 import sys
 import threading
+from types import FrameType
+from typing import Iterable
 
 import torch
 
-__all__ = ["user_site"]
+__all__ = ["DBO_DIR", "PLUMBING_DIRS", "PLUMBING_FILES", "first_frame_outside", "user_site"]
 
-_DBO_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_SKIP_DIRS = (
-    _DBO_DIR,
-    os.path.join(os.path.dirname(_DBO_DIR.rstrip(os.sep)), "workspace") + os.sep,
+DBO_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+"""The dbo package's directory, with a trailing separator (so it prefixes only paths inside it)."""
+PLUMBING_DIRS = (
+    DBO_DIR,
+    os.path.join(os.path.dirname(DBO_DIR.rstrip(os.sep)), "workspace") + os.sep,
     os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
 )
-_SKIP_FILES = {os.path.abspath(m.__file__) for m in (threading, contextlib, functools)}
+"""The runtime's plumbing directories: dbo, workspace (dbo's sibling) and torch, each with a trailing separator."""
+PLUMBING_FILES = frozenset(os.path.abspath(m.__file__) for m in (threading, contextlib, functools))
+"""The standard library's plumbing files: threading, contextlib and functools."""
+
+
+def first_frame_outside(
+    skip_dirs: Iterable[str],
+    skip_files: Iterable[str] = (),
+    depth: int = 1,
+    start: FrameType | None = None,
+) -> FrameType | None:
+    """The innermost frame whose file is neither below one of ``skip_dirs`` nor one of ``skip_files``.
+
+    A frame's file is its code's ``co_filename`` made absolute; it is below a directory when it
+    starts with that string (give directories with a trailing separator), and it is one of
+    ``skip_files`` when it equals one (absolute paths). The walk starts at ``start`` when given
+    (for example another thread's frame from ``sys._current_frames()``), else ``depth`` frames above
+    the caller of this function (0: the caller itself, 1: its caller), and goes outward. None when
+    every frame is skipped.
+    """
+    dirs = tuple(skip_dirs)
+    files = frozenset(skip_files)
+    frame = start if start is not None else sys._getframe(depth + 1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(dirs) and path not in files:
+            return frame
+        frame = frame.f_back
+    return None
 
 
 def user_site() -> str:
     """``file:line`` of the innermost frame outside torch, dbo, workspace and those stdlib helpers
     (relative to the working directory when it is below it), or ``"<unknown>"``."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(_SKIP_DIRS) and path not in _SKIP_FILES:
-            try:
-                rel = os.path.relpath(path)
-            except ValueError:  # another drive (Windows)
-                rel = path
-            return f"{path if rel.startswith('..') else rel}:{frame.f_lineno}"
-        frame = frame.f_back
-    return "<unknown>"
+    frame = first_frame_outside(PLUMBING_DIRS, PLUMBING_FILES, depth=1)
+    if frame is None:
+        return "<unknown>"
+    path = os.path.abspath(frame.f_code.co_filename)
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        rel = path
+    return f"{path if rel.startswith('..') else rel}:{frame.f_lineno}"

@@ -9,25 +9,82 @@ original exception as ``__cause__``. The orchestrator is reusable after a failed
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from dbo import registry
 from dbo._context import StepState, UBatchContext, ubatch_main, where_is
 from dbo.errors import DBOError, HandoffTimeout, StepHung, UBatchFailed
 from dbo.streams import Backend, Stream, get_backend, set_stream, current_stream
-from dbo.streams import base as _streams_base
+from dbo.streams.observer import stream_observer
 
 if TYPE_CHECKING:
     from dbo.capture import CapturedStep
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["UBatchOrchestrator", "STREAM_LAYOUTS"]
+__all__ = ["UBatchOrchestrator", "StepPlan", "STREAM_LAYOUTS"]
 
 STREAM_LAYOUTS = ("per-ubatch", "shared")
+
+
+class StepPlan:
+    """A step the orchestrator has validated and holds (``UBatchOrchestrator.prepare_step``, or
+    ``hold`` for a replay): what ``run`` and ``dbo.capture`` share, and the only way capture and
+    replay reach inside the orchestrator (beyond its public attributes).
+
+    ``fn``: the step's function, wrapped by the stream observer's ``wrap_ubatch`` when one is
+    installed (None for a hold, which runs none); ``inputs``: one per ubatch (empty for a hold);
+    ``streams``: the (compute, comm) pair of each ubatch; ``backend``.
+    """
+
+    __slots__ = ("_orch", "fn", "inputs")
+
+    def __init__(self, orch: "UBatchOrchestrator", fn: Callable[[Any], Any] | None = None, inputs: Sequence[Any] = ()):
+        self._orch = orch
+        self.fn = fn
+        self.inputs = list(inputs)
+
+    @property
+    def backend(self) -> Backend:
+        return self._orch.backend
+
+    @property
+    def streams(self) -> list[tuple[Stream, Stream]]:
+        return list(self._orch._streams)
+
+    def new_state(self, pairs: Sequence[tuple[Stream, Stream]] | None = None, *, host_costs: bool = True,
+                  fault_hooks: bool = True) -> StepState:
+        """The handoff state of one step, its contexts built: ubatch i on ``pairs[i]`` (default:
+        ``streams``) with two new events of the backend. The test seams' primitives apply
+        (``dbo.testing``), their fault hook with ``fault_hooks``; ``host_costs``: the backend's
+        ``host_event`` is told of handoffs (host costs on the virtual backend)."""
+        orch, b, n = self._orch, self._orch.backend, self._orch.num_ubatches
+        seams = orch._seams
+        pairs = self.streams if pairs is None else pairs
+        primitives = None if seams is None else seams.primitives
+        step = StepState(n, orch.handoff_timeout, b.tracer, primitives, b.now)
+        if host_costs:
+            step.host_event = b.host_event  # host costs of handoffs, thread start/join (virtual backend)
+        fault_hook = seams.fault_hook if (fault_hooks and seams is not None) else None
+        step.contexts = [
+            UBatchContext(i, step, *pairs[i], b.new_event(), b.new_event(), fault_hook) for i in range(n)
+        ]
+        return step
+
+    def wait_for_threads(self, step: StepState, started: float) -> None:
+        """Bounded join of ``step``'s threads, started at ``started`` (``time.monotonic``): the
+        orchestrator's step timeout aborts the step, its join grace then bounds the unwinding
+        (``StepHung`` past it, after recovering the streams)."""
+        self._orch._wait_for_threads(step, started)
+
+    def recover(self) -> None:
+        """After a failed step, capture or replay: drop the streams, which may hold sticky errors or
+        queued work (a backend the orchestrator made is replaced by a new one)."""
+        self._orch._recover_streams()
 
 
 class UBatchOrchestrator:
@@ -156,6 +213,19 @@ class UBatchOrchestrator:
 
         Streams are synchronized before returning, so results may be read at once.
         """
+        with self.prepare_step(fn, ubatch_inputs) as plan:
+            if self.num_ubatches == 1:
+                return self._run_single(plan.fn, plan.inputs[0])
+            return self._run_threads(plan)
+
+    @contextlib.contextmanager
+    def prepare_step(self, fn: Callable[[Any], Any], ubatch_inputs: Sequence[Any], *,
+                     action: str = "run") -> Iterator[StepPlan]:
+        """Validate one step of ``fn`` over ``ubatch_inputs`` and hold the orchestrator for it; yield
+        its ``StepPlan``. ``run`` and ``capture`` (``dbo.capture``) both start here, so they refuse
+        the same things: DBOError when closed, TypeError for an ``fn`` that is not callable,
+        ValueError for a number of inputs other than ``num_ubatches``, and ``hold``'s refusals.
+        ``action`` ("run", "capture") names the caller in those messages."""
         if self.closed:
             raise DBOError("this UBatchOrchestrator is closed")
         if not callable(fn):
@@ -163,16 +233,23 @@ class UBatchOrchestrator:
         inputs = list(ubatch_inputs)
         if len(inputs) != self.num_ubatches:
             raise ValueError(f"expected {self.num_ubatches} ubatch inputs, got {len(inputs)}")
+        with self.hold(f"UBatchOrchestrator.{action}") as plan:
+            observer = stream_observer()
+            plan.fn = fn if observer is None else observer.wrap_ubatch(fn)  # dbo.races: sanitizers wrap the body
+            plan.inputs = inputs
+            yield plan
+
+    @contextlib.contextmanager
+    def hold(self, what: str) -> Iterator[StepPlan]:
+        """Hold the orchestrator for ``what`` (a step, a capture, a replay: one at a time), yielding
+        a ``StepPlan`` that runs no function. DBOError from inside a ubatch thread (steps do not
+        nest) or while another thread holds it."""
         if registry.dbo_enabled():
-            raise DBOError("UBatchOrchestrator.run called from inside a ubatch thread; steps do not nest")
+            raise DBOError(f"{what} called from inside a ubatch thread; steps do not nest")
         if not self._running.acquire(blocking=False):
             raise DBOError("this UBatchOrchestrator is already running a step in another thread")
-        if _streams_base._observer is not None:  # dbo.races: sanitizers wrap the ubatch body
-            fn = _streams_base._observer.wrap_ubatch(fn)
         try:
-            if self.num_ubatches == 1:
-                return self._run_single(fn, inputs[0])
-            return self._run_threads(fn, inputs)
+            yield StepPlan(self)
         finally:
             self._running.release()
 
@@ -194,23 +271,18 @@ class UBatchOrchestrator:
         self.last_step_handoffs = 0
         return [out]
 
-    def _run_threads(self, fn: Callable[[Any], Any], inputs: list[Any]) -> list[Any]:
+    def _run_threads(self, plan: StepPlan) -> list[Any]:
         n = self.num_ubatches
         seams = self._seams
         fault_hook = None if seams is None else seams.fault_hook
         after_barrier = None if seams is None else seams.after_barrier
-        primitives = None if seams is None else seams.primitives
-        step = StepState(n, self.handoff_timeout, self.backend.tracer, primitives, self.backend.now)
+        step = plan.new_state()
         b = self.backend
-        step.host_event = b.host_event  # host costs of handoffs, thread start/join (virtual backend)
-        step.contexts = [
-            UBatchContext(i, step, *self._streams[i], b.new_event(), b.new_event(), fault_hook) for i in range(n)
-        ]
         results: list[Any] = [None] * n
         step.threads = [
             threading.Thread(
                 target=ubatch_main,
-                args=(step.contexts[i], fn, inputs[i], results),
+                args=(step.contexts[i], plan.fn, plan.inputs[i], results),
                 name=f"dbo-ubatch-{i}",
                 daemon=True,
             )
@@ -269,15 +341,14 @@ class UBatchOrchestrator:
             raise UBatchFailed(f"a stream of the step failed: {type(exc).__name__}: {exc}", None) from exc
         return results
 
-    # -- capture and replay (dbo/capture/_step.py) --------------------------------------------------------
+    # -- capture and replay (dbo/capture/_step.py) ------------------------------------------------
     def capture(self, fn: Callable[[Any], Any], ubatch_inputs: Sequence[Any]) -> "CapturedStep":
         """Run one step while capturing it; return a ``CapturedStep`` whose ``replay()`` re-runs it
         on the same static tensors without ubatch threads, handoffs or model Python. A host sync
-        during the capture raises ``CaptureError``. See docs/capture.md."""
+        during the capture raises ``CaptureError``; it refuses what ``run`` refuses
+        (``prepare_step``). See docs/capture.md."""
         from dbo.capture import capture_step
 
-        if _streams_base._observer is not None:  # dbo.races: sanitizers wrap the ubatch body
-            fn = _streams_base._observer.wrap_ubatch(fn)
         return capture_step(self, fn, ubatch_inputs)
 
     def _wait_for_threads(self, step: StepState, started: float) -> None:

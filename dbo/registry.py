@@ -1,7 +1,7 @@
 """Thread -> ubatch registry: which ubatch does the calling thread run?
 
-Process-global state (one of the two process-globals of the project, with the workspace
-singleton): every registered thread has an entry here for as long as its scope lasts.
+Process-global state (docs/design.md, "Process-global state", lists all of it): every registered
+thread has an entry here for as long as its scope lasts.
 
 Rules (see docs/protocol.md, "The registry"):
 

@@ -1,7 +1,7 @@
 """workspace: per-ubatch scratch memory carved into 256-byte aligned views (see docs/workspace.md).
 
 The manager singleton (``init_workspace_manager`` / ``current_workspace_manager``) is
-process-global. Depends only on ``dbo.registry`` to find the calling ubatch's slot.
+process-global. Finds the calling ubatch's slot through ``dbo.registry``.
 
 Modules: ``layout`` (pure layout functions), ``policy`` (growth policies), ``manager`` (the
 manager and its hot path), ``growth``, ``persistent`` and ``introspection`` (parts of the manager), ``lanes``,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
+
+from dbo._sites import first_frame_outside
 
 __all__ = ["DEBUG_ENV", "caller", "debug_enabled", "logger", "mib"]
 
@@ -25,9 +26,7 @@ def mib(nbytes: int) -> str:
 
 def caller() -> str:
     """``file:line:function`` of the first stack frame outside the workspace package."""
-    frame = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
-        frame = frame.f_back
+    frame = first_frame_outside((_PACKAGE_DIR,), depth=1)
     if frame is None:
         return "<unknown caller>"
     return f"{frame.f_code.co_filename}:{frame.f_lineno}:{frame.f_code.co_name}"

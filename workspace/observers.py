@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
-
-if TYPE_CHECKING:  # pragma: no cover - for annotations only
-    from workspace.manager import WorkspaceManager
 
 __all__ = ["WorkspaceObserver", "add_global_observer", "remove_global_observer"]
 
@@ -28,27 +25,29 @@ class WorkspaceObserver:
     calling thread after every ``get_simultaneous`` (hits included) while the observer is attached.
     ``buffer_retired`` comes after the manager dropped every reference it held: a live
     ``storage_ref()`` means someone else still holds views of the buffer (they are orphaned).
+    ``manager`` is the ``workspace.manager.WorkspaceManager`` that calls (typed ``Any`` here: the
+    manager imports this module, and annotations must not close an import cycle).
     """
 
-    def buffer_allocated(self, manager: "WorkspaceManager", slot: int, buffer: torch.Tensor) -> None:
+    def buffer_allocated(self, manager: Any, slot: int, buffer: torch.Tensor) -> None:
         """A slot got a new buffer (also called on attach for each buffer the manager already holds)."""
 
-    def buffer_retired(self, manager: "WorkspaceManager", slot: int, storage_ref: weakref.ref, nbytes: int) -> None:
+    def buffer_retired(self, manager: Any, slot: int, storage_ref: weakref.ref, nbytes: int) -> None:
         """The manager dropped a slot's buffer (growth or deferred reallocation)."""
 
-    def views_handed_out(self, manager: "WorkspaceManager", slot: int, views: list[torch.Tensor]) -> None:
+    def views_handed_out(self, manager: Any, slot: int, views: list[torch.Tensor]) -> None:
         """A ``get_simultaneous`` call of ``slot`` returned ``views``."""
 
-    def persistent_created(self, manager: "WorkspaceManager", slot: int, key: Any, tensor: torch.Tensor) -> None:
+    def persistent_created(self, manager: Any, slot: int, key: Any, tensor: torch.Tensor) -> None:
         """``get_persistent`` created a tensor for ``slot`` (also called on attach for existing ones)."""
 
 
 _lock = threading.Lock()
-_managers: "weakref.WeakSet[WorkspaceManager]" = weakref.WeakSet()
+_managers: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _global_observers: list[WorkspaceObserver] = []
 
 
-def track_manager(manager: "WorkspaceManager") -> tuple[WorkspaceObserver, ...]:
+def track_manager(manager: Any) -> tuple[WorkspaceObserver, ...]:
     """Record a new manager; return the global observers it must attach."""
     with _lock:
         _managers.add(manager)

@@ -1,7 +1,7 @@
 """The process-global workspace manager, and ``use_workspace_lane``.
 
-The one workspace manager of the process (with the dbo registry, one of the project's two
-process-globals). Every thread sees the same manager.
+The one workspace manager of the process (process-global state: docs/design.md lists all of it).
+Every thread sees the same manager.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from torch.overrides import TorchFunctionMode
 from dbo.errors import CaptureError
 from dbo._sites import user_site
 from dbo.streams import Event, Stream
-from dbo.streams.base import _kernel_name
+from dbo.streams.base import kernel_name
 
 __all__ = ["HostSyncGuard", "GuardedKernel", "Recorder", "RecordingStream", "RecordingEvent", "user_site"]
 
@@ -134,7 +134,7 @@ class GuardedKernel:
 
 
 class Recorder:
-    """The ops of one capture, in issue order: ("launch", stream, fn, args, name, kind, cost),
+    """The ops of one capture, in issue order: ("launch", stream, fn, args, name, kind, cost, op, layer),
     ("record", event, stream), ("wait", stream, event). ``active`` is False once the capture ends."""
 
     def __init__(self, backend: Any):
@@ -179,7 +179,7 @@ class RecordingStream(Stream):
         self.__dict__.update(_real=real, _rec=rec, backend=real.backend, name=real.name)
 
     def __getattr__(self, attr: str) -> Any:
-        if attr in ("_enqueue", "_ready") and self._rec.active:
+        if attr in ("_enqueue", "lane") and self._rec.active:
             # A real (not recording) event is being recorded on this stream: its record would be
             # missing from the replay.
             raise CaptureError(
@@ -192,13 +192,15 @@ class RecordingStream(Stream):
     def error(self) -> BaseException | None:
         return self._real.error
 
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None) -> None:
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None,
+               op: str | None = None, layer: int | None = None) -> None:
         real, rec = self._real, self._rec
         if not rec.active:
-            return real.launch(fn, *args, name=name, kind=kind, cost=cost)
-        kname = _kernel_name(fn, name, kind)
-        type(real).launch(real, None if fn is None else GuardedKernel(fn), *args, name=kname, kind=kind, cost=cost)
-        rec.add(("launch", real, fn, args, kname, kind, cost))
+            return real.launch(fn, *args, name=name, kind=kind, cost=cost, op=op, layer=layer)
+        kname = kernel_name(fn, name, kind)
+        type(real).launch(real, None if fn is None else GuardedKernel(fn), *args, name=kname, kind=kind, cost=cost,
+                          op=op, layer=layer)
+        rec.add(("launch", real, fn, args, kname, kind, cost, op, layer))
 
     def wait_event(self, event: Event) -> None:
         real, ev = self._real, _real_event(event)

@@ -21,9 +21,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Sequence
 
-from dbo import registry
 from dbo.capture._guard import HostSyncGuard, Recorder, RecordingEvent, RecordingStream, user_site
-from dbo._context import StepState, UBatchContext, ubatch_main
+from dbo._context import UBatchContext, ubatch_main
 from dbo.errors import CaptureError, DBOError, HandoffTimeout, UBatchFailed
 from dbo.streams import Stream, use_stream
 
@@ -37,6 +36,7 @@ class CapturedStep:
     at capture, now holding the replay's values); ``close()`` frees it (idempotent).
 
     ``num_kernels``: kernels launched by the step; ``num_ops``: kernels, event records and waits.
+    A replay holds its orchestrator as a step does (``UBatchOrchestrator.hold``).
     """
 
     def __init__(self, orch: Any, outputs: list[Any], ops: list[tuple], region: Any = None):
@@ -66,11 +66,7 @@ class CapturedStep:
                 "replay of a CapturedStep whose orchestrator was closed or replaced its streams after a "
                 "failed step; capture the step again"
             )
-        if registry.dbo_enabled():
-            raise DBOError("CapturedStep.replay called from inside a ubatch thread")
-        if not orch._running.acquire(blocking=False):
-            raise DBOError("this UBatchOrchestrator is running a step in another thread")
-        try:
+        with orch.hold("CapturedStep.replay") as plan:
             b = self._backend
             tr = b.tracer if (b.tracer is not None and b.tracer.enabled) else None
             t0 = b.now() if tr is not None else 0.0
@@ -86,13 +82,11 @@ class CapturedStep:
                         s.synchronize()
             except BaseException as exc:
                 self.close()
-                orch._recover_streams()
+                plan.recover()
                 raise UBatchFailed(f"replay of a captured step failed: {type(exc).__name__}: {exc}", None) from exc
             if tr is not None:
                 tr.span("main", "replay", t0, b.now(), kernels=self.num_kernels)
             return self.outputs
-        finally:
-            orch._running.release()
 
     def _issue(self) -> None:
         if self._graph is not None:
@@ -101,8 +95,8 @@ class CapturedStep:
         for op in self._ops:
             tag = op[0]
             if tag == "launch":
-                _, s, fn, args, name, kind, cost = op
-                s.launch(fn, *args, name=name, kind=kind, cost=cost)
+                _, s, fn, args, name, kind, cost, kop, layer = op
+                s.launch(fn, *args, name=name, kind=kind, cost=cost, op=kop, layer=layer)
             elif tag == "record":
                 op[1].record(op[2])
             else:
@@ -139,26 +133,15 @@ def _streams_of(ops: list[tuple]) -> list[Stream]:
 
 
 def capture_step(orch: Any, fn: Callable[[Any], Any], ubatch_inputs: Sequence[Any]) -> CapturedStep:
-    """Capture one step of ``orch`` (see ``UBatchOrchestrator.capture``)."""
-    if orch.closed:
-        raise DBOError("this UBatchOrchestrator is closed")
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    inputs = list(ubatch_inputs)
-    if len(inputs) != orch.num_ubatches:
-        raise ValueError(f"expected {orch.num_ubatches} ubatch inputs, got {len(inputs)}")
-    if registry.dbo_enabled():
-        raise DBOError("UBatchOrchestrator.capture called from inside a ubatch thread; steps do not nest")
-    if not orch._running.acquire(blocking=False):
-        raise DBOError("this UBatchOrchestrator is already running a step in another thread")
-    try:
-        return _capture(orch, fn, inputs)
-    finally:
-        orch._running.release()
+    """Capture one step of ``orch`` (see ``UBatchOrchestrator.capture``): it is validated and held
+    as ``run``'s is (``UBatchOrchestrator.prepare_step``)."""
+    with orch.prepare_step(fn, ubatch_inputs, action="capture") as plan:
+        return _capture(orch, plan)
 
 
-def _capture(orch: Any, fn: Callable[[Any], Any], inputs: list[Any]) -> CapturedStep:
-    b = orch.backend
+def _capture(orch: Any, plan: Any) -> CapturedStep:
+    """Capture the step ``plan`` (a ``dbo.orchestrator.StepPlan`` that ``orch`` holds) describes."""
+    b = plan.backend
     is_cuda = b.name == "cuda"
     rec = Recorder(b)
     tr = b.tracer if (b.tracer is not None and b.tracer.enabled) else None
@@ -171,8 +154,8 @@ def _capture(orch: Any, fn: Callable[[Any], Any], inputs: list[Any]) -> Captured
 
                 region = CudaRegion(b)
                 rec.on_new_stream = region.fork
-            pairs = [(rec.stream(c), rec.stream(m)) for c, m in orch._streams]
-            outputs = _drive(orch, fn, inputs, pairs, rec, region)
+            pairs = [(rec.stream(c), rec.stream(m)) for c, m in plan.streams]
+            outputs = _drive(orch, plan, pairs, rec, region)
             rec.active = False
         orch.synchronize()  # raises a kernel's failure (sticky), e.g. a host sync refused inside it
         for s in _streams_of(rec.ops):
@@ -181,7 +164,7 @@ def _capture(orch: Any, fn: Callable[[Any], Any], inputs: list[Any]) -> Captured
             region.synchronize()  # run the graph once: the outputs hold the step's values
     except BaseException as exc:
         rec.active = False
-        orch._recover_streams()
+        plan.recover()
         _clear_refusals(b)
         _raise_translated(exc)
         raise
@@ -192,9 +175,9 @@ def _capture(orch: Any, fn: Callable[[Any], Any], inputs: list[Any]) -> Captured
     return CapturedStep(orch, outputs, rec.ops, region)
 
 
-def _drive(orch: Any, fn: Callable, inputs: list[Any], pairs: list, rec: Recorder, region: Any) -> list[Any]:
+def _drive(orch: Any, plan: Any, pairs: list, rec: Recorder, region: Any) -> list[Any]:
     """Run the step once with the recording streams; ``region`` (cuda) brackets the device work."""
-    n = orch.num_ubatches
+    n, fn, inputs = orch.num_ubatches, plan.fn, plan.inputs
     enter = region.enter if region is not None else contextlib.nullcontext
     replay_kind = None if region is not None else orch.backend.name  # CPU: host-side writes are refused
     if n == 1:
@@ -203,15 +186,8 @@ def _drive(orch: Any, fn: Callable, inputs: list[Any], pairs: list, rec: Recorde
                 return [fn(inputs[0])]
         except BaseException as exc:
             raise UBatchFailed(f"capture: ubatch 0 of 1 failed: {type(exc).__name__}: {exc}", 0) from exc
-    b = orch.backend
-    seams = getattr(orch, "_seams", None)  # dbo.testing.with_seams: the sync primitives, if any
-    prims = None if seams is None else seams.primitives
-    extra = {"primitives": prims} if prims is not None else {}
-    step = StepState(n, orch.handoff_timeout, b.tracer, clock=b.now, **extra)
-    step.contexts = [
-        UBatchContext(i, step, *pairs[i], b.new_event(), b.new_event())  # recording events (patched)
-        for i in range(n)
-    ]
+    # the test seams' sync primitives apply; the events are recording events (the backend is patched)
+    step = plan.new_state(pairs, host_costs=False, fault_hooks=False)
     results: list[Any] = [None] * n
     prelude = region.thread_prelude if region is not None else None
     step.threads = [
@@ -241,7 +217,7 @@ def _drive(orch: Any, fn: Callable, inputs: list[Any], pairs: list, rec: Recorde
                     raise HandoffTimeout(msg, step.parked())
         except BaseException as exc:
             step.abort(None, exc)
-    orch._wait_for_threads(step, started)
+    plan.wait_for_threads(step, started)
     if step.failure is not None:
         uid, exc = step.failure
         step.failure, step.contexts, step.threads = None, [], []
@@ -345,7 +321,7 @@ def _clear_refusals(b: Any) -> None:
     """After a refused capture: streams of ``b`` that failed only because a kernel was refused (a
     host sync during capture) are drained and made usable again. The orchestrator replaces its own
     streams, but a backend it does not own (shared, as in the demo) keeps the others, such as a
-    transport's link queue fetched by name; a real failure stays sticky."""
+    transport's own comm stream fetched by name; a real failure stays sticky."""
     for s in b.streams:
         if s.error is None or not _is_refusal(s.error):
             continue

@@ -31,7 +31,7 @@ __all__ = [
     "fit_threaded_ops", "predict", "FitError",
 ]
 
-KINDS = ("gemm", "elementwise")
+FIT_OP_KINDS = ("gemm", "elementwise")
 
 
 
@@ -55,8 +55,8 @@ def _table(samples: Iterable[Sequence[Any]]) -> dict:
         if len(s) != 5:
             raise FitError(f"sample {i}: expected (op_kind, shape, dtype, bytes, seconds), got {s!r}")
         op, shape, dt, b, t = s
-        if op not in KINDS:
-            raise FitError(f"sample {i}: op_kind must be one of {KINDS}, got {op!r}")
+        if op not in FIT_OP_KINDS:
+            raise FitError(f"sample {i}: op_kind must be one of {FIT_OP_KINDS}, got {op!r}")
         key = dtype_key(dt)
         if op == "gemm" and key is None:
             raise FitError(f"sample {i}: unknown dtype {dt!r}; known: {', '.join(DTYPES)}")

@@ -12,6 +12,8 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
+from dbo.costs._legacy_ops import declared_op_keys
+
 __all__ = ["DeviceProfile", "HostCosts", "OpCost", "DTYPES", "dtype_key", "check_number"]
 
 DTYPES = ("float64", "float32", "tf32", "bfloat16", "float16", "fp8")
@@ -57,12 +59,9 @@ def check_number(what: str, value: Any, *, positive: bool = False) -> float:
 
 @dataclass(frozen=True)
 class OpCost:
-    """What one named op (a kernel launched through dbo, named ``"<op> ..."``) costs beyond one
-    plain launch: ``kernels`` device kernels it issues (each a host ``HostCosts.kernel`` and a
-    device ``min_kernel``), plus ``host`` seconds of other host work (Python, allocator).
-
-    An entry keyed ``"<op>/<function name>"`` applies only to that op launched with that kernel
-    function (one op with two implementations, e.g. per schedule), before the plain ``"<op>"``.
+    """What one op (the ``op`` a launch through dbo declares) costs beyond one plain launch:
+    ``kernels`` device kernels it issues (each a host ``HostCosts.kernel`` and a device
+    ``min_kernel``), plus ``host`` seconds of other host work (Python, allocator).
 
     Device correction (fitted by calibration, ``demos.fidelity.calibration``): the op's device time is
     ``device + scale * (the device model's time of its declared cost) + memory_scale * (its memory
@@ -106,7 +105,7 @@ class HostCosts:
 
     ``launch``: a launch through a dbo stream (the per-launch floor: stream context, bookkeeping);
     ``kernel``: each device kernel the launch issues (one by default, ``OpCost.kernels`` for named
-    ops); ``ops``: per-op extras by op name (the kernel name's first word); ``stream_switch``: a
+    ops); ``ops``: per-op extras by the op a launch declares; ``stream_switch``: a
     stream becoming a thread's current stream; ``handoff``: one turn handoff between ubatch threads;
     ``thread_start`` / ``thread_join``: per ubatch thread per step; ``sync``: a host sync (stream,
     event or in-kernel), on top of the wait for the device; ``event``: an event record or wait;
@@ -278,6 +277,8 @@ class DeviceProfile:
             bad = sorted(set(host) - hk)
             if bad:
                 raise ValueError(f"unknown host cost field(s): {', '.join(bad)}")
+            if isinstance(host.get("ops"), Mapping):
+                host = {**host, "ops": declared_op_keys(host["ops"])}  # a profile of the old format too
             kw["host"] = HostCosts(**host)
         if "gemm_knee" in kw:
             kw["gemm_knee"] = tuple(kw["gemm_knee"])
@@ -351,6 +352,11 @@ _H200_OPS = {
     "moe_copy": OpCost(kernels=1),
     "dispatch_recv": OpCost(kernels=1),
     "combine_recv": OpCost(kernels=2),
+    # the ll schedule's own experts, dispatch and combine: the counts of their ht counterparts
+    # (the trace was of an ht step)
+    "experts_ll": OpCost(kernels=30),
+    "dispatch_ll": OpCost(kernels=2),
+    "combine_ll": OpCost(kernels=3),
 }
 
 H200 = DeviceProfile(

@@ -29,7 +29,7 @@ __all__ = [
     "LinkProfile",
     "Work",
     "Transfer",
-    "KINDS",
+    "KERNEL_KINDS",
     "register_profile",
     "register_link",
     "get_profile",
@@ -53,7 +53,7 @@ __all__ = [
     "dtype_key",
 ]
 
-KINDS = ("compute", "comm")
+KERNEL_KINDS = ("compute", "comm")
 
 
 @dataclass(frozen=True)
@@ -305,8 +305,8 @@ def seconds_for(
     * None: derived from the tensor args' bytes B: compute -> ``kernel_time(Work(bytes=B))``
       (``launch_overhead + B / mem_bandwidth`` on a plain profile); comm -> ``latency + B / bandwidth``.
     """
-    if kind not in KINDS:
-        raise ValueError(f"kernel kind must be one of {KINDS}, got {kind!r}")
+    if kind not in KERNEL_KINDS:
+        raise ValueError(f"kernel kind must be one of {KERNEL_KINDS}, got {kind!r}")
     if cost is None:
         nbytes = tensor_bytes(args)
         if kind == "compute":

@@ -1,17 +1,6 @@
-"""Stream-order race detection: a happens-before sanitizer over streams and events, on every backend.
-
-Off by default, and then free: nothing is installed, and each backend's launch / record / wait /
-synchronize pays one ``is not None`` test of ``dbo.streams.base._observer``. See docs/races.md.
-
-Use::
-
-    from dbo import races
-
-    races.enable()                      # "collect" (default) or "raise"
-    orch.run(model.forward, inputs)     # no wrapping: every kernel is watched, on any thread
-    for r in races.findings():
-        print(r)                        # both kernels, their streams, ubatches and launch lines
-    races.disable()
+"""Stream-order race detection: the detector, a stream observer (``dbo.streams.observer``) that
+keeps happens-before over streams and events, on every backend; its switches are in
+``dbo.races._api``. See docs/races.md.
 
 The model (as CUDA's): each stream has a vector clock (stream id -> sequence number). A launch on
 stream S joins the host's clock into S's, takes the next sequence number of S and stamps the kernel
@@ -26,8 +15,9 @@ bytes, at least one a write, by kernels neither of which happens before the othe
 
 The host is one agent: ubatch threads pass one turn around, so their host work is ordered, and
 every host thread shares one clock. Clients (``workspace.sanitizer``) add their own context
-around every kernel body (``add_kernel_hook``) and every ubatch body (``add_ubatch_hook``); the
-observer is installed while races are on or any hook is registered.
+around every kernel body (``add_kernel_hook``) and every ubatch body (``add_ubatch_hook``), and
+see every stamp at its launch (``add_launch_hook``); the detector is installed as a stream
+observer while races are on or any hook is registered.
 """
 
 from __future__ import annotations
@@ -39,29 +29,11 @@ from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 from dbo import registry
-from dbo.races._report import KIND, MAX_FINDINGS, MODES, Race, RaceError, launch_site
+from dbo.races._report import MAX_FINDINGS, Race, RaceError, launch_site
 from dbo.races._shadow import KernelStamp, RaceMode, Shadow, written_args
-from dbo.streams import base as _base
+from dbo.streams.base import Event, Stream
 
-__all__ = [
-    "KIND",
-    "MODES",
-    "MAX_FINDINGS",
-    "Race",
-    "RaceError",
-    "enable",
-    "disable",
-    "enabled",
-    "findings",
-    "clear",
-    "use_races",
-    "current_kernel",
-    "launch_count",
-    "add_kernel_hook",
-    "remove_kernel_hook",
-    "add_ubatch_hook",
-    "remove_ubatch_hook",
-]
+__all__ = ["current_kernel"]
 
 _PENDING_MAX = 100_000
 
@@ -94,13 +66,6 @@ def current_kernel() -> KernelStamp | None:
     return getattr(_tls, "kernel", None)
 
 
-def launch_count() -> int:
-    """Kernels launched so far while the observer was installed: a kernel's ``ticket`` is this
-    count right after its launch, so "handed out before kernel k was launched" is
-    ``launch_count() (then) < k.ticket``."""
-    return _DET.launches
-
-
 def _join(into: dict[int, int], other: dict[int, int]) -> None:
     for k, v in other.items():
         if into.get(k, 0) < v:
@@ -108,7 +73,8 @@ def _join(into: dict[int, int], other: dict[int, int]) -> None:
 
 
 class _Detector:
-    """The observer the backends call (``dbo.streams.base._observer``) and the detector's state."""
+    """The stream observer the backends call (a ``dbo.streams.observer.StreamObserver``) and the
+    detector's state."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -126,6 +92,7 @@ class _Detector:
         self.learned: dict[Any, set[int]] = {}  # kernel fn -> positions of the arguments it was seen writing
         self.kernel_hooks: list[Callable[[KernelStamp], Any]] = []
         self.ubatch_hooks: list[Callable[[Callable], Callable]] = []
+        self.launch_hooks: list[Callable[[KernelStamp], None]] = []
 
     def reset(self) -> None:
         with self.lock:
@@ -154,6 +121,8 @@ class _Detector:
             seq = clock[sid] = clock.get(sid, 0) + 1
             self.launches += 1
             stamp = KernelStamp(sid, seq, dict(clock), name, stream.name, ub, site, self.launches)
+        for hook in self.launch_hooks:
+            hook(stamp)
         if fn is None:
             return None
         if self.on:
@@ -185,7 +154,8 @@ class _Detector:
         # 1. a kernel launched and not yet run, concurrent with k, whose fn was seen writing an
         #    argument: every recorded access to those bytes by a kernel concurrent with it races
         #    with the write it would have made (whichever kernel raised).
-        why = f"it had not run when {k.name!r} raised {type(exc).__name__} and the step could fail; its fn writes this argument"
+        why = (f"it had not run when {k.name!r} raised {type(exc).__name__} and the step could fail; "
+               f"its fn writes this argument")
         for p, args, _, wrote in everyone:
             for i in sorted(wrote or ()):
                 for t in _tensors(args[i]) if i < len(args) else ():
@@ -193,11 +163,13 @@ class _Detector:
                         self._report(x, w, p, True, "(not run)", a, b, what, note=why)
         # 2. a kernel launched and not yet run, concurrent with k, that takes as an argument bytes
         #    k touched (its access is unknown: counted as a write).
-        pending = [(p, a) for p, a, _, wrote in everyone if not wrote and not k.ordered_after(p) and not p.ordered_after(k)]
+        pending = [(p, a) for p, a, _, wrote in everyone
+                   if not wrote and not k.ordered_after(p) and not p.ordered_after(k)]
         if not pending:
             return
         touched = self.shadow.touched_by(k)
-        why = f"{type(exc).__name__} raised by the second kernel before the first one ran; the first takes these bytes as an argument"
+        why = (f"{type(exc).__name__} raised by the second kernel before the first one ran; "
+               f"the first takes these bytes as an argument")
         for p, args in pending:
             for t in _tensors(args):
                 hit = self.shadow.overlap(touched, t)
@@ -219,11 +191,11 @@ class _Detector:
     def sync(self, what: Any) -> None:
         """A host synchronize of a stream, an event or a backend (all its streams)."""
         with self.lock:
-            if isinstance(what, _base.Event):
+            if isinstance(what, Event):
                 snap = self.events.get(what)
                 if snap is not None:
                     _join(self.host, snap)
-            elif isinstance(what, _base.Stream):
+            elif isinstance(what, Stream):
                 _join(self.host, self.clocks[self._sid(what)])
             else:
                 for s in what.streams:
@@ -236,7 +208,8 @@ class _Detector:
 
     # -- findings ----------------------------------------------------------------------------------
     def _report(
-        self, first: KernelStamp, w1: bool, second: KernelStamp, w2: bool, op: str, a: int, b: int, what: str, note: str = ""
+        self, first: KernelStamp, w1: bool, second: KernelStamp, w2: bool, op: str, a: int, b: int, what: str,
+        note: str = "",
     ) -> None:
         access = f"{'write' if w1 else 'read'}-{'write' if w2 else 'read'}"
         key = (first.site, first.stream, second.site, second.stream, access)
@@ -302,96 +275,4 @@ class _Body:
         return getattr(self.fn, attr)
 
 
-_DET = _Detector()
-
-
-def _install() -> None:
-    on = _DET.on or bool(_DET.kernel_hooks) or bool(_DET.ubatch_hooks)
-    _base._observer = _DET if on else None
-
-
-# ---------------------------------------------------------------------- public API
-
-
-def enable(mode: str = "collect") -> None:
-    """Start watching every backend's streams and events; forget earlier clocks and findings.
-
-    ``mode``: "collect" (default: read ``findings()`` afterwards) or "raise" (the op that completes
-    a race raises ``RaceError`` inside its kernel, which fails the kernel's stream). Enable when
-    nothing is in flight: work launched before is not seen.
-    """
-    if mode not in MODES:
-        raise ValueError(f"race detection mode must be one of {MODES}, got {mode!r}")
-    _DET.reset()
-    with _DET.lock:
-        _DET.mode = mode
-        _DET.found = {}
-        _DET.dropped = 0
-        _DET.on = True
-    _install()
-
-
-def disable() -> None:
-    """Stop watching. Findings stay readable until the next ``enable`` / ``clear``."""
-    with _DET.lock:
-        _DET.on = False
-    _install()
-    _DET.reset()
-
-
-def enabled() -> bool:
-    """Whether race detection is on."""
-    return _DET.on
-
-
-def findings() -> list[Race]:
-    """Distinct races since the last ``enable`` / ``clear``, in the order first seen."""
-    with _DET.lock:
-        return list(_DET.found.values())
-
-
-def clear() -> None:
-    """Forget the findings (detection stays on)."""
-    with _DET.lock:
-        _DET.found = {}
-        _DET.dropped = 0
-
-
-@contextlib.contextmanager
-def use_races(mode: str = "collect") -> Iterator[Callable[[], list[Race]]]:
-    """Race detection on for the ``with`` block (then off); yields ``findings``."""
-    enable(mode)
-    try:
-        yield findings
-    finally:
-        disable()
-
-
-def add_kernel_hook(hook: Callable[[KernelStamp], Any]) -> None:
-    """Call ``hook(stamp)`` at the start of every kernel body, on the thread that runs it; a context
-    manager it returns is entered around the body (None: nothing). Installs the observer."""
-    with _DET.lock:
-        if hook not in _DET.kernel_hooks:
-            _DET.kernel_hooks = _DET.kernel_hooks + [hook]
-    _install()
-
-
-def remove_kernel_hook(hook: Callable[[KernelStamp], Any]) -> None:
-    with _DET.lock:
-        _DET.kernel_hooks = [h for h in _DET.kernel_hooks if h is not hook]
-    _install()
-
-
-def add_ubatch_hook(hook: Callable[[Callable], Callable]) -> None:
-    """``hook(fn) -> fn'``: applied to the function every ``UBatchOrchestrator`` step runs in its
-    ubatch threads (and in a capture). Installs the observer."""
-    with _DET.lock:
-        if hook not in _DET.ubatch_hooks:
-            _DET.ubatch_hooks = _DET.ubatch_hooks + [hook]
-    _install()
-
-
-def remove_ubatch_hook(hook: Callable[[Callable], Callable]) -> None:
-    with _DET.lock:
-        _DET.ubatch_hooks = [h for h in _DET.ubatch_hooks if h is not hook]
-    _install()
+DETECTOR = _Detector()

@@ -62,7 +62,8 @@ class Race:
         a, b = self.access.split("-")
         return (
             f"{a} by {_side(self.first)} and {b} by {_side(self.second)} of {self.nbytes} overlapping bytes "
-            f"({self.what}); no event, wait or synchronize orders the two kernels" + (f" ({self.note})" if self.note else "")
+            f"({self.what}); no event, wait or synchronize orders the two kernels"
+            + (f" ({self.note})" if self.note else "")
         )
 
     def __str__(self) -> str:

@@ -40,7 +40,8 @@ class KernelStamp:
     __slots__ = ("sid", "seq", "clock", "name", "stream", "ubatch", "site", "thread", "local", "ticket", "writes")
 
     def __init__(
-        self, sid: int, seq: int, clock: dict[int, int], name: str, stream: str, ubatch: int | None, site: str, ticket: int = 0
+        self, sid: int, seq: int, clock: dict[int, int], name: str, stream: str, ubatch: int | None, site: str,
+        ticket: int = 0,
     ):
         self.ticket = ticket  # launch order across every backend (dbo.races.launch_count() at its launch)
         self.sid = sid
@@ -140,7 +141,8 @@ class Shadow:
         with self.lock:
             sh = self.storages.get(ptr)
             if sh is None or sh.ref() is not storage:  # new, or freed and its address reused
-                sh = self.storages[ptr] = _Storage(storage, f"{str(t.dtype).replace('torch.', '')} storage of {storage.nbytes()} bytes on {t.device}")
+                desc = f"{str(t.dtype).replace('torch.', '')} storage of {storage.nbytes()} bytes on {t.device}"
+                sh = self.storages[ptr] = _Storage(storage, desc)
                 if len(self.storages) % 1024 == 0:
                     self.storages = {p: x for p, x in self.storages.items() if x.ref() is not None}
             keep = []
@@ -185,7 +187,9 @@ class Shadow:
                     out[ptr] = mine
         return out
 
-    def overlap(self, touched: dict[int, list[tuple[int, int, bool]]], t: torch.Tensor) -> tuple[int, int, bool, str] | None:
+    def overlap(
+        self, touched: dict[int, list[tuple[int, int, bool]]], t: torch.Tensor
+    ) -> tuple[int, int, bool, str] | None:
         """The first of ``touched`` that overlaps tensor ``t``'s bytes: (start, end, write, storage)."""
         if t.is_meta or t.numel() == 0:
             return None

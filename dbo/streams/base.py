@@ -20,7 +20,7 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any, Callable
 
-from dbo.costs import KINDS, DeviceProfile, LinkProfile, get_link, get_profile, seconds_for
+from dbo.costs import KERNEL_KINDS, DeviceProfile, LinkProfile, get_link, get_profile, seconds_for
 from dbo.errors import StreamError
 
 logger = logging.getLogger(__name__)
@@ -32,20 +32,37 @@ DEFAULT_TIMEOUT = 300.0
 # stream (current.py) installs it at import, so this module never imports that one (no cycle).
 _current_stream: Callable[[], "Stream"] | None = None
 ROLES = ("compute", "comm")
-# The observer seam (dbo.races): None, or an object whose launch(stream, fn, args, name) -> fn,
-# record(event, stream), wait(stream, event) and sync(stream | event | backend) each backend calls.
-# Off (None), every call site costs one global read and one ``is not None`` test.
+# The observer slot every backend reads at launch, record, wait and synchronize: None, or a
+# ``dbo.streams.observer.StreamObserver``. Written only by that module (``add_stream_observer``);
+# off (None), every call site costs one global read and one ``is not None`` test.
 _observer: Any = None
 _backend_ids = itertools.count(1)
 
 
-def _check_kind(kind: str) -> str:
-    if kind not in KINDS:
-        raise ValueError(f"kernel kind must be one of {', '.join(KINDS)}; got {kind!r}")
+def check_kind(kind: str) -> str:
+    """``kind`` if it is a kernel kind ("compute" or "comm"), else ValueError."""
+    if kind not in KERNEL_KINDS:
+        raise ValueError(f"kernel kind must be one of {', '.join(KERNEL_KINDS)}; got {kind!r}")
     return kind
 
 
-def _kernel_name(fn: Callable | None, name: str | None, kind: str) -> str:
+def check_identity(op: str | None, layer: int | None) -> None:
+    """What a launch may declare as its identity: ``op`` a non-empty string without spaces or None,
+    ``layer`` a non-negative int or None; else ValueError or TypeError."""
+    if op is not None:
+        if not isinstance(op, str):
+            raise TypeError(f"op must be a string or None, got {type(op).__name__}: {op!r}")
+        if not op or op != op.strip() or " " in op:
+            raise ValueError(f"op must be a non-empty name without spaces, got {op!r}")
+    if layer is not None:
+        if isinstance(layer, bool) or not isinstance(layer, int):
+            raise TypeError(f"layer must be an int or None, got {type(layer).__name__}: {layer!r}")
+        if layer < 0:
+            raise ValueError(f"layer must be non-negative, got {layer}")
+
+
+def kernel_name(fn: Callable | None, name: str | None, kind: str) -> str:
+    """The display name of a kernel: ``name``, else ``fn``'s name, else its kind. Nothing reads it back."""
     if name is not None:
         return str(name)
     if fn is None:
@@ -201,18 +218,23 @@ class Stream(ABC):
         if err is not None:
             raise sticky_error(self.name, err, action, self._error_note)
 
-    def _check_launch(self, kind: str | None) -> str:
-        """What every ``launch`` checks first: a valid kind (None: the stream's role), an open backend,
-        a stream not failed. Returns the kind."""
-        kind = _check_kind(self.role if kind is None else kind)
+    def _check_launch(self, kind: str | None, op: str | None = None, layer: int | None = None) -> str:
+        """What every ``launch`` checks first: a valid kind (None: the stream's role) and identity
+        (``check_identity``), an open backend, a stream not failed. Returns the kind."""
+        kind = check_kind(self.role if kind is None else kind)
+        check_identity(op, layer)
         self.backend._check_open()
         self._raise_if_failed("launch")
         return kind
 
     @abstractmethod
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None,
+               op: str | None = None, layer: int | None = None) -> None:
         """Enqueue ``fn(*args)`` (a kernel of ``kind`` "compute" or "comm", modelled by ``cost``;
-        ``kind=None``: the stream's ``role``)."""
+        ``kind=None``: the stream's ``role``). ``op`` and ``layer`` declare what the kernel is (the
+        model's operation, and its layer where it has one): they are recorded on ``KernelRecord`` and
+        are what a profile's per-op corrections (``HostCosts.ops``) are keyed on. ``name`` is only
+        displayed."""
 
     @abstractmethod
     def wait_event(self, event: "Event") -> None:

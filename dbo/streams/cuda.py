@@ -7,8 +7,8 @@
   back to the device's default stream. A launch checks torch's current device and raw stream
   (two cheap C calls): when they already are the stream's (the usual case: a ubatch launches on
   the stream it made current), ``fn`` runs directly; otherwise (a launch on a stream that is not
-  the thread's current one) it runs under ``torch.cuda.stream(s)``, which costs a few µs of host
-  time per launch (~9 µs enter plus exit on an H200 host).
+  the thread's current one) it runs under ``torch.cuda.stream(s)``, which costs host time per
+  launch (measured on an H200 host: docs/gpu.md).
 * Modelled time: a comm kernel with a float or ``Transfer`` cost, and a kernel whose ``fn`` is
   None with a float, ``Transfer`` or ``Work`` cost, enqueue ``torch.cuda._sleep`` for the modelled
   seconds (GPU clock cycles, calibrated once when the backend is created). A comm kernel sleeps
@@ -39,7 +39,7 @@ from dbo.costs import Work, seconds_for
 from dbo.errors import StreamError, StreamTimeout
 from dbo.registry import acting_ubatch_id
 from dbo.streams import base
-from dbo.streams.base import Backend, Event, Stream, _kernel_name, sticky_error
+from dbo.streams.base import Backend, Event, Stream, kernel_name, sticky_error
 
 logger = logging.getLogger(__name__)
 
@@ -57,20 +57,22 @@ class CudaStream(Stream):
         self._raw = self.torch_stream.cuda_stream  # the cudaStream_t, to compare with torch's current one
         self._device_index = backend.device.index
 
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
-        kind = self._check_launch(kind)
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None,
+               op: str | None = None, layer: int | None = None) -> None:
+        kind = self._check_launch(kind, op, layer)
         if _is_torch_current(self._device_index, self._raw):
-            self._issue(fn, args, name, kind, cost)
+            self._issue(fn, args, name, kind, cost, op, layer)
         else:
             with torch.cuda.stream(self.torch_stream):
-                self._issue(fn, args, name, kind, cost)
+                self._issue(fn, args, name, kind, cost, op, layer)
 
-    def _issue(self, fn: Callable | None, args: tuple, name: str | None, kind: str, cost: Any) -> None:
+    def _issue(self, fn: Callable | None, args: tuple, name: str | None, kind: str, cost: Any,
+               op: str | None = None, layer: int | None = None) -> None:
         """Enqueue the kernel; torch's current stream is this stream."""
         b = self.backend
         seconds = b._modelled_seconds(fn, kind, cost, args)
         if base._observer is not None:  # dbo.races: stamp the kernel, watch its body
-            name = _kernel_name(fn, name, kind)
+            name = kernel_name(fn, name, kind)
             fn = base._observer.launch(self, fn, args, name)
         tr = b._tracing()
         s = self.torch_stream
@@ -86,12 +88,12 @@ class CudaStream(Stream):
                 b._spin(seconds)
         except Exception as e:
             self._error = e
-            self._error_note = f"kernel {_kernel_name(fn, name, kind)!r} raised"
+            self._error_note = f"kernel {kernel_name(fn, name, kind)!r} raised"
         if tr is not None:
             ev1 = torch.cuda.Event(enable_timing=True)
             ev1.record(s)
             with b._pending_lock:
-                b._pending.append((tr, self.name, _kernel_name(fn, name, kind), kind, acting_ubatch_id(), ev0, ev1))
+                b._pending.append((tr, self.name, kernel_name(fn, name, kind), kind, acting_ubatch_id(), ev0, ev1, op, layer))
             if len(b._pending) > 64:
                 b._flush_traces()
 
@@ -271,7 +273,7 @@ class CudaBackend(Backend):
             self._pending.clear()
         keep = []
         for item in items:
-            tr, stream, kname, kind, ubatch, ev0, ev1 = item
+            tr, stream, kname, kind, ubatch, ev0, ev1, op, layer = item
             try:
                 done = ev1.query()
             except RuntimeError:
@@ -281,7 +283,7 @@ class CudaBackend(Backend):
                 continue
             start = self._anchor_t + self._anchor.elapsed_time(ev0) / 1e3
             end = self._anchor_t + self._anchor.elapsed_time(ev1) / 1e3
-            tr.kernel(stream, kname, kind, ubatch, start, end)
+            tr.kernel(stream, kname, kind, ubatch, start, end, op, layer)
         if keep:
             with self._pending_lock:
                 self._pending.extendleft(reversed(keep))

@@ -12,18 +12,19 @@ from typing import Any, Callable
 
 from dbo.registry import acting_ubatch_id
 from dbo.streams import base
-from dbo.streams.base import Backend, Event, Stream, _kernel_name
+from dbo.streams.base import Backend, Event, Stream, kernel_name
 
 __all__ = ["InlineBackend", "InlineStream", "InlineEvent"]
 
 
 class InlineStream(Stream):
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
-        kind = self._check_launch(kind)
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None,
+               op: str | None = None, layer: int | None = None) -> None:
+        kind = self._check_launch(kind, op, layer)
         b = self.backend
         if cost is not None:
             b.kernel_seconds(kind, cost, args)  # validates the cost; inline does not model time
-        kname = _kernel_name(fn, name, kind)
+        kname = kernel_name(fn, name, kind)
         if base._observer is not None:
             fn = base._observer.launch(self, fn, args, kname)
         tr = b._tracing()
@@ -36,7 +37,7 @@ class InlineStream(Stream):
             if fn is not None:
                 fn(*args)
         finally:
-            tr.kernel(self.name, kname, kind, acting_ubatch_id(), t0, time.perf_counter())
+            tr.kernel(self.name, kname, kind, acting_ubatch_id(), t0, time.perf_counter(), op, layer)
 
     def wait_event(self, event: Event) -> None:
         self._check_event(event)

@@ -45,7 +45,10 @@ _MARKER_US = 0.001  # width of a handoff's marker slice (1 ns), so a flow arrow 
 
 @dataclass(frozen=True)
 class KernelRecord:
-    """One kernel on one stream: ``start``/``end`` in seconds on its backend's clock."""
+    """One kernel on one stream: ``start``/``end`` in seconds on its backend's clock.
+
+    ``op`` and ``layer`` are the identity the launch declared (``launch(..., op=, layer=)``), None
+    where it declared none; ``name`` is for display only and nothing parses it."""
 
     stream: str
     name: str
@@ -53,6 +56,8 @@ class KernelRecord:
     ubatch: int | None
     start: float
     end: float
+    op: str | None = None
+    layer: int | None = None
 
     @property
     def duration(self) -> float:
@@ -124,11 +129,13 @@ class Tracer:
 
     # --- recording ---------------------------------------------------------------------------
 
-    def kernel(self, stream_name: str, name: str, kind: str, ubatch: int | None, start: float, end: float) -> None:
-        """Record a kernel that ran on ``stream_name`` from ``start`` to ``end`` (seconds)."""
+    def kernel(self, stream_name: str, name: str, kind: str, ubatch: int | None, start: float, end: float,
+               op: str | None = None, layer: int | None = None) -> None:
+        """Record a kernel that ran on ``stream_name`` from ``start`` to ``end`` (seconds), with the
+        ``op`` and ``layer`` its launch declared."""
         if not self.enabled:
             return
-        rec = KernelRecord(str(stream_name), str(name), str(kind), ubatch, float(start), float(end))
+        rec = KernelRecord(str(stream_name), str(name), str(kind), ubatch, float(start), float(end), op, layer)
         with self._lock:
             self.records.append(rec)
 

@@ -280,5 +280,5 @@ def render_ascii(
         lines += ops
     comp = busy_fraction(records, "compute", t0, t1)
     comm = busy_fraction(records, "comm", t0, t1)
-    lines.append(f"  in this window the compute engine was busy {comp:.0%} of the time, the link {comm:.0%}")
+    lines.append(f"  in this window the compute engine was busy {comp:.0%} of the time, the comm engine {comm:.0%}")
     return lines

@@ -6,10 +6,6 @@ the findings mean. Process-global: one ``STATE`` per process.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import os
-import sys
 import threading
 import weakref
 from dataclasses import dataclass, replace
@@ -19,27 +15,22 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from dbo import races, registry
+from dbo._sites import PLUMBING_DIRS, PLUMBING_FILES, first_frame_outside
 from dbo.races import byte_range
 
 from workspace.errors import WorkspaceError
 from workspace.manager import WorkspaceManager
 from workspace.observers import WorkspaceObserver
 
-__all__ = ["KINDS", "MAX_FINDINGS", "MODES", "Finding", "SanitizerError", "STATE"]
+__all__ = ["FINDING_KINDS", "MAX_FINDINGS", "MODES", "Finding", "SanitizerError", "STATE"]
 
-KINDS = ("cross-slot", "stale-view", "orphaned-view", races.KIND)
+FINDING_KINDS = ("cross-slot", "stale-view", "orphaned-view", races.KIND)
 MODES = ("raise", "collect")
 MAX_FINDINGS = 1000
 """Distinct findings kept (a repeat of a known finding only increments its ``count``)."""
 _HANDED_PRUNE_AT = 20_000
 _HANDOUTS_KEPT = 512  # per buffer: the most recent handed-out ranges the identity check looks at
 _NEVER = float("inf")
-
-_SKIP_DIRS = tuple(
-    os.path.dirname(os.path.abspath(p)) + os.sep
-    for p in (torch.__file__, __file__, registry.__file__)
-) + (os.path.abspath(contextlib.__file__), os.path.abspath(threading.__file__), os.path.abspath(functools.__file__))
-
 
 class SanitizerError(WorkspaceError, RuntimeError):
     """Raised (mode "raise") by the op that made a finding, before the op runs; ``.finding`` says what."""
@@ -53,7 +44,7 @@ class SanitizerError(WorkspaceError, RuntimeError):
 class Finding:
     """One isolation problem.
 
-    ``kind``: one of ``KINDS``. ``op``: the aten op. ``ubatch``: the ubatch whose thread made the
+    ``kind``: one of ``FINDING_KINDS``. ``op``: the aten op. ``ubatch``: the ubatch whose thread made the
     access (None: a thread that is not a ubatch thread, during a step). ``caller``:
     ``file:line:function`` of the first frame outside torch, dbo and workspace. ``slot`` /
     ``owner``: the slot whose bytes were touched and the ubatch owning it. ``count``: how many
@@ -123,13 +114,10 @@ def _fresh(v: torch.Tensor) -> torch.Tensor:
 
 def _caller() -> str:
     """``file:line:function`` of the first frame outside torch, dbo and workspace."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(_SKIP_DIRS):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}:{frame.f_code.co_name}"
-        frame = frame.f_back
-    return "<unknown caller>"
+    frame = first_frame_outside(PLUMBING_DIRS, PLUMBING_FILES, depth=2)
+    if frame is None:
+        return "<unknown caller>"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}:{frame.f_code.co_name}"
 
 
 class _State(WorkspaceObserver):

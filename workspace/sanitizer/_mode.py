@@ -1,8 +1,8 @@
 """Workspace isolation sanitizer: a TorchDispatchMode that judges every tensor access by byte range.
 
 Off by default, and then free: importing this module registers nothing, the managers' hot path is
-unchanged, and ``use_sanitizer()`` / ``wrap()`` do nothing. Process-global state (like the registry and the
-workspace singleton): one sanitizer per process.
+unchanged, and ``use_sanitizer()`` / ``wrap()`` do nothing. Process-global state (docs/design.md lists all
+of it): one sanitizer per process.
 
 Use::
 
@@ -70,11 +70,11 @@ from dbo import races as _races
 
 from workspace.errors import InvalidArgumentError
 from workspace.observers import add_global_observer, remove_global_observer
-from workspace.sanitizer._checks import KINDS, MAX_FINDINGS, MODES, Finding, SanitizerError
+from workspace.sanitizer._checks import FINDING_KINDS, MAX_FINDINGS, MODES, Finding, SanitizerError
 from workspace.sanitizer._checks import STATE as _state
 
 __all__ = [
-    "KINDS",
+    "FINDING_KINDS",
     "MAX_FINDINGS",
     "MODES",
     "Finding",

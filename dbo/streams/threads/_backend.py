@@ -1,10 +1,10 @@
 """Threads backend: real asynchrony on the CPU. Streams are in-order queues; one executor thread
 per engine runs the kernels.
 
-* Engines: the backend has a compute engine and a link engine, each served by one daemon executor
+* Engines: the backend has a compute engine and a comm engine, each served by one daemon executor
   thread ("dbo-stream-<backend id>-compute", "dbo-stream-<backend id>-comm"), started at first use.
   Every compute kernel of every stream runs on the compute executor, so two compute kernels never
-  overlap (as ubatches share a GPU's SMs); every comm kernel runs on the link executor. A compute
+  overlap (as ubatches share a GPU's SMs); every comm kernel runs on the comm executor. A compute
   kernel and a comm kernel run on different threads, so they overlap, and a consumer that forgot
   its ``wait_event`` really races with the producer.
 * Streams are logical queues of kernels, event records (markers) and waits, with no thread of
@@ -27,13 +27,13 @@ per engine runs the kernels.
   cost; ``Transfer`` -> latency + bytes / bandwidth (link profile); ``Work`` only when ``fn`` is
   None (otherwise the real math takes what it takes); None -> 0. Waiting uses an Event wait
   (releases the GIL) and ends early when the backend closes.
-* Pinning (``pin_engines=True``; off by default): each executor keeps to its own CPUs, the link
+* Pinning (``pin_engines=True``; off by default): each executor keeps to its own CPUs, the comm
   executor to the last CPU the thread that made the backend may use, the compute executor to the others
-  (``thread_engine.engine_cpus``; nothing changes with one CPU or where the OS has no thread
+  (``engine_cpus``; nothing changes with one CPU or where the OS has no thread
   affinity). A GPU's engines never wait for each other's processor; unpinned, on a machine with
   few cores, the OS may queue an executor that was just woken behind the other engine's running
-  kernel on the same core for a scheduler slice (about 1 ms on the 2-core development machine),
-  which no GPU does. Several processes that each pin on the same CPUs would share one core for
+  kernel on the same core for a scheduler slice (docs/streams.md, "Pinned engines", has the
+  measurement), which no GPU does. Several processes that each pin on the same CPUs would share one core for
   compute, so leave it off for ranks that run side by side.
 * Errors are sticky per stream (see ``dbo.streams.base``). Every wait is bounded by ``timeout``:
   host waits raise StreamTimeout; a stream parked on an event for longer than ``timeout``, or a
@@ -48,7 +48,6 @@ per engine runs the kernels.
 from __future__ import annotations
 
 import collections
-import heapq
 import itertools
 import logging
 import threading
@@ -60,8 +59,8 @@ from dbo.costs import Work, seconds_for
 from dbo.errors import StreamError, StreamTimeout
 from dbo.registry import acting_ubatch_id
 from dbo.streams import base
-from dbo.streams.base import Backend, Event, Stream, _kernel_name
-from dbo.streams.threads._engine import _Done, _Engine, _Kernel, _Wait, _complete, allowed_cpus
+from dbo.streams.base import Backend, Event, Stream, kernel_name
+from dbo.streams.threads._engine import Done, Engine, Kernel, Wait, allowed_cpus, complete
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +70,8 @@ ENGINE_ORDERS = ("launch", "ready")
 _JOIN_BOUND = 5.0  # most seconds close() spends joining the executors and the watchdog
 _WATCH_MIN = 0.002  # the watchdog checks every timeout / 8 seconds, clamped to [_WATCH_MIN, _WATCH_MAX]
 _WATCH_MAX = 0.25
+
+
 class ThreadStream(Stream):
     """An in-order queue; its kernels run on the backend's engine executors."""
 
@@ -82,8 +83,8 @@ class ThreadStream(Stream):
         # Invariant: the queue is non-empty only while a kernel is in flight or the head is a
         # wait on an incomplete event (everything else is processed at once).
         self._queue: collections.deque = collections.deque()
-        self._inflight: _Kernel | None = None  # handed to an engine (ready or running), not finished
-        self._blocked: _Done | None = None  # the head waits on this token
+        self._inflight: Kernel | None = None  # handed to an engine (ready or running), not finished
+        self._blocked: Done | None = None  # the head waits on this token
         self._blocked_since = 0.0
         self._closing = False
         self._worker: threading.Thread | None = None  # the executor of this stream's latest kernel
@@ -99,16 +100,17 @@ class ThreadStream(Stream):
             if self._inflight is None and self._blocked is None:
                 b._pump(self)
 
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
-        kind = self._check_launch(kind)
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None,
+               cost: Any = None, op: str | None = None, layer: int | None = None) -> None:
+        kind = self._check_launch(kind, op, layer)
         b = self.backend
         seconds = b._modelled_seconds(fn, kind, cost, args)
         tr = b._tracing()
         ubatch = acting_ubatch_id() if tr is not None else None
-        kname = _kernel_name(fn, name, kind)
+        kname = kernel_name(fn, name, kind)
         if base._observer is not None:
             fn = base._observer.launch(self, fn, args, kname)
-        self._enqueue(_Kernel(fn, args, kname, kind, seconds, tr, ubatch, next(b._seq)))
+        self._enqueue(Kernel(fn, args, kname, kind, seconds, tr, ubatch, next(b._seq), op, layer))
 
     def wait_event(self, event: Event) -> None:
         self._check_event(event)
@@ -117,7 +119,7 @@ class ThreadStream(Stream):
         token = event._token  # the most recent record, now
         if token is None or (token.flag.is_set() and token.error is None and not token.dropped):
             return
-        self._enqueue(_Wait(token))
+        self._enqueue(Wait(token))
 
     def synchronize(self) -> None:
         if base._observer is not None:
@@ -126,7 +128,7 @@ class ThreadStream(Stream):
         token = None
         with b._lock:
             if not self._closing and (self._queue or self._inflight is not None):
-                token = _Done(self)
+                token = Done(self)
                 self._queue.append(token)  # behind busy work: cannot complete now, no pump needed
         if token is not None:
             b._wait_host(token.flag, f"synchronize of stream {self.name!r}")
@@ -151,7 +153,7 @@ class ThreadStream(Stream):
         while q and self._inflight is None and self._blocked is None:
             item = q[0]
             cls = type(item)
-            if cls is _Kernel:
+            if cls is Kernel:
                 q.popleft()
                 if self._error is not None:
                     continue  # sticky: skip everything after a failure
@@ -164,15 +166,18 @@ class ThreadStream(Stream):
                 except Exception as e:  # could not start the executor (out of threads): fail, don't hang
                     self._fail(e, f"the {item.kind} engine's executor could not start")
                     continue
+                self._worker = engine.thread
                 self._inflight = item
                 return
-            if cls is _Done:
+            if cls is Done:
                 q.popleft()
                 item.error = self._error
                 item.note = self._error_note
-                _complete(item, work)
+                for parked in complete(item):
+                    parked._blocked = None
+                    work.append(parked)
                 continue
-            tok = item.token  # a _Wait
+            tok = item.token  # a Wait
             if self._error is None:
                 if not tok.flag.is_set():
                     self._blocked = tok
@@ -183,12 +188,14 @@ class ThreadStream(Stream):
                 if tok.error is not None:
                     self._fail(tok.error, f"it waited on an event recorded on failed stream {tok.stream.name!r}")
                 elif tok.dropped:
-                    self._fail(StreamError(f"it waited on an event of stream {tok.stream.name!r} that was closed first"))
+                    self._fail(StreamError(
+                        f"it waited on an event of stream {tok.stream.name!r} that was closed first"
+                    ))
             q.popleft()
 
-    def _drop(self) -> list[_Done]:
+    def _drop(self) -> list[Done]:
         """Forget the queue (backend closing); return its markers, to be completed as dropped."""
-        tokens = [item for item in self._queue if type(item) is _Done]
+        tokens = [item for item in self._queue if type(item) is Done]
         self._queue.clear()
         if self._blocked is not None:
             if self._blocked.waiters is not None and self in self._blocked.waiters:
@@ -206,13 +213,13 @@ class ThreadEvent(Event):
 
     def __init__(self, backend: "ThreadsBackend"):
         super().__init__(backend)
-        self._token: _Done | None = None
+        self._token: Done | None = None
 
     def record(self, stream: Stream | None = None) -> None:
         s = self._resolve_stream(stream)
         if base._observer is not None:
             base._observer.record(self, s)
-        token = _Done(s)
+        token = Done(s)
         s._enqueue(token)
         self._token = token
 
@@ -231,11 +238,11 @@ class ThreadEvent(Event):
 
 
 class ThreadsBackend(Backend):
-    """CPU backend: streams are queues, one executor thread per engine (compute, link) runs the kernels.
+    """CPU backend: streams are queues, one executor thread per engine (compute, comm) runs the kernels.
 
     ``engine_order``: "launch" (default) runs an engine's ready kernels in launch order; "ready" in
     the order they became ready (round-robin between streams, which exposes more missing waits
-    between two streams of the same engine). ``pin_engines``: give the compute and the link
+    between two streams of the same engine). ``pin_engines``: give the compute and the comm
     executor CPUs of their own (see the module's docstring).
     """
 
@@ -252,11 +259,15 @@ class ThreadsBackend(Backend):
         self._cpus_allowed = allowed_cpus() if pin_engines else None  # the creating thread's CPUs
         self._stop = threading.Event()  # set at close: cuts modelled waits short, stops the watchdog
         self._lock = threading.Lock()  # the scheduler lock: queues, tokens' waiters, engines' heaps
-        self._stopping = False  # under _lock: executors exit
+        self._stopping = False  # under _lock: closing (the engines are stopped with it)
         self._seq = itertools.count()
-        self._ready_seq = itertools.count()
-        self._engines = {"compute": _Engine(self, "compute"), "comm": _Engine(self, "comm")}
+        self._engines = {kind: self._make_engine(kind) for kind in ("compute", "comm")}
         self._watchdog: threading.Thread | None = None
+
+    def _make_engine(self, kind: str) -> Engine:
+        return Engine(kind, self._lock, thread_name=f"dbo-stream-{self.id}-{kind}", owner=f"{self.name}#{self.id}",
+                      on_done=self._kernel_done, on_start=self._ensure_watchdog, order=self.engine_order,
+                      pin_to=self._cpus_allowed if self.pin_engines else None, interrupt=self._stop)
 
     def _make_stream(self, name: str) -> Stream:
         return ThreadStream(self, name)
@@ -288,6 +299,15 @@ class ThreadsBackend(Backend):
         work = [stream]
         while work:
             work.pop()._advance(work)
+
+    def _kernel_done(self, s: ThreadStream, k: Kernel, error: BaseException | None) -> None:
+        """The engines' report (``Engine``'s ``on_done``, lock held): ``k`` of ``s`` ran, raising
+        ``error`` (or None); after an executor crash, ``error`` is the crash. Advance ``s``."""
+        s._inflight = None
+        if error is not None:
+            crashed = self._engines[k.kind].crashed is not None
+            s._fail(error, f"the {k.kind} engine's executor crashed" if crashed else f"kernel {k.name!r} raised")
+        self._pump(s)
 
     # --- bounded waits -----------------------------------------------------------------------
 
@@ -333,20 +353,14 @@ class ThreadsBackend(Backend):
             for engine in self._engines.values():
                 # Only a kernel stuck on the engine times the others out: a backlog that moves
                 # (kernels launched earlier, running one after another) never does.
-                if engine.running is None or engine.busy_since > limit:
-                    continue
-                late = [e for e in engine.heap if e[1].ready_at <= limit]
-                if not late:
-                    continue
-                engine.heap[:] = [e for e in engine.heap if e[1].ready_at > limit]
-                heapq.heapify(engine.heap)
-                for _, k, s in late:
+                running = engine.running
+                for s, k in engine.take_late(limit):
                     s._inflight = None
                     s._fail(
                         StreamTimeout(
                             f"kernel {k.name!r} on stream {s.name!r} waited more than {self.timeout:g}s "
-                            f"for the {k.kind} engine, busy all that time with kernel {engine.running[1].name!r} "
-                            f"of stream {engine.running[0].name!r}"
+                            f"for the {k.kind} engine, busy all that time with kernel {running[1].name!r} "
+                            f"of stream {running[0].name!r}"
                         )
                     )
                     self._pump(s)
@@ -362,15 +376,13 @@ class ThreadsBackend(Backend):
         streams = self.streams
         with self._lock:
             self._stopping = True
-            dropped: list[_Done] = []
+            dropped: list[Done] = []
             for s in streams:
                 s._closing = True
                 dropped += s._drop()
             for engine in self._engines.values():
-                for _, _, s in engine.heap:
+                for s, _ in engine.stop():
                     s._inflight = None  # handed to the engine but not started: dropped
-                engine.heap.clear()
-                engine.cond.notify_all()
             for t in dropped:
                 t.waiters = None
                 t.flag.set()

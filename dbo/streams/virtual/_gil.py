@@ -4,10 +4,8 @@ On the threads backend the engines are Python threads and a kernel's body is Pyt
 call releases the GIL while it computes and needs it back when it returns. While a host thread
 runs Python (it issues launches, records events, starts threads), that return waits until the
 host blocks (a handoff, a sync, a join), or at most the interpreter's switch interval. A kernel
-that runs while the host is busy therefore takes longer than its device time: on the 2-core
-development VM the first attention kernel of a 128-token DBO step took 0.66 ms (median; 1.7 ms at
-the 90th percentile) instead of 0.3 ms, while the two ubatch threads passed the turn back and
-forth for 0.8 ms before their first wait.
+that runs while the host is busy therefore takes longer than its device time (how much, measured:
+docs/fidelity.md, "Host clock").
 
 ``HostGil`` keeps when the host held the lock (its busy intervals, merged) and walks a kernel over
 them: a kernel of ``calls`` torch calls over ``duration`` device seconds reaches a return every
