@@ -17,7 +17,7 @@ import torch
 from dbo.trace import fmt_seconds
 
 from demos.fidelity.calibration import BACKENDS, CalibrationError, CalibrationReport, calibrate
-from demos import _cli as cli_common
+import demos._cli as cli_common
 from demos._cli import ProgressLine
 
 __all__ = ["main", "build_parser", "format_summary"]

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import dbo
 from dbo import CaptureError
 
-from demos import _cli as cli_common
+import demos._cli as cli_common
 from demos.moe.config import BACKEND_CHOICES, DTYPE_CHOICES, TOLERANCE, ConfigError, OverlapConfig, resolve
 from demos.moe.model import SCHEDULES
 from demos.experiment.plot import plot_path_problem, plot_timeline
@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
       help="run every step under the workspace sanitizer and the stream-race detector (dbo.races); the report "
            "counts the findings and lists the first few (docs/races.md). Slower; single process only")
     a("--no-pin-engines", dest="pin_engines", action="store_false", default=d.pin_engines,
-      help="threads backend: let the OS place the compute and link executors on any CPU instead of giving each "
+      help="threads backend: let the OS place the compute and comm executors on any CPU instead of giving each "
            "its own (by default they are pinned in a single-process run, as a GPU's engines never wait for each "
            "other's processor; docs/streams.md)")
     return p

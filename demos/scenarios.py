@@ -88,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the named scenarios (all without names) or list them; 2 (and one line on stderr) for an unknown name."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.list:
         for s in SCENARIOS.values():
             print(f"{s.name:<20} {s.summary}")
@@ -96,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [n for n in args.names if n not in SCENARIOS]
     if unknown:
         print(
-            f"demos.scenarios: unknown scenario {unknown[0]!r}; valid: {', '.join(SCENARIOS)}",
+            f"{parser.prog}: unknown scenario {unknown[0]!r}; valid: {', '.join(SCENARIOS)}",
             file=sys.stderr,
         )
         return 2

@@ -1,14 +1,19 @@
-"""What every bench section uses: the run's ``Config``, ``Timing``, the record constructors and
-``progress``. Imports nothing from ``demos.bench`` (sections in other modules import from here)."""
+"""What every bench section uses: the run's ``Config``, ``Timing`` and the timing loop
+(``time_together``, ``samples_timing``), the record constructors and ``progress``. Imports only
+``demos.bench._report`` from ``demos.bench`` (sections in other modules import from here)."""
 
 from __future__ import annotations
 
+import gc
+import statistics
 import sys
+import time
 from dataclasses import dataclass
+from typing import Any, Callable
 
-from demos.bench._report import NOISY_SPREAD, Record, _check
+from demos.bench._report import NOISY_SPREAD, Record, check_target
 
-__all__ = ["Config", "Timing", "progress", "timing_record", "value_record"]
+__all__ = ["Config", "Timing", "progress", "samples_timing", "time_together", "timing_record", "value_record"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,42 @@ class Timing:
         return self.min > 0 and self.max / self.min > NOISY_SPREAD
 
 
+def samples_timing(samples: list[float]) -> Timing:
+    """The median, min and max of per-call seconds."""
+    return Timing(statistics.median(samples), min(samples), max(samples))
+
+
+def _calibrate(fn: Callable[[], Any], min_time_s: float) -> int:
+    number = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        if time.perf_counter() - start >= min_time_s / 4 or number >= 1 << 22:
+            return max(1, number * 4)
+        number *= 2
+
+
+def time_together(fns: dict[str, Callable[[], Any]], cfg: Config) -> dict[str, Timing]:
+    """Time several functions in one run, round-robin over repeats so drift hits them all alike."""
+    numbers = {name: _calibrate(fn, cfg.min_time_s) for name, fn in fns.items()}
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(cfg.repeat):
+            for name, fn in fns.items():
+                number = numbers[name]
+                start = time.perf_counter()
+                for _ in range(number):
+                    fn()
+                samples[name].append((time.perf_counter() - start) / number)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return {name: Timing(statistics.median(s), min(s), max(s)) for name, s in samples.items()}
+
+
 def timing_record(
     section: str, name: str, t: Timing, baseline: tuple[str, Timing] | None = None, target: str | None = None
 ) -> Record:
@@ -57,7 +98,7 @@ def timing_record(
         "baseline": None if baseline is None else baseline[0],
         "ratio": ratio,
         "target": target,
-        "ok": _check(target, ratio),
+        "ok": check_target(target, ratio),
     }
 
 
@@ -70,5 +111,5 @@ def value_record(section: str, name: str, value: float, unit: str, target: str |
         "baseline": None,
         "ratio": None,
         "target": target,
-        "ok": _check(target, value),
+        "ok": check_target(target, value),
     }

@@ -26,9 +26,9 @@ from typing import Callable, Iterator
 import dbo
 
 
-# Thread placement. On this project's 2-vCPU VMs a handoff costs about 6 us when the two threads
-# share a vCPU and 20-30 us when the wake-up crosses vCPUs, and the kernel picks either at random
-# from one run to the next, whatever the code. Every candidate therefore runs with all of its
+# Thread placement. A handoff whose wake-up crosses CPUs costs several times one between threads
+# that share a CPU (docs/performance.md, "handoff"), and the kernel picks either at random from
+# one run to the next, whatever the code. Every candidate therefore runs with all of its
 # threads pinned to the same CPU (Linux; elsewhere unpinned), so the comparison is like for like.
 PIN_CPU: int | None = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 

@@ -101,7 +101,10 @@ def _demo(backend_name: str) -> tuple[dict, dict, Callable[[], None]]:
         runner.close()
         workspace.reset_workspace_manager()
         raise
-    steps = {False: (runner.orch1, runner.model.forward, runner.full), True: (runner.orch_n, runner.model.forward, runner.split)}
+    steps = {
+        False: (runner.orch1, runner.model.forward, runner.full),
+        True: (runner.orch_n, runner.model.forward, runner.split),
+    }
 
     def close() -> None:
         runner.close()
@@ -144,7 +147,9 @@ def _per_kernel(t: Timing, kernels: int) -> Timing:
     return Timing(t.median / kernels, t.min / kernels, t.max / kernels)
 
 
-def _workload_records(section: str, tag: str, backend_name: str, make: Callable[[], tuple], cfg: Config) -> list[Record]:
+def _workload_records(
+    section: str, tag: str, backend_name: str, make: Callable[[], tuple], cfg: Config
+) -> list[Record]:
     """Time one workload. ``make()`` builds a fresh instance ``(steps, kernels, close)``: one for the
     eager steps (timed round-robin), one per capture (a refused capture can leave a stream the step
     fetched by name failed, which would break whatever ran after it on that instance)."""
@@ -174,7 +179,9 @@ def _workload_records(section: str, tag: str, backend_name: str, make: Callable[
             try:
                 progress(f"host: {tag}, replayed ({cs.num_kernels} kernels)")
                 if cs.num_kernels != kernels[d]:
-                    raise RuntimeError(f"{tag}: the capture holds {cs.num_kernels} kernels, the eager step {kernels[d]}")
+                    raise RuntimeError(
+                        f"{tag}: the capture holds {cs.num_kernels} kernels, the eager step {kernels[d]}"
+                    )
                 t.update(_time_steps({f"replay{int(d)}": cs.replay}, repeat, per_repeat))
             finally:
                 cs.close()
@@ -189,7 +196,8 @@ def _workload_records(section: str, tag: str, backend_name: str, make: Callable[
     recs.append({**timing_record(section, eager[True][0], eager[True][1], eager[False], target), "unit": unit})
     if "eager1_ctx" in t:
         before = _per_kernel(t["eager1_ctx"], kernels[True])
-        recs.append({**timing_record(section, f"{tag}: eager, DBO, stream context per launch", before, eager[True]), "unit": unit})
+        rec = timing_record(section, f"{tag}: eager, DBO, stream context per launch", before, eager[True])
+        recs.append({**rec, "unit": unit})
     for d in (False, True):
         label = f"{tag}: replayed, {name[d]}"
         if d in refused:
@@ -197,7 +205,8 @@ def _workload_records(section: str, tag: str, backend_name: str, make: Callable[
             rec["baseline"] = refused[d]
             recs.append(rec)
             continue
-        recs.append({**timing_record(section, label, _per_kernel(t[f"replay{int(d)}"], kernels[d]), eager[d]), "unit": unit})
+        replayed = _per_kernel(t[f"replay{int(d)}"], kernels[d])
+        recs.append({**timing_record(section, label, replayed, eager[d]), "unit": unit})
     for d in (False, True):
         recs.append(value_record(section, f"{tag}: kernels per step, {name[d]}", kernels[d], "count"))
     return recs
@@ -208,10 +217,14 @@ def host_records(cfg: Config) -> list[Record]:
     section = "host"
     backend_name = resolve_backend(cfg.backend)
     device = "cuda" if backend_name == "cuda" else "cpu"
-    records = _workload_records(section, f"synthetic [{backend_name}]", backend_name, lambda: _synthetic(backend_name, device), cfg)
+    records = _workload_records(
+        section, f"synthetic [{backend_name}]", backend_name, lambda: _synthetic(backend_name, device), cfg
+    )
     old_threads = torch.get_num_threads()
     try:
-        records += _workload_records(section, f"demo ll [{backend_name}]", backend_name, lambda: _demo(backend_name), cfg)
+        records += _workload_records(
+            section, f"demo ll [{backend_name}]", backend_name, lambda: _demo(backend_name), cfg
+        )
     finally:
         torch.set_num_threads(old_threads)
     return records

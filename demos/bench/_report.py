@@ -1,5 +1,6 @@
-"""The bench's verdicts and output: targets (``_check``, ``format_checked``), the text table and the
-markdown page (``docs/performance.md``). Imports nothing from ``demos.bench``."""
+"""The bench's verdicts and output: targets (``check_target``, ``format_checked``), the text table
+(``table_rows``, ``table``) and the markdown page (``docs/performance.md``). Imports nothing from
+``demos.bench``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ import platform
 from typing import Any, Callable
 
 import torch
+
+__all__ = [
+    "HEADER", "NOISY_SPREAD", "Record", "check_target", "format_cell", "format_checked", "machine", "markdown",
+    "table", "table_rows",
+]
 
 Record = dict[str, Any]
 NOISY_SPREAD = 1.5
@@ -21,7 +27,7 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 }
 
 
-def _check(target: str | None, x: float | None) -> bool | None:
+def check_target(target: str | None, x: float | None) -> bool | None:
     """Whether the unrounded ``x`` meets ``target`` ("OP BOUND", e.g. ">= 0.85"); None without one."""
     if target is None or x is None:
         return None
@@ -33,9 +39,9 @@ def format_checked(x: float, target: str | None, digits: int = 3, max_digits: in
     """``x`` with at least ``digits`` decimals and as many more as it takes for the printed number
     to give the same verdict against ``target`` as the unrounded one: 0.84996 against ">= 0.85"
     prints as 0.84996, not 0.850 (which a reader would take as met)."""
-    verdict = _check(target, x)
+    verdict = check_target(target, x)
     d = digits
-    while verdict is not None and _check(target, float(f"{x:.{d}f}")) != verdict:
+    while verdict is not None and check_target(target, float(f"{x:.{d}f}")) != verdict:
         if d >= max_digits:
             return repr(x)  # the shortest text that reads back as x itself
         d += 1
@@ -47,6 +53,7 @@ def format_checked(x: float, target: str | None, digits: int = 3, max_digits: in
 
 
 def machine() -> dict[str, Any]:
+    """What the run ran on: platform, CPUs, Python and torch versions, and the 1-minute load average."""
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
@@ -59,7 +66,8 @@ def machine() -> dict[str, Any]:
     }
 
 
-def _fmt(x: Any, digits: int = 3) -> str:
+def format_cell(x: Any, digits: int = 3) -> str:
+    """One table cell: "-" for None, yes/NO for a bool, a float with ``digits`` decimals (below 1000)."""
     if x is None:
         return "-"
     if isinstance(x, bool):
@@ -69,7 +77,8 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
-def _rows(records: list[Record]) -> list[list[str]]:
+def table_rows(records: list[Record]) -> list[list[str]]:
+    """One row of cells per record, in ``HEADER``'s order; a checked figure printed with ``format_checked``."""
     rows = []
     for r in records:
         spread = "-"
@@ -78,12 +87,13 @@ def _rows(records: list[Record]) -> list[list[str]]:
         if r.get("noisy"):
             spread += " NOISY"
         # The target applies to the ratio when there is one (timing_record), else to the value.
-        value, ratio = _fmt(r["value"]), _fmt(r["ratio"])
+        value, ratio = format_cell(r["value"]), format_cell(r["ratio"])
         if r["target"] is not None and r["ratio"] is not None:
             ratio = format_checked(r["ratio"], r["target"])
         elif r["target"] is not None and isinstance(r["value"], float) and abs(r["value"]) < 1000:
             value = format_checked(r["value"], r["target"])
-        rows.append([r["name"], value, r["unit"], spread, r["baseline"] or "-", ratio, r["target"] or "-", _fmt(r["ok"])])
+        baseline, target = r["baseline"] or "-", r["target"] or "-"
+        rows.append([r["name"], value, r["unit"], spread, baseline, ratio, target, format_cell(r["ok"])])
     return rows
 
 
@@ -91,7 +101,7 @@ HEADER = ["measure", "value", "unit", "min-max", "baseline", "ratio", "target", 
 
 
 def table(records: list[Record]) -> str:
-    rows = [HEADER] + _rows(records)
+    rows = [HEADER] + table_rows(records)
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -112,7 +122,7 @@ def markdown(records: list[Record], command: str, m: dict[str, Any], sections: l
         f"Run on {datetime.date.today().isoformat()}: {m['platform']}, {m['processor']}, {m['cpu_count']} CPUs, "
         f"Python {m['python']}, torch {m['torch']} (CUDA available: {'yes' if m['cuda'] else 'no'}, "
         f"{m['torch_threads']} intra-op threads); 1-minute load average when the run started: "
-        f"{_fmt(m['load_avg_1min'], 2)}.",
+        f"{format_cell(m['load_avg_1min'], 2)}.",
         "",
         "Timings are medians of per-call times over several repeats (each repeat a timeit-style loop, "
         "candidates interleaved round-robin); min-max is the spread over the repeats, in us. "
@@ -127,7 +137,7 @@ def markdown(records: list[Record], command: str, m: dict[str, Any], sections: l
         out += ["", f"## {name}", "", " ".join((fn.__doc__ or "").split()), ""]
         out.append("| " + " | ".join(HEADER) + " |")
         out.append("|" + "|".join("---" for _ in HEADER) + "|")
-        for row in _rows(recs):
+        for row in table_rows(recs):
             out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
         missed = [r["name"] for r in recs if r["ok"] is False]
         noisy = [r["name"] for r in recs if r.get("noisy")]

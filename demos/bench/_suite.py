@@ -1,7 +1,7 @@
-"""Micro-benchmarks with baselines and targets: ``python -m demos.bench [--quick] [--json P] [--markdown P]``.
+"""The bench's sections (``SECTIONS``), each a function ``(Config) -> list of records`` whose
+docstring explains the section in the markdown report. ``demos.bench._command`` runs them.
 
-The benchmark is a list of sections (``SECTIONS``). A section is a function ``(Config) -> list of
-records``; its docstring explains the section in the markdown report. A record is a dict:
+A record is a dict:
 
     name      what was measured
     value     the figure (median over repeats for timings)
@@ -19,43 +19,24 @@ To add a section: write ``def section_x(cfg) -> list[dict]`` and append it to ``
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import gc
-import json
 import math
-import os
-import shlex
 import statistics
-import sys
 import time
 from typing import Any, Callable
 
 import torch
 
 from dbo.registry import use_ubatch
-from demos._cli import OutputPathError, check_output_paths, run_main, say, write_output
 from workspace import WorkspaceManager
 from workspace.layout import align_up, canonical_request, plan
 
-from demos.bench._report import (  # noqa: F401 - re-exported: the verdict helpers live there
-    HEADER,
-    NOISY_SPREAD,
-    Record,
-    _check,
-    _fmt,
-    _rows,
-    format_checked,
-    machine,
-    table,
-)
-from demos.bench._report import markdown as _markdown
-from demos.bench._core import Config, Timing, progress, timing_record, value_record  # noqa: F401 - re-exported
+from demos.bench._core import Config, progress, samples_timing, time_together, timing_record, value_record
+from demos.bench._report import NOISY_SPREAD, Record
 
-
-def markdown(records: list[Record], command: str, m: dict[str, Any]) -> str:
-    """The report page of ``records`` over every section of ``SECTIONS``."""
-    return _markdown(records, command, m, SECTIONS)
+__all__ = [
+    "RATIOS", "SECTIONS", "WORKSPACE_SPECS", "reference_views",
+    "section_workspace", "section_handoff", "section_overlap", "section_simulation", "section_host",
+]
 
 
 def reference_views(buffer: torch.Tensor, specs: Any) -> list[torch.Tensor]:
@@ -71,37 +52,6 @@ def reference_views(buffer: torch.Tensor, specs: Any) -> list[torch.Tensor]:
     return [
         buffer[offsets[i] : offsets[i] + sizes[i]].view(specs[i][1]).reshape(specs[i][0]) for i in range(len(specs))
     ]
-
-
-def _calibrate(fn: Callable[[], Any], min_time_s: float) -> int:
-    number = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        if time.perf_counter() - start >= min_time_s / 4 or number >= 1 << 22:
-            return max(1, number * 4)
-        number *= 2
-
-
-def time_together(fns: dict[str, Callable[[], Any]], cfg: Config) -> dict[str, Timing]:
-    """Time several functions in one run, round-robin over repeats so drift hits them all alike."""
-    numbers = {name: _calibrate(fn, cfg.min_time_s) for name, fn in fns.items()}
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for _ in range(cfg.repeat):
-            for name, fn in fns.items():
-                number = numbers[name]
-                start = time.perf_counter()
-                for _ in range(number):
-                    fn()
-                samples[name].append((time.perf_counter() - start) / number)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return {name: Timing(statistics.median(s), min(s), max(s)) for name, s in samples.items()}
 
 
 # ---------------------------------------------------------------------- sections
@@ -185,28 +135,23 @@ def section_workspace(cfg: Config) -> list[Record]:
     return records
 
 
-def _samples_timing(samples: list[float]) -> Timing:
-    return Timing(statistics.median(samples), min(samples), max(samples))
-
-
 def section_handoff(cfg: Config) -> list[Record]:
-    """Cost of one handoff (one thread giving the CPU to the next), per yield, on the threads
-    backend, for N = 2, 4 and 8 ubatches, timed inside ubatch 0 over K yields (each a full turn
-    around the ring of N handoffs). Each repeat alternates short chunks of every candidate, so
-    bursts of load on a shared machine hit them all alike. Every thread of every candidate is
-    pinned to the same CPU: on these VMs a handoff costs about 6 us when the two threads share a
-    vCPU and 20-30 us when the wake-up crosses vCPUs, and unpinned runs flip between the two at
-    random (we saw the same code measure 1.1x and 3x the ping-pong an hour apart). Baselines, measured interleaved in the same repeats: a bare ping-pong between two
-    threads over two `threading.Lock`s, and a ping-pong over two `threading.Event`s that sets, waits
-    and clears as the reference does; for N > 2 also a ring of N threads over N locks, the same
-primitive an N-ubatch yield uses. Target: a DBO yield costs at most 1.2x the lock ping-pong for
-N = 2, and at most 1.2x the N-lock ring for N > 2 (the bare ring of 4 or 8 threads already costs
-about 1.5x the two-thread ping-pong here, so no design with one thread per ubatch can be within
-1.2x of the two-thread figure there; that ratio is shown without a target).
-    The step fixed cost is a step whose function does nothing (spawn N daemon threads, start
-    barrier, bounded join, stream sync); threads are spawned every step, as in the reference."""
-    from demos.bench import _handoff as hb
+    """Cost of one handoff (one thread giving the CPU to the next), per yield, on the threads backend,
+    for N = 2, 4 and 8 ubatches, timed inside ubatch 0 over K yields (each a full turn around the
+    ring of N handoffs). Each repeat alternates short chunks of every candidate, so bursts of load
+    on a shared machine hit them all alike. Every thread of every candidate is pinned to the same
+    CPU: a handoff whose wake-up crosses CPUs costs several times one between threads that share a
+    CPU, and unpinned runs flip between the two at random. Baselines, measured interleaved in the
+    same repeats: a bare ping-pong between two threads over two `threading.Lock`s, and a ping-pong
+    over two `threading.Event`s that sets, waits and clears as the reference does; for N > 2 also a
+    ring of N threads over N locks, the same primitive an N-ubatch yield uses. Target: a DBO yield
+    costs at most 1.2x the lock ping-pong for N = 2, and at most 1.2x the N-lock ring for N > 2 (the
+    bare ring of 4 or 8 threads already costs more than the two-thread ping-pong, so a design with
+    one thread per ubatch cannot be held to the two-thread figure there; that ratio is shown without
+    a target). The step fixed cost is a step whose function does nothing (spawn N daemon threads,
+    start barrier, bounded join, stream sync); threads are spawned every step, as in the reference."""
     from dbo import UBatchOrchestrator
+    from demos.bench._handoff import dbo_yield_cost, event_ping_pong, lock_ping_pong, lock_ring, step_fixed_cost
 
     section = "handoff"
     handoffs = 2_000 if cfg.quick else 10_000
@@ -218,43 +163,43 @@ about 1.5x the two-thread ping-pong here, so no design with one thread per ubatc
     samples.update({f"step{n}": [] for n in ns})
     try:
         for n in ns:  # warm up each orchestrator (first thread spawns, allocator)
-            hb.dbo_yield_cost(orchs[n], 50)
+            dbo_yield_cost(orchs[n], 50)
         chunks = 10
         per_chunk = handoffs // chunks
         for r in range(cfg.repeat):
             progress(f"handoff: repeat {r + 1}/{cfg.repeat}")
             acc = {k: 0.0 for k in samples}
             for _ in range(chunks):
-                acc["lock"] += hb.lock_ping_pong(per_chunk) / chunks
-                acc["event"] += hb.event_ping_pong(per_chunk) / chunks
+                acc["lock"] += lock_ping_pong(per_chunk) / chunks
+                acc["event"] += event_ping_pong(per_chunk) / chunks
                 for n in ns:
                     if n > 2:
-                        acc[f"ring{n}"] += hb.lock_ring(n, per_chunk) / chunks
-                    acc[f"yield{n}"] += hb.dbo_yield_cost(orchs[n], max(per_chunk // n, 10)) / chunks
+                        acc[f"ring{n}"] += lock_ring(n, per_chunk) / chunks
+                    acc[f"yield{n}"] += dbo_yield_cost(orchs[n], max(per_chunk // n, 10)) / chunks
             for n in ns:
-                acc[f"step{n}"] = hb.step_fixed_cost(orchs[n])
+                acc[f"step{n}"] = step_fixed_cost(orchs[n])
             for k, v in acc.items():
                 samples[k].append(v)
     finally:
         for o in orchs.values():
             o.close()
     unit = "us/handoff"
-    lock = ("lock ping-pong", _samples_timing(samples["lock"]))
+    lock = ("lock ping-pong", samples_timing(samples["lock"]))
     records = [
         {**timing_record(section, lock[0], lock[1]), "unit": unit},
-        {**timing_record(section, "event ping-pong (reference)", _samples_timing(samples["event"]), lock), "unit": unit},
+        {**timing_record(section, "event ping-pong (reference)", samples_timing(samples["event"]), lock), "unit": unit},
     ]
     for n in ns:
-        yield_t = _samples_timing(samples[f"yield{n}"])
+        yield_t = samples_timing(samples[f"yield{n}"])
         target = "<= 1.2" if n == 2 else None  # for N > 2 the N-lock ring is the fair baseline (below)
         records.append({**timing_record(section, f"dbo_yield, N={n}", yield_t, lock, target), "unit": unit})
         if n > 2:
-            ring = (f"lock ring, N={n}", _samples_timing(samples[f"ring{n}"]))
+            ring = (f"lock ring, N={n}", samples_timing(samples[f"ring{n}"]))
             records.append({**timing_record(section, ring[0], ring[1], lock), "unit": unit})
             rec = timing_record(section, f"dbo_yield, N={n} vs ring", yield_t, ring, "<= 1.2")
             records.append({**rec, "unit": unit})
     for n in ns:
-        rec = timing_record(section, f"step fixed cost, N={n}", _samples_timing(samples[f"step{n}"]))
+        rec = timing_record(section, f"step fixed cost, N={n}", samples_timing(samples[f"step{n}"]))
         records.append({**rec, "unit": "us/step"})
     return records
 
@@ -274,10 +219,10 @@ def section_overlap(cfg: Config) -> list[Record]:
     stays near 0.94 at ratio 1 with 8 layers, because the last ubatch's final combine receive runs at
     its exit with nothing left to hide it, and because without DBO the combine already runs under
     the shared expert, which shrinks ll's hideable time so that fixed tail weighs more (more layers
-    raise it; see docs/overlap.md). Threads figures are single wall-clock runs on a shared 2-vCPU VM
-    and move by about +-10 points from run to run. A threads figure is flagged NOISY
+    raise it; see docs/overlap.md). Threads figures are single wall-clock runs and move from run to
+    run on a shared machine. A threads figure is flagged NOISY
     when its step times swing by more than the noise threshold or it falls outside [0, 1]: at small
-    ratios the hideable time is smaller than the run-to-run noise of a shared 2-core machine."""
+    ratios the hideable time can be smaller than the run-to-run noise of a shared machine."""
     from demos.overlap import run_overlap
 
     section = "overlap"
@@ -343,7 +288,7 @@ def section_simulation(cfg: Config) -> list[Record]:
         import workspace
 
         workspace.reset_workspace_manager()
-    t = _samples_timing(samples)
+    t = samples_timing(samples)
     rec = {**timing_record(section, "DeepSeek-V3 decode step, virtual, wall", t), "unit": "s/step"}
     rec.update(value=t.median, min=t.min, max=t.max, target="< 1", ok=t.median < 1.0)
     return [rec, value_record(section, "simulated step time (virtual clock)", statistics.median(virtual) * 1e3, "ms")]
@@ -361,11 +306,11 @@ def section_host(cfg: Config) -> list[Record]:
     step runs as one ubatch, with DBO as two (twice the kernels). A step the capture refuses (a
     host sync in it) is shown as not capturable, with the refusal. Target, on cuda only: eager DBO
     at most 1.15x eager no DBO per kernel (on the CPU backends the ratio also carries the thread
-    handoffs of a 2-core machine; it is shown without a target). On cuda one more row times the DBO
+    handoffs between the host's cores; it is shown without a target). On cuda one more row times the DBO
     step with the launch path as it was before (a `torch.cuda.stream` context entered per launch),
     against today's (one stream switch per `set_stream`). On threads the kernels run on
-    executor threads that share the 2 vCPUs with the issuing threads, and these figures move by
-    tens of percent from run to run on a shared VM (replay against eager included): read them as
+    executor threads that share the CPUs with the issuing threads, and these figures move from
+    run to run on a shared machine (replay against eager included): read them as
     plumbing and orders of magnitude; the figures that matter come from a GPU (docs/gpu.md)."""
     from demos.bench._host import host_records
 
@@ -376,70 +321,3 @@ SECTIONS: list[Callable[[Config], list[Record]]] = [
     section_workspace, section_handoff, section_overlap, section_simulation, section_host,
 ]
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m demos.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer and shorter repeats (a smoke run)")
-    parser.add_argument("--json", metavar="PATH", help="write machine info and all records as JSON")
-    parser.add_argument("--markdown", metavar="PATH", help="write a docs/performance.md-style report")
-    parser.add_argument("--section", action="append", metavar="NAME", help="run only this section (repeatable)")
-    parser.add_argument("--device", default="cpu", help="device for buffers (default: cpu)")
-    parser.add_argument("--strict", action="store_true", help="exit with status 1 if a target is missed")
-    parser.add_argument(
-        "--backend", default="auto", choices=("auto", "cuda", "threads", "virtual", "inline"),
-        help="stream backend of the host section (default auto: cuda with a GPU, else threads)",
-    )
-    args = parser.parse_args(argv)
-    try:
-        check_output_paths([(args.json, "--json"), (args.markdown, "--markdown")])
-    except OutputPathError as e:
-        parser.exit(2, f"{parser.prog}: error: {e}\n")
-
-    cfg = Config(quick=args.quick, device=args.device, backend=args.backend)
-    mach = machine()  # before the run: the load average says how busy the machine was
-    chosen = [fn for fn in SECTIONS if not args.section or fn.__name__.removeprefix("section_") in args.section]
-    if args.section and not chosen:
-        parser.error(f"no such section: {args.section}; known: {[f.__name__.removeprefix('section_') for f in SECTIONS]}")
-    records: list[Record] = []
-    for fn in chosen:
-        records += fn(cfg)
-    command = "python -m demos.bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    say(table(records))
-    missed = [r["name"] for r in records if r["ok"] is False]
-    noisy = [r["name"] for r in records if r.get("noisy")]
-    if noisy:
-        say(f"noisy (max/min > {NOISY_SPREAD}): " + ", ".join(noisy))
-    say("targets missed: " + (", ".join(missed) if missed else "none"))
-    status = 1 if (args.strict and missed) else 0
-
-    def write_json(path: str) -> None:
-        with open(path, "w") as f:
-            json.dump({"machine": mach, "command": command.strip(), "records": records}, f, indent=2)
-
-    def write_markdown(path: str) -> None:
-        text = markdown(records, command.strip(), mach)
-        if args.section and os.path.exists(path):  # a partial run: replace only its sections
-            from demos.bench._merge import merge_sections
-
-            with open(path) as f:
-                old = f.read()
-            stamp = (
-                f"Measured on {datetime.date.today().isoformat()} with `{command.strip()}` on {mach['platform']}, "
-                f"{mach['cpu_count']} CPUs, torch {mach['torch']} (CUDA available: {'yes' if mach['cuda'] else 'no'}); "
-                f"1-minute load average when the run started: {_fmt(mach['load_avg_1min'], 2)}."
-            )
-            text = merge_sections(old, text, [fn.__name__.removeprefix("section_") for fn in SECTIONS], stamp)
-        with open(path, "w") as f:
-            f.write(text)
-
-    for path, flag, write in ((args.json, "--json", write_json), (args.markdown, "--markdown", write_markdown)):
-        if path:
-            if write_output(path, flag, write, parser.prog):
-                progress(f"wrote {path}")
-            else:
-                status = 1
-    return status
-
-
-if __name__ == "__main__":
-    sys.exit(run_main(main, "python -m demos.bench"))

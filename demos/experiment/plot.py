@@ -7,9 +7,8 @@ from typing import Sequence
 from dbo.trace import Window, stream_sort_key
 from dbo.trace import KernelRecord
 
-from demos.moe.model import OP_LETTERS
+from demos.moe.ops import OP_LETTERS
 from demos.experiment.report import OP_NAMES
-from demos.experiment.runner import kernel_op
 
 __all__ = ["plot_timeline", "key_entries", "plot_path_problem"]
 
@@ -87,7 +86,7 @@ def plot_timeline(records: Sequence[KernelRecord], window: Window, path: str, ti
                 linewidth=0.3,
                 alpha=0.9 if r.kind == "compute" else 0.55,
             )
-            op = kernel_op(r)
+            op = r.op  # the op the kernel declared
             if op is not None and (e - s) > (t1 - t0) / 60:
                 letter = OP_LETTERS.get(op, "?")
                 drawn.add(letter)

@@ -6,14 +6,18 @@ the model, prints or writes files.
 from __future__ import annotations
 
 import statistics
+from operator import attrgetter
 from typing import Any
 
 from dbo.trace import fmt_seconds, fmt_seconds_group, legend_lines, render_ascii
 from dbo.trace import KernelRecord, Tracer
+from workspace.diagnostics import mib
 
-from demos.moe.model import OP_LETTERS, YIELDS_PER_LAYER
+from demos.moe.model import YIELDS_PER_LAYER
+from demos.moe.ops import OP_LETTERS
+from demos.experiment.report_lines import (bound_lines, graph_line, growth_text, link_line, output_lines, pinned_text,
+                                           sanitizer_lines)
 from demos.experiment.results import OverlapResult
-from demos.experiment.runner import kernel_op
 
 __all__ = ["to_dict", "format_report", "format_output_line", "timeline_lines", "trace_of", "TIMELINE_LEGEND", "OP_NAMES"]
 
@@ -37,9 +41,9 @@ TIMELINE_LEGEND = tuple(legend_lines(OP_NAMES, OP_NAMES, 84))
 
 def timeline_lines(records: list[KernelRecord], result: OverlapResult) -> list[str]:
     """The ASCII timeline of the result's window over ``records`` (the owner digit of each kernel
-    is its record's ubatch; the op letter comes from the model's kernel name)."""
+    is its record's ubatch; the op letter comes from the op its record declares)."""
     return render_ascii(
-        records, result.window, op_of=kernel_op, op_letters=OP_LETTERS, op_names=OP_NAMES,
+        records, result.window, op_of=attrgetter("op"), op_letters=OP_LETTERS, op_names=OP_NAMES,
         width=result.config.timeline_width,
     )
 
@@ -49,7 +53,7 @@ def trace_of(result: OverlapResult) -> Tracer:
     virtual, also the host spans and handoffs of that stretch."""
     out = Tracer()
     for rec in list(result.records_no_dbo) + list(result.records_dbo):
-        out.kernel(rec.stream, rec.name, rec.kind, rec.ubatch, rec.start, rec.end)
+        out.kernel(rec.stream, rec.name, rec.kind, rec.ubatch, rec.start, rec.end, op=rec.op, layer=rec.layer)
     for s in result.host_spans:
         out.span(s.track, s.name, s.start, s.end, **s.args)
     for h in result.host_handoffs:
@@ -170,33 +174,6 @@ def to_dict(result: OverlapResult) -> dict[str, Any]:
     return report
 
 
-def times(n: int) -> str:
-    """``once``, ``2 times``."""
-    return "once" if n == 1 else f"{n} times"
-
-
-def _growth_text(grows: int, in_warmup: int) -> str:
-    """How often the workspace grew, and whether all of it happened in warmup (before the lock)."""
-    if grows == 0:
-        return "never grew"
-    if grows == in_warmup:
-        return f"grew {times(grows)}, all in warmup"
-    late = grows - in_warmup
-    return f"grew {times(grows)}, {late} of them after warmup"
-
-
-def _link_line(link: dict, comm_ratio: float | None) -> str:
-    """The modelled link: its profile, and whether its bandwidth is the profile's own or was
-    rescaled so that comm = ``comm_ratio`` x compute."""
-    bw = f"{link['bandwidth_Bps'] / 1e9:.3g} GB/s"
-    lat = f"latency {fmt_seconds(link['latency_s'])}"
-    if comm_ratio is not None:
-        what = f"{link['base_link']}, bandwidth rescaled to {bw} so that comm = {comm_ratio:g} x compute; {lat}"
-    else:
-        what = f"{link['base_link']}, {bw} and {lat} as given (no --comm-ratio)"
-    return f"link       {what}; dispatch in {link['wire_dtype']}"
-
-
 def _exactness_and_graph(result: OverlapResult) -> dict[str, Any]:
     """The JSON keys of the exactness check and of ``--graph`` (docs/overlap.md)."""
     outp = result.outputs
@@ -214,82 +191,6 @@ def _exactness_and_graph(result: OverlapResult) -> dict[str, Any]:
         "eager_time_no_dbo_s": statistics.median(result.eager_times_no_dbo_s) if result.eager_times_no_dbo_s else None,
         "eager_time_dbo_s": statistics.median(result.eager_times_dbo_s) if result.eager_times_dbo_s else None,
     }
-
-
-def _graph_line(rep: dict) -> str:
-    if not rep.get("graph"):
-        return "graph      false: eager steps (--graph captures each step once and times its replays; ll only)"
-    k = rep["graph_kernels"]
-    en, ed = rep["eager_time_no_dbo_s"], rep["eager_time_dbo_s"]
-    eager = f"; eager: no DBO {fmt_seconds(en)}, DBO {fmt_seconds(ed)}, speedup {en / ed:.2f}x" if ed else ""
-    return (
-        f"graph      true: the times above are replays of the captured steps ({k['no_dbo']} and {k['dbo']} kernels), "
-        f"graph against graph{eager}; compute, comm and the timeline are the eager steps'"
-    )
-
-
-def _output_lines(rep: dict) -> list[str]:
-    """The exactness verdict (DBO against the same split run one ubatch after another: bitwise)
-    and the whole-batch numerics (information, never a verdict)."""
-    if rep["max_abs_diff"] is None:
-        return ["outputs    max |DBO - same split, one ubatch after another|: n/a (meta tensors: no math)"]
-    verdict = "PASS" if rep["outputs_match"] else "FAIL"
-    which = "eager and graph replay" if rep.get("graph") else "eager"
-    lines = [
-        f"outputs    max |DBO - same split, one ubatch after another| = {rep['max_abs_diff']:.3g} ({which}; "
-        f"must be 0, bitwise): {verdict}"
-    ]
-    d, e = rep.get("max_abs_diff_whole_batch"), rep.get("whole_batch_expected") or {}
-    if d is not None and e.get("absolute") is not None:
-        how = "within" if e["within"] else "above"
-        lines.append(
-            f"numerics   max |DBO - whole batch at once| = {d:.3g}: other row counts may take other GEMM kernels; "
-            f"expected up to ~{e['relative']:g} x max(1, max|out|) = {e['absolute']:.3g} in {e['dtype']} ({how})"
-        )
-    return lines
-
-
-def _pinned(cpus: dict | None) -> str:
-    """", engines pinned: compute CPU 0, link CPU 1" (threads backend), or "" when not pinned."""
-    if not cpus:
-        return ""
-    def one(c: list[int]) -> str:
-        return f"CPU {c[0]}" if len(c) == 1 else f"CPUs {c[0]}-{c[-1]}" if c == list(range(c[0], c[-1] + 1)) else "CPUs " + ",".join(map(str, c))
-    names = {"compute": "compute", "comm": "link"}
-    return ", engines pinned: " + ", ".join(f"{names[k]} {one(cpus[k])}" for k in names if k in cpus)
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x * 100:.1f}%"
-
-
-def _mb(n: int) -> str:
-    return f"{n / 2**20:.2f} MiB"
-
-
-def _bound_lines(rep: dict) -> list[str]:
-    """The bound and hidden lines, from each step's own kernel times (docs/overlap.md)."""
-    if rep.get("overlapped_dbo_s") is None:  # the DBO step's overlap was not measured
-        return [
-            f"bound      {fmt_seconds(rep['bound_s'])} = no-DBO step - hideable; hideable = min(compute, comm) - "
-            f"already overlapped without DBO = {fmt_seconds(rep['hideable_s'])}",
-            f"hidden     {_pct(rep['hidden_fraction'])}",
-        ]
-    cd, md, od = rep["compute_dbo_s"], rep["comm_dbo_s"], rep["overlapped_dbo_s"]
-    m_no = min(rep["compute_s"], rep["comm_s"])
-    r_no = rep["overlapped_no_dbo_s"] / m_no if m_no > 0 else 0.0
-    ideal = rep.get("ideal_speedup")
-    bound, t_dbo, least, over = fmt_seconds_group([rep["bound_s"], rep["time_dbo_s"], min(cd, md), od])
-    lines = [
-        f"bound      {bound} = ideal DBO step = DBO step - (min(compute, comm) - overlapped) of its "
-        f"own kernels = {t_dbo} - ({least} - {over})"
-        + (f"; ideal speedup over the no-DBO step's kernels {ideal:.2f}x" if ideal is not None else ""),
-        f"hidden     {_pct(rep['hidden_fraction'])} of the hideable comm: overlapped / min(compute, comm) in the DBO "
-        f"step ({_pct(od / min(cd, md) if min(cd, md) > 0 else None)}) beyond the {_pct(r_no)} overlapped without DBO",
-    ]
-    if rep.get("speedup_note"):
-        lines.append(f"note       {rep['speedup_note']}")
-    return lines
 
 
 def format_report(rep: dict) -> str:
@@ -314,7 +215,7 @@ def format_report(rep: dict) -> str:
     lines.append(
         f"           expert ffn {c['expert_ffn']}, shared ffn {c['shared_ffn']}, context {c['context']}, heads {c['heads']}, "
         f"dtype {c['dtype']}{' (meta: math skipped)' if c['meta'] else ''}, profile {c['profile']}, ep {c['ep']}, "
-        f"torch threads {c['torch_threads']}{_pinned(c.get('engine_cpus'))}"
+        f"torch threads {c['torch_threads']}{pinned_text(c.get('engine_cpus'))}"
     )
     bw = link["bandwidth_Bps"]
     if bw is None:  # a real link: torch.distributed
@@ -325,7 +226,7 @@ def format_report(rep: dict) -> str:
             f"calibrated); dispatch in {link['wire_dtype']}{sent_txt}"
         )
     else:
-        lines.append(_link_line(link, c["comm_ratio"]))
+        lines.append(link_line(link, c["comm_ratio"]))
     ratio = rep["comm_ratio_measured"]
     lines.append(
         f"per step   compute {fmt_seconds(rep['compute_s'])}, comm {fmt_seconds(rep['comm_s'])} (ratio {ratio:.2f}) "
@@ -341,9 +242,9 @@ def format_report(rep: dict) -> str:
         if sp is not None
         else f"DBO        {fmt_seconds(rep['time_dbo_s'])} per step"
     )
-    lines.extend(_bound_lines(rep))
-    lines.append(_graph_line(rep))
-    lines.extend(_output_lines(rep))
+    lines.extend(bound_lines(rep))
+    lines.append(graph_line(rep))
+    lines.extend(output_lines(rep))
     ref = rep.get("reference")
     if ref is not None:
         verdict = "PASS" if ref["match"] else "FAIL"
@@ -364,11 +265,11 @@ def format_report(rep: dict) -> str:
     sizes = w["slot_sizes"]
     same = len(set(sizes)) == 1
     plural = "s" if len(sizes) != 1 else ""
-    size_txt = f"{len(sizes)} slot{plural} x {_mb(sizes[0])}" if same and sizes else ", ".join(_mb(s) for s in sizes)
+    size_txt = f"{len(sizes)} slot{plural} x {mib(sizes[0])}" if same and sizes else ", ".join(mib(s) for s in sizes)
     if ws > 1:
         size_txt += " (rank 0)"
     lines.append(
-        f"workspace  {size_txt}, {_growth_text(w['grows'], w['grows_in_warmup'])}, "
+        f"workspace  {size_txt}, {growth_text(w['grows'], w['grows_in_warmup'])}, "
         f"allocations after lock: {w['allocations_after_lock']}{' (most on any rank)' if ws > 1 else ''}"
     )
     on_rank = " on rank 0" if ws > 1 else ""
@@ -385,7 +286,7 @@ def format_report(rep: dict) -> str:
     for key in ("trace", "plot"):
         if rep.get(f"{key}_path"):
             lines.append(format_output_line(key, rep[f"{key}_path"]))
-    lines.extend(_sanitizer_lines(rep))
+    lines.extend(sanitizer_lines(rep))
     return "\n".join(lines)
 
 
@@ -402,14 +303,5 @@ SANITIZER_SHOWN = 5
 def _sanitizer_fields(found: list) -> dict[str, Any]:
     """--sanitize: the count and the first few findings (workspace kinds first, then stream races)."""
     return {"sanitizer_findings": len(found), "sanitizer_first": [str(f) for f in found[:SANITIZER_SHOWN]]}
-
-
-def _sanitizer_lines(rep: dict) -> list[str]:
-    if "sanitizer_findings" not in rep:
-        return []
-    n = rep["sanitizer_findings"]
-    out = [f"sanitizer  {n} finding{'' if n == 1 else 's'} (workspace sanitizer + stream races, every step)"]
-    out += [f"           {f}" for f in rep["sanitizer_first"]]
-    return out
 
 

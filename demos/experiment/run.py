@@ -24,8 +24,8 @@ from dbo.trace import KernelRecord
 
 from demos.moe.comm import ModelledLinkTransport
 from demos.moe.dist_comm import DistributedTransport
-from demos.moe.config import TOLERANCE, ConfigError, OverlapConfig, Resolved, _f, model_config, resolve
-from demos.moe.model import ToyMoE, parse_kernel_name
+from demos.moe.config import TOLERANCE, ConfigError, OverlapConfig, Resolved, field_ref, model_config, resolve
+from demos.moe.model import ToyMoE
 from demos.experiment.results import EngineTimes, OutputCheck, OverlapResult, RankResult, ReferenceCheck, WorkspaceFigures
 from demos.experiment.runner import GraphTimes, Measurement, Runner, engine_times, measure
 
@@ -87,14 +87,8 @@ def _measure_maybe_sanitized(runner: Runner, cfg: OverlapConfig, res: Resolved) 
 
 
 def _kernels(records: Sequence[KernelRecord], op: str, layer: int, ubatch: int | None) -> list[KernelRecord]:
-    """The model's ``op`` kernels of ``layer`` owned by ``ubatch`` (the op and layer from the kernel's
-    name, the owner from its record)."""
-    out = []
-    for r in records:
-        p = parse_kernel_name(r.name)
-        if p is not None and p[0] == op and p[1] == layer and r.ubatch == ubatch:
-            out.append(r)
-    return out
+    """The kernels that declared ``op`` and ``layer``, owned by ``ubatch`` (all three from the records)."""
+    return [r for r in records if r.op == op and r.layer == layer and r.ubatch == ubatch]
 
 
 def layer_window(records: Sequence[KernelRecord], num_layers: int) -> Window:
@@ -221,7 +215,7 @@ def reference_outputs(config: OverlapConfig | None = None, **overrides: Any) -> 
         torch.set_num_threads(threads)
     workspace.init_workspace_manager(device, num_ubatches=1)
     try:
-        model = ToyMoE(mc, ModelledLinkTransport(), num_slots=1, schedule=cfg.schedule)
+        model = ToyMoE(mc, ModelledLinkTransport(), num_ubatches=1, schedule=cfg.schedule)
         with dbo.UBatchOrchestrator(1, backend="inline") as orch:
             orch.run(model.forward, [range(0, mc.tokens)])
         return model.hidden.detach().to("cpu", copy=True)
@@ -249,7 +243,7 @@ def _overlap_rank(info: Any, cfg: OverlapConfig) -> OverlapResult | None:
 
     res = resolve(cfg)
     if res.world_size != info.world_size:
-        raise ConfigError(f"{_f('world_size')} {res.world_size} but this run has {info.world_size} ranks")
+        raise ConfigError(f"{field_ref('world_size')} {res.world_size} but this run has {info.world_size} ranks")
     W = info.world_size
     old_threads = torch.get_num_threads()
     if res.torch_threads is not None:

@@ -18,18 +18,13 @@ import workspace
 from dbo.trace import engine_sums, fmt_seconds, overlap_seconds
 from dbo.trace import KernelRecord, Tracer
 
-from demos.moe.comm import TRANSFER_OPS, ModelledLinkTransport
-from demos.moe.config import ConfigError, OverlapConfig, Resolved, _f
-from demos.moe.model import ToyMoE, parse_kernel_name
+from demos.moe.comm import ModelledLinkTransport
+from demos.moe.config import ConfigError, OverlapConfig, Resolved, field_ref
+from demos.moe.model import ToyMoE
+from demos.moe.ops import TRANSFER_OPS
 from demos.experiment.results import Calibration, EngineTimes
 
-__all__ = ["Runner", "Measurement", "GraphTimes", "measure", "measure_graph", "engine_times", "kernel_op"]
-
-
-def kernel_op(rec: KernelRecord) -> str | None:
-    """The op of one of the model's kernels (from its name; the model names them), else None."""
-    p = parse_kernel_name(rec.name)
-    return p[0] if p else None
+__all__ = ["Runner", "Measurement", "GraphTimes", "measure", "measure_graph", "engine_times"]
 
 
 class Runner:
@@ -66,7 +61,7 @@ class Runner:
         try:
             self.transport = transport if transport is not None else ModelledLinkTransport(res.link)
             self.manager = workspace.init_workspace_manager(res.model.device, num_ubatches=cfg.ubatches)
-            self.model = ToyMoE(res.model, self.transport, num_slots=cfg.ubatches, schedule=cfg.schedule)
+            self.model = ToyMoE(res.model, self.transport, num_ubatches=cfg.ubatches, schedule=cfg.schedule)
             # the DBO orchestrator first, so that with shared streams its streams get the plain names
             # ("compute", "comm"); per-ubatch they are "compute0", "comm0", ..., and the no-DBO ones
             # get the plain names
@@ -164,8 +159,8 @@ class Runner:
                 samples.append(
                     (
                         sum(r.duration for r in recs if r.kind == "compute"),
-                        sum(r.duration for r in recs if r.kind == "comm" and kernel_op(r) in TRANSFER_OPS),
-                        sum(r.duration for r in recs if r.kind == "comm" and kernel_op(r) not in TRANSFER_OPS),
+                        sum(r.duration for r in recs if r.kind == "comm" and r.op in TRANSFER_OPS),
+                        sum(r.duration for r in recs if r.kind == "comm" and r.op not in TRANSFER_OPS),
                     )
                 )
             compute, transfers, other_comm = (statistics.median(x[i] for x in samples) for i in range(3))
@@ -175,15 +170,15 @@ class Runner:
             fixed = len(tr.log) * tr.link.latency  # modelled: the same on every run
             budget = ratio * compute - other_comm - overhead - fixed
             if nbytes == 0:
-                raise ConfigError(f"{_f('comm_ratio')}: the model made no transfers to calibrate")
+                raise ConfigError(f"{field_ref('comm_ratio')}: the model made no transfers to calibrate")
             if budget <= 0 and ratio * compute - fixed > 0:
                 # measured overheads (copies, sleep slack) ate the budget: on a loaded machine they
                 # are noise, not a property of the link; keep a tenth of the target for the bytes
                 budget = 0.1 * (ratio * compute - fixed)
             if budget <= 0:
                 raise ConfigError(
-                    f"{_f('comm_ratio')} {ratio:g} is too small: the link's latency and fixed costs alone exceed "
-                    f"{ratio:g} x the compute time ({fmt_seconds(compute)} per step)"
+                    f"{field_ref('comm_ratio')} {ratio:g} is too small: the link's latency and fixed costs alone "
+                    f"exceed {ratio:g} x the compute time ({fmt_seconds(compute)} per step)"
                 )
             tr.scale_bandwidth(nbytes / budget / tr.base_link.bandwidth)
         self.tracer.clear()

@@ -15,7 +15,7 @@ import torch
 import dbo
 from dbo import races
 
-from demos.failures.text import F32, STEP_BOUNDS, para, say, wrapped
+from demos.failures.text import STEP_BOUNDS, para, say, wrapped
 
 BACKENDS = ("virtual", "inline", "threads")
 N = 4096
@@ -47,7 +47,9 @@ def _report(title: str, results: dict[str, tuple[list, list[float]]], expected: 
         wrapped(f"report: {r}", 4)
 
 
-def _both(make: Callable[[bool], tuple[Callable[[int], None], list[torch.Tensor], dict]], expected: list[float], what: str) -> dict:
+def _both(
+    make: Callable[[bool], tuple[Callable[[int], None], list[torch.Tensor], dict]], expected: list[float], what: str
+) -> dict:
     out: dict[str, Any] = {"expected": expected}
     for fixed in (False, True):
         results = {}

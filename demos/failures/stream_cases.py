@@ -14,7 +14,7 @@ from dbo.trace import overlap_seconds
 from dbo.trace import KernelRecord, Tracer
 from workspace import WorkspaceManager, sanitizer
 
-from demos.failures.text import F32, STEP_BOUNDS, _findings_line, para, say, wrapped
+from demos.failures.text import F32, STEP_BOUNDS, findings_line, para, say, wrapped
 
 
 # ---------------------------------------------------------------------- streams
@@ -68,8 +68,8 @@ def scenario_missing_wait() -> dict:
     say(f"  dbo_switch_to_compute()       (no event): sums {wrong}  expected {expected}")
     say(f"  dbo_switch_to_compute_sync()  (event)   : sums {right}")
     wrapped(
-        f"sanitizer: {_findings_line(wrong_findings)} (kernels run on the backend's executor threads, and it checks slot "
-        "ownership and view lifetimes, not the ordering between streams)",
+        f"sanitizer: {findings_line(wrong_findings)} (kernels run on the backend's executor threads, and it checks "
+        "slot ownership and view lifetimes, not the ordering between streams)",
         2,
     )
     say("  policies: all the same (no growth is involved)")
@@ -276,7 +276,7 @@ def scenario_parked_failure(patience: float = 0.3) -> dict:
         f"{patience:.1f} s instead of forever):")
     for line in ref["log"]:
         say(f"             {line}")
-    say(f"             the main thread's join would block forever; it never sees the exception")
+    say("             the main thread's join would block forever; it never sees the exception")
     say("  sanitizer: not involved; policies: not involved")
     say()
     para(

@@ -27,7 +27,8 @@ def para(title: str, text: str) -> None:
         say("  " + line)
 
 
-def _findings_line(found: Sequence[sanitizer.Finding]) -> str:
+def findings_line(found: Sequence[sanitizer.Finding]) -> str:
+    """The sanitizer's findings on one line: each finding's kind, count, op, thread and ``file:line``."""
     if not found:
         return "no findings"
     return "; ".join(f"{f.kind} x{f.count} ({f.op} by {_who(f.ubatch)} at {_short(f.caller)})" for f in found)
@@ -48,7 +49,3 @@ def wrapped(text: str, indent: int, hang: int = 2) -> None:
     lines = textwrap.wrap(text, WIDTH - indent - hang)
     for i, line in enumerate(lines):
         say(" " * (indent + (hang if i else 0)) + line)
-
-
-def _mib(n: int) -> str:
-    return f"{n / MiB:.2f} MiB"

@@ -7,10 +7,11 @@ from typing import Any, Callable, Sequence
 
 import dbo
 from workspace import WorkspaceManager, sanitizer
+from workspace.diagnostics import mib
 from workspace.policy import DEFAULT_GROWTH, policy_names
 from workspace.tracking import LiveBytesTracker
 
-from demos.failures.text import F32, STEP_BOUNDS, U8, MiB, _findings_line, _mib, para, say, wrapped
+from demos.failures.text import F32, STEP_BOUNDS, U8, MiB, findings_line, para, say, wrapped
 
 
 # ---------------------------------------------------------------------- growth policies
@@ -128,8 +129,8 @@ def policy_table(rows: Sequence[dict]) -> list[str]:
         if r["locked_step_error"] is not None:
             step += f" ({type(r['locked_step_error']).__name__})"
         out.append(
-            f"| {r['policy']} | {_mib(r['peak_bytes'])} | {_mib(r['orphaned_bytes'])} | {found} | {under} | {step} "
-            f"| {r['warmup_allocations']} | {_mib(r['warmup_peak_bytes'])} |"
+            f"| {r['policy']} | {mib(r['peak_bytes'])} | {mib(r['orphaned_bytes'])} | {found} | {under} | {step} "
+            f"| {r['warmup_allocations']} | {mib(r['warmup_peak_bytes'])} |"
         )
     return out
 
@@ -165,10 +166,10 @@ def scenario_orphaned_views() -> dict:
         r = measure_policy(policy)
         out[policy] = r
         say(
-            f"  {policy:<18} peak {_mib(r['peak_bytes'])}, orphaned {_mib(r['orphaned_bytes'])}, "
+            f"  {policy:<18} peak {mib(r['peak_bytes'])}, orphaned {mib(r['orphaned_bytes'])}, "
             f"sibling's data intact: {r['sibling_view_intact']}"
         )
-        wrapped("sanitizer: " + _findings_line(r['findings_detail']), 21)
+        wrapped("sanitizer: " + findings_line(r['findings_detail']), 21)
     say()
     para(
         "What happens",
@@ -190,7 +191,7 @@ def scenario_undersized_at_lock() -> dict:
     for policy in policy_names():
         r = measure_policy(policy)
         out[policy] = r
-        sizes = ", ".join(_mib(s) for s in r["sizes_at_lock"])
+        sizes = ", ".join(mib(s) for s in r["sizes_at_lock"])
         err = r["locked_step_error"]
         say(f"  {policy:<18} slots at lock [{sizes}] -> DBO step: {r['locked_step']}")
         if err is not None:
@@ -236,7 +237,7 @@ def scenario_stale_view() -> dict:
     say()
     for u, r in enumerate(results):
         say(f"  ubatch {u}: sum(x) expected {r['expected']:.0f}, read {r['got']:.0f}")
-    wrapped("sanitizer: " + _findings_line(findings), 2)
+    wrapped("sanitizer: " + findings_line(findings), 2)
     say("  policies: all the same (no growth is involved)")
     say()
     para(
@@ -314,9 +315,9 @@ def scenario_foreign_thread() -> dict:
     if err is not None:
         wrapped(str(err), 13, 0)
     say(f"             ubatch 0 reads sum(x) = {ours[0]:.0f} (expected {n})")
-    wrapped("sanitizer: " + _findings_line(ours_findings), 13)
+    wrapped("sanitizer: " + findings_line(ours_findings), 13)
     say(f"  reference: the helper gets slot 0 -> ubatch 0 reads sum(x) = {ref[0]:.0f} (expected {n})")
-    wrapped("sanitizer: " + _findings_line(ref_findings), 13)
+    wrapped("sanitizer: " + findings_line(ref_findings), 13)
     say("  policies: all the same (no growth is involved)")
     say()
     para(

@@ -47,7 +47,6 @@ from demos.fidelity.host import measure_host
 from demos.fidelity.steps import (StepSample, engine_gaps, fit_engine_gap, fit_event_latency, fit_launch,
                                 fit_thread_start, fit_wake_latency, turnarounds)
 from demos.moe.config import ConfigError, OverlapConfig
-from demos.moe.model import parse_kernel_name
 from demos.experiment.run import run
 
 __all__ = [
@@ -175,15 +174,15 @@ def measure_device(backend: str, p: Plan, progress: Progress | None = None) -> l
 
 
 class _RecordingStream(VirtualStream):
-    def launch(self, fn: Any, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
+    def launch(self, fn: Any, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None,
+               op: str | None = None, layer: int | None = None) -> None:
         dtype = next((t.dtype for t in iter_tensors(args) if t.is_floating_point()), None)
-        fname = getattr(fn, "__name__", None) if fn is not None else None
-        self.backend.log[name] = (self._check_launch(kind), cost, dtype, fname)  # kind None: the stream's role
-        super().launch(fn, *args, name=name, kind=kind, cost=cost)
+        self.backend.log[name] = (self._check_launch(kind, op, layer), cost, dtype, op)  # kind None: the stream's role
+        super().launch(fn, *args, name=name, kind=kind, cost=cost, op=op, layer=layer)
 
 
 class _RecordingBackend(VirtualBackend):
-    """A virtual backend that notes each launch's (kind, declared cost, dtype) by kernel name."""
+    """A virtual backend that notes each launch's (kind, declared cost, dtype, declared op) by kernel name."""
 
     def __init__(self, **options: Any):
         super().__init__(**options)
@@ -194,8 +193,8 @@ class _RecordingBackend(VirtualBackend):
 
 
 def declared_costs(cfg: OverlapConfig) -> tuple[dict[str, tuple], dict[str, tuple]]:
-    """(no-DBO step, DBO step): kernel name -> (kind, the cost the model declares, dtype, kernel
-    function name), read from a shape-only (meta) run of ``cfg``'s model on the virtual backend."""
+    """(no-DBO step, DBO step): kernel name -> (kind, the cost the model declares, dtype, the op it
+    declares), read from a shape-only (meta) run of ``cfg``'s model on the virtual backend."""
     no: dict[str, tuple] = {}
 
     def keep_no_dbo(b: Any) -> None:
@@ -207,15 +206,15 @@ def declared_costs(cfg: OverlapConfig) -> tuple[dict[str, tuple], dict[str, tupl
     dbo_ = b.log
     link = get_link(link_name)
     for table in (no, dbo_):  # the transport passes seconds over its base link: keep the bytes
-        for name, (kind, cost, dt, fname) in table.items():
+        for name, (kind, cost, dt, op) in table.items():
             if kind == "comm" and isinstance(cost, float) and cost >= link.latency:
-                table[name] = (kind, Transfer((cost - link.latency) * link.bandwidth), dt, fname)
+                table[name] = (kind, Transfer((cost - link.latency) * link.bandwidth), dt, op)
     return no, dbo_
 
 
 @dataclass
 class OpRecord:
-    """One measured kernel of the model: its op, declared cost, dtype, the run's link, seconds."""
+    """One measured kernel of the model: its declared op, declared cost, dtype, the run's link, seconds."""
 
     op: str
     kind: str
@@ -223,7 +222,6 @@ class OpRecord:
     dtype: Any
     link: LinkProfile
     seconds: float
-    fn: str | None = None
     threaded: bool = False  # measured in a DBO step (ubatch threads running)
 
 
@@ -256,32 +254,25 @@ def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
         every = ((res.step_records_no_dbo, no, False), (res.step_records_dbo, dbo_, True))
         for steps_recs, table, threaded in every:  # every timed step: the fit takes each shape's median
             for r in (r for recs in steps_recs for r in recs):
-                d = table.get(r.name)
-                parsed = parse_kernel_name(r.name)
-                if d is None or parsed is None or r.duration <= 0:
+                d = table.get(r.name)  # the declaration of the same kernel in the meta run
+                if d is None or r.op is None or r.duration <= 0:
                     continue
-                out.append(OpRecord(parsed[0], d[0], d[1], d[2], link, r.duration, d[3], threaded))
+                out.append(OpRecord(r.op, d[0], d[1], d[2], link, r.duration, threaded))
     return out, steps
 
 
 def op_samples(records: list[OpRecord], profile: DeviceProfile,
                kernels: dict[str, int] | None = None) -> list[tuple[str, float, float, bool, float]]:
     """``(op, model seconds under profile, measured seconds, measured in a DBO step, memory
-    seconds)`` for ``dbo.costs.fit_threaded_ops``; the model time as the virtual backend computes it
-    (``kernels``: device kernels per op, default 1), the memory time its memory part.
-    An op launched with several kernel functions (the experts of the two schedules) also gets
-    samples under ``"<op>/<function name>"``, which the virtual backend prefers."""
+    seconds)`` for ``dbo.costs.fit_threaded_ops``, one per record, keyed by its declared op; the
+    model time as the virtual backend computes it (``kernels``: device kernels per op, default 1),
+    the memory time its memory part."""
     k = kernels or {}
-    fns: dict[str, set] = {}
-    for r in records:
-        fns.setdefault(r.op, set()).add(r.fn)
     out = []
     for r in records:
         m = seconds_for(r.kind, r.cost, (), profile, r.link, dtype=r.dtype, kernels=k.get(r.op, 1))
         b = memory_seconds(r.kind, r.cost, (), profile)
         out.append((r.op, m, r.seconds, r.threaded, b))
-        if len(fns[r.op]) > 1 and r.fn is not None:  # one op, several kernel functions: one entry each too
-            out.append((f"{r.op}/{r.fn}", m, r.seconds, r.threaded, b))
     return out
 
 
@@ -354,8 +345,6 @@ def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None
     errs: dict[str, list[float]] = {}
     for (op, m, t, threaded, b) in op_samples(records, prof, counts):
         oc = prof.host.ops[op]
-        if "/" not in op and any(k.startswith(op + "/") for k in prof.host.ops):
-            continue  # reported per kernel function
         errs.setdefault(op, []).append(abs(oc.seconds(m, b, prof.fixed_threaded if threaded else 1.0) - t) / t)
     report = CalibrationReport(
         backend=backend, host={**host, "launch": launch, "thread_start": thread_start}, device_samples=len(dev_samples), op_samples=len(samples),

@@ -5,8 +5,8 @@ makes (each returns into Python and needs the GIL back: ``dbo.streams.virtual._g
 backend with real tensors (shapes matter only where a kernel loops over data, as the
 high-throughput experts loop over the experts that received rows), counting, per launch, the
 torch functions and tensor methods its kernel function calls (a ``TorchFunctionMode``; attribute
-reads such as ``.shape`` are not calls). The result, per op key (``"<op>"`` and
-``"<op>/<function name>"``, as ``HostCosts.ops``), is the median count.
+reads such as ``.shape`` are not calls). The result, per declared op (the launch's ``op``, as
+``HostCosts.ops`` is keyed), is the median count.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dbo.streams.virtual import VirtualBackend, VirtualStream
 
 from demos.moe.comm import ModelledLinkTransport
 from demos.moe.config import OverlapConfig, resolve
-from demos.moe.model import ToyMoE, parse_kernel_name
+from demos.moe.model import ToyMoE
 
 __all__ = ["count_gil_calls", "TorchCalls", "one_step_each"]
 
@@ -42,22 +42,18 @@ class TorchCalls(TorchFunctionMode):
 
 
 class _CountingStream(VirtualStream):
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None) -> None:
-        if fn is None or name is None:
-            return super().launch(fn, *args, name=name, kind=kind, cost=cost)
+    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None,
+               cost: Any = None, op: str | None = None, layer: int | None = None) -> None:
+        if fn is None or op is None:
+            return super().launch(fn, *args, name=name, kind=kind, cost=cost, op=op, layer=layer)
         counts = self.backend.counts  # type: ignore[attr-defined]
-        parsed = parse_kernel_name(name)
-        key = parsed[0] if parsed else name.split(" ", 1)[0]
-        fname = getattr(fn, "__name__", None)
 
         def counted(*a: Any) -> None:
             with TorchCalls() as c:
                 fn(*a)
-            counts.setdefault(key, []).append(c.n)
-            if fname is not None:
-                counts.setdefault(f"{key}/{fname}", []).append(c.n)
+            counts.setdefault(op, []).append(c.n)
 
-        return super().launch(counted, *args, name=name, kind=kind, cost=cost)
+        return super().launch(counted, *args, name=name, kind=kind, cost=cost, op=op, layer=layer)
 
 
 class _CountingBackend(VirtualBackend):
@@ -80,7 +76,7 @@ def one_step_each(cfg: OverlapConfig, make_backend: Callable[[str], Any], *, met
     b = make_backend(res.link)
     workspace.init_workspace_manager(res.model.device, num_ubatches=cfg.ubatches)
     try:
-        model = ToyMoE(res.model, ModelledLinkTransport(res.link), num_slots=cfg.ubatches, schedule=cfg.schedule)
+        model = ToyMoE(res.model, ModelledLinkTransport(res.link), num_ubatches=cfg.ubatches, schedule=cfg.schedule)
         split = [range(r.start, r.stop) for r in dbo.split_tokens(cfg.tokens, cfg.ubatches)]
         with dbo.UBatchOrchestrator(cfg.ubatches, backend=b, stream_layout=cfg.stream_layout) as on, \
                 dbo.UBatchOrchestrator(1, backend=b, stream_layout=cfg.stream_layout) as o1:
@@ -95,8 +91,8 @@ def one_step_each(cfg: OverlapConfig, make_backend: Callable[[str], Any], *, met
 
 
 def count_gil_calls(runs: Iterable[OverlapConfig]) -> dict[str, int]:
-    """Median torch calls per launch of each op (and op/kernel function) over a no-DBO and a DBO
-    step of each config, with real tensors on the CPU."""
+    """Median torch calls per launch of each declared op over a no-DBO and a DBO step of each
+    config, with real tensors on the CPU."""
     counts: dict[str, list[int]] = {}
     for cfg in runs:
         b, _ = one_step_each(cfg, lambda link: _CountingBackend(profile="cpu", link=link), meta=False)

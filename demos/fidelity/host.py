@@ -64,14 +64,14 @@ def _event_latency(b: Any, x: torch.Tensor, n: int) -> float:
     """Median seconds from the end of a 0.2 ms comm kernel to the start of a compute kernel on
     another stream that waits for it (queued before the comm kernel ends): the wake-up across
     engines."""
-    link, comp = b.new_stream("cal-link"), b.new_stream("cal-comp")
+    comm, comp = b.new_stream("cal-comm"), b.new_stream("cal-comp")
     tr = Tracer()
     b.tracer = tr
     try:
         for i in range(n):
-            link.launch(None, name=f"a{i}", kind="comm", cost=2e-4)
+            comm.launch(None, name=f"a{i}", kind="comm", cost=2e-4)
             ev = b.new_event()
-            ev.record(link)
+            ev.record(comm)
             comp.wait_event(ev)
             comp.launch(_tiny, x, name=f"b{i}", kind="compute")
             comp.synchronize()
@@ -133,9 +133,9 @@ def _bare_thread_split(n: int = 50) -> float:
 def _threaded(b: Any, o2: dbo.UBatchOrchestrator, x: torch.Tensor, n: int, rounds: int = 9) -> float:
     """``threaded``: seconds per launch from inside a two-ubatch step over seconds per launch from
     one thread, the two measured in turn with the same batch of ``n`` launches (median of the
-    rounds' ratios; at least 1). Measured apart (the single-thread figure first, from longer
-    batches) the factor moved between 1.06 and 1.69 from one calibration to the next; in turn it
-    stays within 0.93-1.0 on the 2-core development VM."""
+    rounds' ratios; at least 1). In turn, because measured apart (the single-thread figure first,
+    from longer batches) the factor follows the machine's load between the two measurements
+    (docs/fidelity.md, "Calibrating", has the figures)."""
     s = b.new_stream("cal-threaded")
     prev = set_stream(s)
     per: list[float] = []

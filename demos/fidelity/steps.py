@@ -121,8 +121,8 @@ def fit_thread_start(steps: list[StepSample], profile: DeviceProfile) -> float:
     median excess of the measured start phase (step start to the first ubatch entering the
     forward) over the virtual backend's, per ubatch thread (the virtual start phase is one
     ``thread_start`` per thread). On threads a step that follows a real step starts its threads
-    slower than an empty step does (on the 2-core development VM 120-220 us a thread against
-    45 us). Never below the profile's value (the empty-step measurement)."""
+    slower than an empty step does (docs/fidelity.md, "Calibrating", has the figures). Never below
+    the profile's value (the empty-step measurement)."""
     per = []
     for s in steps:
         if s.start_s is None:
@@ -141,9 +141,8 @@ def fit_engine_gap(steps: list[StepSample], profile: DeviceProfile, rounds: int 
     last one on its engine ended (it was waiting for the engine), in the no-DBO steps, and in the
     DBO steps less that. Means, not medians: every turnaround adds to the step. Which kernels
     waited depends on the gaps themselves (a later start moves what follows), so the fit starts
-    from none and re-predicts with its estimate, ``rounds`` times. On the 2-core development VM
-    7-9 us without DBO and 2-5 us more in DBO steps (there the next kernel is often the other
-    ubatch's, 5-28 us later). The profile's values where nothing was measured."""
+    from none and re-predicts with its estimate, ``rounds`` times (typical values: docs/fidelity.md,
+    "Calibrating"). The profile's values where nothing was measured."""
     gap, threaded = 0.0, 0.0
     for _ in range(rounds):
         p = replace(profile, engine_gap=gap, engine_gap_threaded=threaded)
@@ -172,8 +171,8 @@ def fit_wake_latency(steps: list[StepSample], profile: DeviceProfile) -> float:
     """``DeviceProfile.event_latency`` from the model's own no-DBO steps: the median measured gap
     at the engine changes where the virtual backend's gap is the wake-up latency itself (the next
     kernel was issued in time and waits only for the other engine; not, for instance, behind a
-    host sync). On the 2-core development VM these gaps are 20-60 us while an empty
-    micro-benchmark gives 8 us. The profile's value when no such gap was measured."""
+    host sync). These gaps are longer than an empty micro-benchmark's (docs/fidelity.md,
+    "Calibrating", has the figures). The profile's value when no such gap was measured."""
     lat = profile.event_latency
     meas = []
     for s in steps:

@@ -314,10 +314,9 @@ H200_MEASURED = (
 def _ll_experts_synced() -> Iterator[None]:
     """The ll experts kernel as the measured code ran it: reading the expert offsets on the host
     (one sync per layer). The current ll kernel is sync-free; marking it for the comparison only."""
-    from demos.moe import kernels
+    from demos.moe.kernels import experts_ll_kernel as fn
 
-    fn = getattr(kernels, "_k_experts_ll", None)
-    if fn is None or getattr(fn, "dbo_syncs_host", False):
+    if getattr(fn, "dbo_syncs_host", False):
         yield
         return
     fn.dbo_syncs_host = True

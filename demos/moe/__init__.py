@@ -1,4 +1,6 @@
-"""The toy MoE demo as a library: config (``config``), the model (``model``), its transports
-(``comm``, ``dist_comm``), runs on several ranks (``distributed``), one run returning typed
-results (``run.run`` -> ``results.OverlapResult``) and the report (``report``).
+"""The toy MoE model as a library: its shapes and the model (``model``), its kernels (``kernels``),
+what each kernel is (``ops``) and costs (``cost_model``), its per-ubatch state (``state``,
+``routing``), its transports (the ``transport`` interface; ``comm``: the modelled link;
+``dist_comm``: torch.distributed; ``ll_layout``: the low-latency layout) and the config of one
+overlap run (``config``).
 """

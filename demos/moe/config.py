@@ -33,6 +33,7 @@ __all__ = [
     "max_spawned_ranks",
     "MIN_TIMELINE_WIDTH",
     "RANKS_PER_CPU",
+    "field_ref",
 ]
 
 BACKEND_CHOICES = ("auto", "threads", "virtual", "cuda")
@@ -54,8 +55,8 @@ _MARK = "\ue000"
 _FIELD = re.compile(_MARK + r"(\w+)" + _MARK)
 
 
-def _f(name: str) -> str:
-    """A config field's name inside a ConfigError message (rendered by ``ConfigError.render``)."""
+def field_ref(name: str) -> str:
+    """A config field's name inside a ConfigError message (``ConfigError.render`` spells it)."""
     return f"{_MARK}{name}{_MARK}"
 
 
@@ -113,7 +114,7 @@ class OverlapConfig:
     sanitize: bool = False
     """Run every step under workspace.sanitizer and dbo.races (docs/races.md); single process only."""
     pin_engines: bool = True
-    """threads backend, one process: the compute and the link executor keep to CPUs of their own
+    """threads backend, one process: the compute and the comm executor keep to CPUs of their own
     (``ThreadsBackend(pin_engines=True)``, docs/streams.md); ignored on other backends and ranks."""
 
 
@@ -154,7 +155,7 @@ def model_config(cfg: OverlapConfig, *, ep: int, dtype: torch.dtype, device: str
 
 def _positive_int(name: str, v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ConfigError(f"{_f(name)} must be a positive integer, got {v!r}")
+        raise ConfigError(f"{field_ref(name)} must be a positive integer, got {v!r}")
     return v
 
 
@@ -176,23 +177,23 @@ def _check_fields(cfg: OverlapConfig) -> None:
     _positive_int("warmup", cfg.warmup)
     if cfg.timeline_width < MIN_TIMELINE_WIDTH:
         raise ConfigError(
-            f"{_f('timeline_width')} must be at least {MIN_TIMELINE_WIDTH} columns (the time scale needs them), "
+            f"{field_ref('timeline_width')} must be at least {MIN_TIMELINE_WIDTH} columns (the time scale needs them), "
             f"got {cfg.timeline_width}"
         )
     if cfg.ep is not None and cfg.ep > cfg.experts:
         raise ConfigError(
-            f"{_f('ep')} ({cfg.ep}) must not exceed {_f('experts')} ({cfg.experts}): each rank of the group holds "
-            "at least one expert"
+            f"{field_ref('ep')} ({cfg.ep}) must not exceed {field_ref('experts')} ({cfg.experts}): "
+            "each rank of the group holds at least one expert"
         )
     if cfg.topk > cfg.experts:
-        raise ConfigError(f"{_f('topk')} ({cfg.topk}) must not exceed {_f('experts')} ({cfg.experts})")
+        raise ConfigError(f"{field_ref('topk')} ({cfg.topk}) must not exceed {field_ref('experts')} ({cfg.experts})")
     if cfg.tokens < cfg.ubatches:
         raise ConfigError(
-            f"{_f('tokens')} ({cfg.tokens}) is fewer than {_f('ubatches')} ({cfg.ubatches}): "
+            f"{field_ref('tokens')} ({cfg.tokens}) is fewer than {field_ref('ubatches')} ({cfg.ubatches}): "
             "every ubatch needs at least one token"
         )
     if cfg.comm_ratio is not None and not _positive_number(cfg.comm_ratio):
-        raise ConfigError(f"{_f('comm_ratio')} must be a positive number, got {cfg.comm_ratio!r}")
+        raise ConfigError(f"{field_ref('comm_ratio')} must be a positive number, got {cfg.comm_ratio!r}")
     if cfg.stream_layout not in dbo.STREAM_LAYOUTS:
         raise ConfigError(f"unknown stream layout {cfg.stream_layout!r}; choose one of {', '.join(dbo.STREAM_LAYOUTS)}")
     for kind, name, getter in (("profile", cfg.profile, get_profile), ("link", cfg.link, get_link)):
@@ -200,12 +201,12 @@ def _check_fields(cfg: OverlapConfig) -> None:
             try:
                 getter(name)
             except (ValueError, TypeError) as e:
-                raise ConfigError(f"{_f(kind)}: {e}") from None
+                raise ConfigError(f"{field_ref(kind)}: {e}") from None
     _positive_int("world_size", cfg.world_size)
     if cfg.launcher not in LAUNCHERS:
         raise ConfigError(f"unknown launcher {cfg.launcher!r}; choose one of {', '.join(LAUNCHERS)}")
     if not _positive_number(cfg.dist_timeout):
-        raise ConfigError(f"{_f('dist_timeout')} must be a positive number of seconds, got {cfg.dist_timeout!r}")
+        raise ConfigError(f"{field_ref('dist_timeout')} must be a positive number of seconds, got {cfg.dist_timeout!r}")
     if cfg.dtype not in DTYPE_CHOICES:
         raise ConfigError(f"unknown dtype {cfg.dtype!r}; choose auto, float32, bfloat16, float16 or float64")
     _check_graph(cfg)
@@ -214,27 +215,29 @@ def _check_fields(cfg: OverlapConfig) -> None:
 def _check_graph(cfg: OverlapConfig) -> None:
     if cfg.graph and cfg.schedule == "ht":
         raise ConfigError(
-            f"{_f('graph')} cannot capture {_f('schedule')} ht: it keeps host-known expert counts (like DeepEP's normal "
-            f"mode), a host sync a graph cannot hold; use {_f('schedule')} ll"
+            f"{field_ref('graph')} cannot capture {field_ref('schedule')} ht: it keeps host-known expert counts "
+            f"(like DeepEP's normal mode), a host sync a graph cannot hold; use {field_ref('schedule')} ll"
         )
 
 
 def _check_distributed(cfg: OverlapConfig) -> None:
     """The options a run on several ranks (``world_size`` > 1) cannot take."""
-    ws, w = cfg.world_size, _f("world_size")
+    ws, w = cfg.world_size, field_ref("world_size")
     if cfg.backend == "virtual":
         raise ConfigError(
             f"{w} {ws} runs real ranks with real transfers, which the virtual clock cannot time; "
-            f"use {_f('backend')} threads (gloo) or cuda (nccl)"
+            f"use {field_ref('backend')} threads (gloo) or cuda (nccl)"
         )
     if cfg.meta:
-        raise ConfigError(f"{_f('meta')} skips the math; real ranks exchange real tokens: drop {_f('meta')} with {w}")
+        raise ConfigError(
+            f"{field_ref('meta')} skips the math; real ranks exchange real tokens: drop {field_ref('meta')} with {w}"
+        )
     if cfg.sanitize:
-        raise ConfigError(f"{_f('sanitize')} checks one process's streams and workspace: drop it with {w} > 1")
+        raise ConfigError(f"{field_ref('sanitize')} checks one process's streams and workspace: drop it with {w} > 1")
     if cfg.comm_ratio is not None or cfg.link is not None:
         raise ConfigError(
-            f"{_f('comm_ratio')} and {_f('link')} shape the modelled link; with {w} > 1 the transfers are real "
-            "(torch.distributed all-to-all), so drop them"
+            f"{field_ref('comm_ratio')} and {field_ref('link')} shape the modelled link; with {w} > 1 the transfers "
+            "are real (torch.distributed all-to-all), so drop them"
         )
     if cfg.launcher == "spawn" and ws > max_spawned_ranks():
         raise ConfigError(
@@ -243,14 +246,16 @@ def _check_distributed(cfg: OverlapConfig) -> None:
         )
     if cfg.experts % ws:
         raise ConfigError(
-            f"{_f('experts')} ({cfg.experts}) must be a multiple of {w} ({ws}): each rank owns experts/{ws}"
+            f"{field_ref('experts')} ({cfg.experts}) must be a multiple of {w} ({ws}): each rank owns experts/{ws}"
         )
     if cfg.ep is not None and cfg.ep != ws:
-        raise ConfigError(f"{_f('ep')} is the number of ranks with {w}; got {_f('ep')} {cfg.ep} with {w} {ws}")
+        raise ConfigError(
+            f"{field_ref('ep')} is the number of ranks with {w}; got {field_ref('ep')} {cfg.ep} with {w} {ws}"
+        )
     if cfg.tokens < ws * cfg.ubatches:
         raise ConfigError(
-            f"{_f('tokens')} ({cfg.tokens}) is fewer than {w} x {_f('ubatches')} ({ws} x {cfg.ubatches}): "
-            "every ubatch of every rank needs at least one token"
+            f"{field_ref('tokens')} ({cfg.tokens}) is fewer than {w} x {field_ref('ubatches')} "
+            f"({ws} x {cfg.ubatches}): every ubatch of every rank needs at least one token"
         )
 
 
@@ -268,14 +273,15 @@ def _choose_backend(cfg: OverlapConfig, distributed: bool) -> str:
             backend = "cuda" if enough else "threads"
         elif backend == "cuda" and not enough:
             raise ConfigError(
-                f"{_f('backend')} cuda with {_f('world_size')} {ws} needs one GPU per rank ({ws}), found {gpus}; "
-                f"use {_f('backend')} threads (gloo)"
+                f"{field_ref('backend')} cuda with {field_ref('world_size')} {ws} needs one GPU per rank ({ws}), "
+                f"found {gpus}; use {field_ref('backend')} threads (gloo)"
             )
     if backend == "auto":
         backend = "cuda" if torch.cuda.is_available() else "threads"
     elif backend == "cuda" and not torch.cuda.is_available():
         raise ConfigError(
-            f"{_f('backend')} cuda needs a CUDA GPU, and torch.cuda.is_available() is False here; use threads or virtual"
+            f"{field_ref('backend')} cuda needs a CUDA GPU, and torch.cuda.is_available() is False here; "
+            "use threads or virtual"
         )
     return backend
 
@@ -291,7 +297,9 @@ def real_limit(backend: str) -> tuple[int, str]:
         free, total = torch.cuda.mem_get_info(index)
     except RuntimeError as e:
         first = (str(e).strip().splitlines() or [""])[0]
-        raise ConfigError(f"{_f('backend')} cuda: could not read the free memory of cuda:{index}: {first}") from None
+        raise ConfigError(
+            f"{field_ref('backend')} cuda: could not read the free memory of cuda:{index}: {first}"
+        ) from None
     why = f"{REAL_LIMIT_FRACTION:g} of the {free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB on cuda:{index}"
     return int(free * REAL_LIMIT_FRACTION), why
 
@@ -314,7 +322,8 @@ def resolve(cfg: OverlapConfig) -> Resolved:
     big = probe.weight_bytes()
     if cfg.meta and backend != "virtual":
         raise ConfigError(
-            f"{_f('meta')} skips the math, which only the virtual backend can time; add {_f('backend')} virtual"
+            f"{field_ref('meta')} skips the math, which only the virtual backend can time; "
+            f"add {field_ref('backend')} virtual"
         )
     if cfg.meta is None:
         meta = backend == "virtual" and big > META_AUTO_BYTES
@@ -327,7 +336,7 @@ def resolve(cfg: OverlapConfig) -> Resolved:
         if big > limit:
             raise ConfigError(
                 f"this model needs {big / 2**30:.1f} GiB of weights, over the {limit / 2**30:.1f} GiB limit "
-                f"({why}); simulate it with {_f('backend')} virtual (meta tensors)"
+                f"({why}); simulate it with {field_ref('backend')} virtual (meta tensors)"
             )
     dtype = (torch.bfloat16 if meta else torch.float32) if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
     comm_ratio = cfg.comm_ratio if cfg.comm_ratio is not None else (None if cfg.link is not None else 1.0)

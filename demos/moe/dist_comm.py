@@ -1,6 +1,7 @@
 """``DistributedTransport``: the toy MoE's all-to-all over ``torch.distributed``.
 
-The same four methods as the modelled link (demos.moe.comm) over
+The same four methods as the modelled link (demos.moe.comm, the ``demos.moe.transport``
+interface) over
 ``torch.distributed.all_to_all_single`` (gloo on CPU, nccl on GPUs) between ranks that each own
 ``experts / world_size`` experts, one process group per ubatch (docs/distributed.md). Tokens
 really travel to the rank that owns their experts and come back.
@@ -15,15 +16,9 @@ import torch
 
 import dbo
 
-from demos.moe.comm import (
-    LINK_QUEUE,
-    ExpertBatch,
-    RoutePlan,
-    Transport,
-    _weighted_sum_kernel,
-    wire_dtype_for,
-)
-from demos.moe.ll_layout import LLBatch, _bits, ll_layout_kernel, ll_pack_kernel
+from demos.moe.ll_layout import LLBatch, byte_view, ll_layout_kernel, ll_pack_kernel, weighted_sum_kernel
+from demos.moe.routing import RoutePlan
+from demos.moe.transport import LINK_QUEUE, ExpertBatch, Transport, wire_dtype_for
 
 __all__ = ["DistributedTransport", "CollectiveError"]
 
@@ -40,7 +35,7 @@ def _k_ll_receive(recv: torch.Tensor, out: torch.Tensor) -> None:
     out.view(n, w, cap, h).copy_(recv.transpose(0, 1))
 
 
-class _DistSlot:
+class _DistBuffers:
     """One ubatch's buffers and the split sizes of its last dispatch (used by its combine)."""
 
     __slots__ = (
@@ -87,7 +82,7 @@ class DistributedTransport(Transport):
 
     ``groups[u]``: the process group of ubatch u. A collective uses the group of the ubatch that
     *launches* it (``dbo_current_ubatch_id()`` in the launching thread, which must equal the
-    ``slot`` the model passes), never a group shared by two ubatches: see docs/distributed.md.
+    ``ubatch`` the model passes), never a group shared by two ubatches: see docs/distributed.md.
 
     Where the collectives run: the low-latency style puts them in flight on the transport's link
     queue (one per process), the high-throughput style on the caller's current stream (the
@@ -144,7 +139,7 @@ class DistributedTransport(Transport):
         self.max_tokens = max_tokens
         self.serialize = serialize
         self.fault = fault
-        self._slots: list[_DistSlot] = []
+        self._buffers: list[_DistBuffers] = []
         self._rows_max = 0
         self._tokens = 0
         self._arange: torch.Tensor | None = None
@@ -158,10 +153,11 @@ class DistributedTransport(Transport):
 
     # -- setup ----------------------------------------------------------------------------------------
     def setup(
-        self, *, num_slots: int, max_tokens: int, topk: int, hidden: int, dtype: torch.dtype, device: Any, experts: int = 1
+        self, *, num_ubatches: int, max_tokens: int, topk: int, hidden: int, dtype: torch.dtype, device: Any,
+        experts: int = 1,
     ) -> None:
-        if num_slots > len(self.groups):
-            raise ValueError(f"{num_slots} ubatch slots but only {len(self.groups)} process groups (one per ubatch)")
+        if num_ubatches > len(self.groups):
+            raise ValueError(f"{num_ubatches} ubatches but only {len(self.groups)} process groups (one per ubatch)")
         tokens = min(max_tokens, self.max_tokens)
         self._hidden = hidden
         self._dtype = dtype
@@ -170,8 +166,9 @@ class DistributedTransport(Transport):
         self._tokens = tokens
         self._arange = torch.arange(self._rows_max, dtype=torch.int64, device=device)
         cap = self.world_size * self._rows_max
-        self._slots = [
-            _DistSlot(self._rows_max, cap, tokens, hidden, self.experts, dtype, self._wire, device) for _ in range(num_slots)
+        self._buffers = [
+            _DistBuffers(self._rows_max, cap, tokens, hidden, self.experts, dtype, self._wire, device)
+            for _ in range(num_ubatches)
         ]
 
     @property
@@ -182,14 +179,15 @@ class DistributedTransport(Transport):
         # every rank may send all its token copies to this rank's experts
         return self.world_size * self._rows_max
 
-    def expert_batch(self, plan: RoutePlan, *, slot: int) -> ExpertBatch:
-        b = self._slots[slot]
+    def expert_batch(self, plan: RoutePlan, *, ubatch: int) -> ExpertBatch:
+        b = self._buffers[ubatch]
         return ExpertBatch(
-            b.recv_offsets, b.recv_w, self.rank * self.local_experts, self.local_experts, self.world_size * self._rows_max
+            b.recv_offsets, b.recv_w, self.rank * self.local_experts, self.local_experts,
+            self.world_size * self._rows_max,
         )
 
-    def ll_batch(self, plan: RoutePlan, *, slot: int) -> LLBatch:
-        b = self._slots[slot]
+    def ll_batch(self, plan: RoutePlan, *, ubatch: int) -> LLBatch:
+        b = self._buffers[ubatch]
         counts = b.counts_recv.view(self.world_size, self.local_experts)  # per source rank
         return LLBatch(self.local_experts, self.world_size * self._tokens, self.rank * self.local_experts, counts)
 
@@ -217,11 +215,13 @@ class DistributedTransport(Transport):
         }
 
     # -- helpers ----------------------------------------------------------------------------------------
-    def _group(self, slot: int) -> Any:
+    def _group(self, ubatch: int) -> Any:
         """The process group of the ubatch launching now (read in the launching thread)."""
         ub = dbo.dbo_current_ubatch_id()
-        if ub != slot:
-            raise ValueError(f"ubatch {ub} launched a collective for slot {slot}; each ubatch must use its own group")
+        if ub != ubatch:
+            raise ValueError(
+                f"ubatch {ub} launched a collective with ubatch {ubatch}'s buffers; each ubatch must use its own group"
+            )
         if ub >= len(self.groups):
             raise ValueError(f"ubatch {ub} has no process group ({len(self.groups)} groups)")
         return self.groups[ub]
@@ -251,29 +251,31 @@ class DistributedTransport(Transport):
     def _rows(self, flat: torch.Tensor, rows: int) -> torch.Tensor:
         return flat[: rows * self._hidden].view(rows, self._hidden)
 
-    def _in_flight(self, stream: Any, fn: Callable, args: tuple, name: str) -> Any:
+    def _in_flight(self, stream: Any, fn: Callable, args: tuple, name: str, op: str, layer: int | None) -> Any:
         """Run ``fn`` on the link queue after ``stream``'s work so far; return the arrival event."""
         backend = stream.backend
         link = backend.stream(LINK_QUEUE)
         sent = backend.new_event()
         sent.record(stream)
         link.wait_event(sent)
-        link.launch(fn, *args, name=name, kind="comm")
+        link.launch(fn, *args, name=name, kind="comm", op=op, layer=layer)
         arrived = backend.new_event()
         arrived.record(link)
         return arrived
 
-    def _on_current_stream(self, fn: Callable, args: tuple, name: str, previous_event: Any) -> None:
+    def _on_current_stream(self, fn: Callable, args: tuple, name: str, op: str, layer: int | None,
+                           previous_event: Any) -> None:
         stream = dbo.current_stream()
         if previous_event is not None:
             stream.wait_event(previous_event)
         if self.serialize:
-            stream.wait_event(self._in_flight(stream, fn, args, name))
+            stream.wait_event(self._in_flight(stream, fn, args, name, op, layer))
         else:
-            stream.launch(fn, *args, name=name, kind="comm")
+            stream.launch(fn, *args, name=name, kind="comm", op=op, layer=layer)
 
     # -- kernels ----------------------------------------------------------------------------------------
-    def _k_dispatch(self, group: Any, b: _DistSlot, x: torch.Tensor, plan: RoutePlan, with_weights: bool, what: str) -> None:
+    def _k_dispatch(self, group: Any, b: _DistBuffers, x: torch.Tensor, plan: RoutePlan, with_weights: bool,
+                    what: str) -> None:
         self._before(what)
         W, El = self.world_size, self.local_experts
         off = plan.offsets.tolist()
@@ -287,8 +289,8 @@ class DistributedTransport(Transport):
         n = sum(recv_splits)
         # 2. the rows themselves, expert-sorted (and their router weights)
         send = self._rows(b.send, rows)
-        torch.index_select(_bits(x), 0, plan.src_token[:rows], out=_bits(send))
-        works = [self._a2a(_bits(self._rows(b.recv, n)), _bits(send), recv_splits, send_splits, group, what)]
+        torch.index_select(byte_view(x), 0, plan.src_token[:rows], out=byte_view(send))
+        works = [self._a2a(byte_view(self._rows(b.recv, n)), byte_view(send), recv_splits, send_splits, group, what)]
         if with_weights:
             w = plan.weights_sorted[:rows]
             works.append(self._a2a(b.recv_w[:n], w, recv_splits, send_splits, group, what + " (weights)"))
@@ -298,7 +300,8 @@ class DistributedTransport(Transport):
         row_bytes = self._hidden * send.element_size() + (b.recv_w.element_size() if with_weights else 0)
         self.bytes_to_peers += (rows - send_splits[self.rank]) * row_bytes
 
-    def _k_combine(self, group: Any, b: _DistSlot, y: torch.Tensor, plan: RoutePlan, landing: torch.Tensor, out, what: str) -> None:
+    def _k_combine(self, group: Any, b: _DistBuffers, y: torch.Tensor, plan: RoutePlan, landing: torch.Tensor, out,
+                   what: str) -> None:
         self._before(what)
         rows, n = plan.rows, sum(b.recv_splits)
         back = self._rows(b.back, rows)
@@ -308,7 +311,7 @@ class DistributedTransport(Transport):
             torch.sum(landing.view(out.shape[0], -1, out.shape[1]), dim=1, out=out)
         self.bytes_to_peers += (n - b.recv_splits[self.rank]) * self._hidden * y.element_size()
 
-    def _k_ll_dispatch(self, group: Any, b: _DistSlot, x: torch.Tensor, plan: RoutePlan, what: str) -> None:
+    def _k_ll_dispatch(self, group: Any, b: _DistBuffers, x: torch.Tensor, plan: RoutePlan, what: str) -> None:
         """Fixed-size chunks: no host-known split, no host sync."""
         self._before(what)
         rows, cap, H = plan.rows, self._tokens, self._hidden
@@ -317,13 +320,14 @@ class DistributedTransport(Transport):
         ll_pack_kernel(x, plan.src_token, b.pad_row[:rows], self._rows(b.send, rows), send)
         works = [
             self._a2a(b.counts_recv, b.counts_send, None, None, group, what + " (counts)"),
-            self._a2a(_bits(b.ll_recv), _bits(b.ll_send), None, None, group, what),
+            self._a2a(byte_view(b.ll_recv), byte_view(b.ll_send), None, None, group, what),
         ]
         self._wait(works, what)
         chunk = send.numel() // self.world_size * send.element_size()
         self.bytes_to_peers += (self.world_size - 1) * chunk
 
-    def _k_ll_combine(self, group: Any, b: _DistSlot, y: torch.Tensor, plan: RoutePlan, landing: torch.Tensor, what: str) -> None:
+    def _k_ll_combine(self, group: Any, b: _DistBuffers, y: torch.Tensor, plan: RoutePlan, landing: torch.Tensor,
+                      what: str) -> None:
         self._before(what)
         W, El, cap, H = self.world_size, self.local_experts, self._tokens, self._hidden
         # experts' rows (El, W * cap) -> one (El, cap) chunk per source rank, back to it
@@ -334,52 +338,60 @@ class DistributedTransport(Transport):
         self.bytes_to_peers += (W - 1) * (b.ll_out.numel() // W) * b.ll_out.element_size()
 
     # -- high-throughput style ----------------------------------------------------------------------------
-    def dispatch(self, x, plan, *, slot, name, previous_event=None):
-        b = self._slots[slot]
-        group = self._group(slot)
-        self._on_current_stream(self._k_dispatch, (group, b, x, plan, True, name), name, previous_event)
+    def dispatch(self, x, plan, *, ubatch, name, layer=None, previous_event=None):
+        b = self._buffers[ubatch]
+        group = self._group(ubatch)
+        args = (group, b, x, plan, True, name)
+        self._on_current_stream(self._k_dispatch, args, name, "dispatch", layer, previous_event)
         return self._rows(b.recv, self.world_size * self._rows_max)
 
-    def combine(self, y, plan, *, slot, name, previous_event=None):
-        b = self._slots[slot]
-        group = self._group(slot)
+    def combine(self, y, plan, *, ubatch, name, layer=None, previous_event=None):
+        b = self._buffers[ubatch]
+        group = self._group(ubatch)
         landing = self._rows(b.landing, plan.rows)
         out = self._rows(b.out, plan.num_tokens)
-        self._on_current_stream(self._k_combine, (group, b, y, plan, landing, out, name), name, previous_event)
+        args = (group, b, y, plan, landing, out, name)
+        self._on_current_stream(self._k_combine, args, name, "combine", layer, previous_event)
         return out
 
     # -- low-latency style ----------------------------------------------------------------------------------
-    def dispatch_send(self, x, plan, recv_into, *, slot, name, recv_cost=None):
+    def dispatch_send(self, x, plan, recv_into, *, ubatch, name, layer=None, recv_cost=None):
         if plan.expert_sorted is None:
             raise ValueError("the low-latency dispatch needs plan.expert_sorted (the expert of each sorted row)")
-        b = self._slots[slot]
+        b = self._buffers[ubatch]
         W, El, cap, H = self.world_size, self.local_experts, self._tokens, self._hidden
         if tuple(recv_into.shape) != (El, W * cap, H):
-            raise ValueError(f"recv_into must be (local experts, capacity, hidden) = {(El, W * cap, H)}, got {tuple(recv_into.shape)}")
-        group = self._group(slot)
+            raise ValueError(
+                f"recv_into must be (local experts, capacity, hidden) = {(El, W * cap, H)}, "
+                f"got {tuple(recv_into.shape)}"
+            )
+        group = self._group(ubatch)
         stream = dbo.current_stream()
-        arrived = self._in_flight(stream, self._k_ll_dispatch, (group, b, x, plan, name), name)
+        arrived = self._in_flight(stream, self._k_ll_dispatch, (group, b, x, plan, name), name, "dispatch_ll", layer)
         recv = b.ll_recv.view(W, El, cap, H)
         rname = name.replace("dispatch", "dispatch_recv", 1)
 
         def hook() -> None:
             stream.wait_event(arrived)
-            stream.launch(_k_ll_receive, recv, recv_into, name=rname, kind="compute", cost=recv_cost)
+            stream.launch(_k_ll_receive, recv, recv_into, name=rname, kind="compute", cost=recv_cost,
+                          op="dispatch_recv", layer=layer)
 
         hook.__name__ = rname
         return hook
 
-    def combine_send(self, y, plan, out, *, slot, name, recv_cost=None):
-        b = self._slots[slot]
-        group = self._group(slot)
+    def combine_send(self, y, plan, out, *, ubatch, name, layer=None, recv_cost=None):
+        b = self._buffers[ubatch]
+        group = self._group(ubatch)
         stream = dbo.current_stream()
         landing = self._rows(b.landing, plan.rows)
-        arrived = self._in_flight(stream, self._k_ll_combine, (group, b, y, plan, landing, name), name)
+        args = (group, b, y, plan, landing, name)
+        arrived = self._in_flight(stream, self._k_ll_combine, args, name, "combine_ll", layer)
         rname = name.replace("combine", "combine_recv", 1)
 
         def hook() -> None:
             stream.wait_event(arrived)
-            stream.launch(_weighted_sum_kernel, landing, plan.weights, out, name=rname, kind="compute", cost=recv_cost)
+            stream.launch(weighted_sum_kernel, landing, plan.weights, out, name=rname, kind="compute", cost=recv_cost,
+                          op="combine_recv", layer=layer)
 
         hook.__name__ = rname
         return hook

@@ -1,7 +1,7 @@
 """The toy MoE's kernels: plain functions that write into the output tensors passed to them.
 
-``demos.moe.model`` launches each through ``dbo.launch`` with its modelled cost; nothing here knows
-about streams, ubatches or the workspace.
+``demos.moe.model`` launches each through ``dbo.launch`` with its modelled cost and the op it is
+(``demos.moe.ops``); nothing here knows about streams, ubatches or the workspace.
 """
 
 from __future__ import annotations
@@ -10,7 +10,21 @@ import torch
 
 from dbo.costs import syncs_host
 
-__all__ = ["MIN_GEMM_ROWS", "expert_gemm_rows"]
+__all__ = [
+    "MIN_GEMM_ROWS",
+    "expert_gemm_rows",
+    "load_input_kernel",
+    "attn_qkv_kernel",
+    "attn_context_kernel",
+    "attn_query_kernel",
+    "attn_out_kernel",
+    "router_kernel",
+    "experts_kernel",
+    "experts_ll_kernel",
+    "shared_kernel",
+    "copy_kernel",
+    "finalize_kernel",
+]
 
 MIN_GEMM_ROWS = 4
 """Expert segments shorter than this are computed through a padded 4-row window: CPU GEMMs take
@@ -18,7 +32,7 @@ a different code path (with different rounding) for 1-3 rows, which would make a
 depend on how many rows its expert got, i.e. on the ubatch split."""
 
 
-def _k_load_input(src: torch.Tensor, dst: torch.Tensor) -> None:
+def load_input_kernel(src: torch.Tensor, dst: torch.Tensor) -> None:
     dst.copy_(src)
 
 
@@ -28,13 +42,13 @@ def _rmsnorm(x: torch.Tensor, nrm: torch.Tensor, out: torch.Tensor) -> None:
     torch.div(x, nrm, out=out)
 
 
-def _k_attn_qkv(h, nrm, xn, w_qkv, qkv, q_scale: float) -> None:
+def attn_qkv_kernel(h, nrm, xn, w_qkv, qkv, q_scale: float) -> None:
     _rmsnorm(h, nrm, xn)
     torch.mm(xn, w_qkv, out=qkv)
     qkv[:, : w_qkv.shape[0]].mul_(q_scale)
 
 
-def _k_attn_context(q, k_ctx, v_ctx, scores, out, lse, l, acc_o, acc_lse) -> None:
+def attn_context_kernel(q, k_ctx, v_ctx, scores, out, lse, l, acc_o, acc_lse) -> None:
     """Attention of each token over the shared cached context into scratch (out, lse), then
     consumed into the persistent accumulator (the scratch is free after this kernel)."""
     torch.bmm(q, k_ctx, out=scores)
@@ -48,7 +62,7 @@ def _k_attn_context(q, k_ctx, v_ctx, scores, out, lse, l, acc_o, acc_lse) -> Non
     acc_lse.copy_(lse)
 
 
-def _k_attn_query(q, k, v, out, lse, m, w, acc_o, acc_lse) -> None:
+def attn_query_kernel(q, k, v, out, lse, m, w, acc_o, acc_lse) -> None:
     """Attention of each token to itself into scratch (out, lse), merged into the accumulator
     by log-sum-exp weights."""
     torch.mul(q, k, out=out)
@@ -62,13 +76,14 @@ def _k_attn_query(q, k, v, out, lse, m, w, acc_o, acc_lse) -> None:
     acc_o.div_(w)
 
 
-def _k_attn_out(acc_o, o_flat, w_o, h) -> None:
+def attn_out_kernel(acc_o, o_flat, w_o, h) -> None:
     nh, t, d = acc_o.shape
     o_flat.view(t, nh, d).copy_(acc_o.transpose(0, 1))
     h.addmm_(o_flat, w_o)
 
 
-def _k_router(h, nrm, moe_in, moe_wire, w_gate, logits, topk_w, topk_ids, wtmp, sorted_ids, src_slot, src_token, row_of, w_sorted, offsets, arange_rows, edges) -> None:
+def router_kernel(h, nrm, moe_in, moe_wire, w_gate, logits, topk_w, topk_ids, wtmp, sorted_ids, src_copy, src_token,
+                  row_of, w_sorted, offsets, arange_rows, edges) -> None:
     _rmsnorm(h, nrm, moe_in)
     moe_wire.copy_(moe_in)  # "quant": the dispatch payload in the wire dtype
     torch.mm(moe_in, w_gate, out=logits)
@@ -77,10 +92,10 @@ def _k_router(h, nrm, moe_in, moe_wire, w_gate, logits, topk_w, topk_ids, wtmp, 
     topk_w.sub_(wtmp).exp_()
     torch.sum(topk_w, dim=-1, keepdim=True, out=wtmp)
     topk_w.div_(wtmp)
-    torch.sort(topk_ids.view(-1), stable=True, out=(sorted_ids, src_slot))
-    torch.div(src_slot, topk_w.shape[1], rounding_mode="floor", out=src_token)
-    row_of.scatter_(0, src_slot, arange_rows)
-    torch.index_select(topk_w.view(-1), 0, src_slot, out=w_sorted)
+    torch.sort(topk_ids.view(-1), stable=True, out=(sorted_ids, src_copy))
+    torch.div(src_copy, topk_w.shape[1], rounding_mode="floor", out=src_token)
+    row_of.scatter_(0, src_copy, arange_rows)
+    torch.index_select(topk_w.view(-1), 0, src_copy, out=w_sorted)
     torch.searchsorted(sorted_ids, edges, out=offsets)
 
 
@@ -111,11 +126,12 @@ def _mm_rows(x: torch.Tensor, a: int, b: int, w: torch.Tensor, out: torch.Tensor
 
 
 @syncs_host  # it reads the offsets on the host below: a host sync on a GPU (dbo.costs.syncs_host)
-def _k_experts(x, offsets, w1, w2, ws13, ws2, fused_out, pad, wire_in, w_sorted, first=0, num_experts=None) -> None:
+def experts_kernel(x, offsets, w1, w2, ws13, ws2, fused_out, pad, wire_in, w_sorted, first=0, num_experts=None) -> None:
     """The routed experts over expert-sorted rows: gate_up into workspace13, SiLU-and-mul into
     workspace2, down into fused_out (which reuses workspace13's memory: it is dead by then).
-    Segment j of ``offsets`` belongs to expert ``first + j % num_experts`` (``demos.moe.comm.ExpertBatch``;
-    by default one segment per expert); only the first ``offsets[-1]`` rows are present.
+    Segment j of ``offsets`` belongs to expert ``first + j % num_experts``
+    (``demos.moe.transport.ExpertBatch``; by default one segment per expert); only the first
+    ``offsets[-1]`` rows are present.
     ``wire_in``: dequantize it into ``x`` first (high-throughput path). ``w_sorted``: apply the
     router weights to the outputs (the high-throughput "weight and reduce" before the combine)."""
     bounds = offsets.tolist()
@@ -140,7 +156,7 @@ def _k_experts(x, offsets, w1, w2, ws13, ws2, fused_out, pad, wire_in, w_sorted,
         fused_out[:n].mul_(w_sorted[:n].unsqueeze(1))
 
 
-def _k_experts_ll(x, w1, w2, ws13, ws2, fused_out, first: int) -> None:
+def experts_ll_kernel(x, w1, w2, ws13, ws2, fused_out, first: int) -> None:
     """The routed experts over the low-latency layout (DeepEP low-latency): ``x`` is
     ``(local_experts, capacity, hidden)``, expert ``first + e``'s rows in ``x[e]``; one batched GEMM
     per projection over the whole padded buffer. No host sync, no data-dependent shape: the rows
@@ -155,7 +171,7 @@ def _k_experts_ll(x, w1, w2, ws13, ws2, fused_out, first: int) -> None:
     torch.bmm(ws2, w2[first : first + n], out=fused_out)
 
 
-def _k_shared(x, w1, w2, hbuf, abuf, out) -> None:
+def shared_kernel(x, w1, w2, hbuf, abuf, out) -> None:
     torch.mm(x, w1, out=hbuf)
     f = abuf.shape[1]
     gate, up = hbuf[:, :f], hbuf[:, f:]
@@ -164,9 +180,9 @@ def _k_shared(x, w1, w2, hbuf, abuf, out) -> None:
     torch.mm(abuf, w2, out=out)
 
 
-def _k_copy(src: torch.Tensor, dst: torch.Tensor) -> None:
+def copy_kernel(src: torch.Tensor, dst: torch.Tensor) -> None:
     dst.copy_(src)
 
 
-def _k_finalize(h, routed, shared) -> None:
+def finalize_kernel(h, routed, shared) -> None:
     h.add_(routed).add_(shared)

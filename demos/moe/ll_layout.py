@@ -1,5 +1,6 @@
-"""DeepEP low-latency's layout for the toy MoE's ll schedule: ``LLBatch`` and the device-side
-kernels that build it (used by both transports, ``demos.moe.comm`` and ``demos.moe.dist_comm``).
+"""DeepEP low-latency's layout for the toy MoE's ll schedule: ``LLBatch``, the device-side
+kernels that build it and the combine's receive (used by both transports, ``demos.moe.comm`` and
+``demos.moe.dist_comm``).
 
 The experts' rows live in a fixed-capacity ``(experts, capacity, hidden)`` buffer with the counts on
 the device: no host sync and no data-dependent shape, so a step that uses it can be captured.
@@ -8,14 +9,11 @@ the device: no host sync and no data-dependent shape, so a step that uses it can
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import torch
 
-if TYPE_CHECKING:
-    from demos.moe.comm import RoutePlan
+from demos.moe.routing import RoutePlan
 
-__all__ = ["LLBatch", "ll_layout_kernel", "ll_pack_kernel"]
+__all__ = ["LLBatch", "ll_layout_kernel", "ll_pack_kernel", "weighted_sum_kernel", "byte_view"]
 
 
 @dataclass
@@ -42,7 +40,8 @@ class LLBatch:
         return self.local_experts * self.capacity
 
 
-def ll_layout_kernel(plan: "RoutePlan", cap: int, arange_rows: torch.Tensor, pad_row: torch.Tensor, copy_row: torch.Tensor, counts: torch.Tensor) -> None:
+def ll_layout_kernel(plan: RoutePlan, cap: int, arange_rows: torch.Tensor, pad_row: torch.Tensor,
+                     copy_row: torch.Tensor, counts: torch.Tensor) -> None:
     """The low-latency layout, on the device: ``pad_row[r]`` = the row of sorted row r in the padded
     ``(experts * cap)`` buffer (``expert * cap + position within the expert``), ``copy_row[j]`` = that
     of token-major copy j, ``counts[e]`` = rows of expert e."""
@@ -53,7 +52,7 @@ def ll_layout_kernel(plan: "RoutePlan", cap: int, arange_rows: torch.Tensor, pad
     torch.diff(plan.offsets, out=counts)
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
+def byte_view(t: torch.Tensor) -> torch.Tensor:
     """``t`` as bytes when its dtype is a 1-byte float (float8): some kernels (CPU ``index_copy_``)
     and collectives (gloo, older nccl) do not take them."""
     if t.element_size() == 1 and t.dtype not in (torch.uint8, torch.int8):
@@ -61,9 +60,19 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def ll_pack_kernel(x: torch.Tensor, src_token: torch.Tensor, pad_row: torch.Tensor, stage: torch.Tensor, padded: torch.Tensor) -> None:
+def ll_pack_kernel(x: torch.Tensor, src_token: torch.Tensor, pad_row: torch.Tensor, stage: torch.Tensor,
+                   padded: torch.Tensor) -> None:
     """``padded[pad_row[r]] = x[src_token[r]]``, zeros elsewhere (``padded``: (experts * cap, hidden))."""
-    x, stage, padded = _bits(x), _bits(stage), _bits(padded)
+    x, stage, padded = byte_view(x), byte_view(stage), byte_view(padded)
     torch.index_select(x, 0, src_token, out=stage)
     padded.zero_()
     padded.index_copy_(0, pad_row, stage)
+
+
+def weighted_sum_kernel(landing: torch.Tensor, weights: torch.Tensor, out: torch.Tensor) -> None:
+    """The combine's receive: ``out[t] = sum_k weights[t, k] * landing[t * topk + k]`` (``landing``:
+    the token-major rows that came back; scaled in place)."""
+    t, h = out.shape
+    rows = landing.view(t, -1, h)
+    rows.mul_(weights.unsqueeze(-1))
+    torch.sum(rows, dim=1, out=out)

@@ -7,7 +7,7 @@ the MoE output is added to the residual stream.
 
 * Every kernel is launched through ``dbo.launch`` (or a stream's ``launch``) and writes into
   output tensors passed as arguments; nothing is computed synchronously on the host. Each kernel
-  declares its cost (``dbo.costs.Work``) for the virtual backend.
+  declares its cost (``dbo.costs.Work``) for the virtual backend, and its op and layer.
 * Scratch memory comes from the process-global workspace manager, in the reference's patterns
   (docs/overlap.md): the attention output buffers are requested twice per layer with the same
   leading shapes, so the second request reuses (overwrites) the first one's memory after its
@@ -15,15 +15,17 @@ the MoE output is added to the residual stream.
   ``fused_out`` plus a separate ``workspace2``; the shared expert runs in token chunks over a
   max-size buffer sliced per chunk. Every scratch view is used only until the ubatch's next
   ``get_simultaneous`` call; data that must outlive it lives in per-ubatch persistent buffers
-  (``_Slot``, one per ubatch id, as the reference keeps per-ubatch state in arrays indexed by
-  ``dbo_current_ubatch_id()``).
+  (``demos.moe.state.UbatchBuffers``, one per ubatch id, as the reference keeps per-ubatch state
+  in arrays indexed by ``dbo_current_ubatch_id()``).
 * ``schedule`` places the yields of one MoE layer as the reference does: "ll" (one stream, send
   + recv hook, two yields per layer, as DeepEP low-latency) or "ht" (compute and comm streams, three
   yields per layer, as DeepEP high-throughput). Without DBO every ``dbo_*`` call is a no-op, so the same
   code is the reference run.
 
-Kernel names are ``"<op> L<layer> u<ubatch>"`` (``parse_kernel_name`` reads them back); the
-demo's analysis relies on them.
+Every kernel declares what it is: ``op=`` (one of ``demos.moe.ops.OPS``) and ``layer=``. The
+demo's analysis and calibration read them off the kernel records; the display names
+(``"<op> L<layer> u<ubatch>"``) are for people. The Work each kernel declares comes from
+``demos.moe.cost_model``.
 """
 
 from __future__ import annotations
@@ -34,73 +36,38 @@ from types import SimpleNamespace
 import torch
 
 import dbo
-from dbo.costs import Work
 from workspace import current_workspace_manager
 
-from demos.moe.comm import LLBatch, Transport
+from demos.moe.cost_model import KernelCosts, itemsize, kernel_costs
 from demos.moe.kernels import (
     MIN_GEMM_ROWS,
-    expert_gemm_rows,
-    _k_attn_context,
-    _k_attn_out,
-    _k_attn_qkv,
-    _k_attn_query,
-    _k_copy,
-    _k_experts,
-    _k_experts_ll,
-    _k_finalize,
-    _k_load_input,
-    _k_router,
-    _k_shared,
+    attn_context_kernel,
+    attn_out_kernel,
+    attn_qkv_kernel,
+    attn_query_kernel,
+    copy_kernel,
+    experts_kernel,
+    experts_ll_kernel,
+    finalize_kernel,
+    load_input_kernel,
+    router_kernel,
+    shared_kernel,
 )
-from demos.moe.state import _Costs, _Layer, _Slot
+from demos.moe.ll_layout import LLBatch
+from demos.moe.ops import kernel_name
+from demos.moe.state import LayerWeights, UbatchBuffers
+from demos.moe.transport import Transport
 
 __all__ = [
     "ModelConfig",
     "ToyMoE",
     "SCHEDULES",
     "YIELDS_PER_LAYER",
-    "parse_kernel_name",
-    "kernel_name",
-    "OP_LETTERS",
     "MIN_GEMM_ROWS",
 ]
 
 SCHEDULES = ("ll", "ht")
 YIELDS_PER_LAYER = {"ll": 2, "ht": 3}
-
-OP_LETTERS = {
-    "load_input": "i",
-    "attn_qkv": "A",
-    "attn_context": "A",
-    "attn_query": "A",
-    "attn_out": "A",
-    "router": "R",
-    "dispatch": "D",
-    "dispatch_recv": "d",
-    "experts": "E",
-    "combine": "C",
-    "combine_recv": "c",
-    "shared": "S",
-    "moe_copy": "c",
-    "finalize": "F",
-}
-"""One letter per kernel op, for the timeline's kernel rows."""
-
-
-def kernel_name(op: str, layer: int, ubatch: int, extra: str = "") -> str:
-    return f"{op} L{layer} u{ubatch}" + (f" {extra}" if extra else "")
-
-
-def parse_kernel_name(name: str) -> tuple[str, int, int] | None:
-    """``(op, layer, ubatch)`` of a model kernel name, or None for other names."""
-    parts = name.split()
-    if len(parts) < 3 or not parts[1].startswith("L") or not parts[2].startswith("u"):
-        return None
-    try:
-        return parts[0], int(parts[1][1:]), int(parts[2][1:])
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -169,11 +136,7 @@ class ModelConfig:
         c = self.resolved()
         H, E, F, Fs, C = c.hidden, c.experts, c.expert_ffn, c.shared_ffn, c.context
         per_layer = 4 * H * H + 2 * C * H + H * E + E * 3 * H * F + 3 * H * Fs
-        return per_layer * c.layers * _itemsize(c.dtype)
-
-
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype, device="meta").element_size()
+        return per_layer * c.layers * itemsize(c.dtype)
 
 
 # Each writes only into tensors it is given; small per-row temporaries come from the workspace too.
@@ -183,11 +146,12 @@ class ToyMoE:
     """The toy model. ``forward(rows)`` is the body one ubatch runs (pass it to
     ``UBatchOrchestrator.run`` with one token range per ubatch); ``hidden`` holds the result.
 
-    ``num_slots``: ubatch ids that may run (the workspace manager must have as many slots).
-    ``transport``: the all-to-all (``demos.moe.comm.Transport``); ``schedule``: "ll" or "ht".
+    ``num_ubatches``: ubatch ids that may run (each gets its ``UbatchBuffers``; the workspace
+    manager must have as many ubatches). ``transport``: the all-to-all
+    (``demos.moe.transport.Transport``); ``schedule``: "ll" or "ht".
     """
 
-    def __init__(self, config: ModelConfig, transport: Transport, *, num_slots: int, schedule: str = "ll"):
+    def __init__(self, config: ModelConfig, transport: Transport, *, num_ubatches: int, schedule: str = "ll"):
         config.validate()
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
@@ -199,16 +163,18 @@ class ToyMoE:
         H, E, T, K = cfg.hidden, cfg.experts, cfg.tokens, cfg.topk
         self.heads = cfg.heads
         self.head_dim = H // self.heads
-        transport.setup(num_slots=num_slots, max_tokens=T, topk=K, hidden=H, dtype=cfg.dtype, device=self.device, experts=E)
+        transport.setup(num_ubatches=num_ubatches, max_tokens=T, topk=K, hidden=H, dtype=cfg.dtype, device=self.device,
+                        experts=E)
         self.wire = transport.wire_dtype
         gen = torch.Generator().manual_seed(cfg.seed)
         self.layers = [self._make_layer(gen) for _ in range(cfg.layers)]
         self.x0 = self._rand((T, H), gen, 1.0)
         self.hidden = torch.empty((T, H), dtype=cfg.dtype, device=self.device)
-        self.slots = [_Slot(cfg, self.wire, self.device) for _ in range(num_slots)]
+        self.buffers = [UbatchBuffers(cfg, self.wire, self.device) for _ in range(num_ubatches)]
+        """Each ubatch id's persistent buffers."""
         self.arange_rows = torch.arange(T * K, dtype=torch.int64, device=self.device)
         self.edges = torch.arange(E + 1, dtype=torch.int64, device=self.device)
-        self._costs: dict[int, _Costs] = {}
+        self._costs: dict[int, KernelCosts] = {}
 
     # -- construction -------------------------------------------------------------------------------
     def _rand(self, shape: tuple[int, ...], gen: torch.Generator, scale: float) -> torch.Tensor:
@@ -217,11 +183,11 @@ class ToyMoE:
         t = torch.randn(shape, generator=gen, dtype=torch.float32).mul_(scale)
         return t.to(dtype=self.cfg.dtype, device=self.device)
 
-    def _make_layer(self, gen: torch.Generator) -> _Layer:
+    def _make_layer(self, gen: torch.Generator) -> LayerWeights:
         c = self.cfg
         H, E, F, Fs, C = c.hidden, c.experts, c.expert_ffn, c.shared_ffn, c.context
         nh, d = self.heads, self.head_dim
-        return _Layer(
+        return LayerWeights(
             w_qkv=self._rand((H, 3 * H), gen, H**-0.5),
             w_o=self._rand((H, H), gen, H**-0.5),
             k_ctx=self._rand((nh, d, C), gen, 1.0),
@@ -233,65 +199,23 @@ class ToyMoE:
             ws2=self._rand((Fs, H), gen, Fs**-0.5),
         )
 
-    def costs(self, t: int) -> _Costs:
-        """Modelled Work of every kernel for a ubatch of ``t`` tokens (roofline inputs)."""
+    def costs(self, t: int) -> KernelCosts:
+        """Modelled Work of every kernel for a ubatch of ``t`` tokens (``demos.moe.cost_model``; cached)."""
         cached = self._costs.get(t)
-        if cached is not None:
-            return cached
-        c = self.cfg
-        H, E, K, F, C = c.hidden, c.experts, c.topk, c.expert_ffn, c.context
-        nh = self.heads
-        isz, wsz = _itemsize(c.dtype), _itemsize(self.wire)
-        M = t * K
-        local = min(c.experts_per_rank, M)
-        ht = self.schedule == "ht"
-        g = expert_gemm_rows(M, local, padded=ht)
-        G = g * local
-        costs = _Costs(
-            load_input=Work(bytes=2 * t * H * isz),
-            qkv=Work(flops=2 * t * H * 3 * H + 4 * t * H, bytes=(3 * t * H + 3 * H * H + 3 * t * H) * isz),
-            context=Work(flops=4 * t * C * H + 5 * nh * t * C, bytes=(t * H + 2 * C * H + 3 * nh * t * C + 3 * t * H) * isz),
-            query=Work(flops=8 * t * H, bytes=8 * t * H * isz),
-            out=Work(flops=2 * t * H * H, bytes=(H * H + 4 * t * H) * isz),
-            router=Work(
-                flops=2 * t * H * E + 4 * t * H + 8 * M,
-                bytes=(3 * t * H + H * E + 2 * t * E) * isz + t * H * wsz + 8 * 8 * M,
-            ),
-            # each expert's GEMMs run on few rows at small t (GEMM efficiency), padded on ht
-            experts=Work(
-                flops=2 * G * H * 2 * F + 2 * G * F * H + 4 * M * F,
-                bytes=local * 3 * H * F * isz + (M * H + 3 * M * 2 * F + 2 * M * F + M * H) * isz
-                + (M * H * (wsz + isz) if ht else 0),  # ht: the kernel dequantizes its input too
-                shape=(max(1, round(g)), 2 * F, H),
-            ),
-            dispatch_recv=Work(bytes=M * H * (wsz + isz)),
-            combine_recv=Work(flops=2 * M * H, bytes=(2 * M * H + t * H) * isz),
-            finalize=Work(flops=2 * t * H, bytes=4 * t * H * isz),
-            copy=Work(bytes=2 * t * H * isz),
-        )
-        self._costs[t] = costs
-        return costs
-
-    def _shared_cost(self, costs: _Costs, rows: int) -> Work:
-        w = costs.shared.get(rows)
-        if w is None:
-            c = self.cfg
-            H, Fs = c.hidden, c.shared_ffn
-            isz = _itemsize(c.dtype)
-            w = costs.shared[rows] = Work(
-                flops=6 * rows * H * Fs + 4 * rows * Fs, bytes=(3 * H * Fs + 2 * rows * H + 6 * rows * Fs) * isz
-            )
-        return w
+        if cached is None:
+            cached = self._costs[t] = kernel_costs(self.cfg, self.wire, self.schedule, t)
+        return cached
 
     # -- the ubatch body ----------------------------------------------------------------------------
     def forward(self, rows: range) -> torch.Tensor:
         """Run every layer for the tokens ``rows`` of the batch; returns the ubatch's view of
         ``hidden`` (complete once the step's streams are synchronized)."""
         ub = dbo.dbo_current_ubatch_id()
-        st = self.slots[ub].views(len(rows))
+        st = self.buffers[ub].views(len(rows))
         h = self.hidden[rows.start : rows.stop]
         cost = self.costs(st.t)
-        dbo.launch(_k_load_input, self.x0[rows.start : rows.stop], h, name=kernel_name("load_input", 0, ub), cost=cost.load_input)
+        dbo.launch(load_input_kernel, self.x0[rows.start : rows.stop], h, name=kernel_name("load_input", 0, ub),
+                   cost=cost.load_input, op="load_input")
         moe = self._moe_ll if self.schedule == "ll" else self._moe_ht
         for i, layer in enumerate(self.layers):
             self._attention(i, layer, h, st, ub, cost)
@@ -299,18 +223,21 @@ class ToyMoE:
             moe(i, layer, h, st, ub, cost)
         return h
 
-    def _attention(self, i: int, L: _Layer, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: _Costs) -> None:
+    def _attention(self, i: int, L: LayerWeights, h: torch.Tensor, st: SimpleNamespace, ub: int,
+                   cost: KernelCosts) -> None:
         c, t = self.cfg, st.t
         nh, d, dt = self.heads, self.head_dim, c.dtype
         ws = current_workspace_manager()
         # 1st request: the context attention's output buffers (+ its temporaries)
         out, lse, l, scores, xn, nrm = ws.get_simultaneous(
-            ((nh, t, d), dt), ((nh, t, 1), dt), ((nh, t, 1), dt), ((nh, t, c.context), dt), ((t, c.hidden), dt), ((t, 1), dt)
+            ((nh, t, d), dt), ((nh, t, 1), dt), ((nh, t, 1), dt), ((nh, t, c.context), dt), ((t, c.hidden), dt),
+            ((t, 1), dt),
         )
-        dbo.launch(_k_attn_qkv, h, nrm, xn, L.w_qkv, st.qkv, d**-0.5, name=kernel_name("attn_qkv", i, ub), cost=cost.qkv)
+        dbo.launch(attn_qkv_kernel, h, nrm, xn, L.w_qkv, st.qkv, d**-0.5, name=kernel_name("attn_qkv", i, ub),
+                   cost=cost.qkv, op="attn_qkv", layer=i)
         dbo.launch(
-            _k_attn_context, st.q, L.k_ctx, L.v_ctx, scores, out, lse, l, st.acc_o, st.acc_lse,
-            name=kernel_name("attn_context", i, ub), cost=cost.context,
+            attn_context_kernel, st.q, L.k_ctx, L.v_ctx, scores, out, lse, l, st.acc_o, st.acc_lse,
+            name=kernel_name("attn_context", i, ub), cost=cost.context, op="attn_context", layer=i,
         )
         del out, lse, l, scores, xn, nrm  # consumed by the kernel above; the next request reuses the memory
         # 2nd request: the same leading shapes, so the query attention's outputs land where the
@@ -319,20 +246,23 @@ class ToyMoE:
             ((nh, t, d), dt), ((nh, t, 1), dt), ((nh, t, 1), dt), ((nh, t, 1), dt), ((t, c.hidden), dt)
         )
         dbo.launch(
-            _k_attn_query, st.q, st.k, st.v, out, lse, m, w, st.acc_o, st.acc_lse,
-            name=kernel_name("attn_query", i, ub), cost=cost.query,
+            attn_query_kernel, st.q, st.k, st.v, out, lse, m, w, st.acc_o, st.acc_lse,
+            name=kernel_name("attn_query", i, ub), cost=cost.query, op="attn_query", layer=i,
         )
-        dbo.launch(_k_attn_out, st.acc_o, o_flat, L.w_o, h, name=kernel_name("attn_out", i, ub), cost=cost.out)
+        dbo.launch(attn_out_kernel, st.acc_o, o_flat, L.w_o, h, name=kernel_name("attn_out", i, ub), cost=cost.out,
+                   op="attn_out", layer=i)
 
-    def _router(self, i: int, L: _Layer, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: _Costs) -> None:
+    def _router(self, i: int, L: LayerWeights, h: torch.Tensor, st: SimpleNamespace, ub: int,
+                cost: KernelCosts) -> None:
         c, t = self.cfg, st.t
         ws = current_workspace_manager()
         nrm, logits, wtmp = ws.get_simultaneous(((t, 1), c.dtype), ((t, c.experts), c.dtype), ((t, 1), c.dtype))
         p = st.plan
         dbo.launch(
-            _k_router, h, nrm, st.moe_in, st.moe_wire, L.w_gate, logits, p.weights, st.topk_ids, wtmp, p.expert_sorted,
-            st.src_slot, p.src_token, p.row_of, p.weights_sorted, p.offsets, self.arange_rows[: p.rows], self.edges,
-            name=kernel_name("router", i, ub), cost=cost.router,
+            router_kernel, h, nrm, st.moe_in, st.moe_wire, L.w_gate, logits, p.weights, st.topk_ids, wtmp,
+            p.expert_sorted, st.src_copy, p.src_token, p.row_of, p.weights_sorted, p.offsets,
+            self.arange_rows[: p.rows], self.edges, name=kernel_name("router", i, ub), cost=cost.router, op="router",
+            layer=i,
         )
 
     def _moe_workspace(self, st: SimpleNamespace, lb: LLBatch | None = None) -> SimpleNamespace:
@@ -365,60 +295,70 @@ class ToyMoE:
             chunk=chunk,
         )
 
-    def _shared_expert(self, i: int, L: _Layer, st: SimpleNamespace, mw: SimpleNamespace, ub: int, cost: _Costs) -> None:
+    def _shared_expert(self, i: int, L: LayerWeights, st: SimpleNamespace, mw: SimpleNamespace, ub: int,
+                       cost: KernelCosts) -> None:
         t, chunk = st.t, mw.chunk
         for n, a in enumerate(range(0, t, chunk)):
             b = min(a + chunk, t)
             r = b - a
             dbo.launch(
-                _k_shared, st.moe_in[a:b], L.ws1, L.ws2, mw.sh_h[:r], mw.sh_a[:r], st.shared_out[a:b],
-                name=kernel_name("shared", i, ub, f"c{n}"), cost=self._shared_cost(cost, r),
+                shared_kernel, st.moe_in[a:b], L.ws1, L.ws2, mw.sh_h[:r], mw.sh_a[:r], st.shared_out[a:b],
+                name=kernel_name("shared", i, ub, f"c{n}"), cost=cost.shared_cost(self.cfg, r), op="shared", layer=i,
             )
 
-    def _moe_ll(self, i: int, L: _Layer, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: _Costs) -> None:
+    def _moe_ll(self, i: int, L: LayerWeights, h: torch.Tensor, st: SimpleNamespace, ub: int,
+                cost: KernelCosts) -> None:
         """Low-latency style: one stream, send + parked recv hook, 2 yields. DeepEP low-latency's
         layout (``LLBatch``): no host sync, no data-dependent shape (capturable)."""
         tr, p = self.transport, st.plan
-        lb = tr.ll_batch(p, slot=ub)
+        lb = tr.ll_batch(p, ubatch=ub)
         dbo.dbo_maybe_run_recv_hook()  # start of MoE prepare: the sibling's combine receive
         mw = self._moe_workspace(st, lb)
         hook = tr.dispatch_send(
-            st.moe_wire, p, mw.x_in, slot=ub, name=kernel_name("dispatch", i, ub), recv_cost=cost.dispatch_recv
+            st.moe_wire, p, mw.x_in, ubatch=ub, name=kernel_name("dispatch", i, ub), layer=i,
+            recv_cost=cost.dispatch_recv,
         )
         dbo.dbo_register_recv_hook(hook)
         dbo.dbo_yield()
         dbo.launch(
-            _k_experts_ll, mw.x_in, L.w1, L.w2, mw.ws13, mw.ws2, mw.fused_out, lb.first_expert,
-            name=kernel_name("experts", i, ub), cost=cost.experts,
+            experts_ll_kernel, mw.x_in, L.w1, L.w2, mw.ws13, mw.ws2, mw.fused_out, lb.first_expert,
+            name=kernel_name("experts", i, ub), cost=cost.experts, op="experts_ll", layer=i,
         )
         dbo.dbo_maybe_run_recv_hook()  # before the combine: the sibling's dispatch receive
         hook = tr.combine_send(
-            mw.fused_out, p, st.moe_out, slot=ub, name=kernel_name("combine", i, ub), recv_cost=cost.combine_recv
+            mw.fused_out, p, st.moe_out, ubatch=ub, name=kernel_name("combine", i, ub), layer=i,
+            recv_cost=cost.combine_recv,
         )
         self._shared_expert(i, L, st, mw, ub, cost)
         dbo.dbo_register_recv_hook(hook)
         dbo.dbo_yield()
-        dbo.launch(_k_finalize, h, st.moe_out, st.shared_out, name=kernel_name("finalize", i, ub), cost=cost.finalize)
+        dbo.launch(finalize_kernel, h, st.moe_out, st.shared_out, name=kernel_name("finalize", i, ub),
+                   cost=cost.finalize, op="finalize", layer=i)
 
-    def _moe_ht(self, i: int, L: _Layer, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: _Costs) -> None:
+    def _moe_ht(self, i: int, L: LayerWeights, h: torch.Tensor, st: SimpleNamespace, ub: int,
+                cost: KernelCosts) -> None:
         """High-throughput style: compute and comm streams, 3 yields."""
         tr, p = self.transport, st.plan
-        eb = tr.expert_batch(p, slot=ub)
+        eb = tr.expert_batch(p, ubatch=ub)
         mw = self._moe_workspace(st)
         prev = dbo.dbo_get_previous_event(tr.record_event)  # captured before the yield (vllm#38451)
         dbo.dbo_yield_and_switch_from_compute_to_comm()
-        recv = tr.dispatch(st.moe_wire, p, slot=ub, name=kernel_name("dispatch", i, ub), previous_event=prev)
+        recv = tr.dispatch(st.moe_wire, p, ubatch=ub, name=kernel_name("dispatch", i, ub), layer=i, previous_event=prev)
         dbo.dbo_switch_to_compute_sync()
         dbo.launch(
-            _k_experts, mw.x_in, eb.offsets, L.w1, L.w2, mw.ws13, mw.ws2, mw.fused_out, mw.pad, recv, eb.weights,
-            eb.first_expert, eb.num_experts, name=kernel_name("experts", i, ub), cost=cost.experts,
+            experts_kernel, mw.x_in, eb.offsets, L.w1, L.w2, mw.ws13, mw.ws2, mw.fused_out, mw.pad, recv, eb.weights,
+            eb.first_expert, eb.num_experts, name=kernel_name("experts", i, ub), cost=cost.experts, op="experts",
+            layer=i,
         )
         prev = dbo.dbo_get_previous_event(tr.record_event)
         dbo.dbo_yield_and_switch_from_compute_to_comm()
-        landing = tr.combine(mw.fused_out, p, slot=ub, name=kernel_name("combine", i, ub), previous_event=prev)
+        landing = tr.combine(mw.fused_out, p, ubatch=ub, name=kernel_name("combine", i, ub), layer=i,
+                             previous_event=prev)
         dbo.dbo_switch_to_compute()
         self._shared_expert(i, L, st, mw, ub, cost)
         dbo.dbo_switch_to_comm()
-        dbo.launch(_k_copy, landing, st.moe_out, name=kernel_name("moe_copy", i, ub), kind="comm", cost=cost.copy)
+        dbo.launch(copy_kernel, landing, st.moe_out, name=kernel_name("moe_copy", i, ub), kind="comm", cost=cost.copy,
+                   op="moe_copy", layer=i)
         dbo.dbo_yield_and_switch_from_comm_to_compute()
-        dbo.launch(_k_finalize, h, st.moe_out, st.shared_out, name=kernel_name("finalize", i, ub), cost=cost.finalize)
+        dbo.launch(finalize_kernel, h, st.moe_out, st.shared_out, name=kernel_name("finalize", i, ub),
+                   cost=cost.finalize, op="finalize", layer=i)

@@ -1,19 +1,20 @@
-"""The toy MoE's per-ubatch persistent buffers (``_Slot``), a layer's weights and its kernels' costs."""
+"""The toy MoE's state: each ubatch's persistent buffers (``UbatchBuffers``) and a layer's
+weights (``LayerWeights``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from dbo.costs import Work
+from demos.moe.routing import RoutePlan
 
-from demos.moe.comm import RoutePlan
+__all__ = ["UbatchBuffers", "LayerWeights"]
 
 
-class _Slot:
+class UbatchBuffers:
     """Buffers one ubatch keeps across its yields and workspace calls (capacity: all tokens)."""
 
     def __init__(self, cfg: Any, wire: torch.dtype, device: Any):  # cfg: a resolved demos.moe.model.ModelConfig
@@ -31,7 +32,7 @@ class _Slot:
         self.moe_wire = buf(T * H, wire)
         self.topk_w = buf(T * K)
         self.topk_ids = buf(T * K, i64)
-        self.src_slot = buf(T * K, i64)
+        self.src_copy = buf(T * K, i64)
         self.expert_sorted = buf(T * K, i64)
         self.src_token = buf(T * K, i64)
         self.row_of = buf(T * K, i64)
@@ -63,7 +64,7 @@ class _Slot:
             shared_out=self.shared_out[: t * H].view(t, H),
             moe_out=self.moe_out[: t * H].view(t, H),
             topk_ids=self.topk_ids[: t * K].view(t, K),
-            src_slot=self.src_slot[: t * K],
+            src_copy=self.src_copy[: t * K],
             plan=RoutePlan(
                 num_tokens=t,
                 topk=K,
@@ -80,7 +81,11 @@ class _Slot:
 
 
 @dataclass
-class _Layer:
+class LayerWeights:
+    """One layer's weights: attention (``w_qkv``, ``w_o``, the cached context ``k_ctx``, ``v_ctx``),
+    the router's gate, the routed experts' ``w1`` (gate and up), ``w2`` (down) and the shared
+    expert's ``ws1``, ``ws2``."""
+
     w_qkv: torch.Tensor
     w_o: torch.Tensor
     k_ctx: torch.Tensor
@@ -90,21 +95,3 @@ class _Layer:
     w2: torch.Tensor
     ws1: torch.Tensor
     ws2: torch.Tensor
-
-
-@dataclass
-class _Costs:
-    """Modelled Work of each kernel for a ubatch of ``t`` tokens (used by the virtual backend)."""
-
-    load_input: Work
-    qkv: Work
-    context: Work
-    query: Work
-    out: Work
-    router: Work
-    experts: Work
-    dispatch_recv: Work
-    combine_recv: Work
-    finalize: Work
-    copy: Work
-    shared: dict[int, Work] = field(default_factory=dict)

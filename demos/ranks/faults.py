@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FAULT_ENV", "Fault", "InjectedFault", "is_symptom"]
+__all__ = ["FAULT_ENV", "Fault", "InjectedFault", "fault_for", "is_symptom"]
 
 FAULT_ENV = "DBO_DIST_FAULT"
 """Environment variable holding a fault to inject (``Fault.parse``); inherited by spawned ranks."""
@@ -103,7 +103,8 @@ class Fault:
             time.sleep(3600)
 
 
-def _fault_for(rank: int) -> Fault | None:
+def fault_for(rank: int) -> Fault | None:
+    """The fault ``DBO_DIST_FAULT`` asks for on rank ``rank``, or None (unset, or for another rank)."""
     text = os.environ.get(FAULT_ENV, "").strip()
     if not text:
         return None

@@ -19,6 +19,10 @@ or death) before deciding. A rank stuck without dying is caught by the collectiv
 (``timeout``, given to ``init_process_group``) on its peers. Every rank watches this process and
 exits if it disappears, so no rank outlives its launcher.
 
+What a failing rank reports and how the first error is chosen live in ``demos.ranks.errors``;
+``DistributedError`` and ``describe_exit`` are re-exported here, with ``demos.ranks.rank``'s and
+``demos.ranks.faults``' public names, so this module is the one a caller imports.
+
 Fault injection (tests): ``DBO_DIST_FAULT="rank=1,at=collective,n=5,kind=raise"`` (see ``Fault``).
 """
 
@@ -29,7 +33,6 @@ import json
 import os
 import pickle
 import shutil
-import signal
 import socket
 import sys
 import tempfile
@@ -40,14 +43,15 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from demos.ranks.faults import FAULT_ENV, Fault, InjectedFault, _fault_for, is_symptom
+from demos.ranks.errors import DistributedError, describe_exit, error_record, first_error, read_errors
+from demos.ranks.faults import FAULT_ENV, Fault, InjectedFault, fault_for, is_symptom
 from demos.ranks.rank import (
     DEFAULT_TIMEOUT,
     RankInfo,
-    _device_for,
-    _init_process_group,
     choose_backend,
+    device_for,
     in_torchrun,
+    init_process_group,
     run_from_env,
     shard_range,
 )
@@ -73,31 +77,7 @@ __all__ = [
 _TERM_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when stopping ranks
 
 
-class DistributedError(RuntimeError):
-    """A distributed run failed. ``rank``: the rank of the first error (None: no rank to blame,
-    e.g. the launcher's own timeout); ``remote_traceback``: that rank's traceback as text;
-    ``exitcodes``: every rank's exit status after the run was stopped (negative: killed by that
-    signal); ``pids``: the ranks' process ids (all reaped when this is raised)."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        rank: int | None = None,
-        remote_traceback: str = "",
-        exitcodes: Sequence[int | None] = (),
-        pids: Sequence[int | None] = (),
-        error_type: str | None = None,
-    ):
-        super().__init__(message)
-        self.rank = rank
-        self.remote_traceback = remote_traceback
-        self.exitcodes = list(exitcodes)
-        self.pids = list(pids)
-        self.error_type = error_type
-
-
-# --- one host: spawn the ranks and watch them --------------------------------------------------------
+# --- the rank's side: the body of a spawned rank --------------------------------------------------
 
 
 def _watch_parent() -> None:
@@ -123,30 +103,16 @@ def _write_atomic(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-_WRAPPERS = ("UBatchFailed", "StreamError", "UBatchAborted")  # dbo's exceptions that carry another as their cause
-
-
-def _root(exc: BaseException) -> BaseException:
-    """The exception to name: the first one in the cause chain that is not just a wrapper."""
-    seen = set()
-    e = exc
-    while type(e).__name__ in _WRAPPERS and e.__cause__ is not None and id(e) not in seen:
-        seen.add(id(e))
-        e = e.__cause__
-    return e
-
-
-def _error_record(rank: int, exc: BaseException) -> dict:
-    root = _root(exc)
-    text = str(root).strip()
-    return {
-        "rank": rank,
-        "type": type(root).__name__,
-        "message": text.splitlines()[0] if text else "",
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        "time": time.time(),
-        "symptom": is_symptom(exc),
-    }
+def _loopback_interface() -> str | None:
+    """The name of the loopback network interface ("lo" on Linux, "lo0" on macOS), if found."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except (AttributeError, OSError):
+        return None
+    for name in names:
+        if name in ("lo", "lo0"):
+            return name
+    return next((n for n in names if n.startswith("lo")), None)
 
 
 def _child_main(rank: int, world_size: int, port: int, backend: str, timeout: float, fn: Callable[..., Any],
@@ -157,7 +123,7 @@ def _child_main(rank: int, world_size: int, port: int, backend: str, timeout: fl
     code = 1
     try:
         _write_atomic(os.path.join(rundir, f"started-{rank}"), b"")
-        fault = _fault_for(rank)
+        fault = fault_for(rank)
         if fault is not None and fault.at == "init":
             fault.trigger("init")
         import torch.distributed as dist
@@ -166,9 +132,9 @@ def _child_main(rank: int, world_size: int, port: int, backend: str, timeout: fl
         if lo is not None:  # ranks of one host talk over loopback only
             os.environ["GLOO_SOCKET_IFNAME"] = lo
             os.environ["NCCL_SOCKET_IFNAME"] = lo
-        device = _device_for(backend, rank)
+        device = device_for(backend, rank)
         store = dist.TCPStore("127.0.0.1", port, world_size, False, timeout=datetime.timedelta(seconds=timeout))
-        _init_process_group(backend, rank, world_size, timeout, store=store)
+        init_process_group(backend, rank, world_size, timeout, store=store)
         info = RankInfo(rank, world_size, rank, backend, device, timeout, "spawn", fault)
         result = fn(info, *args)
         if rank == 0:
@@ -177,7 +143,7 @@ def _child_main(rank: int, world_size: int, port: int, backend: str, timeout: fl
         code = 0
     except BaseException as exc:  # noqa: BLE001 - everything must reach the launcher
         try:
-            _write_atomic(os.path.join(rundir, f"error-{rank}.json"), json.dumps(_error_record(rank, exc)).encode())
+            _write_atomic(os.path.join(rundir, f"error-{rank}.json"), json.dumps(error_record(rank, exc)).encode())
         except BaseException:
             traceback.print_exc()
     finally:
@@ -188,49 +154,7 @@ def _child_main(rank: int, world_size: int, port: int, backend: str, timeout: fl
             os._exit(code)
 
 
-def describe_exit(code: int | None) -> str:
-    """A process's exit status in words: "exited with status 1", "killed by SIGTERM"."""
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with status {code}"
-
-
-def _read_errors(rundir: str) -> dict[int, dict]:
-    out = {}
-    for name in os.listdir(rundir):
-        if name.startswith("error-") and name.endswith(".json"):
-            try:
-                with open(os.path.join(rundir, name), "rb") as f:
-                    rec = json.loads(f.read())
-                out[int(rec["rank"])] = rec
-            except (OSError, ValueError, KeyError):
-                continue
-    return out
-
-
-def _stop(procs: list) -> None:
-    """Terminate every rank still running, then kill the stubborn ones; reap all."""
-    alive = [p for p in procs if p.exitcode is None]
-    for p in alive:
-        try:
-            p.terminate()
-        except OSError:
-            pass
-    deadline = time.monotonic() + _TERM_GRACE
-    for p in alive:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.exitcode is None:
-            try:
-                p.kill()
-            except OSError:
-                pass
-            p.join(5.0)
+# --- the launcher's side: spawn the ranks, watch them, stop them ----------------------------------
 
 
 def _loopback_store(world_size: int, timeout: float) -> Any:
@@ -245,24 +169,14 @@ def _loopback_store(world_size: int, timeout: float) -> Any:
         sock.listen(128)
         port = sock.getsockname()[1]
         fd = sock.fileno()
-        store = dist.TCPStore("127.0.0.1", port, world_size, True, timeout=td, wait_for_workers=False, master_listen_fd=fd)
+        store = dist.TCPStore(
+            "127.0.0.1", port, world_size, True, timeout=td, wait_for_workers=False, master_listen_fd=fd
+        )
     except (RuntimeError, TypeError, ValueError, OSError):  # no master_listen_fd here: let the store bind port 0
         sock.close()
         return dist.TCPStore("127.0.0.1", 0, world_size, True, timeout=td, wait_for_workers=False)
     sock.detach()  # the store owns the listening socket now
     return store
-
-
-def _loopback_interface() -> str | None:
-    """The name of the loopback network interface ("lo" on Linux, "lo0" on macOS), if found."""
-    try:
-        names = [name for _, name in socket.if_nameindex()]
-    except (AttributeError, OSError):
-        return None
-    for name in names:
-        if name in ("lo", "lo0"):
-            return name
-    return next((n for n in names if n.startswith("lo")), None)
 
 
 def launch(
@@ -279,13 +193,14 @@ def launch(
     result. ``fn`` must be a module-level function and ``args`` picklable (spawn). ``timeout``:
     bound on each collective and on the rendezvous; ``run_timeout``: bound on the whole run
     (None: none). Raises ``DistributedError`` (first error; every rank stopped and reaped)."""
-    import torch.distributed as dist
     import torch.multiprocessing as tmp
 
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
     if backend == "nccl" and torch.cuda.device_count() < world_size:
-        raise ValueError(f"nccl with {world_size} ranks on one host needs {world_size} GPUs, found {torch.cuda.device_count()}")
+        raise ValueError(
+            f"nccl with {world_size} ranks on one host needs {world_size} GPUs, found {torch.cuda.device_count()}"
+        )
     sweep_stale_rundirs()
     rundir = tempfile.mkdtemp(prefix=f"{RUNDIR_PREFIX}{os.getpid()}-")
     store = _loopback_store(world_size, timeout)
@@ -324,6 +239,68 @@ def launch(
     )
 
 
+def _watch(
+    procs: list, rundir: str, world: int, started: float, run_timeout: float | None, settle: float
+) -> dict | None:
+    """Wait until every rank exited cleanly (None) or the run failed (the first error, as a dict)."""
+    import multiprocessing.connection
+
+    deaths: dict[int, tuple[float, int]] = {}  # rank -> (when noticed, exit code), for deaths without a record
+    first_seen: float | None = None
+    while True:
+        errors = read_errors(rundir)
+        now = time.monotonic()
+        for rank, p in enumerate(procs):
+            if p.exitcode not in (None, 0) and rank not in errors and rank not in deaths:
+                errors_again = read_errors(rundir)  # the record is written before the exit: re-read once
+                if rank in errors_again:
+                    errors = errors_again
+                else:
+                    deaths[rank] = (time.time(), p.exitcode)
+        alive = [p for p in procs if p.exitcode is None]
+        if errors or deaths:
+            if first_seen is None:
+                first_seen = now
+            causes = [(r["time"], r["rank"], r) for r in errors.values() if not r["symptom"]]
+            causes += [(t, rank, None) for rank, (t, _) in deaths.items()]
+            if causes or not alive or now - first_seen >= settle:
+                running = [rank for rank, p in enumerate(procs) if p.exitcode is None]
+                started_ranks = {rank: os.path.exists(os.path.join(rundir, f"started-{rank}")) for rank in deaths}
+                return first_error(causes, errors, deaths, world, running, started_ranks)
+        elif not alive:
+            return None
+        if run_timeout is not None and now - started > run_timeout:
+            running = [str(r) for r, p in enumerate(procs) if p.exitcode is None]
+            return dict(
+                rank=None,
+                message=f"the run did not finish within {run_timeout:g} s (ranks still running: {', '.join(running)})",
+            )
+        multiprocessing.connection.wait([p.sentinel for p in alive], timeout=0.05)
+
+
+def _stop(procs: list) -> None:
+    """Terminate every rank still running, then kill the stubborn ones; reap all."""
+    alive = [p for p in procs if p.exitcode is None]
+    for p in alive:
+        try:
+            p.terminate()
+        except OSError:
+            pass
+    deadline = time.monotonic() + _TERM_GRACE
+    for p in alive:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.exitcode is None:
+            try:
+                p.kill()
+            except OSError:
+                pass
+            p.join(5.0)
+
+
+# --- launch folders -------------------------------------------------------------------------------
+
+
 RUNDIR_PREFIX = "dbo-dist-"
 """A launch's folder in the temp dir: ``dbo-dist-<launcher pid>-<random>``. Removed when the launch
 ends (also on Ctrl-C and, through the commands' SIGTERM handler, on SIGTERM); a launcher killed
@@ -360,64 +337,3 @@ def sweep_stale_rundirs(tmpdir: str | None = None) -> list[str]:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
-
-
-def _watch(procs: list, rundir: str, world: int, started: float, run_timeout: float | None, settle: float) -> dict | None:
-    """Wait until every rank exited cleanly (None) or the run failed (the first error, as a dict)."""
-    import multiprocessing.connection
-
-    deaths: dict[int, tuple[float, int]] = {}  # rank -> (when noticed, exit code), for deaths without a record
-    first_seen: float | None = None
-    while True:
-        errors = _read_errors(rundir)
-        now = time.monotonic()
-        for rank, p in enumerate(procs):
-            if p.exitcode not in (None, 0) and rank not in errors and rank not in deaths:
-                errors_again = _read_errors(rundir)  # the record is written before the exit: re-read once
-                if rank in errors_again:
-                    errors = errors_again
-                else:
-                    deaths[rank] = (time.time(), p.exitcode)
-        alive = [p for p in procs if p.exitcode is None]
-        if errors or deaths:
-            if first_seen is None:
-                first_seen = now
-            causes = [(r["time"], r["rank"], r) for r in errors.values() if not r["symptom"]]
-            causes += [(t, rank, None) for rank, (t, _) in deaths.items()]
-            if causes or not alive or now - first_seen >= settle:
-                running = [rank for rank, p in enumerate(procs) if p.exitcode is None]
-                started = {rank: os.path.exists(os.path.join(rundir, f"started-{rank}")) for rank in deaths}
-                return _first_error(causes, errors, deaths, world, running, started)
-        elif not alive:
-            return None
-        if run_timeout is not None and now - started > run_timeout:
-            running = [str(r) for r, p in enumerate(procs) if p.exitcode is None]
-            return dict(
-                rank=None,
-                message=f"the run did not finish within {run_timeout:g} s (ranks still running: {', '.join(running)})",
-            )
-        multiprocessing.connection.wait([p.sentinel for p in alive], timeout=0.05)
-
-
-def _first_error(causes: list, errors: dict[int, dict], deaths: dict[int, tuple[float, int]], world: int,
-                 running: list[int], started: dict[int, bool]) -> dict:
-    if causes:
-        _, rank, rec = min(causes, key=lambda c: c[0])
-    else:  # only symptoms: report the earliest (e.g. a collective timeout caused by a hung peer)
-        rec = min(errors.values(), key=lambda r: r["time"])
-        rank = rec["rank"]
-    if rec is None:
-        code = deaths[rank][1]
-        if not started.get(rank, True):
-            return dict(
-                rank=rank,
-                message=f"rank {rank} of {world} failed to start ({describe_exit(code)}; its stderr says why; a script "
-                "that launches ranks must guard its entry point with: if __name__ == '__main__':)",
-            )
-        return dict(rank=rank, message=f"rank {rank} of {world} died ({describe_exit(code)}) without reporting an error")
-    what = f"{rec['type']}: {rec['message']}" if rec["message"] else rec["type"]
-    hint = ""
-    if rec["symptom"]:
-        stuck = f"; still running, perhaps stuck: rank {', '.join(map(str, running))}" if running else ""
-        hint = f" (a symptom: no rank reported a cause{stuck})"
-    return dict(rank=rank, message=f"rank {rank} of {world} failed: {what}{hint}", traceback=rec["traceback"], type=rec["type"])

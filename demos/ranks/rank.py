@@ -15,9 +15,12 @@ import torch
 
 from dbo.split import split_tokens
 
-from demos.ranks.faults import Fault, _fault_for
+from demos.ranks.faults import Fault, fault_for
 
-__all__ = ["DEFAULT_TIMEOUT", "RankInfo", "run_from_env", "in_torchrun", "shard_range", "choose_backend"]
+__all__ = [
+    "DEFAULT_TIMEOUT", "RankInfo", "run_from_env", "in_torchrun", "shard_range", "choose_backend", "device_for",
+    "init_process_group",
+]
 
 DEFAULT_TIMEOUT = 60.0
 """Seconds a collective (and the rendezvous) may wait for the other ranks."""
@@ -68,7 +71,9 @@ class RankInfo:
                     dist.new_group(backend=self.backend, timeout=datetime.timedelta(seconds=self.timeout))
                 )
             except Exception as e:
-                raise CollectiveError(f"rank {self.rank}: creating the process group of ubatch {len(self._groups)} failed: {e}") from e
+                raise CollectiveError(
+                    f"rank {self.rank}: creating the process group of ubatch {len(self._groups)} failed: {e}"
+                ) from e
         return self._groups[:n]
 
     def shard(self, num_items: int) -> range:
@@ -117,7 +122,9 @@ class RankInfo:
             f.trigger(f"DBO step #{self._steps}")
 
 
-def _init_process_group(backend: str, rank: int, world_size: int, timeout: float, **kw: Any) -> None:
+def init_process_group(backend: str, rank: int, world_size: int, timeout: float, **kw: Any) -> None:
+    """Join the default process group (``torch.distributed.init_process_group`` with a ``timeout``
+    in seconds and ``kw``: ``store`` or ``init_method``); a failure raises ``CollectiveError``."""
     import torch.distributed as dist
 
     from demos.moe.dist_comm import CollectiveError
@@ -130,7 +137,8 @@ def _init_process_group(backend: str, rank: int, world_size: int, timeout: float
         raise CollectiveError(f"rank {rank}: joining the process group failed: {type(e).__name__}: {e}") from e
 
 
-def _device_for(backend: str, local_rank: int) -> torch.device:
+def device_for(backend: str, local_rank: int) -> torch.device:
+    """The rank's device: GPU ``local_rank`` (made current) under nccl, else the CPU."""
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
@@ -147,11 +155,11 @@ def run_from_env(fn: Callable[..., Any], args: Sequence[Any] = (), *, backend: s
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if backend is None:
         backend = choose_backend(torch.cuda.is_available() and local_rank < torch.cuda.device_count())
-    fault = _fault_for(rank)
+    fault = fault_for(rank)
     if fault is not None and fault.at == "init":
         fault.trigger("init")
-    device = _device_for(backend, local_rank)
-    _init_process_group(backend, rank, world, timeout, init_method="env://")
+    device = device_for(backend, local_rank)
+    init_process_group(backend, rank, world, timeout, init_method="env://")
     try:
         info = RankInfo(rank, world, local_rank, backend, device, timeout, "env", fault)
         return fn(info, *args)

@@ -1,0 +1,113 @@
+"""Micro-benchmarks with baselines and targets: ``python -m demos.bench [--quick] [--json P] [--markdown P]``.
+
+The command line: which sections run (``--section``), the table printed on stdout, and the files
+written after it (``--json``: machine info and every record; ``--markdown``: the report page, where a
+partial run replaces only its own sections of an existing page). The sections themselves, and what
+a record holds, are in ``demos.bench._suite``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import sys
+from typing import Any
+
+from demos._cli import OutputPathError, check_output_paths, say, write_output
+from demos.bench._core import Config, progress
+from demos.bench._merge import merge_sections
+from demos.bench._report import NOISY_SPREAD, Record, format_cell, machine, table
+from demos.bench._report import markdown as _markdown
+from demos.bench._suite import SECTIONS
+
+__all__ = ["main", "markdown"]
+
+
+def markdown(records: list[Record], command: str, m: dict[str, Any]) -> str:
+    """The report page of ``records`` over every section of ``SECTIONS``."""
+    return _markdown(records, command, m, SECTIONS)
+
+
+def _section_names() -> list[str]:
+    return [fn.__name__.removeprefix("section_") for fn in SECTIONS]
+
+
+def _write_json(path: str, mach: dict[str, Any], command: str, records: list[Record]) -> None:
+    with open(path, "w") as f:
+        json.dump({"machine": mach, "command": command, "records": records}, f, indent=2)
+
+
+def _write_markdown(path: str, mach: dict[str, Any], command: str, records: list[Record], partial: bool) -> None:
+    """The report page at ``path``; a ``partial`` run (``--section``) into an existing page replaces
+    only its own sections and stamps them with this run's machine."""
+    text = markdown(records, command, mach)
+    if partial and os.path.exists(path):
+        with open(path) as f:
+            old = f.read()
+        stamp = (
+            f"Measured on {datetime.date.today().isoformat()} with `{command}` on {mach['platform']}, "
+            f"{mach['cpu_count']} CPUs, torch {mach['torch']} (CUDA available: {'yes' if mach['cuda'] else 'no'}); "
+            f"1-minute load average when the run started: {format_cell(mach['load_avg_1min'], 2)}."
+        )
+        text = merge_sections(old, text, _section_names(), stamp)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m demos.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer and shorter repeats (a smoke run)")
+    parser.add_argument("--json", metavar="PATH", help="write machine info and all records as JSON")
+    parser.add_argument("--markdown", metavar="PATH", help="write a docs/performance.md-style report")
+    parser.add_argument("--section", action="append", metavar="NAME", help="run only this section (repeatable)")
+    parser.add_argument("--device", default="cpu", help="device for buffers (default: cpu)")
+    parser.add_argument("--strict", action="store_true", help="exit with status 1 if a target is missed")
+    parser.add_argument(
+        "--backend", default="auto", choices=("auto", "cuda", "threads", "virtual", "inline"),
+        help="stream backend of the host section (default auto: cuda with a GPU, else threads)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chosen sections, print the table, write the files asked for; the exit status (1: a
+    file could not be written, or ``--strict`` and a target missed)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        check_output_paths([(args.json, "--json"), (args.markdown, "--markdown")])
+    except OutputPathError as e:
+        parser.exit(2, f"{parser.prog}: error: {e}\n")
+
+    cfg = Config(quick=args.quick, device=args.device, backend=args.backend)
+    mach = machine()  # before the run: the load average says how busy the machine was
+    chosen = [fn for fn in SECTIONS if not args.section or fn.__name__.removeprefix("section_") in args.section]
+    if args.section and not chosen:
+        parser.error(f"no such section: {args.section}; known: {_section_names()}")
+    records: list[Record] = []
+    for fn in chosen:
+        records += fn(cfg)
+    command = "python -m demos.bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    say(table(records))
+    missed = [r["name"] for r in records if r["ok"] is False]
+    noisy = [r["name"] for r in records if r.get("noisy")]
+    if noisy:
+        say(f"noisy (max/min > {NOISY_SPREAD}): " + ", ".join(noisy))
+    say("targets missed: " + (", ".join(missed) if missed else "none"))
+    status = 1 if (args.strict and missed) else 0
+
+    cmd, partial = command.strip(), bool(args.section)
+    writers = (
+        (args.json, "--json", lambda path: _write_json(path, mach, cmd, records)),
+        (args.markdown, "--markdown", lambda path: _write_markdown(path, mach, cmd, records, partial)),
+    )
+    for path, flag, write in writers:
+        if path:
+            if write_output(path, flag, write, parser.prog):
+                progress(f"wrote {path}")
+            else:
+                status = 1
+    return status

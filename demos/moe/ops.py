@@ -1,0 +1,49 @@
+"""What each of the toy MoE's kernels is: the op it declares (``launch(..., op=, layer=)``).
+
+Every kernel of the model and of its transports declares one of ``OPS`` as its ``op`` (and its
+layer as ``layer``, where it has one). That identity is data on the launch and on its
+``KernelRecord``: a profile's per-op corrections (``dbo.costs.HostCosts.ops``) are keyed on it,
+calibration fits one correction per op, and the report and the calibration read it off the
+records. The kernel's display name (``kernel_name``: ``"<op> L<layer> u<ubatch>"``) is for people;
+nothing reads it back.
+
+Where one step of the layer has two kernels that cost differently (the two schedules' experts,
+dispatch and combine), each is an op of its own: ``experts`` and ``experts_ll``, ``dispatch`` and
+``dispatch_ll``, ``combine`` and ``combine_ll`` (``_ll``: the low-latency schedule's kernel).
+"""
+
+from __future__ import annotations
+
+__all__ = ["OPS", "OP_LETTERS", "TRANSFER_OPS", "kernel_name"]
+
+OP_LETTERS = {
+    "load_input": "i",
+    "attn_qkv": "A",
+    "attn_context": "A",
+    "attn_query": "A",
+    "attn_out": "A",
+    "router": "R",
+    "dispatch": "D",
+    "dispatch_ll": "D",
+    "dispatch_recv": "d",
+    "experts": "E",
+    "experts_ll": "E",
+    "combine": "C",
+    "combine_ll": "C",
+    "combine_recv": "c",
+    "shared": "S",
+    "moe_copy": "c",
+    "finalize": "F",
+}
+"""One letter per op, for the timeline's kernel rows."""
+
+OPS = tuple(OP_LETTERS)
+"""Every op a kernel of the model or of its transports declares."""
+
+TRANSFER_OPS = ("dispatch", "dispatch_ll", "combine", "combine_ll")
+"""The ops that are link transfers (the comm kernels whose time the link model sets)."""
+
+
+def kernel_name(op: str, layer: int, ubatch: int, extra: str = "") -> str:
+    """A kernel's display name: ``"<op> L<layer> u<ubatch>"`` and ``extra`` (for people only)."""
+    return f"{op} L{layer} u{ubatch}" + (f" {extra}" if extra else "")
