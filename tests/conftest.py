@@ -26,10 +26,13 @@ def _our_threads(before: set[int]) -> list[threading.Thread]:
 
 @pytest.fixture(autouse=True)
 def no_leftovers():
-    """Fail a test that leaves a live thread or a registry entry behind (waits up to 2 s for exits)."""
+    """Fail a test that leaves a live thread or a registry entry behind (waits up to 2 s, times the
+    DBO_TEST_SLACK factor, for exits)."""
+    from tests.support.timing import slack
+
     before = {t.ident for t in threading.enumerate()}
     yield
-    deadline = time.monotonic() + 2.0
+    deadline = time.monotonic() + slack(2.0)
     left = _our_threads(before)
     while left and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -59,6 +62,18 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     if config.getoption("--stress-count") < 1:
         raise pytest.UsageError(f"--stress-count must be >= 1, got {config.getoption('--stress-count')}")
+    try:  # the slack factor for wall-clock bounds, read once from DBO_TEST_SLACK (tests/support/timing.py)
+        from tests.support import timing  # noqa: F401
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_report_header(config):
+    from tests.support.timing import ENV, SLACK
+
+    if SLACK != 1.0:
+        return f"{ENV}={SLACK:g}: every wall-clock liveness bound in the tests is {SLACK:g} x longer"
+    return None
 
 
 def _scaled(item) -> int:

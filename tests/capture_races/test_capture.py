@@ -12,6 +12,9 @@ import workspace
 from dbo import CaptureError, UBatchFailed, UBatchOrchestrator
 from dbo.capture import CapturedStep
 from dbo.trace import Tracer
+from tests.support import workspace_fixtures
+
+manager = workspace_fixtures.manager  # the process-wide workspace manager, reset after each test
 
 CPU_BACKENDS = ["threads", "virtual", "inline"]
 LAYERS = 3
@@ -429,13 +432,6 @@ def test_failure_that_is_not_a_sync_is_a_ubatch_failure(backend):
 # --- the workspace -------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def manager():
-    m = workspace.init_workspace_manager("cpu", num_ubatches=2)
-    yield m
-    workspace.reset_workspace_manager()
-
-
 def _ws_step(rows):
     def fn(u):
         (buf,) = workspace.current_workspace_manager().get_simultaneous(((rows, 16), torch.float32))
@@ -475,7 +471,7 @@ def test_the_demo_models_host_known_counts_are_refused(manager):
     from demos.moe.model import ModelConfig, ToyMoE
 
     cfg = ModelConfig(layers=1, tokens=16, hidden=32, experts=4, topk=2, shared_chunk=6)
-    model = ToyMoE(cfg, ModelledLinkTransport(), num_slots=2, schedule="ht")
+    model = ToyMoE(cfg, ModelledLinkTransport(), num_ubatches=2, schedule="ht")
     with UBatchOrchestrator(2, "virtual") as orch:
         ranges = dbo.split_tokens(cfg.tokens, 2)
         orch.run(model.forward, ranges)  # warm the workspace

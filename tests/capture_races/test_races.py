@@ -9,7 +9,9 @@ import torch
 
 import dbo
 from dbo import races
-from dbo.streams import base as streams_base
+from dbo.streams.observer import stream_observer
+from tests.support.orchestrators import HANDOFF_TIMEOUT
+from tests.support.timing import slack
 
 CPU = ("virtual", "inline", "threads")
 HERE = os.path.basename(__file__)
@@ -43,11 +45,11 @@ def _pair(b):
 
 def test_off_by_default_installs_nothing():
     assert not races.enabled()
-    assert streams_base._observer is None
+    assert stream_observer() is None
     races.enable()
-    assert streams_base._observer is not None
+    assert stream_observer() is not None
     races.disable()
-    assert streams_base._observer is None
+    assert stream_observer() is None
 
 
 def test_a_missing_wait_between_two_streams_is_a_race(backend, det):
@@ -207,7 +209,7 @@ def test_a_race_that_makes_a_kernel_raise_before_its_writer_ran_is_reported(det)
     """threads: the reader runs first, reads garbage indices and raises; its stream fails and the
     writer never runs in a failed step. The detector reports the unrun writer (taking those bytes
     as an argument) against the reader."""
-    with dbo.get_backend("threads", timeout=10) as b:
+    with dbo.get_backend("threads", timeout=slack(10)) as b:
         a, c = b.new_stream("a"), b.new_stream("c")
         idx = torch.full((4,), 10**6, dtype=torch.int64)  # garbage until the writer runs
         src, out = torch.zeros(8), torch.zeros(4)
@@ -242,7 +244,7 @@ def test_an_unrun_writer_whose_fn_was_seen_writing_races_with_what_ran_before_a_
     def boom(_: torch.Tensor) -> None:
         raise RuntimeError("something else went wrong")
 
-    with dbo.get_backend("threads", timeout=10) as b:
+    with dbo.get_backend("threads", timeout=slack(10)) as b:
         a, c = b.new_stream("a"), b.new_stream("c")
         idx, out = torch.zeros(4, dtype=torch.int64), torch.zeros(4)
         a.launch(write_idx, idx)
@@ -262,7 +264,7 @@ def test_an_unrun_writer_whose_fn_was_seen_writing_races_with_what_ran_before_a_
 def test_graph_replay_updates_the_clocks_as_the_reissued_ops_do(backend):
     """A captured step with its waits is race-free in every replay; work launched after a replay
     on another stream without a sync races with the replay's kernels; with the sync it does not."""
-    orch = dbo.UBatchOrchestrator(2, backend=backend, handoff_timeout=10, step_timeout=30)
+    orch = dbo.UBatchOrchestrator(2, backend=backend, handoff_timeout=HANDOFF_TIMEOUT, step_timeout=slack(30))
     xs = [torch.zeros(32), torch.zeros(32)]
     outs = [torch.zeros(1), torch.zeros(1)]
 
@@ -302,7 +304,7 @@ def test_reports_name_the_ubatches_from_the_orchestrator(backend, det):
         if i == 1:
             dbo.launch(_read, shared, out, name="r1")  # ubatch 1's own stream: nothing orders it after w0
 
-    with dbo.UBatchOrchestrator(2, backend=backend, handoff_timeout=10, step_timeout=30) as orch:
+    with dbo.UBatchOrchestrator(2, backend=backend, handoff_timeout=HANDOFF_TIMEOUT, step_timeout=slack(30)) as orch:
         orch.run(body, [0, 1])
     (r,) = det.findings()
     assert (r.first[0], r.first[2]) == ("w0", 0) and (r.second[0], r.second[2]) == ("r1", 1)
@@ -337,7 +339,8 @@ def test_demo_sanitize_flag_counts_and_lists_findings(monkeypatch, tmp_path):
     its wait is reported (count, first findings in the JSON and a text line)."""
     import json
 
-    from dbo import _context as context
+    from dbo.streams import set_stream
+    from dbo.testing import UBatchContext
     from demos import overlap
     from demos.experiment.report import format_report
 
@@ -351,16 +354,16 @@ def test_demo_sanitize_flag_counts_and_lists_findings(monkeypatch, tmp_path):
 
     def switch_sync(self, src, dst, done):  # the bug: record, switch, no wait
         done.record(src)
-        context.set_stream(dst)
+        set_stream(dst)
 
-    monkeypatch.setattr(context.UBatchContext, "switch_sync", switch_sync)
+    monkeypatch.setattr(UBatchContext, "switch_sync", switch_sync)
     assert overlap.main(small + ["--json", str(out)]) == 0
     rep = json.loads(out.read_text())
     assert rep["sanitizer_findings"] >= 1
     assert all(f.startswith("stream-race") for f in rep["sanitizer_first"])
     assert any("experts" in f for f in rep["sanitizer_first"])
     assert f"sanitizer  {rep['sanitizer_findings']} finding" in format_report(rep)
-    assert not races.enabled() and streams_base._observer is None  # the run turned everything off
+    assert not races.enabled() and stream_observer() is None  # the run turned everything off
 
 
 @pytest.mark.parametrize("backend", ["inline", "virtual", "threads"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from demos.bench._suite import _check, _rows, format_checked, value_record
+from demos.bench import check_target, format_checked, table_rows, value_record
 
 
 @pytest.mark.parametrize(
@@ -23,23 +23,23 @@ from demos.bench._suite import _check, _rows, format_checked, value_record
     ],
 )
 def test_verdict_is_unrounded_and_the_shown_number_agrees(x, target, ok, shown):
-    assert _check(target, x) is ok
+    assert check_target(target, x) is ok
     text = format_checked(x, target)
     assert text == shown
-    assert _check(target, float(text)) is ok  # a reader comparing the printed number agrees
+    assert check_target(target, float(text)) is ok  # a reader comparing the printed number agrees
 
 
 def test_a_value_within_float_precision_of_the_bound_prints_exactly():
     x = 0.85 - 1e-15
-    assert _check(">= 0.85", x) is False
+    assert check_target(">= 0.85", x) is False
     text = format_checked(x, ">= 0.85", max_digits=12)
     assert text == repr(x) and float(text) == x
 
 
 def test_the_table_row_prints_the_checked_figure():
     rec = value_record("overlap", "hidden fraction, threads ht R=1", 0.84996, "fraction", ">= 0.85")
-    row = _rows([rec])[0]
+    row = table_rows([rec])[0]
     assert row[1] == "0.84996" and row[-2:] == [">= 0.85", "NO"]
-    timing = {**rec, "value": 12.3, "ratio": 0.2000004, "target": "<= 0.2", "ok": _check("<= 0.2", 0.2000004)}
-    row = _rows([timing])[0]
+    timing = {**rec, "value": 12.3, "ratio": 0.2000004, "target": "<= 0.2", "ok": check_target("<= 0.2", 0.2000004)}
+    row = table_rows([timing])[0]
     assert row[1] == "12.300" and row[5] == "0.2000004" and row[-1] == "NO"

@@ -20,17 +20,15 @@ import pytest
 
 from demos import _cli as cli_common
 from demos.moe.config import MIN_TIMELINE_WIDTH, ConfigError, OverlapConfig, max_spawned_ranks, resolve
-from demos.experiment.report import OP_NAMES, _growth_text, _link_line, format_report
+from demos.experiment.report import OP_NAMES, format_report
+from demos.experiment.report_lines import growth_text, link_line
 from demos.overlap import flag_of, main
+from tests.support.paths import ROOT, python_env
+from tests.support.timing import slack
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["--backend", "virtual", "--layers", "2", "--tokens", "16", "--hidden", "32", "--experts", "4", "--steps", "1"]
 # a run long enough to be stopped in the middle (threads backend: real time)
 LONG = ["--backend", "threads", "--layers", "4", "--tokens", "256", "--hidden", "128", "--experts", "4", "--steps", "400"]
-
-
-def _env(**extra: str) -> dict:
-    return {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra}
 
 
 # --- output paths: checked before the run --------------------------------------------------------------
@@ -131,8 +129,8 @@ def test_bench_checks_its_paths_before_running(tmp_path):
 
 def test_subprocess_bad_path_has_no_traceback(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "demos.overlap", *TINY, "--plot", str(tmp_path)], cwd=ROOT, env=_env(),
-        capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "demos.overlap", *TINY, "--plot", str(tmp_path)], cwd=ROOT, env=python_env(),
+        capture_output=True, text=True, timeout=slack(60),
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
@@ -149,7 +147,7 @@ def _on_a_terminal(args: list[str], session: bool = False, **env: str) -> Iterat
     to the whole group, as a terminal's Ctrl-C does)."""
     master, slave = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", *args], cwd=ROOT, env=_env(**env), stdout=subprocess.PIPE, stderr=slave,
+        [sys.executable, "-m", *args], cwd=ROOT, env=python_env(**env), stdout=subprocess.PIPE, stderr=slave,
         stdin=subprocess.DEVNULL, start_new_session=session,
     )
     os.close(slave)
@@ -158,12 +156,13 @@ def _on_a_terminal(args: list[str], session: bool = False, **env: str) -> Iterat
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait(10)
+            proc.wait(slack(10))
         os.close(master)
         proc.stdout.close()
 
 
 def _read_until(fd: int, needle: str, timeout: float) -> str:
+    timeout = slack(timeout)
     buf, deadline = "", time.monotonic() + timeout
     while needle not in buf:
         left = deadline - time.monotonic()
@@ -196,7 +195,7 @@ def _drain(fd: int) -> str:
         out += chunk.decode(errors="replace")
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(slack(120))
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
 def test_a_signal_stops_the_overlap_run_within_a_second(sig, code, word):
     with _on_a_terminal(["demos.overlap", *LONG]) as (proc, term):
@@ -204,12 +203,12 @@ def test_a_signal_stops_the_overlap_run_within_a_second(sig, code, word):
         time.sleep(0.5)  # into the steps
         t0 = time.monotonic()
         proc.send_signal(sig)
-        proc.wait(timeout=10)
+        proc.wait(timeout=slack(10))
         took = time.monotonic() - t0
         err = _drain(term)
         out = proc.stdout.read()
     assert proc.returncode == code, err
-    assert took < 1.5, took  # a second, and some slack for a loaded machine's process exit
+    assert took < slack(1.5), took  # a second, and some slack for a loaded machine's process exit
     assert out == b""
     lines = [x for x in err.replace("\r", "").splitlines() if x.strip()]
     assert lines[-1] == f"python -m demos.overlap: {word}" and "Traceback" not in err, err
@@ -217,8 +216,8 @@ def test_a_signal_stops_the_overlap_run_within_a_second(sig, code, word):
 
 def _wait_for_ranks(proc: subprocess.Popen, term: int, tmp: Any, timeout: float = 90) -> None:
     """Wait until a distributed run under ``tmp`` has started its ranks (its run folder holds
-    ``started-1``); fail if the launcher exits first or ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
+    ``started-1``); fail if the launcher exits first or ``slack(timeout)`` passes."""
+    deadline = time.monotonic() + slack(timeout)
     while not any(os.path.exists(os.path.join(tmp, d, "started-1")) for d in os.listdir(tmp)):
         assert proc.poll() is None and time.monotonic() < deadline, _drain(term)
         time.sleep(0.1)
@@ -232,7 +231,7 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(slack(180))
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads child processes from /proc")
 @pytest.mark.parametrize("sig, code, group", [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, False), (signal.SIGINT, 130, True)])
 def test_a_signal_stops_a_distributed_run_and_leaves_nothing(sig, code, group, tmp_path):
@@ -241,11 +240,11 @@ def test_a_signal_stops_a_distributed_run_and_leaves_nothing(sig, code, group, t
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait(10)
+    dead.wait(slack(10))
     (tmp / f"dbo-dist-{dead.pid}-stale").mkdir()  # a SIGKILLed launcher's folder: this launch sweeps it
     with _on_a_terminal(
         ["demos.overlap", "--world-size", "2", "--layers", "4", "--tokens", "128", "--hidden", "64", "--experts", "4",
-         "--steps", "400", "--dist-timeout", "30"],
+         "--steps", "400", "--dist-timeout", f"{slack(30):g}"],
         session=group, TMPDIR=str(tmp),
     ) as (proc, term):
         _wait_for_ranks(proc, term, tmp)
@@ -257,11 +256,11 @@ def test_a_signal_stops_a_distributed_run_and_leaves_nothing(sig, code, group, t
             os.killpg(proc.pid, sig)
         else:
             proc.send_signal(sig)
-        proc.wait(timeout=15)
+        proc.wait(timeout=slack(15))
         took = time.monotonic() - t0
         err = _drain(term)
     assert proc.returncode == code, err
-    assert took < 3.0, took  # the ranks get SIGTERM, then SIGKILL after a 2 s grace
+    assert took < slack(3.0), took  # the ranks get SIGTERM, then SIGKILL after a 2 s grace
     assert [d for d in os.listdir(tmp) if d.startswith("dbo-dist-")] == []
     _gone(ranks, 10.0)
 
@@ -275,15 +274,15 @@ def _alive(pid: int) -> bool:
 
 
 def _gone(pids: list[int], within: float) -> None:
-    """Every process in ``pids`` ends within ``within`` seconds (the ranks are reaped by the
+    """Every process in ``pids`` ends within ``slack(within)`` seconds (the ranks are reaped by the
     launcher; multiprocessing's resource tracker, also a child, leaves when its pipe closes)."""
-    deadline = time.monotonic() + within
+    deadline = time.monotonic() + slack(within)
     while any(_alive(p) for p in pids):
         assert time.monotonic() < deadline, [p for p in pids if _alive(p)]
         time.sleep(0.05)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(slack(180))
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads child processes from /proc")
 def test_sigkill_leaves_a_folder_that_names_its_dead_launcher(tmp_path):
     from demos.ranks.launcher import sweep_stale_rundirs
@@ -296,7 +295,7 @@ def test_sigkill_leaves_a_folder_that_names_its_dead_launcher(tmp_path):
         _wait_for_ranks(proc, term, tmp_path)
         ranks = _children(proc.pid)
         proc.kill()
-        proc.wait(10)
+        proc.wait(slack(10))
     left = [d for d in os.listdir(tmp_path) if d.startswith("dbo-dist-")]
     assert left and all(d.startswith(f"dbo-dist-{proc.pid}-") for d in left)
     _gone(ranks, 20.0)  # the ranks see their launcher gone and exit
@@ -308,7 +307,7 @@ def test_a_killed_launchers_folder_is_swept_by_the_next_launch(tmp_path):
     from demos.ranks.launcher import RUNDIR_PREFIX, sweep_stale_rundirs
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait(10)  # a pid that is gone (not reused within this test: pids cycle through tens of thousands)
+    dead.wait(slack(10))  # a pid that is gone (not reused within this test: pids cycle through tens of thousands)
     stale = tmp_path / f"{RUNDIR_PREFIX}{dead.pid}-abc"
     mine = tmp_path / f"{RUNDIR_PREFIX}{os.getpid()}-def"
     unknown = tmp_path / f"{RUNDIR_PREFIX}xyz"
@@ -319,18 +318,18 @@ def test_a_killed_launchers_folder_is_swept_by_the_next_launch(tmp_path):
     assert not stale.exists() and mine.exists() and unknown.exists()
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(slack(120))
 @pytest.mark.parametrize("module, args", [("demos.overlap", TINY), ("demos.scenarios", ["stale-view"])])
 def test_a_closed_stdout_ends_quietly_with_141(module, args, tmp_path):
     js = tmp_path / "r.json"
     extra = ["--json", str(js)] if module == "demos.overlap" else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", module, *args, *extra], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+        [sys.executable, "-m", module, *args, *extra], cwd=ROOT, env=python_env(), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
     proc.stdout.close()  # `| head` that has read enough: the reading end is gone
     err = proc.stderr.read().decode()
-    proc.wait(60)
+    proc.wait(slack(60))
     proc.stderr.close()
     assert proc.returncode == 141 and err == "", err
     if extra:
@@ -377,15 +376,15 @@ def test_a_bound_on_the_command_line_names_the_flag(capsys):
      (3, 2, "grew 3 times, 1 of them after warmup")],
 )
 def test_growth_wording(grows, warm, text):
-    assert _growth_text(grows, warm) == text
+    assert growth_text(grows, warm) == text
 
 
 def test_link_line_names_a_rescaled_link_and_a_given_one():
     link = {"base_link": "nvlink", "bandwidth_Bps": 0.0733e9, "latency_s": 3e-6, "wire_dtype": "bfloat16"}
-    assert _link_line(link, 1.0) == (
+    assert link_line(link, 1.0) == (
         "link       nvlink, bandwidth rescaled to 0.0733 GB/s so that comm = 1 x compute; latency 3 us; dispatch in bfloat16"
     )
-    given = _link_line({**link, "base_link": "ib400", "bandwidth_Bps": 45e9, "latency_s": 5e-6}, None)
+    given = link_line({**link, "base_link": "ib400", "bandwidth_Bps": 45e9, "latency_s": 5e-6}, None)
     assert given == "link       ib400, 45 GB/s and latency 5 us as given (no --comm-ratio); dispatch in bfloat16"
     assert "((" not in given and "))" not in given
 
@@ -484,7 +483,7 @@ def test_trace_holds_exactly_the_two_steps_it_draws_with_their_host_side(tmp_pat
     assert min(e["ts"] for e in host) >= kern[0][0] - 1e3 and max(e["ts"] + e["dur"] for e in host) <= kern[-1][1] + 1e3
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(slack(120))
 @pytest.mark.parametrize("module, args, stream, first", [
     # after the first scenario: its first workspace call imports torch._dynamo in a ubatch thread
     # (about 2 s, not interruptible), which Ctrl-C must wait for
@@ -493,7 +492,7 @@ def test_trace_holds_exactly_the_two_steps_it_draws_with_their_host_side(tmp_pat
 ])
 def test_ctrl_c_stops_scenarios_and_bench(module, args, stream, first):
     proc = subprocess.Popen(
-        [sys.executable, "-u", "-m", module, *args], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+        [sys.executable, "-u", "-m", module, *args], cwd=ROOT, env=python_env(), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
     )
     try:
@@ -502,15 +501,15 @@ def test_ctrl_c_stops_scenarios_and_bench(module, args, stream, first):
         time.sleep(0.3)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=10)
+        out, err = proc.communicate(timeout=slack(10))
         took = time.monotonic() - t0
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate(timeout=10)
+            proc.communicate(timeout=slack(10))
     assert proc.returncode == 130, err
     # measured 0.6-1.2 s on a loaded 2-core machine (a scenario's aborted step unwinds its threads)
-    assert took < 3.0, took
+    assert took < slack(3.0), took
     assert err.decode().strip().splitlines()[-1] == f"python -m {module}: interrupted" and b"Traceback" not in err
 
 

@@ -4,7 +4,6 @@ speedup that matches an independent simulation of the schedule on the virtual ba
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import defaultdict
@@ -12,10 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from demos.moe.model import parse_kernel_name
 from demos.overlap import ConfigError, OverlapConfig, main, run_overlap
+from tests.support.paths import ROOT, python_env
+from tests.support.timing import slack
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REQUIRED_KEYS = {
     "backend", "schedule", "num_ubatches", "time_no_dbo_s", "time_dbo_s", "speedup", "bound_s",
     "hidden_fraction", "max_abs_diff", "allocations_after_lock", "slot_sizes", "config", "tolerance",
@@ -67,8 +66,7 @@ def test_subprocess_virtual_writes_json(tmp_path):
         sys.executable, "-m", "demos.overlap", "--backend", "virtual", "--layers", "3", "--tokens", "32",
         "--hidden", "32", "--experts", "4", "--steps", "1", "--json", str(out), "--trace", str(trace),
     ]
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(cmd, cwd=ROOT, env=python_env(), capture_output=True, text=True, timeout=slack(60))
     assert proc.returncode == 0, proc.stderr
     assert "speedup" in proc.stdout and "timeline" in proc.stdout
     rep = json.loads(out.read_text())
@@ -101,11 +99,11 @@ def test_explicit_link_is_used_as_given():
 
 
 def _spans(records, op, layer, ubatch):
+    """(start, end) of the kernels that declared one of ``op`` and ``layer``, owned by ``ubatch``."""
     ops = op if isinstance(op, tuple) else (op,)
     out = []
     for r in records:
-        p = parse_kernel_name(r.name)
-        if p and p[0] in ops and p[1] == layer and p[2] == ubatch and r.end > r.start:
+        if r.op in ops and r.layer == layer and r.ubatch == ubatch and r.end > r.start:
             out.append((r.start, r.end))
     assert out, f"no {ops} kernels of layer {layer} ubatch {ubatch}"
     return out
@@ -124,11 +122,11 @@ def test_ll_overlap_pattern(layout):
     run_overlap(small(backend="virtual", schedule="ll", stream_layout=layout), details=details)
     recs = details["records_dbo"]
     for layer in range(SMALL["layers"]):
-        d0, d1 = _spans(recs, "dispatch", layer, 0), _spans(recs, "dispatch", layer, 1)
-        c0 = _spans(recs, "combine", layer, 0)
+        d0, d1 = _spans(recs, "dispatch_ll", layer, 0), _spans(recs, "dispatch_ll", layer, 1)
+        c0 = _spans(recs, "combine_ll", layer, 0)
         assert _intersect(d0, _spans(recs, ATTN, layer, 1)), "dispatch u0 must overlap attention u1"
-        assert _intersect(d1, _spans(recs, "experts", layer, 0)), "dispatch u1 must overlap experts u0"
-        assert _intersect(c0, _spans(recs, "experts", layer, 1)), "combine u0 must overlap experts u1"
+        assert _intersect(d1, _spans(recs, "experts_ll", layer, 0)), "dispatch u1 must overlap experts u0"
+        assert _intersect(c0, _spans(recs, "experts_ll", layer, 1)), "combine u0 must overlap experts u1"
 
 
 @pytest.mark.parametrize("layout", ["shared", "per-ubatch"])
@@ -182,11 +180,10 @@ def _simulate(records, schedule, layers, n, layout):
     per-kernel durations; return the step time."""
     dur = {r.name: r.duration for r in records}
     kinds = {r.name: r.kind for r in records}
-    chunks = defaultdict(list)
+    chunks = defaultdict(int)  # shared-expert chunks per ubatch (no DBO: the batch is ubatch 0)
     for r in records:
-        p = parse_kernel_name(r.name)
-        if p and p[0] == "shared" and p[1] == 0:
-            chunks[p[2]].append(r.name.split()[-1])
+        if r.op == "shared" and r.layer == 0:
+            chunks[0 if r.ubatch is None else r.ubatch] += 1
     sim = _Sim(dur, kinds)
     parked, exited = {}, [False] * n
 
@@ -238,8 +235,8 @@ def _simulate(records, schedule, layers, n, layout):
             sim.k(C(u), name("experts", layer, u))
             site(u)
             hook = send(u, "combine", layer)
-            for c in chunks[u]:
-                sim.k(C(u), name("shared", layer, u, c))
+            for c in range(chunks[u]):
+                sim.k(C(u), name("shared", layer, u, f"c{c}"))
             park(u, hook)
             yield
             sim.k(C(u), name("finalize", layer, u))
@@ -259,8 +256,8 @@ def _simulate(records, schedule, layers, n, layout):
             yield
             sim.wait(comm, done)
             sim.k(comm, name("combine", layer, u))
-            for c in chunks[u]:
-                sim.k(C(u), name("shared", layer, u, c))
+            for c in range(chunks[u]):
+                sim.k(C(u), name("shared", layer, u, f"c{c}"))
             sim.k(comm, name("moe_copy", layer, u))
             done = sim.record(comm)
             yield
@@ -357,9 +354,9 @@ def test_cuda_without_gpu_is_a_one_line_error(capsys):
 
 
 def test_bad_arguments_via_subprocess_have_no_traceback():
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run(
-        [sys.executable, "-m", "demos.overlap", "--topk", "9"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "demos.overlap", "--topk", "9"], cwd=ROOT, env=python_env(), capture_output=True,
+        text=True, timeout=slack(60),
     )
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
@@ -444,9 +441,9 @@ def test_records_carry_the_ubatch_the_kernel_acts_for(layout, schedule):
     details = {}
     run_overlap(small(backend="virtual", schedule=schedule, stream_layout=layout), details=details)
     recs = details["records_dbo"]
-    assert recs and all(parse_kernel_name(r.name)[2] == r.ubatch for r in recs)
+    assert recs and all(r.name.split()[2] == f"u{r.ubatch}" for r in recs)  # the owner its model named
     if schedule == "ll":
-        assert any(parse_kernel_name(r.name)[0] == "dispatch_recv" for r in recs)
+        assert any(r.op == "dispatch_recv" for r in recs)
 
 
 def test_a_comm_ratio_below_the_links_latency_is_refused_in_words():

@@ -13,6 +13,7 @@ import time
 import pytest
 import torch
 
+from demos.overlap import ConfigError, OverlapConfig, main, reference_outputs, run_overlap
 from demos.ranks.launcher import (
     FAULT_ENV,
     DistributedError,
@@ -22,16 +23,16 @@ from demos.ranks.launcher import (
     launch,
     shard_range,
 )
-from demos.overlap import ConfigError, OverlapConfig, main, reference_outputs, run_overlap
+from tests.support.paths import ROOT, python_env
+from tests.support.timing import slack
 
 dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # small enough that a run is mostly process start-up (a few seconds on 2 cores)
-SMALL = dict(layers=2, tokens=48, hidden=32, experts=4, topk=2, steps=1, world_size=2, dist_timeout=20.0)
-BOUND_S = 60.0  # a failed run must end within this (it takes ~5 s here; ~10 s with a hung rank)
+SMALL = dict(layers=2, tokens=48, hidden=32, experts=4, topk=2, steps=1, world_size=2, dist_timeout=slack(20.0))
+BOUND_S = slack(60.0)  # a failed run must end within this (it takes ~5 s here; ~10 s with a hung rank)
 
 
 def small(**kw) -> OverlapConfig:
@@ -39,10 +40,7 @@ def small(**kw) -> OverlapConfig:
 
 
 def _env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
-    env["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
-    env.update(extra)
-    return env
+    return python_env(drop=(FAULT_ENV,), **extra)
 
 
 def _gone(pid: int) -> bool:
@@ -59,7 +57,7 @@ def _gone(pid: int) -> bool:
 def _assert_no_orphans(pids) -> None:
     pids = [p for p in pids if p is not None]
     assert pids, "the error should name the ranks' pids"
-    deadline = time.monotonic() + 5.0
+    deadline = time.monotonic() + slack(5.0)
     while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert all(_gone(p) for p in pids), f"rank processes left behind: {[p for p in pids if not _gone(p)]}"
@@ -105,7 +103,7 @@ def test_command_line_world_size_2_writes_json(tmp_path):
         sys.executable, "-m", "demos.overlap", "--world-size", "2", "--layers", "2", "--tokens", "40", "--hidden", "32",
         "--experts", "4", "--steps", "1", "--schedule", "ht", "--stream-layout", "per-ubatch", "--json", str(out),
     ]
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=slack(120))
     assert proc.returncode == 0, proc.stderr
     assert "2 ranks (gloo" in proc.stdout and "reference" in proc.stdout and "PASS" in proc.stdout
     rep = json.loads(out.read_text())
@@ -143,7 +141,7 @@ def _issue_in_opposite_orders(info):
 
 
 def test_a_group_shared_by_two_ubatches_pairs_the_wrong_collectives():
-    ranks = launch(_issue_in_opposite_orders, world_size=2, timeout=20)
+    ranks = launch(_issue_in_opposite_orders, world_size=2, timeout=slack(20))
     # one group per ubatch: each ubatch receives the same ubatch's rows from both ranks
     assert [r["per_ubatch"] for r in ranks] == [{0: [0.0, 10.0], 1: [1.0, 11.0]}] * 2
     # one shared group: collectives pair by issue order, so rank 0's ubatch 0 meets rank 1's ubatch 1
@@ -158,7 +156,7 @@ def test_a_rank_that_raises_fails_the_command_with_its_error():
            "--experts", "4", "--steps", "1"]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(**{FAULT_ENV: "rank=1,at=collective,n=7,kind=raise"}),
-                          capture_output=True, text=True, timeout=BOUND_S + 30)
+                          capture_output=True, text=True, timeout=BOUND_S + slack(30))
     elapsed = time.monotonic() - t0
     assert proc.returncode == 1, proc.stderr
     first = proc.stderr.splitlines()[0]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import workspace
+from tests.support.timing import slack
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "python.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
@@ -29,7 +30,7 @@ def clean_workspace():
     workspace.reset_workspace_manager()
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(slack(60))
 def test_every_python_block_of_docs_python_md_runs(clean_workspace):
     found = blocks(PAGE.read_text())
     assert len(found) >= 7, f"expected the page's 7+ python blocks, found {len(found)}"

@@ -12,7 +12,9 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.support.paths import ROOT
+from tests.support.timing import slack
+
 _spec = importlib.util.spec_from_file_location("gpu_check", os.path.join(ROOT, "scripts", "gpu_check.py"))
 gc = importlib.util.module_from_spec(_spec)
 sys.modules["gpu_check"] = gc
@@ -102,11 +104,11 @@ def test_a_step_past_its_limit_is_killed_with_its_children(tmp_path):
     child = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
     t0 = time.monotonic()
     rc, timed_out, tail = gc._run([sys.executable, "-c", child], str(out), "w", 1.0)
-    assert timed_out and rc != 0 and time.monotonic() - t0 < 10
+    assert timed_out and rc != 0 and time.monotonic() - t0 < slack(10)
     assert "killed after 1 s" in tail
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(slack(240))
 def test_dry_run_on_threads_writes_at_most_8_files_and_a_summary(tmp_path):
     out = tmp_path / "out"
     (tmp_path / "out").mkdir()
@@ -116,7 +118,7 @@ def test_dry_run_on_threads_writes_at_most_8_files_and_a_summary(tmp_path):
         GPU_CHECK_BIG="--tokens 128 --hidden 64", GPU_CHECK_SKIP="cuda-tests,suite",
     )
     proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_check.sh"), str(out)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=230)
+                          capture_output=True, text=True, timeout=slack(230))
     files = sorted(p.name for p in out.iterdir())
     assert len(files) <= 8 and all(p.is_file() for p in out.iterdir()), files
     assert {"summary.txt", "log.txt", "demo-eager.json", "bench-host.json"} <= set(files)

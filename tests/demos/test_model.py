@@ -1,4 +1,5 @@
-"""demos.moe.model and demos.moe.comm: the workspace patterns, standalone use, the transport interface."""
+"""demos.moe.model and its transports: the workspace patterns, standalone use, the transport interface,
+the identity every kernel declares."""
 
 from __future__ import annotations
 
@@ -7,17 +8,15 @@ import torch
 
 import dbo
 import workspace
-from demos.moe.comm import ModelledLinkTransport, Transport, wire_dtype_for
-from demos.moe.model import ModelConfig, ToyMoE, kernel_name, parse_kernel_name
+from demos.moe.comm import ModelledLinkTransport
+from demos.moe.model import ModelConfig, ToyMoE
+from demos.moe.ops import OPS, TRANSFER_OPS, kernel_name
+from demos.moe.transport import Transport, wire_dtype_for
+from tests.support import workspace_fixtures
+
+manager = workspace_fixtures.manager  # the process-wide workspace manager, reset after each test
 
 CFG = ModelConfig(layers=2, tokens=16, hidden=32, experts=4, topk=2, shared_chunk=6)
-
-
-@pytest.fixture
-def manager():
-    m = workspace.init_workspace_manager("cpu", num_ubatches=2)
-    yield m
-    workspace.reset_workspace_manager()
 
 
 class Spy:
@@ -42,7 +41,7 @@ def _ranges(views):
 @pytest.mark.parametrize("schedule", ["ll", "ht"])
 def test_standalone_forward_uses_the_reference_workspace_patterns(manager, monkeypatch, schedule):
     spy = Spy(manager, monkeypatch)
-    model = ToyMoE(CFG, ModelledLinkTransport(), num_slots=2, schedule=schedule)
+    model = ToyMoE(CFG, ModelledLinkTransport(), num_ubatches=2, schedule=schedule)
     moe = []
     real_moe = model._moe_workspace
     monkeypatch.setattr(model, "_moe_workspace", lambda *a: moe.append(real_moe(*a)) or moe[-1])
@@ -64,7 +63,7 @@ def test_standalone_forward_uses_the_reference_workspace_patterns(manager, monke
 
 
 def test_views_are_carved_from_the_callers_slot(manager):
-    model = ToyMoE(CFG, ModelledLinkTransport(), num_slots=2)
+    model = ToyMoE(CFG, ModelledLinkTransport(), num_ubatches=2)
     with dbo.UBatchOrchestrator(2, backend="virtual") as orch:
         orch.run(model.forward, dbo.split_tokens(CFG.tokens, 2))
     ranges = manager.slot_ranges()
@@ -73,25 +72,39 @@ def test_views_are_carved_from_the_callers_slot(manager):
 
 def test_forward_without_a_workspace_manager_fails_clearly():
     workspace.reset_workspace_manager()
-    model = ToyMoE(CFG, ModelledLinkTransport(), num_slots=1)
+    model = ToyMoE(CFG, ModelledLinkTransport(), num_ubatches=1)
     with pytest.raises(RuntimeError, match="workspace manager is not initialised"):
         model.forward(range(0, CFG.tokens))
 
 
 def test_config_validation():
     with pytest.raises(ValueError, match="topk"):
-        ToyMoE(ModelConfig(experts=2, topk=3), ModelledLinkTransport(), num_slots=1)
+        ToyMoE(ModelConfig(experts=2, topk=3), ModelledLinkTransport(), num_ubatches=1)
     with pytest.raises(ValueError, match="hidden"):
         ModelConfig(hidden=0).validate()
     with pytest.raises(ValueError, match="schedule"):
-        ToyMoE(CFG, ModelledLinkTransport(), num_slots=1, schedule="fast")
+        ToyMoE(CFG, ModelledLinkTransport(), num_ubatches=1, schedule="fast")
     c = ModelConfig(hidden=256, topk=2).resolved()
     assert (c.expert_ffn, c.shared_ffn, c.context) == (256, 512, 128)
 
 
-def test_kernel_names_round_trip():
-    assert parse_kernel_name(kernel_name("shared", 3, 1, "c2")) == ("shared", 3, 1)
-    assert parse_kernel_name("something else") is None
+def test_kernel_names_are_for_display_and_the_identity_is_declared(manager):
+    assert kernel_name("shared", 3, 1, "c2") == "shared L3 u1 c2"
+    tracer = dbo.Tracer()
+    seen = set()
+    for schedule in ("ht", "ll"):
+        model = ToyMoE(CFG, ModelledLinkTransport(), num_ubatches=2, schedule=schedule)
+        with dbo.UBatchOrchestrator(2, backend="virtual", tracer=tracer) as orch:
+            orch.run(model.forward, dbo.split_tokens(CFG.tokens, 2))
+        for r in tracer.records:
+            assert r.op in OPS, r
+            # every kernel but the input load belongs to a layer; its display name says the same
+            assert (r.layer is None) == (r.op == "load_input"), r
+            if r.layer is not None:
+                assert r.name.split()[1] == f"L{r.layer}" and r.name.split()[2] == f"u{r.ubatch}", r
+        seen |= {r.op for r in tracer.records}
+        tracer.clear()
+    assert seen == set(OPS)  # every op of the table is some kernel's (the two schedules together)
 
 
 def test_transport_interface_and_link_model():
@@ -109,10 +122,10 @@ def test_transport_interface_and_link_model():
 
 def test_transfers_are_comm_kernels_with_modelled_seconds(manager):
     tracer = dbo.Tracer()
-    model = ToyMoE(CFG, ModelledLinkTransport(), num_slots=2, schedule="ht")
+    model = ToyMoE(CFG, ModelledLinkTransport(), num_ubatches=2, schedule="ht")
     with dbo.UBatchOrchestrator(1, backend="virtual", tracer=tracer) as orch:
         orch.run(model.forward, [range(0, CFG.tokens)])
-    comm = [r for r in tracer.records if r.kind == "comm" and parse_kernel_name(r.name)[0] in ("dispatch", "combine")]
+    comm = [r for r in tracer.records if r.kind == "comm" and r.op in TRANSFER_OPS]
     assert len(comm) == 2 * CFG.layers
     rows = CFG.tokens * CFG.topk
     d = next(r for r in comm if r.name.startswith("dispatch"))
@@ -125,7 +138,7 @@ def test_transfers_are_comm_kernels_with_modelled_seconds(manager):
 
 
 def _standalone(schedule: str, cfg: ModelConfig = CFG, zero_gate: bool = False) -> ToyMoE:
-    model = ToyMoE(cfg, ModelledLinkTransport(), num_slots=2, schedule=schedule)
+    model = ToyMoE(cfg, ModelledLinkTransport(), num_ubatches=2, schedule=schedule)
     if zero_gate:  # every token ties on every expert: top-k picks the same experts for all tokens
         for L in model.layers:
             L.w_gate.zero_()
@@ -136,9 +149,9 @@ def _standalone(schedule: str, cfg: ModelConfig = CFG, zero_gate: bool = False) 
 def test_ll_layout_holds_each_experts_rows_in_order_with_zeros_past_the_counts(manager):
     model = _standalone("ll")
     t, K, E, H = CFG.tokens, CFG.topk, CFG.experts, CFG.hidden
-    st = model.slots[0].views(t)
-    p, b = st.plan, model.transport._slots[0]  # the last layer's plan and its dispatch
-    lb = model.transport.ll_batch(p, slot=0)
+    st = model.buffers[0].views(t)
+    p, b = st.plan, model.transport._buffers[0]  # the last layer's plan and its dispatch
+    lb = model.transport.ll_batch(p, ubatch=0)
     assert (lb.local_experts, lb.capacity, lb.first_expert) == (E, t, 0)
     counts = lb.counts
     assert counts.dtype == torch.int64 and counts.device == model.device and int(counts.sum()) == t * K
@@ -163,8 +176,9 @@ def test_ll_and_ht_compute_the_same_model(manager, zero_gate):
     so those experts get exactly ``capacity`` rows: the worst case fits."""
     ll = _standalone("ll", zero_gate=zero_gate)
     if zero_gate:
-        counts = ll.transport._slots[0].counts
-        assert int(counts.max()) == CFG.tokens == ll.transport.ll_batch(ll.slots[0].views(CFG.tokens).plan, slot=0).capacity
+        counts = ll.transport._buffers[0].counts
+        plan = ll.buffers[0].views(CFG.tokens).plan
+        assert int(counts.max()) == CFG.tokens == ll.transport.ll_batch(plan, ubatch=0).capacity
     out_ll = ll.hidden.clone()
     ht = _standalone("ht", zero_gate=zero_gate)
     assert torch.isfinite(out_ll).all()
@@ -177,10 +191,10 @@ def test_ll_experts_kernel_is_modelled_as_a_masked_gemm_over_the_valid_rows(mana
     from dbo.costs import Work, kernel_time
 
     tracer = dbo.Tracer()
-    model = ToyMoE(CFG, ModelledLinkTransport(), num_slots=2, schedule="ll")
+    model = ToyMoE(CFG, ModelledLinkTransport(), num_ubatches=2, schedule="ll")
     with dbo.UBatchOrchestrator(1, backend="virtual", tracer=tracer) as orch:
         orch.run(model.forward, [range(0, CFG.tokens)])
-    experts = [r.duration for r in tracer.records if r.name.startswith("experts")]
+    experts = [r.duration for r in tracer.records if r.op == "experts_ll"]
     assert len(experts) == CFG.layers
     work = model.costs(CFG.tokens).experts
     assert experts[0] == pytest.approx(kernel_time(work, "cpu", torch.float32))
@@ -200,8 +214,8 @@ def test_experts_work_carries_each_experts_gemm_rows_and_the_ht_padding(manager)
 
     cfg = ModelConfig(layers=1, tokens=64, hidden=32, experts=8, topk=2)
     H, F = cfg.hidden, cfg.hidden  # expert_ffn defaults to hidden
-    ht = ToyMoE(cfg, ModelledLinkTransport(), num_slots=1, schedule="ht")
-    ll = ToyMoE(cfg, ModelledLinkTransport(), num_slots=1, schedule="ll")
+    ht = ToyMoE(cfg, ModelledLinkTransport(), num_ubatches=1, schedule="ht")
+    ll = ToyMoE(cfg, ModelledLinkTransport(), num_ubatches=1, schedule="ll")
     # 4 tokens: 8 copies over 8 experts, one row each; ht runs each on a 4-row window
     assert expert_gemm_rows(8, 8, padded=True) == MIN_GEMM_ROWS
     assert ht.costs(4).experts.shape == (MIN_GEMM_ROWS, 2 * F, H)

@@ -249,7 +249,7 @@ def test_cli_h200_comparison():
         assert r["predicted_no_dbo_s"] > 0 and r["right_side_of_1"]
     from demos.moe import kernels
 
-    assert not getattr(kernels._k_experts_ll, "dbo_syncs_host", False)  # marked for the comparison only
+    assert not getattr(kernels.experts_ll_kernel, "dbo_syncs_host", False)  # marked for the comparison only
     assert rows[1]["predicted_no_dbo_s"] > rows[1]["now_no_dbo_s"]  # the measured ll synced: slower
 
 

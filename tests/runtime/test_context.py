@@ -16,8 +16,10 @@ from dbo import registry
 from dbo.api import dbo_current_ubatch_id, dbo_maybe_run_recv_hook, dbo_register_recv_hook, dbo_yield
 from dbo.errors import HandoffTimeout, UnregisteredThreadError
 from dbo.testing import Seams, StepState, SyncPrimitives, seams_of, with_seams
+from tests.support.orchestrators import HANDOFF_TIMEOUT
+from tests.support.timing import slack
 
-JOIN_S = 10.0
+JOIN_S = slack(10.0)
 
 
 class RacyLock:
@@ -95,7 +97,7 @@ def test_with_seams_installs_and_clears_what_it_is_given() -> None:
     prims = RacyPrimitives()
     seen: list[tuple[str, int | None]] = []
     after: list[str] = []
-    with dbo.UBatchOrchestrator(3, backend="virtual", handoff_timeout=10.0) as orch:
+    with dbo.UBatchOrchestrator(3, backend="virtual", handoff_timeout=HANDOFF_TIMEOUT) as orch:
         assert seams_of(orch) == Seams() and orch._seams is None
         assert with_seams(orch, primitives=prims, fault_hook=lambda p, u: seen.append((p, u))) is orch
         with_seams(orch, after_barrier=lambda: after.append(threading.current_thread().name))
@@ -163,7 +165,7 @@ def test_a_parked_recv_hook_acts_for_its_registrar(n: int) -> None:
         seen[f"after{u}"] = _who()
         return u
 
-    with dbo.UBatchOrchestrator(n, backend="virtual", handoff_timeout=10.0) as orch:
+    with dbo.UBatchOrchestrator(n, backend="virtual", handoff_timeout=HANDOFF_TIMEOUT) as orch:
         assert orch.run(fn, list(range(n))) == list(range(n))
     for u in range(n):
         nxt = (u + 1) % n
@@ -192,7 +194,7 @@ def test_a_recv_hook_run_at_once_acts_for_its_registrar_even_inside_another_hook
         seen.append(("body",) + _who())
         return u
 
-    with dbo.UBatchOrchestrator(2, backend="virtual", handoff_timeout=10.0) as orch:
+    with dbo.UBatchOrchestrator(2, backend="virtual", handoff_timeout=HANDOFF_TIMEOUT) as orch:
         assert orch.run(fn, [0, 1]) == [0, 1]
     t1 = "dbo-ubatch-1"
     assert seen == [
@@ -226,7 +228,7 @@ def test_a_helper_thread_of_a_ubatch_is_refused_an_id_through_the_api() -> None:
             assert not t.is_alive()
         return dbo_current_ubatch_id()
 
-    with dbo.UBatchOrchestrator(2, backend="virtual", handoff_timeout=10.0) as orch:
+    with dbo.UBatchOrchestrator(2, backend="virtual", handoff_timeout=HANDOFF_TIMEOUT) as orch:
         assert orch.run(fn, [0, 1]) == [0, 1]
     assert "id" not in got, f"an unregistered helper thread was answered {got.get('id')!r}"
     assert isinstance(got["error"], UnregisteredThreadError)
@@ -244,7 +246,8 @@ def test_the_orchestrator_thread_is_refused_an_id_while_its_step_runs() -> None:
             except UnregisteredThreadError as exc:
                 got.append(exc)
 
-    with with_seams(dbo.UBatchOrchestrator(2, backend="virtual", handoff_timeout=10.0), after_barrier=probe) as orch:
+    orch = dbo.UBatchOrchestrator(2, backend="virtual", handoff_timeout=HANDOFF_TIMEOUT)
+    with with_seams(orch, after_barrier=probe) as orch:
         assert orch.run(lambda u: u, [0, 1]) == [0, 1]
     assert len(got) == 2 and all(isinstance(g, UnregisteredThreadError) for g in got), got
     assert dbo_current_ubatch_id() == 0  # no step active any more
@@ -252,7 +255,7 @@ def test_the_orchestrator_thread_is_refused_an_id_while_its_step_runs() -> None:
 
 def test_a_wake_without_the_turn_is_a_broken_invariant_not_a_timeout() -> None:
     prims = RacyPrimitives()
-    step = StepState(2, timeout=5.0, primitives=prims)
+    step = StepState(2, timeout=slack(5.0), primitives=prims)
     step.holder = 0
     prims.locks[1].release()  # a spurious wake: ubatch 1's lock opens while ubatch 0 holds the turn
     with pytest.raises(dbo.DBOError, match="handoff invariant broken: ubatch 1 woke but the turn is with 0") as info:
@@ -283,7 +286,7 @@ def test_user_code_raising_ubatch_aborted_outside_an_abort_is_a_failure() -> Non
             raise dbo.errors.UBatchAborted("raised by the model, not by an abort")
         return u
 
-    with dbo.UBatchOrchestrator(2, backend="virtual", handoff_timeout=10.0) as orch:
+    with dbo.UBatchOrchestrator(2, backend="virtual", handoff_timeout=HANDOFF_TIMEOUT) as orch:
         with pytest.raises(dbo.UBatchFailed) as info:
             orch.run(fn, [0, 1])
         assert info.value.ubatch_id == 1
@@ -305,7 +308,7 @@ def test_switch_sync_makes_the_destination_stream_wait_for_the_source() -> None:
         dbo.launch(None, name=f"after{u}", cost=0.001)
         return u
 
-    with dbo.UBatchOrchestrator(2, backend="virtual", tracer=tr, handoff_timeout=10.0) as orch:
+    with dbo.UBatchOrchestrator(2, backend="virtual", tracer=tr, handoff_timeout=HANDOFF_TIMEOUT) as orch:
         assert orch.run(fn, [0, 1]) == [0, 1]
     k = {r.name: r for r in tr.kernels()}
     for u in range(2):

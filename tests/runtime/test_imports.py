@@ -1,9 +1,11 @@
 """No import cycles among the modules of dbo, workspace and demos.
 
 The import graph is read from the source with ``ast``: every ``import`` and ``from ... import``
-statement counts, at module level or inside a function (a lazy import that closes a circle is a
-cycle too, it only shows up later). ``from pkg import name`` is an edge to ``pkg.name`` when that
-is a module, else to ``pkg``. Only explicit imports count: a submodule's implicit import of its
+statement counts, at module level, inside a function (a lazy import that closes a circle is a
+cycle too, it only shows up later) or under ``if TYPE_CHECKING:`` (an annotation-only import never
+runs, but a circle through type annotations still ties the modules together: neither can be read,
+moved or type-checked without the other). ``from pkg import name`` is an edge to ``pkg.name`` when
+that is a module, else to ``pkg``. Only explicit imports count: a submodule's implicit import of its
 parent package is not an edge. Every module must also import cleanly on its own.
 """
 
@@ -11,12 +13,12 @@ from __future__ import annotations
 
 import ast
 import importlib
-import os
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO as ROOT
+
 PACKAGES = ("dbo", "workspace", "demos")
 
 
@@ -46,19 +48,17 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def import_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
-    """module -> the project modules it imports (anywhere in its source)."""
-    graph: dict[str, set[str]] = {m: set() for m in mods}
+def _edges(mods: dict[str, Path]) -> dict[str, dict[str, bool]]:
+    """module -> {imported project module: True if every import of it is under ``if TYPE_CHECKING:``}."""
+    edges: dict[str, dict[str, bool]] = {m: {} for m in mods}
     for mod, path in mods.items():
         is_package = path.name == "__init__.py"
         tree = ast.parse(path.read_text(), str(path))
-        typing_only = {  # imports under `if TYPE_CHECKING:` never run: they make no cycle
+        typing_only = {  # imports under `if TYPE_CHECKING:`: annotation-only, and still edges
             id(n) for top in ast.walk(tree) if isinstance(top, ast.If) and _is_type_checking(top.test)
             for stmt in top.body for n in ast.walk(stmt)
         }
         for node in ast.walk(tree):
-            if id(node) in typing_only:
-                continue
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -71,8 +71,18 @@ def import_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
                 while t and t not in mods:  # "import dbo.streams.base" names dbo.streams.base; "x.y" not ours -> drop
                     t = t.rpartition(".")[0]
                 if t and t != mod:
-                    graph[mod].add(t)
-    return graph
+                    edges[mod][t] = edges[mod].get(t, True) and id(node) in typing_only
+    return edges
+
+
+def import_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the project modules it imports (anywhere in its source, ``if TYPE_CHECKING:`` included)."""
+    return {m: set(targets) for m, targets in _edges(mods).items()}
+
+
+def annotation_only_edges(mods: dict[str, Path]) -> set[tuple[str, str]]:
+    """The edges (importer, imported) made only by imports under ``if TYPE_CHECKING:``."""
+    return {(m, t) for m, targets in _edges(mods).items() for t, only in targets.items() if only}
 
 
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -130,14 +140,42 @@ def test_the_graph_sees_function_level_and_relative_imports(tmp_path: Path) -> N
     assert find_cycles(graph) == [["p.a", "p.b"]]
 
 
+def test_the_graph_counts_annotation_only_imports(tmp_path: Path) -> None:
+    """A cycle closed by an import under ``if TYPE_CHECKING:`` is a cycle, and is named as such."""
+    pkg = tmp_path / "q"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from q.b import make\n")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nimport typing\n"
+        "if TYPE_CHECKING:\n    from q.a import A\n"
+        "if typing.TYPE_CHECKING:\n    import q.c\n"
+        "def make() -> 'A': ...\n"
+    )
+    (pkg / "c.py").write_text("from q import b\n")
+    mods = {"q": pkg / "__init__.py", "q.a": pkg / "a.py", "q.b": pkg / "b.py", "q.c": pkg / "c.py"}
+    graph = import_graph(mods)
+    assert graph == {"q": set(), "q.a": {"q.b"}, "q.b": {"q.a", "q.c"}, "q.c": {"q.b"}}
+    assert find_cycles(graph) == [["q.a", "q.b", "q.c"]]
+    assert annotation_only_edges(mods) == {("q.b", "q.a"), ("q.b", "q.c")}
+
+
+def _describe(cycles: list[list[str]], graph: dict[str, set[str]], typing: set[tuple[str, str]]) -> str:
+    def edge(m: str, t: str) -> str:
+        return f"{t} (under TYPE_CHECKING)" if (m, t) in typing else t
+
+    return "; ".join(
+        " <-> ".join(c) + " (" + ", ".join(f"{m} -> {[edge(m, t) for t in sorted(graph[m] & set(c))]}" for m in c) + ")"
+        for c in cycles
+    )
+
+
 def test_no_import_cycles() -> None:
     mods = _modules()
     assert {"dbo", "dbo.streams.base", "workspace", "demos"} <= set(mods)
     graph = import_graph(mods)
     cycles = find_cycles(graph)
-    assert cycles == [], "import cycles: " + "; ".join(
-        " <-> ".join(c) + " (" + ", ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c) + ")" for c in cycles
-    )
+    assert cycles == [], "import cycles: " + _describe(cycles, graph, annotation_only_edges(mods))
 
 
 @pytest.mark.parametrize("module", sorted(_modules()))

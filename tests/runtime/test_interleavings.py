@@ -21,23 +21,20 @@ import torch
 import dbo
 from dbo import registry
 from dbo.api import dbo_current_ubatch_id, dbo_maybe_run_recv_hook, dbo_register_recv_hook, dbo_yield
-from workspace import WorkspaceManager
-
-from tests.support import controlled_scheduler as cs
 from dbo.testing import with_seams
-
-HANDOFF_TIMEOUT = 10.0  # never reached: the scheduler models waits as untimed
-
-
-class Injected(Exception):
-    """The fault the exploration injects."""
-
+from tests.support import controlled_scheduler as cs
+from tests.support.faults import Injected
+from tests.support.orchestrators import (
+    HANDOFF_TIMEOUT,  # never reached: the scheduler models waits as untimed
+)
+from tests.support.timing import slack
+from workspace import WorkspaceManager
 
 # ---------------------------------------------------------------------------------------------
 # the scheduler itself, on toy programs
 
 
-def _toy_run(prims: cs.ControlledPrimitives, bodies, *, prefix, replay, watchdog_s=5.0):
+def _toy_run(prims: cs.ControlledPrimitives, bodies, *, prefix, replay, watchdog_s=slack(5.0)):
     """Run each body in its own thread under the scheduler (M only starts and joins them)."""
     out: dict[str, object] = {}
 
@@ -49,7 +46,7 @@ def _toy_run(prims: cs.ControlledPrimitives, bodies, *, prefix, replay, watchdog
         for t in threads:
             t.start()
         for t in threads:
-            t.join(watchdog_s + 5)
+            t.join(watchdog_s + slack(5))
         return out
 
     return cs.run_controlled(target, prims, expected=len(bodies), prefix=prefix, replay=replay, watchdog_s=watchdog_s)
@@ -100,7 +97,7 @@ def test_deadlock_is_reported_at_once_not_after_a_timeout():
             def run():
                 first.acquire()
                 prims.scheduler.point("between")
-                got = second.acquire(timeout=30.0)  # only a deadlock resolution makes this return False
+                got = second.acquire(timeout=slack(30.0))  # only a deadlock resolution makes this return False
                 if got:
                     second.release()
                 first.release()
@@ -113,7 +110,7 @@ def test_deadlock_is_reported_at_once_not_after_a_timeout():
     deadlocks = []
 
     def check(ex):
-        assert ex.elapsed < 5.0, f"an execution took {ex.elapsed:.1f} s: waits must not time out for real"
+        assert ex.elapsed < slack(5.0), f"an execution took {ex.elapsed:.1f} s: waits must not time out for real"
         assert not ex.violations
         deadlocks.extend(ex.deadlocks)
         state.setdefault("results", []).append(ex.result)
@@ -139,7 +136,7 @@ def test_watchdog_fails_fast_when_a_thread_blocks_outside_the_scheduler():
     started = time.monotonic()
     with pytest.raises(cs.SchedulerError, match="watchdog"):
         _toy_run(prims, [body], prefix=(), replay=None, watchdog_s=0.3)
-    assert time.monotonic() - started < 5.0
+    assert time.monotonic() - started < slack(5.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,7 +286,7 @@ def _explore_protocol(n: int, yields: int, bound: int, fault: str | None, points
         backend="virtual",
         handoff_timeout=HANDOFF_TIMEOUT,
         step_timeout=None,
-        join_grace=30.0,
+        join_grace=slack(30.0),
         primitives=prims,
     ) as orch:
 
@@ -310,7 +307,7 @@ def _explore_protocol(n: int, yields: int, bound: int, fault: str | None, points
             lambda prefix, replay: _run_protocol(orch, proto, prefix, replay),
             check,
             preemption_bound=bound,
-            time_limit_s=240.0,
+            time_limit_s=slack(240.0),
         )
     return report
 
@@ -397,19 +394,20 @@ def test_a_real_deadlock_in_model_code_is_reported_at_once():
             dbo_yield()  # ubatch 1 now blocks on the user lock; ubatch 0 waits for the turn
             holder["lock"].release()
         else:
-            if not holder["lock"].acquire(timeout=30.0):
+            if not holder["lock"].acquire(timeout=slack(30.0)):
                 raise TimeoutError("user lock")
             holder["lock"].release()
         return uid
 
     with cs.ScheduledOrchestrator(
-        2, backend="virtual", handoff_timeout=HANDOFF_TIMEOUT, step_timeout=None, join_grace=30.0, primitives=prims
+        2, backend="virtual", handoff_timeout=HANDOFF_TIMEOUT, step_timeout=None, join_grace=slack(30.0),
+        primitives=prims,
     ) as orch:
 
         holder["lock"] = cs.ControlledLock(prims, "user")
         started = time.monotonic()
         ex = cs.run_controlled(lambda: orch.run(fn, [0, 1]), prims, expected=3)
-        assert time.monotonic() - started < 3.0
+        assert time.monotonic() - started < slack(3.0)
     assert len(ex.deadlocks) == 1, ex.describe()
     blocked = ex.deadlocks[0].blocked
     assert "acquire user (held by dbo-ubatch-0)" in blocked["dbo-ubatch-1"]
@@ -422,7 +420,8 @@ def test_replaying_a_schedule_reproduces_it():
     prims = cs.ControlledPrimitives()
     proto = Protocol(2, 1, prims)
     with cs.ScheduledOrchestrator(
-        2, backend="virtual", handoff_timeout=HANDOFF_TIMEOUT, step_timeout=None, join_grace=30.0, primitives=prims
+        2, backend="virtual", handoff_timeout=HANDOFF_TIMEOUT, step_timeout=None, join_grace=slack(30.0),
+        primitives=prims,
     ) as orch:
         # a schedule with one preemption: M arrives first, then ubatch 1 overtakes ubatch 0
         first = _run_protocol(orch, proto, [], None)
@@ -439,9 +438,9 @@ def test_replaying_a_schedule_reproduces_it():
 
 
 def _double_turn(monkeypatch):
-    import dbo._context as context
+    from dbo.testing import StepState
 
-    orig = context.StepState.pass_turn
+    orig = StepState.pass_turn
 
     def pass_turn_to_two(self, ubatch_id, reason):
         nxt = orig(self, ubatch_id, reason)
@@ -451,11 +450,11 @@ def _double_turn(monkeypatch):
                 self.give_turn(other)
         return nxt
 
-    monkeypatch.setattr(context.StepState, "pass_turn", pass_turn_to_two)
+    monkeypatch.setattr(StepState, "pass_turn", pass_turn_to_two)
 
 
 def _exit_without_handoff(monkeypatch):
-    import dbo._context as context
+    from dbo.testing import UBatchContext
 
     def exit_(self):
         if self.fault_hook is not None:
@@ -463,11 +462,11 @@ def _exit_without_handoff(monkeypatch):
         self.maybe_run_recv_hook()
         self.step.mark_exited(self.id)  # ... and forgets to pass the turn on
 
-    monkeypatch.setattr(context.UBatchContext, "exit", exit_)
+    monkeypatch.setattr(UBatchContext, "exit", exit_)
 
 
 def _abort_without_wakeup(monkeypatch):
-    import dbo._context as context
+    from dbo.testing import StepState
 
     def abort(self, ubatch_id, exc):
         with self._abort_lock:
@@ -476,7 +475,7 @@ def _abort_without_wakeup(monkeypatch):
             self.aborted = True
         self.barrier.abort()  # ... and forgets to release the turn locks
 
-    monkeypatch.setattr(context.StepState, "abort", abort)
+    monkeypatch.setattr(StepState, "abort", abort)
 
 
 @pytest.mark.parametrize(
@@ -493,4 +492,4 @@ def test_exploration_catches_a_broken_protocol(mutate, fault, expect, monkeypatc
     started = time.monotonic()
     with pytest.raises(AssertionError, match=expect):
         _explore_protocol(3, 1, bound=1, fault=fault, points="hooks")
-    assert time.monotonic() - started < 30.0  # found at once, not after a handoff timeout
+    assert time.monotonic() - started < slack(30.0)  # found at once, not after a handoff timeout

@@ -26,18 +26,12 @@ from dbo.api import (
 )
 from dbo.streams import current_stream
 from dbo.testing import with_seams
+from tests.support.faults import Injected
+from tests.support.orchestrators import BACKENDS
+from tests.support.orchestrators import orchestrator as _orch
+from tests.support.timing import slack
 
-BACKENDS = ["threads", "virtual"]
-FAULT_BOUND_S = 5.0  # every injected fault must end the step well within this
-
-
-class Injected(Exception):
-    """The exception our fault injection raises."""
-
-
-def _orch(n, backend="threads", **kw):
-    kw.setdefault("handoff_timeout", 10.0)
-    return dbo.UBatchOrchestrator(num_ubatches=n, backend=backend, **kw)
+FAULT_BOUND_S = slack(5.0)  # every injected fault must end the step well within this
 
 
 class Recorder:
@@ -356,7 +350,7 @@ def test_step_hung_when_a_thread_cannot_unwind():
 
 
 def test_step_timeout_aborts_a_step_that_never_yields():
-    with _orch(2, step_timeout=0.3, join_grace=3.0) as orch:
+    with _orch(2, step_timeout=0.3, join_grace=slack(3.0)) as orch:
         # ubatch 1 has exited; ubatch 0 loops without yielding, so no turn wait can time out
         def fn(uid):
             if uid == 0:

@@ -9,9 +9,10 @@ import pytest
 
 import dbo
 from dbo import registry
-from dbo.registry import current_ubatch_id, register, registered_ubatch_id, use_ubatch, unregister
+from dbo.registry import current_ubatch_id, register, registered_ubatch_id, unregister, use_ubatch
+from tests.support.timing import slack
 
-JOIN_S = 5.0
+JOIN_S = slack(5.0)
 
 
 def run_thread(fn, name: str) -> threading.Thread:

@@ -36,16 +36,14 @@ from hypothesis.stateful import (
 import dbo
 from dbo import registry
 from dbo.api import dbo_yield
+from dbo.testing import with_seams
+from tests.support.faults import Injected
+from tests.support.isolation import Isolation
+from tests.support.orchestrators import HANDOFF_TIMEOUT
+from tests.support.timing import slack
+from tests.support.views import DTYPES, as_bytes, pattern
 from workspace import WorkspaceLockedError, WorkspaceManager
 from workspace.layout import canonical_request, plan
-
-from tests.stress.test_stress_isolation import DTYPES, Isolation, as_bytes, pattern
-from dbo.testing import with_seams
-
-
-class Injected(Exception):
-    """The fault a step may inject."""
-
 
 specs_strategy = st.lists(
     st.tuples(
@@ -127,7 +125,7 @@ class DBOWorkspaceMachine(RuleBasedStateMachine):
         self.ws = WorkspaceManager("cpu", n, growth=growth)
         self.model = Model(n, growth)
         self.orch = dbo.UBatchOrchestrator(
-            n, backend=backend, stream_layout=layout, handoff_timeout=10.0, step_timeout=60.0
+            n, backend=backend, stream_layout=layout, handoff_timeout=HANDOFF_TIMEOUT, step_timeout=slack(60.0)
         )
         self.allocations_at_lock: int | None = None
         self.steps = 0

@@ -1,5 +1,6 @@
-"""The per-test limits scale with --stress-count (tests/conftest.py), and the faulthandler
-backstop fires after pytest-timeout, never before it (docs/testing.md, "Timeouts and the segfault")."""
+"""The per-test limits scale with --stress-count (tests/conftest.py), the faulthandler backstop
+fires after pytest-timeout, never before it (docs/testing.md, "Timeouts and the segfault"), and
+the slack factor for wall-clock bounds (DBO_TEST_SLACK, tests/support/timing.py) is read strictly."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
+from tests.support.timing import ENV, read_slack, slack
+
 PROBE = "DBO_TIMEOUT_PROBE"
 
 
@@ -58,7 +60,7 @@ def _probe(count: int, timeout: float, fh_timeout: float) -> subprocess.Complete
         "-o", f"timeout={timeout}", "-o", f"faulthandler_timeout={fh_timeout}",
     ]  # fmt: skip
     env = {**os.environ, PROBE: "1"}
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=90)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=slack(90))
 
 
 def test_scaled_limits_hold_in_a_real_session():
@@ -78,6 +80,22 @@ def test_scaled_limits_hold_in_a_real_session():
 
 def test_stress_count_below_one_is_a_usage_error():
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--co", "--stress-count=0", "tests/runtime/test_timeouts.py"]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=90)
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=slack(90))
     assert r.returncode == 4, r.stdout + r.stderr
     assert "--stress-count must be >= 1, got 0" in r.stderr
+
+
+def test_the_slack_factor_is_one_unless_set_and_never_below_one():
+    assert read_slack(None) == 1.0 and read_slack("") == 1.0 and read_slack(" ") == 1.0
+    assert read_slack("1") == 1.0 and read_slack("2.5") == 2.5
+    for bad in ("0.5", "0", "-2", "abc", "inf", "nan"):
+        with pytest.raises(ValueError, match=ENV):
+            read_slack(bad)
+
+
+def test_a_bad_slack_factor_is_a_usage_error():
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--co", "tests/runtime/test_timeouts.py"]
+    env = {**os.environ, ENV: "fast"}
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=slack(90))
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert f"{ENV} must be a number >= 1, got 'fast'" in r.stderr

@@ -10,14 +10,13 @@ import torch
 
 import dbo
 from dbo import costs
-from dbo.costs import _roofline
-from dbo.costs._roofline import (
+from dbo.costs import (
     DeviceProfile,
     HostCosts,
-    syncs_host,
     LinkProfile,
     Transfer,
     Work,
+    _roofline,  # its process-global profile and link tables: no public name
     elementwise,
     get_link,
     get_profile,
@@ -26,6 +25,7 @@ from dbo.costs._roofline import (
     scale_link,
     scale_profile,
     seconds_for,
+    syncs_host,
     tensor_bytes,
     transfer_time,
 )
@@ -207,7 +207,8 @@ def test_scale_profile_divides_every_kernel_time():
 
 
 def test_gemm_efficiency_is_monotone_and_saturates():
-    from dbo.costs import DeviceProfile as DP, kernel_time as kt
+    from dbo.costs import DeviceProfile as DP
+    from dbo.costs import kernel_time as kt
 
     p = DP("e", 1e12, 1e15, 0.0, gemm_knee=(64.0, 32.0, 16.0))
     effs = []
@@ -222,7 +223,8 @@ def test_gemm_efficiency_is_monotone_and_saturates():
 
 
 def test_min_kernel_and_bytes_knee():
-    from dbo.costs import DeviceProfile as DP, kernel_time as kt
+    from dbo.costs import DeviceProfile as DP
+    from dbo.costs import kernel_time as kt
 
     p = DP("m", 1e12, 1e12, 1e-6, min_kernel=2e-6, bytes_knee=1e6)
     assert kt(Work(), p) == pytest.approx(1e-6 + 2e-6)

@@ -6,8 +6,18 @@ import numpy as np
 import pytest
 import torch
 
-from dbo.costs import DeviceProfile, HostCosts, Work, kernel_time
-from dbo.costs import FitError, fit_device, fit_host, fit_launch_costs, fit_profile, predict
+from dbo.costs import (
+    DeviceProfile,
+    FitError,
+    Work,
+    fit_device,
+    fit_host,
+    fit_launch_costs,
+    fit_profile,
+    kernel_time,
+    predict,
+)
+from tests.support.profiles import gemm_sample as _gemm
 
 TRUE = DeviceProfile(
     "true",
@@ -19,11 +29,6 @@ TRUE = DeviceProfile(
     gemm_knee=(64.0, 32.0, 48.0),
     bytes_knee=2e5,
 )
-
-
-def _gemm(m, n, k, dt):
-    isz = 2 if dt == "bfloat16" else 4
-    return ("gemm", (m, n, k), dt, (m * k + k * n + m * n) * isz)
 
 
 def _samples(noise: float, seed: int = 0):

@@ -9,6 +9,7 @@ from dbo import StreamError, StreamTimeout
 from dbo.registry import use_ubatch
 from dbo.streams import CudaBackend, get_backend, use_stream
 from dbo.trace import Tracer
+from tests.support.timing import slack
 
 pytestmark = [
     pytest.mark.cuda,
@@ -20,7 +21,7 @@ needs_sleep = pytest.mark.skipif(not hasattr(torch.cuda, "_sleep"), reason="need
 
 @pytest.fixture
 def cb():
-    with get_backend("cuda", timeout=60) as b:
+    with get_backend("cuda", timeout=slack(60)) as b:
         yield b
 
 

@@ -19,6 +19,7 @@ from dbo.registry import use_ubatch
 from dbo.streams import set_stream, use_stream
 from dbo.streams.cuda import CudaBackend
 from dbo.trace import Tracer
+from tests.support.timing import slack
 
 
 class FakeTorchStream:
@@ -113,7 +114,7 @@ def fake(monkeypatch):
 
 @pytest.fixture
 def cb(fake):
-    b = CudaBackend(device="cuda:0", timeout=5)
+    b = CudaBackend(device="cuda:0", timeout=slack(5))
     fake.kernel_streams.clear()  # the spin calibration's kernels
     fake.enters = fake.set_streams = 0
     try:
@@ -200,7 +201,7 @@ def test_per_thread_current_streams(fake, cb):
     for t in ts:
         t.start()
     for t in ts:
-        t.join(10)
+        t.join(slack(10))
     assert not errors and not any(t.is_alive() for t in ts)
     assert seen["a"] == [a.torch_stream] * 20 and seen["b"] == [b.torch_stream] * 20
     assert fake.enters == 0

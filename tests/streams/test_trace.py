@@ -12,6 +12,7 @@ from dbo.costs import DeviceProfile, Transfer
 from dbo.registry import use_ubatch
 from dbo.streams import KernelRecord, get_backend
 from dbo.trace import HOST_PID, STREAMS_PID, Tracer, ubatch_track
+from tests.support.timing import slack
 
 
 def _sample() -> Tracer:
@@ -146,7 +147,7 @@ def test_handoff_from_the_main_thread():
 def test_concurrent_recording_loses_nothing():
     tr = Tracer()
     n, per = 4, 500
-    barrier = threading.Barrier(n, timeout=10)
+    barrier = threading.Barrier(n, timeout=slack(10))
 
     def work(i: int) -> None:
         barrier.wait()
@@ -158,7 +159,7 @@ def test_concurrent_recording_loses_nothing():
     for t in threads:
         t.start()
     for t in threads:
-        t.join(10)
+        t.join(slack(10))
     assert not any(t.is_alive() for t in threads)
     assert len(tr.records) == n * per and len(tr.spans) == n * per
     for i in range(n):
@@ -185,7 +186,7 @@ def test_backend_records_kernels_with_ubatch_ids():
 
 def test_threads_backend_records_on_its_clock():
     tr = Tracer()
-    with get_backend("threads", tracer=tr, timeout=10) as b:
+    with get_backend("threads", tracer=tr, timeout=slack(10)) as b:
         s = b.new_stream("compute")
         t0 = b.now()
         x = torch.zeros(4)

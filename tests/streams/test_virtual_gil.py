@@ -11,14 +11,12 @@ import json
 import pytest
 import torch
 
-from dbo.costs import DeviceProfile, HostCosts, OpCost
+from dbo.costs import DeviceProfile, OpCost
 from dbo.streams import VirtualBackend
 from dbo.streams.virtual import HostGil
 from dbo.trace import Tracer
-
-US = 1e-6
-MS = 1e-3
-
+from tests.support.profiles import MS, US, host_profile
+from tests.support.profiles import kernels_by_name as kernels
 
 # --- the walk over the host's busy intervals ------------------------------------------------------
 
@@ -83,17 +81,13 @@ def test_prune_forgets_only_what_ended_before():
 
 def prof(hold: float = 5 * MS, calls: int = 4) -> DeviceProfile:
     ops = {"k": OpCost(gil_calls=calls)}
-    return DeviceProfile("t", 1e12, 1e12, 0.0, host=HostCosts(launch=10 * US, handoff=10 * US, idle_hold=hold, ops=ops))
-
-
-def kernels(tr: Tracer) -> dict:
-    return {k.name: k for k in tr.kernels()}
+    return host_profile(launch=10 * US, handoff=10 * US, idle_hold=hold, ops=ops)
 
 
 def _start_then_python(b: VirtualBackend, s, python: float) -> float:
-    """Launch ``k a`` (100 us, 4 GIL returns) onto an idle device, hand the turn over (the device
+    """Launch ``k a`` (op ``k``: 100 us, 4 GIL returns) onto an idle device, hand the turn over (the device
     wakes), run ``python`` seconds of host code, sync. Returns when the kernel started."""
-    s.launch(None, name="k a", cost=100 * US)
+    s.launch(None, name="k a", cost=100 * US, op="k")
     b.host_event("yield")  # the host blocks for a handoff: the device wakes and k starts
     started = b.now() - 10 * US
     b.advance(python)  # then the next ubatch runs Python
@@ -141,13 +135,13 @@ def test_ops_issued_after_a_waiting_kernel_keep_their_order_and_times():
     tr = Tracer()
     with VirtualBackend(profile=prof(), tracer=tr) as b:
         s, s2 = b.new_stream("s"), b.new_stream("s2")
-        s.launch(None, name="k a", cost=100 * US)
+        s.launch(None, name="k a", cost=100 * US, op="k")
         b.host_event("yield")
         ev = b.new_event()
         ev.record(s)  # behind k a, which waits on the host's Python
         s2.wait_event(ev)
         s2.launch(None, name="plain b", cost=50 * US)
-        s.launch(None, name="k c", cost=100 * US)
+        s.launch(None, name="k c", cost=100 * US, op="k")
         b.advance(1 * MS)
         b.synchronize()
         r = kernels(tr)
@@ -161,7 +155,7 @@ def test_a_kernel_that_runs_while_the_host_waits_is_not_slowed():
     tr = Tracer()
     with VirtualBackend(profile=prof(), tracer=tr) as b:
         s = b.new_stream("s")
-        s.launch(None, name="k a", cost=100 * US)
+        s.launch(None, name="k a", cost=100 * US, op="k")
         b.host_event("yield")
         b.host_event("yield")  # handoffs: the host waits, it does not run Python
         s.synchronize()
@@ -202,10 +196,10 @@ def test_count_gil_calls_counts_every_op_of_both_schedules():
     from demos.moe.config import OverlapConfig
 
     got = count_gil_calls([OverlapConfig(tokens=16, hidden=64, layers=1, schedule=s) for s in ("ht", "ll")])
-    for op in ("attn_qkv", "attn_context", "router", "shared", "finalize", "experts/_k_experts", "experts/_k_experts_ll"):
+    for op in ("attn_qkv", "attn_context", "router", "shared", "finalize", "experts", "experts_ll"):
         assert got[op] >= 1, op
     assert got["finalize"] == 2  # h.add_(routed).add_(shared)
-    assert got["experts/_k_experts"] > got["experts/_k_experts_ll"]  # the ht experts loop over experts
+    assert got["experts"] > got["experts_ll"]  # the ht experts loop over experts
 
 
 # --- the lazy queue never loses or reorders anything ---------------------------------------------------
@@ -235,14 +229,14 @@ def _play(actions, profile):
         for n, a in enumerate(actions):
             if a[0] == "launch":
                 _, i, op, us = a
-                ss[i].launch(None, name=f"{op} {n}", cost=us * US)
+                ss[i].launch(None, name=f"{op} {n}", cost=us * US, op=op if op == "k" else None)
                 launched.append((f"{op} {n}", ss[i].name, us * US))
                 ev = b.new_event()
                 ev.record(ss[i])
                 last[i] = (ev, f"{op} {n}")
             elif a[0] == "comm":
                 _, i, us = a
-                ss[i].launch(None, name=f"k {n}", kind="comm", cost=us * US)
+                ss[i].launch(None, name=f"k {n}", kind="comm", cost=us * US, op="k")
                 launched.append((f"k {n}", ss[i].name, us * US))
             elif a[0] == "wait":
                 i = a[1]

@@ -9,16 +9,13 @@ import pytest
 import torch
 
 import dbo
-from dbo.costs import DeviceProfile, HostCosts, OpCost, Work, get_profile, kernel_time, syncs_host
+from dbo.costs import DeviceProfile, OpCost, Work, get_profile, kernel_time, syncs_host
 from dbo.streams import VirtualBackend, set_stream
 from dbo.trace import Tracer
-
-US = 1e-6
-
-
-def prof(**host) -> DeviceProfile:
-    """A device with 1 TFLOP/s and 1 TB/s, no per-kernel overhead, and the given host costs."""
-    return DeviceProfile("t", 1e12, 1e12, 0.0, host=HostCosts(**host))
+from tests.support.orchestrators import HANDOFF_TIMEOUT
+from tests.support.profiles import US
+from tests.support.profiles import host_profile as prof
+from tests.support.timing import slack
 
 
 def test_launch_bound_step_takes_launches_times_the_launch_cost():
@@ -36,12 +33,12 @@ def test_op_kernel_counts_and_extras_cost_host_and_device_time():
     )
     with VirtualBackend(profile=p) as b:
         s = b.new_stream("s")
-        s.launch(None, name="big L0 u0", cost=Work())
+        s.launch(None, name="big L0 u0", cost=Work(), op="big")
         assert b.now() == pytest.approx((2 + 4 * 3 + 5) * US)
         t0 = b.now()
         s.launch(None, name="other", cost=Work())
         assert b.now() - t0 == pytest.approx((2 + 3) * US)
-        assert b.kernel_seconds("compute", Work(), (), name="big") == pytest.approx(4 * US)  # 4 x min_kernel
+        assert b.kernel_seconds("compute", Work(), (), op="big") == pytest.approx(4 * US)  # 4 x min_kernel
 
 
 def test_a_kernel_never_starts_before_its_launch_on_the_host_clock():
@@ -167,7 +164,7 @@ def test_host_events_and_unknown_events():
 
 def _step_time(p: DeviceProfile, yields: int) -> tuple[float, int]:
     with VirtualBackend(profile=p) as b:
-        with dbo.UBatchOrchestrator(2, backend=b, handoff_timeout=10.0) as orch:
+        with dbo.UBatchOrchestrator(2, backend=b, handoff_timeout=HANDOFF_TIMEOUT) as orch:
 
             def body(_):
                 for _ in range(yields):
@@ -179,7 +176,7 @@ def _step_time(p: DeviceProfile, yields: int) -> tuple[float, int]:
             return b.now() - t0, orch.last_step_handoffs
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(slack(60))
 def test_a_dbo_step_pays_handoffs_and_thread_start_and_join():
     base, n0 = _step_time(prof(), 5)
     costly, n1 = _step_time(prof(handoff=100 * US, thread_start=1e-3, thread_join=1e-4), 5)
@@ -187,7 +184,7 @@ def test_a_dbo_step_pays_handoffs_and_thread_start_and_join():
     assert costly - base == pytest.approx(n1 * 100 * US + 2 * 1e-3 + 2 * 1e-4, rel=1e-6)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(slack(60))
 def test_threaded_factor_applies_only_while_ubatch_threads_are_live():
     with VirtualBackend(profile=prof(launch=10 * US, threaded=2.0)) as b:
         s = b.new_stream("s")
@@ -238,7 +235,7 @@ def test_host_spans_and_handoffs_line_up_with_the_host_clock():
     tr = Tracer()
     p = prof(launch=5 * US, handoff=2 * US, sync=1 * US)
     with VirtualBackend(profile=p, tracer=tr) as b:
-        with dbo.UBatchOrchestrator(2, backend=b, handoff_timeout=10.0) as orch:
+        with dbo.UBatchOrchestrator(2, backend=b, handoff_timeout=HANDOFF_TIMEOUT) as orch:
 
             def body(_):
                 dbo.launch(None, cost=1e-4)
@@ -267,13 +264,13 @@ def test_an_ops_device_correction_applies_to_its_kernels_only():
     tr = Tracer()
     with VirtualBackend(profile=p, tracer=tr) as b:
         s = b.new_stream("s")
-        s.launch(None, name="router L0 u0", cost=1e-3)
-        s.launch(None, name="shared L0 u0", cost=1e-3)
+        s.launch(None, name="router L0 u0", cost=1e-3, op="router", layer=0)
+        s.launch(None, name="shared L0 u0", cost=1e-3, op="shared", layer=0)
         s.synchronize()
-        d = {r.name.split()[0]: r.duration for r in tr.kernels()}
+        d = {r.op: r.duration for r in tr.kernels()}
         assert d["router"] == pytest.approx(40 * US + 3e-3)
         assert d["shared"] == pytest.approx(1e-3)
-        assert b.kernel_seconds("compute", 1e-3, (), name="router L1 u1") == pytest.approx(40 * US + 3e-3)
+        assert b.kernel_seconds("compute", 1e-3, (), op="router") == pytest.approx(40 * US + 3e-3)
 
 
 def test_a_marked_kernel_does_not_sync_a_host_whose_kernels_run_elsewhere():
@@ -332,20 +329,20 @@ def test_a_stream_moving_to_the_other_engine_pays_the_wake_up_latency():
         assert r["m1"].start == pytest.approx(r["c2"].end + 10 * US)
 
 
-def test_an_op_entry_for_one_kernel_function_wins_over_the_plain_op():
+def test_two_implementations_of_one_op_declare_two_ops_with_their_own_corrections():
     def impl_a():
         pass
 
     def impl_b():
         pass
 
-    p = prof(ops={"experts": OpCost(scale=2.0), "experts/impl_b": OpCost(scale=5.0)})
+    p = prof(ops={"experts": OpCost(scale=2.0), "experts_b": OpCost(scale=5.0)})
     tr = Tracer()
     with VirtualBackend(profile=p, tracer=tr) as b:
         s = b.new_stream("s")
-        s.launch(impl_a, name="experts L0 u0", cost=1e-3)
-        s.launch(impl_b, name="experts L1 u0", cost=1e-3)
-        s.launch(None, name="experts L2 u0", cost=1e-3)
+        s.launch(impl_a, name="experts L0 u0", cost=1e-3, op="experts")
+        s.launch(impl_b, name="experts L1 u0", cost=1e-3, op="experts_b")
+        s.launch(None, name="experts L2 u0", cost=1e-3, op="experts")
         s.synchronize()
         d = {r.name: r.duration for r in tr.kernels()}
         assert d["experts L0 u0"] == pytest.approx(2e-3)
@@ -356,10 +353,10 @@ def test_an_op_entry_for_one_kernel_function_wins_over_the_plain_op():
 def test_the_ops_fixed_part_runs_slower_while_ubatch_threads_are_live():
     p = dataclasses.replace(prof(ops={"router": OpCost(device=40 * US, scale=2.0)}), fixed_threaded=3.0)
     with VirtualBackend(profile=p) as b:
-        assert b.kernel_seconds("compute", 1e-3, (), name="router L0 u0") == pytest.approx(40 * US + 2e-3)
+        assert b.kernel_seconds("compute", 1e-3, (), op="router") == pytest.approx(40 * US + 2e-3)
         b.host_event("thread_start")
         b.host_event("thread_start")
-        assert b.kernel_seconds("compute", 1e-3, (), name="router L0 u0") == pytest.approx(120 * US + 2e-3)
+        assert b.kernel_seconds("compute", 1e-3, (), op="router") == pytest.approx(120 * US + 2e-3)
         b.host_event("thread_join")
         b.host_event("thread_join")
     with pytest.raises(ValueError, match="fixed_threaded must be >= 1"):

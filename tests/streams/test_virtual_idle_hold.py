@@ -12,17 +12,12 @@ import pytest
 from dbo.costs import DeviceProfile, HostCosts
 from dbo.streams import VirtualBackend
 from dbo.trace import Tracer
-
-US = 1e-6
-MS = 1e-3
+from tests.support.profiles import MS, US, host_profile
+from tests.support.profiles import kernels_by_name as kernels
 
 
 def prof(hold: float, **host) -> DeviceProfile:
-    return DeviceProfile("t", 1e12, 1e12, 0.0, host=HostCosts(launch=10 * US, idle_hold=hold, **host))
-
-
-def kernels(tr: Tracer) -> dict:
-    return {k.name: k for k in tr.kernels()}
+    return host_profile(launch=10 * US, idle_hold=hold, **host)
 
 
 def _burst(b: VirtualBackend, s, n: int = 5, python: float = 200 * US) -> None:

@@ -24,10 +24,11 @@ import torch
 import dbo
 from dbo import registry
 from dbo.api import dbo_yield
-from workspace import WorkspaceManager
-
-from tests.stress.test_stress_isolation import DTYPES, as_bytes, pattern
 from dbo.testing import with_seams
+from tests.support.orchestrators import HANDOFF_TIMEOUT
+from tests.support.timing import slack
+from tests.support.views import DTYPES, as_bytes, pattern
+from workspace import WorkspaceManager
 
 HANDOFFS = 10_000
 SWITCH_INTERVAL = 1e-6
@@ -139,7 +140,8 @@ def run_noisy(steps: list[NoisyStep]) -> tuple[int, int]:
             key = (step.n, step.backend, step.layout)
             if key not in orchs:
                 orchs[key] = dbo.UBatchOrchestrator(
-                    step.n, backend=step.backend, stream_layout=step.layout, handoff_timeout=10.0, step_timeout=60.0
+                    step.n, backend=step.backend, stream_layout=step.layout, handoff_timeout=HANDOFF_TIMEOUT,
+                    step_timeout=slack(60.0),
                 )
             orch = orchs[key]
             ws = managers.setdefault(step.n, WorkspaceManager("cpu", step.n))
@@ -212,9 +214,9 @@ def test_switch_interval_is_restored_after_a_failure():
 def test_noise_harness_catches_a_double_turn(monkeypatch):
     """Positive control: a runtime that wakes two ubatches at once, with its own holder check
     disabled, is caught by this file's alternation checks (not by the runtime)."""
-    import dbo._context as context
+    from dbo.testing import StepState
 
-    orig_yield, orig_bad_wake = context.StepState.yield_turn, context.StepState._bad_wake
+    orig_yield, orig_bad_wake = StepState.yield_turn, StepState._bad_wake
 
     def yield_waking_two(self, ubatch_id):
         other = self._next[self._next[ubatch_id]]
@@ -230,8 +232,8 @@ def test_noise_harness_catches_a_double_turn(monkeypatch):
             return  # ignore "woke but the turn is with someone else"
         orig_bad_wake(self, ubatch_id, acquired)
 
-    monkeypatch.setattr(context.StepState, "yield_turn", yield_waking_two)
-    monkeypatch.setattr(context.StepState, "_bad_wake", lenient_bad_wake)
+    monkeypatch.setattr(StepState, "yield_turn", yield_waking_two)
+    monkeypatch.setattr(StepState, "_bad_wake", lenient_bad_wake)
     steps = [s for s in draw_steps(seed=3, handoffs=2000) if s.n >= 3][:6]
     with pytest.raises(AssertionError, match="segment|order|handoff"):
         run_noisy(steps)

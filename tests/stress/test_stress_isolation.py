@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import random
 import time
-import threading
 import weakref
 from dataclasses import dataclass
 
@@ -27,115 +26,20 @@ from dbo.api import (
     dbo_yield_and_switch_from_compute_to_comm,
 )
 from dbo.streams import current_stream
+from tests.support.isolation import Isolation
+from tests.support.orchestrators import BACKENDS, LAYOUTS, orchestrator
+from tests.support.timing import slack
+from tests.support.views import DTYPES, as_bytes, extent, pattern
 from workspace import WorkspaceLockedError, WorkspaceManager
 from workspace.layout import canonical_request, plan
+from workspace.tracking import LiveBytesTracker
 
-BACKENDS = ["threads", "virtual"]
-LAYOUTS = ["per-ubatch", "shared"]
-DTYPES = (
-    torch.uint8,
-    torch.int8,
-    torch.bool,
-    torch.float16,
-    torch.bfloat16,
-    torch.int16,
-    torch.int32,
-    torch.float32,
-    torch.int64,
-    torch.float64,
-    torch.complex64,
-    torch.complex128,
-)
-HANDOFF_TIMEOUT = 10.0
 MiB = 1 << 20
 
 
 def _orch(n, backend="virtual", layout="per-ubatch", **kw):
-    kw.setdefault("handoff_timeout", HANDOFF_TIMEOUT)
-    kw.setdefault("step_timeout", 60.0)
-    return dbo.UBatchOrchestrator(num_ubatches=n, backend=backend, stream_layout=layout, **kw)
-
-
-# ---------------------------------------------------------------------------------------------
-# byte ranges
-
-
-def extent(t: torch.Tensor) -> tuple[int, int]:
-    """The bytes ``t`` can touch: [storage start + storage_offset * itemsize, + strided extent)."""
-    start = t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
-    if t.numel() == 0:
-        return start, start
-    span = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1
-    return start, start + span * t.element_size()
-
-
-def pattern(key: int, nbytes: int) -> torch.Tensor:
-    """Bytes unique (with overwhelming probability) to ``key``."""
-    g = torch.Generator().manual_seed(key)
-    return torch.randint(0, 256, (nbytes,), generator=g, dtype=torch.uint8)
-
-
-def as_bytes(view: torch.Tensor) -> torch.Tensor:
-    return view.reshape(-1).view(torch.uint8)
-
-
-class Isolation:
-    """Shared checker: the live views of each ubatch, and every problem seen (from any thread)."""
-
-    def __init__(self, ws: WorkspaceManager):
-        self.ws = ws
-        self.live: dict[int, list[tuple[int, int]]] = {}
-        self.problems: list[str] = []
-        self.lock = threading.Lock()
-        self.calls = 0
-
-    def problem(self, msg: str) -> None:
-        with self.lock:
-            self.problems.append(msg)
-
-    def drop(self, uid: int) -> None:
-        with self.lock:
-            self.live[uid] = []
-
-    def handed_out(self, uid: int, views: list[torch.Tensor], specs) -> None:
-        """Check a fresh call's views (in the ubatch thread, right after the call)."""
-        ws = self.ws
-        ranges = ws.slot_ranges()
-        base, size = ranges[ws.slot_of(uid)]
-        exts = []
-        for i, (v, (shape, dtype)) in enumerate(zip(views, specs)):
-            if tuple(v.shape) != tuple(shape) or v.dtype != dtype:
-                self.problem(f"ubatch {uid}: view {i} is {tuple(v.shape)} {v.dtype}, asked {shape} {dtype}")
-            lo, hi = extent(v)
-            exts.append((lo, hi))
-            st = v.untyped_storage()
-            if v.numel() == 0:
-                continue
-            if st.data_ptr() != base or st.nbytes() != size:
-                self.problem(f"ubatch {uid}: view {i} is not carved from slot {uid}'s buffer")
-            if not (base <= lo and hi <= base + size):
-                self.problem(f"ubatch {uid}: view {i} bytes [{lo:#x}, {hi:#x}) outside slot [{base:#x}, +{size})")
-        # the views of one call never overlap
-        nonempty = sorted(e for e in exts if e[1] > e[0])
-        for (a0, a1), (b0, b1) in zip(nonempty, nonempty[1:]):
-            if b0 < a1:
-                self.problem(f"ubatch {uid}: two views of one call overlap ([{a0:#x},{a1:#x}) and [{b0:#x},{b1:#x}))")
-        # slots never share storage
-        held = [(b, n) for b, n in ranges if n > 0]
-        for j, (b0, n0) in enumerate(held):
-            for b1, n1 in held[j + 1:]:
-                if b0 < b1 + n1 and b1 < b0 + n0:
-                    self.problem(f"two slot buffers overlap: {ranges}")
-        with self.lock:
-            self.calls += 1
-            for other, other_ranges in self.live.items():
-                if other == uid:
-                    continue
-                for lo, hi in nonempty:
-                    for o0, o1 in other_ranges:
-                        if lo < o1 and o0 < hi:
-                            self.problems.append(f"ubatch {uid}: a view overlaps a live view of ubatch {other}")
-            self.live[uid] = nonempty
+    kw.setdefault("step_timeout", slack(60.0))
+    return orchestrator(n, backend, layout, **kw)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -381,28 +285,6 @@ def test_growth_from_any_ubatch_at_any_yield_point(n, grower, at, backend, growt
     assert registry.snapshot() == []
 
 
-class Tracked(WorkspaceManager):
-    """Counts live slot-buffer bytes exactly: allocation via ``_allocate``, death via a finalizer."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.live = 0
-        self.peak = 0
-        self.t_lock = threading.Lock()
-
-    def _allocate(self, nbytes):
-        buf = super()._allocate(nbytes)
-        with self.t_lock:
-            self.live += nbytes
-            self.peak = max(self.peak, self.live)
-        weakref.finalize(buf.untyped_storage(), self._freed, nbytes)
-        return buf
-
-    def _freed(self, nbytes):
-        with self.t_lock:
-            self.live -= nbytes
-
-
 @pytest.mark.parametrize("growth", ["lockstep", "deferred-lockstep"])
 @pytest.mark.parametrize("n", [2, 4])
 def test_sibling_views_across_growth_orphaned_or_deferred(n, growth):
@@ -415,7 +297,8 @@ def test_sibling_views_across_growth_orphaned_or_deferred(n, growth):
     the sibling's next call, after it dropped the view. Nothing is orphaned.
     """
     old, new = 1 * MiB, 2 * MiB
-    ws = Tracked("cpu", n, growth=growth)
+    ws = WorkspaceManager("cpu", n, growth=growth)
+    tracker = LiveBytesTracker().attach(ws)  # live and peak bytes of the slot buffers, exactly
     freed: set[int] = set()
     facts: dict[int, dict] = {}
     figures = {}
@@ -430,7 +313,7 @@ def test_sibling_views_across_growth_orphaned_or_deferred(n, growth):
             del v
             (g,) = ws.get_simultaneous(((new,), torch.uint8))  # the growth
             del g
-            figures["live_after_growth"] = ws.live
+            figures["live_after_growth"] = tracker.live
             figures["orphaned_after_growth"] = ws.orphaned_bytes()
             dbo_yield()
             return uid
@@ -442,10 +325,10 @@ def test_sibling_views_across_growth_orphaned_or_deferred(n, growth):
             "freed_while_held": uid in freed,
             "pending": ws.slot_of(uid) in ws.pending_slots(),
         }
-        live_held = ws.live
+        live_held = tracker.live
         del v
         facts[uid]["freed_when_dropped"] = uid in freed
-        facts[uid]["released"] = live_held - ws.live
+        facts[uid]["released"] = live_held - tracker.live
         dbo_yield()
         (w,) = ws.get_simultaneous(((new,), torch.uint8))  # the sibling's own next call
         facts[uid]["next_call_in_slot"] = w.untyped_storage().data_ptr() == ws.slot_ranges()[uid][0]
@@ -464,14 +347,14 @@ def test_sibling_views_across_growth_orphaned_or_deferred(n, growth):
         assert all(facts[u]["released"] == old for u in siblings), facts
         assert figures["orphaned_after_growth"] == (n - 1) * old
         assert figures["live_after_growth"] == n * new + (n - 1) * old
-        assert ws.peak == n * new + (n - 1) * old
+        assert tracker.peak == n * new + (n - 1) * old
     else:
         assert all(facts[u]["is_slot_buffer"] and facts[u]["pending"] for u in siblings), facts
         assert figures["orphaned_after_growth"] == 0
         assert figures["live_after_growth"] == new + (n - 1) * old  # siblings still hold 1 MiB each
-        assert ws.peak == n * new
+        assert tracker.peak == n * new
     assert ws.orphaned_bytes() == 0
-    print(f"\n{growth}, N={n}, {old // MiB} MiB -> {new // MiB} MiB: peak {ws.peak / MiB:.2f} MiB, "
+    print(f"\n{growth}, N={n}, {old // MiB} MiB -> {new // MiB} MiB: peak {tracker.peak / MiB:.2f} MiB, "
           f"orphaned while the siblings hold views {figures['orphaned_after_growth'] / MiB:.2f} MiB")
 
 

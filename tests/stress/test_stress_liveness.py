@@ -33,25 +33,20 @@ from dbo.api import (
     dbo_yield_and_switch_from_compute_to_comm,
 )
 from dbo.streams import current_stream
-from workspace import WorkspaceManager
 from dbo.testing import with_seams
+from tests.support.faults import Injected
+from tests.support.orchestrators import BACKENDS, LAYOUTS, orchestrator
+from tests.support.timing import slack
+from workspace import WorkspaceManager
 
-BACKENDS = ["threads", "virtual"]
-LAYOUTS = ["per-ubatch", "shared"]
 YIELDS = 3  # segment 1 parks recv hooks, segment 2 runs them at a hook site, segment 3 parks exit hooks
-HANDOFF_TIMEOUT = 10.0
-BOUND_S = 3.0
-
-
-class Injected(Exception):
-    """The fault we inject."""
+BOUND_S = slack(3.0)  # stretched like the handoff timeout, so it stays far below it
 
 
 def _orch(n, backend, layout, **kw):
-    kw.setdefault("handoff_timeout", HANDOFF_TIMEOUT)
-    kw.setdefault("step_timeout", 30.0)
-    kw.setdefault("join_grace", 5.0)
-    return dbo.UBatchOrchestrator(num_ubatches=n, backend=backend, stream_layout=layout, **kw)
+    kw.setdefault("step_timeout", slack(30.0))
+    kw.setdefault("join_grace", slack(5.0))
+    return orchestrator(n, backend, layout, **kw)
 
 
 def _ubatch_threads() -> list[str]:
@@ -435,7 +430,7 @@ def test_keyboard_interrupt_in_the_orchestrator_thread_still_ends_the_step():
         if uid == 0:
             ctx = registry.current_context()
             _thread.interrupt_main()  # what Ctrl-C does: KeyboardInterrupt in the main thread
-            deadline = time.monotonic() + 2.0
+            deadline = time.monotonic() + slack(2.0)
             while not (interrupted.is_set() or ctx.step.aborted) and time.monotonic() < deadline:
                 time.sleep(0.001)
         for _ in range(3):

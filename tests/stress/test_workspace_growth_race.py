@@ -20,10 +20,11 @@ import pytest
 import torch
 
 from dbo.registry import use_ubatch
+from tests.support.timing import slack
 from workspace import WorkspaceManager, WorkspaceObserver
 from workspace.policy import POLICIES
 
-JOIN_S = 20.0
+JOIN_S = slack(20.0)
 ROUNDS = 6
 U8 = torch.uint8
 F32 = torch.float32

@@ -57,8 +57,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from dbo.testing import SyncPrimitives, with_seams
 from dbo.orchestrator import UBatchOrchestrator
+from dbo.testing import SyncPrimitives, with_seams
+from tests.support.timing import slack
 
 __all__ = [
     "DRIVER",
@@ -73,6 +74,7 @@ __all__ = [
     "ScheduledOrchestrator",
     "Scheduler",
     "SchedulerError",
+    "WATCHDOG_S",
     "explore",
     "run_controlled",
 ]
@@ -80,7 +82,9 @@ __all__ = [
 DRIVER = "dbo-driver"
 """Name of the thread that runs ``UBatchOrchestrator.run`` under ``run_controlled`` (M)."""
 
-_FREE_RUN_CAP_S = 30.0  # an untimed blocking wait in free-run mode gives up after this long
+_FREE_RUN_CAP_S = slack(30.0)  # an untimed blocking wait in free-run mode gives up after this long
+WATCHDOG_S = slack(10.0)  # the default wall-clock bound on one execution
+_DRIVER_JOIN_S = slack(5.0)  # how long thread M may take to finish once the scheduler stopped
 
 
 class SchedulerError(AssertionError):
@@ -403,7 +407,7 @@ class Scheduler:
         prefix: Sequence[str] = (),
         expected: int | None = None,
         replay: Sequence[tuple[str, ...]] | None = None,
-        watchdog_s: float = 10.0,
+        watchdog_s: float = WATCHDOG_S,
     ):
         self._lock = threading.Lock()
         self._ctl = threading.Condition(self._lock)  # the controller waits here
@@ -647,7 +651,7 @@ def run_controlled(
     expected: int | None,
     prefix: Sequence[str] = (),
     replay: Sequence[tuple[str, ...]] | None = None,
-    watchdog_s: float = 10.0,
+    watchdog_s: float = WATCHDOG_S,
     on_decision: Callable[[Scheduler], None] | None = None,
 ) -> Execution:
     """Run ``target()`` in thread M (named ``DRIVER``) under a new scheduler; return the Execution.
@@ -674,10 +678,12 @@ def run_controlled(
         sched.control(driver)
     except BaseException as exc:
         failure = exc
-    driver.join(watchdog_s + 5.0)
+    driver.join(watchdog_s + _DRIVER_JOIN_S)
     primitives.scheduler = None
     if driver.is_alive():
-        raise SchedulerError(f"thread M did not finish within {watchdog_s + 5.0:g} s after the scheduler stopped")
+        raise SchedulerError(
+            f"thread M did not finish within {watchdog_s + _DRIVER_JOIN_S:g} s after the scheduler stopped"
+        )
     if failure is not None:
         raise failure
     return Execution(

@@ -23,15 +23,17 @@ import torch
 import dbo
 import workspace
 from dbo import races
-from dbo.races import _detector
 from dbo.streams import base as streams_base
 from dbo.streams.inline import InlineEvent, InlineStream
 from dbo.streams.threads import ThreadEvent, ThreadStream
 from dbo.streams.virtual import VirtualEvent, VirtualStream
+from tests.support.paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_SKIP = (os.path.join(ROOT, "dbo", "streams") + os.sep, os.path.join(ROOT, "dbo", "capture", "_guard.py"), os.path.abspath(__file__))
-_MODEL = os.path.join(ROOT, "demos", "moe", "model.py")
+# A site's innermost caller is the first frame outside these (the stream layer, the capture guard, this file).
+SKIPPED = (
+    os.path.join(ROOT, "dbo", "streams") + os.sep, os.path.join(ROOT, "dbo", "capture", "_guard.py"), os.path.abspath(__file__)
+)
+MODEL = os.path.join(ROOT, "demos", "moe", "model.py")  # the model line that led to a site
 _STDLIB = (os.path.abspath(threading.__file__), os.path.abspath(__import__("contextlib").__file__))
 
 
@@ -44,9 +46,9 @@ def _site() -> tuple[str, str | None]:
     inner = model = None
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
-        if inner is None and not path.startswith(_SKIP) and path not in _STDLIB:
+        if inner is None and not path.startswith(SKIPPED) and path not in _STDLIB:
             inner = _rel(path, frame.f_lineno)
-        if path == _MODEL:
+        if path == MODEL:
             model = _rel(path, frame.f_lineno)
             break
         frame = frame.f_back
@@ -107,24 +109,19 @@ class Orders:
         self.kernels: list[tuple] = []
 
     def __enter__(self) -> "Orders":
-        det = _detector._DET
-        self._orig = orig = det.launch
         names: dict[int, str] = {}
 
-        def launch(stream: Any, fn: Any, args: tuple, name: str) -> Any:
-            body = orig(stream, fn, args, name)
-            with det.lock:
-                sid = det.sids[stream]
-                names[sid] = stream.name
-                clock = dict(det.clocks[sid])
-            self.kernels.append((stream.name, clock[sid], tuple(sorted((names.get(k, k), v) for k, v in clock.items()))))
-            return body
+        def launched(stamp: Any) -> None:  # a races launch hook: the stamp's clock as of its launch
+            names[stamp.sid] = stamp.stream
+            order = tuple(sorted((names.get(k, k), v) for k, v in stamp.clock.items()))
+            self.kernels.append((stamp.stream, stamp.seq, order))
 
-        det.launch = launch
+        self._hook = launched
+        races.add_launch_hook(launched)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        del _detector._DET.launch
+        races.remove_launch_hook(self._hook)
 
 
 def demo_step(

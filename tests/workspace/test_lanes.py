@@ -10,6 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import workspace
 from dbo.registry import use_ubatch
+from tests.support.timing import slack
 from workspace import WorkspaceLockedError, WorkspaceManager, current_workspace_lane, use_workspace_lane
 
 U8 = torch.uint8
@@ -139,7 +140,7 @@ def test_new_threads_start_in_lane_zero() -> None:
     with use_workspace_lane(1):
         t = threading.Thread(target=lambda: seen.append(current_workspace_lane()), daemon=True)
         t.start()
-        t.join(5)
+        t.join(slack(5))
     assert seen == [0]
 
 

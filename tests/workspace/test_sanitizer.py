@@ -16,21 +16,16 @@ import workspace
 from dbo.registry import use_ubatch
 from demos.moe.comm import ModelledLinkTransport
 from demos.moe.model import ModelConfig, ToyMoE
+from tests.support.orchestrators import HANDOFF_TIMEOUT
+from tests.support.timing import slack
+from tests.support.workspace_fixtures import sanitizer_off  # noqa: F401 (autouse: each test starts and ends with it off)
 from workspace import WorkspaceManager, sanitizer
 from workspace.sanitizer import Finding, SanitizerError
 
 F32 = torch.float32
 U8 = torch.uint8
-BOUNDS = dict(handoff_timeout=10.0, step_timeout=60.0, join_grace=5.0)
+BOUNDS = dict(handoff_timeout=HANDOFF_TIMEOUT, step_timeout=slack(60.0), join_grace=slack(5.0))
 HERE = os.path.basename(__file__)
-
-
-@pytest.fixture(autouse=True)
-def sanitizer_off():
-    """Every test starts and ends with the sanitizer off."""
-    sanitizer.disable()
-    yield
-    sanitizer.disable()
 
 
 def kinds() -> list[str]:
@@ -44,9 +39,9 @@ def test_importing_is_cheap_and_changes_nothing() -> None:
     code = (
         "import sys, time; import workspace; t = time.perf_counter(); import workspace.sanitizer as s; "
         "dt = time.perf_counter() - t; m = workspace.WorkspaceManager('cpu'); "
-        "print(s.enabled(), 'get_simultaneous' in vars(m), m.observers, dt < 0.5)"
+        f"print(s.enabled(), 'get_simultaneous' in vars(m), m.observers, dt < {slack(0.5)!r})"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=slack(60))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "False", "()", "True"]
 
@@ -153,17 +148,17 @@ def test_a_non_ubatch_thread_touching_a_slot_during_a_step_is_cross_slot() -> No
     def ubatch1() -> None:
         with use_ubatch(1):
             inside.set()
-            release.wait(5)
+            release.wait(slack(5))
 
     t = threading.Thread(target=ubatch1, daemon=True)
     t.start()
     try:
-        assert inside.wait(5)
+        assert inside.wait(slack(5))
         with sanitizer.use_sanitizer():
             x.zero_()  # the main thread, not a ubatch thread, while a step is active
     finally:
         release.set()
-        t.join(5)
+        t.join(slack(5))
     (f,) = sanitizer.findings()
     assert f.kind == "cross-slot" and f.ubatch is None and f.owner == 0
     sanitizer.clear()
@@ -223,7 +218,7 @@ def test_a_helper_registered_as_the_owner_is_not_cross_slot() -> None:
 
     t = threading.Thread(target=helper, daemon=True)
     t.start()
-    t.join(10)
+    t.join(slack(10))
     assert not t.is_alive() and not errors
     assert sanitizer.findings() == []
     with sanitizer.use_sanitizer(), use_ubatch(1):
@@ -417,7 +412,7 @@ def test_no_false_positives_on_the_demo_model(schedule) -> None:
     def run(sanitized: bool) -> torch.Tensor:
         workspace.reset_workspace_manager()
         workspace.init_workspace_manager("cpu", num_ubatches=2)
-        model = ToyMoE(cfg, ModelledLinkTransport("nvlink"), num_slots=2, schedule=schedule)
+        model = ToyMoE(cfg, ModelledLinkTransport("nvlink"), num_ubatches=2, schedule=schedule)
         fn = sanitizer.wrap(model.forward) if sanitized else model.forward
         try:
             with dbo.UBatchOrchestrator(1, backend="virtual", **BOUNDS) as one, dbo.UBatchOrchestrator(
@@ -473,9 +468,9 @@ def test_enable_alone_checks_ubatch_threads_and_kernels_on_any_thread(backend) -
         assert threads[0].startswith("dbo-stream-")
     sanitizer.disable()
     sanitizer.enable("collect")  # hooks are dropped by disable and put back once by enable
-    from dbo.races import _detector
+    from dbo.races import hook_counts
 
-    assert len(_detector._DET.kernel_hooks) == 1 and len(_detector._DET.ubatch_hooks) == 1
+    assert hook_counts()["kernel"] == 1 and hook_counts()["ubatch"] == 1
 
 
 def test_a_kernel_is_judged_as_of_its_launch_on_threads() -> None:
@@ -485,13 +480,13 @@ def test_a_kernel_is_judged_as_of_its_launch_on_threads() -> None:
     gate = threading.Event()
 
     def wait_gate(_: torch.Tensor) -> None:
-        gate.wait(5)
+        gate.wait(slack(5))
 
     def fill(x: torch.Tensor) -> None:
         x.fill_(3)
 
     sanitizer.enable("collect")
-    with dbo.get_backend("threads", timeout=10) as b, use_ubatch(0):
+    with dbo.get_backend("threads", timeout=slack(10)) as b, use_ubatch(0):
         s = b.new_stream("s")
         (x,) = m.get_simultaneous(((32,), F32))
         s.launch(wait_gate, x)

@@ -16,18 +16,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import dbo
 import workspace
 from dbo.registry import use_ubatch
+from tests.support.timing import slack
+from tests.support.views import start_of
 from workspace import WorkspaceLockedError, WorkspaceManager
-from workspace.layout import align_up
 from workspace import manager as manager_mod
-from workspace.layout import canonical_request, canonical_shape, plan
+from workspace.layout import align_up, canonical_request, canonical_shape, plan
 
 MIB = 1024 * 1024
 F32 = torch.float32
-
-
-def start_of(t: torch.Tensor) -> int:
-    """A view's first byte address (also meaningful for empty views, whose data_ptr() is 0)."""
-    return t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
 
 
 def byte_range(t: torch.Tensor) -> tuple[int, int]:
@@ -400,17 +396,17 @@ def test_non_ubatch_thread_during_step_is_refused(ws: WorkspaceManager) -> None:
     def ubatch0() -> None:
         with use_ubatch(0):
             inside.set()
-            release.wait(5)
+            release.wait(slack(5))
 
     t = threading.Thread(target=ubatch0, name="ubatch-0", daemon=True)
     t.start()
     try:
-        assert inside.wait(5)
+        assert inside.wait(slack(5))
         with pytest.raises(dbo.UnregisteredThreadError):
             ws.get_simultaneous(((4,), F32))
     finally:
         release.set()
-        t.join(5)
+        t.join(slack(5))
     assert not t.is_alive()
     assert ws.slot_sizes() == [0, 0]
 

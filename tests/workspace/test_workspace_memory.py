@@ -6,36 +6,39 @@ import json
 import subprocess
 import sys
 import textwrap
-import weakref
 
 import pytest
 import torch
 
 from dbo.registry import use_ubatch
+from tests.support.timing import slack
 from workspace import WorkspaceManager
+from workspace.tracking import LiveBytesTracker
+
+# The tracker's events that these tests read, as (what, nbytes); "flush" is the tests' own marker.
+_READ = ("alloc", "free", "flush")
 
 
 class Tracked(WorkspaceManager):
-    """Logs every buffer allocation and the death of every buffer's storage; keeps a live-bytes count."""
+    """A manager watched by a ``LiveBytesTracker``: every buffer allocation and the death of every
+    buffer's storage, in order (``events``), and the live and peak bytes (``live``, ``peak``)."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("growth", "lockstep")  # these tests pin the seed's eager lockstep growth
         super().__init__(*args, **kwargs)
-        self.events: list[tuple[str, int]] = []
-        self.live = 0
-        self.peak = 0
+        self.tracker = LiveBytesTracker().attach(self)
 
-    def _allocate(self, nbytes: int) -> torch.Tensor:
-        buf = super()._allocate(nbytes)
-        self.live += nbytes
-        self.peak = max(self.peak, self.live)
-        self.events.append(("alloc", nbytes))
-        weakref.finalize(buf.untyped_storage(), self._freed, nbytes)
-        return buf
+    @property
+    def events(self) -> list[tuple[str, int]]:
+        return [(what, nbytes) for what, _slot, nbytes in self.tracker.events if what in _READ]
 
-    def _freed(self, nbytes: int) -> None:
-        self.live -= nbytes
-        self.events.append(("free", nbytes))
+    @property
+    def live(self) -> int:
+        return self.tracker.live
+
+    @property
+    def peak(self) -> int:
+        return self.tracker.peak
 
 
 def test_every_old_buffer_is_freed_before_any_new_one_is_allocated() -> None:
@@ -113,7 +116,7 @@ _PEAK_SCRIPT = textwrap.dedent(
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status (Linux)")
 def test_process_peak_memory_is_new_size_not_old_plus_new() -> None:
-    proc = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT], capture_output=True, text=True, timeout=slack(60))
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     # 64 MiB -> 128 MiB: free-before-allocate peaks near 128 MiB; allocate-then-free near 192 MiB.
@@ -124,7 +127,7 @@ def test_process_peak_memory_is_new_size_not_old_plus_new() -> None:
 def test_cache_flush_hook_runs_between_the_frees_and_the_allocations() -> None:
     class Flushing(Tracked):
         def _release_cached_memory(self) -> None:
-            self.events.append(("flush", 0))
+            self.tracker.events.append(("flush", -1, 0))  # in the tracker's own order of events
             super()._release_cached_memory()  # a no-op on CPU; torch.cuda.empty_cache() on CUDA
 
     m = Flushing("cpu", 2)

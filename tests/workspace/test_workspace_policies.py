@@ -16,17 +16,17 @@ import torch
 import dbo
 import workspace
 from dbo.registry import use_ubatch
+from tests.support.orchestrators import HANDOFF_TIMEOUT
+from tests.support.threads import run_ubatches
+from tests.support.timing import slack
+from tests.support.views import start_of
 from workspace import WorkspaceLockedError, WorkspaceManager
 from workspace.policy import DEFAULT_GROWTH, POLICIES, GrowthPolicy, get_policy, policy_names
 from workspace.tracking import LiveBytesTracker
 
 U8 = torch.uint8
 KiB = 1024
-BOUNDS = dict(handoff_timeout=10.0, step_timeout=30.0, join_grace=5.0)
-
-
-def start_of(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
+BOUNDS = dict(handoff_timeout=HANDOFF_TIMEOUT, step_timeout=slack(30.0), join_grace=slack(5.0))
 
 
 def inside(t: torch.Tensor, rng: tuple[int, int]) -> bool:
@@ -310,30 +310,6 @@ def test_debug_log_names_the_policy_and_the_deferred_reallocation(monkeypatch, c
 # ---------------------------------------------------------------------- threads
 
 
-def _run_threads(n: int, body) -> list:
-    barrier = threading.Barrier(n, timeout=10)
-    results: list = [None] * n
-    errors: list[BaseException] = []
-
-    def main(i: int) -> None:
-        try:
-            with use_ubatch(i):
-                results[i] = body(i, barrier)
-        except BaseException as exc:
-            errors.append(exc)
-            barrier.abort()
-
-    threads = [threading.Thread(target=main, args=(i,), daemon=True, name=f"ub-{i}") for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(20)
-    assert not any(t.is_alive() for t in threads)
-    if errors:
-        raise errors[0]
-    return results
-
-
 def test_deferred_hits_racing_with_a_growing_sibling_never_see_foreign_writes() -> None:
     m = WorkspaceManager("cpu", 2, growth="deferred-lockstep")
     with use_ubatch(0):
@@ -352,7 +328,7 @@ def test_deferred_hits_racing_with_a_growing_sibling_never_see_foreign_writes() 
                 stop.set()
             return 0, 1
         bad = calls = 0
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + slack(10)
         while not stop.is_set() and time.monotonic() < deadline:
             (v,) = m.get_simultaneous(((64,), torch.int64))
             v.fill_(calls)
@@ -361,7 +337,7 @@ def test_deferred_hits_racing_with_a_growing_sibling_never_see_foreign_writes() 
             calls += 1
         return bad, calls
 
-    (bad, calls), _ = _run_threads(2, body)
+    (bad, calls), _ = run_ubatches(2, body, join_s=20.0)
     assert bad == 0 and calls > 0
     assert m.slot_sizes() == [39 * 1024] * 2
     with use_ubatch(0):

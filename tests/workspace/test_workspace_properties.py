@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dbo.registry import use_ubatch
-from demos.bench._suite import reference_views
+from demos.bench import reference_views
+from tests.support.views import start_of
 from workspace import WorkspaceManager
 from workspace.layout import align_up, canonical_request, plan
 
@@ -17,10 +18,6 @@ shapes = st.lists(st.integers(min_value=0, max_value=40), min_size=0, max_size=4
 shape_forms = shapes.flatmap(lambda s: st.sampled_from([tuple(s), list(s), torch.Size(s)]))
 specs = st.tuples(st.one_of(shape_forms, st.integers(min_value=0, max_value=500)), st.sampled_from(DTYPES))
 requests = st.lists(specs, min_size=0, max_size=8)
-
-
-def start_of(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
 
 
 def as_shape(shape) -> tuple[int, ...]:

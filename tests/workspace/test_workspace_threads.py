@@ -14,38 +14,12 @@ import torch
 
 import dbo
 from dbo.registry import use_ubatch
+from tests.support.threads import run_ubatches
+from tests.support.timing import slack
+from tests.support.views import start_of
 from workspace import WorkspaceManager, use_workspace_lane
 
-JOIN_S = 10.0
-
-
-def start_of(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
-
-
-def run_ubatches(n: int, body: Callable[[int, threading.Barrier], Any]) -> list[Any]:
-    """Run ``body(i, barrier)`` as ubatch i on its own daemon thread; return results, re-raise the first error."""
-    barrier = threading.Barrier(n, timeout=JOIN_S)
-    results: list[Any] = [None] * n
-    errors: list[BaseException] = []
-
-    def main(i: int) -> None:
-        try:
-            with use_ubatch(i):
-                results[i] = body(i, barrier)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-            barrier.abort()
-
-    threads = [threading.Thread(target=main, args=(i,), name=f"ubatch-{i}", daemon=True) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(JOIN_S)
-    assert not any(t.is_alive() for t in threads), "ubatch thread did not finish"
-    if errors:
-        raise errors[0]
-    return results
+JOIN_S = slack(10.0)
 
 
 def test_each_ubatch_thread_gets_its_own_slot() -> None:
