@@ -4,6 +4,7 @@ profile, and print the errors (docs/fidelity.md, "Validating").
     python -m demos.calibrate --quick -o my.json
     python -m demos.validate --profile my.json --quick
     python -m demos.validate --h200        # the built-in h200 profile against the H200 measurements
+    python -m demos.validate --deepep      # DeepEP's published H800 all-to-all tables against the model
 
 The work lives in ``demos.fidelity.validation``.
 """
@@ -22,8 +23,9 @@ from dbo.costs import get_profile
 
 from demos.fidelity.calibration import BACKENDS, CalibrationError, calibrate
 from demos.moe.config import ConfigError
-from demos import _cli as cli_common
+import demos._cli as cli_common
 from demos._cli import ProgressLine
+from demos.fidelity import deepep
 from demos.fidelity.validation import MAX_STEPS, RATIOS, SCHEDULES, compare_h200, format_h200, format_table, graph_supported, grid, to_dict, validate
 
 __all__ = ["main", "build_parser"]
@@ -92,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "point (default 3, 1 without --quick)")
     p.add_argument("--h200", action="store_true",
                    help="only compare the built-in h200 profile with the H200 measurements (no runs here)")
+    p.add_argument("--deepep", action="store_true",
+                   help="only compare the EP all-to-all model with DeepEP's published H800 tables (no runs here)")
     p.add_argument("--no-progress", action="store_true", help="no progress line (shown only on a terminal)")
     return p
 
@@ -108,13 +112,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"{parser.prog}: error: {msg}\n")
         return code
 
-    if ns.backend == "cuda" and not ns.h200 and not torch.cuda.is_available():
+    if ns.backend == "cuda" and not ns.h200 and not ns.deepep and not torch.cuda.is_available():
         return fail("--backend cuda needs a CUDA GPU, and torch.cuda.is_available() is False here")
     if ns.json is not None:
         try:
             cli_common.check_output_path(ns.json, "--json")
         except cli_common.OutputPathError as e:
             return fail(str(e))
+    if ns.deepep:
+        records = deepep.compare()
+        cli_common.say(deepep.format_table(records))
+        return _write(ns.json, {"deepep": records}, parser.prog)
     if ns.h200:
         rows = compare_h200()
         cli_common.say(format_h200(rows))
