@@ -8,7 +8,12 @@ the test seams (``dbo.testing``, never imported here). See docs/protocol.md for 
 docs/streams.md for the stream backends.
 """
 
-from dbo import costs, errors, registry, split, streams, trace
+from dbo import costs as costs
+from dbo import errors as errors
+from dbo import registry as registry
+from dbo import split as split
+from dbo import streams as streams
+from dbo import trace as trace
 from dbo.api import (
     dbo_current_ubatch_id,
     dbo_enabled,
@@ -24,7 +29,16 @@ from dbo.api import (
     dbo_yield_and_switch_from_comm_to_compute,
     dbo_yield_and_switch_from_compute_to_comm,
 )
-from dbo.errors import CaptureError, DBOError, HandoffTimeout, StepHung, StreamError, StreamTimeout, UBatchFailed, UnregisteredThreadError
+from dbo.errors import (
+    CaptureError,
+    DBOError,
+    HandoffTimeout,
+    StepHung,
+    StreamError,
+    StreamTimeout,
+    UBatchFailed,
+    UnregisteredThreadError,
+)
 from dbo.orchestrator import STREAM_LAYOUTS, UBatchOrchestrator
 from dbo.registry import use_ubatch
 from dbo.split import merge_outputs, split_batch, split_tokens

@@ -22,8 +22,8 @@ from typing import Any, Callable
 
 from dbo import registry
 from dbo._sites import DBO_DIR, first_frame_outside
-from dbo.errors import HandoffTimeout, RecvHookConflict, DBOError, UBatchAborted
-from dbo.streams import Event, Stream, set_stream, current_stream
+from dbo.errors import DBOError, HandoffTimeout, RecvHookConflict, UBatchAborted
+from dbo.streams import Event, Stream, current_stream, set_stream
 from dbo.trace import ubatch_track
 
 __all__ = ["StepState", "UBatchContext", "FaultHook", "SyncPrimitives", "where_is", "ubatch_main"]
@@ -173,7 +173,9 @@ class StepState:
             if not self.exited[ubatch_id]:
                 return ubatch_id
             if self.tracer is not None:  # the last ubatch to exit: close its host span
-                self.tracer.span(ubatch_track(ubatch_id), reason, self._run_since[ubatch_id], self.clock(), ubatch=ubatch_id)
+                self.tracer.span(
+                    ubatch_track(ubatch_id), reason, self._run_since[ubatch_id], self.clock(), ubatch=ubatch_id
+                )
             return -1
         self.handoffs += 1
         self.host_event("yield")  # host cost of the handoff (virtual backend)
@@ -290,8 +292,7 @@ class UBatchContext:
             if self.step.aborted:
                 raise UBatchAborted(f"ubatch {self.id}: step aborted before start") from None
             raise HandoffTimeout(
-                f"ubatch {self.id} waited {self.step.timeout:g} s at the start barrier; "
-                + self.step.describe_parked(),
+                f"ubatch {self.id} waited {self.step.timeout:g} s at the start barrier; " + self.step.describe_parked(),
                 self.step.parked(),
             ) from None
         self.step.wait_turn(self.id)

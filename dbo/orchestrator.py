@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from dbo import registry
 from dbo._context import StepState, UBatchContext, ubatch_main, where_is
 from dbo.errors import DBOError, HandoffTimeout, StepHung, UBatchFailed
-from dbo.streams import Backend, Stream, get_backend, set_stream, current_stream
+from dbo.streams import Backend, Stream, current_stream, get_backend, set_stream
 from dbo.streams.observer import stream_observer
 
 if TYPE_CHECKING:
@@ -56,8 +56,9 @@ class StepPlan:
     def streams(self) -> list[tuple[Stream, Stream]]:
         return list(self._orch._streams)
 
-    def new_state(self, pairs: Sequence[tuple[Stream, Stream]] | None = None, *, host_costs: bool = True,
-                  fault_hooks: bool = True) -> StepState:
+    def new_state(
+        self, pairs: Sequence[tuple[Stream, Stream]] | None = None, *, host_costs: bool = True, fault_hooks: bool = True
+    ) -> StepState:
         """The handoff state of one step, its contexts built: ubatch i on ``pairs[i]`` (default:
         ``streams``) with two new events of the backend. The test seams' primitives apply
         (``dbo.testing``), their fault hook with ``fault_hooks``; ``host_costs``: the backend's
@@ -70,9 +71,7 @@ class StepPlan:
         if host_costs:
             step.host_event = b.host_event  # host costs of handoffs, thread start/join (virtual backend)
         fault_hook = seams.fault_hook if (fault_hooks and seams is not None) else None
-        step.contexts = [
-            UBatchContext(i, step, *pairs[i], b.new_event(), b.new_event(), fault_hook) for i in range(n)
-        ]
+        step.contexts = [UBatchContext(i, step, *pairs[i], b.new_event(), b.new_event(), fault_hook) for i in range(n)]
         return step
 
     def wait_for_threads(self, step: StepState, started: float) -> None:
@@ -219,8 +218,9 @@ class UBatchOrchestrator:
             return self._run_threads(plan)
 
     @contextlib.contextmanager
-    def prepare_step(self, fn: Callable[[Any], Any], ubatch_inputs: Sequence[Any], *,
-                     action: str = "run") -> Iterator[StepPlan]:
+    def prepare_step(
+        self, fn: Callable[[Any], Any], ubatch_inputs: Sequence[Any], *, action: str = "run"
+    ) -> Iterator[StepPlan]:
         """Validate one step of ``fn`` over ``ubatch_inputs`` and hold the orchestrator for it; yield
         its ``StepPlan``. ``run`` and ``capture`` (``dbo.capture``) both start here, so they refuse
         the same things: DBOError when closed, TypeError for an ``fn`` that is not callable,

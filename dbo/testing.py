@@ -60,8 +60,12 @@ def with_seams(
                 raise TypeError(f"{name} must be callable or None, got {type(value).__name__}")
             changes[name] = value
     if primitives is not _KEEP:
-        if primitives is not None and not (callable(getattr(primitives, "lock", None)) and callable(getattr(primitives, "barrier", None))):
-            raise TypeError(f"primitives must have lock() and barrier(parties, timeout), got {type(primitives).__name__}")
+        if primitives is not None and not (
+            callable(getattr(primitives, "lock", None)) and callable(getattr(primitives, "barrier", None))
+        ):
+            raise TypeError(
+                f"primitives must have lock() and barrier(parties, timeout), got {type(primitives).__name__}"
+            )
         changes["primitives"] = primitives
     new = replace(current, **changes)
     orch._seams = None if new == Seams() else new

@@ -14,11 +14,10 @@ from typing import Sequence
 
 import torch
 
-from dbo.trace import fmt_seconds
-
-from demos.fidelity.calibration import BACKENDS, CalibrationError, CalibrationReport, calibrate
 import demos._cli as cli_common
+from dbo.trace import fmt_seconds
 from demos._cli import ProgressLine
+from demos.fidelity.calibration import BACKENDS, CalibrationError, CalibrationReport, calibrate
 
 __all__ = ["main", "build_parser", "format_summary"]
 
@@ -51,18 +50,23 @@ def format_summary(report: CalibrationReport, profile: object) -> str:
     p = profile
     rates = ", ".join(f"{k} {v / 1e9:.3g} GFLOP/s" for k, v in sorted(p.dtype_flops.items()))  # type: ignore[attr-defined]
     lines.append(
-        f"device     {rates}; memory {p.mem_bandwidth / 1e9:.3g} GB/s; min kernel {fmt_seconds(p.min_kernel)}; "  # type: ignore[attr-defined]
-        f"GEMM knees {', '.join(f'{x:.0f}' for x in p.gemm_knee)}; rms log error of the fit {report.device_rms_log_error:.2f}"  # type: ignore[attr-defined]
+        f"device     {rates}; memory {p.mem_bandwidth / 1e9:.3g} GB/s; "  # type: ignore[attr-defined]
+        f"min kernel {fmt_seconds(p.min_kernel)}; "  # type: ignore[attr-defined]
+        f"GEMM knees {', '.join(f'{x:.0f}' for x in p.gemm_knee)}; "  # type: ignore[attr-defined]
+        f"rms log error of the fit {report.device_rms_log_error:.2f}"
     )
     lines.append(
-        f"wake-up    across engines {us(p.event_latency)} idle, + {us(p.event_latency_threaded)} while ubatch threads run; "  # type: ignore[attr-defined]
-        f"an engine takes {us(p.engine_gap)} between kernels, + {us(p.engine_gap_threaded)} while ubatch threads run; "  # type: ignore[attr-defined]
+        f"wake-up    across engines {us(p.event_latency)} idle, "  # type: ignore[attr-defined]
+        f"+ {us(p.event_latency_threaded)} while ubatch threads run; "  # type: ignore[attr-defined]
+        f"an engine takes {us(p.engine_gap)} between kernels, "  # type: ignore[attr-defined]
+        f"+ {us(p.engine_gap_threaded)} while ubatch threads run; "  # type: ignore[attr-defined]
         f"an idle device waits for running host code up to {fmt_seconds(p.host.idle_hold)}; "  # type: ignore[attr-defined]
         f"ops' fixed part x{p.fixed_threaded:.2f} while ubatch threads run"  # type: ignore[attr-defined]
     )
     ops = p.host.ops  # type: ignore[attr-defined]
     lines.append(
-        "ops        " + "; ".join(
+        "ops        "
+        + "; ".join(
             f"{k} {fmt_seconds(ops[k].device)} + {ops[k].scale:.2g}x"
             + (f" + {ops[k].memory_scale:.2g}x memory" if ops[k].memory_scale else "")
             + (f", {ops[k].gil_calls} GIL call{'' if ops[k].gil_calls == 1 else 's'}" if ops[k].gil_calls else "")

@@ -19,15 +19,14 @@ import sys
 from typing import Any, Callable, Sequence
 
 import dbo
-from dbo import CaptureError
-
 import demos._cli as cli_common
-from demos.moe.config import BACKEND_CHOICES, DTYPE_CHOICES, TOLERANCE, ConfigError, OverlapConfig, resolve
-from demos.moe.model import SCHEDULES
+from dbo import CaptureError
 from demos.experiment.plot import plot_path_problem, plot_timeline
 from demos.experiment.report import format_output_line, format_report, to_dict, trace_of
 from demos.experiment.results import OverlapResult
 from demos.experiment.run import reference_outputs, run
+from demos.moe.config import BACKEND_CHOICES, DTYPE_CHOICES, TOLERANCE, ConfigError, OverlapConfig, resolve
+from demos.moe.model import SCHEDULES
 
 __all__ = [
     "OverlapConfig",
@@ -72,8 +71,11 @@ def run_overlap(config: OverlapConfig | None = None, *, details: dict | None = N
         return None
     if details is not None:
         details.update(
-            records_no_dbo=result.records_no_dbo, records_dbo=result.records_dbo, window=result.window,
-            output_no_dbo=result.output_no_dbo, output_dbo=result.output_dbo,
+            records_no_dbo=result.records_no_dbo,
+            records_dbo=result.records_dbo,
+            window=result.window,
+            output_no_dbo=result.output_no_dbo,
+            output_dbo=result.output_dbo,
         )
         if result.output_reference is not None:
             details["output_reference"] = result.output_reference
@@ -107,7 +109,9 @@ def output_files(result: OverlapResult, report: dict) -> list[tuple[str, str, Ca
     def plot(path: str) -> None:
         w = result.window
         msg = plot_timeline(
-            result.records_dbo, w, path,
+            result.records_dbo,
+            w,
+            path,
             f"DBO ({cfg.schedule}, {cfg.ubatches} ubatches, {result.resolved.backend}): layer {w.layer}",
         )
         if msg is None:
@@ -120,7 +124,11 @@ def output_files(result: OverlapResult, report: dict) -> list[tuple[str, str, Ca
         with open(path, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2)
 
-    for flag, path, write in (("--trace", cfg.trace_path, trace), ("--plot", cfg.plot_path, plot), ("--json", cfg.json_path, json_file)):
+    for flag, path, write in (
+        ("--trace", cfg.trace_path, trace),
+        ("--plot", cfg.plot_path, plot),
+        ("--json", cfg.json_path, json_file),
+    ):
         if path:
             out.append((flag, path, write))
     return out
@@ -147,14 +155,28 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     a = p.add_argument
-    a("--backend", default=d.backend, choices=BACKEND_CHOICES,
-      help="stream backend: threads (real math and wall-clock time on the CPU, transfers sleep), virtual "
-           "(deterministic virtual clock from the cost model), cuda (a GPU), auto (cuda if available, else threads). Default auto")
-    a("--schedule", default=d.schedule, choices=SCHEDULES,
-      help="where each MoE layer yields: ll = low-latency style (one stream, send + recv hook, 2 yields per layer), "
-           "ht = high-throughput style (compute + comm streams, 3 yields per layer). Default ht")
+    a(
+        "--backend",
+        default=d.backend,
+        choices=BACKEND_CHOICES,
+        help="stream backend: threads (real math and wall-clock time on the CPU, transfers sleep), virtual "
+        "(deterministic virtual clock from the cost model), cuda (a GPU), auto (cuda if available, else threads). "
+        "Default auto",
+    )
+    a(
+        "--schedule",
+        default=d.schedule,
+        choices=SCHEDULES,
+        help="where each MoE layer yields: ll = low-latency style (one stream, send + recv hook, 2 yields per layer), "
+        "ht = high-throughput style (compute + comm streams, 3 yields per layer). Default ht",
+    )
     a("--layers", type=int, default=d.layers, help=f"transformer layers (default {d.layers})")
-    a("--tokens", type=int, default=d.tokens, help=f"tokens in the batch, split evenly into the ubatches (default {d.tokens})")
+    a(
+        "--tokens",
+        type=int,
+        default=d.tokens,
+        help=f"tokens in the batch, split evenly into the ubatches (default {d.tokens})",
+    )
     a("--hidden", type=int, default=d.hidden, help=f"hidden size (default {d.hidden})")
     a("--experts", type=int, default=d.experts, help=f"routed experts per layer (default {d.experts})")
     a("--topk", type=int, default=d.topk, help=f"experts per token, at most --experts (default {d.topk})")
@@ -162,49 +184,129 @@ def build_parser() -> argparse.ArgumentParser:
     a("--expert-ffn", type=int, default=None, help="intermediate size of a routed expert (default: --hidden)")
     a("--shared-ffn", type=int, default=None, help="intermediate size of the shared expert (default: 2 x expert ffn)")
     a("--context", type=int, default=None, help="cached context tokens every token attends to (default: --hidden / 2)")
-    a("--shared-chunk", type=int, default=d.shared_chunk, help=f"tokens per shared-expert chunk (default {d.shared_chunk})")
-    a("--ep", type=int, default=None,
-      help="expert-parallel group size assumed by the cost model: each rank reads the weights of experts/ep experts "
-           "(default: experts/8, at least 1)")
-    a("--comm-ratio", type=_float_arg, default=None, metavar="R",
-      help="scale the link bandwidth so that a layer's communication takes R x its compute, measured on the chosen "
-           "backend from a no-DBO step (default 1; with --link, the link is used as given unless --comm-ratio is set)")
-    a("--link", default=None, help="link profile of the modelled transfers: nvlink, ib400, loopback (default nvlink, rescaled)")
+    a(
+        "--shared-chunk",
+        type=int,
+        default=d.shared_chunk,
+        help=f"tokens per shared-expert chunk (default {d.shared_chunk})",
+    )
+    a(
+        "--ep",
+        type=int,
+        default=None,
+        help="expert-parallel group size assumed by the cost model: each rank reads the weights of experts/ep experts "
+        "(default: experts/8, at least 1)",
+    )
+    a(
+        "--comm-ratio",
+        type=_float_arg,
+        default=None,
+        metavar="R",
+        help="scale the link bandwidth so that a layer's communication takes R x its compute, measured on the chosen "
+        "backend from a no-DBO step (default 1; with --link, the link is used as given unless --comm-ratio is set)",
+    )
+    a(
+        "--link",
+        default=None,
+        help="link profile of the modelled transfers: nvlink, ib400, loopback (default nvlink, rescaled)",
+    )
     a("--profile", default=None, help="device profile for modelled compute on virtual: cpu, h200 (default cpu)")
-    a("--meta", action="store_true", default=None,
-      help="meta tensors: shapes only, math skipped (virtual only; automatic there when the weights exceed 1 GiB)")
-    a("--dtype", default=d.dtype, choices=DTYPE_CHOICES,
-      help="compute dtype (default auto: float32, bfloat16 with meta tensors)")
+    a(
+        "--meta",
+        action="store_true",
+        default=None,
+        help="meta tensors: shapes only, math skipped (virtual only; automatic there when the weights exceed 1 GiB)",
+    )
+    a(
+        "--dtype",
+        default=d.dtype,
+        choices=DTYPE_CHOICES,
+        help="compute dtype (default auto: float32, bfloat16 with meta tensors)",
+    )
     a("--steps", type=int, default=d.steps, help=f"timed steps without DBO and again with DBO (default {d.steps})")
-    a("--warmup", type=int, default=d.warmup, help=f"warmup steps of each kind before the workspace is locked (default {d.warmup})")
+    a(
+        "--warmup",
+        type=int,
+        default=d.warmup,
+        help=f"warmup steps of each kind before the workspace is locked (default {d.warmup})",
+    )
     a("--seed", type=int, default=d.seed, help=f"seed of the weights and inputs (default {d.seed})")
-    a("--torch-threads", type=int, default=None,
-      help="torch intra-op threads during the run (default 1 on threads and virtual: the comm executor and the "
-           "ubatch threads need a core too; unchanged on cuda)")
-    a("--stream-layout", default=d.stream_layout, choices=dbo.STREAM_LAYOUTS,
-      help="per-ubatch (default: each ubatch on its own compute and comm streams) or shared "
-           "(as vLLM: one compute and one comm stream for all ubatches)")
-    a("--width", dest="timeline_width", type=int, default=d.timeline_width, help="columns of the ASCII timeline (default 72)")
+    a(
+        "--torch-threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads during the run (default 1 on threads and virtual: the comm executor and the "
+        "ubatch threads need a core too; unchanged on cuda)",
+    )
+    a(
+        "--stream-layout",
+        default=d.stream_layout,
+        choices=dbo.STREAM_LAYOUTS,
+        help="per-ubatch (default: each ubatch on its own compute and comm streams) or shared "
+        "(as vLLM: one compute and one comm stream for all ubatches)",
+    )
+    a(
+        "--width",
+        dest="timeline_width",
+        type=int,
+        default=d.timeline_width,
+        help="columns of the ASCII timeline (default 72)",
+    )
     a("--json", dest="json_path", default=None, metavar="PATH", help="write the report as JSON to PATH")
-    a("--trace", dest="trace_path", default=None, metavar="PATH", help="write a Chrome trace of the last no-DBO and DBO steps to PATH")
-    a("--plot", dest="plot_path", default=None, metavar="PATH", help="draw the timeline of one DBO layer to PATH (needs matplotlib: pip install 'dbo-sim[plot]')")
-    a("--world-size", type=int, default=None, metavar="N",
-      help="run on N ranks over torch.distributed instead of the modelled link: this command starts them on this host "
-           "(gloo on the CPU, nccl when every rank has a GPU); each rank holds tokens/N tokens and experts/N experts, and "
-           "rank 0 reports. Under torchrun it is this process's WORLD_SIZE (default 1; docs/distributed.md)")
-    a("--dist-timeout", type=_float_arg, default=d.dist_timeout, metavar="S",
-      help=f"seconds a collective may wait for the other ranks before the run fails (default {d.dist_timeout:g})")
-    a("--graph", action="store_true", default=False,
-      help="capture the no-DBO step and the DBO step once each and time their replays (a CUDA graph on cuda; a "
-           "recorded replay on the CPU backends): the speedup compares graph with graph. ll only: ht keeps "
-           "host-known expert counts, which a graph cannot hold")
-    a("--sanitize", action="store_true", default=False,
-      help="run every step under the workspace sanitizer and the stream-race detector (dbo.races); the report "
-           "counts the findings and lists the first few (docs/races.md). Slower; single process only")
-    a("--no-pin-engines", dest="pin_engines", action="store_false", default=d.pin_engines,
-      help="threads backend: let the OS place the compute and comm executors on any CPU instead of giving each "
-           "its own (by default they are pinned in a single-process run, as a GPU's engines never wait for each "
-           "other's processor; docs/streams.md)")
+    a(
+        "--trace",
+        dest="trace_path",
+        default=None,
+        metavar="PATH",
+        help="write a Chrome trace of the last no-DBO and DBO steps to PATH",
+    )
+    a(
+        "--plot",
+        dest="plot_path",
+        default=None,
+        metavar="PATH",
+        help="draw the timeline of one DBO layer to PATH (needs matplotlib: pip install 'dbo-sim[plot]')",
+    )
+    a(
+        "--world-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run on N ranks over torch.distributed instead of the modelled link: this command starts them on this "
+        "host (gloo on the CPU, nccl when every rank has a GPU); each rank holds tokens/N tokens and experts/N "
+        "experts, and rank 0 reports. Under torchrun it is this process's WORLD_SIZE (default 1; docs/distributed.md)",
+    )
+    a(
+        "--dist-timeout",
+        type=_float_arg,
+        default=d.dist_timeout,
+        metavar="S",
+        help=f"seconds a collective may wait for the other ranks before the run fails (default {d.dist_timeout:g})",
+    )
+    a(
+        "--graph",
+        action="store_true",
+        default=False,
+        help="capture the no-DBO step and the DBO step once each and time their replays (a CUDA graph on cuda; a "
+        "recorded replay on the CPU backends): the speedup compares graph with graph. ll only: ht keeps "
+        "host-known expert counts, which a graph cannot hold",
+    )
+    a(
+        "--sanitize",
+        action="store_true",
+        default=False,
+        help="run every step under the workspace sanitizer and the stream-race detector (dbo.races); the report "
+        "counts the findings and lists the first few (docs/races.md). Slower; single process only",
+    )
+    a(
+        "--no-pin-engines",
+        dest="pin_engines",
+        action="store_false",
+        default=d.pin_engines,
+        help="threads backend: let the OS place the compute and comm executors on any CPU instead of giving each "
+        "its own (by default they are pinned in a single-process run, as a GPU's engines never wait for each "
+        "other's processor; docs/streams.md)",
+    )
     return p
 
 
@@ -224,7 +326,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if in_torchrun():  # started by torchrun: this process is one rank (env:// rendezvous)
         world = int(os.environ["WORLD_SIZE"])
         if opts["world_size"] not in (None, world):
-            sys.stderr.write(f"{parser.prog}: error: --world-size {opts['world_size']} but torchrun started {world} ranks\n")
+            sys.stderr.write(
+                f"{parser.prog}: error: --world-size {opts['world_size']} but torchrun started {world} ranks\n"
+            )
             return 2
         opts.update(world_size=world, launcher="env")
     elif opts["world_size"] is None:
@@ -238,7 +342,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     reporter = cfg.launcher != "env" or os.environ.get("RANK", "0") == "0"  # under torchrun rank 0 reports
     if reporter:
         try:
-            cli_common.check_output_paths([(getattr(cfg, f), flag_of(f)) for f in ("json_path", "trace_path", "plot_path")])
+            cli_common.check_output_paths(
+                [(getattr(cfg, f), flag_of(f)) for f in ("json_path", "trace_path", "plot_path")]
+            )
             problem = plot_path_problem(cfg.plot_path) if cfg.plot_path else None
             if problem:
                 raise cli_common.OutputPathError(f"--plot {cfg.plot_path}: {problem}")
@@ -246,7 +352,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.write(f"{parser.prog}: error: {e}\n")
             return 2
         cli_common.progress(
-            parser.prog, f"running {cfg.steps} steps without DBO and {cfg.steps} with DBO after {cfg.warmup} warmup (Ctrl-C stops it)",
+            parser.prog,
+            f"running {cfg.steps} steps without DBO and {cfg.steps} with DBO after {cfg.warmup} warmup "
+            "(Ctrl-C stops it)",
         )
     try:
         result = run(cfg)

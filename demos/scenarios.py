@@ -17,8 +17,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from workspace.policy import DEFAULT_GROWTH
-
 from demos.failures.race_cases import scenario_compute_streams, scenario_event_after_yield, scenario_recv_hook
 from demos.failures.stream_cases import scenario_late_event, scenario_missing_wait, scenario_parked_failure
 from demos.failures.text import WIDTH, say
@@ -31,6 +29,7 @@ from demos.failures.workspace_cases import (
     scenario_stale_view,
     scenario_undersized_at_lock,
 )
+from workspace.policy import DEFAULT_GROWTH
 
 __all__ = ["SCENARIOS", "Scenario", "run_scenario", "measure_policy", "policy_table", "main", "DEFAULT_GROWTH"]
 
@@ -52,14 +51,23 @@ _ALL = (
     ("foreign-thread", "a thread that is not a ubatch thread asks for a slot during a step", scenario_foreign_thread),
     ("missing-wait", "no wait_event between the comm and compute streams: a real race", scenario_missing_wait),
     ("late-event", "the done-event captured after the yield destroys the overlap", scenario_late_event),
-    ("parked-failure", "a ubatch fails while its sibling is parked: the reference hangs, ours aborts",
-     scenario_parked_failure),
+    (
+        "parked-failure",
+        "a ubatch fails while its sibling is parked: the reference hangs, ours aborts",
+        scenario_parked_failure,
+    ),
     ("policies", "the growth policies side by side: peak, orphaned bytes, sizes at lock", scenario_policies),
-    ("race-compute-streams", "no wait_event between two compute streams: dbo.races finds it on every backend",
-     scenario_compute_streams),
+    (
+        "race-compute-streams",
+        "no wait_event between two compute streams: dbo.races finds it on every backend",
+        scenario_compute_streams,
+    ),
     ("race-recv-hook", "a recv hook launches the receive without waiting for the transfer", scenario_recv_hook),
-    ("race-event-after-yield", "the event is recorded after the yield: the sibling's wait orders nothing",
-     scenario_event_after_yield),
+    (
+        "race-event-after-yield",
+        "the event is recorded after the yield: the sibling's wait orders nothing",
+        scenario_event_after_yield,
+    ),
 )
 SCENARIOS: dict[str, Scenario] = {name: Scenario(name, summary, fn) for name, summary, fn in _ALL}
 

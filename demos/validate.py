@@ -19,14 +19,24 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from dbo.costs import get_profile
-
-from demos.fidelity.calibration import BACKENDS, CalibrationError, calibrate
-from demos.moe.config import ConfigError
 import demos._cli as cli_common
+from dbo.costs import get_profile
 from demos._cli import ProgressLine
 from demos.fidelity import deepep
-from demos.fidelity.validation import MAX_STEPS, RATIOS, SCHEDULES, compare_h200, format_h200, format_table, graph_supported, grid, to_dict, validate
+from demos.fidelity.calibration import BACKENDS, CalibrationError, calibrate
+from demos.fidelity.validation import (
+    MAX_STEPS,
+    RATIOS,
+    SCHEDULES,
+    compare_h200,
+    format_h200,
+    format_table,
+    graph_supported,
+    grid,
+    to_dict,
+    validate,
+)
+from demos.moe.config import ConfigError
 
 __all__ = ["main", "build_parser"]
 
@@ -40,6 +50,7 @@ def _list(kind: type):
         if not out or any(x <= 0 for x in out):
             raise argparse.ArgumentTypeError(f"expected positive values, got {text!r}")
         return out
+
     return parse
 
 
@@ -47,12 +58,15 @@ def _schedules(text: str) -> list[str]:
     out = [x.strip() for x in text.split(",") if x.strip()]
     bad = [x for x in out if x not in SCHEDULES]
     if not out or bad:
-        raise argparse.ArgumentTypeError(f"unknown schedule(s) {', '.join(bad) or text!r}; choose from {', '.join(SCHEDULES)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown schedule(s) {', '.join(bad) or text!r}; choose from {', '.join(SCHEDULES)}"
+        )
     return out
 
 
 def _number(kind: type, ok: Callable[[Any], bool], expected: str) -> Callable[[str], Any]:
     """An argparse type: ``kind(text)`` if ``ok`` of it, else the one-line ``expected ...`` error."""
+
     def parse(text: str) -> Any:
         try:
             v = kind(text)
@@ -61,6 +75,7 @@ def _number(kind: type, ok: Callable[[Any], bool], expected: str) -> Callable[[s
         if v is None or not ok(v):
             raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
         return v
+
     return parse
 
 
@@ -76,26 +91,52 @@ def build_parser() -> argparse.ArgumentParser:
         "speedups, hidden fractions, their errors and the crossover (where DBO starts to pay).",
     )
     p.add_argument("--backend", choices=BACKENDS, default="threads", help="what to measure (default threads)")
-    p.add_argument("--profile", default=None, metavar="PROFILE.json",
-                   help="the profile to predict with (a file from demos.calibrate or a built-in name); default: "
-                   "calibrate this machine first (--quick sweep)")
+    p.add_argument(
+        "--profile",
+        default=None,
+        metavar="PROFILE.json",
+        help="the profile to predict with (a file from demos.calibrate or a built-in name); default: "
+        "calibrate this machine first (--quick sweep)",
+    )
     p.add_argument("--quick", action="store_true", help="a smaller grid (under 5 minutes on a 2-core machine)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the table as JSON")
     p.add_argument("--sizes", type=_list(int), default=None, metavar="T1,T2,...", help="token counts of the grid")
-    p.add_argument("--ratios", type=_list(float), default=list(RATIOS), metavar="R1,R2,...",
-                   help="comm ratios of the grid (default 0.5,1,2)")
-    p.add_argument("--schedules", type=_schedules, default=list(SCHEDULES), metavar="ht,ll", help="schedules (default both)")
+    p.add_argument(
+        "--ratios",
+        type=_list(float),
+        default=list(RATIOS),
+        metavar="R1,R2,...",
+        help="comm ratios of the grid (default 0.5,1,2)",
+    )
+    p.add_argument(
+        "--schedules", type=_schedules, default=list(SCHEDULES), metavar="ht,ll", help="schedules (default both)"
+    )
     p.add_argument("--steps", type=_steps, default=5, help="timed steps per run and DBO mode (default 5)")
-    p.add_argument("--min-time", type=_seconds, default=0.1, metavar="SECONDS",
-                   help="time each run's steps for at least this long per DBO mode: more steps where a step is "
-                   f"short, at most {MAX_STEPS} (default 0.1; 0: exactly --steps)")
-    p.add_argument("--repeats", type=_steps, default=None,
-                   help="runs per grid point, medians of their figures; the grid runs once per repeat, point after "
-                   "point (default 3, 1 without --quick)")
-    p.add_argument("--h200", action="store_true",
-                   help="only compare the built-in h200 profile with the H200 measurements (no runs here)")
-    p.add_argument("--deepep", action="store_true",
-                   help="only compare the EP all-to-all model with DeepEP's published H800 tables (no runs here)")
+    p.add_argument(
+        "--min-time",
+        type=_seconds,
+        default=0.1,
+        metavar="SECONDS",
+        help="time each run's steps for at least this long per DBO mode: more steps where a step is "
+        f"short, at most {MAX_STEPS} (default 0.1; 0: exactly --steps)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=_steps,
+        default=None,
+        help="runs per grid point, medians of their figures; the grid runs once per repeat, point after "
+        "point (default 3, 1 without --quick)",
+    )
+    p.add_argument(
+        "--h200",
+        action="store_true",
+        help="only compare the built-in h200 profile with the H200 measurements (no runs here)",
+    )
+    p.add_argument(
+        "--deepep",
+        action="store_true",
+        help="only compare the EP all-to-all model with DeepEP's published H800 tables (no runs here)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress line (shown only on a terminal)")
     return p
 
@@ -142,8 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             notes.append(f"profile calibrated just now on {ns.backend} (quick sweep)")
         points = grid(ns.quick, sizes=ns.sizes, ratios=ns.ratios, schedules=ns.schedules, backend=ns.backend)
         repeats = ns.repeats if ns.repeats is not None else (3 if ns.quick else 1)
-        v = validate(ns.backend, profile, points, steps=ns.steps, repeats=repeats, min_time=ns.min_time,
-                     progress=progress)
+        v = validate(
+            ns.backend, profile, points, steps=ns.steps, repeats=repeats, min_time=ns.min_time, progress=progress
+        )
     except (CalibrationError, ConfigError) as e:
         progress.done()
         return fail(str(e))

@@ -41,7 +41,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIN_STEP_S = 20.0
@@ -49,7 +48,16 @@ GRAPH_FRACTION = 0.9
 BIG_SPEEDUP = 1.5
 HOST_RATIO = 1.15
 SYNC_TEST = "test_sync_free_cuda.py::test_eager_dbo_ll_step_makes_no_host_sync[default]"
-OUTPUTS = ("cuda-tests.txt", "demo-eager.json", "demo-graph.json", "demo-big.json", "bench-host.json", "suite.txt", "log.txt", "summary.txt")
+OUTPUTS = (
+    "cuda-tests.txt",
+    "demo-eager.json",
+    "demo-graph.json",
+    "demo-big.json",
+    "bench-host.json",
+    "suite.txt",
+    "log.txt",
+    "summary.txt",
+)
 STEPS = ("cuda-tests", "demo-eager", "demo-graph", "demo-big", "bench-host", "suite")
 
 
@@ -91,8 +99,12 @@ class Options:
         skip = {s.strip() for s in env.get("GPU_CHECK_SKIP", "").split(",") if s.strip()}
         unknown = skip - set(STEPS)
         if unknown:
-            raise SystemExit(f"gpu_check: GPU_CHECK_SKIP names unknown steps {sorted(unknown)}; known: {', '.join(STEPS)}")
-        opts = cls(out=out, backend=env.get("GPU_CHECK_BACKEND", "cuda"), quick=env.get("GPU_CHECK_QUICK") == "1", skip=skip)
+            raise SystemExit(
+                f"gpu_check: GPU_CHECK_SKIP names unknown steps {sorted(unknown)}; known: {', '.join(STEPS)}"
+            )
+        opts = cls(
+            out=out, backend=env.get("GPU_CHECK_BACKEND", "cuda"), quick=env.get("GPU_CHECK_QUICK") == "1", skip=skip
+        )
         if env.get("GPU_CHECK_BIG"):
             opts.big = env["GPU_CHECK_BIG"].split()
         if env.get("GPU_CHECK_BUDGET_S"):
@@ -130,11 +142,26 @@ def plan(o: Options) -> list[tuple[str, list[str], str, float]]:
     if o.quick:
         demo += ["--steps", "2"]
     log = os.path.join(o.out, "log.txt")
-    bench = [py, "-m", "demos.bench", "--section", "host", "--backend", o.backend, "--json", os.path.join(o.out, "bench-host.json")]
+    bench = [
+        py,
+        "-m",
+        "demos.bench",
+        "--section",
+        "host",
+        "--backend",
+        o.backend,
+        "--json",
+        os.path.join(o.out, "bench-host.json"),
+    ]
     if o.quick:
         bench.append("--quick")
     return [
-        ("cuda-tests", [py, "-m", "pytest", "-q", "-rA", "-m", "cuda", "-p", "no:cacheprovider"], os.path.join(o.out, "cuda-tests.txt"), 120),
+        (
+            "cuda-tests",
+            [py, "-m", "pytest", "-q", "-rA", "-m", "cuda", "-p", "no:cacheprovider"],
+            os.path.join(o.out, "cuda-tests.txt"),
+            120,
+        ),
         ("demo-eager", demo + ["--json", os.path.join(o.out, "demo-eager.json")], log, 90),
         ("demo-graph", demo + ["--graph", "--json", os.path.join(o.out, "demo-graph.json")], log, 90),
         ("demo-big", demo + o.big + ["--graph", "--json", os.path.join(o.out, "demo-big.json")], log, 120),
@@ -161,7 +188,9 @@ def run_steps(o: Options) -> dict[str, StepRun]:
         t0 = time.monotonic()
         r.rc, r.timed_out, r.tail = _run(cmd, path, "a", limit)
         r.seconds = time.monotonic() - t0
-        print(f"[gpu_check] {name}: rc {r.rc} in {r.seconds:.0f} s" + (" (timed out)" if r.timed_out else ""), flush=True)
+        print(
+            f"[gpu_check] {name}: rc {r.rc} in {r.seconds:.0f} s" + (" (timed out)" if r.timed_out else ""), flush=True
+        )
     return runs
 
 
@@ -255,7 +284,9 @@ def judge_host(bench: dict | None, step: StepRun | None) -> Verdict:
     t = f"eager DBO host us per kernel <= {HOST_RATIO}x no DBO"
     if bench is None:
         return _not_run(t, step, ", no JSON")
-    recs = [r for r in bench.get("records", []) if r.get("section") == "host" and r.get("name", "").endswith(": eager, DBO")]
+    recs = [
+        r for r in bench.get("records", []) if r.get("section") == "host" and r.get("name", "").endswith(": eager, DBO")
+    ]
     if not recs:
         return Verdict(t, "FAIL", "the bench JSON has no eager DBO record")
     parts, ok = [], True
@@ -263,14 +294,21 @@ def judge_host(bench: dict | None, step: StepRun | None) -> Verdict:
         ratio = r.get("ratio")
         ok = ok and ratio is not None and ratio <= HOST_RATIO
         workload = r["name"].removesuffix(": eager, DBO")
-        parts.append(f"{workload} {r['value']:.2f} us/kernel = {ratio:.3f}x" if ratio is not None else f"{workload} no ratio")
+        parts.append(
+            f"{workload} {r['value']:.2f} us/kernel = {ratio:.3f}x" if ratio is not None else f"{workload} no ratio"
+        )
     for r in bench.get("records", []):
         if r.get("name", "").endswith(": eager, DBO, stream context per launch") and r.get("value") is not None:
-            parts.append(f"{r['name'].removesuffix(', stream context per launch')} with the old launch path {r['value']:.2f} us/kernel")
+            parts.append(
+                f"{r['name'].removesuffix(', stream context per launch')} with the old launch path "
+                f"{r['value']:.2f} us/kernel"
+            )
     replay = [r for r in bench.get("records", []) if r.get("name", "").endswith(": replayed, DBO")]
     for r in replay:
         v = r.get("value")
-        parts.append(f"{r['name']} " + (f"{v:.2f} us/kernel" if v is not None else f"not capturable ({r.get('baseline')})"))
+        parts.append(
+            f"{r['name']} " + (f"{v:.2f} us/kernel" if v is not None else f"not capturable ({r.get('baseline')})")
+        )
     return Verdict(t, "PASS" if ok else "FAIL", "; ".join(parts))
 
 
@@ -322,7 +360,11 @@ def summary(o: Options, runs: dict[str, StepRun], verdicts: list[Verdict]) -> st
     lines += [v.line() for v in verdicts]
     lines += ["", eager_line(_load(os.path.join(o.out, "demo-eager.json"))), "", "steps:"]
     for r in runs.values():
-        state = f"rc {r.rc}, {r.seconds:.0f} s" + (", timed out" if r.timed_out else "") if r.ran else f"NOT RUN ({r.why_not})"
+        state = (
+            f"rc {r.rc}, {r.seconds:.0f} s" + (", timed out" if r.timed_out else "")
+            if r.ran
+            else f"NOT RUN ({r.why_not})"
+        )
         lines.append(f"  {r.name:<11} {state}")
     return "\n".join(lines) + "\n"
 

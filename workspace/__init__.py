@@ -9,7 +9,8 @@ manager and its hot path), ``growth``, ``persistent`` and ``introspection`` (par
 and ``sanitizer`` (an isolation checker, off by default; import ``workspace.sanitizer`` to use it).
 """
 
-from workspace import layout, policy
+from workspace import layout as layout
+from workspace import policy as policy
 from workspace.diagnostics import DEBUG_ENV
 from workspace.errors import WorkspaceError, WorkspaceLockedError
 from workspace.lanes import current_workspace_lane

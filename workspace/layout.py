@@ -75,7 +75,9 @@ def canonical_shape(shape: object) -> tuple[int, ...]:
         raise InvalidArgumentTypeError(f"shape must be a tuple, list, torch.Size or int, got a bool ({shape!r})")
     if hasattr(shape, "__index__"):
         return (_dim(shape, shape, 0),)
-    raise InvalidArgumentTypeError(f"shape must be a tuple, list, torch.Size or int, got {type(shape).__name__}: {shape!r}")
+    raise InvalidArgumentTypeError(
+        f"shape must be a tuple, list, torch.Size or int, got {type(shape).__name__}: {shape!r}"
+    )
 
 
 @functools.lru_cache(maxsize=None)

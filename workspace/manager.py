@@ -37,7 +37,6 @@ from typing import Any
 import torch
 
 from dbo.registry import current_ubatch_id
-
 from workspace.diagnostics import DEBUG_ENV, debug_enabled, logger, mib
 from workspace.errors import InvalidArgumentError, InvalidArgumentTypeError, NoSlotError
 from workspace.growth import GrowthMixin

@@ -86,7 +86,9 @@ def get_policy(growth: str | GrowthPolicy | None) -> GrowthPolicy:
     if isinstance(growth, GrowthPolicy):
         return growth
     if not isinstance(growth, str):
-        raise InvalidArgumentTypeError(f"growth must be a policy name or a GrowthPolicy, got {type(growth).__name__}: {growth!r}")
+        raise InvalidArgumentTypeError(
+            f"growth must be a policy name or a GrowthPolicy, got {type(growth).__name__}: {growth!r}"
+        )
     policy = POLICIES.get(growth.strip().lower())
     if policy is None:
         raise InvalidArgumentError(f"unknown growth policy {growth!r}; valid: {', '.join(POLICIES)}")

@@ -58,7 +58,8 @@ def current_workspace_manager() -> WorkspaceManager:
     manager = _manager
     if manager is None:
         raise WorkspaceNotInitializedError(
-            "the workspace manager is not initialised: call workspace.init_workspace_manager(device, num_ubatches) first"
+            "the workspace manager is not initialised: "
+            "call workspace.init_workspace_manager(device, num_ubatches) first"
         )
     return manager
 

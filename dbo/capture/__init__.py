@@ -5,10 +5,5 @@ recording stream and event proxies), ``_cuda`` (the CUDA-graph region on the cud
 """
 
 from dbo.capture._step import CapturedStep, capture_step
-from dbo.capture._cuda import CudaRegion
-from dbo.capture._guard import HostSyncGuard, GuardedKernel, Recorder, RecordingStream, RecordingEvent, user_site
 
-__all__ = [
-    'CapturedStep', 'capture_step', 'CudaRegion', 'HostSyncGuard', 'GuardedKernel', 'Recorder', 'RecordingStream',
-    'RecordingEvent', 'user_site',
-]
+__all__ = ["CapturedStep", "capture_step"]

@@ -16,8 +16,8 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from dbo.errors import CaptureError
 from dbo._sites import user_site
+from dbo.errors import CaptureError
 from dbo.streams import Event, Stream
 from dbo.streams.base import kernel_name
 
@@ -192,14 +192,23 @@ class RecordingStream(Stream):
     def error(self) -> BaseException | None:
         return self._real.error
 
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str = "compute", cost: Any = None,
-               op: str | None = None, layer: int | None = None) -> None:
+    def launch(
+        self,
+        fn: Callable | None,
+        *args: Any,
+        name: str | None = None,
+        kind: str = "compute",
+        cost: Any = None,
+        op: str | None = None,
+        layer: int | None = None,
+    ) -> None:
         real, rec = self._real, self._rec
         if not rec.active:
             return real.launch(fn, *args, name=name, kind=kind, cost=cost, op=op, layer=layer)
         kname = kernel_name(fn, name, kind)
-        type(real).launch(real, None if fn is None else GuardedKernel(fn), *args, name=kname, kind=kind, cost=cost,
-                          op=op, layer=layer)
+        type(real).launch(
+            real, None if fn is None else GuardedKernel(fn), *args, name=kname, kind=kind, cost=cost, op=op, layer=layer
+        )
         rec.add(("launch", real, fn, args, kname, kind, cost, op, layer))
 
     def wait_event(self, event: Event) -> None:

@@ -21,8 +21,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Sequence
 
-from dbo.capture._guard import HostSyncGuard, Recorder, RecordingEvent, RecordingStream, user_site
 from dbo._context import UBatchContext, ubatch_main
+from dbo.capture._guard import HostSyncGuard, Recorder, RecordingEvent, RecordingStream, user_site
 from dbo.errors import CaptureError, DBOError, HandoffTimeout, UBatchFailed
 from dbo.streams import Stream, use_stream
 

@@ -29,8 +29,18 @@ from dataclasses import dataclass
 
 from dbo.costs._cluster import ClusterSpec, Routing, Traffic
 
-__all__ = ["DEEPEP_H800", "DEFAULT_COMM_SMS", "ALLTOALL_KERNELS", "AllToAll", "DeepEPParams", "ll_buffer_bytes",
-           "deepep_low_latency", "message_bytes", "deepep_normal", "token_bytes"]
+__all__ = [
+    "DEEPEP_H800",
+    "DEFAULT_COMM_SMS",
+    "ALLTOALL_KERNELS",
+    "AllToAll",
+    "DeepEPParams",
+    "ll_buffer_bytes",
+    "deepep_low_latency",
+    "message_bytes",
+    "deepep_normal",
+    "token_bytes",
+]
 
 ALLTOALL_KERNELS = ("dispatch", "combine")
 DEFAULT_COMM_SMS = 20
@@ -127,8 +137,16 @@ def _check(cluster: ClusterSpec, routing: Routing, tokens: int, params: DeepEPPa
     return cluster.traffic(routing)
 
 
-def _timed(kernel: str, mode: str, cluster: ClusterSpec, rdma: float, nvl: float, latency: float,
-           params: DeepEPParams, sms: int) -> AllToAll:
+def _timed(
+    kernel: str,
+    mode: str,
+    cluster: ClusterSpec,
+    rdma: float,
+    nvl: float,
+    latency: float,
+    params: DeepEPParams,
+    sms: int,
+) -> AllToAll:
     g = cluster.gpu
     t_rdma = rdma / (params.rdma_efficiency * g.nic_bandwidth)
     t_nvl = nvl / (params.nvlink_efficiency * g.nvlink_bandwidth)
@@ -136,8 +154,17 @@ def _timed(kernel: str, mode: str, cluster: ClusterSpec, rdma: float, nvl: float
     return AllToAll(kernel, mode, latency + max(t_rdma, t_nvl), rdma, nvl, bottleneck, sms)
 
 
-def deepep_low_latency(cluster: ClusterSpec, routing: Routing, tokens: int, hidden: int, kernel: str = "dispatch", *,
-                fp8: bool = True, nvlink: bool = True, params: DeepEPParams = DEEPEP_H800) -> AllToAll:
+def deepep_low_latency(
+    cluster: ClusterSpec,
+    routing: Routing,
+    tokens: int,
+    hidden: int,
+    kernel: str = "dispatch",
+    *,
+    fp8: bool = True,
+    nvlink: bool = True,
+    params: DeepEPParams = DEEPEP_H800,
+) -> AllToAll:
     """A low-latency dispatch or combine of ``tokens`` tokens per rank (``hidden`` channels each):
     ``tokens x top_k`` messages of ``message_bytes(kernel, hidden, fp8, low_latency=True)``. With
     ``nvlink`` (DeepEP since 2025-06-05) copies within the NVLink domain go over NVLink, else over
@@ -151,8 +178,17 @@ def deepep_low_latency(cluster: ClusterSpec, routing: Routing, tokens: int, hidd
     return _timed(kernel, "low-latency", cluster, rdma, nvl, params.ll_latency, params, 0)
 
 
-def deepep_normal(cluster: ClusterSpec, routing: Routing, tokens: int, hidden: int, kernel: str = "dispatch", *,
-           fp8: bool = True, comm_sms: int = DEFAULT_COMM_SMS, params: DeepEPParams = DEEPEP_H800) -> AllToAll:
+def deepep_normal(
+    cluster: ClusterSpec,
+    routing: Routing,
+    tokens: int,
+    hidden: int,
+    kernel: str = "dispatch",
+    *,
+    fp8: bool = True,
+    comm_sms: int = DEFAULT_COMM_SMS,
+    params: DeepEPParams = DEEPEP_H800,
+) -> AllToAll:
     """A normal (high-throughput) dispatch or combine of ``tokens`` tokens per rank: each token once
     per remote NVLink domain over RDMA, and once per destination rank other than the forwarding
     one over NVLink (``tokens x ranks x (d-1)/d``; within one domain that is every other rank it

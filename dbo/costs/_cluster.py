@@ -128,8 +128,9 @@ class ClusterSpec:
             dom = g.nvlink_domain if g.nvlink_domain > g.gpus_per_node else min(self.gpus_per_node, g.nvlink_domain)
         _count("ClusterSpec.nvlink_domain", dom)
         if dom % self.gpus_per_node and self.gpus_per_node % dom:
-            raise ValueError(f"ClusterSpec.nvlink_domain ({dom}) must be whole nodes of {self.gpus_per_node} "
-                             f"GPUs or divide a node")
+            raise ValueError(
+                f"ClusterSpec.nvlink_domain ({dom}) must be whole nodes of {self.gpus_per_node} GPUs or divide a node"
+            )
         object.__setattr__(self, "nvlink_domain", dom)
         world = self.world
         if self.ep > world or world % self.ep:

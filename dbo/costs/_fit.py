@@ -27,13 +27,19 @@ from dbo.costs._fit_ops import FitError, fit_op_costs, fit_scalar, fit_threaded_
 from dbo.costs._profiles import DTYPES, DeviceProfile, HostCosts, OpCost, dtype_key
 
 __all__ = [
-    "fit_device", "fit_dtype_rates", "fit_host", "fit_launch_costs", "fit_op_costs", "fit_profile", "fit_scalar",
-    "fit_threaded_ops", "predict", "FitError",
+    "fit_device",
+    "fit_dtype_rates",
+    "fit_host",
+    "fit_launch_costs",
+    "fit_op_costs",
+    "fit_profile",
+    "fit_scalar",
+    "fit_threaded_ops",
+    "predict",
+    "FitError",
 ]
 
 FIT_OP_KINDS = ("gemm", "elementwise")
-
-
 
 
 def _shape(op: str, shape: Any) -> tuple[float, float, float]:
@@ -130,7 +136,9 @@ def _lm(res, x0: np.ndarray, iters: int = 200) -> np.ndarray:
     return x
 
 
-def fit_device(samples: Iterable[Sequence[Any]], *, name: str = "fitted", base: DeviceProfile | None = None) -> DeviceProfile:
+def fit_device(
+    samples: Iterable[Sequence[Any]], *, name: str = "fitted", base: DeviceProfile | None = None
+) -> DeviceProfile:
     """Fit bandwidth, bytes knee, minimum kernel time, GEMM knees and a rate per GEMM dtype.
 
     The host costs and comm SM share are taken from ``base`` (default: none). Dtypes without GEMM
@@ -146,8 +154,14 @@ def fit_device(samples: Iterable[Sequence[Any]], *, name: str = "fitted", base: 
         raise FitError(f"{len(t)} samples cannot determine {3 + len(rate_keys) + 3} parameters")
     has_bytes = d["bytes"] > 0
     bw0 = float(np.max(d["bytes"][has_bytes] / t[has_bytes])) if has_bytes.any() else 1e12
-    x0 = [math.log(bw0), math.log(max(1.0, float(np.median(d["bytes"][has_bytes])) * 0.01) if has_bytes.any() else 1.0),
-          math.log(float(np.min(t))), math.log(32.0), math.log(32.0), math.log(32.0)]
+    x0 = [
+        math.log(bw0),
+        math.log(max(1.0, float(np.median(d["bytes"][has_bytes])) * 0.01) if has_bytes.any() else 1.0),
+        math.log(float(np.min(t))),
+        math.log(32.0),
+        math.log(32.0),
+        math.log(32.0),
+    ]
     for k in rate_keys:
         sel = d["gemm"] & np.array([x == k for x in d["dtype"]])
         x0.append(math.log(float(np.max(d["flops"][sel] / t[sel]))))
@@ -164,7 +178,9 @@ def fit_device(samples: Iterable[Sequence[Any]], *, name: str = "fitted", base: 
     rates = dict(base.dtype_flops) if base is not None else {}
     rates.update({k: float(v) for k, v in p["rates"].items()})
     peak = max(rates.values()) if rates else (base.peak_flops if base is not None else 1e12)
-    knee = tuple(float(v) for v in p["knee"]) if rate_keys else (base.gemm_knee if base is not None else (0.0, 0.0, 0.0))
+    knee = (
+        tuple(float(v) for v in p["knee"]) if rate_keys else (base.gemm_knee if base is not None else (0.0, 0.0, 0.0))
+    )
     return DeviceProfile(
         name,
         peak_flops=float(peak),

@@ -30,7 +30,10 @@ def _op_rows(samples: Iterable[Sequence[Any]]) -> dict[str, list[tuple[float, fl
     by_op: dict[str, list[tuple[float, float, bool, float]]] = {}
     for i, s in enumerate(samples):
         if len(s) not in (3, 4, 5):
-            raise FitError(f"op sample {i}: expected (op, model seconds, measured seconds[, threaded[, memory seconds]]), got {s!r}")
+            raise FitError(
+                f"op sample {i}: expected (op, model seconds, measured seconds[, threaded[, memory seconds]]), "
+                f"got {s!r}"
+            )
         op, m, t = s[0], s[1], s[2]
         threaded = bool(s[3]) if len(s) >= 4 else False
         mem = s[4] if len(s) == 5 else 0.0
@@ -65,8 +68,9 @@ def _nonneg_lstsq(A: np.ndarray, y: np.ndarray, cols: Sequence[int]) -> tuple[np
     return best
 
 
-def _fit_one(raw: list[tuple[float, float, bool, float]], factor: float,
-             memory: bool = True) -> tuple[float, float, float, float]:
+def _fit_one(
+    raw: list[tuple[float, float, bool, float]], factor: float, memory: bool = True
+) -> tuple[float, float, float, float]:
     """(device, scale, memory_scale, weighted squared relative residual) of one op, its threaded
     samples' fixed part multiplied by ``factor``; ``memory``: whether the memory term may be used.
     One point per (shape, threaded) at its median."""
@@ -86,8 +90,13 @@ def _fit_one(raw: list[tuple[float, float, bool, float]], factor: float,
         two = _nonneg_lstsq(A, y, [0, 1])
         three = _nonneg_lstsq(A, y, [0, 1, 2]) if memory and len(rows) >= 4 and np.ptp(b) > 0 else None
         pick = two
-        if (three is not None and three[0][2] > 0 and two is not None and two[1] > MEMORY_FLOOR ** 2 * len(rows)
-                and three[1] <= (1 - MEMORY_GAIN) * two[1]):
+        if (
+            three is not None
+            and three[0][2] > 0
+            and two is not None
+            and two[1] > MEMORY_FLOOR**2 * len(rows)
+            and three[1] <= (1 - MEMORY_GAIN) * two[1]
+        ):
             pick = three
         if pick is not None:
             device, scale, mem = (float(x) for x in pick[0])
@@ -96,15 +105,23 @@ def _fit_one(raw: list[tuple[float, float, bool, float]], factor: float,
                 device = float(np.average(t / f, weights=w))
             scale = 1e-9
     else:
-        device = max(0.0, float(np.median((np.array([ti for _, ti, _, _ in raw]) - m[0]) / np.array(
-            [factor if th else 1.0 for _, _, th, _ in raw]))))
+        device = max(
+            0.0,
+            float(
+                np.median(
+                    (np.array([ti for _, ti, _, _ in raw]) - m[0])
+                    / np.array([factor if th else 1.0 for _, _, th, _ in raw])
+                )
+            ),
+        )
     device, scale, mem = max(0.0, device), max(scale, 1e-9), max(0.0, mem)
     res = (device * f + scale * m + mem * b - t) * w
     return device, scale, mem, float(res @ res)
 
 
-def fit_op_costs(samples: Iterable[Sequence[Any]], *, kernels: Mapping[str, int] | None = None,
-                 threaded_factor: float = 1.0) -> dict[str, OpCost]:
+def fit_op_costs(
+    samples: Iterable[Sequence[Any]], *, kernels: Mapping[str, int] | None = None, threaded_factor: float = 1.0
+) -> dict[str, OpCost]:
     """Per-op device corrections from ``(op, model seconds, measured seconds[, threaded[, memory
     seconds]])`` samples: for each op, non-negative least squares on relative error of
     ``measured = device * f + scale * model + memory_scale * memory`` (``OpCost.device``,
@@ -120,12 +137,15 @@ def fit_op_costs(samples: Iterable[Sequence[Any]], *, kernels: Mapping[str, int]
     kk = kernels or {}
     for op, raw in sorted(by_op.items()):
         device, scale, mem, _ = _fit_one(raw, threaded_factor)
-        out[op] = OpCost(kernels=kk.get(op, kk.get(op.split("/", 1)[0], 1)), device=device, scale=scale, memory_scale=mem)
+        out[op] = OpCost(
+            kernels=kk.get(op, kk.get(op.split("/", 1)[0], 1)), device=device, scale=scale, memory_scale=mem
+        )
     return out
 
 
-def fit_threaded_ops(samples: Iterable[Sequence[Any]], *, kernels: Mapping[str, int] | None = None,
-                     hi: float = 20.0) -> tuple[dict[str, OpCost], float]:
+def fit_threaded_ops(
+    samples: Iterable[Sequence[Any]], *, kernels: Mapping[str, int] | None = None, hi: float = 20.0
+) -> tuple[dict[str, OpCost], float]:
     """``fit_op_costs`` and the factor f in [1, hi] on the ops' fixed part while ubatch threads
     run (``DeviceProfile.fixed_threaded``) that together fit the samples best."""
     by_op = _op_rows(samples)

@@ -73,16 +73,17 @@ class GpuSpec:
         if not isinstance(self.source, str):
             raise TypeError(f"GpuSpec.source must be a string, got {type(self.source).__name__}")
         if not self.fp8 >= self.bf16 >= self.tf32:
-            raise ValueError(f"GpuSpec {self.name!r}: expected fp8 >= bf16 >= tf32 rates, got "
-                             f"{self.fp8:g}, {self.bf16:g}, {self.tf32:g}")
+            raise ValueError(
+                f"GpuSpec {self.name!r}: expected fp8 >= bf16 >= tf32 rates, got "
+                f"{self.fp8:g}, {self.bf16:g}, {self.tf32:g}"
+            )
 
     def flops(self, dtype: Any) -> float:
         """Dense peak math rate (FLOP/s) of ``dtype``: a torch.dtype or a name (``"fp8"``, ``"bf16"``,
         ``"float16"``, ``"tf32"``, ``"fp32"``, ...). A dtype without a rate here -> ValueError."""
         key = dtype_key(dtype)
         if key not in _RATE_FIELDS:
-            raise ValueError(f"GpuSpec {self.name!r} has no rate for dtype {dtype!r}; known: "
-                             f"{', '.join(_RATE_FIELDS)}")
+            raise ValueError(f"GpuSpec {self.name!r} has no rate for dtype {dtype!r}; known: {', '.join(_RATE_FIELDS)}")
         return float(getattr(self, _RATE_FIELDS[key]))
 
     @property
@@ -108,28 +109,76 @@ _NIC_400G = 400e9 / 8  # one 400 Gb/s ConnectX-7: 50 GB/s each way
 _HOPPER = {"fp8": 1979 * _T, "bf16": 989.5 * _T, "tf32": 494.5 * _T, "fp32": 67 * _T, "sm_count": 132}
 
 _BUILTIN = (
-    GpuSpec("h100", **_HOPPER, hbm_bandwidth=3.35 * _TB, hbm_capacity=80 * _GB,
-            nvlink_bandwidth=450 * _GB, nic_bandwidth=_NIC_400G,
-            source="NVIDIA H100 datasheet (SXM5); SMs: H100 architecture whitepaper; NIC: DGX H100 datasheet"),
-    GpuSpec("h200", **_HOPPER, hbm_bandwidth=4.8 * _TB, hbm_capacity=141 * _GB,
-            nvlink_bandwidth=450 * _GB, nic_bandwidth=_NIC_400G,
-            source="NVIDIA H200 datasheet (SXM); NIC: DGX H200 datasheet"),
-    GpuSpec("h800", **_HOPPER, hbm_bandwidth=3.35 * _TB, hbm_capacity=80 * _GB,
-            nvlink_bandwidth=200 * _GB, nic_bandwidth=_NIC_400G,
-            source="NVIDIA H800 SXM5 product brief (NVLink 400 GB/s bidirectional); NIC: DeepEP README, "
-                   "DeepSeek-V3 report"),
-    GpuSpec("h20", fp8=296 * _T, bf16=148 * _T, tf32=74 * _T, fp32=44 * _T, sm_count=78,
-            hbm_bandwidth=4.0 * _TB, hbm_capacity=96 * _GB, nvlink_bandwidth=450 * _GB, nic_bandwidth=_NIC_400G,
-            source="NVIDIA H20 partner spec sheet (dense rates); SMs: Geekbench listing; NIC: assumed as HGX"),
-    GpuSpec("b200", fp8=4500 * _T, bf16=2250 * _T, tf32=1100 * _T, fp32=75 * _T, sm_count=148,
-            hbm_bandwidth=7.7 * _TB, hbm_capacity=180 * _GB, nvlink_bandwidth=900 * _GB, nic_bandwidth=_NIC_400G,
-            source="NVIDIA HGX B200 spec table (per GPU, halved from sparse); SMs: device-reported; "
-                   "NIC: DGX B200 datasheet"),
-    GpuSpec("gb200", fp8=5000 * _T, bf16=2500 * _T, tf32=1250 * _T, fp32=80 * _T, sm_count=152,
-            hbm_bandwidth=8.0 * _TB, hbm_capacity=186 * _GB, nvlink_bandwidth=900 * _GB, nic_bandwidth=_NIC_400G,
-            gpus_per_node=4, nvlink_domain=72,
-            source="NVIDIA GB200 NVL72 spec table (per GPU, halved from sparse); SMs: device-reported; "
-                   "NIC: one ConnectX-7 400 Gb/s per GPU per compute tray"),
+    GpuSpec(
+        "h100",
+        **_HOPPER,
+        hbm_bandwidth=3.35 * _TB,
+        hbm_capacity=80 * _GB,
+        nvlink_bandwidth=450 * _GB,
+        nic_bandwidth=_NIC_400G,
+        source="NVIDIA H100 datasheet (SXM5); SMs: H100 architecture whitepaper; NIC: DGX H100 datasheet",
+    ),
+    GpuSpec(
+        "h200",
+        **_HOPPER,
+        hbm_bandwidth=4.8 * _TB,
+        hbm_capacity=141 * _GB,
+        nvlink_bandwidth=450 * _GB,
+        nic_bandwidth=_NIC_400G,
+        source="NVIDIA H200 datasheet (SXM); NIC: DGX H200 datasheet",
+    ),
+    GpuSpec(
+        "h800",
+        **_HOPPER,
+        hbm_bandwidth=3.35 * _TB,
+        hbm_capacity=80 * _GB,
+        nvlink_bandwidth=200 * _GB,
+        nic_bandwidth=_NIC_400G,
+        source="NVIDIA H800 SXM5 product brief (NVLink 400 GB/s bidirectional); NIC: DeepEP README, DeepSeek-V3 report",
+    ),
+    GpuSpec(
+        "h20",
+        fp8=296 * _T,
+        bf16=148 * _T,
+        tf32=74 * _T,
+        fp32=44 * _T,
+        sm_count=78,
+        hbm_bandwidth=4.0 * _TB,
+        hbm_capacity=96 * _GB,
+        nvlink_bandwidth=450 * _GB,
+        nic_bandwidth=_NIC_400G,
+        source="NVIDIA H20 partner spec sheet (dense rates); SMs: Geekbench listing; NIC: assumed as HGX",
+    ),
+    GpuSpec(
+        "b200",
+        fp8=4500 * _T,
+        bf16=2250 * _T,
+        tf32=1100 * _T,
+        fp32=75 * _T,
+        sm_count=148,
+        hbm_bandwidth=7.7 * _TB,
+        hbm_capacity=180 * _GB,
+        nvlink_bandwidth=900 * _GB,
+        nic_bandwidth=_NIC_400G,
+        source="NVIDIA HGX B200 spec table (per GPU, halved from sparse); SMs: device-reported; "
+        "NIC: DGX B200 datasheet",
+    ),
+    GpuSpec(
+        "gb200",
+        fp8=5000 * _T,
+        bf16=2500 * _T,
+        tf32=1250 * _T,
+        fp32=80 * _T,
+        sm_count=152,
+        hbm_bandwidth=8.0 * _TB,
+        hbm_capacity=186 * _GB,
+        nvlink_bandwidth=900 * _GB,
+        nic_bandwidth=_NIC_400G,
+        gpus_per_node=4,
+        nvlink_domain=72,
+        source="NVIDIA GB200 NVL72 spec table (per GPU, halved from sparse); SMs: device-reported; "
+        "NIC: one ConnectX-7 400 Gb/s per GPU per compute tray",
+    ),
 )
 
 GPUS: Mapping[str, GpuSpec] = MappingProxyType({g.name: g for g in _BUILTIN})

@@ -232,8 +232,15 @@ class DeviceProfile:
         if len(knee) != 3:
             raise ValueError(f"gemm_knee must be (m0, n0, k0), got {self.gemm_knee!r}")
         object.__setattr__(self, "gemm_knee", tuple(check_number("gemm_knee", x) for x in knee))
-        for name in ("min_kernel", "flops_knee", "bytes_knee", "event_latency", "event_latency_threaded",
-                     "engine_gap", "engine_gap_threaded"):
+        for name in (
+            "min_kernel",
+            "flops_knee",
+            "bytes_knee",
+            "event_latency",
+            "event_latency_threaded",
+            "engine_gap",
+            "engine_gap_threaded",
+        ):
             check_number(name, getattr(self, name))
         if check_number("fixed_threaded", self.fixed_threaded) < 1:
             raise ValueError(f"fixed_threaded must be >= 1, got {self.fixed_threaded}")

@@ -96,7 +96,11 @@ class Work:
     def __add__(self, other: "Work") -> "Work":
         if not isinstance(other, Work):
             return NotImplemented
-        dt = self.dtype if self.dtype == other.dtype or other.dtype is None else (other.dtype if self.dtype is None else None)
+        dt = (
+            self.dtype
+            if self.dtype == other.dtype or other.dtype is None
+            else (other.dtype if self.dtype is None else None)
+        )
         return Work(self.flops + other.flops, self.bytes + other.bytes, dt)
 
     def __mul__(self, factor: float) -> "Work":
@@ -139,7 +143,7 @@ _BUILTIN_LINKS = (
 
 _tables_lock = threading.Lock()
 _profiles: dict[str, DeviceProfile] = {p.name: p for p in _BUILTIN_PROFILES}
-_links: dict[str, LinkProfile] = {l.name: l for l in _BUILTIN_LINKS}
+_links: dict[str, LinkProfile] = {lp.name: lp for lp in _BUILTIN_LINKS}
 
 
 def _register(table: dict, obj: Any, cls: type, what: str, replace: bool) -> Any:
@@ -237,8 +241,8 @@ def transfer_time(transfer: Transfer, link: LinkProfile | str) -> float:
     """Transfer seconds: ``latency + bytes / bandwidth``."""
     if not isinstance(transfer, Transfer):
         raise TypeError(f"expected Transfer, got {type(transfer).__name__}")
-    l = get_link(link)
-    return l.latency + transfer.bytes / l.bandwidth
+    lp = get_link(link)
+    return lp.latency + transfer.bytes / lp.bandwidth
 
 
 def _itemsize(dtype: torch.dtype) -> int:
@@ -312,8 +316,8 @@ def seconds_for(
         if kind == "compute":
             p = get_profile(profile)
             return _device_seconds(Work(bytes=nbytes), p, dtype, kernels)
-        l = get_link(link)
-        return l.latency + nbytes / l.bandwidth
+        lp = get_link(link)
+        return lp.latency + nbytes / lp.bandwidth
     if isinstance(cost, Work):
         return _device_seconds(cost, get_profile(profile), dtype, kernels)
     if isinstance(cost, Transfer):
@@ -358,9 +362,9 @@ def syncs_host(fn: Any) -> Any:
 def scale_link(link: LinkProfile | str, factor: float, name: str | None = None) -> LinkProfile:
     """A link ``factor`` times faster (``factor`` < 1: slower): bandwidth * factor, latency / factor,
     so every transfer time divides by exactly ``factor``. Not registered; pass it as ``link=``."""
-    l = get_link(link)
+    lp = get_link(link)
     f = _check_number("factor", factor, positive=True)
-    return _dc_replace(l, name=name or f"{l.name}x{factor:g}", latency=l.latency / f, bandwidth=l.bandwidth * f)
+    return _dc_replace(lp, name=name or f"{lp.name}x{factor:g}", latency=lp.latency / f, bandwidth=lp.bandwidth * f)
 
 
 def scale_profile(profile: DeviceProfile | str, factor: float, name: str | None = None) -> DeviceProfile:

@@ -7,16 +7,46 @@ Parts: ``_api`` (enable/disable, findings, the clients' kernel, ubatch and launc
 """
 
 from dbo.races._api import (
-    add_kernel_hook, add_launch_hook, add_ubatch_hook, clear, disable, enable, enabled, findings, hook_counts,
-    launch_count, remove_kernel_hook, remove_launch_hook, remove_ubatch_hook, use_races,
+    add_kernel_hook,
+    add_launch_hook,
+    add_ubatch_hook,
+    clear,
+    disable,
+    enable,
+    enabled,
+    findings,
+    hook_counts,
+    launch_count,
+    remove_kernel_hook,
+    remove_launch_hook,
+    remove_ubatch_hook,
+    use_races,
 )
 from dbo.races._detector import current_kernel
-from dbo.races._report import KIND, MODES, MAX_FINDINGS, Race, RaceError, launch_site
-from dbo.races._shadow import KernelStamp, RaceMode, Shadow, byte_range, op_spec, written_args
+from dbo.races._report import KIND, MAX_FINDINGS, MODES, Race, RaceError, launch_site
+from dbo.races._shadow import byte_range
 
 __all__ = [
-    'KIND', 'MODES', 'MAX_FINDINGS', 'Race', 'RaceError', 'enable', 'disable', 'enabled', 'findings', 'clear',
-    'use_races', 'current_kernel', 'launch_count', 'add_kernel_hook', 'remove_kernel_hook', 'add_ubatch_hook',
-    'remove_ubatch_hook', 'add_launch_hook', 'remove_launch_hook', 'hook_counts', 'launch_site', 'KernelStamp',
-    'RaceMode', 'Shadow', 'byte_range', 'op_spec', 'written_args',
+    "KIND",
+    "MODES",
+    "MAX_FINDINGS",
+    "Race",
+    "RaceError",
+    "enable",
+    "disable",
+    "enabled",
+    "findings",
+    "clear",
+    "use_races",
+    "current_kernel",
+    "launch_count",
+    "add_kernel_hook",
+    "remove_kernel_hook",
+    "add_ubatch_hook",
+    "remove_ubatch_hook",
+    "add_launch_hook",
+    "remove_launch_hook",
+    "hook_counts",
+    "launch_site",
+    "byte_range",
 ]

@@ -161,4 +161,8 @@ def remove_launch_hook(hook: Callable[[KernelStamp], None]) -> None:
 def hook_counts() -> dict[str, int]:
     """How many hooks of each kind are registered: {"kernel": n, "ubatch": n, "launch": n}."""
     with DETECTOR.lock:
-        return {"kernel": len(DETECTOR.kernel_hooks), "ubatch": len(DETECTOR.ubatch_hooks), "launch": len(DETECTOR.launch_hooks)}
+        return {
+            "kernel": len(DETECTOR.kernel_hooks),
+            "ubatch": len(DETECTOR.ubatch_hooks),
+            "launch": len(DETECTOR.launch_hooks),
+        }

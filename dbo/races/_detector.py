@@ -154,8 +154,10 @@ class _Detector:
         # 1. a kernel launched and not yet run, concurrent with k, whose fn was seen writing an
         #    argument: every recorded access to those bytes by a kernel concurrent with it races
         #    with the write it would have made (whichever kernel raised).
-        why = (f"it had not run when {k.name!r} raised {type(exc).__name__} and the step could fail; "
-               f"its fn writes this argument")
+        why = (
+            f"it had not run when {k.name!r} raised {type(exc).__name__} and the step could fail; "
+            f"its fn writes this argument"
+        )
         for p, args, _, wrote in everyone:
             for i in sorted(wrote or ()):
                 for t in _tensors(args[i]) if i < len(args) else ():
@@ -163,13 +165,16 @@ class _Detector:
                         self._report(x, w, p, True, "(not run)", a, b, what, note=why)
         # 2. a kernel launched and not yet run, concurrent with k, that takes as an argument bytes
         #    k touched (its access is unknown: counted as a write).
-        pending = [(p, a) for p, a, _, wrote in everyone
-                   if not wrote and not k.ordered_after(p) and not p.ordered_after(k)]
+        pending = [
+            (p, a) for p, a, _, wrote in everyone if not wrote and not k.ordered_after(p) and not p.ordered_after(k)
+        ]
         if not pending:
             return
         touched = self.shadow.touched_by(k)
-        why = (f"{type(exc).__name__} raised by the second kernel before the first one ran; "
-               f"the first takes these bytes as an argument")
+        why = (
+            f"{type(exc).__name__} raised by the second kernel before the first one ran; "
+            f"the first takes these bytes as an argument"
+        )
         for p, args in pending:
             for t in _tensors(args):
                 hit = self.shadow.overlap(touched, t)
@@ -208,7 +213,15 @@ class _Detector:
 
     # -- findings ----------------------------------------------------------------------------------
     def _report(
-        self, first: KernelStamp, w1: bool, second: KernelStamp, w2: bool, op: str, a: int, b: int, what: str,
+        self,
+        first: KernelStamp,
+        w1: bool,
+        second: KernelStamp,
+        w2: bool,
+        op: str,
+        a: int,
+        b: int,
+        what: str,
         note: str = "",
     ) -> None:
         access = f"{'write' if w1 else 'read'}-{'write' if w2 else 'read'}"
@@ -221,7 +234,12 @@ class _Detector:
                 race = Race(
                     (first.name, first.stream, first.ubatch, first.site),
                     (second.name, second.stream, second.ubatch, second.site),
-                    access, op, b - a, what, second.thread, note=note,
+                    access,
+                    op,
+                    b - a,
+                    what,
+                    second.thread,
+                    note=note,
                 )
                 if len(self.found) < MAX_FINDINGS:
                     self.found[key] = race

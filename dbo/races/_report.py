@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dbo.errors import DBOError
 from dbo._sites import user_site as launch_site
+from dbo.errors import DBOError
 
 __all__ = ["KIND", "MODES", "MAX_FINDINGS", "Race", "RaceError", "launch_site"]
 
 KIND = "stream-race"
 MODES = ("collect", "raise")
 MAX_FINDINGS = 1000
-
 
 
 class RaceError(DBOError):
@@ -74,5 +73,3 @@ def _side(k: tuple[str, str, int | None, str]) -> str:
     name, stream, ub, site = k
     who = "no ubatch" if ub is None else f"ubatch {ub}"
     return f"kernel {name!r} on stream {stream!r} ({who}, launched at {site})"
-
-

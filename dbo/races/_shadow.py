@@ -25,11 +25,33 @@ MAX_RECORDS = 4096
 
 _METADATA_OPS = frozenset(
     {
-        "empty_like", "new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full",
-        "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like",
-        "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size",
-        "_has_compatible_shallow_copy_type", "is_set_to", "resize_", "set_", "lift_fresh",
-        "_reshape_alias", "_unsafe_view", "empty", "empty_strided", "record_stream",
+        "empty_like",
+        "new_empty",
+        "new_empty_strided",
+        "new_zeros",
+        "new_ones",
+        "new_full",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "sym_storage_offset",
+        "is_same_size",
+        "_has_compatible_shallow_copy_type",
+        "is_set_to",
+        "resize_",
+        "set_",
+        "lift_fresh",
+        "_reshape_alias",
+        "_unsafe_view",
+        "empty",
+        "empty_strided",
+        "record_stream",
     }
 )
 
@@ -40,7 +62,14 @@ class KernelStamp:
     __slots__ = ("sid", "seq", "clock", "name", "stream", "ubatch", "site", "thread", "local", "ticket", "writes")
 
     def __init__(
-        self, sid: int, seq: int, clock: dict[int, int], name: str, stream: str, ubatch: int | None, site: str,
+        self,
+        sid: int,
+        seq: int,
+        clock: dict[int, int],
+        name: str,
+        stream: str,
+        ubatch: int | None,
+        site: str,
         ticket: int = 0,
     ):
         self.ticket = ticket  # launch order across every backend (dbo.races.launch_count() at its launch)
@@ -176,7 +205,6 @@ class Shadow:
         for other, w, a, b in races:
             self.report(other, w, k, write, op, a, b, what)
 
-
     def touched_by(self, k: KernelStamp) -> dict[int, list[tuple[int, int, bool]]]:
         """The byte ranges kernel ``k`` accessed (and kept in the records), per storage."""
         out: dict[int, list[tuple[int, int, bool]]] = {}
@@ -208,7 +236,6 @@ class Shadow:
                     what = sh.what if sh is not None else "storage"
                 return max(a, s), min(b, e), w, what
         return None
-
 
     def concurrent_accesses(self, p: KernelStamp, t: torch.Tensor) -> list[tuple[KernelStamp, bool, int, int, str]]:
         """Recorded accesses to ``t``'s bytes by kernels neither ordered before nor after ``p``."""

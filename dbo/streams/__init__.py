@@ -16,13 +16,13 @@ from typing import Any
 
 import torch
 
-from dbo.trace import KernelRecord
 from dbo.streams.base import DEFAULT_TIMEOUT, Backend, Event, Stream
 from dbo.streams.cuda import CudaBackend
 from dbo.streams.current import current_stream, default_stream, launch, set_stream, use_stream
 from dbo.streams.inline import InlineBackend
 from dbo.streams.threads import ThreadsBackend
 from dbo.streams.virtual import VirtualBackend
+from dbo.trace import KernelRecord
 
 __all__ = [
     "get_backend",

@@ -228,8 +228,16 @@ class Stream(ABC):
         return kind
 
     @abstractmethod
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None,
-               op: str | None = None, layer: int | None = None) -> None:
+    def launch(
+        self,
+        fn: Callable | None,
+        *args: Any,
+        name: str | None = None,
+        kind: str | None = None,
+        cost: Any = None,
+        op: str | None = None,
+        layer: int | None = None,
+    ) -> None:
         """Enqueue ``fn(*args)`` (a kernel of ``kind`` "compute" or "comm", modelled by ``cost``;
         ``kind=None``: the stream's ``role``). ``op`` and ``layer`` declare what the kernel is (the
         model's operation, and its layer where it has one): they are recorded on ``KernelRecord`` and
@@ -274,9 +282,7 @@ class Stream(ABC):
         if not isinstance(event, Event):
             raise TypeError(f"expected an Event, got {type(event).__name__}: {event!r}")
         if event.backend is not self.backend:
-            raise StreamError(
-                f"stream {self.name!r} of {self.backend!r} cannot wait on an event of {event.backend!r}"
-            )
+            raise StreamError(f"stream {self.name!r} of {self.backend!r} cannot wait on an event of {event.backend!r}")
         return event
 
     def __repr__(self) -> str:
@@ -319,7 +325,9 @@ class Event(ABC):
     def _resolve_stream(self, stream: Stream | None) -> Stream:
         if stream is None:
             if _current_stream is None:
-                raise StreamError("no current-stream lookup is installed (import dbo.streams, not its base module alone)")
+                raise StreamError(
+                    "no current-stream lookup is installed (import dbo.streams, not its base module alone)"
+                )
             stream = _current_stream()
         if not isinstance(stream, Stream):
             raise TypeError(f"expected a Stream, got {type(stream).__name__}: {stream!r}")

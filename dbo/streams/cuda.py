@@ -57,8 +57,16 @@ class CudaStream(Stream):
         self._raw = self.torch_stream.cuda_stream  # the cudaStream_t, to compare with torch's current one
         self._device_index = backend.device.index
 
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None,
-               op: str | None = None, layer: int | None = None) -> None:
+    def launch(
+        self,
+        fn: Callable | None,
+        *args: Any,
+        name: str | None = None,
+        kind: str | None = None,
+        cost: Any = None,
+        op: str | None = None,
+        layer: int | None = None,
+    ) -> None:
         kind = self._check_launch(kind, op, layer)
         if _is_torch_current(self._device_index, self._raw):
             self._issue(fn, args, name, kind, cost, op, layer)
@@ -66,8 +74,16 @@ class CudaStream(Stream):
             with torch.cuda.stream(self.torch_stream):
                 self._issue(fn, args, name, kind, cost, op, layer)
 
-    def _issue(self, fn: Callable | None, args: tuple, name: str | None, kind: str, cost: Any,
-               op: str | None = None, layer: int | None = None) -> None:
+    def _issue(
+        self,
+        fn: Callable | None,
+        args: tuple,
+        name: str | None,
+        kind: str,
+        cost: Any,
+        op: str | None = None,
+        layer: int | None = None,
+    ) -> None:
         """Enqueue the kernel; torch's current stream is this stream."""
         b = self.backend
         seconds = b._modelled_seconds(fn, kind, cost, args)
@@ -93,7 +109,9 @@ class CudaStream(Stream):
             ev1 = torch.cuda.Event(enable_timing=True)
             ev1.record(s)
             with b._pending_lock:
-                b._pending.append((tr, self.name, kernel_name(fn, name, kind), kind, acting_ubatch_id(), ev0, ev1, op, layer))
+                b._pending.append(
+                    (tr, self.name, kernel_name(fn, name, kind), kind, acting_ubatch_id(), ev0, ev1, op, layer)
+                )
             if len(b._pending) > 64:
                 b._flush_traces()
 
@@ -134,7 +152,9 @@ def _is_torch_current(device_index: int, raw: int) -> bool:
     get_device = getattr(torch._C, "_cuda_getDevice", None)
     get_raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     if get_device is None or get_raw is None:  # a torch without these bindings: ask the slow way
-        return torch.cuda.current_device() == device_index and torch.cuda.current_stream(device_index).cuda_stream == raw
+        return (
+            torch.cuda.current_device() == device_index and torch.cuda.current_stream(device_index).cuda_stream == raw
+        )
     return get_device() == device_index and get_raw(device_index) == raw
 
 

@@ -65,8 +65,15 @@ def use_stream(stream: Stream) -> Iterator[Stream]:
         set_stream(prev)
 
 
-def launch(fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None,
-           op: str | None = None, layer: int | None = None) -> None:
+def launch(
+    fn: Callable | None,
+    *args: Any,
+    name: str | None = None,
+    kind: str | None = None,
+    cost: Any = None,
+    op: str | None = None,
+    layer: int | None = None,
+) -> None:
     """Launch ``fn(*args)`` on the calling thread's current stream (``kind=None``: the stream's role;
     ``op``, ``layer``: the kernel's declared identity, ``Stream.launch``)."""
     current_stream().launch(fn, *args, name=name, kind=kind, cost=cost, op=op, layer=layer)

@@ -18,8 +18,16 @@ __all__ = ["InlineBackend", "InlineStream", "InlineEvent"]
 
 
 class InlineStream(Stream):
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None,
-               op: str | None = None, layer: int | None = None) -> None:
+    def launch(
+        self,
+        fn: Callable | None,
+        *args: Any,
+        name: str | None = None,
+        kind: str | None = None,
+        cost: Any = None,
+        op: str | None = None,
+        layer: int | None = None,
+    ) -> None:
         kind = self._check_launch(kind, op, layer)
         b = self.backend
         if cost is not None:
@@ -86,4 +94,3 @@ class InlineBackend(Backend):
 
     def new_event(self) -> Event:
         return InlineEvent(self)
-

@@ -104,8 +104,9 @@ def add_stream_observer(observer: StreamObserver) -> None:
     global _registered
     missing = [m for m in _METHODS if not callable(getattr(observer, m, None))]
     if missing:
-        raise TypeError(f"a stream observer needs {', '.join(_METHODS)}; {type(observer).__name__} lacks "
-                        f"{', '.join(missing)}")
+        raise TypeError(
+            f"a stream observer needs {', '.join(_METHODS)}; {type(observer).__name__} lacks {', '.join(missing)}"
+        )
     with _lock:
         if not any(o is observer for o in _registered):
             _registered = _registered + (observer,)

@@ -129,8 +129,17 @@ class Tracer:
 
     # --- recording ---------------------------------------------------------------------------
 
-    def kernel(self, stream_name: str, name: str, kind: str, ubatch: int | None, start: float, end: float,
-               op: str | None = None, layer: int | None = None) -> None:
+    def kernel(
+        self,
+        stream_name: str,
+        name: str,
+        kind: str,
+        ubatch: int | None,
+        start: float,
+        end: float,
+        op: str | None = None,
+        layer: int | None = None,
+    ) -> None:
         """Record a kernel that ran on ``stream_name`` from ``start`` to ``end`` (seconds), with the
         ``op`` and ``layer`` its launch declared."""
         if not self.enabled:
@@ -169,7 +178,9 @@ class Tracer:
 
     # --- reading -----------------------------------------------------------------------------
 
-    def kernels(self, stream: str | None = None, ubatch: int | None = None, kind: str | None = None) -> list[KernelRecord]:
+    def kernels(
+        self, stream: str | None = None, ubatch: int | None = None, kind: str | None = None
+    ) -> list[KernelRecord]:
         """A copy of the kernel records, in recording order, optionally filtered."""
         with self._lock:
             recs = list(self.records)
@@ -255,8 +266,12 @@ class Tracer:
             dst_name = ubatch_track(h.dst)
             src_name = ubatch_track(h.src)
             common = {"cat": "handoff", "pid": HOST_PID}
-            events.append({**common, "name": f"yield to {dst_name}", "ph": "X", "ts": t_src, "dur": _MARKER_US, "tid": src_tid})
-            events.append({**common, "name": f"resume from {src_name}", "ph": "X", "ts": t_dst, "dur": _MARKER_US, "tid": dst_tid})
+            events.append(
+                {**common, "name": f"yield to {dst_name}", "ph": "X", "ts": t_src, "dur": _MARKER_US, "tid": src_tid}
+            )
+            events.append(
+                {**common, "name": f"resume from {src_name}", "ph": "X", "ts": t_dst, "dur": _MARKER_US, "tid": dst_tid}
+            )
             events.append({**common, "name": "handoff", "ph": "s", "id": n, "ts": t_src, "tid": src_tid})
             events.append({**common, "name": "handoff", "ph": "f", "bp": "e", "id": n, "ts": t_dst, "tid": dst_tid})
         for k in kernels:
@@ -281,12 +296,22 @@ class Tracer:
         ]
         for track, tid in host_tids.items():
             meta.append({"name": "thread_name", "ph": "M", "pid": HOST_PID, "tid": tid, "args": {"name": track}})
-            meta.append({"name": "thread_sort_index", "ph": "M", "pid": HOST_PID, "tid": tid, "args": {"sort_index": tid}})
+            meta.append(
+                {"name": "thread_sort_index", "ph": "M", "pid": HOST_PID, "tid": tid, "args": {"sort_index": tid}}
+            )
         for name, tid in stream_tids.items():
             meta.append(
-                {"name": "thread_name", "ph": "M", "pid": STREAMS_PID, "tid": tid, "args": {"name": _stream_track(name)}}
+                {
+                    "name": "thread_name",
+                    "ph": "M",
+                    "pid": STREAMS_PID,
+                    "tid": tid,
+                    "args": {"name": _stream_track(name)},
+                }
             )
-            meta.append({"name": "thread_sort_index", "ph": "M", "pid": STREAMS_PID, "tid": tid, "args": {"sort_index": tid}})
+            meta.append(
+                {"name": "thread_sort_index", "ph": "M", "pid": STREAMS_PID, "tid": tid, "args": {"sort_index": tid}}
+            )
 
         trace = {"traceEvents": meta + events, "displayTimeUnit": "ms", "otherData": {"origin_s": origin}}
         if path is not None:

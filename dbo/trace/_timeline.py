@@ -172,7 +172,9 @@ def _owner_char(ub: int | None) -> str:
     return str(ub) if 0 <= ub < 10 else "+"
 
 
-def legend_lines(letters_shown: Iterable[str], names: Mapping[str, str], width: int, head: str = "  by kernel (") -> list[str]:
+def legend_lines(
+    letters_shown: Iterable[str], names: Mapping[str, str], width: int, head: str = "  by kernel ("
+) -> list[str]:
     """The legend of the letters that appear (in the order of ``names``), wrapped at ``width``
     characters: ``["  by kernel (A attention, R router,", "             E experts)"]``. A shown
     letter missing from ``names`` is listed as unknown; no letters: no lines."""

@@ -66,7 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu", help="device for buffers (default: cpu)")
     parser.add_argument("--strict", action="store_true", help="exit with status 1 if a target is missed")
     parser.add_argument(
-        "--backend", default="auto", choices=("auto", "cuda", "threads", "virtual", "inline"),
+        "--backend",
+        default="auto",
+        choices=("auto", "cuda", "threads", "virtual", "inline"),
         help="stream backend of the host section (default auto: cuda with a GPU, else threads)",
     )
     return parser

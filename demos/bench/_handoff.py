@@ -25,7 +25,6 @@ from typing import Callable, Iterator
 
 import dbo
 
-
 # Thread placement. A handoff whose wake-up crosses CPUs costs several times one between threads
 # that share a CPU (docs/performance.md, "handoff"), and the kernel picks either at random from
 # one run to the next, whatever the code. Every candidate therefore runs with all of its

@@ -25,7 +25,6 @@ import torch
 
 import dbo
 from dbo.errors import CaptureError
-
 from demos.bench._core import Config, Timing, progress, timing_record, value_record
 from demos.bench._report import Record
 
@@ -83,8 +82,8 @@ def _synthetic(backend_name: str, device: str) -> tuple[dict, dict, Callable[[],
 
 def _demo(backend_name: str) -> tuple[dict, dict, Callable[[], None]]:
     import workspace
-    from demos.moe.config import OverlapConfig, resolve
     from demos.experiment.runner import Runner
+    from demos.moe.config import OverlapConfig, resolve
 
     oc = OverlapConfig(backend=backend_name, schedule="ll", link="nvlink", steps=1, **DEMO_SHAPES)
     res = resolve(oc)

@@ -12,8 +12,16 @@ from typing import Any, Callable
 import torch
 
 __all__ = [
-    "HEADER", "NOISY_SPREAD", "Record", "check_target", "format_cell", "format_checked", "machine", "markdown",
-    "table", "table_rows",
+    "HEADER",
+    "NOISY_SPREAD",
+    "Record",
+    "check_target",
+    "format_cell",
+    "format_checked",
+    "machine",
+    "markdown",
+    "table",
+    "table_rows",
 ]
 
 Record = dict[str, Any]
@@ -46,7 +54,6 @@ def format_checked(x: float, target: str | None, digits: int = 3, max_digits: in
             return repr(x)  # the shortest text that reads back as x itself
         d += 1
     return f"{x:.{d}f}"
-
 
 
 # ---------------------------------------------------------------------- output

@@ -27,15 +27,21 @@ from typing import Any, Callable
 import torch
 
 from dbo.registry import use_ubatch
+from demos.bench._core import Config, progress, samples_timing, time_together, timing_record, value_record
+from demos.bench._report import NOISY_SPREAD, Record
 from workspace import WorkspaceManager
 from workspace.layout import align_up, canonical_request, plan
 
-from demos.bench._core import Config, progress, samples_timing, time_together, timing_record, value_record
-from demos.bench._report import NOISY_SPREAD, Record
-
 __all__ = [
-    "RATIOS", "SECTIONS", "WORKSPACE_SPECS", "reference_views",
-    "section_workspace", "section_handoff", "section_overlap", "section_simulation", "section_host",
+    "RATIOS",
+    "SECTIONS",
+    "WORKSPACE_SPECS",
+    "reference_views",
+    "section_workspace",
+    "section_handoff",
+    "section_overlap",
+    "section_simulation",
+    "section_host",
 ]
 
 
@@ -264,13 +270,21 @@ def section_simulation(cfg: Config) -> list[Record]:
     meta tensors and the h200 / ib400 profiles: the time to run the DBO step's host code (two
     ubatch threads, every handoff, every modelled kernel), median over repeats. Target: under 1 s.
     Beside it: the simulated (virtual) step time, which does not depend on the machine."""
-    from demos.moe.config import OverlapConfig, resolve
     from demos.experiment.runner import Runner as _Runner
+    from demos.moe.config import OverlapConfig, resolve
 
     section = "simulation"
     oc = OverlapConfig(
-        backend="virtual", profile="h200", link="ib400", hidden=7168, experts=256, topk=8, layers=61,
-        tokens=256, meta=True, schedule="ht",
+        backend="virtual",
+        profile="h200",
+        link="ib400",
+        hidden=7168,
+        experts=256,
+        topk=8,
+        layers=61,
+        tokens=256,
+        meta=True,
+        schedule="ht",
     )
     runner = _Runner(oc, resolve(oc))
     samples, virtual = [], []
@@ -318,6 +332,9 @@ def section_host(cfg: Config) -> list[Record]:
 
 
 SECTIONS: list[Callable[[Config], list[Record]]] = [
-    section_workspace, section_handoff, section_overlap, section_simulation, section_host,
+    section_workspace,
+    section_handoff,
+    section_overlap,
+    section_simulation,
+    section_host,
 ]
-

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from dbo.trace import Window, stream_sort_key
-from dbo.trace import KernelRecord
-
-from demos.moe.ops import OP_LETTERS
+from dbo.trace import KernelRecord, Window, stream_sort_key
 from demos.experiment.report import OP_NAMES
+from demos.moe.ops import OP_LETTERS
 
 __all__ = ["plot_timeline", "key_entries", "plot_path_problem"]
 
@@ -97,7 +95,9 @@ def plot_timeline(records: Sequence[KernelRecord], window: Window, path: str, ti
     ax.set_title(title)
     handles, labels = key_entries(plt, by_stream, colours, drawn)
     # the key sits right of the axes, never on the data
-    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, borderaxespad=0.0)
+    ax.legend(
+        handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, borderaxespad=0.0
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -9,17 +9,30 @@ import statistics
 from operator import attrgetter
 from typing import Any
 
-from dbo.trace import fmt_seconds, fmt_seconds_group, legend_lines, render_ascii
-from dbo.trace import KernelRecord, Tracer
-from workspace.diagnostics import mib
-
+from dbo.trace import KernelRecord, Tracer, fmt_seconds, fmt_seconds_group, legend_lines, render_ascii
+from demos.experiment.report_lines import (
+    bound_lines,
+    graph_line,
+    growth_text,
+    link_line,
+    output_lines,
+    pinned_text,
+    sanitizer_lines,
+)
+from demos.experiment.results import OverlapResult
 from demos.moe.model import YIELDS_PER_LAYER
 from demos.moe.ops import OP_LETTERS
-from demos.experiment.report_lines import (bound_lines, graph_line, growth_text, link_line, output_lines, pinned_text,
-                                           sanitizer_lines)
-from demos.experiment.results import OverlapResult
+from workspace.diagnostics import mib
 
-__all__ = ["to_dict", "format_report", "format_output_line", "timeline_lines", "trace_of", "TIMELINE_LEGEND", "OP_NAMES"]
+__all__ = [
+    "to_dict",
+    "format_report",
+    "format_output_line",
+    "timeline_lines",
+    "trace_of",
+    "TIMELINE_LEGEND",
+    "OP_NAMES",
+]
 
 OP_NAMES = {
     "i": "input load",
@@ -43,7 +56,11 @@ def timeline_lines(records: list[KernelRecord], result: OverlapResult) -> list[s
     """The ASCII timeline of the result's window over ``records`` (the owner digit of each kernel
     is its record's ubatch; the op letter comes from the op its record declares)."""
     return render_ascii(
-        records, result.window, op_of=attrgetter("op"), op_letters=OP_LETTERS, op_names=OP_NAMES,
+        records,
+        result.window,
+        op_of=attrgetter("op"),
+        op_letters=OP_LETTERS,
+        op_names=OP_NAMES,
         width=result.config.timeline_width,
     )
 
@@ -110,7 +127,9 @@ def to_dict(result: OverlapResult) -> dict[str, Any]:
             "launcher": cfg.launcher if res.distributed else None,
         },
         "link": result.link,
-        "calibration": None if result.calibration is None else {
+        "calibration": None
+        if result.calibration is None
+        else {
             "target_ratio": result.calibration.target_ratio,
             "bandwidth_factor": result.calibration.bandwidth_factor,
             "steps": result.calibration.steps,
@@ -181,12 +200,18 @@ def _exactness_and_graph(result: OverlapResult) -> dict[str, Any]:
         "exact_reference": "the same ubatch split, run one ubatch after another (no DBO interleaving)",
         "max_abs_diff_whole_batch": outp.max_abs_diff_whole_batch,
         "whole_batch_expected": {
-            "relative": outp.rtol, "absolute": outp.atol, "dtype": outp.dtype, "within": outp.whole_batch_within,
+            "relative": outp.rtol,
+            "absolute": outp.atol,
+            "dtype": outp.dtype,
+            "within": outp.whole_batch_within,
         },
         "graph": result.graph,
         "graph_max_abs_diff": outp.graph_max_abs_diff,
-        "graph_kernels": None if result.graph_kernels is None else {
-            "no_dbo": result.graph_kernels[0], "dbo": result.graph_kernels[1],
+        "graph_kernels": None
+        if result.graph_kernels is None
+        else {
+            "no_dbo": result.graph_kernels[0],
+            "dbo": result.graph_kernels[1],
         },
         "eager_time_no_dbo_s": statistics.median(result.eager_times_no_dbo_s) if result.eager_times_no_dbo_s else None,
         "eager_time_dbo_s": statistics.median(result.eager_times_dbo_s) if result.eager_times_dbo_s else None,
@@ -209,11 +234,13 @@ def format_report(rep: dict) -> str:
         sizes = sorted({r["rows"][1] - r["rows"][0] for r in rep["ranks"]})
         per_rank = f" ({'/'.join(str(x) for x in sizes)} per rank, {c['experts'] // ws} experts per rank)"
     lines.append(
-        f"config     layers {c['layers']}, tokens {c['tokens']}{per_rank}, hidden {c['hidden']}, experts {c['experts']} "
+        f"config     layers {c['layers']}, tokens {c['tokens']}{per_rank}, hidden {c['hidden']}, "
+        f"experts {c['experts']} "
         f"(top-{c['topk']}), ubatches {c['ubatches']}"
     )
     lines.append(
-        f"           expert ffn {c['expert_ffn']}, shared ffn {c['shared_ffn']}, context {c['context']}, heads {c['heads']}, "
+        f"           expert ffn {c['expert_ffn']}, shared ffn {c['shared_ffn']}, context {c['context']}, "
+        f"heads {c['heads']}, "
         f"dtype {c['dtype']}{' (meta: math skipped)' if c['meta'] else ''}, profile {c['profile']}, ep {c['ep']}, "
         f"torch threads {c['torch_threads']}{pinned_text(c.get('engine_cpus'))}"
     )
@@ -230,7 +257,8 @@ def format_report(rep: dict) -> str:
     ratio = rep["comm_ratio_measured"]
     lines.append(
         f"per step   compute {fmt_seconds(rep['compute_s'])}, comm {fmt_seconds(rep['comm_s'])} (ratio {ratio:.2f}) "
-        f"in the no-DBO kernels; per layer {' + '.join(fmt_seconds_group([rep['compute_s'] / c['layers'], rep['comm_s'] / c['layers']]))}"
+        f"in the no-DBO kernels; per layer "
+        f"{' + '.join(fmt_seconds_group([rep['compute_s'] / c['layers'], rep['comm_s'] / c['layers']]))}"
         if ratio is not None
         else f"per step   compute {fmt_seconds(rep['compute_s'])}, comm {fmt_seconds(rep['comm_s'])}"
     )
@@ -249,7 +277,8 @@ def format_report(rep: dict) -> str:
     if ref is not None:
         verdict = "PASS" if ref["match"] else "FAIL"
         lines.append(
-            f"reference  max |ranks' rows - one process, whole batch, same seed| = {ref['max_abs_diff_no_dbo']:.3g} (no DBO), "
+            f"reference  max |ranks' rows - one process, whole batch, same seed| = "
+            f"{ref['max_abs_diff_no_dbo']:.3g} (no DBO), "
             f"{ref['max_abs_diff_dbo']:.3g} (DBO): {verdict}"
         )
     if ws > 1 and rep.get("ranks"):
@@ -274,12 +303,15 @@ def format_report(rep: dict) -> str:
     )
     on_rank = " on rank 0" if ws > 1 else ""
     lines.append(
-        f"timeline   layer {rep['timeline_layer']} of the last DBO step{on_rank}; digit = ubatch owning the kernel, '.' = idle"
+        f"timeline   layer {rep['timeline_layer']} of the last DBO step{on_rank}; "
+        "digit = ubatch owning the kernel, '.' = idle"
     )
     if any(row.startswith("  link ") for row in rep["timeline"]):
         lines.append("           link = this process's one queue of transfers, shared by the ubatches")
         if ws > 1:
-            lines.append("           (the all-to-alls run there, in launch order; the comm rows hold only local copies)")
+            lines.append(
+                "           (the all-to-alls run there, in launch order; the comm rows hold only local copies)"
+            )
     lines.extend(rep["timeline"])
     for note in rep.get("notes", []):
         lines.append(f"note       {note}")
@@ -303,5 +335,3 @@ SANITIZER_SHOWN = 5
 def _sanitizer_fields(found: list) -> dict[str, Any]:
     """--sanitize: the count and the first few findings (workspace kinds first, then stream races)."""
     return {"sanitizer_findings": len(found), "sanitizer_first": [str(f) for f in found[:SANITIZER_SHOWN]]}
-
-

@@ -5,8 +5,17 @@ from __future__ import annotations
 
 from dbo.trace import fmt_seconds, fmt_seconds_group
 
-__all__ = ["times", "growth_text", "link_line", "graph_line", "output_lines", "pinned_text", "pct", "bound_lines",
-           "sanitizer_lines"]
+__all__ = [
+    "times",
+    "growth_text",
+    "link_line",
+    "graph_line",
+    "output_lines",
+    "pinned_text",
+    "pct",
+    "bound_lines",
+    "sanitizer_lines",
+]
 
 
 def times(n: int) -> str:
@@ -71,11 +80,19 @@ def output_lines(rep: dict) -> list[str]:
 
 
 def pinned_text(cpus: dict | None) -> str:
-    """", engines pinned: compute CPU 0, comm CPU 1" (threads backend), or "" when not pinned."""
+    """ ", engines pinned: compute CPU 0, comm CPU 1" (threads backend), or "" when not pinned."""
     if not cpus:
         return ""
+
     def one(c: list[int]) -> str:
-        return f"CPU {c[0]}" if len(c) == 1 else f"CPUs {c[0]}-{c[-1]}" if c == list(range(c[0], c[-1] + 1)) else "CPUs " + ",".join(map(str, c))
+        return (
+            f"CPU {c[0]}"
+            if len(c) == 1
+            else f"CPUs {c[0]}-{c[-1]}"
+            if c == list(range(c[0], c[-1] + 1))
+            else "CPUs " + ",".join(map(str, c))
+        )
+
     return ", engines pinned: " + ", ".join(f"{k} {one(cpus[k])}" for k in ("compute", "comm") if k in cpus)
 
 

@@ -13,9 +13,7 @@ from typing import Any
 
 import torch
 
-from dbo.trace import Window, fmt_seconds
-from dbo.trace import HandoffRecord, KernelRecord, SpanRecord
-
+from dbo.trace import HandoffRecord, KernelRecord, SpanRecord, Window, fmt_seconds
 from demos.moe.config import OverlapConfig, Resolved
 
 __all__ = [
@@ -234,7 +232,9 @@ def overlap_hidden_fraction(e: EngineTimes) -> float | None:
     return (r_dbo - r_no) / (1.0 - r_no)
 
 
-def past_ideal_note(speedup: float | None, ideal: float | None, e: EngineTimes, t_no: float, t_dbo: float) -> str | None:
+def past_ideal_note(
+    speedup: float | None, ideal: float | None, e: EngineTimes, t_no: float, t_dbo: float
+) -> str | None:
     """Why a speedup is past the ideal of the no-DBO step's kernels (None when it is not): the
     part of the step that shrank most with DBO (compute kernels, comm kernels, or idle gaps)."""
     if speedup is None or ideal is None or speedup <= ideal:

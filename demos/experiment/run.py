@@ -19,15 +19,20 @@ import torch
 
 import dbo
 import workspace
-from dbo.trace import Window
-from dbo.trace import KernelRecord
-
-from demos.moe.comm import ModelledLinkTransport
-from demos.moe.dist_comm import DistributedTransport
-from demos.moe.config import TOLERANCE, ConfigError, OverlapConfig, Resolved, field_ref, model_config, resolve
-from demos.moe.model import ToyMoE
-from demos.experiment.results import EngineTimes, OutputCheck, OverlapResult, RankResult, ReferenceCheck, WorkspaceFigures
+from dbo.trace import KernelRecord, Window
+from demos.experiment.results import (
+    EngineTimes,
+    OutputCheck,
+    OverlapResult,
+    RankResult,
+    ReferenceCheck,
+    WorkspaceFigures,
+)
 from demos.experiment.runner import GraphTimes, Measurement, Runner, engine_times, measure
+from demos.moe.comm import ModelledLinkTransport
+from demos.moe.config import TOLERANCE, ConfigError, OverlapConfig, Resolved, field_ref, model_config, resolve
+from demos.moe.dist_comm import DistributedTransport
+from demos.moe.model import ToyMoE
 
 __all__ = ["run", "reference_outputs", "layer_window", "compare_outputs", "bitwise_diff"]
 
@@ -111,7 +116,9 @@ def layer_window(records: Sequence[KernelRecord], num_layers: int) -> Window:
     return Window(start, end, step_start, layer)
 
 
-def compare_outputs(out: torch.Tensor | None, ref: torch.Tensor | None, rtol: float) -> tuple[float | None, float | None, bool | None]:
+def compare_outputs(
+    out: torch.Tensor | None, ref: torch.Tensor | None, rtol: float
+) -> tuple[float | None, float | None, bool | None]:
     """(max |out - ref|, max |ref|, passed) with tolerance ``rtol x max(1, max|ref|)``."""
     if out is None or ref is None:
         return None, None, None
@@ -207,7 +214,11 @@ def reference_outputs(config: OverlapConfig | None = None, **overrides: Any) -> 
     tensor of shape (tokens, hidden). Uses the process-global workspace manager (and resets it)."""
     cfg = _config(config, overrides)
     dtype = torch.float32 if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
-    device = "cuda" if cfg.backend == "cuda" or (cfg.backend == "auto" and cfg.world_size > 1 and torch.cuda.is_available()) else "cpu"
+    device = (
+        "cuda"
+        if cfg.backend == "cuda" or (cfg.backend == "auto" and cfg.world_size > 1 and torch.cuda.is_available())
+        else "cpu"
+    )
     mc = model_config(cfg, ep=1, dtype=dtype, device=device).resolved()
     threads = cfg.torch_threads if cfg.torch_threads is not None else (1 if device == "cpu" else None)
     old_threads = torch.get_num_threads()
@@ -255,19 +266,31 @@ def _overlap_rank(info: Any, cfg: OverlapConfig) -> OverlapResult | None:
         groups = info.ubatch_groups(cfg.ubatches)
         rows = info.shard(cfg.tokens)
         transport = DistributedTransport(
-            groups, rank=info.rank, world_size=W, experts=cfg.experts,
+            groups,
+            rank=info.rank,
+            world_size=W,
+            experts=cfg.experts,
             max_tokens=max(len(shard_range(cfg.tokens, W, q)) for q in range(W)),
-            serialize=res.backend == "threads" and cfg.stream_layout == "per-ubatch", fault=info.on_collective,
+            serialize=res.backend == "threads" and cfg.stream_layout == "per-ubatch",
+            fault=info.on_collective,
         )
         runner = Runner(cfg, res, transport=transport, rows=rows, before_step=info.barrier, on_dbo_step=info.on_step)
         meas = measure(runner, cfg, res)
         mine = dict(
             rank=RankResult(
-                rank=info.rank, rows=(rows.start, rows.stop), pid=os.getpid(), times_no_dbo_s=meas.t_no,
-                times_dbo_s=meas.t_dbo, engine=engine_times(meas), allocations_after_lock=meas.allocations_after_lock,
+                rank=info.rank,
+                rows=(rows.start, rows.stop),
+                pid=os.getpid(),
+                times_no_dbo_s=meas.t_no,
+                times_dbo_s=meas.t_dbo,
+                engine=engine_times(meas),
+                allocations_after_lock=meas.allocations_after_lock,
                 bytes_to_peers_per_step=meas.bytes_to_peers_per_step,
             ),
-            ref=meas.ref, out=meas.out, split_ref=meas.split_ref, graph=meas.graph,
+            ref=meas.ref,
+            out=meas.out,
+            split_ref=meas.split_ref,
+            graph=meas.graph,
         )
         everyone = info.gather_object(mine)
         if info.rank != 0:
@@ -294,7 +317,9 @@ def _gather_graph(per_rank: list[GraphTimes | None]) -> GraphTimes | None:
     )
 
 
-def _distributed_result(r: Runner, cfg: OverlapConfig, res: Resolved, meas: Measurement, everyone: list[dict]) -> OverlapResult:
+def _distributed_result(
+    r: Runner, cfg: OverlapConfig, res: Resolved, meas: Measurement, everyone: list[dict]
+) -> OverlapResult:
     """Rank 0: the result over all ranks. A step takes as long as its slowest rank; C, M and O
     are the means over ranks of each rank's medians; outputs are the ranks' rows in rank order."""
     ranks: list[RankResult] = [x["rank"] for x in everyone]
@@ -309,7 +334,10 @@ def _distributed_result(r: Runner, cfg: OverlapConfig, res: Resolved, meas: Meas
         graph=_gather_graph([x["graph"] for x in everyone]),
     )
     engine = EngineTimes(
-        **{k: statistics.fmean(getattr(x.engine, k) for x in ranks) for k in ("compute_s", "comm_s", "overlapped_s", "dbo_compute_s", "dbo_comm_s", "dbo_overlapped_s")}
+        **{
+            k: statistics.fmean(getattr(x.engine, k) for x in ranks)
+            for k in ("compute_s", "comm_s", "overlapped_s", "dbo_compute_s", "dbo_comm_s", "dbo_overlapped_s")
+        }
     )
     result = _result(r, cfg, res, agg, engine)
     result.workspace.allocations_after_lock = max(x.allocations_after_lock for x in ranks)

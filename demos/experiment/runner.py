@@ -15,14 +15,12 @@ import torch
 
 import dbo
 import workspace
-from dbo.trace import engine_sums, fmt_seconds, overlap_seconds
-from dbo.trace import KernelRecord, Tracer
-
+from dbo.trace import KernelRecord, Tracer, engine_sums, fmt_seconds, overlap_seconds
+from demos.experiment.results import Calibration, EngineTimes
 from demos.moe.comm import ModelledLinkTransport
 from demos.moe.config import ConfigError, OverlapConfig, Resolved, field_ref
 from demos.moe.model import ToyMoE
 from demos.moe.ops import TRANSFER_OPS
-from demos.experiment.results import Calibration, EngineTimes
 
 __all__ = ["Runner", "Measurement", "GraphTimes", "measure", "measure_graph", "engine_times"]
 
@@ -251,10 +249,23 @@ def measure(r: Runner, cfg: OverlapConfig, res: Resolved) -> Measurement:
     # 5. with --graph: capture both steps, time the replays
     graph = measure_graph(r, cfg, res) if cfg.graph else None
     return Measurement(
-        warm=warm, allocations_at_lock=allocations_at_lock, calibration=calibration,
-        t_no=t_no, recs_no=recs_no, t_dbo=t_dbo, recs_dbo=recs_dbo, ref=ref, out=out,
-        stats=m.stats(), slot_sizes=m.slot_sizes(), bytes_to_peers_per_step=sent / max(1, cfg.steps),
-        torch_threads=torch.get_num_threads(), engine_cpus=getattr(r.backend, "pinned_cpus", dict)(), split_ref=split_ref, graph=graph, start_dbo=start_dbo,
+        warm=warm,
+        allocations_at_lock=allocations_at_lock,
+        calibration=calibration,
+        t_no=t_no,
+        recs_no=recs_no,
+        t_dbo=t_dbo,
+        recs_dbo=recs_dbo,
+        ref=ref,
+        out=out,
+        stats=m.stats(),
+        slot_sizes=m.slot_sizes(),
+        bytes_to_peers_per_step=sent / max(1, cfg.steps),
+        torch_threads=torch.get_num_threads(),
+        engine_cpus=getattr(r.backend, "pinned_cpus", dict)(),
+        split_ref=split_ref,
+        graph=graph,
+        start_dbo=start_dbo,
     )
 
 

@@ -14,7 +14,6 @@ import torch
 
 import dbo
 from dbo import races
-
 from demos.failures.text import STEP_BOUNDS, para, say, wrapped
 
 BACKENDS = ("virtual", "inline", "threads")

@@ -10,12 +10,9 @@ import torch
 
 import dbo
 from dbo import races, registry
-from dbo.trace import overlap_seconds
-from dbo.trace import KernelRecord, Tracer
-from workspace import WorkspaceManager, sanitizer
-
+from dbo.trace import KernelRecord, Tracer, overlap_seconds
 from demos.failures.text import F32, STEP_BOUNDS, findings_line, para, say, wrapped
-
+from workspace import WorkspaceManager, sanitizer
 
 # ---------------------------------------------------------------------- streams
 
@@ -87,8 +84,14 @@ def scenario_missing_wait() -> dict:
         "the race real on a CPU; dbo.races, a vector-clock checker fed with the streams' record/wait events, "
         "flags it on every backend whether or not it bites.",
     )
-    return {"wrong": wrong, "right": right, "expected": expected, "findings": wrong_findings, "races": wrong_races,
-            "races_fixed": right_races}
+    return {
+        "wrong": wrong,
+        "right": right,
+        "expected": expected,
+        "findings": wrong_findings,
+        "races": wrong_races,
+        "races_fixed": right_races,
+    }
 
 
 def _timeline(kernels: Sequence[KernelRecord], width: int = 72) -> list[str]:
@@ -270,10 +273,11 @@ def scenario_parked_failure(patience: float = 0.3) -> dict:
     say()
     cause = type(err.__cause__).__name__ if err is not None else None
     say(f"  ours:      {type(err).__name__} after {ours_s * 1e3:.1f} ms: {err}")
-    say(f"             .ubatch_id={err.ubatch_id if err is not None else None}, __cause__ {cause}; registry empty: "
-        f"{not registry.snapshot()}, ubatch threads left: {left or 'none'}")
-    say("  reference (a model of V1's event ring, waits bounded here at "
-        f"{patience:.1f} s instead of forever):")
+    say(
+        f"             .ubatch_id={err.ubatch_id if err is not None else None}, __cause__ {cause}; registry empty: "
+        f"{not registry.snapshot()}, ubatch threads left: {left or 'none'}"
+    )
+    say(f"  reference (a model of V1's event ring, waits bounded here at {patience:.1f} s instead of forever):")
     for line in ref["log"]:
         say(f"             {line}")
     say("             the main thread's join would block forever; it never sees the exception")

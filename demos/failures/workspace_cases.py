@@ -6,13 +6,11 @@ import threading
 from typing import Any, Callable, Sequence
 
 import dbo
+from demos.failures.text import F32, STEP_BOUNDS, U8, MiB, findings_line, para, say, wrapped
 from workspace import WorkspaceManager, sanitizer
 from workspace.diagnostics import mib
 from workspace.policy import DEFAULT_GROWTH, policy_names
 from workspace.tracking import LiveBytesTracker
-
-from demos.failures.text import F32, STEP_BOUNDS, U8, MiB, findings_line, para, say, wrapped
-
 
 # ---------------------------------------------------------------------- growth policies
 
@@ -169,7 +167,7 @@ def scenario_orphaned_views() -> dict:
             f"  {policy:<18} peak {mib(r['peak_bytes'])}, orphaned {mib(r['orphaned_bytes'])}, "
             f"sibling's data intact: {r['sibling_view_intact']}"
         )
-        wrapped("sanitizer: " + findings_line(r['findings_detail']), 21)
+        wrapped("sanitizer: " + findings_line(r["findings_detail"]), 21)
     say()
     para(
         "What happens",

@@ -4,4 +4,3 @@
 for the host micro-benchmarks, the figures taken from whole steps, and each kernel's torch
 calls); ``validation`` runs a grid real against virtual and compares.
 """
-

@@ -37,21 +37,53 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from dbo.costs import (DeviceProfile, HostCosts, LinkProfile, OpCost, Transfer, get_link, get_profile, iter_tensors, memory_seconds,
-                       seconds_for)
-from dbo.costs import fit_device, fit_dtype_rates, fit_threaded_ops, predict
+from dbo.costs import (
+    DeviceProfile,
+    HostCosts,
+    LinkProfile,
+    OpCost,
+    Transfer,
+    fit_device,
+    fit_dtype_rates,
+    fit_threaded_ops,
+    get_link,
+    get_profile,
+    iter_tensors,
+    memory_seconds,
+    predict,
+    seconds_for,
+)
 from dbo.streams.virtual import VirtualBackend, VirtualStream
-
+from demos.experiment.run import run
 from demos.fidelity.calls import count_gil_calls, one_step_each
 from demos.fidelity.host import measure_host
-from demos.fidelity.steps import (StepSample, engine_gaps, fit_engine_gap, fit_event_latency, fit_launch,
-                                fit_thread_start, fit_wake_latency, turnarounds)
+from demos.fidelity.steps import (
+    StepSample,
+    engine_gaps,
+    fit_engine_gap,
+    fit_event_latency,
+    fit_launch,
+    fit_thread_start,
+    fit_wake_latency,
+    turnarounds,
+)
 from demos.moe.config import ConfigError, OverlapConfig
-from demos.experiment.run import run
 
 __all__ = [
-    "BACKENDS", "Plan", "plan", "calibrate", "CalibrationError", "declared_costs", "measure_device", "measure_ops",
-    "op_samples", "fit_launch", "fit_thread_start", "fit_wake_latency", "fit_event_latency", "StepSample",
+    "BACKENDS",
+    "Plan",
+    "plan",
+    "calibrate",
+    "CalibrationError",
+    "declared_costs",
+    "measure_device",
+    "measure_ops",
+    "op_samples",
+    "fit_launch",
+    "fit_thread_start",
+    "fit_wake_latency",
+    "fit_event_latency",
+    "StepSample",
     "with_gil_calls",
 ]
 
@@ -86,7 +118,11 @@ def plan(backend: str, quick: bool = False) -> Plan:
     if gpu:
         dtypes = ("bfloat16", "float32") if quick else ("bfloat16", "float16", "float32")
         ms = (8, 64, 512, 4096) if quick else (4, 16, 64, 256, 1024, 4096, 16384)
-        nk = ((1024, 1024), (4096, 4096), (4096, 1024)) if quick else ((512, 512), (1024, 4096), (4096, 4096), (8192, 2048), (4096, 14336))
+        nk = (
+            ((1024, 1024), (4096, 4096), (4096, 1024))
+            if quick
+            else ((512, 512), (1024, 4096), (4096, 4096), (8192, 2048), (4096, 14336))
+        )
         copies = (1 << 14, 1 << 18, 1 << 22, 1 << 26) if quick else tuple(1 << k for k in range(12, 29, 2))
         tokens = (16, 256, 2048, 8192) if quick else (8, 64, 512, 2048, 8192)
         hiddens = (1024, 4096) if quick else (1024, 2048, 4096)
@@ -94,14 +130,25 @@ def plan(backend: str, quick: bool = False) -> Plan:
     else:
         dtypes = ("float32", "bfloat16") if quick else ("float32", "bfloat16", "float64")
         ms = (1, 4, 16, 64, 256) if quick else (1, 4, 16, 64, 256, 1024)
-        nk = ((128, 128), (384, 384), (768, 256), (256, 1024)) if quick else ((64, 64), (128, 384), (384, 384), (768, 256), (1024, 512))
+        nk = (
+            ((128, 128), (384, 384), (768, 256), (256, 1024))
+            if quick
+            else ((64, 64), (128, 384), (384, 384), (768, 256), (1024, 512))
+        )
         copies = tuple(1 << k for k in range(8, 23, 2))
         tokens = (8, 48, 320, 1536) if quick else (4, 16, 64, 256, 1024, 2048)
         hiddens = (192, 320) if quick else (128, 256, 384)
         dt = "float32"
-    runs = [dict(tokens=t, hidden=h, schedule=sched, layers=2, dtype=dt) for h in hiddens for t in tokens for sched in ("ht", "ll")]
+    runs = [
+        dict(tokens=t, hidden=h, schedule=sched, layers=2, dtype=dt)
+        for h in hiddens
+        for t in tokens
+        for sched in ("ht", "ll")
+    ]
     issue = tuple(dict(tokens=t, hidden=128, schedule=s, layers=2, dtype=dt) for t in (4, 16) for s in ("ht", "ll"))
-    return Plan(dtypes, ms, nk, copies, tuple(runs), issue, host_reps=300 if quick else 1000, op_steps=9 if quick else 15)
+    return Plan(
+        dtypes, ms, nk, copies, tuple(runs), issue, host_reps=300 if quick else 1000, op_steps=9 if quick else 15
+    )
 
 
 # --- the device: GEMMs and copies -------------------------------------------------------------------
@@ -111,6 +158,7 @@ def _timer(backend: str) -> Callable[[Callable[[], Any], int], float]:
     """Seconds per call of ``fn`` over a few batches of ``n`` calls on the device (GPU: the median;
     CPU: the shortest batch)."""
     if backend == "cuda":
+
         def gpu(fn: Callable[[], Any], n: int) -> float:
             out = []
             for _ in range(3):
@@ -122,6 +170,7 @@ def _timer(backend: str) -> Callable[[Callable[[], Any], int], float]:
                 b.synchronize()
                 out.append(a.elapsed_time(b) * 1e-3 / n)
             return statistics.median(out)
+
         return gpu
 
     def cpu(fn: Callable[[], Any], n: int) -> float:
@@ -134,6 +183,7 @@ def _timer(backend: str) -> Callable[[Callable[[], Any], int], float]:
                 fn()
             out.append((time.perf_counter() - t0) / n)
         return min(out)
+
     return cpu
 
 
@@ -174,8 +224,16 @@ def measure_device(backend: str, p: Plan, progress: Progress | None = None) -> l
 
 
 class _RecordingStream(VirtualStream):
-    def launch(self, fn: Any, *args: Any, name: str | None = None, kind: str | None = None, cost: Any = None,
-               op: str | None = None, layer: int | None = None) -> None:
+    def launch(
+        self,
+        fn: Any,
+        *args: Any,
+        name: str | None = None,
+        kind: str | None = None,
+        cost: Any = None,
+        op: str | None = None,
+        layer: int | None = None,
+    ) -> None:
         dtype = next((t.dtype for t in iter_tensors(args) if t.is_floating_point()), None)
         self.backend.log[name] = (self._check_launch(kind, op, layer), cost, dtype, op)  # kind None: the stream's role
         super().launch(fn, *args, name=name, kind=kind, cost=cost, op=op, layer=layer)
@@ -201,8 +259,9 @@ def declared_costs(cfg: OverlapConfig) -> tuple[dict[str, tuple], dict[str, tupl
         no.update(b.log)
         b.log = {}
 
-    b, link_name = one_step_each(cfg, lambda link: _RecordingBackend(profile="cpu", link=link), meta=True,
-                                 between=keep_no_dbo)
+    b, link_name = one_step_each(
+        cfg, lambda link: _RecordingBackend(profile="cpu", link=link), meta=True, between=keep_no_dbo
+    )
     dbo_ = b.log
     link = get_link(link_name)
     for table in (no, dbo_):  # the transport passes seconds over its base link: keep the bytes
@@ -225,8 +284,9 @@ class OpRecord:
     threaded: bool = False  # measured in a DBO step (ubatch threads running)
 
 
-def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
-                truth: Any = None) -> tuple[list[OpRecord], list[StepSample]]:
+def measure_ops(
+    backend: str, p: Plan, progress: Progress | None = None, *, truth: Any = None
+) -> tuple[list[OpRecord], list[StepSample]]:
     """Run the model for real over the plan's sweep: every kernel of every timed no-DBO and DBO
     step, and each run's step times. ``truth``: the profile of a virtual "machine" (``backend="virtual"``:
     tests of the fit)."""
@@ -234,7 +294,10 @@ def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
     steps: list[StepSample] = []
     for i, kw in enumerate(p.op_runs):
         if progress:
-            progress(f"model ops: run {i + 1}/{len(p.op_runs)} ({kw['schedule']}, {kw['tokens']} tokens, hidden {kw['hidden']})")
+            progress(
+                f"model ops: run {i + 1}/{len(p.op_runs)} ({kw['schedule']}, {kw['tokens']} tokens, "
+                f"hidden {kw['hidden']})"
+            )
         cfg = OverlapConfig(backend=backend, steps=p.op_steps, warmup=1, comm_ratio=1.0, profile=truth, **kw)
         no, dbo_ = declared_costs(cfg)
         res = None
@@ -248,9 +311,18 @@ def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
             continue
         link = LinkProfile("calibrated", res.link["latency_s"], res.link["bandwidth_Bps"])
         start = statistics.median(res.start_phases_dbo_s) if res.start_phases_dbo_s else None
-        steps.append(StepSample(res.config, link, res.time_no_dbo_s, res.time_dbo_s, start,
-                                engine_gaps(res.step_records_no_dbo), turnarounds(res.step_records_no_dbo),
-                                turnarounds(res.step_records_dbo)))
+        steps.append(
+            StepSample(
+                res.config,
+                link,
+                res.time_no_dbo_s,
+                res.time_dbo_s,
+                start,
+                engine_gaps(res.step_records_no_dbo),
+                turnarounds(res.step_records_no_dbo),
+                turnarounds(res.step_records_dbo),
+            )
+        )
         every = ((res.step_records_no_dbo, no, False), (res.step_records_dbo, dbo_, True))
         for steps_recs, table, threaded in every:  # every timed step: the fit takes each shape's median
             for r in (r for recs in steps_recs for r in recs):
@@ -261,8 +333,9 @@ def measure_ops(backend: str, p: Plan, progress: Progress | None = None, *,
     return out, steps
 
 
-def op_samples(records: list[OpRecord], profile: DeviceProfile,
-               kernels: dict[str, int] | None = None) -> list[tuple[str, float, float, bool, float]]:
+def op_samples(
+    records: list[OpRecord], profile: DeviceProfile, kernels: dict[str, int] | None = None
+) -> list[tuple[str, float, float, bool, float]]:
     """``(op, model seconds under profile, measured seconds, measured in a DBO step, memory
     seconds)`` for ``dbo.costs.fit_threaded_ops``, one per record, keyed by its declared op; the
     model time as the virtual backend computes it (``kernels``: device kernels per op, default 1),
@@ -297,8 +370,14 @@ def with_gil_calls(ops: dict[str, OpCost], runs: Sequence[dict]) -> dict[str, Op
     return {k: replace(v, gil_calls=calls.get(k, 0)) for k, v in ops.items()}
 
 
-def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None = None,
-              progress: Progress | None = None, sweep: Plan | None = None) -> tuple[DeviceProfile, CalibrationReport]:
+def calibrate(
+    backend: str = "threads",
+    *,
+    quick: bool = False,
+    name: str | None = None,
+    progress: Progress | None = None,
+    sweep: Plan | None = None,
+) -> tuple[DeviceProfile, CalibrationReport]:
     """Measure this machine on ``backend`` and fit a profile (see the module docstring);
     ``sweep`` replaces the plan (tests)."""
     p = sweep if sweep is not None else plan(backend, quick)
@@ -315,16 +394,24 @@ def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None
         torch.set_num_threads(old)
     base = get_profile("h200") if backend == "cuda" else None
     hc = HostCosts(
-        kernel=host["kernel"], stream_switch=host["stream_switch"], handoff=host["handoff"],
-        thread_start=host["thread_start"], thread_join=host["thread_join"], sync=host["sync"], event=host["event"],
-        threaded=host["threaded"], kernel_sync=backend == "cuda", idle_hold=host["idle_hold"],
+        kernel=host["kernel"],
+        stream_switch=host["stream_switch"],
+        handoff=host["handoff"],
+        thread_start=host["thread_start"],
+        thread_join=host["thread_join"],
+        sync=host["sync"],
+        event=host["event"],
+        threaded=host["threaded"],
+        kernel_sync=backend == "cuda",
+        idle_hold=host["idle_hold"],
     )
     # the knees from the model's own dtype (and the copies); the other dtypes' rates on those knees
     first = [x for x in dev_samples if x[0] != "gemm" or x[2] == p.dtypes[0]]
     dev = fit_device(first, name=name or f"calibrated-{backend}", base=base)
     dev = fit_dtype_rates([x for x in dev_samples if x[0] == "gemm" and x[2] != p.dtypes[0]], dev)
-    dev = replace(dev, comm_sm_share=base.comm_sm_share if base is not None else 0.0, host=hc,
-                  event_latency=host["event_latency"])  # idle; the threaded part is fitted to DBO steps below
+    dev = replace(
+        dev, comm_sm_share=base.comm_sm_share if base is not None else 0.0, host=hc, event_latency=host["event_latency"]
+    )  # idle; the threaded part is fitted to DBO steps below
     records, steps = measure_ops(backend, p, progress)
     # on a GPU, keep the base profile's CUDA kernels per op (each costs the host a launch)
     counts = {k: v.kernels for k, v in base.host.ops.items()} if base is not None else None
@@ -343,11 +430,14 @@ def calibrate(backend: str = "threads", *, quick: bool = False, name: str | None
     prof = replace(prof, event_latency_threaded=fit_event_latency(steps, prof, progress=progress))
     dev_err = [math.log(predict(prof, op, sh, dt, b) / t) for op, sh, dt, b, t in first]  # the dtype the knees fit
     errs: dict[str, list[float]] = {}
-    for (op, m, t, threaded, b) in op_samples(records, prof, counts):
+    for op, m, t, threaded, b in op_samples(records, prof, counts):
         oc = prof.host.ops[op]
         errs.setdefault(op, []).append(abs(oc.seconds(m, b, prof.fixed_threaded if threaded else 1.0) - t) / t)
     report = CalibrationReport(
-        backend=backend, host={**host, "launch": launch, "thread_start": thread_start}, device_samples=len(dev_samples), op_samples=len(samples),
+        backend=backend,
+        host={**host, "launch": launch, "thread_start": thread_start},
+        device_samples=len(dev_samples),
+        op_samples=len(samples),
         device_rms_log_error=math.sqrt(statistics.fmean(e * e for e in dev_err)),
         op_errors={k: statistics.median(v) for k, v in sorted(errs.items())},
         seconds=time.perf_counter() - t0,

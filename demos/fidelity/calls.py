@@ -20,7 +20,6 @@ from torch.overrides import TorchFunctionMode
 import dbo
 import workspace
 from dbo.streams.virtual import VirtualBackend, VirtualStream
-
 from demos.moe.comm import ModelledLinkTransport
 from demos.moe.config import OverlapConfig, resolve
 from demos.moe.model import ToyMoE
@@ -42,8 +41,16 @@ class TorchCalls(TorchFunctionMode):
 
 
 class _CountingStream(VirtualStream):
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None,
-               cost: Any = None, op: str | None = None, layer: int | None = None) -> None:
+    def launch(
+        self,
+        fn: Callable | None,
+        *args: Any,
+        name: str | None = None,
+        kind: str | None = None,
+        cost: Any = None,
+        op: str | None = None,
+        layer: int | None = None,
+    ) -> None:
         if fn is None or op is None:
             return super().launch(fn, *args, name=name, kind=kind, cost=cost, op=op, layer=layer)
         counts = self.backend.counts  # type: ignore[attr-defined]
@@ -65,21 +72,36 @@ class _CountingBackend(VirtualBackend):
         return _CountingStream(self, name)
 
 
-def one_step_each(cfg: OverlapConfig, make_backend: Callable[[str], Any], *, meta: bool,
-                  between: Callable[[Any], None] | None = None) -> tuple[Any, str]:
+def one_step_each(
+    cfg: OverlapConfig, make_backend: Callable[[str], Any], *, meta: bool, between: Callable[[Any], None] | None = None
+) -> tuple[Any, str]:
     """Build ``cfg``'s model on the virtual backend ``make_backend(link name)`` returns (a
     subclass that records something) and run one no-DBO step, ``between(backend)``, then one DBO
     step; ``meta``: shapes only. Returns (the closed backend, the link's name)."""
     dtype = cfg.dtype if cfg.dtype != "auto" else "float32"
-    res = resolve(replace(cfg, backend="virtual", meta=meta, dtype=dtype, json_path=None, trace_path=None,
-                          plot_path=None, world_size=1, profile=None, graph=False))
+    res = resolve(
+        replace(
+            cfg,
+            backend="virtual",
+            meta=meta,
+            dtype=dtype,
+            json_path=None,
+            trace_path=None,
+            plot_path=None,
+            world_size=1,
+            profile=None,
+            graph=False,
+        )
+    )
     b = make_backend(res.link)
     workspace.init_workspace_manager(res.model.device, num_ubatches=cfg.ubatches)
     try:
         model = ToyMoE(res.model, ModelledLinkTransport(res.link), num_ubatches=cfg.ubatches, schedule=cfg.schedule)
         split = [range(r.start, r.stop) for r in dbo.split_tokens(cfg.tokens, cfg.ubatches)]
-        with dbo.UBatchOrchestrator(cfg.ubatches, backend=b, stream_layout=cfg.stream_layout) as on, \
-                dbo.UBatchOrchestrator(1, backend=b, stream_layout=cfg.stream_layout) as o1:
+        with (
+            dbo.UBatchOrchestrator(cfg.ubatches, backend=b, stream_layout=cfg.stream_layout) as on,
+            dbo.UBatchOrchestrator(1, backend=b, stream_layout=cfg.stream_layout) as o1,
+        ):
             o1.run(model.forward, [range(0, cfg.tokens)])
             if between is not None:
                 between(b)

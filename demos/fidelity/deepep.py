@@ -22,11 +22,20 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields
 
-from dbo.costs import DEEPEP_H800, DeepEPParams, deepep_low_latency, deepep_normal, message_bytes
-from dbo.costs import ClusterSpec, Routing
+from dbo.costs import DEEPEP_H800, ClusterSpec, DeepEPParams, Routing, deepep_low_latency, deepep_normal, message_bytes
 
-__all__ = ["LEGACY_SOURCE", "PUBLISHED_LL", "PUBLISHED_LL_RDMA", "PUBLISHED_NORMAL", "SOURCE", "TOLERANCE",
-           "compare", "fit", "format_table", "max_error"]
+__all__ = [
+    "LEGACY_SOURCE",
+    "PUBLISHED_LL",
+    "PUBLISHED_LL_RDMA",
+    "PUBLISHED_NORMAL",
+    "SOURCE",
+    "TOLERANCE",
+    "compare",
+    "fit",
+    "format_table",
+    "max_error",
+]
 
 SOURCE = "deepseek-ai/DeepEP README (2025-06-05; docs/legacy.md)"
 LEGACY_SOURCE = "deepseek-ai/DeepEP README (until 2025-06-04, pure RDMA)"
@@ -35,15 +44,21 @@ TOLERANCE = 0.15
 
 # (kernel, ep, figure): normal in GB/s of DeepEP's bottleneck bandwidth, low-latency in us.
 PUBLISHED_NORMAL = (
-    ("dispatch", 8, 153.0), ("combine", 8, 158.0),
-    ("dispatch", 16, 43.0), ("combine", 16, 43.0),
-    ("dispatch", 32, 58.0), ("combine", 32, 57.0),
-    ("dispatch", 64, 51.0), ("combine", 64, 50.0),
+    ("dispatch", 8, 153.0),
+    ("combine", 8, 158.0),
+    ("dispatch", 16, 43.0),
+    ("combine", 16, 43.0),
+    ("dispatch", 32, 58.0),
+    ("combine", 32, 57.0),
+    ("dispatch", 64, 51.0),
+    ("combine", 64, 50.0),
 )
-PUBLISHED_LL = tuple(("dispatch", ep, us) for ep, us in zip((8, 16, 32, 64, 128, 256), (77, 118, 155, 173, 192, 194))) \
-    + tuple(("combine", ep, us) for ep, us in zip((8, 16, 32, 64, 128, 256), (114, 195, 273, 314, 369, 360)))
-PUBLISHED_LL_RDMA = tuple(("dispatch", ep, us) for ep, us in zip((8, 16, 32, 64), (163, 173, 182, 186))) \
-    + tuple(("combine", ep, us) for ep, us in zip((8, 16, 32, 64), (318, 329, 350, 353)))
+PUBLISHED_LL = tuple(
+    ("dispatch", ep, us) for ep, us in zip((8, 16, 32, 64, 128, 256), (77, 118, 155, 173, 192, 194))
+) + tuple(("combine", ep, us) for ep, us in zip((8, 16, 32, 64, 128, 256), (114, 195, 273, 314, 369, 360)))
+PUBLISHED_LL_RDMA = tuple(("dispatch", ep, us) for ep, us in zip((8, 16, 32, 64), (163, 173, 182, 186))) + tuple(
+    ("combine", ep, us) for ep, us in zip((8, 16, 32, 64), (318, 329, 350, 353))
+)
 
 _GPU = "h800"
 _GPUS_PER_NODE = 8
@@ -76,12 +91,22 @@ def _ll(kernel: str, ep: int, params: DeepEPParams, nvlink: bool = True) -> tupl
     return a.seconds * 1e6, a.bottleneck, "nvlink+rdma" if nvlink else "rdma"
 
 
-def _record(kernel: str, mode: str, ep: int, published: float, got: tuple[float, str, str], unit: str,
-            source: str) -> dict:
+def _record(
+    kernel: str, mode: str, ep: int, published: float, got: tuple[float, str, str], unit: str, source: str
+) -> dict:
     predicted, bottleneck, links = got
-    return {"kernel": kernel, "mode": mode, "ep": ep, "predicted": predicted, "published": published,
-            "unit": unit, "error": predicted / published - 1, "bottleneck": bottleneck, "links": links,
-            "source": source}
+    return {
+        "kernel": kernel,
+        "mode": mode,
+        "ep": ep,
+        "predicted": predicted,
+        "published": published,
+        "unit": unit,
+        "error": predicted / published - 1,
+        "bottleneck": bottleneck,
+        "links": links,
+        "source": source,
+    }
 
 
 def compare(params: DeepEPParams = DEEPEP_H800, *, legacy: bool = True) -> list[dict]:
@@ -93,8 +118,10 @@ def compare(params: DeepEPParams = DEEPEP_H800, *, legacy: bool = True) -> list[
     rows = [_record(k, "normal", ep, v, _normal(k, ep, params), "GB/s", SOURCE) for k, ep, v in PUBLISHED_NORMAL]
     rows += [_record(k, "low-latency", ep, v, _ll(k, ep, params), "us", SOURCE) for k, ep, v in PUBLISHED_LL]
     if legacy:
-        rows += [_record(k, "low-latency", ep, v, _ll(k, ep, params, nvlink=False), "us", LEGACY_SOURCE)
-                 for k, ep, v in PUBLISHED_LL_RDMA]
+        rows += [
+            _record(k, "low-latency", ep, v, _ll(k, ep, params, nvlink=False), "us", LEGACY_SOURCE)
+            for k, ep, v in PUBLISHED_LL_RDMA
+        ]
     return rows
 
 
@@ -111,16 +138,22 @@ def format_table(rows: Sequence[dict], params: DeepEPParams = DEEPEP_H800) -> st
     p = params
     lines = [
         "DeepEP on H800 (one 400 Gb/s CX7 per GPU, NVLink 200 GB/s per direction): model vs published",
-        (f"model: rdma_efficiency {p.rdma_efficiency:.3f}, nvlink_efficiency {p.nvlink_efficiency:.3f}, "
-         f"ll_latency {p.ll_latency * 1e6:.1f} us, normal_latency {p.normal_latency * 1e6:.1f} us"),
+        (
+            f"model: rdma_efficiency {p.rdma_efficiency:.3f}, nvlink_efficiency {p.nvlink_efficiency:.3f}, "
+            f"ll_latency {p.ll_latency * 1e6:.1f} us, normal_latency {p.normal_latency * 1e6:.1f} us"
+        ),
         "",
-        (f"{'mode':<12}{'kernel':<10}{'EP':>5}  {'links':<12}{'predicted':>10}{'published':>10}  {'unit':<5}"
-         f"{'error':>8}  bottleneck"),
+        (
+            f"{'mode':<12}{'kernel':<10}{'EP':>5}  {'links':<12}{'predicted':>10}{'published':>10}  {'unit':<5}"
+            f"{'error':>8}  bottleneck"
+        ),
     ]
     for r in rows:
         tag = "" if r["source"] == SOURCE else "  (legacy)"
-        lines.append(f"{r['mode']:<12}{r['kernel']:<10}{r['ep']:>5}  {r['links']:<12}{r['predicted']:>10.1f}"
-                     f"{r['published']:>10.1f}  {r['unit']:<5}{r['error'] * 100:>+7.1f}%  {r['bottleneck']}{tag}")
+        lines.append(
+            f"{r['mode']:<12}{r['kernel']:<10}{r['ep']:>5}  {r['links']:<12}{r['predicted']:>10.1f}"
+            f"{r['published']:>10.1f}  {r['unit']:<5}{r['error'] * 100:>+7.1f}%  {r['bottleneck']}{tag}"
+        )
     lines.append("")
     for src in dict.fromkeys(r["source"] for r in rows):
         lines.append(f"max |error| {max_error(rows, src) * 100:.1f}% over {src}")

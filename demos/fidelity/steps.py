@@ -13,15 +13,21 @@ from typing import Any, Callable
 import torch
 
 import workspace
-from dbo.costs import DeviceProfile, LinkProfile
-from dbo.costs import fit_scalar
-
-from demos.moe.config import ConfigError, OverlapConfig, resolve
+from dbo.costs import DeviceProfile, LinkProfile, fit_scalar
 from demos.experiment.run import run
 from demos.experiment.runner import Runner
+from demos.moe.config import ConfigError, OverlapConfig, resolve
 
-__all__ = ["StepSample", "engine_gaps", "turnarounds", "fit_launch", "fit_thread_start", "fit_engine_gap",
-           "fit_wake_latency", "fit_event_latency"]
+__all__ = [
+    "StepSample",
+    "engine_gaps",
+    "turnarounds",
+    "fit_launch",
+    "fit_thread_start",
+    "fit_engine_gap",
+    "fit_wake_latency",
+    "fit_event_latency",
+]
 
 Progress = Callable[[str], None]
 
@@ -40,8 +46,9 @@ class StepSample:
     turns_dbo: dict = field(default_factory=dict)  # turnarounds of its DBO steps
 
 
-def _next_kernel_gaps(steps: list[list[Any]], group: Callable[[Any], Any],
-                      keep: Callable[[Any, Any], bool]) -> dict[tuple[str, str], float]:
+def _next_kernel_gaps(
+    steps: list[list[Any]], group: Callable[[Any], Any], keep: Callable[[Any, Any], bool]
+) -> dict[tuple[str, str], float]:
     """Median seconds from a kernel's end to the start of the next kernel of its ``group`` (by
     start time) where ``keep(kernel, next)``, by (kernel name, next kernel name), over ``steps``
     (each a list of ``KernelRecord``)."""
@@ -101,8 +108,9 @@ def _issue_seconds(cfg: OverlapConfig, profile: Any = None, steps: int = 9) -> t
         torch.set_num_threads(old)
 
 
-def fit_launch(backend: str, p: Any, profile: DeviceProfile, progress: Progress | None = None, *,
-               truth: Any = None) -> float:
+def fit_launch(
+    backend: str, p: Any, profile: DeviceProfile, progress: Progress | None = None, *, truth: Any = None
+) -> float:
     """``HostCosts.launch``: the model's host seconds per launch beyond what ``profile`` predicts
     (``truth``: the profile of a virtual "machine", for tests)."""
     per = []
@@ -154,8 +162,10 @@ def fit_engine_gap(steps: list[StepSample], profile: DeviceProfile, rounds: int 
                 res = _virtual(s, p)
             except ConfigError:
                 continue
-            for dbo, measured, pred in ((False, s.turns_no_dbo, res.step_records_no_dbo),
-                                        (True, s.turns_dbo, res.step_records_dbo)):
+            for dbo, measured, pred in (
+                (False, s.turns_no_dbo, res.step_records_no_dbo),
+                (True, s.turns_dbo, res.step_records_dbo),
+            ):
                 waited = (gap, gap + threaded) if dbo else (gap,)
                 for k, g in turnarounds(pred).items():
                     if k in measured and any(abs(g - w) <= 1e-9 for w in waited):
@@ -190,8 +200,17 @@ def fit_wake_latency(steps: list[StepSample], profile: DeviceProfile) -> float:
 
 def _virtual(s: StepSample, profile: DeviceProfile) -> Any:
     """The sample's run predicted on virtual with ``profile`` over the link it calibrated."""
-    cfg = replace(s.config, backend="virtual", profile=profile, meta=True, comm_ratio=None, link=s.link, steps=1,
-                  warmup=1, dtype=s.config.dtype if s.config.dtype != "auto" else "float32")
+    cfg = replace(
+        s.config,
+        backend="virtual",
+        profile=profile,
+        meta=True,
+        comm_ratio=None,
+        link=s.link,
+        steps=1,
+        warmup=1,
+        dtype=s.config.dtype if s.config.dtype != "auto" else "float32",
+    )
     return run(cfg)
 
 
@@ -200,8 +219,14 @@ def _predict(s: StepSample, profile: DeviceProfile) -> tuple[float, float]:
     return res.time_no_dbo_s, res.time_dbo_s
 
 
-def fit_event_latency(steps: list[StepSample], profile: DeviceProfile, *, lo: float = 0.0, hi: float = 2e-3,
-                      progress: Progress | None = None) -> float:
+def fit_event_latency(
+    steps: list[StepSample],
+    profile: DeviceProfile,
+    *,
+    lo: float = 0.0,
+    hi: float = 2e-3,
+    progress: Progress | None = None,
+) -> float:
     """``DeviceProfile.event_latency_threaded`` in [lo, hi] that makes the virtual backend
     reproduce the measured speedups best: least absolute log error of the DBO step's time over the
     no-DBO step's, over the link each run calibrated. The latency acts on DBO steps only; judged
@@ -222,7 +247,9 @@ def fit_event_latency(steps: list[StepSample], profile: DeviceProfile, *, lo: fl
                 no, d = _predict(s, p)
             except ConfigError:
                 continue
-            err += abs(math.log((d / no) / (s.dbo_s / s.no_dbo_s)))  # absolute, not squared: one disturbed run pulls less
+            err += abs(
+                math.log((d / no) / (s.dbo_s / s.no_dbo_s))
+            )  # absolute, not squared: one disturbed run pulls less
         return err
 
     return fit_scalar(loss, lo, hi)

@@ -20,12 +20,26 @@ from typing import Any, Callable, Iterator, Sequence
 
 from dbo.costs import LinkProfile
 from dbo.trace import fmt_seconds
-
-from demos.moe.config import ConfigError, OverlapConfig
 from demos.experiment.run import run
+from demos.moe.config import ConfigError, OverlapConfig
 
-__all__ = ["Point", "Row", "Validation", "grid", "validate", "crossover", "summarize", "format_table",
-           "H200_MEASURED", "compare_h200", "format_h200", "graph_supported", "ValidationError", "steps_for", "MAX_STEPS"]
+__all__ = [
+    "Point",
+    "Row",
+    "Validation",
+    "grid",
+    "validate",
+    "crossover",
+    "summarize",
+    "format_table",
+    "H200_MEASURED",
+    "compare_h200",
+    "format_h200",
+    "graph_supported",
+    "ValidationError",
+    "steps_for",
+    "MAX_STEPS",
+]
 
 RATIOS = (0.5, 1.0, 2.0)
 TARGETS = {"median": 0.10, "max": 0.25, "speedup": 0.10}
@@ -100,9 +114,16 @@ class Validation:
     notes: list[str] = field(default_factory=list)
 
 
-def grid(quick: bool = False, *, sizes: Sequence[int] | None = None, ratios: Sequence[float] = RATIOS,
-         schedules: Sequence[str] = SCHEDULES, modes: Sequence[str] | None = None, backend: str = "threads",
-         **shapes: Any) -> list[Point]:
+def grid(
+    quick: bool = False,
+    *,
+    sizes: Sequence[int] | None = None,
+    ratios: Sequence[float] = RATIOS,
+    schedules: Sequence[str] = SCHEDULES,
+    modes: Sequence[str] | None = None,
+    backend: str = "threads",
+    **shapes: Any,
+) -> list[Point]:
     """The grid: every schedule x size x ratio x mode. Default sizes: small decode to large prefill
     (on cuda larger, in bfloat16)."""
     gpu = backend == "cuda"
@@ -119,8 +140,14 @@ def grid(quick: bool = False, *, sizes: Sequence[int] | None = None, ratios: Seq
     base.update(shapes)
     sh = tuple(sorted(base.items()))
     # a graph cannot hold ht's host sync (the demo refuses --graph with ht): graph rows are ll only
-    return [Point(s, t, r, m, sh) for s in schedules for t in sizes for r in ratios for m in modes
-            if not (m == "graph" and s == "ht")]
+    return [
+        Point(s, t, r, m, sh)
+        for s in schedules
+        for t in sizes
+        for r in ratios
+        for m in modes
+        if not (m == "graph" and s == "ht")
+    ]
 
 
 def _figures(cfg: OverlapConfig) -> tuple[Figures, LinkProfile]:
@@ -132,8 +159,11 @@ def _figures(cfg: OverlapConfig) -> tuple[Figures, LinkProfile]:
 
 def _median_figures(figs: Sequence[Figures]) -> Figures:
     hid = [f.hidden for f in figs if f.hidden is not None]
-    return Figures(statistics.median(f.no_dbo_s for f in figs), statistics.median(f.dbo_s for f in figs),
-                   statistics.median(hid) if hid else None)
+    return Figures(
+        statistics.median(f.no_dbo_s for f in figs),
+        statistics.median(f.dbo_s for f in figs),
+        statistics.median(hid) if hid else None,
+    )
 
 
 MAX_STEPS = 60
@@ -149,8 +179,17 @@ def steps_for(predicted_step_s: float, steps: int, min_time: float) -> int:
     return max(steps, min(MAX_STEPS, math.ceil(min_time / predicted_step_s)))
 
 
-def validate(backend: str, profile: Any, points: Sequence[Point], *, steps: int = 5, repeats: int = 1,
-             min_time: float = 0.0, progress: Callable[[str], None] | None = None, truth: Any = None) -> Validation:
+def validate(
+    backend: str,
+    profile: Any,
+    points: Sequence[Point],
+    *,
+    steps: int = 5,
+    repeats: int = 1,
+    min_time: float = 0.0,
+    progress: Callable[[str], None] | None = None,
+    truth: Any = None,
+) -> Validation:
     """Measure every point on ``backend`` and predict it on virtual with ``profile`` over the link
     the real run calibrated; ``repeats`` runs of each, medians of their figures. The grid runs in
     ``repeats`` passes (every point once per pass), so that a slowdown of the machine that lasts
@@ -168,20 +207,30 @@ def validate(backend: str, profile: Any, points: Sequence[Point], *, steps: int 
                 continue
             if progress:
                 pass_ = f"pass {r + 1}/{repeats}, " if repeats > 1 else ""
-                progress(f"{pass_}point {i + 1}/{len(points)}: {pt.schedule} {pt.tokens} tokens, comm {pt.comm_ratio:g}x, {pt.mode}")
+                progress(
+                    f"{pass_}point {i + 1}/{len(points)}: {pt.schedule} {pt.tokens} tokens, "
+                    f"comm {pt.comm_ratio:g}x, {pt.mode}"
+                )
             dtype = dict(pt.shapes).get("dtype", "float32")
             try:
                 if i not in sizes:
                     n = steps
                     if min_time > 0:  # a first guess of the step time, over the profile's own link
-                        guess, _ = _figures(pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype))
+                        guess, _ = _figures(
+                            pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype)
+                        )
                         n = steps_for(guess.no_dbo_s, steps, min_time)
                     sizes[i] = n
                 m, link = _figures(pt.config(backend=backend, steps=sizes[i], warmup=1, profile=truth))
                 # the prediction runs over the link the real run calibrated (not a virtual
                 # recalibration), so both see the same transfers
-                q, _ = _figures(replace(pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype),
-                                        comm_ratio=None, link=link))
+                q, _ = _figures(
+                    replace(
+                        pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype),
+                        comm_ratio=None,
+                        link=link,
+                    )
+                )
             except ConfigError as e:  # e.g. a comm ratio too small for the link's fixed costs at this size
                 skipped[i] = f"{pt.schedule} {pt.tokens} tokens comm {pt.comm_ratio:g}x {pt.mode}: skipped ({e})"
                 runs.pop(i, None)
@@ -189,17 +238,24 @@ def validate(backend: str, profile: Any, points: Sequence[Point], *, steps: int 
             meas, pred = runs.setdefault(i, ([], []))
             meas.append(m)
             pred.append(q)
-    rows = [Row(pt, _median_figures(runs[i][0]), _median_figures(runs[i][1])) for i, pt in enumerate(points) if i in runs]
+    rows = [
+        Row(pt, _median_figures(runs[i][0]), _median_figures(runs[i][1])) for i, pt in enumerate(points) if i in runs
+    ]
     name = profile if isinstance(profile, str) else getattr(profile, "name", str(profile))
     return Validation(backend, name, rows, time.perf_counter() - t0, [skipped[i] for i in sorted(skipped)])
 
 
-def crossover(rows: Sequence[Row], schedule: str, which: str, comm_ratio: float = 1.0, mode: str = "eager") -> int | None:
+def crossover(
+    rows: Sequence[Row], schedule: str, which: str, comm_ratio: float = 1.0, mode: str = "eager"
+) -> int | None:
     """The smallest token count of the grid from which DBO pays (speedup > 1 there and at every
     larger size) for ``schedule`` at ``comm_ratio``, ``which`` = "measured" or "predicted"; None
     when DBO does not pay at the largest size."""
-    pts = sorted((r.point.tokens, getattr(r, which).speedup) for r in rows
-                 if r.point.schedule == schedule and r.point.comm_ratio == comm_ratio and r.point.mode == mode)
+    pts = sorted(
+        (r.point.tokens, getattr(r, which).speedup)
+        for r in rows
+        if r.point.schedule == schedule and r.point.comm_ratio == comm_ratio and r.point.mode == mode
+    )
     best = None
     for tokens, sp in reversed(pts):
         if sp <= 1:
@@ -236,8 +292,12 @@ def summarize(v: Validation) -> dict[str, Any]:
         "median_abs_step_error": statistics.median(errs) if errs else None,
         "max_abs_step_error": max(errs) if errs else None,
         "max_abs_speedup_error": max((abs(r.err_speedup) for r in v.rows), default=None),
-        "speedups_off": [f"{r.point.schedule} {r.point.mode} {r.point.tokens} tokens comm {r.point.comm_ratio:g}x: "
-                         f"{r.err_speedup:+.2f}" for r in v.rows if abs(r.err_speedup) > TARGETS["speedup"]],
+        "speedups_off": [
+            f"{r.point.schedule} {r.point.mode} {r.point.tokens} tokens comm {r.point.comm_ratio:g}x: "
+            f"{r.err_speedup:+.2f}"
+            for r in v.rows
+            if abs(r.err_speedup) > TARGETS["speedup"]
+        ],
         "crossover": cross,
     }
 
@@ -252,23 +312,30 @@ def _hid(x: float | None) -> str:
 
 def format_table(v: Validation) -> str:
     """The table: predicted vs measured per point, the errors, the summary and the crossovers."""
-    head = (f"{'sched':5} {'mode':5} {'tokens':>6} {'comm':>4} | {'no DBO meas':>11} {'pred':>8} {'err':>5} | "
-            f"{'DBO meas':>9} {'pred':>8} {'err':>5} | {'speedup m/p':>11} {'err':>6} | {'hidden m/p':>10}")
+    head = (
+        f"{'sched':5} {'mode':5} {'tokens':>6} {'comm':>4} | {'no DBO meas':>11} {'pred':>8} {'err':>5} | "
+        f"{'DBO meas':>9} {'pred':>8} {'err':>5} | {'speedup m/p':>11} {'err':>6} | {'hidden m/p':>10}"
+    )
     lines = [f"validate: {v.backend} measured vs virtual predicted with profile {v.profile}", head, "-" * len(head)]
     for r in v.rows:
         p, m, q = r.point, r.measured, r.predicted
         lines.append(
-            f"{p.schedule:5} {p.mode:5} {p.tokens:6d} {p.comm_ratio:4g} | {fmt_seconds(m.no_dbo_s):>11} {fmt_seconds(q.no_dbo_s):>8} "
+            f"{p.schedule:5} {p.mode:5} {p.tokens:6d} {p.comm_ratio:4g} | "
+            f"{fmt_seconds(m.no_dbo_s):>11} {fmt_seconds(q.no_dbo_s):>8} "
             f"{_pct(r.err_no_dbo):>5} | {fmt_seconds(m.dbo_s):>9} {fmt_seconds(q.dbo_s):>8} {_pct(r.err_dbo):>5} | "
             f"{m.speedup:5.2f}/{q.speedup:<5.2f} {r.err_speedup:+6.2f} | {_hid(m.hidden):>4}/{_hid(q.hidden):<5}"
         )
     s = summarize(v)
     lines.append(
-        f"step time |error|: median {_pct(s['median_abs_step_error']).strip('+')}, max {_pct(s['max_abs_step_error']).strip('+')}; "
-        f"speedup |error| max {'n/a' if s['max_abs_speedup_error'] is None else format(s['max_abs_speedup_error'], '.2f')}"
+        f"step time |error|: median {_pct(s['median_abs_step_error']).strip('+')}, "
+        f"max {_pct(s['max_abs_step_error']).strip('+')}; "
+        f"speedup |error| max "
+        f"{'n/a' if s['max_abs_speedup_error'] is None else format(s['max_abs_speedup_error'], '.2f')}"
     )
-    lines.append("targets: " + "; ".join(f"{k}: {'yes' if v is True else 'no' if v is False else v}"
-                                         for k, v in s["targets"].items()))
+    lines.append(
+        "targets: "
+        + "; ".join(f"{k}: {'yes' if v is True else 'no' if v is False else v}" for k, v in s["targets"].items())
+    )
     if s["speedups_off"]:
         lines.append("speedups off by more than 0.1: " + "; ".join(s["speedups_off"]))
     for k, c in s["crossover"].items():
@@ -286,11 +353,16 @@ def to_dict(v: Validation) -> dict[str, Any]:
         "seconds": v.seconds,
         "rows": [
             {
-                "schedule": r.point.schedule, "tokens": r.point.tokens, "comm_ratio": r.point.comm_ratio,
-                "mode": r.point.mode, "shapes": dict(r.point.shapes),
+                "schedule": r.point.schedule,
+                "tokens": r.point.tokens,
+                "comm_ratio": r.point.comm_ratio,
+                "mode": r.point.mode,
+                "shapes": dict(r.point.shapes),
                 "measured": dataclasses.asdict(r.measured) | {"speedup": r.measured.speedup},
                 "predicted": dataclasses.asdict(r.predicted) | {"speedup": r.predicted.speedup},
-                "err_no_dbo": r.err_no_dbo, "err_dbo": r.err_dbo, "err_speedup": r.err_speedup,
+                "err_no_dbo": r.err_no_dbo,
+                "err_dbo": r.err_dbo,
+                "err_speedup": r.err_speedup,
             }
             for r in v.rows
         ],
@@ -305,8 +377,12 @@ def to_dict(v: Validation) -> dict[str, Any]:
 H200_MEASURED = (
     ("default ht", dict(schedule="ht"), (22.5e-3, 24.7e-3), (0.43, 0.50)),
     ("default ll", dict(schedule="ll"), (20.3e-3, 32.6e-3), (0.42, 0.66)),
-    ("ll, 4 layers, 8192 tokens, hidden 4096, 16 experts, bf16",
-     dict(schedule="ll", layers=4, tokens=8192, hidden=4096, experts=16, dtype="bfloat16"), (117.5e-3, 117.5e-3), (1.31, 1.31)),
+    (
+        "ll, 4 layers, 8192 tokens, hidden 4096, 16 experts, bf16",
+        dict(schedule="ll", layers=4, tokens=8192, hidden=4096, experts=16, dtype="bfloat16"),
+        (117.5e-3, 117.5e-3),
+        (1.31, 1.31),
+    ),
 )
 
 
@@ -332,8 +408,15 @@ def compare_h200(profile: Any = "h200") -> list[dict[str, Any]]:
     (its experts kernel synced the host once per layer); ``now_*``: the current, sync-free ll."""
     out = []
     for label, kw, t_no, sp in H200_MEASURED:
-        cfg = OverlapConfig(backend="virtual", profile=profile, comm_ratio=1.0, steps=1, warmup=1, meta=True,
-                            **{"dtype": "float32", **kw})
+        cfg = OverlapConfig(
+            backend="virtual",
+            profile=profile,
+            comm_ratio=1.0,
+            steps=1,
+            warmup=1,
+            meta=True,
+            **{"dtype": "float32", **kw},
+        )
         now = run(cfg)
         if kw.get("schedule") == "ll":
             with _ll_experts_synced():
@@ -342,14 +425,22 @@ def compare_h200(profile: Any = "h200") -> list[dict[str, Any]]:
             res = now
         errs = [res.time_no_dbo_s / t - 1 for t in t_no]
         serrs = [res.speedup - x for x in sp]
-        out.append(dict(
-            config=label, predicted_no_dbo_s=res.time_no_dbo_s, measured_no_dbo_s=list(t_no),
-            err_no_dbo=min(errs, key=abs), err_no_dbo_range=[min(errs), max(errs)],
-            predicted_speedup=res.speedup, measured_speedup=list(sp),
-            err_speedup=min(serrs, key=abs), err_speedup_range=[min(serrs), max(serrs)],
-            right_side_of_1=all((res.speedup > 1) == (x > 1) for x in sp),
-            now_no_dbo_s=now.time_no_dbo_s, now_speedup=now.speedup,
-        ))
+        out.append(
+            dict(
+                config=label,
+                predicted_no_dbo_s=res.time_no_dbo_s,
+                measured_no_dbo_s=list(t_no),
+                err_no_dbo=min(errs, key=abs),
+                err_no_dbo_range=[min(errs), max(errs)],
+                predicted_speedup=res.speedup,
+                measured_speedup=list(sp),
+                err_speedup=min(serrs, key=abs),
+                err_speedup_range=[min(serrs), max(serrs)],
+                right_side_of_1=all((res.speedup > 1) == (x > 1) for x in sp),
+                now_no_dbo_s=now.time_no_dbo_s,
+                now_speedup=now.speedup,
+            )
+        )
     return out
 
 
@@ -359,8 +450,10 @@ def _span(best: float, rng: list[float], pct: bool) -> str:
 
 
 def format_h200(rows: list[dict[str, Any]]) -> str:
-    lines = ["h200 profile vs the H200 measurements (virtual, comm ratio 1; error against the nearest of the two runs, "
-             "and against both; ll as measured: its experts kernel then synced the host once per layer)"]
+    lines = [
+        "h200 profile vs the H200 measurements (virtual, comm ratio 1; error against the nearest of the two runs, "
+        "and against both; ll as measured: its experts kernel then synced the host once per layer)"
+    ]
     for r in rows:
         lo, hi = r["measured_no_dbo_s"]
         slo, shi = r["measured_speedup"]
@@ -368,10 +461,14 @@ def format_h200(rows: list[dict[str, Any]]) -> str:
         srng = f"{slo:.2f}x" if slo == shi else f"{slo:.2f}-{shi:.2f}x"
         lines.append(
             f"{r['config']}: no DBO {fmt_seconds(r['predicted_no_dbo_s'])} predicted, {rng} measured "
-            f"({_span(r['err_no_dbo'], r['err_no_dbo_range'], True)}); speedup {r['predicted_speedup']:.2f}x predicted, "
+            f"({_span(r['err_no_dbo'], r['err_no_dbo_range'], True)}); "
+            f"speedup {r['predicted_speedup']:.2f}x predicted, "
             f"{srng} measured ({_span(r['err_speedup'], r['err_speedup_range'], False)}"
             f"{'' if r['right_side_of_1'] else ', WRONG side of 1'})"
-            + ("" if r["now_no_dbo_s"] == r["predicted_no_dbo_s"] else
-               f"; the current sync-free ll: {fmt_seconds(r['now_no_dbo_s'])}, {r['now_speedup']:.2f}x")
+            + (
+                ""
+                if r["now_no_dbo_s"] == r["predicted_no_dbo_s"]
+                else f"; the current sync-free ll: {fmt_seconds(r['now_no_dbo_s'])}, {r['now_speedup']:.2f}x"
+            )
         )
     return "\n".join(lines)

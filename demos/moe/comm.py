@@ -21,7 +21,6 @@ import torch
 
 import dbo
 from dbo.costs import LinkProfile, Work, get_link
-
 from demos.moe.ll_layout import LLBatch, ll_layout_kernel, ll_pack_kernel, weighted_sum_kernel
 from demos.moe.transport import LINK_QUEUE, Transport, wire_dtype_for
 
@@ -59,8 +58,9 @@ class _UbatchBuffers:
 
     __slots__ = ("recv", "landing", "out", "padded", "pad_row", "copy_row", "counts")
 
-    def __init__(self, rows: int, tokens: int, hidden: int, experts: int, dtype: torch.dtype, wire: torch.dtype,
-                 device: Any):
+    def __init__(
+        self, rows: int, tokens: int, hidden: int, experts: int, dtype: torch.dtype, wire: torch.dtype, device: Any
+    ):
         self.recv = torch.empty((rows * hidden,), dtype=wire, device=device)
         self.landing = torch.empty((rows * hidden,), dtype=dtype, device=device)
         self.out = torch.empty((tokens * hidden,), dtype=dtype, device=device)
@@ -96,8 +96,17 @@ class ModelledLinkTransport(Transport):
         self._log_lock = threading.Lock()
 
     # -- setup and link model -----------------------------------------------------------------------
-    def setup(self, *, num_ubatches: int, max_tokens: int, topk: int, hidden: int, dtype: torch.dtype, device: Any,
-              experts: int = 1) -> None:
+    def setup(
+        self,
+        *,
+        num_ubatches: int,
+        max_tokens: int,
+        topk: int,
+        hidden: int,
+        dtype: torch.dtype,
+        device: Any,
+        experts: int = 1,
+    ) -> None:
         self._hidden = hidden
         self._experts = experts
         self._dtype = dtype
@@ -121,8 +130,9 @@ class ModelledLinkTransport(Transport):
         if not factor > 0:
             raise ValueError(f"bandwidth factor must be > 0, got {factor!r}")
         b = self.base_link
-        self.link = LinkProfile(f"{b.name} (bandwidth x{factor:.4g})", latency=b.latency,
-                                bandwidth=b.bandwidth * factor)
+        self.link = LinkProfile(
+            f"{b.name} (bandwidth x{factor:.4g})", latency=b.latency, bandwidth=b.bandwidth * factor
+        )
 
     def describe(self) -> dict:
         return {
@@ -151,8 +161,9 @@ class ModelledLinkTransport(Transport):
     def _out_view(self, ubatch: int, tokens: int) -> torch.Tensor:
         return self._buffers[ubatch].out[: tokens * self._hidden].view(tokens, self._hidden)
 
-    def _in_flight(self, fn: Callable, args: tuple, name: str, op: str, layer: int | None,
-                   nbytes: int) -> tuple[Any, Any]:
+    def _in_flight(
+        self, fn: Callable, args: tuple, name: str, op: str, layer: int | None, nbytes: int
+    ) -> tuple[Any, Any]:
         """Launch a transfer on the link queue after the current stream's work so far; return
         (sender's stream, arrival event). One queue for all ubatches: the link carries one transfer
         at a time anyway, in the order they were sent."""
@@ -174,8 +185,17 @@ class ModelledLinkTransport(Transport):
         if previous_event is not None:
             stream.wait_event(previous_event)
         nbytes = recv.numel() * recv.element_size()
-        stream.launch(_dispatch_kernel, x, plan.src_token, recv, name=name, kind="comm", cost=self._cost(name, nbytes),
-                      op="dispatch", layer=layer)
+        stream.launch(
+            _dispatch_kernel,
+            x,
+            plan.src_token,
+            recv,
+            name=name,
+            kind="comm",
+            cost=self._cost(name, nbytes),
+            op="dispatch",
+            layer=layer,
+        )
         return recv
 
     def combine(self, y, plan, *, ubatch, name, layer=None, previous_event=None):
@@ -185,8 +205,18 @@ class ModelledLinkTransport(Transport):
         if previous_event is not None:
             stream.wait_event(previous_event)
         nbytes = y.numel() * y.element_size()
-        stream.launch(_combine_sum_kernel, y, plan.row_of, landing, out, name=name, kind="comm",
-                      cost=self._cost(name, nbytes), op="combine", layer=layer)
+        stream.launch(
+            _combine_sum_kernel,
+            y,
+            plan.row_of,
+            landing,
+            out,
+            name=name,
+            kind="comm",
+            cost=self._cost(name, nbytes),
+            op="combine",
+            layer=layer,
+        )
         return out
 
     # -- low-latency style --------------------------------------------------------------------------
@@ -216,8 +246,16 @@ class ModelledLinkTransport(Transport):
 
         def hook() -> None:
             stream.wait_event(arrived)
-            stream.launch(_dequant_kernel, padded, dst, name=rname, kind="compute", cost=recv_cost, op="dispatch_recv",
-                          layer=layer)
+            stream.launch(
+                _dequant_kernel,
+                padded,
+                dst,
+                name=rname,
+                kind="compute",
+                cost=recv_cost,
+                op="dispatch_recv",
+                layer=layer,
+            )
 
         hook.__name__ = rname
         return hook
@@ -236,8 +274,17 @@ class ModelledLinkTransport(Transport):
 
         def hook() -> None:
             stream.wait_event(arrived)
-            stream.launch(weighted_sum_kernel, landing, plan.weights, out, name=rname, kind="compute", cost=recv_cost,
-                          op="combine_recv", layer=layer)
+            stream.launch(
+                weighted_sum_kernel,
+                landing,
+                plan.weights,
+                out,
+                name=rname,
+                kind="compute",
+                cost=recv_cost,
+                op="combine_recv",
+                layer=layer,
+            )
 
         hook.__name__ = rname
         return hook

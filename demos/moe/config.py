@@ -17,7 +17,6 @@ import torch
 
 import dbo
 from dbo.costs import get_link, get_profile
-
 from demos.moe.model import SCHEDULES, ModelConfig
 
 __all__ = [
@@ -147,9 +146,19 @@ class Resolved:
 def model_config(cfg: OverlapConfig, *, ep: int, dtype: torch.dtype, device: str) -> ModelConfig:
     """The toy model's shapes for ``cfg`` (the one place an OverlapConfig becomes a ModelConfig)."""
     return ModelConfig(
-        layers=cfg.layers, tokens=cfg.tokens, hidden=cfg.hidden, experts=cfg.experts, topk=cfg.topk,
-        expert_ffn=cfg.expert_ffn, shared_ffn=cfg.shared_ffn, context=cfg.context, shared_chunk=cfg.shared_chunk,
-        ep=ep, dtype=dtype, device=device, seed=cfg.seed,
+        layers=cfg.layers,
+        tokens=cfg.tokens,
+        hidden=cfg.hidden,
+        experts=cfg.experts,
+        topk=cfg.topk,
+        expert_ffn=cfg.expert_ffn,
+        shared_ffn=cfg.shared_ffn,
+        context=cfg.context,
+        shared_chunk=cfg.shared_chunk,
+        ep=ep,
+        dtype=dtype,
+        device=device,
+        seed=cfg.seed,
     )
 
 
@@ -169,7 +178,17 @@ def _check_fields(cfg: OverlapConfig) -> None:
         raise ConfigError(f"unknown backend {cfg.backend!r}; choose one of {', '.join(BACKEND_CHOICES)}")
     if cfg.schedule not in SCHEDULES:
         raise ConfigError(f"unknown schedule {cfg.schedule!r}; choose one of {', '.join(SCHEDULES)}")
-    for name in ("layers", "tokens", "hidden", "experts", "topk", "ubatches", "steps", "shared_chunk", "timeline_width"):
+    for name in (
+        "layers",
+        "tokens",
+        "hidden",
+        "experts",
+        "topk",
+        "ubatches",
+        "steps",
+        "shared_chunk",
+        "timeline_width",
+    ):
         _positive_int(name, getattr(cfg, name))
     for name in ("expert_ffn", "shared_ffn", "context", "ep", "torch_threads"):
         if getattr(cfg, name) is not None:
@@ -313,7 +332,9 @@ def resolve(cfg: OverlapConfig) -> Resolved:
         _check_distributed(cfg)
     backend = _choose_backend(cfg, distributed)
     ep = cfg.ep if cfg.ep is not None else (ws if distributed else max(1, cfg.experts // 8))
-    probe = model_config(cfg, ep=ep, dtype=torch.float32 if cfg.dtype == "auto" else getattr(torch, cfg.dtype), device="cpu")
+    probe = model_config(
+        cfg, ep=ep, dtype=torch.float32 if cfg.dtype == "auto" else getattr(torch, cfg.dtype), device="cpu"
+    )
     try:
         probe.validate()
     except ValueError as e:

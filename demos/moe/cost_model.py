@@ -9,7 +9,6 @@ from typing import Any
 import torch
 
 from dbo.costs import Work
-
 from demos.moe.kernels import expert_gemm_rows
 
 __all__ = ["KernelCosts", "kernel_costs", "itemsize"]
@@ -65,8 +64,9 @@ def kernel_costs(c: Any, wire: torch.dtype, schedule: str, t: int) -> KernelCost
     return KernelCosts(
         load_input=Work(bytes=2 * t * H * isz),
         qkv=Work(flops=2 * t * H * 3 * H + 4 * t * H, bytes=(3 * t * H + 3 * H * H + 3 * t * H) * isz),
-        context=Work(flops=4 * t * C * H + 5 * nh * t * C,
-                     bytes=(t * H + 2 * C * H + 3 * nh * t * C + 3 * t * H) * isz),
+        context=Work(
+            flops=4 * t * C * H + 5 * nh * t * C, bytes=(t * H + 2 * C * H + 3 * nh * t * C + 3 * t * H) * isz
+        ),
         query=Work(flops=8 * t * H, bytes=8 * t * H * isz),
         out=Work(flops=2 * t * H * H, bytes=(H * H + 4 * t * H) * isz),
         router=Work(
@@ -76,7 +76,8 @@ def kernel_costs(c: Any, wire: torch.dtype, schedule: str, t: int) -> KernelCost
         # each expert's GEMMs run on few rows at small t (GEMM efficiency), padded on ht
         experts=Work(
             flops=2 * G * H * 2 * F + 2 * G * F * H + 4 * M * F,
-            bytes=local * 3 * H * F * isz + (M * H + 3 * M * 2 * F + 2 * M * F + M * H) * isz
+            bytes=local * 3 * H * F * isz
+            + (M * H + 3 * M * 2 * F + 2 * M * F + M * H) * isz
             + (M * H * (wsz + isz) if ht else 0),  # ht: the kernel dequantizes its input too
             shape=(max(1, round(g)), 2 * F, H),
         ),

@@ -15,7 +15,6 @@ from typing import Any, Callable, Sequence
 import torch
 
 import dbo
-
 from demos.moe.ll_layout import LLBatch, byte_view, ll_layout_kernel, ll_pack_kernel, weighted_sum_kernel
 from demos.moe.routing import RoutePlan
 from demos.moe.transport import LINK_QUEUE, ExpertBatch, Transport, wire_dtype_for
@@ -39,8 +38,23 @@ class _DistBuffers:
     """One ubatch's buffers and the split sizes of its last dispatch (used by its combine)."""
 
     __slots__ = (
-        "send", "recv", "recv_w", "counts_send", "counts_recv", "recv_offsets", "back", "landing", "out",
-        "send_splits", "recv_splits", "ll_send", "ll_recv", "ll_back", "ll_out", "pad_row", "copy_row",
+        "send",
+        "recv",
+        "recv_w",
+        "counts_send",
+        "counts_recv",
+        "recv_offsets",
+        "back",
+        "landing",
+        "out",
+        "send_splits",
+        "recv_splits",
+        "ll_send",
+        "ll_recv",
+        "ll_back",
+        "ll_out",
+        "pad_row",
+        "copy_row",
     )
 
     def __init__(self, rows: int, cap: int, tokens: int, hidden: int, experts: int, dtype, wire, device):
@@ -153,7 +167,14 @@ class DistributedTransport(Transport):
 
     # -- setup ----------------------------------------------------------------------------------------
     def setup(
-        self, *, num_ubatches: int, max_tokens: int, topk: int, hidden: int, dtype: torch.dtype, device: Any,
+        self,
+        *,
+        num_ubatches: int,
+        max_tokens: int,
+        topk: int,
+        hidden: int,
+        dtype: torch.dtype,
+        device: Any,
         experts: int = 1,
     ) -> None:
         if num_ubatches > len(self.groups):
@@ -182,7 +203,10 @@ class DistributedTransport(Transport):
     def expert_batch(self, plan: RoutePlan, *, ubatch: int) -> ExpertBatch:
         b = self._buffers[ubatch]
         return ExpertBatch(
-            b.recv_offsets, b.recv_w, self.rank * self.local_experts, self.local_experts,
+            b.recv_offsets,
+            b.recv_w,
+            self.rank * self.local_experts,
+            self.local_experts,
             self.world_size * self._rows_max,
         )
 
@@ -263,8 +287,9 @@ class DistributedTransport(Transport):
         arrived.record(link)
         return arrived
 
-    def _on_current_stream(self, fn: Callable, args: tuple, name: str, op: str, layer: int | None,
-                           previous_event: Any) -> None:
+    def _on_current_stream(
+        self, fn: Callable, args: tuple, name: str, op: str, layer: int | None, previous_event: Any
+    ) -> None:
         stream = dbo.current_stream()
         if previous_event is not None:
             stream.wait_event(previous_event)
@@ -274,8 +299,9 @@ class DistributedTransport(Transport):
             stream.launch(fn, *args, name=name, kind="comm", op=op, layer=layer)
 
     # -- kernels ----------------------------------------------------------------------------------------
-    def _k_dispatch(self, group: Any, b: _DistBuffers, x: torch.Tensor, plan: RoutePlan, with_weights: bool,
-                    what: str) -> None:
+    def _k_dispatch(
+        self, group: Any, b: _DistBuffers, x: torch.Tensor, plan: RoutePlan, with_weights: bool, what: str
+    ) -> None:
         self._before(what)
         W, El = self.world_size, self.local_experts
         off = plan.offsets.tolist()
@@ -300,8 +326,9 @@ class DistributedTransport(Transport):
         row_bytes = self._hidden * send.element_size() + (b.recv_w.element_size() if with_weights else 0)
         self.bytes_to_peers += (rows - send_splits[self.rank]) * row_bytes
 
-    def _k_combine(self, group: Any, b: _DistBuffers, y: torch.Tensor, plan: RoutePlan, landing: torch.Tensor, out,
-                   what: str) -> None:
+    def _k_combine(
+        self, group: Any, b: _DistBuffers, y: torch.Tensor, plan: RoutePlan, landing: torch.Tensor, out, what: str
+    ) -> None:
         self._before(what)
         rows, n = plan.rows, sum(b.recv_splits)
         back = self._rows(b.back, rows)
@@ -326,8 +353,9 @@ class DistributedTransport(Transport):
         chunk = send.numel() // self.world_size * send.element_size()
         self.bytes_to_peers += (self.world_size - 1) * chunk
 
-    def _k_ll_combine(self, group: Any, b: _DistBuffers, y: torch.Tensor, plan: RoutePlan, landing: torch.Tensor,
-                      what: str) -> None:
+    def _k_ll_combine(
+        self, group: Any, b: _DistBuffers, y: torch.Tensor, plan: RoutePlan, landing: torch.Tensor, what: str
+    ) -> None:
         self._before(what)
         W, El, cap, H = self.world_size, self.local_experts, self._tokens, self._hidden
         # experts' rows (El, W * cap) -> one (El, cap) chunk per source rank, back to it
@@ -373,8 +401,16 @@ class DistributedTransport(Transport):
 
         def hook() -> None:
             stream.wait_event(arrived)
-            stream.launch(_k_ll_receive, recv, recv_into, name=rname, kind="compute", cost=recv_cost,
-                          op="dispatch_recv", layer=layer)
+            stream.launch(
+                _k_ll_receive,
+                recv,
+                recv_into,
+                name=rname,
+                kind="compute",
+                cost=recv_cost,
+                op="dispatch_recv",
+                layer=layer,
+            )
 
         hook.__name__ = rname
         return hook
@@ -390,8 +426,17 @@ class DistributedTransport(Transport):
 
         def hook() -> None:
             stream.wait_event(arrived)
-            stream.launch(weighted_sum_kernel, landing, plan.weights, out, name=rname, kind="compute", cost=recv_cost,
-                          op="combine_recv", layer=layer)
+            stream.launch(
+                weighted_sum_kernel,
+                landing,
+                plan.weights,
+                out,
+                name=rname,
+                kind="compute",
+                cost=recv_cost,
+                op="combine_recv",
+                layer=layer,
+            )
 
         hook.__name__ = rname
         return hook

@@ -48,16 +48,16 @@ def attn_qkv_kernel(h, nrm, xn, w_qkv, qkv, q_scale: float) -> None:
     qkv[:, : w_qkv.shape[0]].mul_(q_scale)
 
 
-def attn_context_kernel(q, k_ctx, v_ctx, scores, out, lse, l, acc_o, acc_lse) -> None:
+def attn_context_kernel(q, k_ctx, v_ctx, scores, out, lse, denom, acc_o, acc_lse) -> None:
     """Attention of each token over the shared cached context into scratch (out, lse), then
     consumed into the persistent accumulator (the scratch is free after this kernel)."""
     torch.bmm(q, k_ctx, out=scores)
     torch.amax(scores, dim=-1, keepdim=True, out=lse)
     scores.sub_(lse).exp_()
-    torch.sum(scores, dim=-1, keepdim=True, out=l)
+    torch.sum(scores, dim=-1, keepdim=True, out=denom)
     torch.bmm(scores, v_ctx, out=out)
-    out.div_(l)
-    lse.add_(l.log_())
+    out.div_(denom)
+    lse.add_(denom.log_())
     acc_o.copy_(out)
     acc_lse.copy_(lse)
 
@@ -82,8 +82,25 @@ def attn_out_kernel(acc_o, o_flat, w_o, h) -> None:
     h.addmm_(o_flat, w_o)
 
 
-def router_kernel(h, nrm, moe_in, moe_wire, w_gate, logits, topk_w, topk_ids, wtmp, sorted_ids, src_copy, src_token,
-                  row_of, w_sorted, offsets, arange_rows, edges) -> None:
+def router_kernel(
+    h,
+    nrm,
+    moe_in,
+    moe_wire,
+    w_gate,
+    logits,
+    topk_w,
+    topk_ids,
+    wtmp,
+    sorted_ids,
+    src_copy,
+    src_token,
+    row_of,
+    w_sorted,
+    offsets,
+    arange_rows,
+    edges,
+) -> None:
     _rmsnorm(h, nrm, moe_in)
     moe_wire.copy_(moe_in)  # "quant": the dispatch payload in the wire dtype
     torch.mm(moe_in, w_gate, out=logits)

@@ -9,6 +9,7 @@ the device: no host sync and no data-dependent shape, so a step that uses it can
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import torch
 
 from demos.moe.routing import RoutePlan
@@ -40,8 +41,14 @@ class LLBatch:
         return self.local_experts * self.capacity
 
 
-def ll_layout_kernel(plan: RoutePlan, cap: int, arange_rows: torch.Tensor, pad_row: torch.Tensor,
-                     copy_row: torch.Tensor, counts: torch.Tensor) -> None:
+def ll_layout_kernel(
+    plan: RoutePlan,
+    cap: int,
+    arange_rows: torch.Tensor,
+    pad_row: torch.Tensor,
+    copy_row: torch.Tensor,
+    counts: torch.Tensor,
+) -> None:
     """The low-latency layout, on the device: ``pad_row[r]`` = the row of sorted row r in the padded
     ``(experts * cap)`` buffer (``expert * cap + position within the expert``), ``copy_row[j]`` = that
     of token-major copy j, ``counts[e]`` = rows of expert e."""
@@ -60,8 +67,9 @@ def byte_view(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def ll_pack_kernel(x: torch.Tensor, src_token: torch.Tensor, pad_row: torch.Tensor, stage: torch.Tensor,
-                   padded: torch.Tensor) -> None:
+def ll_pack_kernel(
+    x: torch.Tensor, src_token: torch.Tensor, pad_row: torch.Tensor, stage: torch.Tensor, padded: torch.Tensor
+) -> None:
     """``padded[pad_row[r]] = x[src_token[r]]``, zeros elsewhere (``padded``: (experts * cap, hidden))."""
     x, stage, padded = byte_view(x), byte_view(stage), byte_view(padded)
     torch.index_select(x, 0, src_token, out=stage)

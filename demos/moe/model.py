@@ -36,8 +36,6 @@ from types import SimpleNamespace
 import torch
 
 import dbo
-from workspace import current_workspace_manager
-
 from demos.moe.cost_model import KernelCosts, itemsize, kernel_costs
 from demos.moe.kernels import (
     MIN_GEMM_ROWS,
@@ -57,6 +55,7 @@ from demos.moe.ll_layout import LLBatch
 from demos.moe.ops import kernel_name
 from demos.moe.state import LayerWeights, UbatchBuffers
 from demos.moe.transport import Transport
+from workspace import current_workspace_manager
 
 __all__ = [
     "ModelConfig",
@@ -163,8 +162,9 @@ class ToyMoE:
         H, E, T, K = cfg.hidden, cfg.experts, cfg.tokens, cfg.topk
         self.heads = cfg.heads
         self.head_dim = H // self.heads
-        transport.setup(num_ubatches=num_ubatches, max_tokens=T, topk=K, hidden=H, dtype=cfg.dtype, device=self.device,
-                        experts=E)
+        transport.setup(
+            num_ubatches=num_ubatches, max_tokens=T, topk=K, hidden=H, dtype=cfg.dtype, device=self.device, experts=E
+        )
         self.wire = transport.wire_dtype
         gen = torch.Generator().manual_seed(cfg.seed)
         self.layers = [self._make_layer(gen) for _ in range(cfg.layers)]
@@ -214,8 +214,14 @@ class ToyMoE:
         st = self.buffers[ub].views(len(rows))
         h = self.hidden[rows.start : rows.stop]
         cost = self.costs(st.t)
-        dbo.launch(load_input_kernel, self.x0[rows.start : rows.stop], h, name=kernel_name("load_input", 0, ub),
-                   cost=cost.load_input, op="load_input")
+        dbo.launch(
+            load_input_kernel,
+            self.x0[rows.start : rows.stop],
+            h,
+            name=kernel_name("load_input", 0, ub),
+            cost=cost.load_input,
+            op="load_input",
+        )
         moe = self._moe_ll if self.schedule == "ll" else self._moe_ht
         for i, layer in enumerate(self.layers):
             self._attention(i, layer, h, st, ub, cost)
@@ -223,45 +229,113 @@ class ToyMoE:
             moe(i, layer, h, st, ub, cost)
         return h
 
-    def _attention(self, i: int, L: LayerWeights, h: torch.Tensor, st: SimpleNamespace, ub: int,
-                   cost: KernelCosts) -> None:
+    def _attention(
+        self, i: int, L: LayerWeights, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: KernelCosts
+    ) -> None:
         c, t = self.cfg, st.t
         nh, d, dt = self.heads, self.head_dim, c.dtype
         ws = current_workspace_manager()
         # 1st request: the context attention's output buffers (+ its temporaries)
-        out, lse, l, scores, xn, nrm = ws.get_simultaneous(
-            ((nh, t, d), dt), ((nh, t, 1), dt), ((nh, t, 1), dt), ((nh, t, c.context), dt), ((t, c.hidden), dt),
+        out, lse, denom, scores, xn, nrm = ws.get_simultaneous(
+            ((nh, t, d), dt),
+            ((nh, t, 1), dt),
+            ((nh, t, 1), dt),
+            ((nh, t, c.context), dt),
+            ((t, c.hidden), dt),
             ((t, 1), dt),
         )
-        dbo.launch(attn_qkv_kernel, h, nrm, xn, L.w_qkv, st.qkv, d**-0.5, name=kernel_name("attn_qkv", i, ub),
-                   cost=cost.qkv, op="attn_qkv", layer=i)
         dbo.launch(
-            attn_context_kernel, st.q, L.k_ctx, L.v_ctx, scores, out, lse, l, st.acc_o, st.acc_lse,
-            name=kernel_name("attn_context", i, ub), cost=cost.context, op="attn_context", layer=i,
+            attn_qkv_kernel,
+            h,
+            nrm,
+            xn,
+            L.w_qkv,
+            st.qkv,
+            d**-0.5,
+            name=kernel_name("attn_qkv", i, ub),
+            cost=cost.qkv,
+            op="attn_qkv",
+            layer=i,
         )
-        del out, lse, l, scores, xn, nrm  # consumed by the kernel above; the next request reuses the memory
+        dbo.launch(
+            attn_context_kernel,
+            st.q,
+            L.k_ctx,
+            L.v_ctx,
+            scores,
+            out,
+            lse,
+            denom,
+            st.acc_o,
+            st.acc_lse,
+            name=kernel_name("attn_context", i, ub),
+            cost=cost.context,
+            op="attn_context",
+            layer=i,
+        )
+        del out, lse, denom, scores, xn, nrm  # consumed by the kernel above; the next request reuses the memory
         # 2nd request: the same leading shapes, so the query attention's outputs land where the
         # context attention's were (the reference's DCP pattern)
         out, lse, m, w, o_flat = ws.get_simultaneous(
             ((nh, t, d), dt), ((nh, t, 1), dt), ((nh, t, 1), dt), ((nh, t, 1), dt), ((t, c.hidden), dt)
         )
         dbo.launch(
-            attn_query_kernel, st.q, st.k, st.v, out, lse, m, w, st.acc_o, st.acc_lse,
-            name=kernel_name("attn_query", i, ub), cost=cost.query, op="attn_query", layer=i,
+            attn_query_kernel,
+            st.q,
+            st.k,
+            st.v,
+            out,
+            lse,
+            m,
+            w,
+            st.acc_o,
+            st.acc_lse,
+            name=kernel_name("attn_query", i, ub),
+            cost=cost.query,
+            op="attn_query",
+            layer=i,
         )
-        dbo.launch(attn_out_kernel, st.acc_o, o_flat, L.w_o, h, name=kernel_name("attn_out", i, ub), cost=cost.out,
-                   op="attn_out", layer=i)
+        dbo.launch(
+            attn_out_kernel,
+            st.acc_o,
+            o_flat,
+            L.w_o,
+            h,
+            name=kernel_name("attn_out", i, ub),
+            cost=cost.out,
+            op="attn_out",
+            layer=i,
+        )
 
-    def _router(self, i: int, L: LayerWeights, h: torch.Tensor, st: SimpleNamespace, ub: int,
-                cost: KernelCosts) -> None:
+    def _router(
+        self, i: int, L: LayerWeights, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: KernelCosts
+    ) -> None:
         c, t = self.cfg, st.t
         ws = current_workspace_manager()
         nrm, logits, wtmp = ws.get_simultaneous(((t, 1), c.dtype), ((t, c.experts), c.dtype), ((t, 1), c.dtype))
         p = st.plan
         dbo.launch(
-            router_kernel, h, nrm, st.moe_in, st.moe_wire, L.w_gate, logits, p.weights, st.topk_ids, wtmp,
-            p.expert_sorted, st.src_copy, p.src_token, p.row_of, p.weights_sorted, p.offsets,
-            self.arange_rows[: p.rows], self.edges, name=kernel_name("router", i, ub), cost=cost.router, op="router",
+            router_kernel,
+            h,
+            nrm,
+            st.moe_in,
+            st.moe_wire,
+            L.w_gate,
+            logits,
+            p.weights,
+            st.topk_ids,
+            wtmp,
+            p.expert_sorted,
+            st.src_copy,
+            p.src_token,
+            p.row_of,
+            p.weights_sorted,
+            p.offsets,
+            self.arange_rows[: p.rows],
+            self.edges,
+            name=kernel_name("router", i, ub),
+            cost=cost.router,
+            op="router",
             layer=i,
         )
 
@@ -295,19 +369,30 @@ class ToyMoE:
             chunk=chunk,
         )
 
-    def _shared_expert(self, i: int, L: LayerWeights, st: SimpleNamespace, mw: SimpleNamespace, ub: int,
-                       cost: KernelCosts) -> None:
+    def _shared_expert(
+        self, i: int, L: LayerWeights, st: SimpleNamespace, mw: SimpleNamespace, ub: int, cost: KernelCosts
+    ) -> None:
         t, chunk = st.t, mw.chunk
         for n, a in enumerate(range(0, t, chunk)):
             b = min(a + chunk, t)
             r = b - a
             dbo.launch(
-                shared_kernel, st.moe_in[a:b], L.ws1, L.ws2, mw.sh_h[:r], mw.sh_a[:r], st.shared_out[a:b],
-                name=kernel_name("shared", i, ub, f"c{n}"), cost=cost.shared_cost(self.cfg, r), op="shared", layer=i,
+                shared_kernel,
+                st.moe_in[a:b],
+                L.ws1,
+                L.ws2,
+                mw.sh_h[:r],
+                mw.sh_a[:r],
+                st.shared_out[a:b],
+                name=kernel_name("shared", i, ub, f"c{n}"),
+                cost=cost.shared_cost(self.cfg, r),
+                op="shared",
+                layer=i,
             )
 
-    def _moe_ll(self, i: int, L: LayerWeights, h: torch.Tensor, st: SimpleNamespace, ub: int,
-                cost: KernelCosts) -> None:
+    def _moe_ll(
+        self, i: int, L: LayerWeights, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: KernelCosts
+    ) -> None:
         """Low-latency style: one stream, send + parked recv hook, 2 yields. DeepEP low-latency's
         layout (``LLBatch``): no host sync, no data-dependent shape (capturable)."""
         tr, p = self.transport, st.plan
@@ -315,28 +400,57 @@ class ToyMoE:
         dbo.dbo_maybe_run_recv_hook()  # start of MoE prepare: the sibling's combine receive
         mw = self._moe_workspace(st, lb)
         hook = tr.dispatch_send(
-            st.moe_wire, p, mw.x_in, ubatch=ub, name=kernel_name("dispatch", i, ub), layer=i,
+            st.moe_wire,
+            p,
+            mw.x_in,
+            ubatch=ub,
+            name=kernel_name("dispatch", i, ub),
+            layer=i,
             recv_cost=cost.dispatch_recv,
         )
         dbo.dbo_register_recv_hook(hook)
         dbo.dbo_yield()
         dbo.launch(
-            experts_ll_kernel, mw.x_in, L.w1, L.w2, mw.ws13, mw.ws2, mw.fused_out, lb.first_expert,
-            name=kernel_name("experts", i, ub), cost=cost.experts, op="experts_ll", layer=i,
+            experts_ll_kernel,
+            mw.x_in,
+            L.w1,
+            L.w2,
+            mw.ws13,
+            mw.ws2,
+            mw.fused_out,
+            lb.first_expert,
+            name=kernel_name("experts", i, ub),
+            cost=cost.experts,
+            op="experts_ll",
+            layer=i,
         )
         dbo.dbo_maybe_run_recv_hook()  # before the combine: the sibling's dispatch receive
         hook = tr.combine_send(
-            mw.fused_out, p, st.moe_out, ubatch=ub, name=kernel_name("combine", i, ub), layer=i,
+            mw.fused_out,
+            p,
+            st.moe_out,
+            ubatch=ub,
+            name=kernel_name("combine", i, ub),
+            layer=i,
             recv_cost=cost.combine_recv,
         )
         self._shared_expert(i, L, st, mw, ub, cost)
         dbo.dbo_register_recv_hook(hook)
         dbo.dbo_yield()
-        dbo.launch(finalize_kernel, h, st.moe_out, st.shared_out, name=kernel_name("finalize", i, ub),
-                   cost=cost.finalize, op="finalize", layer=i)
+        dbo.launch(
+            finalize_kernel,
+            h,
+            st.moe_out,
+            st.shared_out,
+            name=kernel_name("finalize", i, ub),
+            cost=cost.finalize,
+            op="finalize",
+            layer=i,
+        )
 
-    def _moe_ht(self, i: int, L: LayerWeights, h: torch.Tensor, st: SimpleNamespace, ub: int,
-                cost: KernelCosts) -> None:
+    def _moe_ht(
+        self, i: int, L: LayerWeights, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: KernelCosts
+    ) -> None:
         """High-throughput style: compute and comm streams, 3 yields."""
         tr, p = self.transport, st.plan
         eb = tr.expert_batch(p, ubatch=ub)
@@ -346,19 +460,50 @@ class ToyMoE:
         recv = tr.dispatch(st.moe_wire, p, ubatch=ub, name=kernel_name("dispatch", i, ub), layer=i, previous_event=prev)
         dbo.dbo_switch_to_compute_sync()
         dbo.launch(
-            experts_kernel, mw.x_in, eb.offsets, L.w1, L.w2, mw.ws13, mw.ws2, mw.fused_out, mw.pad, recv, eb.weights,
-            eb.first_expert, eb.num_experts, name=kernel_name("experts", i, ub), cost=cost.experts, op="experts",
+            experts_kernel,
+            mw.x_in,
+            eb.offsets,
+            L.w1,
+            L.w2,
+            mw.ws13,
+            mw.ws2,
+            mw.fused_out,
+            mw.pad,
+            recv,
+            eb.weights,
+            eb.first_expert,
+            eb.num_experts,
+            name=kernel_name("experts", i, ub),
+            cost=cost.experts,
+            op="experts",
             layer=i,
         )
         prev = dbo.dbo_get_previous_event(tr.record_event)
         dbo.dbo_yield_and_switch_from_compute_to_comm()
-        landing = tr.combine(mw.fused_out, p, ubatch=ub, name=kernel_name("combine", i, ub), layer=i,
-                             previous_event=prev)
+        landing = tr.combine(
+            mw.fused_out, p, ubatch=ub, name=kernel_name("combine", i, ub), layer=i, previous_event=prev
+        )
         dbo.dbo_switch_to_compute()
         self._shared_expert(i, L, st, mw, ub, cost)
         dbo.dbo_switch_to_comm()
-        dbo.launch(copy_kernel, landing, st.moe_out, name=kernel_name("moe_copy", i, ub), kind="comm", cost=cost.copy,
-                   op="moe_copy", layer=i)
+        dbo.launch(
+            copy_kernel,
+            landing,
+            st.moe_out,
+            name=kernel_name("moe_copy", i, ub),
+            kind="comm",
+            cost=cost.copy,
+            op="moe_copy",
+            layer=i,
+        )
         dbo.dbo_yield_and_switch_from_comm_to_compute()
-        dbo.launch(finalize_kernel, h, st.moe_out, st.shared_out, name=kernel_name("finalize", i, ub),
-                   cost=cost.finalize, op="finalize", layer=i)
+        dbo.launch(
+            finalize_kernel,
+            h,
+            st.moe_out,
+            st.shared_out,
+            name=kernel_name("finalize", i, ub),
+            cost=cost.finalize,
+            op="finalize",
+            layer=i,
+        )

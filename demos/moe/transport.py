@@ -37,7 +37,6 @@ from typing import Any, Callable
 import torch
 
 import dbo
-
 from demos.moe.ll_layout import LLBatch
 from demos.moe.routing import RoutePlan
 
@@ -91,7 +90,14 @@ class Transport(ABC):
 
     @abstractmethod
     def setup(
-        self, *, num_ubatches: int, max_tokens: int, topk: int, hidden: int, dtype: torch.dtype, device: Any,
+        self,
+        *,
+        num_ubatches: int,
+        max_tokens: int,
+        topk: int,
+        hidden: int,
+        dtype: torch.dtype,
+        device: Any,
         experts: int = 1,
     ) -> None:
         """Allocate buffers for ``num_ubatches`` ubatches of up to ``max_tokens`` tokens of ``hidden``
@@ -104,14 +110,30 @@ class Transport(ABC):
 
     # -- high-throughput style: on the caller's current stream -------------------------------------
     @abstractmethod
-    def dispatch(self, x: torch.Tensor, plan: RoutePlan, *, ubatch: int, name: str, layer: int | None = None,
-                 previous_event: Any = None) -> torch.Tensor:
+    def dispatch(
+        self,
+        x: torch.Tensor,
+        plan: RoutePlan,
+        *,
+        ubatch: int,
+        name: str,
+        layer: int | None = None,
+        previous_event: Any = None,
+    ) -> torch.Tensor:
         """Send row ``src_token[r]`` of ``x`` (wire dtype, (tokens, hidden)) as row r to the experts'
         owner; return the (rows, hidden) receive buffer. ``previous_event``: the stream first waits it."""
 
     @abstractmethod
-    def combine(self, y: torch.Tensor, plan: RoutePlan, *, ubatch: int, name: str, layer: int | None = None,
-                previous_event: Any = None) -> torch.Tensor:
+    def combine(
+        self,
+        y: torch.Tensor,
+        plan: RoutePlan,
+        *,
+        ubatch: int,
+        name: str,
+        layer: int | None = None,
+        previous_event: Any = None,
+    ) -> torch.Tensor:
         """Send the (rows, hidden) expert outputs ``y`` (already weighted) back; each token receives
         the sum of its top-k rows. Returns the (tokens, hidden) landing buffer."""
 
@@ -123,8 +145,15 @@ class Transport(ABC):
 
     @abstractmethod
     def dispatch_send(
-        self, x: torch.Tensor, plan: RoutePlan, recv_into: torch.Tensor, *, ubatch: int, name: str,
-        layer: int | None = None, recv_cost: Any = None,
+        self,
+        x: torch.Tensor,
+        plan: RoutePlan,
+        recv_into: torch.Tensor,
+        *,
+        ubatch: int,
+        name: str,
+        layer: int | None = None,
+        recv_cost: Any = None,
     ) -> RecvHook:
         """Put the dispatch in flight; the hook, when called, makes the sender's stream wait for it
         and enqueues the receive, which dequantizes the arrived rows into ``recv_into``, a
@@ -133,8 +162,15 @@ class Transport(ABC):
 
     @abstractmethod
     def combine_send(
-        self, y: torch.Tensor, plan: RoutePlan, out: torch.Tensor, *, ubatch: int, name: str,
-        layer: int | None = None, recv_cost: Any = None,
+        self,
+        y: torch.Tensor,
+        plan: RoutePlan,
+        out: torch.Tensor,
+        *,
+        ubatch: int,
+        name: str,
+        layer: int | None = None,
+        recv_cost: Any = None,
     ) -> RecvHook:
         """Put the combine of (unweighted) ``y``, the experts' ``(local_experts, capacity, hidden)``
         outputs in the layout of the same ubatch's last ``dispatch_send``, in flight; the hook's

@@ -5,4 +5,3 @@ rank reports and how the launcher picks the failure to name (``DistributedError`
 rank's view (``RankInfo``, process groups, the torchrun entry); ``faults`` injects failures for tests.
 Nothing here knows the model.
 """
-

@@ -115,8 +115,16 @@ def _loopback_interface() -> str | None:
     return next((n for n in names if n.startswith("lo")), None)
 
 
-def _child_main(rank: int, world_size: int, port: int, backend: str, timeout: float, fn: Callable[..., Any],
-                args: tuple, rundir: str) -> None:
+def _child_main(
+    rank: int,
+    world_size: int,
+    port: int,
+    backend: str,
+    timeout: float,
+    fn: Callable[..., Any],
+    args: tuple,
+    rundir: str,
+) -> None:
     """Body of a spawned rank. Always ends with ``os._exit``: 0 after a clean run, 1 after an
     error (written to ``rundir`` first). Never waits for stuck threads or atexit handlers."""
     _watch_parent()
@@ -329,7 +337,7 @@ def sweep_stale_rundirs(tmpdir: str | None = None) -> list[str]:
     for name in names:
         if not name.startswith(RUNDIR_PREFIX):
             continue
-        pid_text = name[len(RUNDIR_PREFIX):].split("-", 1)[0]
+        pid_text = name[len(RUNDIR_PREFIX) :].split("-", 1)[0]
         if not pid_text.isdigit() or _pid_alive(int(pid_text)):
             continue
         path = os.path.join(tmpdir, name)

@@ -14,11 +14,16 @@ from typing import Any, Callable, Sequence
 import torch
 
 from dbo.split import split_tokens
-
 from demos.ranks.faults import Fault, fault_for
 
 __all__ = [
-    "DEFAULT_TIMEOUT", "RankInfo", "run_from_env", "in_torchrun", "shard_range", "choose_backend", "device_for",
+    "DEFAULT_TIMEOUT",
+    "RankInfo",
+    "run_from_env",
+    "in_torchrun",
+    "shard_range",
+    "choose_backend",
+    "device_for",
     "init_process_group",
 ]
 
@@ -145,8 +150,9 @@ def device_for(backend: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def run_from_env(fn: Callable[..., Any], args: Sequence[Any] = (), *, backend: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> Any:
+def run_from_env(
+    fn: Callable[..., Any], args: Sequence[Any] = (), *, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT
+) -> Any:
     """Run ``fn(RankInfo, *args)`` as the rank torchrun made this process (env:// rendezvous);
     returns its result. ``backend`` None: nccl if this rank has a GPU, else gloo."""
     import torch.distributed as dist

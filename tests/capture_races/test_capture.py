@@ -277,7 +277,10 @@ SYNCS = {
     "Tensor.nonzero": ("nonzero", lambda u: (u["x"] > 0).nonzero()),
     "unique": ("unique", lambda u: torch.unique(u["x"])),
     "masked_select": ("masked_select", lambda u: torch.masked_select(u["x"], u["x"] > 0)),
-    "repeat_interleave": ("repeat_interleave", lambda u: torch.repeat_interleave(u["x"][0], torch.ones(16, dtype=torch.long))),
+    "repeat_interleave": (
+        "repeat_interleave",
+        lambda u: torch.repeat_interleave(u["x"][0], torch.ones(16, dtype=torch.long)),
+    ),
     "stream.synchronize": ("Stream.synchronize()", lambda u: dbo.current_stream().synchronize()),
     "stream.query": ("Stream.query()", lambda u: dbo.current_stream().query()),
     "backend.synchronize": ("Backend.synchronize()", lambda u: dbo.current_stream().backend.synchronize()),
@@ -483,6 +486,7 @@ def test_the_demo_models_host_known_counts_are_refused(manager):
 
 # --- cuda (not run without a GPU) ----------------------------------------------------------------
 
+
 def _to_cuda(inputs):
     return [{k: v.cuda() for k, v in u.items()} for u in inputs]
 
@@ -587,6 +591,7 @@ def test_a_refusal_on_a_shared_backend_leaves_its_named_streams_usable(backend):
                 orch.capture(_item_in_a_link_kernel, inputs)
             link = b.stream("link")
             assert link.error is None
+
             def send_on_the_link(u):
                 dbo.current_stream().backend.stream("link").launch(_send, u["x"], u["wire"], kind="comm")
                 return u["wire"]

@@ -35,8 +35,22 @@ class SyncDetector(TorchFunctionMode):
     """Independent of dbo's guard: every torch call that makes the host wait for device data or
     whose output shape depends on the data."""
 
-    SYNCS = {"item", "tolist", "numpy", "nonzero", "argwhere", "unique", "unique_consecutive", "masked_select",
-             "bincount", "__bool__", "__int__", "__float__", "__index__", "cpu"}
+    SYNCS = {
+        "item",
+        "tolist",
+        "numpy",
+        "nonzero",
+        "argwhere",
+        "unique",
+        "unique_consecutive",
+        "masked_select",
+        "bincount",
+        "__bool__",
+        "__int__",
+        "__float__",
+        "__index__",
+        "cpu",
+    }
 
     def __init__(self):
         super().__init__()
@@ -138,7 +152,9 @@ def test_graph_speedup_compares_replay_with_replay():
     result = run(OverlapConfig(backend="virtual", profile="h200", graph=True, **{**SMALL, "steps": 3}))
     assert result.graph is True
     assert result.times_dbo_s != result.eager_times_dbo_s
-    assert result.speedup == pytest.approx(statistics.median(result.times_no_dbo_s) / statistics.median(result.times_dbo_s))
+    assert result.speedup == pytest.approx(
+        statistics.median(result.times_no_dbo_s) / statistics.median(result.times_dbo_s)
+    )
     # the replays drop the host time: each is faster than its eager step
     assert statistics.median(result.times_dbo_s) < statistics.median(result.eager_times_dbo_s)
     assert statistics.median(result.times_no_dbo_s) <= statistics.median(result.eager_times_no_dbo_s)
@@ -252,8 +268,27 @@ def test_a_step_that_cannot_be_captured_is_one_line_under_graph(monkeypatch, cap
         return real(x, *args)
 
     monkeypatch.setattr(model_mod, "experts_ll_kernel", syncing)
-    code = main(["--graph", "--schedule", "ll", "--backend", "virtual", "--layers", "1", "--tokens", "32",
-                 "--hidden", "32", "--experts", "4", "--steps", "1", "--warmup", "1"])
+    code = main(
+        [
+            "--graph",
+            "--schedule",
+            "ll",
+            "--backend",
+            "virtual",
+            "--layers",
+            "1",
+            "--tokens",
+            "32",
+            "--hidden",
+            "32",
+            "--experts",
+            "4",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1
     assert err.count("\n") == 1 and "--graph could not capture the step" in err and "Tensor.item()" in err, err

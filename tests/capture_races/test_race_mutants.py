@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from dbo import CaptureError
-
 from tests.support.race_mutants import demo_step, describe, run_mutants
 
 CPU = ("virtual", "inline", "threads")

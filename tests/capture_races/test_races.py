@@ -344,8 +344,21 @@ def test_demo_sanitize_flag_counts_and_lists_findings(monkeypatch, tmp_path):
     from demos import overlap
     from demos.experiment.report import format_report
 
-    small = ["--backend", "virtual", "--layers", "2", "--tokens", "48", "--hidden", "32", "--experts", "4",
-             "--steps", "1", "--sanitize"]
+    small = [
+        "--backend",
+        "virtual",
+        "--layers",
+        "2",
+        "--tokens",
+        "48",
+        "--hidden",
+        "32",
+        "--experts",
+        "4",
+        "--steps",
+        "1",
+        "--sanitize",
+    ]
     out = tmp_path / "r.json"
     assert overlap.main(small + ["--json", str(out)]) == 0
     rep = json.loads(out.read_text())

@@ -78,7 +78,7 @@ def test_op_fit_adds_a_memory_term_only_where_it_explains_the_samples():
     oc = fit_op_costs(rows)["experts"]
     assert oc.memory_scale == pytest.approx(6.0, rel=0.15)
     assert oc.scale == pytest.approx(1.2, rel=0.1)
-    m, b = 20e-6 * 6 * 1.8, 8e-6 * 1.8 ** 2  # a hidden size between the two, never measured
+    m, b = 20e-6 * 6 * 1.8, 8e-6 * 1.8**2  # a hidden size between the two, never measured
     assert oc.device + oc.scale * m + oc.memory_scale * b == pytest.approx(truth(m, b), rel=0.05)
     # a memory-bound op: its model time *is* its memory time; no memory term takes its place
     bound = [("copy", 1e-6 * k, 2e-6 + 3 * 1e-6 * k, False, 1e-6 * k) for k in (1, 4, 16, 64)]
@@ -92,8 +92,18 @@ def test_op_fit_of_one_shape_keeps_scale_one():
     assert oc.scale == 1.0 and oc.device == pytest.approx(2e-5, rel=1e-6)
 
 
-@pytest.mark.parametrize("bad", [[("op", -1.0, 1.0)], [("op", 1.0, math.nan)], [("", 1.0, 1.0)], [("op", 1.0)], [],
-                                 [("op", 1.0, 1.0, True, -5.0)], [("op", 1.0, 1.0, True, 0.0, 1)]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [("op", -1.0, 1.0)],
+        [("op", 1.0, math.nan)],
+        [("", 1.0, 1.0)],
+        [("op", 1.0)],
+        [],
+        [("op", 1.0, 1.0, True, -5.0)],
+        [("op", 1.0, 1.0, True, 0.0, 1)],
+    ],
+)
 def test_op_fit_refuses_bad_samples(bad):
     with pytest.raises(FitError):
         fit_op_costs(bad)
@@ -102,14 +112,25 @@ def test_op_fit_refuses_bad_samples(bad):
 # --- the device fit of a synthetic machine -------------------------------------------------------------
 
 TRUE = DeviceProfile(
-    "true", peak_flops=400e9, mem_bandwidth=60e9, launch_overhead=0.0,
-    dtype_flops={"float32": 100e9, "bfloat16": 400e9}, min_kernel=1e-6, gemm_knee=(16.0, 64.0, 32.0), bytes_knee=2e4,
+    "true",
+    peak_flops=400e9,
+    mem_bandwidth=60e9,
+    launch_overhead=0.0,
+    dtype_flops={"float32": 100e9, "bfloat16": 400e9},
+    min_kernel=1e-6,
+    gemm_knee=(16.0, 64.0, 32.0),
+    bytes_knee=2e4,
 )
 
 
 def test_other_dtype_rates_refit_on_the_first_dtypes_knees():
     rng = np.random.default_rng(0)
-    desc = [_gemm(m, n, k, dt) for dt in ("float32", "bfloat16") for m in (4, 32, 256) for n, k in ((128, 128), (384, 384), (768, 256))]
+    desc = [
+        _gemm(m, n, k, dt)
+        for dt in ("float32", "bfloat16")
+        for m in (4, 32, 256)
+        for n, k in ((128, 128), (384, 384), (768, 256))
+    ]
     desc += [("elementwise", None, "float32", b) for b in (1e3, 1e4, 1e5, 1e6, 1e7)]
     samples = [(op, sh, dt, b, predict(TRUE, op, sh, dt, b) * math.exp(rng.normal(0, 0.02))) for op, sh, dt, b in desc]
     first = fit_device([s for s in samples if s[0] != "gemm" or s[2] == "float32"])
@@ -123,15 +144,27 @@ def test_other_dtype_rates_refit_on_the_first_dtypes_knees():
 # --- the model's ops and host issue time of a synthetic (virtual) machine --------------------------------
 
 TINY = cal.Plan(
-    dtypes=("float32",), gemm_m=(4, 64), gemm_nk=((64, 64), (128, 64)), copy_elems=(1 << 8, 1 << 12, 1 << 16),
-    op_runs=tuple(dict(tokens=t, hidden=64, schedule=s, layers=1, dtype="float32") for t in (8, 32, 128) for s in ("ht", "ll")),
+    dtypes=("float32",),
+    gemm_m=(4, 64),
+    gemm_nk=((64, 64), (128, 64)),
+    copy_elems=(1 << 8, 1 << 12, 1 << 16),
+    op_runs=tuple(
+        dict(tokens=t, hidden=64, schedule=s, layers=1, dtype="float32") for t in (8, 32, 128) for s in ("ht", "ll")
+    ),
     issue_runs=(dict(tokens=8, hidden=64, schedule="ht", layers=1, dtype="float32"),),
-    host_reps=20, op_steps=1,
+    host_reps=20,
+    op_steps=1,
 )
 
-MACHINE_OPS = {"router": OpCost(device=40e-6, scale=3.0), "experts": OpCost(device=100e-6, scale=1.5),
-               "experts_ll": OpCost(device=30e-6, scale=4.0), "attn_qkv": OpCost(device=10e-6, scale=2.0)}
-MACHINE = replace(get_profile("cpu"), name="machine", host=HostCosts(launch=25e-6, kernel=2e-6, ops=MACHINE_OPS, kernel_sync=False))
+MACHINE_OPS = {
+    "router": OpCost(device=40e-6, scale=3.0),
+    "experts": OpCost(device=100e-6, scale=1.5),
+    "experts_ll": OpCost(device=30e-6, scale=4.0),
+    "attn_qkv": OpCost(device=10e-6, scale=2.0),
+}
+MACHINE = replace(
+    get_profile("cpu"), name="machine", host=HostCosts(launch=25e-6, kernel=2e-6, ops=MACHINE_OPS, kernel_sync=False)
+)
 BASE = replace(get_profile("cpu"), name="base", host=HostCosts(kernel=2e-6, kernel_sync=False))
 
 
@@ -211,34 +244,104 @@ def test_declared_costs_name_every_kernel_of_both_steps():
 # Part of a profile as ``python -m demos.calibrate`` wrote it before launches declared their op: where
 # the toy model launched one op with two kernel functions, an entry per "<op>/<kernel function>" too.
 OLD_FORMAT_OPS = {
-    "attn_qkv": {"device": 0.0, "gil_calls": 7, "host": 0.0, "kernels": 1, "memory_scale": 8.03178049596311,
-                 "scale": 1.0836628542077889},
-    "combine": {"device": 0.00010260472785810037, "gil_calls": 2, "host": 0.0, "kernels": 1, "memory_scale": 0.0,
-                "scale": 1.0310332186169704},
-    "combine/_combine_gather_kernel": {"device": 8.931878787096469e-05, "gil_calls": 1, "host": 0.0, "kernels": 1,
-                                       "memory_scale": 0.0, "scale": 1.0145337923941256},
-    "combine/_combine_sum_kernel": {"device": 0.00012324502425974552, "gil_calls": 3, "host": 0.0, "kernels": 1,
-                                    "memory_scale": 0.0, "scale": 1.0423779841522378},
-    "combine_recv": {"device": 2.4858259555847377e-05, "gil_calls": 4, "host": 0.0, "kernels": 1, "memory_scale": 0.0,
-                     "scale": 7.1460103436800155},
-    "dispatch": {"device": 0.00015231489327379385, "gil_calls": 6, "host": 0.0, "kernels": 1, "memory_scale": 0.0,
-                 "scale": 1.0216738822805935},
-    "dispatch/_dispatch_kernel": {"device": 0.00014071547914122336, "gil_calls": 1, "host": 0.0, "kernels": 1,
-                                  "memory_scale": 0.0, "scale": 0.9931808912377751},
-    "dispatch/_ll_dispatch_kernel": {"device": 0.00017269477478703266, "gil_calls": 11, "host": 0.0, "kernels": 1,
-                                     "memory_scale": 0.0, "scale": 1.0486093730939035},
-    "experts": {"device": 0.00016974953384636305, "gil_calls": 44, "host": 0.0, "kernels": 1, "memory_scale": 0.0,
-                "scale": 1.9873629709342175},
-    "experts/_k_experts": {"device": 4.190277977104534e-05, "gil_calls": 79, "host": 0.0, "kernels": 1,
-                           "memory_scale": 4.674481989431976, "scale": 0.8559987745490081},
-    "experts/_k_experts_ll": {"device": 0.0, "gil_calls": 9, "host": 0.0, "kernels": 1, "memory_scale": 0.0,
-                              "scale": 4.657371439794191},
+    "attn_qkv": {
+        "device": 0.0,
+        "gil_calls": 7,
+        "host": 0.0,
+        "kernels": 1,
+        "memory_scale": 8.03178049596311,
+        "scale": 1.0836628542077889,
+    },
+    "combine": {
+        "device": 0.00010260472785810037,
+        "gil_calls": 2,
+        "host": 0.0,
+        "kernels": 1,
+        "memory_scale": 0.0,
+        "scale": 1.0310332186169704,
+    },
+    "combine/_combine_gather_kernel": {
+        "device": 8.931878787096469e-05,
+        "gil_calls": 1,
+        "host": 0.0,
+        "kernels": 1,
+        "memory_scale": 0.0,
+        "scale": 1.0145337923941256,
+    },
+    "combine/_combine_sum_kernel": {
+        "device": 0.00012324502425974552,
+        "gil_calls": 3,
+        "host": 0.0,
+        "kernels": 1,
+        "memory_scale": 0.0,
+        "scale": 1.0423779841522378,
+    },
+    "combine_recv": {
+        "device": 2.4858259555847377e-05,
+        "gil_calls": 4,
+        "host": 0.0,
+        "kernels": 1,
+        "memory_scale": 0.0,
+        "scale": 7.1460103436800155,
+    },
+    "dispatch": {
+        "device": 0.00015231489327379385,
+        "gil_calls": 6,
+        "host": 0.0,
+        "kernels": 1,
+        "memory_scale": 0.0,
+        "scale": 1.0216738822805935,
+    },
+    "dispatch/_dispatch_kernel": {
+        "device": 0.00014071547914122336,
+        "gil_calls": 1,
+        "host": 0.0,
+        "kernels": 1,
+        "memory_scale": 0.0,
+        "scale": 0.9931808912377751,
+    },
+    "dispatch/_ll_dispatch_kernel": {
+        "device": 0.00017269477478703266,
+        "gil_calls": 11,
+        "host": 0.0,
+        "kernels": 1,
+        "memory_scale": 0.0,
+        "scale": 1.0486093730939035,
+    },
+    "experts": {
+        "device": 0.00016974953384636305,
+        "gil_calls": 44,
+        "host": 0.0,
+        "kernels": 1,
+        "memory_scale": 0.0,
+        "scale": 1.9873629709342175,
+    },
+    "experts/_k_experts": {
+        "device": 4.190277977104534e-05,
+        "gil_calls": 79,
+        "host": 0.0,
+        "kernels": 1,
+        "memory_scale": 4.674481989431976,
+        "scale": 0.8559987745490081,
+    },
+    "experts/_k_experts_ll": {
+        "device": 0.0,
+        "gil_calls": 9,
+        "host": 0.0,
+        "kernels": 1,
+        "memory_scale": 0.0,
+        "scale": 4.657371439794191,
+    },
 }
 OLD_LOOKUP = {
-    "attn_qkv": "attn_qkv", "combine_recv": "combine_recv",
-    "experts": "experts/_k_experts", "experts_ll": "experts/_k_experts_ll",
-    "dispatch": "dispatch/_dispatch_kernel", "dispatch_ll": "dispatch/_ll_dispatch_kernel",
-    "combine": "combine/_combine_sum_kernel", "combine_ll": "combine/_combine_gather_kernel",
+    "attn_qkv": "attn_qkv",
+    "combine_recv": "combine_recv",
+    "experts": "experts/_k_experts",
+    "experts_ll": "experts/_k_experts_ll",
+    "dispatch": "dispatch/_dispatch_kernel",
+    "dispatch_ll": "dispatch/_ll_dispatch_kernel",
+    "combine": "combine/_combine_sum_kernel",
+    "combine_ll": "combine/_combine_gather_kernel",
 }
 """The entry whose correction the virtual backend gave each kernel of the toy model under such a
 profile (the "<op>/<kernel function>" entry where there was one, else the plain "<op>"), by the op
@@ -247,12 +350,25 @@ that kernel declares now."""
 
 def _old_format_profile(tmp_path, ops: dict) -> str:
     path = tmp_path / "old.json"
-    path.write_text(json.dumps({
-        "name": "calibrated-threads", "peak_flops": 208993170894.45328, "mem_bandwidth": 57242725753.545685,
-        "launch_overhead": 0.0, "min_kernel": 1.0418660916518e-06, "fixed_threaded": 1.1533030725403464,
-        "host": {"launch": 1.8295639449425085e-05, "kernel": 1.7588499999495373e-06, "idle_hold": 0.005238662000010663,
-                 "kernel_sync": False, "ops": ops},
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "name": "calibrated-threads",
+                "peak_flops": 208993170894.45328,
+                "mem_bandwidth": 57242725753.545685,
+                "launch_overhead": 0.0,
+                "min_kernel": 1.0418660916518e-06,
+                "fixed_threaded": 1.1533030725403464,
+                "host": {
+                    "launch": 1.8295639449425085e-05,
+                    "kernel": 1.7588499999495373e-06,
+                    "idle_hold": 0.005238662000010663,
+                    "kernel_sync": False,
+                    "ops": ops,
+                },
+            }
+        )
+    )
     return str(path)
 
 
@@ -265,12 +381,25 @@ def test_a_profile_of_the_old_format_loads_with_the_same_corrections(tmp_path):
     again = tmp_path / "again.json"
     prof.to_json(again)
     assert get_profile(str(again)) == prof and "/" not in again.read_text()
-    from demos.moe.config import OverlapConfig
     from demos.experiment.run import run
+    from demos.moe.config import OverlapConfig
 
-    old, new = (run(OverlapConfig(backend="virtual", profile=p, schedule="ll", tokens=16, hidden=64, layers=1, steps=1,
-                                  meta=True, dtype="float32")) for p in (_old_format_profile(tmp_path, OLD_FORMAT_OPS),
-                                                                          str(again)))
+    old, new = (
+        run(
+            OverlapConfig(
+                backend="virtual",
+                profile=p,
+                schedule="ll",
+                tokens=16,
+                hidden=64,
+                layers=1,
+                steps=1,
+                meta=True,
+                dtype="float32",
+            )
+        )
+        for p in (_old_format_profile(tmp_path, OLD_FORMAT_OPS), str(again))
+    )
     assert (old.time_no_dbo_s, old.time_dbo_s) == (new.time_no_dbo_s, new.time_dbo_s)
 
 
@@ -291,8 +420,18 @@ def test_an_unknown_kernel_function_key_says_in_one_line_to_calibrate_again(tmp_
 
 def test_host_constants_on_threads_are_positive_and_small():
     h = measure_host("threads", reps=20)
-    assert set(h) == {"kernel", "stream_switch", "event", "sync", "handoff", "thread_start", "thread_join", "threaded",
-                      "event_latency", "idle_hold"}
+    assert set(h) == {
+        "kernel",
+        "stream_switch",
+        "event",
+        "sync",
+        "handoff",
+        "thread_start",
+        "thread_join",
+        "threaded",
+        "event_latency",
+        "idle_hold",
+    }
     for k, v in h.items():
         assert math.isfinite(v) and v >= 0, k
         if k != "threaded":
@@ -318,7 +457,11 @@ def test_tiny_calibration_on_threads_writes_a_profile_virtual_can_use(tmp_path):
     from demos.experiment.run import run
     from demos.moe.config import OverlapConfig
 
-    res = run(OverlapConfig(backend="virtual", profile=str(path), tokens=16, hidden=64, layers=1, steps=1, meta=True, dtype="float32"))
+    res = run(
+        OverlapConfig(
+            backend="virtual", profile=str(path), tokens=16, hidden=64, layers=1, steps=1, meta=True, dtype="float32"
+        )
+    )
     assert res.time_no_dbo_s > 0 and res.time_dbo_s > 0
 
 
@@ -359,7 +502,9 @@ def test_cli_cuda_without_a_gpu_is_refused_before_work(capsys, tmp_path):
 
 
 def test_cli_writes_the_profile_and_a_summary(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "calibrate", lambda backend, **kw: cal.calibrate(backend, sweep=TINY, progress=kw.get("progress")))
+    monkeypatch.setattr(
+        cli, "calibrate", lambda backend, **kw: cal.calibrate(backend, sweep=TINY, progress=kw.get("progress"))
+    )
     out = tmp_path / "p.json"
     assert cli.main(["-o", str(out), "--no-progress"]) == 0
     text = capsys.readouterr().out

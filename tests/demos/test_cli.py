@@ -19,16 +19,29 @@ from typing import Any, Iterator
 import pytest
 
 from demos import _cli as cli_common
-from demos.moe.config import MIN_TIMELINE_WIDTH, ConfigError, OverlapConfig, max_spawned_ranks, resolve
 from demos.experiment.report import OP_NAMES, format_report
 from demos.experiment.report_lines import growth_text, link_line
+from demos.moe.config import MIN_TIMELINE_WIDTH, ConfigError, OverlapConfig, max_spawned_ranks, resolve
 from demos.overlap import flag_of, main
 from tests.support.paths import ROOT, python_env
 from tests.support.timing import slack
 
 TINY = ["--backend", "virtual", "--layers", "2", "--tokens", "16", "--hidden", "32", "--experts", "4", "--steps", "1"]
 # a run long enough to be stopped in the middle (threads backend: real time)
-LONG = ["--backend", "threads", "--layers", "4", "--tokens", "256", "--hidden", "128", "--experts", "4", "--steps", "400"]
+LONG = [
+    "--backend",
+    "threads",
+    "--layers",
+    "4",
+    "--tokens",
+    "256",
+    "--hidden",
+    "128",
+    "--experts",
+    "4",
+    "--steps",
+    "400",
+]
 
 
 # --- output paths: checked before the run --------------------------------------------------------------
@@ -67,7 +80,9 @@ def test_a_plot_path_matplotlib_cannot_write_is_refused_before_the_run(tmp_path,
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes anywhere: mode bits prove nothing")
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes anywhere: mode bits prove nothing"
+)
 def test_a_folder_without_write_permission_is_refused(tmp_path, capsys):
     ro = tmp_path / "ro"
     ro.mkdir()
@@ -105,7 +120,9 @@ def test_a_write_that_fails_at_the_end_keeps_the_printed_report(tmp_path, capsys
     assert main(TINY + ["--json", str(js), "--trace", str(tr)]) == 1
     out, err = capsys.readouterr()
     assert "speedup" in out and "timeline" in out  # the report came first
-    assert err.strip().splitlines() == [f"python -m demos.overlap: error: --trace {tr}: could not write: No space left on device"]
+    assert err.strip().splitlines() == [
+        f"python -m demos.overlap: error: --trace {tr}: could not write: No space left on device"
+    ]
     assert "Traceback" not in err
     rep = json.loads(js.read_text())  # the other file was still written, without the failed one
     assert "trace_path" not in rep and f"json       {js}" in out and "trace      " not in out
@@ -129,8 +146,12 @@ def test_bench_checks_its_paths_before_running(tmp_path):
 
 def test_subprocess_bad_path_has_no_traceback(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "demos.overlap", *TINY, "--plot", str(tmp_path)], cwd=ROOT, env=python_env(),
-        capture_output=True, text=True, timeout=slack(60),
+        [sys.executable, "-m", "demos.overlap", *TINY, "--plot", str(tmp_path)],
+        cwd=ROOT,
+        env=python_env(),
+        capture_output=True,
+        text=True,
+        timeout=slack(60),
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
@@ -147,8 +168,13 @@ def _on_a_terminal(args: list[str], session: bool = False, **env: str) -> Iterat
     to the whole group, as a terminal's Ctrl-C does)."""
     master, slave = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", *args], cwd=ROOT, env=python_env(**env), stdout=subprocess.PIPE, stderr=slave,
-        stdin=subprocess.DEVNULL, start_new_session=session,
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        env=python_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        stdin=subprocess.DEVNULL,
+        start_new_session=session,
     )
     os.close(slave)
     try:
@@ -233,7 +259,9 @@ def _children(pid: int) -> list[int]:
 
 @pytest.mark.timeout(slack(180))
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads child processes from /proc")
-@pytest.mark.parametrize("sig, code, group", [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, False), (signal.SIGINT, 130, True)])
+@pytest.mark.parametrize(
+    "sig, code, group", [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, False), (signal.SIGINT, 130, True)]
+)
 def test_a_signal_stops_a_distributed_run_and_leaves_nothing(sig, code, group, tmp_path):
     """The launcher alone (kill PID), or the launcher and its ranks (a terminal's Ctrl-C goes to
     the whole process group)."""
@@ -243,9 +271,25 @@ def test_a_signal_stops_a_distributed_run_and_leaves_nothing(sig, code, group, t
     dead.wait(slack(10))
     (tmp / f"dbo-dist-{dead.pid}-stale").mkdir()  # a SIGKILLed launcher's folder: this launch sweeps it
     with _on_a_terminal(
-        ["demos.overlap", "--world-size", "2", "--layers", "4", "--tokens", "128", "--hidden", "64", "--experts", "4",
-         "--steps", "400", "--dist-timeout", f"{slack(30):g}"],
-        session=group, TMPDIR=str(tmp),
+        [
+            "demos.overlap",
+            "--world-size",
+            "2",
+            "--layers",
+            "4",
+            "--tokens",
+            "128",
+            "--hidden",
+            "64",
+            "--experts",
+            "4",
+            "--steps",
+            "400",
+            "--dist-timeout",
+            f"{slack(30):g}",
+        ],
+        session=group,
+        TMPDIR=str(tmp),
     ) as (proc, term):
         _wait_for_ranks(proc, term, tmp)
         ranks = _children(proc.pid)
@@ -288,8 +332,21 @@ def test_sigkill_leaves_a_folder_that_names_its_dead_launcher(tmp_path):
     from demos.ranks.launcher import sweep_stale_rundirs
 
     with _on_a_terminal(
-        ["demos.overlap", "--world-size", "2", "--layers", "4", "--tokens", "128", "--hidden", "64", "--experts", "4",
-         "--steps", "400"],
+        [
+            "demos.overlap",
+            "--world-size",
+            "2",
+            "--layers",
+            "4",
+            "--tokens",
+            "128",
+            "--hidden",
+            "64",
+            "--experts",
+            "4",
+            "--steps",
+            "400",
+        ],
         TMPDIR=str(tmp_path),
     ) as (proc, term):
         _wait_for_ranks(proc, term, tmp_path)
@@ -324,7 +381,10 @@ def test_a_closed_stdout_ends_quietly_with_141(module, args, tmp_path):
     js = tmp_path / "r.json"
     extra = ["--json", str(js)] if module == "demos.overlap" else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", module, *args, *extra], cwd=ROOT, env=python_env(), stdout=subprocess.PIPE,
+        [sys.executable, "-m", module, *args, *extra],
+        cwd=ROOT,
+        env=python_env(),
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
     proc.stdout.close()  # `| head` that has read enough: the reading end is gone
@@ -345,8 +405,11 @@ def test_a_closed_stdout_ends_quietly_with_141(module, args, tmp_path):
         (dict(ep=1000), "ep", "must not exceed"),
         (dict(timeline_width=1), "timeline_width", f"at least {MIN_TIMELINE_WIDTH} columns"),
         (dict(timeline_width=MIN_TIMELINE_WIDTH - 1), "timeline_width", "at least"),
-        (dict(world_size=max_spawned_ranks() + 1, experts=max_spawned_ranks() + 1, backend="threads"), "world_size",
-         "more ranks than this machine"),
+        (
+            dict(world_size=max_spawned_ranks() + 1, experts=max_spawned_ranks() + 1, backend="threads"),
+            "world_size",
+            "more ranks than this machine",
+        ),
     ],
 )
 def test_bounds_are_config_errors_naming_the_field(kw, field, needle):
@@ -362,7 +425,10 @@ def test_bounds_allow_the_edge():
 def test_a_bound_on_the_command_line_names_the_flag(capsys):
     assert main(["--ep", "1000"]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == "python -m demos.overlap: error: --ep (1000) must not exceed --experts (8): each rank of the group holds at least one expert"
+    assert (
+        err.strip() == "python -m demos.overlap: error: --ep (1000) must not exceed --experts (8): "
+        "each rank of the group holds at least one expert"
+    )
     assert flag_of("timeline_width") == "--width"
     assert main(["--width", "1"]) == 2 and "--width must be at least" in capsys.readouterr().err
 
@@ -372,8 +438,12 @@ def test_a_bound_on_the_command_line_names_the_flag(capsys):
 
 @pytest.mark.parametrize(
     "grows, warm, text",
-    [(0, 0, "never grew"), (1, 1, "grew once, all in warmup"), (2, 2, "grew 2 times, all in warmup"),
-     (3, 2, "grew 3 times, 1 of them after warmup")],
+    [
+        (0, 0, "never grew"),
+        (1, 1, "grew once, all in warmup"),
+        (2, 2, "grew 2 times, all in warmup"),
+        (3, 2, "grew 3 times, 1 of them after warmup"),
+    ],
 )
 def test_growth_wording(grows, warm, text):
     assert growth_text(grows, warm) == text
@@ -382,7 +452,8 @@ def test_growth_wording(grows, warm, text):
 def test_link_line_names_a_rescaled_link_and_a_given_one():
     link = {"base_link": "nvlink", "bandwidth_Bps": 0.0733e9, "latency_s": 3e-6, "wire_dtype": "bfloat16"}
     assert link_line(link, 1.0) == (
-        "link       nvlink, bandwidth rescaled to 0.0733 GB/s so that comm = 1 x compute; latency 3 us; dispatch in bfloat16"
+        "link       nvlink, bandwidth rescaled to 0.0733 GB/s so that comm = 1 x compute; latency 3 us; "
+        "dispatch in bfloat16"
     )
     given = link_line({**link, "base_link": "ib400", "bandwidth_Bps": 45e9, "latency_s": 5e-6}, None)
     assert given == "link       ib400, 45 GB/s and latency 5 us as given (no --comm-ratio); dispatch in bfloat16"
@@ -419,8 +490,7 @@ def test_report_lines_read_right(tmp_path, capsys):
 
 
 def test_legend_lists_only_shown_letters_and_short_kernels_get_a_column():
-    from dbo.trace import Window, render_ascii
-    from dbo.trace import KernelRecord
+    from dbo.trace import KernelRecord, Window, render_ascii
 
     recs = [
         KernelRecord("compute", "attn", "compute", 0, 0.0, 0.5),
@@ -429,7 +499,9 @@ def test_legend_lists_only_shown_letters_and_short_kernels_get_a_column():
     ]
     names = {"A": "attention", "c": "copy", "t": "tiny", "X": "never shown"}
     letters = {"attn": "A", "copy": "c", "tiny": "t"}
-    lines = render_ascii(recs, Window(0.0, 1.0, 0.0), width=40, op_of=lambda r: r.name, op_letters=letters, op_names=names)
+    lines = render_ascii(
+        recs, Window(0.0, 1.0, 0.0), width=40, op_of=lambda r: r.name, op_letters=letters, op_names=names
+    )
     comm = [x[12:] for x in lines if x.startswith("  comm ")]
     assert comm[0].count("1") == 2 and comm[1].count("c") == 1 and comm[1].count("t") == 1
     legend = " ".join(x for x in lines if x.startswith("  by kernel") or x.startswith("             "))
@@ -438,16 +510,48 @@ def test_legend_lists_only_shown_letters_and_short_kernels_get_a_column():
 
 def test_world_size_timeline_says_where_the_collectives_run():
     rep = {
-        "config": {"schedule": "ht", "yields_per_layer": 3, "backend": "threads", "dist_backend": "gloo", "layers": 2,
-                   "tokens": 8, "hidden": 4, "experts": 2, "topk": 1, "ubatches": 2, "expert_ffn": 4, "shared_ffn": 8,
-                   "context": 2, "heads": 1, "dtype": "float32", "meta": False, "profile": "cpu", "ep": 2,
-                   "torch_threads": 1, "comm_ratio": None, "steps": 1},
-        "world_size": 2, "link": {"bandwidth_Bps": None, "dist_backend": "gloo", "wire_dtype": "bfloat16"},
-        "comm_ratio_measured": 0.5, "compute_s": 0.01, "comm_s": 0.005, "time_no_dbo_s": 0.02, "time_dbo_s": 0.015,
-        "speedup": 1.3, "bound_s": 0.015, "overlapped_no_dbo_s": 0.0, "hideable_s": 0.005, "hidden_fraction": 1.0,
-        "tolerance": {"relative": 1e-5, "absolute": 1e-5, "dtype": "float32"}, "max_abs_diff": 0.0, "outputs_match": True,
+        "config": {
+            "schedule": "ht",
+            "yields_per_layer": 3,
+            "backend": "threads",
+            "dist_backend": "gloo",
+            "layers": 2,
+            "tokens": 8,
+            "hidden": 4,
+            "experts": 2,
+            "topk": 1,
+            "ubatches": 2,
+            "expert_ffn": 4,
+            "shared_ffn": 8,
+            "context": 2,
+            "heads": 1,
+            "dtype": "float32",
+            "meta": False,
+            "profile": "cpu",
+            "ep": 2,
+            "torch_threads": 1,
+            "comm_ratio": None,
+            "steps": 1,
+        },
+        "world_size": 2,
+        "link": {"bandwidth_Bps": None, "dist_backend": "gloo", "wire_dtype": "bfloat16"},
+        "comm_ratio_measured": 0.5,
+        "compute_s": 0.01,
+        "comm_s": 0.005,
+        "time_no_dbo_s": 0.02,
+        "time_dbo_s": 0.015,
+        "speedup": 1.3,
+        "bound_s": 0.015,
+        "overlapped_no_dbo_s": 0.0,
+        "hideable_s": 0.005,
+        "hidden_fraction": 1.0,
+        "tolerance": {"relative": 1e-5, "absolute": 1e-5, "dtype": "float32"},
+        "max_abs_diff": 0.0,
+        "outputs_match": True,
         "workspace": {"slot_sizes": [256, 256], "grows": 1, "grows_in_warmup": 1, "allocations_after_lock": 0},
-        "timeline_layer": 0, "timeline": ["  comm1     ..c..", "  link      11DD."], "notes": [],
+        "timeline_layer": 0,
+        "timeline": ["  comm1     ..c..", "  link      11DD."],
+        "notes": [],
     }
     text = format_report(rep)
     assert "link = this process's one queue of transfers" in text and "the all-to-alls run there" in text
@@ -479,21 +583,32 @@ def test_trace_holds_exactly_the_two_steps_it_draws_with_their_host_side(tmp_pat
         assert count(three, ph, pid) == count(one, ph, pid), (ph, pid)
     # every host span lies inside the stretch of the kernels it goes with (two steps, one gap between)
     host = [e for e in three["traceEvents"] if e.get("ph") == "X" and e.get("pid") == HOST_PID]
-    kern = sorted((e["ts"], e["ts"] + e["dur"]) for e in three["traceEvents"] if e.get("ph") == "X" and e.get("pid") == STREAMS_PID)
+    kern = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in three["traceEvents"]
+        if e.get("ph") == "X" and e.get("pid") == STREAMS_PID
+    )
     assert min(e["ts"] for e in host) >= kern[0][0] - 1e3 and max(e["ts"] + e["dur"] for e in host) <= kern[-1][1] + 1e3
 
 
 @pytest.mark.timeout(slack(120))
-@pytest.mark.parametrize("module, args, stream, first", [
-    # after the first scenario: its first workspace call imports torch._dynamo in a ubatch thread
-    # (about 2 s, not interruptible), which Ctrl-C must wait for
-    ("demos.scenarios", [], "stdout", " s)\n"),
-    ("demos.bench", ["--quick"], "stderr", "[bench]"),
-])
+@pytest.mark.parametrize(
+    "module, args, stream, first",
+    [
+        # after the first scenario: its first workspace call imports torch._dynamo in a ubatch thread
+        # (about 2 s, not interruptible), which Ctrl-C must wait for
+        ("demos.scenarios", [], "stdout", " s)\n"),
+        ("demos.bench", ["--quick"], "stderr", "[bench]"),
+    ],
+)
 def test_ctrl_c_stops_scenarios_and_bench(module, args, stream, first):
     proc = subprocess.Popen(
-        [sys.executable, "-u", "-m", module, *args], cwd=ROOT, env=python_env(), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        [sys.executable, "-u", "-m", module, *args],
+        cwd=ROOT,
+        env=python_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
     )
     try:
         pipe = proc.stdout if stream == "stdout" else proc.stderr

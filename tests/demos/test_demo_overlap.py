@@ -16,8 +16,19 @@ from tests.support.paths import ROOT, python_env
 from tests.support.timing import slack
 
 REQUIRED_KEYS = {
-    "backend", "schedule", "num_ubatches", "time_no_dbo_s", "time_dbo_s", "speedup", "bound_s",
-    "hidden_fraction", "max_abs_diff", "allocations_after_lock", "slot_sizes", "config", "tolerance",
+    "backend",
+    "schedule",
+    "num_ubatches",
+    "time_no_dbo_s",
+    "time_dbo_s",
+    "speedup",
+    "bound_s",
+    "hidden_fraction",
+    "max_abs_diff",
+    "allocations_after_lock",
+    "slot_sizes",
+    "config",
+    "tolerance",
 }
 SMALL = dict(layers=4, tokens=64, hidden=64, experts=4, topk=2, steps=1)
 
@@ -47,12 +58,15 @@ def test_runs_end_to_end_with_exact_outputs(backend, schedule):
     json.dumps(rep)  # everything in the report is JSON
 
 
-@pytest.mark.parametrize("kw", [
-    dict(tokens=37, ubatches=3),                       # uneven split, three ubatches
-    dict(tokens=24, experts=8, topk=3, hidden=32),      # experts with 1-3 rows (padded GEMM window)
-    dict(stream_layout="shared", schedule="ll"),      # the non-default layout
-    dict(stream_layout="shared", schedule="ht", shared_chunk=24),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(tokens=37, ubatches=3),  # uneven split, three ubatches
+        dict(tokens=24, experts=8, topk=3, hidden=32),  # experts with 1-3 rows (padded GEMM window)
+        dict(stream_layout="shared", schedule="ll"),  # the non-default layout
+        dict(stream_layout="shared", schedule="ht", shared_chunk=24),
+    ],
+)
 def test_outputs_with_and_without_dbo_are_identical(kw):
     rep = run_overlap(small(backend="virtual", **kw))
     assert rep["max_abs_diff"] == 0.0, rep["max_abs_diff"]
@@ -63,8 +77,25 @@ def test_subprocess_virtual_writes_json(tmp_path):
     out = tmp_path / "report.json"
     trace = tmp_path / "trace.json"
     cmd = [
-        sys.executable, "-m", "demos.overlap", "--backend", "virtual", "--layers", "3", "--tokens", "32",
-        "--hidden", "32", "--experts", "4", "--steps", "1", "--json", str(out), "--trace", str(trace),
+        sys.executable,
+        "-m",
+        "demos.overlap",
+        "--backend",
+        "virtual",
+        "--layers",
+        "3",
+        "--tokens",
+        "32",
+        "--hidden",
+        "32",
+        "--experts",
+        "4",
+        "--steps",
+        "1",
+        "--json",
+        str(out),
+        "--trace",
+        str(trace),
     ]
     proc = subprocess.run(cmd, cwd=ROOT, env=python_env(), capture_output=True, text=True, timeout=slack(60))
     assert proc.returncode == 0, proc.stderr
@@ -279,10 +310,17 @@ def _simulate(records, schedule, layers, n, layout):
     return sim.makespan()
 
 
-@pytest.mark.parametrize("schedule,layout,n", [
-    ("ll", "shared", 2), ("ht", "shared", 2), ("ll", "per-ubatch", 2), ("ht", "per-ubatch", 2),
-    ("ll", "shared", 3), ("ht", "shared", 3),
-])
+@pytest.mark.parametrize(
+    "schedule,layout,n",
+    [
+        ("ll", "shared", 2),
+        ("ht", "shared", 2),
+        ("ll", "per-ubatch", 2),
+        ("ht", "per-ubatch", 2),
+        ("ll", "shared", 3),
+        ("ht", "shared", 3),
+    ],
+)
 def test_virtual_speedup_matches_independent_simulation(schedule, layout, n):
     cfg = small(backend="virtual", schedule=schedule, stream_layout=layout, ubatches=n, comm_ratio=1.0)
     details = {}
@@ -306,18 +344,21 @@ def test_virtual_default_shapes_hide_most_of_the_hideable_time():
 # --- the command line -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--tokens", "1", "--ubatches", "2"], "fewer than --ubatches"),
-    (["--backend", "tpu"], "invalid choice"),
-    (["--profile", "a100"], "unknown device profile"),
-    (["--link", "carrier-pigeon"], "unknown link profile"),
-    (["--hidden", "0"], "--hidden must be a positive integer"),
-    (["--layers", "-3"], "--layers must be a positive integer"),
-    (["--topk", "5", "--experts", "4"], "must not exceed --experts"),
-    (["--comm-ratio", "0"], "--comm-ratio must be a positive number"),
-    (["--meta", "--backend", "threads"], "only the virtual backend"),
-    (["--steps", "x"], "invalid int value"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--tokens", "1", "--ubatches", "2"], "fewer than --ubatches"),
+        (["--backend", "tpu"], "invalid choice"),
+        (["--profile", "a100"], "unknown device profile"),
+        (["--link", "carrier-pigeon"], "unknown link profile"),
+        (["--hidden", "0"], "--hidden must be a positive integer"),
+        (["--layers", "-3"], "--layers must be a positive integer"),
+        (["--topk", "5", "--experts", "4"], "must not exceed --experts"),
+        (["--comm-ratio", "0"], "--comm-ratio must be a positive number"),
+        (["--meta", "--backend", "threads"], "only the virtual backend"),
+        (["--steps", "x"], "invalid int value"),
+    ],
+)
 def test_bad_arguments_exit_nonzero_with_one_line(argv, needle, capsys):
     assert main(argv) == 2
     out, err = capsys.readouterr()
@@ -326,12 +367,19 @@ def test_bad_arguments_exit_nonzero_with_one_line(argv, needle, capsys):
     assert needle in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("kw,fields,flags", [
-    (dict(tokens=1, ubatches=2), "tokens (1) is fewer than ubatches (2)", "--tokens (1) is fewer than --ubatches (2)"),
-    (dict(timeline_width=0), "timeline_width must be a positive integer", "--width must be a positive integer"),
-    (dict(comm_ratio=-1.0), "comm_ratio must be a positive number", "--comm-ratio must be a positive number"),
-    (dict(meta=True, backend="threads"), "add backend virtual", "add --backend virtual"),
-])
+@pytest.mark.parametrize(
+    "kw,fields,flags",
+    [
+        (
+            dict(tokens=1, ubatches=2),
+            "tokens (1) is fewer than ubatches (2)",
+            "--tokens (1) is fewer than --ubatches (2)",
+        ),
+        (dict(timeline_width=0), "timeline_width must be a positive integer", "--width must be a positive integer"),
+        (dict(comm_ratio=-1.0), "comm_ratio must be a positive number", "--comm-ratio must be a positive number"),
+        (dict(meta=True, backend="threads"), "add backend virtual", "add --backend virtual"),
+    ],
+)
 def test_config_errors_name_fields_and_the_command_line_names_flags(kw, fields, flags):
     from demos.moe.config import resolve
     from demos.overlap import flag_of
@@ -355,8 +403,12 @@ def test_cuda_without_gpu_is_a_one_line_error(capsys):
 
 def test_bad_arguments_via_subprocess_have_no_traceback():
     proc = subprocess.run(
-        [sys.executable, "-m", "demos.overlap", "--topk", "9"], cwd=ROOT, env=python_env(), capture_output=True,
-        text=True, timeout=slack(60),
+        [sys.executable, "-m", "demos.overlap", "--topk", "9"],
+        cwd=ROOT,
+        env=python_env(),
+        capture_output=True,
+        text=True,
+        timeout=slack(60),
     )
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
@@ -365,16 +417,47 @@ def test_bad_arguments_via_subprocess_have_no_traceback():
 def test_help_explains_every_flag(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    for flag in ("--layers", "--tokens", "--hidden", "--experts", "--topk", "--ubatches", "--backend", "--schedule",
-                 "--comm-ratio", "--profile", "--link", "--meta", "--steps", "--seed", "--json", "--trace", "--plot"):
+    for flag in (
+        "--layers",
+        "--tokens",
+        "--hidden",
+        "--experts",
+        "--topk",
+        "--ubatches",
+        "--backend",
+        "--schedule",
+        "--comm-ratio",
+        "--profile",
+        "--link",
+        "--meta",
+        "--steps",
+        "--seed",
+        "--json",
+        "--trace",
+        "--plot",
+    ):
         assert flag in out
 
 
 def test_plot_without_matplotlib_says_so_and_the_run_succeeds(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     out_png = tmp_path / "t.png"
-    argv = ["--backend", "virtual", "--layers", "2", "--tokens", "16", "--hidden", "32", "--experts", "4", "--steps", "1",
-            "--plot", str(out_png)]
+    argv = [
+        "--backend",
+        "virtual",
+        "--layers",
+        "2",
+        "--tokens",
+        "16",
+        "--hidden",
+        "32",
+        "--experts",
+        "4",
+        "--steps",
+        "1",
+        "--plot",
+        str(out_png),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "matplotlib is not installed" in out and "speedup" in out
@@ -412,7 +495,9 @@ def test_library_run_returns_typed_results_and_writes_nothing(tmp_path, monkeypa
     assert len(res.times_no_dbo_s) == len(res.times_dbo_s) == cfg.steps
     assert res.speedup == pytest.approx(res.time_no_dbo_s / res.time_dbo_s)
     assert res.engine.compute_s > 0 and res.engine.comm_s > 0
-    assert res.outputs.passed is True and res.output_dbo is not None and res.output_dbo.shape == (cfg.tokens, cfg.hidden)
+    assert (
+        res.outputs.passed is True and res.output_dbo is not None and res.output_dbo.shape == (cfg.tokens, cfg.hidden)
+    )
     rep = to_dict(res)
     json.dumps(rep)
     assert rep["time_dbo_s"] == res.time_dbo_s and "timeline" in format_report(rep)
@@ -467,7 +552,9 @@ def test_exactness_is_judged_against_the_same_split_and_the_whole_batch_is_numer
     assert "one ubatch after another" in rep["exact_reference"]
     e = rep["whole_batch_expected"]
     assert e["dtype"] == "float32" and e["relative"] == 1e-5 and e["absolute"] >= 1e-5
-    assert rep["max_abs_diff_whole_batch"] is not None and e["within"] is (rep["max_abs_diff_whole_batch"] <= e["absolute"])
+    assert rep["max_abs_diff_whole_batch"] is not None and e["within"] is (
+        rep["max_abs_diff_whole_batch"] <= e["absolute"]
+    )
     assert rep["graph"] is False
     text = format_report(rep)
     outputs = [line for line in text.splitlines() if line.startswith("outputs")]

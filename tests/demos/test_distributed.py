@@ -100,8 +100,27 @@ def test_command_line_world_size_2_writes_json(tmp_path):
     """The per-ubatch stream layout puts every collective of a rank on one queue (serialize)."""
     out = tmp_path / "report.json"
     cmd = [
-        sys.executable, "-m", "demos.overlap", "--world-size", "2", "--layers", "2", "--tokens", "40", "--hidden", "32",
-        "--experts", "4", "--steps", "1", "--schedule", "ht", "--stream-layout", "per-ubatch", "--json", str(out),
+        sys.executable,
+        "-m",
+        "demos.overlap",
+        "--world-size",
+        "2",
+        "--layers",
+        "2",
+        "--tokens",
+        "40",
+        "--hidden",
+        "32",
+        "--experts",
+        "4",
+        "--steps",
+        "1",
+        "--schedule",
+        "ht",
+        "--stream-layout",
+        "per-ubatch",
+        "--json",
+        str(out),
     ]
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=slack(120))
     assert proc.returncode == 0, proc.stderr
@@ -131,7 +150,7 @@ def _issue_in_opposite_orders(info):
     for case, pick in (("per_ubatch", lambda u: groups[u]), ("shared", lambda u: one)):
         outs = {u: torch.empty(2) for u in (0, 1)}
         works = []
-        for u in ((0, 1) if info.rank == 0 else (1, 0)):
+        for u in (0, 1) if info.rank == 0 else (1, 0):
             x = torch.full((2,), float(10 * info.rank + u))
             works.append(dist.all_to_all_single(outs[u], x, group=pick(u), async_op=True))
         for w in works:
@@ -152,11 +171,32 @@ def test_a_group_shared_by_two_ubatches_pairs_the_wrong_collectives():
 
 
 def test_a_rank_that_raises_fails_the_command_with_its_error():
-    cmd = [sys.executable, "-m", "demos.overlap", "--world-size", "2", "--layers", "3", "--tokens", "40", "--hidden", "32",
-           "--experts", "4", "--steps", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "demos.overlap",
+        "--world-size",
+        "2",
+        "--layers",
+        "3",
+        "--tokens",
+        "40",
+        "--hidden",
+        "32",
+        "--experts",
+        "4",
+        "--steps",
+        "1",
+    ]
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(**{FAULT_ENV: "rank=1,at=collective,n=7,kind=raise"}),
-                          capture_output=True, text=True, timeout=BOUND_S + slack(30))
+    proc = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        env=_env(**{FAULT_ENV: "rank=1,at=collective,n=7,kind=raise"}),
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S + slack(30),
+    )
     elapsed = time.monotonic() - t0
     assert proc.returncode == 1, proc.stderr
     first = proc.stderr.splitlines()[0]
@@ -167,10 +207,13 @@ def test_a_rank_that_raises_fails_the_command_with_its_error():
     assert elapsed < BOUND_S
 
 
-@pytest.mark.parametrize("fault,rank,needle", [
-    ("rank=1,at=collective,n=3,kind=kill", 1, "rank 1 of 2 died (killed by SIGKILL)"),
-    ("rank=0,at=step,n=1,kind=raise", 0, "rank 0 of 2 failed: InjectedFault"),
-])
+@pytest.mark.parametrize(
+    "fault,rank,needle",
+    [
+        ("rank=1,at=collective,n=3,kind=kill", 1, "rank 1 of 2 died (killed by SIGKILL)"),
+        ("rank=0,at=step,n=1,kind=raise", 0, "rank 0 of 2 failed: InjectedFault"),
+    ],
+)
 def test_a_rank_that_dies_or_raises_stops_every_rank(monkeypatch, fault, rank, needle):
     monkeypatch.setenv(FAULT_ENV, fault)
     t0 = time.monotonic()
@@ -202,16 +245,19 @@ def test_a_hung_rank_is_caught_by_the_collective_timeout(monkeypatch):
 # --- configuration and pieces (no processes) ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw,needle", [
-    (dict(backend="virtual"), "virtual clock cannot time"),
-    (dict(experts=6, world_size=4), "multiple of world_size"),
-    (dict(comm_ratio=1.0), "drop them"),
-    (dict(link="nvlink"), "drop them"),
-    (dict(tokens=3), "fewer than world_size x ubatches"),
-    (dict(world_size=0), "world_size must be a positive integer"),
-    (dict(ep=4), "ep is the number of ranks"),
-    (dict(dist_timeout=0), "dist_timeout must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "kw,needle",
+    [
+        (dict(backend="virtual"), "virtual clock cannot time"),
+        (dict(experts=6, world_size=4), "multiple of world_size"),
+        (dict(comm_ratio=1.0), "drop them"),
+        (dict(link="nvlink"), "drop them"),
+        (dict(tokens=3), "fewer than world_size x ubatches"),
+        (dict(world_size=0), "world_size must be a positive integer"),
+        (dict(ep=4), "ep is the number of ranks"),
+        (dict(dist_timeout=0), "dist_timeout must be a positive number"),
+    ],
+)
 def test_bad_distributed_options_are_config_errors(kw, needle):
     with pytest.raises(ConfigError, match=needle.replace("+", r"\+")) as info:
         run_overlap(small(**kw))

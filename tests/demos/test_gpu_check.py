@@ -26,7 +26,15 @@ def ran(name="x", rc=0, tail="", timed_out=False):
 
 
 def rep(speedup, c=1.0, m=1.0, cd=1.2, graph=True):
-    return dict(speedup=speedup, compute_s=c, comm_s=m, compute_dbo_s=cd, time_no_dbo_s=0.01, time_dbo_s=0.01 / speedup, graph=graph)
+    return dict(
+        speedup=speedup,
+        compute_s=c,
+        comm_s=m,
+        compute_dbo_s=cd,
+        time_no_dbo_s=0.01,
+        time_dbo_s=0.01 / speedup,
+        graph=graph,
+    )
 
 
 def test_ideal_speedup_is_from_the_runs_kernel_times():
@@ -60,8 +68,18 @@ def _bench(r1, r2, replay=None):
     recs = [
         {"section": "host", "name": "synthetic [cuda]: eager, DBO", "value": 10.0, "ratio": r1},
         {"section": "host", "name": "demo ll [cuda]: eager, DBO", "value": 20.0, "ratio": r2},
-        {"section": "host", "name": "demo ll [cuda]: replayed, DBO", "value": replay, "baseline": "host sync during capture"},
-        {"section": "host", "name": "demo ll [cuda]: eager, DBO, stream context per launch", "value": 31.5, "ratio": 1.6},
+        {
+            "section": "host",
+            "name": "demo ll [cuda]: replayed, DBO",
+            "value": replay,
+            "baseline": "host sync during capture",
+        },
+        {
+            "section": "host",
+            "name": "demo ll [cuda]: eager, DBO, stream context per launch",
+            "value": 31.5,
+            "ratio": 1.6,
+        },
     ]
     return {"records": recs}
 
@@ -101,7 +119,11 @@ def test_options_refuse_unknown_step_names():
 
 def test_a_step_past_its_limit_is_killed_with_its_children(tmp_path):
     out = tmp_path / "log.txt"
-    child = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    child = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "time.sleep(60)"
+    )
     t0 = time.monotonic()
     rc, timed_out, tail = gc._run([sys.executable, "-c", child], str(out), "w", 1.0)
     assert timed_out and rc != 0 and time.monotonic() - t0 < slack(10)
@@ -114,19 +136,36 @@ def test_dry_run_on_threads_writes_at_most_8_files_and_a_summary(tmp_path):
     (tmp_path / "out").mkdir()
     (out / "demo-graph.json").write_text(json.dumps(rep(9.0)))  # stale: must not pass for this run
     env = dict(
-        os.environ, PYTHON=sys.executable, PYTHONPATH=ROOT, GPU_CHECK_BACKEND="threads", GPU_CHECK_QUICK="1",
-        GPU_CHECK_BIG="--tokens 128 --hidden 64", GPU_CHECK_SKIP="cuda-tests,suite",
+        os.environ,
+        PYTHON=sys.executable,
+        PYTHONPATH=ROOT,
+        GPU_CHECK_BACKEND="threads",
+        GPU_CHECK_QUICK="1",
+        GPU_CHECK_BIG="--tokens 128 --hidden 64",
+        GPU_CHECK_SKIP="cuda-tests,suite",
     )
-    proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_check.sh"), str(out)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=slack(230))
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts", "gpu_check.sh"), str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=slack(230),
+    )
     files = sorted(p.name for p in out.iterdir())
     assert len(files) <= 8 and all(p.is_file() for p in out.iterdir()), files
     assert {"summary.txt", "log.txt", "demo-eager.json", "bench-host.json"} <= set(files)
     summary = (out / "summary.txt").read_text()
     assert proc.stdout.endswith(summary)
     lines = summary.splitlines()
-    for target in ("0 host syncs", "--graph, default config", "--graph at --tokens 128 --hidden 64", "host us per kernel",
-                   "the cuda-marked tests pass", "the whole suite pass"):
+    for target in (
+        "0 host syncs",
+        "--graph, default config",
+        "--graph at --tokens 128 --hidden 64",
+        "host us per kernel",
+        "the cuda-marked tests pass",
+        "the whole suite pass",
+    ):
         assert sum(target in line for line in lines) == 1, (target, summary)
     status = {line.split("  ")[0].strip() for line in lines if line.startswith(("PASS", "FAIL", "NOT RUN"))}
     assert status <= {"PASS", "FAIL", "NOT RUN"}

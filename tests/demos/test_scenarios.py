@@ -22,8 +22,14 @@ def test_list_and_unknown_name(capsys) -> None:
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert listed == list(scenarios.SCENARIOS)
     assert {
-        "orphaned-views", "undersized-at-lock", "stale-view", "foreign-thread",
-        "missing-wait", "late-event", "parked-failure", "policies",
+        "orphaned-views",
+        "undersized-at-lock",
+        "stale-view",
+        "foreign-thread",
+        "missing-wait",
+        "late-event",
+        "parked-failure",
+        "policies",
     } <= set(listed)
     assert scenarios.main(["no-such-thing"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -168,7 +174,9 @@ def test_ascii_timeline_owner_comes_from_the_record_not_the_name() -> None:
         KernelRecord("compute", "attn L0 u0", "compute", 1, 0.0, 1.0),
         KernelRecord("comm", "dispatch L0 u0", "comm", None, 0.0, 1.0),
     ]
-    lines = render_ascii(recs, Window(0.0, 1.0, 0.0), width=4, op_of=lambda r: r.name.split()[0], op_letters={"attn": "A"})
+    lines = render_ascii(
+        recs, Window(0.0, 1.0, 0.0), width=4, op_of=lambda r: r.name.split()[0], op_letters={"attn": "A"}
+    )
     assert "  compute   1111" in lines and "  comm      ????" in lines
     assert "  compute   AAAA" in lines and "  comm      ????" in lines
     with pytest.raises(ValueError):

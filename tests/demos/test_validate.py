@@ -10,11 +10,10 @@ from dataclasses import replace
 import pytest
 
 from dbo.costs import HostCosts, LinkProfile, OpCost, get_profile, scale_profile
-from dbo.trace import KernelRecord
-from dbo.trace import engine_sums, overlap_seconds
+from dbo.trace import KernelRecord, engine_sums, overlap_seconds
 from demos import validate as cli
-from demos.fidelity import validation as val
 from demos.experiment.results import EngineTimes, overlap_hidden_fraction, past_ideal_note
+from demos.fidelity import validation as val
 from demos.fidelity.validation import Figures, Point, Row, Validation, crossover, format_table, summarize
 
 # --- table and crossover logic on synthetic measurements ------------------------------------------------
@@ -141,9 +140,17 @@ def test_grid_covers_schedules_sizes_ratios_and_modes():
 # --- a virtual machine predicted by its own profile, and by a wrong one ----------------------------------
 
 MACHINE = replace(
-    get_profile("cpu"), name="machine",
-    host=HostCosts(launch=20e-6, kernel=2e-6, handoff=6e-6, thread_start=50e-6, thread_join=50e-6, kernel_sync=False,
-                   ops={"router": OpCost(device=40e-6, scale=3.0)}),
+    get_profile("cpu"),
+    name="machine",
+    host=HostCosts(
+        launch=20e-6,
+        kernel=2e-6,
+        handoff=6e-6,
+        thread_start=50e-6,
+        thread_join=50e-6,
+        kernel_sync=False,
+        ops={"router": OpCost(device=40e-6, scale=3.0)},
+    ),
 )
 
 
@@ -190,9 +197,12 @@ def test_validate_times_short_steps_for_the_minimum_time(monkeypatch):
 
     monkeypatch.setattr(val, "_figures", figures)
     pts = val.grid(True, sizes=(8, 512), ratios=(1.0,), schedules=("ll",), modes=("eager",), layers=1, hidden=64)
-    guess = {p.tokens: val._figures(p.config(backend="virtual", profile=MACHINE, steps=1, warmup=1, meta=True,
-                                                     dtype="float32")
-                                    )[0].no_dbo_s for p in pts}
+    guess = {
+        p.tokens: val._figures(
+            p.config(backend="virtual", profile=MACHINE, steps=1, warmup=1, meta=True, dtype="float32")
+        )[0].no_dbo_s
+        for p in pts
+    }
     seen.clear()
     v = val.validate("virtual", MACHINE, pts, steps=2, min_time=0.01, truth=MACHINE)
     assert len(v.rows) == 2
@@ -228,13 +238,38 @@ def test_cli_bad_arguments_are_one_line_and_exit_2(argv, needle, capsys, monkeyp
 
 def test_cli_runs_a_grid_and_writes_json(tmp_path, capsys, monkeypatch):
     real = val.validate
-    monkeypatch.setattr(cli, "validate", lambda backend, profile, points, **kw: real(
-        "virtual", profile, [replace(p, shapes=(("hidden", 64), ("layers", 1))) for p in points], steps=1, truth=MACHINE))
+    monkeypatch.setattr(
+        cli,
+        "validate",
+        lambda backend, profile, points, **kw: real(
+            "virtual",
+            profile,
+            [replace(p, shapes=(("hidden", 64), ("layers", 1))) for p in points],
+            steps=1,
+            truth=MACHINE,
+        ),
+    )
     path = tmp_path / "m.json"
     MACHINE.to_json(path)
     out = tmp_path / "v.json"
-    assert cli.main(["--profile", str(path), "--sizes", "8,64", "--ratios", "1", "--schedules", "ll", "--json", str(out),
-                     "--no-progress"]) == 0
+    assert (
+        cli.main(
+            [
+                "--profile",
+                str(path),
+                "--sizes",
+                "8,64",
+                "--ratios",
+                "1",
+                "--schedules",
+                "ll",
+                "--json",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "crossover ll eager comm 1x" in text
     d = json.loads(out.read_text())
@@ -259,8 +294,9 @@ def test_cli_h200_comparison():
 def test_hidden_cannot_pass_100_percent_when_the_dbo_steps_kernels_run_faster():
     # the 32-layer threads case: DBO's smaller GEMMs ran faster, so (no-DBO - DBO) / hideable(no-DBO)
     # said 124.9%; from each step's own kernels the fraction stays <= 1
-    e = EngineTimes(compute_s=0.436, comm_s=0.499, overlapped_s=0.0, dbo_compute_s=0.300, dbo_comm_s=0.499,
-                    dbo_overlapped_s=0.295)
+    e = EngineTimes(
+        compute_s=0.436, comm_s=0.499, overlapped_s=0.0, dbo_compute_s=0.300, dbo_comm_s=0.499, dbo_overlapped_s=0.295
+    )
     t_no, t_dbo = 0.946, 0.430
     assert (t_no - t_dbo) / e.hideable_s > 1.1  # the old definition
     h = overlap_hidden_fraction(e)
@@ -272,7 +308,9 @@ def test_hidden_cannot_pass_100_percent_when_the_dbo_steps_kernels_run_faster():
 
 
 def test_hidden_counts_only_what_dbo_adds_to_the_overlap_without_dbo():
-    e = EngineTimes(compute_s=1.0, comm_s=1.0, overlapped_s=0.4, dbo_compute_s=1.0, dbo_comm_s=1.0, dbo_overlapped_s=0.7)
+    e = EngineTimes(
+        compute_s=1.0, comm_s=1.0, overlapped_s=0.4, dbo_compute_s=1.0, dbo_comm_s=1.0, dbo_overlapped_s=0.7
+    )
     assert overlap_hidden_fraction(e) == pytest.approx((0.7 - 0.4) / (1 - 0.4))
     nothing_left = replace(e, overlapped_s=1.0)
     assert overlap_hidden_fraction(nothing_left) is None
@@ -289,7 +327,14 @@ def test_hidden_is_at_most_one_for_any_kernel_records():
                 recs.append(KernelRecord(kind, f"{kind} L0 u0", kind, 0, t, t + d))
                 t += d + rng.random() * 0.5 * rng.randint(0, 1)
         s = engine_sums(recs)
-        e = EngineTimes(s["compute"] * rng.uniform(0.3, 3), s["comm"] * rng.uniform(0.3, 3), 0.0, s["compute"], s["comm"], overlap_seconds(recs))
+        e = EngineTimes(
+            s["compute"] * rng.uniform(0.3, 3),
+            s["comm"] * rng.uniform(0.3, 3),
+            0.0,
+            s["compute"],
+            s["comm"],
+            overlap_seconds(recs),
+        )
         h = overlap_hidden_fraction(e)
         assert h is None or h <= 1.0 + 1e-12, (h, recs)
 

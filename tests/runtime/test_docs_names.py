@@ -88,7 +88,7 @@ def resolve_dotted(name: str) -> str | None:
             raise
         for j, attr in enumerate(parts[i:], i):
             if not hasattr(obj, attr):
-                return f"module {module!r} has no {'.'.join(parts[i:j + 1])!r}"
+                return f"module {module!r} has no {'.'.join(parts[i : j + 1])!r}"
             parent, obj = obj, getattr(obj, attr)
             if j == i and not _lives_in(obj, parent, attr):
                 return f"{attr!r} is only imported into {module!r}: name it where it lives ({obj.__module__})"
@@ -143,7 +143,9 @@ def test_the_resolvers_tell_real_names_from_planted_ones():
     assert resolve_dotted("dbo.orchestrator.get_backend") is not None  # imported there, lives in dbo.streams
     assert resolve_path("dbo/streams/base.py") is None
     assert resolve_path("tests/runtime/") is None
-    assert resolve_path("tests/runtime/test_docs_names.py::test_the_resolvers_tell_real_names_from_planted_ones") is None
+    assert (
+        resolve_path("tests/runtime/test_docs_names.py::test_the_resolvers_tell_real_names_from_planted_ones") is None
+    )
     assert resolve_path("tests/runtime/test_docs_names.py::no_such_test") is not None
     assert resolve_path("dbo/no_such_file.py") is not None
     assert resolve_path("tests/no_such_folder/test_*.py") is not None
@@ -187,15 +189,33 @@ def layout_entries(text: str) -> list[str]:
 
 
 def test_the_layout_parser_nests_by_indentation():
-    text = "\n## Layout\n\n```\npkg/          the package\n  a.py        a module that\n              wraps\n  sub/        a folder\n    b.py      b\n  c.py        c\nscripts/x.sh  x\n```\n\n## Next\n"
+    text = (
+        "\n## Layout\n\n```\n"
+        "pkg/          the package\n"
+        "  a.py        a module that\n"
+        "              wraps\n"
+        "  sub/        a folder\n"
+        "    b.py      b\n"
+        "  c.py        c\n"
+        "scripts/x.sh  x\n"
+        "```\n\n## Next\n"
+    )
     assert layout_entries(text) == ["pkg/", "pkg/a.py", "pkg/sub/", "pkg/sub/b.py", "pkg/c.py", "scripts/x.sh"]
 
 
 def test_the_layout_map_lists_every_module_and_only_modules_that_exist():
     listed = layout_entries(LAYOUT_PAGE.read_text())
     missing_on_disk = [p for p in listed if not (ROOT / p).exists()]
-    modules = sorted(p.relative_to(ROOT).as_posix() for pkg in ("dbo", "workspace", "demos") for p in (ROOT / pkg).rglob("*.py"))
+    modules = sorted(
+        p.relative_to(ROOT).as_posix() for pkg in ("dbo", "workspace", "demos") for p in (ROOT / pkg).rglob("*.py")
+    )
     folders = {p for p in listed if p.endswith("/")}  # a listed package stands for its __init__.py
-    unlisted = [m for m in modules if m not in set(listed) and not (m.endswith("/__init__.py") and m[: -len("__init__.py")] in folders)]
-    assert not missing_on_disk, "docs/design.md (Layout) lists what the tree does not have: " + ", ".join(missing_on_disk)
+    unlisted = [
+        m
+        for m in modules
+        if m not in set(listed) and not (m.endswith("/__init__.py") and m[: -len("__init__.py")] in folders)
+    ]
+    assert not missing_on_disk, "docs/design.md (Layout) lists what the tree does not have: " + ", ".join(
+        missing_on_disk
+    )
     assert not unlisted, "docs/design.md (Layout) does not list these modules: " + ", ".join(unlisted)

@@ -55,8 +55,11 @@ def _edges(mods: dict[str, Path]) -> dict[str, dict[str, bool]]:
         is_package = path.name == "__init__.py"
         tree = ast.parse(path.read_text(), str(path))
         typing_only = {  # imports under `if TYPE_CHECKING:`: annotation-only, and still edges
-            id(n) for top in ast.walk(tree) if isinstance(top, ast.If) and _is_type_checking(top.test)
-            for stmt in top.body for n in ast.walk(stmt)
+            id(n)
+            for top in ast.walk(tree)
+            if isinstance(top, ast.If) and _is_type_checking(top.test)
+            for stmt in top.body
+            for n in ast.walk(stmt)
         }
         for node in ast.walk(tree):
             targets: list[str] = []

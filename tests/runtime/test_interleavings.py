@@ -255,7 +255,7 @@ def _fault_owner(fault: str, n: int) -> int | None:
         return None
     if kind == "hook":  # runs in the next ubatch
         return (int(where) + 1) % n
-    return int(kind[len("seg") if kind.startswith("seg") else len("yield"):].split(".")[0])
+    return int(kind[len("seg") if kind.startswith("seg") else len("yield") :].split(".")[0])
 
 
 def _all_fault_points(n: int, yields: int) -> list[str]:
@@ -400,10 +400,13 @@ def test_a_real_deadlock_in_model_code_is_reported_at_once():
         return uid
 
     with cs.ScheduledOrchestrator(
-        2, backend="virtual", handoff_timeout=HANDOFF_TIMEOUT, step_timeout=None, join_grace=slack(30.0),
+        2,
+        backend="virtual",
+        handoff_timeout=HANDOFF_TIMEOUT,
+        step_timeout=None,
+        join_grace=slack(30.0),
         primitives=prims,
     ) as orch:
-
         holder["lock"] = cs.ControlledLock(prims, "user")
         started = time.monotonic()
         ex = cs.run_controlled(lambda: orch.run(fn, [0, 1]), prims, expected=3)
@@ -420,7 +423,11 @@ def test_replaying_a_schedule_reproduces_it():
     prims = cs.ControlledPrimitives()
     proto = Protocol(2, 1, prims)
     with cs.ScheduledOrchestrator(
-        2, backend="virtual", handoff_timeout=HANDOFF_TIMEOUT, step_timeout=None, join_grace=slack(30.0),
+        2,
+        backend="virtual",
+        handoff_timeout=HANDOFF_TIMEOUT,
+        step_timeout=None,
+        join_grace=slack(30.0),
         primitives=prims,
     ) as orch:
         # a schedule with one preemption: M arrives first, then ubatch 1 overtakes ubatch 0

@@ -260,7 +260,9 @@ def test_fault_at_every_yield_point_aborts_cleanly(backend, uid, k, when):
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_fault_in_last_ubatch_of_n(n):
     with _orch(n) as orch:
-        _assert_clean_failure(orch, lambda: orch.run(_faulty(n - 1, 1, "after"), list(range(n))), n - 1, time.monotonic())
+        _assert_clean_failure(
+            orch, lambda: orch.run(_faulty(n - 1, 1, "after"), list(range(n))), n - 1, time.monotonic()
+        )
 
 
 @pytest.mark.parametrize("point", ["enter", "start", "exit"])

@@ -185,7 +185,10 @@ class DBOWorkspaceMachine(RuleBasedStateMachine):
                     views = pats = None
                     views = ws.get_simultaneous(*specs)
                     iso.handed_out(uid, views, specs)
-                    pats = [pattern(hash((self.steps, uid, s, pos, i)) & 0x7FFFFFFF, v.numel() * v.element_size()) for i, v in enumerate(views)]
+                    pats = [
+                        pattern(hash((self.steps, uid, s, pos, i)) & 0x7FFFFFFF, v.numel() * v.element_size())
+                        for i, v in enumerate(views)
+                    ]
                     for v, p in zip(views, pats):
                         as_bytes(v).copy_(p)
                 maybe_fail(("at", uid, s, len(reqs)))
@@ -263,7 +266,7 @@ class DBOWorkspaceMachine(RuleBasedStateMachine):
         if hasattr(self, "ws"):
             held = [(b, s) for b, s in self.ws.slot_ranges() if s > 0]
             for i, (b0, s0) in enumerate(held):
-                for b1, s1 in held[i + 1:]:
+                for b1, s1 in held[i + 1 :]:
                     assert b0 + s0 <= b1 or b1 + s1 <= b0
 
     @invariant()

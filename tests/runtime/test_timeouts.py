@@ -79,7 +79,17 @@ def test_scaled_limits_hold_in_a_real_session():
 
 
 def test_stress_count_below_one_is_a_usage_error():
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--co", "--stress-count=0", "tests/runtime/test_timeouts.py"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--co",
+        "--stress-count=0",
+        "tests/runtime/test_timeouts.py",
+    ]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=slack(90))
     assert r.returncode == 4, r.stdout + r.stderr
     assert "--stress-count must be >= 1, got 0" in r.stderr

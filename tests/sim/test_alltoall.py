@@ -14,15 +14,16 @@ from hypothesis import strategies as st
 from dbo.costs import (
     DEEPEP_H800,
     DEFAULT_COMM_SMS,
+    GPUS,
+    ClusterSpec,
     DeepEPParams,
-    ll_buffer_bytes,
+    Routing,
     deepep_low_latency,
     deepep_normal,
+    ll_buffer_bytes,
     message_bytes,
     token_bytes,
 )
-from dbo.costs import ClusterSpec, Routing
-from dbo.costs import GPUS
 from demos.fidelity import deepep
 
 ROUTING = Routing(experts=256, top_k=8)
@@ -40,8 +41,9 @@ def _cluster(ep: int, gpu: str = "h800") -> ClusterSpec:
 def test_every_published_row_is_reproduced_within_15_percent():
     rows = deepep.compare(legacy=False)
     assert len(rows) == len(deepep.PUBLISHED_NORMAL) + len(deepep.PUBLISHED_LL) == 20
-    assert {(r["mode"], r["kernel"]) for r in rows} == {(m, k) for m in ("normal", "low-latency")
-                                                        for k in ("dispatch", "combine")}
+    assert {(r["mode"], r["kernel"]) for r in rows} == {
+        (m, k) for m in ("normal", "low-latency") for k in ("dispatch", "combine")
+    }
     for r in rows:
         assert KEYS <= set(r)
         assert r["unit"] == ("GB/s" if r["mode"] == "normal" else "us")
@@ -127,8 +129,14 @@ _EPS = {"h800": (8, 16, 32, 64, 128, 256), "b200": (8, 16, 64), "gb200": (8, 72,
 
 
 @settings(max_examples=80, deadline=None)
-@given(gpu=st.sampled_from(sorted(_EPS)), data=st.data(), kernel=st.sampled_from(["dispatch", "combine"]),
-       t1=st.integers(0, 8192), t2=st.integers(0, 8192), fp8=st.booleans())
+@given(
+    gpu=st.sampled_from(sorted(_EPS)),
+    data=st.data(),
+    kernel=st.sampled_from(["dispatch", "combine"]),
+    t1=st.integers(0, 8192),
+    t2=st.integers(0, 8192),
+    fp8=st.booleans(),
+)
 def test_more_tokens_are_never_faster(gpu, data, kernel, t1, t2, fp8):
     ep = data.draw(st.sampled_from(_EPS[gpu]))
     lo, hi = sorted((t1, t2))
@@ -160,13 +168,19 @@ def test_nvlink_for_intranode_copies_is_never_slower():
 
 def test_fp8_dispatch_beats_bf16_and_faster_links_beat_slower():
     c = _cluster(64)
-    assert deepep_low_latency(c, ROUTING, 128, 7168).seconds < deepep_low_latency(c, ROUTING, 128, 7168, fp8=False).seconds
+    assert (
+        deepep_low_latency(c, ROUTING, 128, 7168).seconds < deepep_low_latency(c, ROUTING, 128, 7168, fp8=False).seconds
+    )
     assert deepep_normal(c, ROUTING, 4096, 7168).seconds < deepep_normal(c, ROUTING, 4096, 7168, fp8=False).seconds
     # NVLink-bound within one node: the H100's 450 GB/s beats the H800's 200 GB/s; RDMA-bound
     # across nodes (the same 400 Gb/s NIC): the same time
-    assert deepep_normal(_cluster(8, "h100"), ROUTING, 4096, 7168).seconds < deepep_normal(_cluster(8), ROUTING, 4096, 7168).seconds
+    assert (
+        deepep_normal(_cluster(8, "h100"), ROUTING, 4096, 7168).seconds
+        < deepep_normal(_cluster(8), ROUTING, 4096, 7168).seconds
+    )
     assert deepep_low_latency(_cluster(64, "h100"), ROUTING, 128, 7168).seconds == pytest.approx(
-        deepep_low_latency(c, ROUTING, 128, 7168).seconds)
+        deepep_low_latency(c, ROUTING, 128, 7168).seconds
+    )
     # a GB200 NVL72 rack keeps EP72 off the NIC altogether
     gb = deepep_low_latency(_cluster(72, "gb200"), Routing(experts=288, top_k=8), 128, 7168)
     assert gb.rdma_bytes == 0 and gb.bottleneck == "nvlink"
@@ -201,8 +215,16 @@ def test_sms_held_and_zero_tokens():
         (lambda c: deepep_normal(c, ROUTING, 1.5, 7168), ValueError, "tokens must be an int >= 0"),
         (lambda c: deepep_low_latency(c, ROUTING, 128, 7000), ValueError, "multiple of 128"),
         (lambda c: deepep_low_latency(c, ROUTING, 128, 0), ValueError, "hidden must be an int >= 1"),
-        (lambda c: deepep_normal(c, ROUTING, 128, 7168, "gather"), ValueError, "kernel must be one of dispatch, combine"),
-        (lambda c: deepep_normal(c, ROUTING, 128, 7168, comm_sms=0), ValueError, r"comm_sms must be an int in \[1, 132\)"),
+        (
+            lambda c: deepep_normal(c, ROUTING, 128, 7168, "gather"),
+            ValueError,
+            "kernel must be one of dispatch, combine",
+        ),
+        (
+            lambda c: deepep_normal(c, ROUTING, 128, 7168, comm_sms=0),
+            ValueError,
+            r"comm_sms must be an int in \[1, 132\)",
+        ),
         (lambda c: deepep_normal(c, ROUTING, 128, 7168, comm_sms=132), ValueError, "comm_sms must be an int"),
         (lambda c: deepep_normal(c, ROUTING, 128, 7168, comm_sms=True), ValueError, "comm_sms must be an int"),
         (lambda c: deepep_low_latency(c, ROUTING, 128, 7168, params=(0.9, 0.7, 0, 0)), TypeError, "params must be"),

@@ -58,8 +58,8 @@ def test_builtin_profiles_and_links():
 def test_objects_pass_through_and_unknown_names_list_the_known_ones():
     p = DeviceProfile("mine", 1e9, 1e9, 0.0)
     assert get_profile(p) is p
-    l = LinkProfile("mylink", 0.0, 1e9)
-    assert get_link(l) is l
+    link = LinkProfile("mylink", 0.0, 1e9)
+    assert get_link(link) is link
     with pytest.raises(ValueError, match="unknown device profile 'nope'.*cpu.*h200"):
         get_profile("nope")
     with pytest.raises(ValueError, match="unknown link profile 'nope'.*ib400.*nvlink"):
@@ -74,12 +74,12 @@ def test_register(private_tables):
         costs.register_profile(DeviceProfile("test-dev", 4e9, 3e9, 1e-6))
     costs.register_profile(DeviceProfile("test-dev", 4e9, 3e9, 1e-6), replace=True)
     assert get_profile("test-dev").peak_flops == 4e9
-    l = costs.register_link(LinkProfile("test-link", 1e-6, 1e9))
-    assert get_link("test-link") is l
+    link = costs.register_link(LinkProfile("test-link", 1e-6, 1e9))
+    assert get_link("test-link") is link
     with pytest.raises(ValueError, match="replace=True"):
         costs.register_link(LinkProfile("test-link", 2e-6, 1e9))
     with pytest.raises(TypeError):
-        costs.register_profile(l)  # type: ignore[arg-type]
+        costs.register_profile(link)  # type: ignore[arg-type]
 
 
 def test_kernel_time_is_a_roofline():
@@ -91,9 +91,9 @@ def test_kernel_time_is_a_roofline():
 
 
 def test_transfer_time():
-    l = LinkProfile("l", latency=2e-6, bandwidth=1e10)
-    assert transfer_time(Transfer(1e7), l) == pytest.approx(2e-6 + 1e-3)
-    assert transfer_time(Transfer(0), l) == pytest.approx(2e-6)
+    link = LinkProfile("l", latency=2e-6, bandwidth=1e10)
+    assert transfer_time(Transfer(1e7), link) == pytest.approx(2e-6 + 1e-3)
+    assert transfer_time(Transfer(0), link) == pytest.approx(2e-6)
     assert transfer_time(Transfer(150e6), "nvlink") == pytest.approx(3e-6 + 1e-3)
 
 
@@ -128,24 +128,24 @@ def test_tensor_bytes_counts_nested_and_meta_tensors():
 
 def test_seconds_for_every_branch():
     p = DeviceProfile("t", peak_flops=1e12, mem_bandwidth=1e11, launch_overhead=1e-6)
-    l = LinkProfile("l", latency=2e-6, bandwidth=1e10)
+    link = LinkProfile("l", latency=2e-6, bandwidth=1e10)
     x = torch.zeros(1000)  # 4000 bytes
-    assert seconds_for("compute", 0.5, (), p, l) == 0.5
-    assert seconds_for("comm", 3, (), p, l) == 3.0
-    assert seconds_for("compute", Work(2e9, 0), (), p, l) == pytest.approx(1e-6 + 2e-3)
-    assert seconds_for("comm", Transfer(1e7), (), p, l) == pytest.approx(2e-6 + 1e-3)
-    assert seconds_for("compute", None, (x,), p, l) == pytest.approx(1e-6 + 4000 / 1e11)
-    assert seconds_for("comm", None, (x, x), p, l) == pytest.approx(2e-6 + 8000 / 1e10)
+    assert seconds_for("compute", 0.5, (), p, link) == 0.5
+    assert seconds_for("comm", 3, (), p, link) == 3.0
+    assert seconds_for("compute", Work(2e9, 0), (), p, link) == pytest.approx(1e-6 + 2e-3)
+    assert seconds_for("comm", Transfer(1e7), (), p, link) == pytest.approx(2e-6 + 1e-3)
+    assert seconds_for("compute", None, (x,), p, link) == pytest.approx(1e-6 + 4000 / 1e11)
+    assert seconds_for("comm", None, (x, x), p, link) == pytest.approx(2e-6 + 8000 / 1e10)
     with pytest.raises(ValueError, match="kind"):
-        seconds_for("io", None, (), p, l)
+        seconds_for("io", None, (), p, link)
     with pytest.raises(ValueError):
-        seconds_for("compute", -1.0, (), p, l)
+        seconds_for("compute", -1.0, (), p, link)
     with pytest.raises(ValueError):
-        seconds_for("compute", math.inf, (), p, l)
+        seconds_for("compute", math.inf, (), p, link)
     with pytest.raises(TypeError):
-        seconds_for("compute", "1s", (), p, l)
+        seconds_for("compute", "1s", (), p, link)
     with pytest.raises(TypeError):
-        seconds_for("compute", True, (), p, l)
+        seconds_for("compute", True, (), p, link)
 
 
 @pytest.mark.parametrize(
@@ -251,7 +251,9 @@ def test_bad_profiles_give_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="unknown device profile field"):
         DeviceProfile.from_dict({"name": "x", "peak_flops": 1, "mem_bandwidth": 1, "launch_overhead": 0, "speed": 3})
     with pytest.raises(ValueError, match="unknown host cost field"):
-        DeviceProfile.from_dict({"name": "x", "peak_flops": 1, "mem_bandwidth": 1, "launch_overhead": 0, "host": {"lunch": 1}})
+        DeviceProfile.from_dict(
+            {"name": "x", "peak_flops": 1, "mem_bandwidth": 1, "launch_overhead": 0, "host": {"lunch": 1}}
+        )
     with pytest.raises(ValueError, match="unknown dtype"):
         DeviceProfile("x", 1, 1, 0, dtype_flops={"float7": 1e12})
     with pytest.raises(ValueError, match="comm_sm_share"):
@@ -278,7 +280,9 @@ def test_syncs_host_marks_functions():
 def test_op_corrections_and_kernel_sync_round_trip_and_are_checked(tmp_path):
     from dbo.costs import OpCost, scale_profile
 
-    p = DeviceProfile("p", 1e12, 1e12, 0.0, host=HostCosts(kernel_sync=False, ops={"router": OpCost(device=2e-5, scale=3.0)}))
+    p = DeviceProfile(
+        "p", 1e12, 1e12, 0.0, host=HostCosts(kernel_sync=False, ops={"router": OpCost(device=2e-5, scale=3.0)})
+    )
     path = tmp_path / "p.json"
     p.to_json(path)
     again = get_profile(str(path))

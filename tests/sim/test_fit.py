@@ -78,15 +78,25 @@ def test_fitted_model_extrapolates_to_unmeasured_shapes(op, shape, dt, nbytes):
 
 def test_predict_matches_kernel_time():
     w = Work(flops=2 * 64 * 128 * 256, bytes=1e6, dtype=torch.bfloat16, shape=(64, 128, 256))
-    assert predict(TRUE, "gemm", {"M": 64, "N": 128, "K": 256}, torch.bfloat16, 1e6) == pytest.approx(kernel_time(w, TRUE))
+    assert predict(TRUE, "gemm", {"M": 64, "N": 128, "K": 256}, torch.bfloat16, 1e6) == pytest.approx(
+        kernel_time(w, TRUE)
+    )
 
 
 def test_fit_host_from_micro_benchmarks():
     h = fit_host(
-        {"launch_add_us": 6.0, "stream_ctx_us": 9.0, "lock_pingpong_us": 7.0, "event_record_wait_us": 1.5, "idle_device_sync_us": 5.0},
+        {
+            "launch_add_us": 6.0,
+            "stream_ctx_us": 9.0,
+            "lock_pingpong_us": 7.0,
+            "event_record_wait_us": 1.5,
+            "idle_device_sync_us": 5.0,
+        },
         thread_start=5e-5,
     )
-    assert h.kernel == pytest.approx(6e-6) and h.launch == pytest.approx(9e-6) and h.stream_switch == pytest.approx(4.5e-6)
+    assert (
+        h.kernel == pytest.approx(6e-6) and h.launch == pytest.approx(9e-6) and h.stream_switch == pytest.approx(4.5e-6)
+    )
     assert h.handoff == pytest.approx(7e-6) and h.event == pytest.approx(0.75e-6) and h.sync == pytest.approx(5e-6)
     assert h.thread_start == pytest.approx(5e-5)
     with pytest.raises(FitError, match="launch_add_us"):
@@ -101,7 +111,9 @@ def test_fit_launch_costs_from_steps():
 
 
 def test_fit_profile_and_bad_samples():
-    p = fit_profile("mine", _samples(0.0), {"idle_device_sync_us": 5.0}, base=DeviceProfile("b", 1, 1, 0, comm_sm_share=0.2))
+    p = fit_profile(
+        "mine", _samples(0.0), {"idle_device_sync_us": 5.0}, base=DeviceProfile("b", 1, 1, 0, comm_sm_share=0.2)
+    )
     assert p.name == "mine" and p.host.sync == pytest.approx(5e-6) and p.comm_sm_share == 0.2
     assert DeviceProfile.from_json(p.to_json()) == p
     with pytest.raises(FitError, match="no samples"):

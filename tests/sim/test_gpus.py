@@ -12,9 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dbo.costs import DTYPES
-from dbo.costs import ClusterSpec, Routing
-from dbo.costs import GPUS, get_gpu, gpus
+from dbo.costs import DTYPES, GPUS, ClusterSpec, Routing, get_gpu, gpus
 
 # --- GPU profiles -------------------------------------------------------------------------------------
 
@@ -150,8 +148,12 @@ def test_nvlink_domains_spanning_nodes():
 
 
 @settings(max_examples=60, deadline=None)
-@given(k=st.integers(1, 8), per_rank=st.integers(1, 8), limit=st.sampled_from([None, 1, 2, 4]),
-       gpu=st.sampled_from(["h800", "b200", "gb200"]))
+@given(
+    k=st.integers(1, 8),
+    per_rank=st.integers(1, 8),
+    limit=st.sampled_from([None, 1, 2, 4]),
+    gpu=st.sampled_from(["h800", "b200", "gb200"]),
+)
 def test_more_ep_never_less_rdma(k, per_rank, limit, gpu):
     limit = None if limit is None or limit > k else limit
     g = GPUS[gpu]

@@ -35,10 +35,17 @@ def test_records_carry_the_declared_op_and_layer(backend: str) -> None:
         b.close()
 
 
-@pytest.mark.parametrize("op, layer, error", [
-    ("two words", None, ValueError), ("", None, ValueError), (3, None, TypeError),
-    ("ok", -1, ValueError), ("ok", 1.0, TypeError), ("ok", True, TypeError),
-])
+@pytest.mark.parametrize(
+    "op, layer, error",
+    [
+        ("two words", None, ValueError),
+        ("", None, ValueError),
+        (3, None, TypeError),
+        ("ok", -1, ValueError),
+        ("ok", 1.0, TypeError),
+        ("ok", True, TypeError),
+    ],
+)
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_a_malformed_identity_is_refused_at_launch(backend: str, op, layer, error) -> None:
     b = get_backend(backend)
@@ -52,6 +59,7 @@ def test_a_malformed_identity_is_refused_at_launch(backend: str, op, layer, erro
 
 def _profile_with(op_cost: dict[str, OpCost]):
     from dataclasses import replace
+
     return replace(get_profile("h200"), name="h200-ops", host=HostCosts(launch=1e-6, ops=op_cost))
 
 

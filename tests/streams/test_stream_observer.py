@@ -122,8 +122,13 @@ def test_every_backend_calls_the_seam_for_every_op(clean, name):
         c.synchronize()
         b.synchronize()
     calls = [e[1:] for e in log if e[1] != "body"]
-    assert calls[:5] == [("launch", "a", "k"), ("record", "a"), ("wait", "c"), ("sync", type(ev).__name__),
-                         ("sync", "c")]
+    assert calls[:5] == [
+        ("launch", "a", "k"),
+        ("record", "a"),
+        ("wait", "c"),
+        ("sync", type(ev).__name__),
+        ("sync", "c"),
+    ]
     assert ("body", "k") in [e[1:] for e in log] and x.tolist() == [1.0] * 4
     assert calls[5:] and all(tag == "sync" for tag, *_ in calls[5:])  # the backend's own synchronize
 

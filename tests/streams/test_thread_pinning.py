@@ -45,11 +45,14 @@ def _affinity_seen_by_kernels(b: ThreadsBackend) -> dict[str, set[int]]:
     return _on_each_engine(b, lambda: os.sched_getaffinity(0))
 
 
-@pytest.mark.parametrize("allowed, compute, comm", [
-    ({0, 1}, {0}, {1}),
-    ({3, 5, 7}, {3, 5}, {7}),
-    (range(16), set(range(15)), {15}),
-])
+@pytest.mark.parametrize(
+    "allowed, compute, comm",
+    [
+        ({0, 1}, {0}, {1}),
+        ({3, 5, 7}, {3, 5}, {7}),
+        (range(16), set(range(15)), {15}),
+    ],
+)
 def test_link_gets_the_last_cpu_and_compute_the_rest(allowed, compute, comm):
     assert engine_cpus("compute", allowed) == compute
     assert engine_cpus("comm", allowed) == comm

@@ -13,7 +13,7 @@ import torch
 
 from dbo.costs import DeviceProfile, OpCost
 from dbo.streams import VirtualBackend
-from dbo.streams.virtual import HostGil
+from dbo.streams.virtual._gil import HostGil
 from dbo.trace import Tracer
 from tests.support.profiles import MS, US, host_profile
 from tests.support.profiles import kernels_by_name as kernels

@@ -1,12 +1,13 @@
 """Noise: many handoffs with a tiny switch interval and random zero sleeps, zero violations.
 
-``sys.setswitchinterval`` only changes how often the interpreter switches threads, not where
-(a thread switch lands only at bytecode boundaries the interpreter picks), so the plan also puts ``time.sleep(0)`` at random points: in the model code
-before and after yields and inside the registry-adjacent fault-hook points (right after a ubatch
-registers, right after it first gets the turn, right before it exits and unregisters). Every
-segment checks strict alternation (nobody else is inside a segment; the global order of segments
-is the round robin the plan implies, uneven yield counts included) and the workspace canaries.
-The loop runs at least 10,000 handoffs, times ``--stress-count``.
+``sys.setswitchinterval`` only changes how often the interpreter switches threads, not where (a
+thread switch lands only at bytecode boundaries the interpreter picks), so the plan also puts
+``time.sleep(0)`` at random points: in the model code before and after yields and inside the
+registry-adjacent fault-hook points (right after a ubatch registers, right after it first gets the
+turn, right before it exits and unregisters). Every segment checks strict alternation (nobody else
+is inside a segment; the global order of segments is the round robin the plan implies, uneven
+yield counts included) and the workspace canaries. The loop runs at least 10,000 handoffs, times
+``--stress-count``.
 """
 
 from __future__ import annotations
@@ -103,7 +104,9 @@ def draw_steps(seed: int, handoffs: int) -> list[NoisyStep]:
             for where in ("before", "after", "enter", "start", "exit")
             if rng.random() < 0.3
         )
-        step = NoisyStep(n, rng.choice(("virtual", "threads")), rng.choice(("per-ubatch", "shared")), yields, shapes, sleeps)
+        step = NoisyStep(
+            n, rng.choice(("virtual", "threads")), rng.choice(("per-ubatch", "shared")), yields, shapes, sleeps
+        )
         steps.append(step)
         total += step.handoffs
     return steps
@@ -140,7 +143,10 @@ def run_noisy(steps: list[NoisyStep]) -> tuple[int, int]:
             key = (step.n, step.backend, step.layout)
             if key not in orchs:
                 orchs[key] = dbo.UBatchOrchestrator(
-                    step.n, backend=step.backend, stream_layout=step.layout, handoff_timeout=HANDOFF_TIMEOUT,
+                    step.n,
+                    backend=step.backend,
+                    stream_layout=step.layout,
+                    handoff_timeout=HANDOFF_TIMEOUT,
                     step_timeout=slack(60.0),
                 )
             orch = orchs[key]
@@ -197,7 +203,10 @@ def test_ten_thousand_noisy_handoffs(tiny_switch_interval, stress_count):
     started = time.monotonic()
     handoffs, checks = run_noisy(steps)
     elapsed = time.monotonic() - started
-    print(f"\n{handoffs} handoffs in {len(steps)} steps, {checks} canary checks, {elapsed:.1f} s, switch interval {SWITCH_INTERVAL:g} s")
+    print(
+        f"\n{handoffs} handoffs in {len(steps)} steps, {checks} canary checks, {elapsed:.1f} s, "
+        f"switch interval {SWITCH_INTERVAL:g} s"
+    )
     assert handoffs >= target
 
 

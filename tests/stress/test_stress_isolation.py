@@ -72,7 +72,10 @@ def _draw_specs(rng: random.Random, max_total: int | None) -> tuple:
         specs = []
         for _ in range(rng.randint(1, 4)):
             ndim = rng.randint(0, 3)
-            shape = tuple(rng.choice((0, 1, 2, 3, 5, 7, 16, 33)) if rng.random() < 0.3 else rng.randint(1, 24) for _ in range(ndim))
+            shape = tuple(
+                rng.choice((0, 1, 2, 3, 5, 7, 16, 33)) if rng.random() < 0.3 else rng.randint(1, 24)
+                for _ in range(ndim)
+            )
             specs.append((shape, rng.choice(DTYPES)))
         specs = tuple(specs)
         if max_total is None or plan(canonical_request(specs)).total <= max_total:
@@ -106,7 +109,15 @@ def draw_plans(seed: int, n: int, warm_steps: int, locked_steps: int, calls: tup
                 if not locked:
                     capacity = max(capacity, plan(canonical_request(specs)).total)
                 key += 1
-                cs.append(Call(specs, key, _draw_yields(rng, on_comm, 0, 2), _draw_yields(rng, on_comm, 1, 3), rng.random() < 0.3))
+                cs.append(
+                    Call(
+                        specs,
+                        key,
+                        _draw_yields(rng, on_comm, 0, 2),
+                        _draw_yields(rng, on_comm, 1, 3),
+                        rng.random() < 0.3,
+                    )
+                )
             per_ubatch.append(tuple(cs))
         steps.append(StepPlan(tuple(per_ubatch), locked))
     return steps
@@ -114,6 +125,7 @@ def draw_plans(seed: int, n: int, warm_steps: int, locked_steps: int, calls: tup
 
 def run_plan(orch, ws: WorkspaceManager, steps: list[StepPlan], iso: Isolation) -> None:
     """Run the steps; lock the workspace before the first locked step."""
+
     def fn(uid: int):
         ctx = registry.current_context()
         views = None
@@ -172,7 +184,13 @@ def run_plan(orch, ws: WorkspaceManager, steps: list[StepPlan], iso: Isolation) 
 def test_canaries_and_byte_ranges(n, backend, layout):
     ws = WorkspaceManager("cpu", n)
     iso = Isolation(ws)
-    steps = draw_plans(seed=1000 + n * 10 + BACKENDS.index(backend) * 2 + LAYOUTS.index(layout), n=n, warm_steps=3, locked_steps=2, calls=(1, 3))
+    steps = draw_plans(
+        seed=1000 + n * 10 + BACKENDS.index(backend) * 2 + LAYOUTS.index(layout),
+        n=n,
+        warm_steps=3,
+        locked_steps=2,
+        calls=(1, 3),
+    )
     with _orch(n, backend, layout) as orch:
         run_plan(orch, ws, steps, iso)
     assert iso.calls == sum(len(c) for st in steps for c in st.calls)
@@ -235,9 +253,7 @@ def test_extent_is_the_strided_byte_range():
 
 @pytest.mark.parametrize("growth", ["lockstep", "deferred-lockstep", "requester"])
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize(
-    "n, grower, at", [(n, g, y) for n in (2, 3, 4) for g in range(n) for y in range(3)]
-)
+@pytest.mark.parametrize("n, grower, at", [(n, g, y) for n in (2, 3, 4) for g in range(n) for y in range(3)])
 def test_growth_from_any_ubatch_at_any_yield_point(n, grower, at, backend, growth):
     """Ubatch ``grower`` outgrows the slots when it resumes from yield ``at``; the others hold views.
 
@@ -354,8 +370,10 @@ def test_sibling_views_across_growth_orphaned_or_deferred(n, growth):
         assert figures["live_after_growth"] == new + (n - 1) * old  # siblings still hold 1 MiB each
         assert tracker.peak == n * new
     assert ws.orphaned_bytes() == 0
-    print(f"\n{growth}, N={n}, {old // MiB} MiB -> {new // MiB} MiB: peak {tracker.peak / MiB:.2f} MiB, "
-          f"orphaned while the siblings hold views {figures['orphaned_after_growth'] / MiB:.2f} MiB")
+    print(
+        f"\n{growth}, N={n}, {old // MiB} MiB -> {new // MiB} MiB: peak {tracker.peak / MiB:.2f} MiB, "
+        f"orphaned while the siblings hold views {figures['orphaned_after_growth'] / MiB:.2f} MiB"
+    )
 
 
 @pytest.mark.parametrize("n", [2, 3])

@@ -245,7 +245,6 @@ def _boom(t):
 def test_kernel_fault_on_threads_backend_surfaces_in_the_ubatch(n, layout):
     """A kernel raises on the compute executor; the ubatch's synchronize raises the sticky StreamError."""
     ws = WorkspaceManager("cpu", n)
-    model = Model(n, ws)
 
     def fn(uid):
         if uid == 1:
@@ -276,6 +275,7 @@ def test_kernel_fault_on_threads_backend_surfaces_in_the_ubatch(n, layout):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_kernel_fault_nobody_waits_for_surfaces_at_the_end_of_the_step(layout):
     """No ubatch synchronizes after the failing kernel: the orchestrator's final synchronize reports it."""
+
     def fn(uid):
         if uid == 0:
             dbo.launch(_boom, None, name="boom")
@@ -295,6 +295,7 @@ def test_kernel_fault_nobody_waits_for_surfaces_at_the_end_of_the_step(layout):
 
 def test_kernel_fault_on_comm_stream_poisons_compute_through_the_switch_event():
     """Comm kernel fails; yield_and_switch makes compute wait on its done-event: compute fails too."""
+
     def fn(uid):
         if uid == 0:
             dbo.dbo_switch_to_comm()

@@ -42,7 +42,9 @@ class _AllocationMap(WorkspaceObserver):
             self.owner[buffer.untyped_storage().data_ptr()] = (slot, buffer.numel(), buffer)
 
 
-def _slow_manager(policy: str, num_ubatches: int, monkeypatch: pytest.MonkeyPatch) -> tuple[WorkspaceManager, _AllocationMap]:
+def _slow_manager(
+    policy: str, num_ubatches: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[WorkspaceManager, _AllocationMap]:
     m = WorkspaceManager("cpu", num_ubatches, growth=policy)
     real = WorkspaceManager._allocate
 
@@ -102,7 +104,10 @@ def _grow_together(m: WorkspaceManager, amap: _AllocationMap, n: int) -> list[st
                         if oslot != slot:
                             report(f"round {r}: ubatch {i} (slot {slot}) got view {k} in slot {oslot}'s buffer")
                         elif not (0 <= start and end <= nbytes):
-                            report(f"round {r}: ubatch {i} view {k} bytes [{start}, {end}) outside its {nbytes}-byte buffer")
+                            report(
+                                f"round {r}: ubatch {i} view {k} bytes [{start}, {end}) "
+                                f"outside its {nbytes}-byte buffer"
+                            )
                     views[0].fill_(float(i))  # writes into its own slot only
                     del views
         except threading.BrokenBarrierError:

@@ -1,9 +1,10 @@
 """A controlled scheduler for the DBO handoff primitives, and a preemption-bounded explorer.
 
 The orchestrator builds its turn locks and start barrier through a ``SyncPrimitives`` factory
-(installed with ``dbo.testing.with_seams(orch, primitives=...)``). ``ControlledPrimitives`` returns instrumented stand-ins
-whose every operation (lock acquire / release, barrier arrival, barrier departure, barrier abort,
-plus explicit ``Scheduler.point`` calls) is a *scheduling point*:
+(installed with ``dbo.testing.with_seams(orch, primitives=...)``). ``ControlledPrimitives``
+returns instrumented stand-ins whose every operation (lock acquire / release, barrier arrival,
+barrier departure, barrier abort, plus explicit ``Scheduler.point`` calls) is a *scheduling
+point*:
 
 * The thread that reaches a scheduling point parks inside the scheduler, with the operation it is
   about to perform as its *pending* operation.
@@ -231,7 +232,9 @@ class ControlledLock:
     at each operation (for locks a test creates before ``run_controlled`` starts).
     """
 
-    def __init__(self, scheduler: "Scheduler | ControlledPrimitives", name: str, *, creator_first_acquire_free: bool = False):
+    def __init__(
+        self, scheduler: "Scheduler | ControlledPrimitives", name: str, *, creator_first_acquire_free: bool = False
+    ):
         self._source = scheduler
         self.name = name
         self.held = False
@@ -496,7 +499,9 @@ class Scheduler:
                     op.timed_out = True
                     break
                 if now >= cap:
-                    raise SchedulerError(f"{p.name}: {op.describe()} blocked for {_FREE_RUN_CAP_S:g} s in free-run mode")
+                    raise SchedulerError(
+                        f"{p.name}: {op.describe()} blocked for {_FREE_RUN_CAP_S:g} s in free-run mode"
+                    )
                 p.cv.wait(0.01)
             return op.perform(p.name)
         finally:
@@ -521,9 +526,7 @@ class Scheduler:
 
     def _still_running(self) -> list[str]:
         return [
-            p.name
-            for p in self._participants.values()
-            if not p.detached and p.pending is None and p.thread.is_alive()
+            p.name for p in self._participants.values() if not p.detached and p.pending is None and p.thread.is_alive()
         ]
 
     def _decide(self) -> None:
@@ -531,9 +534,7 @@ class Scheduler:
         if self._granted is not None or self.abandoned is not None or self._driver is None:
             return
         try:
-            enough = (
-                self.expected is None or len(self._participants) >= self.expected or not self._driver.is_alive()
-            )
+            enough = self.expected is None or len(self._participants) >= self.expected or not self._driver.is_alive()
             if not enough or self._still_running():
                 return
             parked = [p for p in self._participants.values() if p.pending is not None and not p.detached]
@@ -638,7 +639,8 @@ class Execution:
     def describe(self, last: int | None = None) -> str:
         rows = self.trace if last is None else self.trace[-last:]
         lines = [
-            f"  {d.index:3d} {'P' if d.preemption else ' '} {d.chosen:<14} {d.operation}   (enabled: {', '.join(d.enabled)})"
+            f"  {d.index:3d} {'P' if d.preemption else ' '} {d.chosen:<14} {d.operation}   "
+            f"(enabled: {', '.join(d.enabled)})"
             for d in rows
         ]
         return f"{len(self.trace)} decisions, {self.preemptions} preemption(s):\n" + "\n".join(lines)
@@ -748,7 +750,7 @@ def explore(
         if ex.preemptions > preemption_bound:
             raise SchedulerError(f"an execution used {ex.preemptions} preemptions (bound {preemption_bound})")
         check(ex)
-        for d in ex.trace[len(stack):]:
+        for d in ex.trace[len(stack) :]:
             before = stack[-1].preempts_before + stack[-1].cost(stack[-1].chosen) if stack else 0
             stack.append(_Node(d.enabled, d.last, before, d.chosen, {d.chosen}))
         while stack:

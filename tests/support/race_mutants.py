@@ -31,7 +31,9 @@ from tests.support.paths import ROOT
 
 # A site's innermost caller is the first frame outside these (the stream layer, the capture guard, this file).
 SKIPPED = (
-    os.path.join(ROOT, "dbo", "streams") + os.sep, os.path.join(ROOT, "dbo", "capture", "_guard.py"), os.path.abspath(__file__)
+    os.path.join(ROOT, "dbo", "streams") + os.sep,
+    os.path.join(ROOT, "dbo", "capture", "_guard.py"),
+    os.path.abspath(__file__),
 )
 MODEL = os.path.join(ROOT, "demos", "moe", "model.py")  # the model line that led to a site
 _STDLIB = (os.path.abspath(threading.__file__), os.path.abspath(__import__("contextlib").__file__))
@@ -125,16 +127,32 @@ class Orders:
 
 
 def demo_step(
-    backend: str, schedule: str, layout: str, n: int, graph: bool = False, mutator: Mutator | None = None,
+    backend: str,
+    schedule: str,
+    layout: str,
+    n: int,
+    graph: bool = False,
+    mutator: Mutator | None = None,
     orders: Orders | None = None,
 ) -> list:
     """Build the demo model small, run one warm-up step without DBO, then two DBO steps (or capture
     one and replay it twice) under ``dbo.races``; return the race findings."""
-    from demos.moe.config import OverlapConfig, resolve
     from demos.experiment.runner import Runner
+    from demos.moe.config import OverlapConfig, resolve
 
-    cfg = OverlapConfig(backend="virtual", schedule=schedule, stream_layout=layout, ubatches=n, layers=2, tokens=48,
-                        hidden=32, experts=4, meta=False, steps=1, warmup=1)
+    cfg = OverlapConfig(
+        backend="virtual",
+        schedule=schedule,
+        stream_layout=layout,
+        ubatches=n,
+        layers=2,
+        tokens=48,
+        hidden=32,
+        experts=4,
+        meta=False,
+        steps=1,
+        warmup=1,
+    )
     res = dataclasses.replace(resolve(cfg), backend=backend)
     runner = Runner(cfg, res)
     try:
@@ -181,7 +199,9 @@ def mutants(schedule: str, layout: str, n: int = 2) -> list[tuple]:
     return sorted(m.seen, key=str)
 
 
-def run_mutants(backend: str, schedule: str, layout: str, n: int = 2, graph: bool = False) -> list[tuple[Any, int, int, bool]]:
+def run_mutants(
+    backend: str, schedule: str, layout: str, n: int = 2, graph: bool = False
+) -> list[tuple[Any, int, int, bool]]:
     """For each mutant: (key, calls dropped, races found, equivalent). A mutant is equivalent when
     every kernel launched with the very same ordering as in the clean run (the dropped op was
     redundant: another record/wait already gave the same order); it cannot be a race. Each pair of
@@ -231,8 +251,10 @@ def main() -> None:
                 rows = run_mutants(backend, schedule, layout)
                 live = [r for r in rows if not r[3]]
                 caught = sum(1 for r in live if r[2])
-                print(f"{backend} {schedule} {layout}: {caught}/{len(live)} non-equivalent mutants caught "
-                      f"({len(rows) - len(live)} equivalent)")
+                print(
+                    f"{backend} {schedule} {layout}: {caught}/{len(live)} non-equivalent mutants caught "
+                    f"({len(rows) - len(live)} equivalent)"
+                )
                 for key, d, f, eq in rows:
                     print(f"   {verdict(f, eq):<10} {describe(key):<90} dropped {d:3d}  races {f}")
 

@@ -415,9 +415,10 @@ def test_no_false_positives_on_the_demo_model(schedule) -> None:
         model = ToyMoE(cfg, ModelledLinkTransport("nvlink"), num_ubatches=2, schedule=schedule)
         fn = sanitizer.wrap(model.forward) if sanitized else model.forward
         try:
-            with dbo.UBatchOrchestrator(1, backend="virtual", **BOUNDS) as one, dbo.UBatchOrchestrator(
-                2, backend="virtual", **BOUNDS
-            ) as two:
+            with (
+                dbo.UBatchOrchestrator(1, backend="virtual", **BOUNDS) as one,
+                dbo.UBatchOrchestrator(2, backend="virtual", **BOUNDS) as two,
+            ):
                 one.run(fn, [range(0, cfg.tokens)])  # warmup without DBO (slot 0 only)
                 two.run(fn, dbo.split_tokens(cfg.tokens, 2))
                 workspace.lock_workspace()

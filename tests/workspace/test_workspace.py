@@ -87,7 +87,9 @@ def test_defaults_to_two_slots_and_accepts_device_forms() -> None:
     assert WorkspaceManager("cpu").device == torch.device("cpu")
 
 
-@pytest.mark.parametrize("n, exc", [(0, ValueError), (-1, ValueError), (1.5, TypeError), ("2", TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    "n, exc", [(0, ValueError), (-1, ValueError), (1.5, TypeError), ("2", TypeError), (True, TypeError)]
+)
 def test_bad_num_ubatches(n, exc) -> None:
     with pytest.raises(exc, match="num_ubatches"):
         WorkspaceManager("cpu", n)
@@ -103,7 +105,13 @@ def test_bad_device(device, exc) -> None:
 
 
 def test_views_in_order_aligned_exact_and_disjoint(ws: WorkspaceManager) -> None:
-    specs = [((3, 5), F32), ((7,), torch.int8), ((2, 2, 2), torch.float64), ((0, 4), torch.float16), ((1,), torch.bfloat16)]
+    specs = [
+        ((3, 5), F32),
+        ((7,), torch.int8),
+        ((2, 2, 2), torch.float64),
+        ((0, 4), torch.float16),
+        ((1,), torch.bfloat16),
+    ]
     with use_ubatch(0):
         views = ws.get_simultaneous(*specs)
     base, cap = ws.slot_ranges()[0]
@@ -279,7 +287,9 @@ def test_lock_reuses_memory_and_refuses_growth_with_actionable_message(ws: Works
     msg = str(err)
     assert isinstance(err, AssertionError)
     assert msg.startswith("Workspace is locked")
-    assert f"{os.path.basename(__file__)}:{line}:test_lock_reuses_memory_and_refuses_growth_with_actionable_message" in msg
+    assert (
+        f"{os.path.basename(__file__)}:{line}:test_lock_reuses_memory_and_refuses_growth_with_actionable_message" in msg
+    )
     assert "3.00 MiB" in msg and "1.00 MiB" in msg
     assert "not allowed after locking" in msg
     assert (err.required_bytes, err.current_bytes, err.ubatch_id) == (3 * MIB, MIB, 0)

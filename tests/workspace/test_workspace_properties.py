@@ -12,7 +12,18 @@ from tests.support.views import start_of
 from workspace import WorkspaceManager
 from workspace.layout import align_up, canonical_request, plan
 
-DTYPES = [torch.uint8, torch.int8, torch.bool, torch.float16, torch.bfloat16, torch.int32, torch.float32, torch.int64, torch.float64, torch.complex128]
+DTYPES = [
+    torch.uint8,
+    torch.int8,
+    torch.bool,
+    torch.float16,
+    torch.bfloat16,
+    torch.int32,
+    torch.float32,
+    torch.int64,
+    torch.float64,
+    torch.complex128,
+]
 
 shapes = st.lists(st.integers(min_value=0, max_value=40), min_size=0, max_size=4)
 shape_forms = shapes.flatmap(lambda s: st.sampled_from([tuple(s), list(s), torch.Size(s)]))

@@ -4,7 +4,36 @@ Parts: ``_mode`` (enable/disable, the dispatch mode, the kernel hook) and ``_che
 findings: cross-slot, stale and orphaned views).
 """
 
-from workspace.sanitizer._mode import FINDING_KINDS, MAX_FINDINGS, MODES, Finding, SanitizerError, clear, disable, enable, enabled, findings, mode, use_sanitizer, wrap
 from workspace.sanitizer._checks import STATE
+from workspace.sanitizer._mode import (
+    FINDING_KINDS,
+    MAX_FINDINGS,
+    MODES,
+    Finding,
+    SanitizerError,
+    clear,
+    disable,
+    enable,
+    enabled,
+    findings,
+    mode,
+    use_sanitizer,
+    wrap,
+)
 
-__all__ = ['FINDING_KINDS', 'MAX_FINDINGS', 'MODES', 'Finding', 'SanitizerError', 'clear', 'disable', 'enable', 'enabled', 'findings', 'mode', 'use_sanitizer', 'wrap', 'STATE']
+__all__ = [
+    "FINDING_KINDS",
+    "MAX_FINDINGS",
+    "MODES",
+    "Finding",
+    "SanitizerError",
+    "clear",
+    "disable",
+    "enable",
+    "enabled",
+    "findings",
+    "mode",
+    "use_sanitizer",
+    "wrap",
+    "STATE",
+]

@@ -17,7 +17,6 @@ from torch.utils._pytree import tree_leaves
 from dbo import races, registry
 from dbo._sites import PLUMBING_DIRS, PLUMBING_FILES, first_frame_outside
 from dbo.races import byte_range
-
 from workspace.errors import WorkspaceError
 from workspace.manager import WorkspaceManager
 from workspace.observers import WorkspaceObserver
@@ -31,6 +30,7 @@ MAX_FINDINGS = 1000
 _HANDED_PRUNE_AT = 20_000
 _HANDOUTS_KEPT = 512  # per buffer: the most recent handed-out ranges the identity check looks at
 _NEVER = float("inf")
+
 
 class SanitizerError(WorkspaceError, RuntimeError):
     """Raised (mode "raise") by the op that made a finding, before the op runs; ``.finding`` says what."""
@@ -222,7 +222,10 @@ class _State(WorkspaceObserver):
             s, e = byte_range(t)
             if entry.retired is not False and entry.retired < ticket:
                 self._report(
-                    "orphaned-view", func, accessor, entry,
+                    "orphaned-view",
+                    func,
+                    accessor,
+                    entry,
                     f"bytes [{s}, {e}) of a buffer the manager has replaced ({entry.where()}, old buffer); "
                     "the view points at storage kept alive only by views, no longer part of any slot",
                 )
@@ -240,13 +243,13 @@ class _State(WorkspaceObserver):
                 self._report("stale-view", func, accessor, entry, detail)
 
     def _stale(self, t: torch.Tensor, entry: _Buffer, s: int, e: int, ticket: float = _NEVER) -> str | None:
-        view, derived = t, ""
+        derived = ""
         handed = self.handed.get(id(t))
         if handed is None or handed[0]() is not t:
             base = t._base  # a slice / .view / .t() of a handed-out view keeps its judgement
             handed = self.handed.get(id(base)) if base is not None else None
             if handed is not None and handed[0]() is base:
-                view, derived = base, "a tensor derived from "
+                derived = "a tensor derived from "
             else:
                 handed = None
         if handed is not None and handed[2] is entry:
@@ -262,7 +265,10 @@ class _State(WorkspaceObserver):
             if entry.handouts and entry.handouts[0][2] > call + 1:  # older than the kept history
                 for a, b, c in entry.intervals:
                     if a < ve and vs < b and c > call:
-                        return f"{derived}a view from call #{call} of {entry.where()}, used after call #{c} handed out bytes of it again"
+                        return (
+                            f"{derived}a view from call #{call} of {entry.where()}, used after call #{c} handed "
+                            "out bytes of it again"
+                        )
             return None
         over = [(a, b, c) for a, b, c in entry.intervals if a < e and s < b]
         if not over or (len(over) == 1 and over[0][0] <= s and e <= over[0][1]):
@@ -273,9 +279,7 @@ class _State(WorkspaceObserver):
             f"{', '.join('#' + str(c) for c in calls)} handed them out to {len(over)} different views"
         )
 
-    def _report(
-        self, kind: str, func: Any, accessor: int | None, entry: _Buffer, detail: str
-    ) -> None:
+    def _report(self, kind: str, func: Any, accessor: int | None, entry: _Buffer, detail: str) -> None:
         caller = _caller()
         op = str(getattr(func, "__name__", func))
         key = (kind, op, accessor, caller, entry.slot)

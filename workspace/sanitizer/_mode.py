@@ -67,7 +67,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dbo import races as _races
-
 from workspace.errors import InvalidArgumentError
 from workspace.observers import add_global_observer, remove_global_observer
 from workspace.sanitizer._checks import FINDING_KINDS, MAX_FINDINGS, MODES, Finding, SanitizerError
@@ -108,11 +107,30 @@ def _skipped(func: Any) -> bool:
 
 _METADATA_OPS = frozenset(
     {
-        "empty_like", "new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full",
-        "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like",
-        "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size",
-        "_has_compatible_shallow_copy_type", "is_set_to", "resize_", "set_", "lift_fresh",
-        "_reshape_alias", "_unsafe_view",
+        "empty_like",
+        "new_empty",
+        "new_empty_strided",
+        "new_zeros",
+        "new_ones",
+        "new_full",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "sym_storage_offset",
+        "is_same_size",
+        "_has_compatible_shallow_copy_type",
+        "is_set_to",
+        "resize_",
+        "set_",
+        "lift_fresh",
+        "_reshape_alias",
+        "_unsafe_view",
     }
 )
 

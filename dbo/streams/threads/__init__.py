@@ -5,6 +5,6 @@ records and the executor thread that runs them, which reports each kernel to the
 one callback and knows nothing else of it or of the streams).
 """
 
-from dbo.streams.threads._backend import ThreadsBackend, ThreadStream, ThreadEvent, ENGINE_ORDERS
+from dbo.streams.threads._backend import ENGINE_ORDERS, ThreadEvent, ThreadsBackend, ThreadStream
 
-__all__ = ['ThreadsBackend', 'ThreadStream', 'ThreadEvent', 'ENGINE_ORDERS']
+__all__ = ["ThreadsBackend", "ThreadStream", "ThreadEvent", "ENGINE_ORDERS"]

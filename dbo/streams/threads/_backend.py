@@ -54,7 +54,6 @@ import threading
 import time
 from typing import Any, Callable
 
-
 from dbo.costs import Work, seconds_for
 from dbo.errors import StreamError, StreamTimeout
 from dbo.registry import acting_ubatch_id
@@ -100,8 +99,16 @@ class ThreadStream(Stream):
             if self._inflight is None and self._blocked is None:
                 b._pump(self)
 
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None,
-               cost: Any = None, op: str | None = None, layer: int | None = None) -> None:
+    def launch(
+        self,
+        fn: Callable | None,
+        *args: Any,
+        name: str | None = None,
+        kind: str | None = None,
+        cost: Any = None,
+        op: str | None = None,
+        layer: int | None = None,
+    ) -> None:
         kind = self._check_launch(kind, op, layer)
         b = self.backend
         seconds = b._modelled_seconds(fn, kind, cost, args)
@@ -188,9 +195,9 @@ class ThreadStream(Stream):
                 if tok.error is not None:
                     self._fail(tok.error, f"it waited on an event recorded on failed stream {tok.stream.name!r}")
                 elif tok.dropped:
-                    self._fail(StreamError(
-                        f"it waited on an event of stream {tok.stream.name!r} that was closed first"
-                    ))
+                    self._fail(
+                        StreamError(f"it waited on an event of stream {tok.stream.name!r} that was closed first")
+                    )
             q.popleft()
 
     def _drop(self) -> list[Done]:
@@ -265,9 +272,17 @@ class ThreadsBackend(Backend):
         self._watchdog: threading.Thread | None = None
 
     def _make_engine(self, kind: str) -> Engine:
-        return Engine(kind, self._lock, thread_name=f"dbo-stream-{self.id}-{kind}", owner=f"{self.name}#{self.id}",
-                      on_done=self._kernel_done, on_start=self._ensure_watchdog, order=self.engine_order,
-                      pin_to=self._cpus_allowed if self.pin_engines else None, interrupt=self._stop)
+        return Engine(
+            kind,
+            self._lock,
+            thread_name=f"dbo-stream-{self.id}-{kind}",
+            owner=f"{self.name}#{self.id}",
+            on_done=self._kernel_done,
+            on_start=self._ensure_watchdog,
+            order=self.engine_order,
+            pin_to=self._cpus_allowed if self.pin_engines else None,
+            interrupt=self._stop,
+        )
 
     def _make_stream(self, name: str) -> Stream:
         return ThreadStream(self, name)

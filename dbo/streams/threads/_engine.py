@@ -145,9 +145,19 @@ class Engine:
     ``interrupt``: set when the owner closes; it cuts modelled waits short.
     """
 
-    def __init__(self, kind: str, lock: Any, *, thread_name: str, owner: str, on_done: OnDone,
-                 on_start: Callable[[], None] | None = None, order: str = "launch",
-                 pin_to: Collection[int] | None = None, interrupt: threading.Event | None = None):
+    def __init__(
+        self,
+        kind: str,
+        lock: Any,
+        *,
+        thread_name: str,
+        owner: str,
+        on_done: OnDone,
+        on_start: Callable[[], None] | None = None,
+        order: str = "launch",
+        pin_to: Collection[int] | None = None,
+        interrupt: threading.Event | None = None,
+    ):
         self.kind = kind
         self.cond = threading.Condition(lock)
         self.heap: list[tuple[int, Kernel, Any]] = []
@@ -273,5 +283,9 @@ class Engine:
             try:
                 self._on_done(s, k, e)
             except BaseException:
-                logger.exception("the %s engine of backend %s could not report kernel %r of its crash",
-                                 self.kind, self._owner, k.name)
+                logger.exception(
+                    "the %s engine of backend %s could not report kernel %r of its crash",
+                    self.kind,
+                    self._owner,
+                    k.name,
+                )

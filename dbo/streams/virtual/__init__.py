@@ -9,10 +9,6 @@ queue that sleeps while the host runs code) and ``_gil`` (the host's Python and 
 
 from dbo.streams.virtual._backend import VirtualBackend
 from dbo.streams.virtual._clock import VirtualClock
-from dbo.streams.virtual._gil import HostGil
-from dbo.streams.virtual._sleep import SleepingDevice
-from dbo.streams.virtual._state import Lane, Launch, Mark
 from dbo.streams.virtual._stream import VirtualEvent, VirtualStream
 
-__all__ = ['VirtualBackend', 'VirtualStream', 'VirtualEvent', 'VirtualClock', 'Lane', 'Mark', 'Launch',
-           'HostGil', 'SleepingDevice']
+__all__ = ["VirtualBackend", "VirtualStream", "VirtualEvent", "VirtualClock"]

@@ -116,8 +116,9 @@ class VirtualBackend(Backend):
             c = self._op_costs[op] = (total, min(total, hc.launch + hc.kernel), nk, oc)
         return c
 
-    def launch_costs(self, fn: Callable | None, kind: str, cost: Any, args: tuple,
-                     op: str | None) -> tuple[float, float, float, int, bool, Any]:
+    def launch_costs(
+        self, fn: Callable | None, kind: str, cost: Any, args: tuple, op: str | None
+    ) -> tuple[float, float, float, int, bool, Any]:
         """What launching ``fn(*args)`` (a ``kind`` kernel modelled by ``cost``, declaring ``op``)
         costs now: ``(host_s, first_s, duration, calls, meta, syncs)``: the host seconds to issue
         it and, of them, its first kernel (times ``HostCosts.threaded`` while two or more ubatch

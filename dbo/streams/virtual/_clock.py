@@ -18,6 +18,7 @@ backend through three functions: the device profile now (``profile``), the lanes
 creation order (``lanes``) and the tracer, if recording (``tracing``); ``configure`` gives it the
 host costs to charge.
 """
+
 from __future__ import annotations
 
 import collections
@@ -59,8 +60,9 @@ def _stretch(start: float, duration: float, busy: Any, share: float) -> float:
 class VirtualClock:
     """The host clock, the engines, the device queue and the host's GIL of one virtual backend."""
 
-    def __init__(self, profile: Callable[[], DeviceProfile], lanes: Callable[[], list[Lane]],
-                 tracing: Callable[[], Any]):
+    def __init__(
+        self, profile: Callable[[], DeviceProfile], lanes: Callable[[], list[Lane]], tracing: Callable[[], Any]
+    ):
         self._profile = profile
         self._lanes = lanes
         self._tracing = tracing
@@ -271,9 +273,7 @@ class VirtualClock:
             self._settle()
             busy = [lane.name for lane in self._lanes() if lane.ready > self._host]
             if busy:
-                raise StreamError(
-                    f"reset_clock() with work in flight on streams {busy}; call synchronize() first"
-                )
+                raise StreamError(f"reset_clock() with work in flight on streams {busy}; call synchronize() first")
             self._host = 0.0
             self._engine_free = {"compute": 0.0, "comm": 0.0}
             self._comm_busy.clear()

@@ -50,8 +50,9 @@ class HostGil:
             return self._ends[i]
         return None
 
-    def walk(self, start: float, duration: float, calls: int, cap: float, host: float,
-             final: bool) -> tuple[float | None, float]:
+    def walk(
+        self, start: float, duration: float, calls: int, cap: float, host: float, final: bool
+    ) -> tuple[float | None, float]:
         """``(end, 0.0)`` of a kernel from ``start`` that makes ``calls`` GIL returns over
         ``duration`` device seconds, or ``(None, need)`` when the host's state after the host
         clock ``host`` decides it: place it again once the host clock has passed ``need``.

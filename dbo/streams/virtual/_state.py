@@ -48,10 +48,37 @@ class Launch:
     ``VirtualClock.issue`` notes when the host issues it: the host clock after its first kernel
     (``first_at``) and after all of it (``issued_at``), the cross-engine latency and the engine gap."""
 
-    __slots__ = ("kind", "name", "op", "layer", "ubatch", "tracer", "duration", "calls", "host_s", "first_s", "syncs",
-                 "first_at", "issued_at", "latency", "gap")
+    __slots__ = (
+        "kind",
+        "name",
+        "op",
+        "layer",
+        "ubatch",
+        "tracer",
+        "duration",
+        "calls",
+        "host_s",
+        "first_s",
+        "syncs",
+        "first_at",
+        "issued_at",
+        "latency",
+        "gap",
+    )
 
-    def __init__(self, kind: str, name: str, op: str | None, layer: int | None, ubatch: Any, tracer: Any,
-                 duration: float, calls: int, host_s: float, first_s: float, syncs: Any):
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        op: str | None,
+        layer: int | None,
+        ubatch: Any,
+        tracer: Any,
+        duration: float,
+        calls: int,
+        host_s: float,
+        first_s: float,
+        syncs: Any,
+    ):
         self.kind, self.name, self.op, self.layer, self.ubatch, self.tracer = kind, name, op, layer, ubatch, tracer
         self.duration, self.calls, self.host_s, self.first_s, self.syncs = duration, calls, host_s, first_s, syncs

@@ -31,8 +31,16 @@ class VirtualStream(Stream):
         device is woken first: the host looks)."""
         return self.backend.clock.ready(self.lane)
 
-    def launch(self, fn: Callable | None, *args: Any, name: str | None = None, kind: str | None = None,
-               cost: Any = None, op: str | None = None, layer: int | None = None) -> None:
+    def launch(
+        self,
+        fn: Callable | None,
+        *args: Any,
+        name: str | None = None,
+        kind: str | None = None,
+        cost: Any = None,
+        op: str | None = None,
+        layer: int | None = None,
+    ) -> None:
         kind = self._check_launch(kind, op, layer)
         b = self.backend
         kname = kernel_name(fn, name, kind)
