@@ -27,7 +27,7 @@ class Mark:
     """An event's most recent record: ``recorded`` (False: never), the stream it was recorded on,
     the epoch it was recorded in, ``time``, the stream's ready time then (None while the record
     waits in the device queue), and the stream's sticky ``error`` then (None: none) with its
-    ``note``. One per event, overwritten by each record; changed by the clock."""
+    ``note``. A new one for each record (a wait holds the one it waited for); changed by the clock."""
 
     __slots__ = ("recorded", "time", "epoch", "stream", "error", "note")
 

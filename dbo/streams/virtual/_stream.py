@@ -97,6 +97,9 @@ class VirtualEvent(Event):
         clock = self.backend.clock
         if base._observer is not None:
             base._observer.record(self, s)
+        # A fresh mark per record: a wait issued before this record, still queued on a sleeping
+        # device, keeps the record it waited for (CUDA: a wait sees the most recent record at its call).
+        self._mark = Mark()
         clock.record(self._mark, s.lane, s._error, s._error_note)  # type: ignore[attr-defined]
 
     @property
