@@ -86,5 +86,9 @@ class ViewMetadataChangedError(WorkspaceError, RuntimeError):
     """Debug mode: a cached view handed out earlier was changed in place (shape, dtype, offset...)."""
 
 
-class WorkspaceNotInitializedError(WorkspaceError, RuntimeError):
-    """``current_workspace_manager()`` was called before ``init_workspace_manager``."""
+class WorkspaceNotInitializedError(WorkspaceError, RuntimeError, AssertionError):
+    """``current_workspace_manager()`` was called before ``init_workspace_manager``.
+
+    A ``RuntimeError`` (a state error), and also an ``AssertionError``: vLLM asserts there, so code
+    ported from it that catches ``AssertionError`` still catches this.
+    """

@@ -21,7 +21,7 @@ def check_lane(lane: object) -> int:
     if isinstance(lane, bool) or not isinstance(lane, int):
         raise InvalidArgumentTypeError(f"workspace lane must be an int, got {type(lane).__name__}: {lane!r}")
     if lane < 0:
-        raise InvalidArgumentError(f"workspace lane must be >= 0, got {lane}")
+        raise InvalidArgumentError(f"workspace lane must be >= 0 (non-negative), got {lane}")
     return lane
 
 

@@ -60,7 +60,9 @@ def _dim(value: object, shape: object, position: int) -> int:
             f"shape {shape!r}: dim {position} must be an int, got {type(value).__name__} {value!r}"
         ) from None
     if dim < 0:
-        raise InvalidArgumentError(f"shape {shape!r}: dim {position} is negative ({dim}); dims must be >= 0")
+        raise InvalidArgumentError(
+            f"shape {shape!r}: dim {position} is negative ({dim}); dims must be >= 0 (non-negative)"
+        )
     return dim
 
 

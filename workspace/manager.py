@@ -93,7 +93,7 @@ def _check_count(name: str, value: object, default: int | None) -> int:
         kind = "an int or None" if default is not None else "an int"
         raise InvalidArgumentTypeError(f"{name} must be {kind}, got {type(value).__name__}: {value!r}")
     if value < 1:
-        raise InvalidArgumentError(f"{name} must be >= 1, got {value}")
+        raise InvalidArgumentError(f"{name} must be >= 1 (at least one), got {value}")
     return value
 
 

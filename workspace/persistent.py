@@ -90,8 +90,8 @@ class PersistentMixin:
         if entry.shape != shape_c or entry.dtype != dtype_c:
             raise PersistentKeyError(
                 f"persistent tensor {key!r} of {self._describe_slot(slot)} was created as {entry.shape} "
-                f"{entry.dtype}, but is now asked for as {shape_c} {dtype_c}: a persistent tensor cannot "
-                "change shape or dtype (use another key)"
+                f"{entry.dtype}, but the requested shape and dtype are {shape_c} {dtype_c}: a persistent "
+                "tensor cannot change shape or dtype (use another key)"
             )
         return entry.value
 
@@ -106,7 +106,7 @@ class PersistentMixin:
         ubatch, lane = self.owner_of(slot)
         raise WorkspaceLockedError(
             f"Workspace is locked, but {where} asked for persistent resource {key!r}, which was not "
-            f"created during warmup for ubatch {ubatch}, lane {lane}: creating persistent resources is "
+            f"allocated during warmup for ubatch {ubatch}, lane {lane}: creating persistent resources is "
             "not allowed after locking. Create it for every ubatch and lane during warmup, or unlock() first.",
             caller=where,
             ubatch_id=ubatch,

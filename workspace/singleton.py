@@ -54,11 +54,12 @@ def init_workspace_manager(
 
 
 def current_workspace_manager() -> WorkspaceManager:
-    """The process-global manager; ``WorkspaceNotInitializedError`` (a RuntimeError) before init."""
+    """The process-global manager; ``WorkspaceNotInitializedError`` (a RuntimeError and an
+    AssertionError) before init."""
     manager = _manager
     if manager is None:
         raise WorkspaceNotInitializedError(
-            "the workspace manager is not initialised: "
+            "the workspace manager is not initialized: "
             "call workspace.init_workspace_manager(device, num_ubatches) first"
         )
     return manager

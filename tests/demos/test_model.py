@@ -73,7 +73,7 @@ def test_views_are_carved_from_the_callers_slot(manager):
 def test_forward_without_a_workspace_manager_fails_clearly():
     workspace.reset_workspace_manager()
     model = ToyMoE(CFG, ModelledLinkTransport(), num_ubatches=1)
-    with pytest.raises(RuntimeError, match="workspace manager is not initialised"):
+    with pytest.raises(RuntimeError, match="workspace manager is not initialized"):
         model.forward(range(0, CFG.tokens))
 
 

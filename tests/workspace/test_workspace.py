@@ -478,7 +478,7 @@ def no_global_manager():
 
 def test_singleton_lifecycle(no_global_manager) -> None:
     assert not workspace.is_workspace_manager_initialized()
-    with pytest.raises(RuntimeError, match="not initialised"):
+    with pytest.raises(RuntimeError, match="not initialized"):
         workspace.current_workspace_manager()
     with pytest.raises(RuntimeError):
         workspace.lock_workspace()
