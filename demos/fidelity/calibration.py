@@ -25,6 +25,10 @@
    the measured speedups of 3. best (``demos.fidelity.steps``).
 
 Everything fitted is a formula, not a table: the profile predicts shapes it was not given.
+
+Here: the device sweep, the report and ``calibrate()``, which runs the measurements and the fits.
+What to measure is ``demos.fidelity.plan``; the model's ops measured in real steps are
+``demos.fidelity.model_ops``; this module re-exports their names.
 """
 
 from __future__ import annotations
@@ -40,34 +44,26 @@ import torch
 from dbo.costs import (
     DeviceProfile,
     HostCosts,
-    LinkProfile,
     OpCost,
-    Transfer,
     fit_device,
     fit_dtype_rates,
     fit_threaded_ops,
-    get_link,
     get_profile,
-    iter_tensors,
-    memory_seconds,
     predict,
-    seconds_for,
 )
-from dbo.streams.virtual import VirtualBackend, VirtualStream
-from demos.experiment.run import run
-from demos.fidelity.calls import count_gil_calls, one_step_each
+from demos.fidelity.calls import count_gil_calls
 from demos.fidelity.host import measure_host
+from demos.fidelity.model_ops import declared_costs, measure_ops, op_samples
+from demos.fidelity.plan import BACKENDS, CalibrationError, Plan, plan
 from demos.fidelity.steps import (
     StepSample,
-    engine_gaps,
     fit_engine_gap,
     fit_event_latency,
     fit_launch,
     fit_thread_start,
     fit_wake_latency,
-    turnarounds,
 )
-from demos.moe.config import ConfigError, OverlapConfig
+from demos.moe.config import OverlapConfig
 
 __all__ = [
     "BACKENDS",
@@ -87,68 +83,7 @@ __all__ = [
     "with_gil_calls",
 ]
 
-BACKENDS = ("threads", "cuda")
-
 Progress = Callable[[str], None]
-
-
-class CalibrationError(ValueError):
-    """Calibration cannot run as asked (a bad option, no GPU for cuda)."""
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What to measure."""
-
-    dtypes: tuple[str, ...]
-    gemm_m: tuple[int, ...]
-    gemm_nk: tuple[tuple[int, int], ...]
-    copy_elems: tuple[int, ...]
-    op_runs: tuple[dict, ...]  # OverlapConfig overrides of the model runs
-    issue_runs: tuple[dict, ...]  # small configs for the host issue time
-    host_reps: int
-    op_steps: int
-
-
-def plan(backend: str, quick: bool = False) -> Plan:
-    """The measurement plan for ``backend`` ("threads" or "cuda"); ``quick``: a smaller sweep."""
-    if backend not in BACKENDS:
-        raise CalibrationError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    gpu = backend == "cuda"
-    if gpu:
-        dtypes = ("bfloat16", "float32") if quick else ("bfloat16", "float16", "float32")
-        ms = (8, 64, 512, 4096) if quick else (4, 16, 64, 256, 1024, 4096, 16384)
-        nk = (
-            ((1024, 1024), (4096, 4096), (4096, 1024))
-            if quick
-            else ((512, 512), (1024, 4096), (4096, 4096), (8192, 2048), (4096, 14336))
-        )
-        copies = (1 << 14, 1 << 18, 1 << 22, 1 << 26) if quick else tuple(1 << k for k in range(12, 29, 2))
-        tokens = (16, 256, 2048, 8192) if quick else (8, 64, 512, 2048, 8192)
-        hiddens = (1024, 4096) if quick else (1024, 2048, 4096)
-        dt = "bfloat16"
-    else:
-        dtypes = ("float32", "bfloat16") if quick else ("float32", "bfloat16", "float64")
-        ms = (1, 4, 16, 64, 256) if quick else (1, 4, 16, 64, 256, 1024)
-        nk = (
-            ((128, 128), (384, 384), (768, 256), (256, 1024))
-            if quick
-            else ((64, 64), (128, 384), (384, 384), (768, 256), (1024, 512))
-        )
-        copies = tuple(1 << k for k in range(8, 23, 2))
-        tokens = (8, 48, 320, 1536) if quick else (4, 16, 64, 256, 1024, 2048)
-        hiddens = (192, 320) if quick else (128, 256, 384)
-        dt = "float32"
-    runs = [
-        dict(tokens=t, hidden=h, schedule=sched, layers=2, dtype=dt)
-        for h in hiddens
-        for t in tokens
-        for sched in ("ht", "ll")
-    ]
-    issue = tuple(dict(tokens=t, hidden=128, schedule=s, layers=2, dtype=dt) for t in (4, 16) for s in ("ht", "ll"))
-    return Plan(
-        dtypes, ms, nk, copies, tuple(runs), issue, host_reps=300 if quick else 1000, op_steps=9 if quick else 15
-    )
 
 
 # --- the device: GEMMs and copies -------------------------------------------------------------------
@@ -218,135 +153,6 @@ def measure_device(backend: str, p: Plan, progress: Progress | None = None) -> l
         t = timer(lambda: y.copy_(x), _reps(est))
         samples.append(("elementwise", None, "float32", 2 * numel * x.element_size(), t))
     return samples
-
-
-# --- the model's ops --------------------------------------------------------------------------------
-
-
-class _RecordingStream(VirtualStream):
-    def launch(
-        self,
-        fn: Any,
-        *args: Any,
-        name: str | None = None,
-        kind: str | None = None,
-        cost: Any = None,
-        op: str | None = None,
-        layer: int | None = None,
-    ) -> None:
-        dtype = next((t.dtype for t in iter_tensors(args) if t.is_floating_point()), None)
-        self.backend.log[name] = (self._check_launch(kind, op, layer), cost, dtype, op)  # kind None: the stream's role
-        super().launch(fn, *args, name=name, kind=kind, cost=cost, op=op, layer=layer)
-
-
-class _RecordingBackend(VirtualBackend):
-    """A virtual backend that notes each launch's (kind, declared cost, dtype, declared op) by kernel name."""
-
-    def __init__(self, **options: Any):
-        super().__init__(**options)
-        self.log: dict[str, tuple] = {}
-
-    def _make_stream(self, name: str) -> VirtualStream:
-        return _RecordingStream(self, name)
-
-
-def declared_costs(cfg: OverlapConfig) -> tuple[dict[str, tuple], dict[str, tuple]]:
-    """(no-DBO step, DBO step): kernel name -> (kind, the cost the model declares, dtype, the op it
-    declares), read from a shape-only (meta) run of ``cfg``'s model on the virtual backend."""
-    no: dict[str, tuple] = {}
-
-    def keep_no_dbo(b: Any) -> None:
-        no.update(b.log)
-        b.log = {}
-
-    b, link_name = one_step_each(
-        cfg, lambda link: _RecordingBackend(profile="cpu", link=link), meta=True, between=keep_no_dbo
-    )
-    dbo_ = b.log
-    link = get_link(link_name)
-    for table in (no, dbo_):  # the transport passes seconds over its base link: keep the bytes
-        for name, (kind, cost, dt, op) in table.items():
-            if kind == "comm" and isinstance(cost, float) and cost >= link.latency:
-                table[name] = (kind, Transfer((cost - link.latency) * link.bandwidth), dt, op)
-    return no, dbo_
-
-
-@dataclass
-class OpRecord:
-    """One measured kernel of the model: its declared op, declared cost, dtype, the run's link, seconds."""
-
-    op: str
-    kind: str
-    cost: Any
-    dtype: Any
-    link: LinkProfile
-    seconds: float
-    threaded: bool = False  # measured in a DBO step (ubatch threads running)
-
-
-def measure_ops(
-    backend: str, p: Plan, progress: Progress | None = None, *, truth: Any = None
-) -> tuple[list[OpRecord], list[StepSample]]:
-    """Run the model for real over the plan's sweep: every kernel of every timed no-DBO and DBO
-    step, and each run's step times. ``truth``: the profile of a virtual "machine" (``backend="virtual"``:
-    tests of the fit)."""
-    out: list[OpRecord] = []
-    steps: list[StepSample] = []
-    for i, kw in enumerate(p.op_runs):
-        if progress:
-            progress(
-                f"model ops: run {i + 1}/{len(p.op_runs)} ({kw['schedule']}, {kw['tokens']} tokens, "
-                f"hidden {kw['hidden']})"
-            )
-        cfg = OverlapConfig(backend=backend, steps=p.op_steps, warmup=1, comm_ratio=1.0, profile=truth, **kw)
-        no, dbo_ = declared_costs(cfg)
-        res = None
-        for ratio in (1.0, 2.0, 4.0):  # tiny steps: the link's fixed costs may exceed 1 x compute
-            try:
-                res = run(replace(cfg, comm_ratio=ratio))
-                break
-            except ConfigError:
-                continue
-        if res is None:
-            continue
-        link = LinkProfile("calibrated", res.link["latency_s"], res.link["bandwidth_Bps"])
-        start = statistics.median(res.start_phases_dbo_s) if res.start_phases_dbo_s else None
-        steps.append(
-            StepSample(
-                res.config,
-                link,
-                res.time_no_dbo_s,
-                res.time_dbo_s,
-                start,
-                engine_gaps(res.step_records_no_dbo),
-                turnarounds(res.step_records_no_dbo),
-                turnarounds(res.step_records_dbo),
-            )
-        )
-        every = ((res.step_records_no_dbo, no, False), (res.step_records_dbo, dbo_, True))
-        for steps_recs, table, threaded in every:  # every timed step: the fit takes each shape's median
-            for r in (r for recs in steps_recs for r in recs):
-                d = table.get(r.name)  # the declaration of the same kernel in the meta run
-                if d is None or r.op is None or r.duration <= 0:
-                    continue
-                out.append(OpRecord(r.op, d[0], d[1], d[2], link, r.duration, threaded))
-    return out, steps
-
-
-def op_samples(
-    records: list[OpRecord], profile: DeviceProfile, kernels: dict[str, int] | None = None
-) -> list[tuple[str, float, float, bool, float]]:
-    """``(op, model seconds under profile, measured seconds, measured in a DBO step, memory
-    seconds)`` for ``dbo.costs.fit_threaded_ops``, one per record, keyed by its declared op; the
-    model time as the virtual backend computes it (``kernels``: device kernels per op, default 1),
-    the memory time its memory part."""
-    k = kernels or {}
-    out = []
-    for r in records:
-        m = seconds_for(r.kind, r.cost, (), profile, r.link, dtype=r.dtype, kernels=k.get(r.op, 1))
-        b = memory_seconds(r.kind, r.cost, (), profile)
-        out.append((r.op, m, r.seconds, r.threaded, b))
-    return out
 
 
 @dataclass

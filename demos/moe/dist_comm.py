@@ -5,6 +5,11 @@ interface) over
 ``torch.distributed.all_to_all_single`` (gloo on CPU, nccl on GPUs) between ranks that each own
 ``experts / world_size`` experts, one process group per ubatch (docs/distributed.md). Tokens
 really travel to the rank that owns their experts and come back.
+
+Here: the transport's setup, its helpers (groups, the fault seam, the collectives, the link
+queue) and the high-throughput path; the low-latency path is its base class
+``demos.moe.dist_ll.LowLatencyPath``, and one ubatch's buffers are
+``demos.moe.dist_buffers.DistBuffers``.
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 import dbo
-from demos.moe.ll_layout import LLBatch, byte_view, ll_layout_kernel, ll_pack_kernel, weighted_sum_kernel
+from demos.moe.dist_buffers import DistBuffers
+from demos.moe.dist_ll import LowLatencyPath
+from demos.moe.ll_layout import byte_view
 from demos.moe.routing import RoutePlan
 from demos.moe.transport import LINK_QUEUE, ExpertBatch, Transport, wire_dtype_for
 
@@ -27,63 +34,7 @@ class CollectiveError(RuntimeError):
     raised or hangs), not the first error of a run."""
 
 
-def _k_ll_receive(recv: torch.Tensor, out: torch.Tensor) -> None:
-    """Dequantize the arrived ``(ranks, local_experts, cap, hidden)`` chunks into the experts'
-    ``(local_experts, ranks * cap, hidden)`` buffer (source ranks in order within each expert)."""
-    w, n, cap, h = recv.shape
-    out.view(n, w, cap, h).copy_(recv.transpose(0, 1))
-
-
-class _DistBuffers:
-    """One ubatch's buffers and the split sizes of its last dispatch (used by its combine)."""
-
-    __slots__ = (
-        "send",
-        "recv",
-        "recv_w",
-        "counts_send",
-        "counts_recv",
-        "recv_offsets",
-        "back",
-        "landing",
-        "out",
-        "send_splits",
-        "recv_splits",
-        "ll_send",
-        "ll_recv",
-        "ll_back",
-        "ll_out",
-        "pad_row",
-        "copy_row",
-    )
-
-    def __init__(self, rows: int, cap: int, tokens: int, hidden: int, experts: int, dtype, wire, device):
-        def buf(n: int, dt) -> torch.Tensor:
-            return torch.empty((n,), dtype=dt, device=device)
-
-        # the low-latency layout: a fixed chunk of (local experts, tokens, hidden) to every rank
-        padded = experts * tokens * hidden
-        self.ll_send = buf(padded, wire)
-        self.ll_recv = buf(padded, wire)
-        self.ll_out = buf(padded, dtype)
-        self.ll_back = buf(padded, dtype)
-        self.pad_row = buf(rows, torch.int64)
-        self.copy_row = buf(rows, torch.int64)
-
-        self.send = buf(rows * hidden, wire)
-        self.recv = buf(cap * hidden, wire)
-        self.recv_w = buf(cap, dtype)
-        self.counts_send = buf(experts, torch.int64)
-        self.counts_recv = buf(experts, torch.int64)
-        self.recv_offsets = torch.zeros((experts + 1,), dtype=torch.int64, device=device)
-        self.back = buf(rows * hidden, dtype)
-        self.landing = buf(rows * hidden, dtype)
-        self.out = buf(tokens * hidden, dtype)
-        self.send_splits: list[int] = []
-        self.recv_splits: list[int] = []
-
-
-class DistributedTransport(Transport):
+class DistributedTransport(LowLatencyPath, Transport):
     """Expert-parallel all-to-all over ``torch.distributed.all_to_all_single``.
 
     Rank r owns experts ``r * E/W ... (r+1) * E/W - 1`` (E experts, W ranks; E % W == 0). A
@@ -153,7 +104,7 @@ class DistributedTransport(Transport):
         self.max_tokens = max_tokens
         self.serialize = serialize
         self.fault = fault
-        self._buffers: list[_DistBuffers] = []
+        self._buffers: list[DistBuffers] = []
         self._rows_max = 0
         self._tokens = 0
         self._arange: torch.Tensor | None = None
@@ -188,7 +139,7 @@ class DistributedTransport(Transport):
         self._arange = torch.arange(self._rows_max, dtype=torch.int64, device=device)
         cap = self.world_size * self._rows_max
         self._buffers = [
-            _DistBuffers(self._rows_max, cap, tokens, hidden, self.experts, dtype, self._wire, device)
+            DistBuffers(self._rows_max, cap, tokens, hidden, self.experts, dtype, self._wire, device)
             for _ in range(num_ubatches)
         ]
 
@@ -209,11 +160,6 @@ class DistributedTransport(Transport):
             self.local_experts,
             self.world_size * self._rows_max,
         )
-
-    def ll_batch(self, plan: RoutePlan, *, ubatch: int) -> LLBatch:
-        b = self._buffers[ubatch]
-        counts = b.counts_recv.view(self.world_size, self.local_experts)  # per source rank
-        return LLBatch(self.local_experts, self.world_size * self._tokens, self.rank * self.local_experts, counts)
 
     def describe(self) -> dict:
         backend = None
@@ -300,7 +246,7 @@ class DistributedTransport(Transport):
 
     # -- kernels ----------------------------------------------------------------------------------------
     def _k_dispatch(
-        self, group: Any, b: _DistBuffers, x: torch.Tensor, plan: RoutePlan, with_weights: bool, what: str
+        self, group: Any, b: DistBuffers, x: torch.Tensor, plan: RoutePlan, with_weights: bool, what: str
     ) -> None:
         self._before(what)
         W, El = self.world_size, self.local_experts
@@ -327,7 +273,7 @@ class DistributedTransport(Transport):
         self.bytes_to_peers += (rows - send_splits[self.rank]) * row_bytes
 
     def _k_combine(
-        self, group: Any, b: _DistBuffers, y: torch.Tensor, plan: RoutePlan, landing: torch.Tensor, out, what: str
+        self, group: Any, b: DistBuffers, y: torch.Tensor, plan: RoutePlan, landing: torch.Tensor, out, what: str
     ) -> None:
         self._before(what)
         rows, n = plan.rows, sum(b.recv_splits)
@@ -337,33 +283,6 @@ class DistributedTransport(Transport):
         if out is not None:  # the receiver sums each token's top-k rows (high-throughput style)
             torch.sum(landing.view(out.shape[0], -1, out.shape[1]), dim=1, out=out)
         self.bytes_to_peers += (n - b.recv_splits[self.rank]) * self._hidden * y.element_size()
-
-    def _k_ll_dispatch(self, group: Any, b: _DistBuffers, x: torch.Tensor, plan: RoutePlan, what: str) -> None:
-        """Fixed-size chunks: no host-known split, no host sync."""
-        self._before(what)
-        rows, cap, H = plan.rows, self._tokens, self._hidden
-        ll_layout_kernel(plan, cap, self._arange[:rows], b.pad_row[:rows], b.copy_row[:rows], b.counts_send)
-        send = b.ll_send.view(-1, H)
-        ll_pack_kernel(x, plan.src_token, b.pad_row[:rows], self._rows(b.send, rows), send)
-        works = [
-            self._a2a(b.counts_recv, b.counts_send, None, None, group, what + " (counts)"),
-            self._a2a(byte_view(b.ll_recv), byte_view(b.ll_send), None, None, group, what),
-        ]
-        self._wait(works, what)
-        chunk = send.numel() // self.world_size * send.element_size()
-        self.bytes_to_peers += (self.world_size - 1) * chunk
-
-    def _k_ll_combine(
-        self, group: Any, b: _DistBuffers, y: torch.Tensor, plan: RoutePlan, landing: torch.Tensor, what: str
-    ) -> None:
-        self._before(what)
-        W, El, cap, H = self.world_size, self.local_experts, self._tokens, self._hidden
-        # experts' rows (El, W * cap) -> one (El, cap) chunk per source rank, back to it
-        b.ll_out.view(W, El, cap, H).copy_(y.view(El, W, cap, H).transpose(0, 1))
-        self._wait([self._a2a(b.ll_back, b.ll_out, None, None, group, what)], what)
-        # the chunks that came back are (experts, cap) in global expert order: the layout's index space
-        torch.index_select(b.ll_back.view(-1, H), 0, b.copy_row[: plan.rows], out=landing)
-        self.bytes_to_peers += (W - 1) * (b.ll_out.numel() // W) * b.ll_out.element_size()
 
     # -- high-throughput style ----------------------------------------------------------------------------
     def dispatch(self, x, plan, *, ubatch, name, layer=None, previous_event=None):
@@ -381,62 +300,3 @@ class DistributedTransport(Transport):
         args = (group, b, y, plan, landing, out, name)
         self._on_current_stream(self._k_combine, args, name, "combine", layer, previous_event)
         return out
-
-    # -- low-latency style ----------------------------------------------------------------------------------
-    def dispatch_send(self, x, plan, recv_into, *, ubatch, name, layer=None, recv_cost=None):
-        if plan.expert_sorted is None:
-            raise ValueError("the low-latency dispatch needs plan.expert_sorted (the expert of each sorted row)")
-        b = self._buffers[ubatch]
-        W, El, cap, H = self.world_size, self.local_experts, self._tokens, self._hidden
-        if tuple(recv_into.shape) != (El, W * cap, H):
-            raise ValueError(
-                f"recv_into must be (local experts, capacity, hidden) = {(El, W * cap, H)}, "
-                f"got {tuple(recv_into.shape)}"
-            )
-        group = self._group(ubatch)
-        stream = dbo.current_stream()
-        arrived = self._in_flight(stream, self._k_ll_dispatch, (group, b, x, plan, name), name, "dispatch_ll", layer)
-        recv = b.ll_recv.view(W, El, cap, H)
-        rname = name.replace("dispatch", "dispatch_recv", 1)
-
-        def hook() -> None:
-            stream.wait_event(arrived)
-            stream.launch(
-                _k_ll_receive,
-                recv,
-                recv_into,
-                name=rname,
-                kind="compute",
-                cost=recv_cost,
-                op="dispatch_recv",
-                layer=layer,
-            )
-
-        hook.__name__ = rname
-        return hook
-
-    def combine_send(self, y, plan, out, *, ubatch, name, layer=None, recv_cost=None):
-        b = self._buffers[ubatch]
-        group = self._group(ubatch)
-        stream = dbo.current_stream()
-        landing = self._rows(b.landing, plan.rows)
-        args = (group, b, y, plan, landing, name)
-        arrived = self._in_flight(stream, self._k_ll_combine, args, name, "combine_ll", layer)
-        rname = name.replace("combine", "combine_recv", 1)
-
-        def hook() -> None:
-            stream.wait_event(arrived)
-            stream.launch(
-                weighted_sum_kernel,
-                landing,
-                plan.weights,
-                out,
-                name=rname,
-                kind="compute",
-                cost=recv_cost,
-                op="combine_recv",
-                layer=layer,
-            )
-
-        hook.__name__ = rname
-        return hook

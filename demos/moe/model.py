@@ -26,33 +26,33 @@ Every kernel declares what it is: ``op=`` (one of ``demos.moe.ops.OPS``) and ``l
 demo's analysis and calibration read them off the kernel records; the display names
 (``"<op> L<layer> u<ubatch>"``) are for people. The Work each kernel declares comes from
 ``demos.moe.cost_model``.
+
+Here: the model's setup (weights, per-ubatch buffers, the cached costs), its ubatch body and the
+MoE half of a layer on either schedule. A layer's attention block and router are in
+``demos.moe.attention``; the shapes, ``ModelConfig`` (re-exported here), in ``demos.moe.shapes``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
 import torch
 
 import dbo
-from demos.moe.cost_model import KernelCosts, itemsize, kernel_costs
+from demos.moe.attention import attention, router
+from demos.moe.cost_model import KernelCosts, kernel_costs
 from demos.moe.kernels import (
     MIN_GEMM_ROWS,
-    attn_context_kernel,
-    attn_out_kernel,
-    attn_qkv_kernel,
-    attn_query_kernel,
     copy_kernel,
     experts_kernel,
     experts_ll_kernel,
     finalize_kernel,
     load_input_kernel,
-    router_kernel,
     shared_kernel,
 )
 from demos.moe.ll_layout import LLBatch
 from demos.moe.ops import kernel_name
+from demos.moe.shapes import ModelConfig
 from demos.moe.state import LayerWeights, UbatchBuffers
 from demos.moe.transport import Transport
 from workspace import current_workspace_manager
@@ -67,75 +67,6 @@ __all__ = [
 
 SCHEDULES = ("ll", "ht")
 YIELDS_PER_LAYER = {"ll": 2, "ht": 3}
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Shapes of the toy model. ``None`` sizes take the balanced defaults (docs/overlap.md):
-    ``expert_ffn = hidden``, ``shared_ffn = 2 * expert_ffn``, ``context = hidden // 2``, so that (with
-    top-2 routing) per ubatch the attention, the routed experts and the shared expert cost about the same.
-
-    ``ep`` is the expert-parallel group size the *cost model* assumes: each rank holds
-    ``ceil(experts / ep)`` experts, so the experts kernel reads that many experts' weights (over the
-    modelled link the math still runs every expert, since one process plays every expert's owner;
-    with ``demos.moe.dist_comm.DistributedTransport`` each rank computes only its own experts' rows).
-    ``device="meta"`` skips all math (shapes only; virtual backend).
-    """
-
-    layers: int = 8
-    tokens: int = 512
-    hidden: int = 384
-    experts: int = 8
-    topk: int = 2
-    expert_ffn: int | None = None
-    shared_ffn: int | None = None
-    context: int | None = None
-    head_dim: int = 64
-    shared_chunk: int = 256
-    ep: int = 1
-    dtype: torch.dtype = torch.float32
-    device: str = "cpu"
-    seed: int = 0
-
-    def resolved(self) -> "ModelConfig":
-        f = self.expert_ffn or self.hidden
-        return replace(
-            self,
-            expert_ffn=f,
-            shared_ffn=self.shared_ffn or 2 * f,
-            context=self.context or max(1, self.hidden // 2),
-        )
-
-    @property
-    def heads(self) -> int:
-        h = self.hidden
-        if h >= self.head_dim and h % self.head_dim == 0:
-            return h // self.head_dim
-        return 1
-
-    @property
-    def experts_per_rank(self) -> int:
-        return -(-self.experts // max(1, self.ep))
-
-    def validate(self) -> None:
-        """ValueError naming the first bad field."""
-        for name in ("layers", "tokens", "hidden", "experts", "topk", "head_dim", "shared_chunk", "ep"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        for name in ("expert_ffn", "shared_ffn", "context"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.topk > self.experts:
-            raise ValueError(f"topk ({self.topk}) must not exceed the number of experts ({self.experts})")
-
-    def weight_bytes(self) -> int:
-        """Bytes of all weights (to decide when to use meta tensors)."""
-        c = self.resolved()
-        H, E, F, Fs, C = c.hidden, c.experts, c.expert_ffn, c.shared_ffn, c.context
-        per_layer = 4 * H * H + 2 * C * H + H * E + E * 3 * H * F + 3 * H * Fs
-        return per_layer * c.layers * itemsize(c.dtype)
 
 
 # Each writes only into tensors it is given; small per-row temporaries come from the workspace too.
@@ -224,120 +155,10 @@ class ToyMoE:
         )
         moe = self._moe_ll if self.schedule == "ll" else self._moe_ht
         for i, layer in enumerate(self.layers):
-            self._attention(i, layer, h, st, ub, cost)
-            self._router(i, layer, h, st, ub, cost)
+            attention(self, i, layer, h, st, ub, cost)
+            router(self, i, layer, h, st, ub, cost)
             moe(i, layer, h, st, ub, cost)
         return h
-
-    def _attention(
-        self, i: int, L: LayerWeights, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: KernelCosts
-    ) -> None:
-        c, t = self.cfg, st.t
-        nh, d, dt = self.heads, self.head_dim, c.dtype
-        ws = current_workspace_manager()
-        # 1st request: the context attention's output buffers (+ its temporaries)
-        out, lse, denom, scores, xn, nrm = ws.get_simultaneous(
-            ((nh, t, d), dt),
-            ((nh, t, 1), dt),
-            ((nh, t, 1), dt),
-            ((nh, t, c.context), dt),
-            ((t, c.hidden), dt),
-            ((t, 1), dt),
-        )
-        dbo.launch(
-            attn_qkv_kernel,
-            h,
-            nrm,
-            xn,
-            L.w_qkv,
-            st.qkv,
-            d**-0.5,
-            name=kernel_name("attn_qkv", i, ub),
-            cost=cost.qkv,
-            op="attn_qkv",
-            layer=i,
-        )
-        dbo.launch(
-            attn_context_kernel,
-            st.q,
-            L.k_ctx,
-            L.v_ctx,
-            scores,
-            out,
-            lse,
-            denom,
-            st.acc_o,
-            st.acc_lse,
-            name=kernel_name("attn_context", i, ub),
-            cost=cost.context,
-            op="attn_context",
-            layer=i,
-        )
-        del out, lse, denom, scores, xn, nrm  # consumed by the kernel above; the next request reuses the memory
-        # 2nd request: the same leading shapes, so the query attention's outputs land where the
-        # context attention's were (the reference's DCP pattern)
-        out, lse, m, w, o_flat = ws.get_simultaneous(
-            ((nh, t, d), dt), ((nh, t, 1), dt), ((nh, t, 1), dt), ((nh, t, 1), dt), ((t, c.hidden), dt)
-        )
-        dbo.launch(
-            attn_query_kernel,
-            st.q,
-            st.k,
-            st.v,
-            out,
-            lse,
-            m,
-            w,
-            st.acc_o,
-            st.acc_lse,
-            name=kernel_name("attn_query", i, ub),
-            cost=cost.query,
-            op="attn_query",
-            layer=i,
-        )
-        dbo.launch(
-            attn_out_kernel,
-            st.acc_o,
-            o_flat,
-            L.w_o,
-            h,
-            name=kernel_name("attn_out", i, ub),
-            cost=cost.out,
-            op="attn_out",
-            layer=i,
-        )
-
-    def _router(
-        self, i: int, L: LayerWeights, h: torch.Tensor, st: SimpleNamespace, ub: int, cost: KernelCosts
-    ) -> None:
-        c, t = self.cfg, st.t
-        ws = current_workspace_manager()
-        nrm, logits, wtmp = ws.get_simultaneous(((t, 1), c.dtype), ((t, c.experts), c.dtype), ((t, 1), c.dtype))
-        p = st.plan
-        dbo.launch(
-            router_kernel,
-            h,
-            nrm,
-            st.moe_in,
-            st.moe_wire,
-            L.w_gate,
-            logits,
-            p.weights,
-            st.topk_ids,
-            wtmp,
-            p.expert_sorted,
-            st.src_copy,
-            p.src_token,
-            p.row_of,
-            p.weights_sorted,
-            p.offsets,
-            self.arange_rows[: p.rows],
-            self.edges,
-            name=kernel_name("router", i, ub),
-            cost=cost.router,
-            op="router",
-            layer=i,
-        )
 
     def _moe_workspace(self, st: SimpleNamespace, lb: LLBatch | None = None) -> SimpleNamespace:
         """One request for the whole MoE layer: workspace13 and fused_out share one region,

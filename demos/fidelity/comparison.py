@@ -1,0 +1,207 @@
+"""The records of a validation and their comparison: measured against predicted.
+
+``Point`` (one grid point), ``Figures`` (the step times of one run), ``Row`` (a point's measured
+and predicted figures, their errors) and ``Validation`` (the rows of one grid); ``crossover`` (the
+smallest token count from which DBO pays), ``summarize`` (the errors against ``TARGETS``, the
+crossovers), ``format_table`` (the text table) and ``to_dict`` (the JSON form).
+``demos.fidelity.validation`` runs the grid that fills them (and re-exports these names).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from dbo.trace import fmt_seconds
+from demos.moe.config import OverlapConfig
+
+__all__ = ["Point", "Figures", "Row", "Validation", "TARGETS", "crossover", "summarize", "format_table", "to_dict"]
+
+TARGETS = {"median": 0.10, "max": 0.25, "speedup": 0.10}
+"""What calibrate + validate aim at on threads (reported, not enforced)."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One grid point: schedule, token count, comm ratio, eager or graph; the other shapes fixed."""
+
+    schedule: str
+    tokens: int
+    comm_ratio: float
+    mode: str = "eager"
+    shapes: tuple = ()  # (field, value) pairs of OverlapConfig, common to the grid
+
+    def config(self, **kw: Any) -> OverlapConfig:
+        extra = dict(self.shapes)
+        if self.mode == "graph":
+            extra["graph"] = True
+        return OverlapConfig(schedule=self.schedule, tokens=self.tokens, comm_ratio=self.comm_ratio, **{**extra, **kw})
+
+
+@dataclass
+class Figures:
+    """Step times (s), speedup and hidden fraction of one run."""
+
+    no_dbo_s: float
+    dbo_s: float
+    hidden: float | None
+
+    @property
+    def speedup(self) -> float:
+        return self.no_dbo_s / self.dbo_s
+
+
+@dataclass
+class Row:
+    point: Point
+    measured: Figures
+    predicted: Figures
+
+    @property
+    def err_no_dbo(self) -> float:
+        return self.predicted.no_dbo_s / self.measured.no_dbo_s - 1
+
+    @property
+    def err_dbo(self) -> float:
+        return self.predicted.dbo_s / self.measured.dbo_s - 1
+
+    @property
+    def err_speedup(self) -> float:
+        return self.predicted.speedup - self.measured.speedup
+
+
+@dataclass
+class Validation:
+    backend: str
+    profile: str
+    rows: list[Row]
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def crossover(
+    rows: Sequence[Row], schedule: str, which: str, comm_ratio: float = 1.0, mode: str = "eager"
+) -> int | None:
+    """The smallest token count of the grid from which DBO pays (speedup > 1 there and at every
+    larger size) for ``schedule`` at ``comm_ratio``, ``which`` = "measured" or "predicted"; None
+    when DBO does not pay at the largest size."""
+    pts = sorted(
+        (r.point.tokens, getattr(r, which).speedup)
+        for r in rows
+        if r.point.schedule == schedule and r.point.comm_ratio == comm_ratio and r.point.mode == mode
+    )
+    best = None
+    for tokens, sp in reversed(pts):
+        if sp <= 1:
+            break
+        best = tokens
+    return best
+
+
+def summarize(v: Validation) -> dict[str, Any]:
+    """Median and max |step-time error| (no-DBO and DBO together), max |speedup error|, crossovers."""
+    errs = [abs(e) for r in v.rows for e in (r.err_no_dbo, r.err_dbo)]
+    sizes = sorted({r.point.tokens for r in v.rows})
+    cross = {}
+    for s in sorted({r.point.schedule for r in v.rows}):
+        for m in sorted({r.point.mode for r in v.rows}):
+            for ratio in sorted({r.point.comm_ratio for r in v.rows}):
+                if not any(r.point.schedule == s and r.point.mode == m and r.point.comm_ratio == ratio for r in v.rows):
+                    continue  # e.g. graph rows of ht: the demo cannot capture ht
+                meas, pred = crossover(v.rows, s, "measured", ratio, m), crossover(v.rows, s, "predicted", ratio, m)
+                ok = None
+                if meas is not None or pred is not None:
+                    steps = [sizes.index(x) if x is not None else len(sizes) for x in (meas, pred)]
+                    ok = abs(steps[0] - steps[1]) <= 1
+                cross[f"{s} {m} comm {ratio:g}x"] = {"measured": meas, "predicted": pred, "within_one_step": ok}
+    sp_ok = sum(abs(r.err_speedup) <= TARGETS["speedup"] for r in v.rows)
+    cr = [c["within_one_step"] for c in cross.values() if c["within_one_step"] is not None]
+    return {
+        "targets": {
+            "median_abs_step_error <= 10%": bool(errs) and statistics.median(errs) <= TARGETS["median"],
+            "max_abs_step_error <= 25%": bool(errs) and max(errs) <= TARGETS["max"],
+            "speedups within 0.1": f"{sp_ok}/{len(v.rows)}",
+            "crossover within one grid step": f"{sum(cr)}/{len(cr)}",
+        },
+        "median_abs_step_error": statistics.median(errs) if errs else None,
+        "max_abs_step_error": max(errs) if errs else None,
+        "max_abs_speedup_error": max((abs(r.err_speedup) for r in v.rows), default=None),
+        "speedups_off": [
+            f"{r.point.schedule} {r.point.mode} {r.point.tokens} tokens comm {r.point.comm_ratio:g}x: "
+            f"{r.err_speedup:+.2f}"
+            for r in v.rows
+            if abs(r.err_speedup) > TARGETS["speedup"]
+        ],
+        "crossover": cross,
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "  n/a" if x is None else f"{x * 100:+.0f}%"
+
+
+def _hid(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:.0f}%"
+
+
+def format_table(v: Validation) -> str:
+    """The table: predicted vs measured per point, the errors, the summary and the crossovers."""
+    head = (
+        f"{'sched':5} {'mode':5} {'tokens':>6} {'comm':>4} | {'no DBO meas':>11} {'pred':>8} {'err':>5} | "
+        f"{'DBO meas':>9} {'pred':>8} {'err':>5} | {'speedup m/p':>11} {'err':>6} | {'hidden m/p':>10}"
+    )
+    lines = [f"validate: {v.backend} measured vs virtual predicted with profile {v.profile}", head, "-" * len(head)]
+    for r in v.rows:
+        p, m, q = r.point, r.measured, r.predicted
+        lines.append(
+            f"{p.schedule:5} {p.mode:5} {p.tokens:6d} {p.comm_ratio:4g} | "
+            f"{fmt_seconds(m.no_dbo_s):>11} {fmt_seconds(q.no_dbo_s):>8} "
+            f"{_pct(r.err_no_dbo):>5} | {fmt_seconds(m.dbo_s):>9} {fmt_seconds(q.dbo_s):>8} {_pct(r.err_dbo):>5} | "
+            f"{m.speedup:5.2f}/{q.speedup:<5.2f} {r.err_speedup:+6.2f} | {_hid(m.hidden):>4}/{_hid(q.hidden):<5}"
+        )
+    s = summarize(v)
+    lines.append(
+        f"step time |error|: median {_pct(s['median_abs_step_error']).strip('+')}, "
+        f"max {_pct(s['max_abs_step_error']).strip('+')}; "
+        f"speedup |error| max "
+        f"{'n/a' if s['max_abs_speedup_error'] is None else format(s['max_abs_speedup_error'], '.2f')}"
+    )
+    lines.append(
+        "targets: "
+        + "; ".join(f"{k}: {'yes' if v is True else 'no' if v is False else v}" for k, v in s["targets"].items())
+    )
+    if s["speedups_off"]:
+        lines.append("speedups off by more than 0.1: " + "; ".join(s["speedups_off"]))
+    for k, c in s["crossover"].items():
+        fmt = lambda x: "never" if x is None else f"{x} tokens"  # noqa: E731
+        lines.append(f"crossover {k}: DBO pays from {fmt(c['measured'])} measured, {fmt(c['predicted'])} predicted")
+    for n in v.notes:
+        lines.append(f"note: {n}")
+    return "\n".join(lines)
+
+
+def to_dict(v: Validation) -> dict[str, Any]:
+    return {
+        "backend": v.backend,
+        "profile": v.profile,
+        "seconds": v.seconds,
+        "rows": [
+            {
+                "schedule": r.point.schedule,
+                "tokens": r.point.tokens,
+                "comm_ratio": r.point.comm_ratio,
+                "mode": r.point.mode,
+                "shapes": dict(r.point.shapes),
+                "measured": dataclasses.asdict(r.measured) | {"speedup": r.measured.speedup},
+                "predicted": dataclasses.asdict(r.predicted) | {"speedup": r.predicted.speedup},
+                "err_no_dbo": r.err_no_dbo,
+                "err_dbo": r.err_dbo,
+                "err_speedup": r.err_speedup,
+            }
+            for r in v.rows
+        ],
+        "summary": summarize(v),
+        "notes": list(v.notes),
+    }
