@@ -31,7 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--backend", choices=BACKENDS, default="threads", help="what to measure (default threads)")
     p.add_argument("--quick", action="store_true", help="a smaller sweep (under 3 minutes on a 2-core machine)")
-    p.add_argument("-o", "--output", required=True, metavar="PROFILE.json", help="where to write the profile")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="PROFILE.json",
+        help="where to write the profile (a .json file: give it to --profile of demos.overlap --backend virtual "
+        "or of demos.validate)",
+    )
     p.add_argument("--name", default=None, help="the profile's name (default calibrated-<backend>)")
     p.add_argument("--no-progress", action="store_true", help="no progress line (shown only on a terminal)")
     return p

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from demos._cli import OneLineParser
 from demos.failures.race_cases import scenario_compute_streams, scenario_event_after_yield, scenario_recv_hook
 from demos.failures.stream_cases import scenario_late_event, scenario_missing_wait, scenario_parked_failure
 from demos.failures.text import WIDTH, say
@@ -86,7 +87,7 @@ def run_scenario(name: str) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m demos.scenarios",
         description="Reproduce and explain the known DBO failure modes (docs/scenarios.md).",
     )
@@ -100,8 +101,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.list:
+        if args.names:
+            print(f"{parser.prog}: error: --list takes no scenario names (got {args.names[0]!r})", file=sys.stderr)
+            return 2
+        width = max(len(name) for name in SCENARIOS)
         for s in SCENARIOS.values():
-            print(f"{s.name:<20} {s.summary}")
+            print(f"{s.name:<{width}}  {s.summary}")
         return 0
     unknown = [n for n in args.names if n not in SCENARIOS]
     if unknown:

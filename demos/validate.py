@@ -94,9 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--profile",
         default=None,
-        metavar="PROFILE.json",
-        help="the profile to predict with (a file from demos.calibrate or a built-in name); default: "
-        "calibrate this machine first (--quick sweep)",
+        metavar="NAME|PATH.json",
+        help="the profile to predict with: a built-in name (cpu, h200) or a JSON file from python -m demos.calibrate; "
+        "default: calibrate this machine first (--quick sweep)",
     )
     p.add_argument("--quick", action="store_true", help="a smaller grid (under 5 minutes on a 2-core machine)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the table as JSON")
@@ -124,8 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--repeats",
         type=_steps,
         default=None,
-        help="runs per grid point, medians of their figures; the grid runs once per repeat, point after "
-        "point (default 3, 1 without --quick)",
+        help="run each grid point this many times and report the median of each figure; the whole grid is run "
+        "once per repeat, point after point (default: 3 with --quick, 1 without)",
     )
     p.add_argument(
         "--h200",

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
 from dbo.costs._legacy_ops import declared_op_keys
+from dbo.costs._profile_json import check_json_fields
 
 __all__ = ["DeviceProfile", "HostCosts", "OpCost", "DTYPES", "dtype_key", "check_number"]
 
@@ -273,19 +274,15 @@ class DeviceProfile:
     def from_dict(cls, d: Mapping[str, Any]) -> "DeviceProfile":
         if not isinstance(d, Mapping):
             raise TypeError(f"a device profile must be a JSON object, got {type(d).__name__}")
-        known = {f.name for f in fields(cls)}
-        extra = sorted(set(d) - known)
-        if extra:
-            raise ValueError(f"unknown device profile field(s): {', '.join(extra)}")
+        check_json_fields(cls, d, "device profile", "")  # one line naming the field and the type it wants
         kw = dict(d)
         host = kw.get("host")
         if isinstance(host, Mapping):
-            hk = {f.name for f in fields(HostCosts)}
-            bad = sorted(set(host) - hk)
-            if bad:
-                raise ValueError(f"unknown host cost field(s): {', '.join(bad)}")
+            check_json_fields(HostCosts, host, "host cost", "host.")
             if isinstance(host.get("ops"), Mapping):
                 host = {**host, "ops": declared_op_keys(host["ops"])}  # a profile of the old format too
+                for k, v in host["ops"].items():
+                    check_json_fields(OpCost, v, "op cost", f"host.ops[{k!r}].")
             kw["host"] = HostCosts(**host)
         if "gemm_knee" in kw:
             kw["gemm_knee"] = tuple(kw["gemm_knee"])

@@ -31,11 +31,13 @@ written after the report, and how a command ends on Ctrl-C, SIGTERM or a closed 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
 from typing import Callable, Sequence
 
+from demos._cli._early import release_imports
 from demos._cli._progress import ProgressLine
 
 __all__ = [
@@ -83,6 +85,16 @@ class Terminated(KeyboardInterrupt):
     cleans up on SIGTERM too)."""
 
 
+_WHY = {
+    errno.EACCES: "no permission",
+    errno.EPERM: "no permission",
+    errno.EROFS: "a read-only file system",
+    errno.ENOENT: "it takes no new files",
+    errno.ENOSPC: "no space left",
+    errno.ETXTBSY: "the file is in use",
+}
+
+
 def check_output_path(path: str, flag: str) -> None:
     """Raise OutputPathError unless ``path`` can be created or overwritten as a file.
 
@@ -102,8 +114,10 @@ def check_output_path(path: str, flag: str) -> None:
     try:
         with open(path, "a", encoding="utf-8"):
             pass
-    except OSError as e:
-        raise OutputPathError(f"{flag} {path}: cannot be written ({e.strerror or e})") from None
+    except OSError as e:  # in our words: /proc says "No such file or directory" for a new file
+        where = "the file cannot be written" if existed else f"the folder {folder} cannot be written"
+        why = _WHY.get(e.errno or 0, "the system refused to open it")
+        raise OutputPathError(f"{flag} {path}: {where} ({why})") from None
     if not existed:
         try:
             os.remove(path)
@@ -202,9 +216,13 @@ def _quiet_stdout() -> None:
 def run_main(main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[str] | None = None) -> int:
     """``main(argv)`` with the signal and closed-stdout handling above; returns the exit status.
 
-    Installs the SIGTERM handler only in the main thread, and restores the old one afterwards."""
+    Installs the SIGTERM handler only in the main thread, and restores the old one afterwards.
+    Ctrl-C before this (while the command imports torch) is ``demos._cli._early``'s one line; from
+    here on it is a KeyboardInterrupt again, so that every ``finally`` of the run runs."""
     old = None
     import threading
+
+    release_imports()
 
     if threading.current_thread() is threading.main_thread():
         old = signal.signal(signal.SIGTERM, _on_sigterm)

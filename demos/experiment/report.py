@@ -112,7 +112,7 @@ def to_dict(result: OverlapResult) -> dict[str, Any]:
             "ep": res.ep,
             "dtype": res.dtype_name,
             "meta": res.meta,
-            "profile": res.profile,
+            "profile": res.modelled_profile,
             "link": res.link if not res.distributed else None,
             "comm_ratio": res.comm_ratio,
             "steps": cfg.steps,
@@ -241,7 +241,8 @@ def format_report(rep: dict) -> str:
     lines.append(
         f"           expert ffn {c['expert_ffn']}, shared ffn {c['shared_ffn']}, context {c['context']}, "
         f"heads {c['heads']}, "
-        f"dtype {c['dtype']}{' (meta: math skipped)' if c['meta'] else ''}, profile {c['profile']}, ep {c['ep']}, "
+        f"dtype {c['dtype']}{' (meta: math skipped)' if c['meta'] else ''}, "
+        f"{'' if c.get('profile') is None else 'profile ' + str(c['profile']) + ', '}ep {c['ep']}, "
         f"torch threads {c['torch_threads']}{pinned_text(c.get('engine_cpus'))}"
     )
     bw = link["bandwidth_Bps"]

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 import dbo
 from dbo.costs import get_link, get_profile
+from demos.moe.config_error import ConfigError, field_ref
 from demos.moe.model import SCHEDULES, ModelConfig
 
 __all__ = [
@@ -46,30 +46,10 @@ RANKS_PER_CPU = 4
 """At most this many ranks per CPU core when this command starts the ranks itself (launcher
 "spawn"): each rank is a process with a model, ubatch threads and a comm executor; beyond this,
 a run only measures the host's time slicing (and takes minutes)."""
+HEAD_DIM = ModelConfig.head_dim  # attention head size: hidden is a multiple of it (or at most one head)
 META_AUTO_BYTES = 1 << 30  # virtual: weights above 1 GiB -> meta tensors (math skipped)
 REAL_LIMIT_BYTES = 4 << 30  # CPU backends (real tensors): refuse weights above 4 GiB
 REAL_LIMIT_FRACTION = 0.5  # cuda: refuse weights above this share of the device's free memory
-
-_MARK = "\ue000"
-_FIELD = re.compile(_MARK + r"(\w+)" + _MARK)
-
-
-def field_ref(name: str) -> str:
-    """A config field's name inside a ConfigError message (``ConfigError.render`` spells it)."""
-    return f"{_MARK}{name}{_MARK}"
-
-
-class ConfigError(ValueError):
-    """A bad option; its message is one line saying which field and why."""
-
-    def __init__(self, template: str):
-        self.template = template
-        self.fields = tuple(dict.fromkeys(_FIELD.findall(template)))
-        super().__init__(self.render(lambda name: name))
-
-    def render(self, name_of: Callable[[str], str]) -> str:
-        """The message with every field named by ``name_of(field)``."""
-        return _FIELD.sub(lambda m: name_of(m.group(1)), self.template)
 
 
 @dataclass
@@ -142,6 +122,11 @@ class Resolved:
     def dtype_name(self) -> str:
         return str(self.dtype).replace("torch.", "")
 
+    @property
+    def modelled_profile(self) -> str | None:
+        """The profile the step times come from (its name); None off virtual, where none is read."""
+        return str(getattr(self.profile, "name", self.profile)) if self.backend == "virtual" else None
+
 
 def model_config(cfg: OverlapConfig, *, ep: int, dtype: torch.dtype, device: str) -> ModelConfig:
     """The toy model's shapes for ``cfg`` (the one place an OverlapConfig becomes a ModelConfig)."""
@@ -206,6 +191,11 @@ def _check_fields(cfg: OverlapConfig) -> None:
         )
     if cfg.topk > cfg.experts:
         raise ConfigError(f"{field_ref('topk')} ({cfg.topk}) must not exceed {field_ref('experts')} ({cfg.experts})")
+    if cfg.hidden > HEAD_DIM and cfg.hidden % HEAD_DIM:
+        raise ConfigError(
+            f"{field_ref('hidden')} {cfg.hidden} does not split into attention heads of {HEAD_DIM}: give a multiple "
+            f"of {HEAD_DIM}, or at most {HEAD_DIM} for one head of that size"
+        )
     if cfg.tokens < cfg.ubatches:
         raise ConfigError(
             f"{field_ref('tokens')} ({cfg.tokens}) is fewer than {field_ref('ubatches')} ({cfg.ubatches}): "
@@ -220,7 +210,7 @@ def _check_fields(cfg: OverlapConfig) -> None:
             try:
                 getter(name)
             except (ValueError, TypeError) as e:
-                raise ConfigError(f"{field_ref(kind)}: {e}") from None
+                raise ConfigError(f"{field_ref(kind)} {getattr(name, 'name', name)}: {e}") from None
     _positive_int("world_size", cfg.world_size)
     if cfg.launcher not in LAUNCHERS:
         raise ConfigError(f"unknown launcher {cfg.launcher!r}; choose one of {', '.join(LAUNCHERS)}")
@@ -305,6 +295,33 @@ def _choose_backend(cfg: OverlapConfig, distributed: bool) -> str:
     return backend
 
 
+def _check_modelled(cfg: OverlapConfig, backend: str, distributed: bool) -> list[str]:
+    """Refuse what only the virtual backend models when the run is elsewhere (``profile``, one
+    process's ``ep``); the notes that say how ``link`` is used there (docs/overlap.md)."""
+    if backend == "virtual":
+        return []
+    chose = f" ({field_ref('backend')} auto chose {backend} here)" if cfg.backend == "auto" else ""
+    if cfg.profile is not None:
+        raise ConfigError(
+            f"{field_ref('profile')} models the compute on the virtual backend only; on {backend}{chose} the kernels "
+            f"really run and no profile is read: add {field_ref('backend')} virtual, or drop {field_ref('profile')}"
+        )
+    if cfg.ep is not None and not distributed:
+        raise ConfigError(
+            f"{field_ref('ep')} only changes the virtual backend's cost model (the experts' weight reads); on "
+            f"{backend}{chose} one process runs every expert's real math: add {field_ref('backend')} virtual, or "
+            f"drop {field_ref('ep')}"
+        )
+    if cfg.link is not None and not distributed:
+        how = "a GPU sleep kernel" if backend == "cuda" else "a timed wait on the comm executor"
+        name = getattr(cfg.link, "name", cfg.link)
+        return [
+            f"link {name} on {backend}: the compute is real; each transfer takes its modelled time on this link "
+            f"({how}), the data is really moved"
+        ]
+    return []
+
+
 def real_limit(backend: str) -> tuple[int, str]:
     """The most bytes of real weights a run on ``backend`` may take, and how that limit was set:
     on cuda ``REAL_LIMIT_FRACTION`` of the current device's free memory (``torch.cuda.mem_get_info``),
@@ -331,6 +348,7 @@ def resolve(cfg: OverlapConfig) -> Resolved:
     if distributed:
         _check_distributed(cfg)
     backend = _choose_backend(cfg, distributed)
+    notes = _check_modelled(cfg, backend, distributed)
     ep = cfg.ep if cfg.ep is not None else (ws if distributed else max(1, cfg.experts // 8))
     probe = model_config(
         cfg, ep=ep, dtype=torch.float32 if cfg.dtype == "auto" else getattr(torch, cfg.dtype), device="cpu"
@@ -339,7 +357,6 @@ def resolve(cfg: OverlapConfig) -> Resolved:
         probe.validate()
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    notes = []
     big = probe.weight_bytes()
     if cfg.meta and backend != "virtual":
         raise ConfigError(
