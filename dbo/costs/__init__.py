@@ -33,17 +33,12 @@ from dbo.costs._fit import (
     predict,
 )
 from dbo.costs._gpus import GPUS, GpuSpec, get_gpu, gpus
-from dbo.costs._profiles import check_number
+from dbo.costs._profiles import DTYPES, DeviceProfile, HostCosts, OpCost, check_number, dtype_key
 from dbo.costs._roofline import (
-    DTYPES,
     KERNEL_KINDS,
-    DeviceProfile,
-    HostCosts,
     LinkProfile,
-    OpCost,
     Transfer,
     Work,
-    dtype_key,
     elementwise,
     get_link,
     get_profile,

@@ -21,11 +21,10 @@ from typing import Any, Iterable
 
 import torch
 
-from dbo.costs._profiles import DTYPES, H200, DeviceProfile, HostCosts, OpCost, dtype_key
+from dbo.costs._profiles import H200, DeviceProfile, HostCosts
 from dbo.costs._profiles import check_number as _check_number
 
 __all__ = [
-    "DeviceProfile",
     "LinkProfile",
     "Work",
     "Transfer",
@@ -47,10 +46,6 @@ __all__ = [
     "scale_link",
     "scale_profile",
     "syncs_host",
-    "HostCosts",
-    "OpCost",
-    "DTYPES",
-    "dtype_key",
 ]
 
 KERNEL_KINDS = ("compute", "comm")
