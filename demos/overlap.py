@@ -26,6 +26,7 @@ from demos.experiment.report import format_output_line, format_report, to_dict, 
 from demos.experiment.results import OverlapResult
 from demos.experiment.run import reference_outputs, run
 from demos.moe.config import TOLERANCE, ConfigError, OverlapConfig, resolve
+from demos.zoo.flags import TOY
 
 __all__ = [
     "OverlapConfig",
@@ -126,14 +127,55 @@ def output_files(result: OverlapResult, report: dict) -> list[tuple[str, str, Ca
     return out
 
 
+ZOO_ONLY_FLAGS = ("--gpu", "--nodes", "--gpus-per-node", "--phase", "--imbalance", "--comm-sms", "--shrink")
+"""Flags of a ``--model`` run that the toy has no use for (refused without ``--model``)."""
+
+
+def _model_arg(args: list[str]) -> str | None:
+    """The value of ``--model`` in ``args`` (the last one), None without it."""
+    found = None
+    for i, a in enumerate(args):
+        if a == "--model" and i + 1 < len(args):
+            found = args[i + 1]
+        elif a.startswith("--model="):
+            found = a.split("=", 1)[1]
+    return found
+
+
+def _without_model(args: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--model":
+            skip = True
+        elif not a.startswith("--model="):
+            out.append(a)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status: 0 ok, 2 a bad option or output path
     (before anything runs), 1 a failed run or a file that could not be written (after the report
     was printed). Run as ``python -m demos.overlap``, ``cli_common.run_main`` adds 130 (Ctrl-C),
     143 (SIGTERM) and 141 (stdout closed)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    model = _model_arg(args)
+    if model is not None and model != TOY:  # a real model: the generic transformer (demos.zoo)
+        from demos._zoo_overlap import main as zoo_main
+
+        return zoo_main(args)
+    args = _without_model(args)
+    for arg in args:
+        if arg.split("=", 1)[0] in ZOO_ONLY_FLAGS:
+            sys.stderr.write(
+                f"{PROG}: error: {arg.split('=', 1)[0]} describes a real model's cluster: add --model NAME "
+                f"(the toy runs on --profile)\n"
+            )
+            return 2
     parser = build_parser()
     try:
-        ns = parser.parse_args(argv)
+        ns = parser.parse_args(args)
     except SystemExit as e:
         return int(e.code or 0)
     from demos.ranks.launcher import DistributedError, in_torchrun

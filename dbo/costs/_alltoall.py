@@ -212,7 +212,8 @@ def ll_buffer_bytes(max_tokens: int, hidden: int, experts: int) -> int:
     ``max_tokens`` per rank, not for the tokens actually sent."""
     _int("max_tokens", max_tokens, 1)
     _int("experts", experts, 1)
-    dispatch_msg = _LL_HEADER + max(2 * hidden, token_bytes(hidden, True))
+    fp8 = token_bytes(hidden, True) if hidden % _SCALE_BLOCK == 0 else 0  # FP8 needs whole 128-channel blocks
+    dispatch_msg = _LL_HEADER + max(2 * hidden, fp8)
     combine_msg = token_bytes(hidden, False)
     send = max(max_tokens * dispatch_msg, experts * max_tokens * combine_msg)
     recv = experts * max_tokens * max(dispatch_msg, combine_msg)

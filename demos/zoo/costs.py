@@ -1,0 +1,259 @@
+"""The generic transformer's cost model: what each kernel of one layer does for a ubatch of ``t`` tokens.
+
+``layer_costs(workload, t, attention_scale)`` returns a ``LayerCosts``: the ``dbo.costs.Work`` of every
+compute kernel of a dense and of an MoE layer, and the seconds of the all-to-all kernels from DeepEP's
+model (``dbo.costs.deepep_low_latency`` / ``deepep_normal``). The virtual backend turns each Work into
+time with the GPU's profile (``demos.zoo.gpu_profile``): its per-dtype rates, GEMM efficiency curve and
+memory bandwidth. Everything is counted from first principles (docs/models.md, "What a step costs"):
+
+* GEMMs: ``2 M N K`` flops; the weight bytes once per kernel (a decode GEMM reads all its weights
+  whatever its rows) plus the activations in and out. Weights in FP8 multiply in FP8 with their
+  activations quantized to FP8 (one byte each); BF16 weights in BF16. MXFP4 weights (gpt-oss) are
+  read at 17/32 bytes per value and multiply at the BF16 rate (Hopper has no FP4 tensor cores; on
+  Blackwell this is pessimistic: a modelling choice).
+* Attention, decode: every token reads its request's KV cache of ``context`` tokens (a sliding-window
+  layer at most the window); MLA absorbed (DeepSeek's decode path: the latent cache is read once per
+  head group, scores and values in the 512+64 latent space). Prefill: causal attention within each
+  request (MLA not absorbed: ``kv_b_proj`` expands the latent), compute-bound.
+* Routed experts: the busiest rank receives ``t x top_k x imbalance`` token copies for its
+  ``experts / ep`` experts; every expert that receives a token reads its weights once. The expected
+  number of active local experts follows from uniform routing. The grouped GEMM's efficiency is taken
+  at the rows per active expert; the normal (ht) schedule pads each expert's rows to a multiple of 128,
+  as DeepGEMM's contiguous layout needs.
+* Norms, residual adds, activations, quantization: memory passes folded into the op that carries them
+  (their kernel counts, which set the per-kernel floor, are in ``demos.zoo.gpu_profile.ZOO_OPS``).
+
+Attention kernels reach a different share of the rates than GEMMs (FlashMLA's published figures,
+``demos.zoo.efficiency``); ``attention_scale`` = (flops factor, bytes factor) expresses that in the
+profile's GEMM-fitted rates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dbo.costs import DeviceProfile, Work, deepep_low_latency, deepep_normal
+from demos.models import GQAAttention, MLAAttention
+from demos.models.spec import DTYPE_BYTES
+from demos.zoo.efficiency import KNEE_FLOOR
+from demos.zoo.workload import Workload
+
+__all__ = ["LayerCosts", "attention_pairs", "layer_costs", "math_dtype", "active_experts"]
+
+_ACT = 2  # bytes of a BF16 activation
+_PAD = 128  # DeepGEMM contiguous layout: each expert's rows padded to a multiple of 128
+
+
+def math_dtype(storage: str) -> str:
+    """The ``dbo.costs.DTYPES`` key a weight stored as ``storage`` multiplies in (module docstring)."""
+    return "fp8" if storage.startswith("fp8") else "bfloat16"
+
+
+def _act_bytes(storage: str) -> float:
+    return 1.0 if storage.startswith("fp8") else float(_ACT)
+
+
+def gemm(m: float, n: int, k: int, storage: str, *, weights: float = 1.0) -> Work:
+    """Work of ``m`` rows through a (k -> n) weight stored as ``storage``: weight bytes ``weights`` times."""
+    wb = DTYPE_BYTES[storage]
+    flops = 2.0 * m * n * k
+    nbytes = weights * n * k * wb + m * k * _act_bytes(storage) + m * n * _ACT
+    return Work(flops=flops, bytes=nbytes, dtype=math_dtype(storage), shape=(max(1, round(m)), n, k))
+
+
+class Folder:
+    """Folds several GEMMs (and memory passes) of one op into one ``Work`` for ``profile``: each GEMM's
+    flops divided by its own efficiency on the profile's curve (``gemm_knee``) and rescaled to the rate
+    of the first one's dtype; bytes summed. N and K below the fitted range count as its edge
+    (``demos.zoo.efficiency.KNEE_FLOOR``). The op's time is then ``max(math, memory)`` of the sums
+    (a GEMM that is memory-bound beside a compute-bound one is counted at its share of both: a small
+    error against a sum of per-GEMM rooflines)."""
+
+    def __init__(self, profile: DeviceProfile):
+        self.p = profile
+
+    def _eff(self, shape: tuple | None) -> float:
+        if shape is None:
+            return 1.0
+        m, n, k = shape
+        n, k = max(n, KNEE_FLOOR[0]), max(k, KNEE_FLOOR[1])  # no extrapolation below the fitted range
+        e = 1.0
+        for x, x0 in zip((m, n, k), self.p.gemm_knee):
+            e *= x / (x + x0) if x0 > 0 else 1.0
+        return e
+
+    def __call__(self, *works: Work) -> Work:
+        dtype = next((x.dtype for x in works if x.dtype is not None), None)
+        ref = self.p.flops_rate(dtype)
+        flops = sum(x.flops / self._eff(x.shape) * ref / self.p.flops_rate(x.dtype or dtype) for x in works)
+        return Work(flops=flops, bytes=sum(x.bytes for x in works), dtype=dtype)
+
+
+def _bmm(batch: int, m: int, n: int, k: int) -> Work:
+    """A BF16 batched GEMM of ``batch`` (m, k) x (k, n) products (MLA's per-head absorptions)."""
+    g = gemm(m, n, k, "bfloat16")
+    return Work(flops=batch * g.flops, bytes=batch * g.bytes, dtype="bfloat16", shape=g.shape)
+
+
+def _pass(t: float, width: int, passes: float) -> Work:
+    """``passes`` BF16 read-and-write memory passes over ``t x width`` values."""
+    return Work(flops=passes * t * width, bytes=passes * 2 * t * width * _ACT)
+
+
+def attention_pairs(w: Workload, t: int) -> float:
+    """Query-key pairs of a ubatch of ``t`` tokens per head, before any sliding window: decode ``t x
+    (context + 1)``; prefill, causal within requests of ``context`` tokens."""
+    if w.phase == "decode":
+        return t * (w.context + 1.0)
+    full, rest = divmod(t, w.context)
+    return full * w.context * (w.context + 1) / 2 + rest * (rest + 1) / 2
+
+
+def active_experts(w: Workload, t: int) -> float:
+    """Expected local experts of the busiest rank that receive at least one token copy."""
+    moe = w.spec.moe
+    slots = w.physical_experts
+    copies = w.cluster.ep * t * moe.top_k  # every rank's copies, spread over every expert slot
+    return w.experts_per_rank * (1.0 - (1.0 - 1.0 / slots) ** copies)
+
+
+@dataclass(frozen=True)
+class LayerCosts:
+    """The modelled cost of each kernel of one layer for a ubatch of ``t`` tokens (module docstring).
+
+    Compute kernels hold a ``Work``; ``dispatch`` / ``combine`` hold seconds (the all-to-all's modelled
+    time on the busiest rank, None when EP is 1 and nothing crosses a link); ``layer`` is the layer
+    index the attention cost was taken for (sliding windows differ per layer)."""
+
+    t: int
+    attn_proj: Work
+    attn_core: Work
+    attn_out: Work
+    router: Work
+    dense_mlp: Work | None
+    experts: Work | None
+    shared: Work | None
+    dispatch: float | None
+    combine: float | None
+    dispatch_recv: Work | None
+    combine_recv: Work | None
+    finalize: Work
+    dispatch_bytes: float = 0.0
+    combine_bytes: float = 0.0
+
+
+def _mla(
+    w: Workload, a: MLAAttention, t: int, pairs: float, store: str, _sum: Folder
+) -> tuple[Work, Work, Work, float, float]:
+    """(proj, core, out, core flops, core bytes) of MLA; decode absorbed, prefill expanded."""
+    H = w.spec.hidden_size
+    h, nope, rope, v, lat = a.heads, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, a.kv_lora_rank
+    kvb = DTYPE_BYTES[w.spec.precision.kv_cache]
+    if a.q_lora_rank is None:
+        q = gemm(t, h * (nope + rope), H, store)
+    else:
+        q = _sum(gemm(t, a.q_lora_rank, H, store), gemm(t, h * (nope + rope), a.q_lora_rank, store))
+    kv_a = gemm(t, lat + rope, H, store)
+    norm = _pass(t, H, 2)
+    if w.phase == "decode":
+        absorb_k = _bmm(h, t, lat, nope)  # q_nope into the latent space (per-head bmm)
+        proj = _sum(q, kv_a, absorb_k, norm)
+        flops = 2.0 * h * pairs * (lat + rope) + 2.0 * h * pairs * lat
+        nbytes = t * (w.context + 1.0) * (lat + rope) * kvb + t * h * (lat + rope + lat) * _ACT
+        out = _sum(gemm(t, H, h * v, store), _bmm(h, t, v, lat))
+    else:
+        kv_b = gemm(t, h * (nope + v), lat, store)  # expand the latent into per-head keys and values
+        proj = _sum(q, kv_a, kv_b, norm)
+        flops = 2.0 * h * pairs * (nope + rope) + 2.0 * h * pairs * v
+        nbytes = t * h * (2 * (nope + rope) + 2 * v) * _ACT + t * (lat + rope) * kvb
+        out = _sum(gemm(t, H, h * v, store))
+    return proj, Work(), out, flops, nbytes
+
+
+def _gqa(w: Workload, a: GQAAttention, t: int, pairs: float, layer: int, store: str, _sum: Folder):
+    H = w.spec.hidden_size
+    h, kvh, d = a.heads, a.kv_heads, a.head_dim
+    kvb = DTYPE_BYTES[w.spec.precision.kv_cache]
+    window = a.window_of(layer)
+    proj = _sum(gemm(t, (h + 2 * kvh) * d, H, store), _pass(t, H, 2))
+    if w.phase == "decode":
+        seen = min(w.context + 1.0, window) if window else w.context + 1.0
+        p = t * seen
+        nbytes = t * seen * 2 * kvh * d * kvb + 2 * t * h * d * _ACT
+    else:
+        p = pairs if not window else min(pairs, t * float(window))
+        nbytes = t * (2 * h + 2 * kvh) * d * _ACT + t * 2 * kvh * d * kvb
+    flops = 4.0 * h * d * p
+    return proj, Work(), _sum(gemm(t, H, h * d, store)), flops, nbytes
+
+
+def layer_costs(
+    w: Workload,
+    t: int,
+    layer: int,
+    profile: DeviceProfile,
+    attention_scale: tuple[float, float] = (1.0, 1.0),
+) -> LayerCosts:
+    """The ``LayerCosts`` of layer ``layer`` for a ubatch of ``t`` >= 1 tokens of workload ``w``, its
+    GEMMs folded for ``profile`` (``Folder``)."""
+    spec, H = w.spec, w.spec.hidden_size
+    _sum = Folder(profile)
+    store = spec.precision.weights
+    pairs = attention_pairs(w, t)
+    a = spec.attention
+    if isinstance(a, MLAAttention):
+        proj, _, out, af, ab = _mla(w, a, t, pairs, store, _sum)
+    else:
+        proj, _, out, af, ab = _gqa(w, a, t, pairs, layer, store, _sum)
+    fs, bs = attention_scale
+    core = Work(flops=af * fs, bytes=ab * bs, dtype="bfloat16")
+    finalize = _pass(t, H, 1)
+    moe = spec.moe
+    dense = None
+    if not spec.is_moe_layer(layer):
+        inter = spec.dense_intermediate_size
+        dense = _sum(gemm(t, 2 * inter, H, store), gemm(t, H, inter, store), _pass(t, H, 2), _pass(t, inter, 1))
+        return LayerCosts(t, proj, core, out, _pass(t, H, 1), dense, None, None, None, None, None, None, finalize)
+    E, k, inter = moe.routed_experts, moe.top_k, moe.intermediate_size
+    estore = spec.precision.experts
+    router = _sum(gemm(t, E, H, "bfloat16"), _pass(t, H, 2), _pass(t, E, 4))
+    imb = w.imbalance_at(t)
+    rows = t * k * imb  # copies the busiest rank's experts receive
+    act = max(1.0, active_experts(w, t))
+    per = rows / act
+    if w.schedule == "ht":
+        per = math.ceil(per / _PAD) * _PAD
+    computed = per * act
+    # the grouped GEMM's efficiency at the rows per active expert, its bytes once per active expert
+    up = gemm(computed, 2 * inter, H, estore, weights=act)
+    down = gemm(computed, H, inter, estore, weights=act)
+    shape = (max(1, round(per)),)
+    experts = _sum(
+        Work(flops=up.flops, bytes=up.bytes, dtype=up.dtype, shape=shape + up.shape[1:]),
+        Work(flops=down.flops, bytes=down.bytes, dtype=down.dtype, shape=shape + down.shape[1:]),
+        _pass(computed, inter, 1.5),
+    )
+    shared = None
+    if moe.shared_experts:
+        Is = inter * moe.shared_experts
+        shared = _sum(gemm(t, 2 * Is, H, estore), gemm(t, H, Is, estore), _pass(t, Is, 1))
+    dispatch = combine = None
+    d_bytes = c_bytes = 0.0
+    fp8 = spec.precision.dispatch.startswith("fp8") and H % 128 == 0
+    msg = (H + H // 128 * 4) if fp8 else 2 * H
+    recv_d = Work(flops=rows * H, bytes=rows * (msg + H * _ACT))
+    recv_c = Work(flops=2.0 * rows * H, bytes=(rows + t) * H * _ACT)
+    if w.cluster.ep > 1:
+        routing = w.routing(t)
+        if w.schedule == "ll":
+            dsp = deepep_low_latency(w.cluster, routing, t, H, "dispatch", fp8=fp8)
+            cmb = deepep_low_latency(w.cluster, routing, t, H, "combine", fp8=fp8)
+        else:
+            dsp = deepep_normal(w.cluster, routing, t, H, "dispatch", fp8=fp8, comm_sms=w.comm_sms)
+            cmb = deepep_normal(w.cluster, routing, t, H, "combine", fp8=fp8, comm_sms=w.comm_sms)
+        dispatch, combine = dsp.seconds, cmb.seconds
+        d_bytes, c_bytes = dsp.rdma_bytes + dsp.nvlink_bytes, cmb.rdma_bytes + cmb.nvlink_bytes
+    return LayerCosts(
+        t, proj, core, out, router, None, experts, shared, dispatch, combine, recv_d, recv_c, finalize, d_bytes, c_bytes
+    )

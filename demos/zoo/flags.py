@@ -1,0 +1,165 @@
+"""The model, GPU and cluster flags that ``demos.overlap --model`` and ``demos.predict`` share.
+
+``add_model_flags(parser)`` adds ``--model --gpu --nodes --gpus-per-node --ep --phase --context
+--imbalance --comm-sms --schedule --shrink``; ``load_model(text)`` turns ``--model`` into a
+``ModelSpec`` (a preset name, or a HuggingFace config.json path); ``workload_of(ns, tokens=, ubatches=)``
+builds the ``Workload``. Every bad value is a ``ConfigError`` whose fields are flag names
+(``flag_of``), rendered as one line by the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from dbo.costs import GPUS
+from demos.models import (
+    PRESET_NAMES,
+    ModelConfigError,
+    ModelSpec,
+    ModelSpecError,
+    UnknownPresetError,
+    get_preset,
+    load_config,
+    shrink,
+)
+from demos.moe.config_error import ConfigError, field_ref
+from demos.zoo.workload import PHASES, WORKLOAD_SCHEDULES, Workload, cluster_for
+
+__all__ = ["TOY", "add_model_flags", "flag_of", "is_config_path", "load_model", "parse_imbalance", "workload_of"]
+
+TOY = "toy"
+"""``--model toy``: the toy MoE of ``demos.moe`` (the default of ``demos.overlap``)."""
+
+
+def flag_of(field: str) -> str:
+    """The flag of a field named in a ConfigError (``gpus_per_node`` -> ``--gpus-per-node``)."""
+    return "--" + field.replace("_", "-")
+
+
+def is_config_path(text: str) -> bool:
+    """Whether ``--model`` names a file (ends in .json or holds a path separator) rather than a preset."""
+    return text.endswith(".json") or os.sep in text or (os.altsep is not None and os.altsep in text)
+
+
+def load_model(text: str) -> ModelSpec:
+    """The ``ModelSpec`` ``--model`` names: a preset (``PRESET_NAMES``, ``deepseek-r1``) or a config.json.
+    Errors are ``ConfigError`` naming ``--model`` and, for a file, the file and its field."""
+    try:
+        if is_config_path(text):
+            return load_config(text)
+        return get_preset(text)
+    except UnknownPresetError as e:
+        raise ConfigError(f"{field_ref('model')}: {e}; or {TOY}, or a path to a config.json") from None
+    except (ModelConfigError, ModelSpecError) as e:
+        raise ConfigError(f"{field_ref('model')}: {e}") from None
+
+
+def parse_imbalance(text: str) -> float | str:
+    """``--imbalance``: a number >= 1, or ``auto``."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number or 'auto': {text!r}") from None
+
+
+def add_model_flags(parser: argparse.ArgumentParser, *, model_default: str | None) -> None:
+    """The shared flags (module docstring). ``model_default``: ``--model``'s default (None: required)."""
+    a = parser.add_argument
+    a(
+        "--model",
+        default=model_default,
+        required=model_default is None,
+        metavar="NAME|PATH",
+        help=f"a preset ({', '.join(PRESET_NAMES)}, deepseek-r1) or a HuggingFace config.json of those families"
+        + (f"; {TOY}: the toy MoE (default)" if model_default == TOY else ""),
+    )
+    a(
+        "--gpu",
+        default="h100",
+        choices=tuple(GPUS),
+        help="GPU profile (datasheet figures, docs/clusters.md; default h100)",
+    )
+    a("--nodes", type=int, default=1, help="nodes in the cluster (default 1)")
+    a("--gpus-per-node", type=int, default=None, help="GPUs per node (default: the GPU's: 8, gb200 4)")
+    a(
+        "--ep",
+        type=int,
+        default=None,
+        help="expert-parallel degree: ranks the routed experts are sharded over (default: every GPU of the cluster)",
+    )
+    a(
+        "--phase",
+        default="decode",
+        choices=PHASES,
+        help="decode (one new token per request) or prefill (default decode)",
+    )
+    a(
+        "--context",
+        type=int,
+        default=2048,
+        help="decode: cached tokens per request; prefill: tokens per prompt (default 2048)",
+    )
+    a(
+        "--imbalance",
+        type=parse_imbalance,
+        default=1.0,
+        metavar="X|auto",
+        help="busiest rank's expert load over the mean (1 = balanced, as EPLB aims for), or auto: the fluctuation "
+        "of uniform routing at each token count (default 1)",
+    )
+    a(
+        "--comm-sms",
+        type=int,
+        default=None,
+        help="SMs DeepEP's normal (ht) kernels take from compute while they run (default 20; ll takes none)",
+    )
+    a(
+        "--schedule",
+        default=None,
+        choices=WORKLOAD_SCHEDULES,
+        help="ll = DeepEP low-latency kernels, ht = normal kernels (default: ll for decode, ht for prefill)",
+    )
+    a(
+        "--shrink",
+        type=int,
+        default=None,
+        metavar="F",
+        help="divide the widths and the expert count by F and do the real math (threads and inline; default 32 "
+        "there, none on virtual)",
+    )
+
+
+def _int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{field_ref(name)} must be an int >= {low}, got {value!r}")
+    return value
+
+
+def workload_of(ns: argparse.Namespace, *, tokens: int, ubatches: int, spec: ModelSpec | None = None) -> Workload:
+    """The ``Workload`` of the parsed flags at ``tokens`` per rank and ``ubatches`` (``spec``: the model
+    already loaded, shrunk or not)."""
+    spec = load_model(ns.model) if spec is None else spec
+    cluster = cluster_for(ns.gpu, ns.nodes, ns.gpus_per_node, ns.ep)
+    return Workload(
+        spec,
+        cluster,
+        phase=ns.phase,
+        tokens=_int("tokens", tokens, 1),
+        context=_int("context", ns.context, 1),
+        schedule=ns.schedule,
+        ubatches=_int("ubatches", ubatches, 1),
+        imbalance=ns.imbalance,
+        comm_sms=ns.comm_sms,
+    )
+
+
+def shrunk_spec(spec: ModelSpec, factor: int | None) -> ModelSpec:
+    """``spec`` shrunk by ``factor`` (None or 1: as it is), keeping at least 8 routed experts."""
+    if factor is None or factor == 1:
+        return spec
+    _int("shrink", factor, 1)
+    return shrink(spec, factor, min_experts=min(8, spec.moe.routed_experts) if spec.moe is not None else 1)

@@ -1,0 +1,184 @@
+"""The generic transformer's kernels with real math (``threads``, ``inline``) and the meta stand-in.
+
+Every kernel writes only into tensors it is given (its outputs, workspace views, or the ubatch's own
+rows of the hidden states), so a DBO step and the same split run one ubatch after another compute the
+same values bitwise. Shapes are static (no host sync, no data-dependent size): the routed experts run
+masked over the ubatch's tokens, each expert weighted by its gate (0 for a token that did not pick it).
+
+What the real math simplifies, and why it does not matter for timing (the cost model, not these
+kernels, sets the modelled time; docs/models.md, "Real math"): attention attends to one cached
+context per layer shared by every request plus the token itself, without rotary embeddings; routing is
+plain top-k of the scores (plus DeepSeek-V3's selection bias), without group limits.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "meta_kernel",
+    "embed_kernel",
+    "gqa_proj_kernel",
+    "gqa_core_kernel",
+    "mla_proj_kernel",
+    "mla_core_kernel",
+    "mla_out_kernel",
+    "out_kernel",
+    "router_kernel",
+    "copy_kernel",
+    "experts_kernel",
+    "mlp_kernel",
+    "dense_kernel",
+    "finalize_kernel",
+]
+
+
+def meta_kernel(*_args) -> None:
+    """Stands in for every kernel at full size on meta tensors: only the declared cost matters."""
+
+
+def _rmsnorm(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+def embed_kernel(x0: torch.Tensor, h: torch.Tensor) -> None:
+    h.copy_(x0)
+
+
+def gqa_proj_kernel(h: torch.Tensor, w_qkv: torch.Tensor, qkv: torch.Tensor) -> None:
+    torch.mm(_rmsnorm(h), w_qkv, out=qkv)
+
+
+def gqa_core_kernel(
+    qkv: torch.Tensor, k_ctx: torch.Tensor, v_ctx: torch.Tensor, heads: int, kv_heads: int, out: torch.Tensor
+) -> None:
+    """Each token attends to the cached context (``k_ctx``/``v_ctx``: (kv_heads, C, d)) and to itself."""
+    t = qkv.shape[0]
+    d = k_ctx.shape[-1]
+    q = qkv[:, : heads * d].view(t, kv_heads, heads // kv_heads, d)
+    k = qkv[:, heads * d : (heads + kv_heads) * d].view(t, kv_heads, 1, d)
+    v = qkv[:, (heads + kv_heads) * d :].view(t, kv_heads, 1, d)
+    scale = d**-0.5
+    s_ctx = torch.einsum("tgrd,gcd->tgrc", q, k_ctx) * scale
+    s_self = (q * k).sum(-1, keepdim=True) * scale
+    p = torch.softmax(torch.cat([s_ctx, s_self], dim=-1), dim=-1)
+    o = torch.einsum("tgrc,gcd->tgrd", p[..., :-1], v_ctx) + p[..., -1:] * v
+    out.copy_(o.reshape(t, heads * d))
+
+
+def mla_proj_kernel(
+    h: torch.Tensor,
+    w_q: tuple[torch.Tensor, ...],
+    w_kv_a: torch.Tensor,
+    w_uk: torch.Tensor,
+    nope: int,
+    q_lat: torch.Tensor,
+    q_rope: torch.Tensor,
+    kv_self: torch.Tensor,
+) -> None:
+    """MLA's projections, absorbed: the query into the latent space (``q_lat``: (t, heads, latent)) and
+    its RoPE part (``q_rope``), the token's own latent and RoPE key (``kv_self``: (t, latent + rope))."""
+    x = _rmsnorm(h)
+    q = x
+    for w in w_q:
+        q = q @ w
+    t, heads = h.shape[0], q_lat.shape[1]
+    q = q.view(t, heads, -1)
+    q_lat.copy_(torch.einsum("thn,hnl->thl", q[..., :nope], w_uk))
+    q_rope.copy_(q[..., nope:])
+    torch.mm(x, w_kv_a, out=kv_self)
+
+
+def mla_core_kernel(
+    q_lat: torch.Tensor, q_rope: torch.Tensor, kv_self: torch.Tensor, kv_ctx: torch.Tensor, o_lat: torch.Tensor
+) -> None:
+    """Attention in the latent space over the cached latents (``kv_ctx``: (C, latent + rope)) and the
+    token's own, values the latents themselves."""
+    lat = q_lat.shape[-1]
+    scale = (lat + q_rope.shape[-1]) ** -0.5
+    s_ctx = torch.einsum("thl,cl->thc", q_lat, kv_ctx[:, :lat]) + torch.einsum("thr,cr->thc", q_rope, kv_ctx[:, lat:])
+    s_self = (q_lat * kv_self[:, None, :lat]).sum(-1, keepdim=True) + (q_rope * kv_self[:, None, lat:]).sum(
+        -1, keepdim=True
+    )
+    p = torch.softmax(torch.cat([s_ctx, s_self], dim=-1) * scale, dim=-1)
+    o = torch.einsum("thc,cl->thl", p[..., :-1], kv_ctx[:, :lat]) + p[..., -1:] * kv_self[:, None, :lat]
+    o_lat.copy_(o)
+
+
+def mla_out_kernel(o_lat: torch.Tensor, w_uv: torch.Tensor, w_o: torch.Tensor, h: torch.Tensor) -> None:
+    o = torch.einsum("thl,hlv->thv", o_lat, w_uv).reshape(h.shape[0], -1)
+    h.add_(o @ w_o)
+
+
+def out_kernel(attn: torch.Tensor, w_o: torch.Tensor, h: torch.Tensor) -> None:
+    h.add_(attn @ w_o)
+
+
+def router_kernel(
+    h: torch.Tensor,
+    w_gate: torch.Tensor,
+    bias: torch.Tensor | None,
+    top_k: int,
+    sigmoid: bool,
+    renorm: bool,
+    scale: float,
+    x_out: torch.Tensor,
+    gates: torch.Tensor,
+) -> None:
+    """The MoE input (``x_out``: the normed hidden states) and each token's gate per expert (``gates``:
+    (t, experts), 0 for the experts it did not pick)."""
+    x = _rmsnorm(h)
+    x_out.copy_(x)
+    logits = x @ w_gate
+    scores = torch.sigmoid(logits) if sigmoid else torch.softmax(logits, dim=-1)
+    pick = scores if bias is None else scores + bias
+    idx = torch.topk(pick, top_k, dim=-1).indices
+    w = torch.gather(scores, 1, idx)
+    if renorm:
+        w = w / w.sum(-1, keepdim=True)
+    gates.zero_()
+    gates.scatter_(1, idx, w * scale)
+
+
+def copy_kernel(src: torch.Tensor, dst: torch.Tensor) -> None:
+    dst.copy_(src)
+
+
+def experts_kernel(
+    x: torch.Tensor,
+    gates: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    ws13: torch.Tensor,
+    ws2: torch.Tensor,
+    tmp: torch.Tensor,
+    y: torch.Tensor,
+) -> None:
+    """Every routed expert over every token, weighted by its gate (static shapes: no token sort)."""
+    inter = w2.shape[1]
+    y.zero_()
+    for e in range(w1.shape[0]):
+        torch.mm(x, w1[e], out=ws13)
+        torch.mul(F.silu(ws13[:, :inter]), ws13[:, inter:], out=ws2)
+        torch.mm(ws2, w2[e], out=tmp)
+        y.addcmul_(tmp, gates[:, e : e + 1])
+
+
+def mlp_kernel(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, hbuf: torch.Tensor, out: torch.Tensor) -> None:
+    """A gated MLP (gate and up fused in ``w1``) of ``x`` into ``out``."""
+    inter = w2.shape[0]
+    torch.mm(x, w1, out=hbuf)
+    torch.mm(F.silu(hbuf[:, :inter]) * hbuf[:, inter:], w2, out=out)
+
+
+def dense_kernel(h: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, hbuf: torch.Tensor, out: torch.Tensor) -> None:
+    """A dense layer's MLP with its norm and residual: ``h += mlp(norm(h))``."""
+    mlp_kernel(_rmsnorm(h), w1, w2, hbuf, out)
+    h.add_(out)
+
+
+def finalize_kernel(h: torch.Tensor, moe_out: torch.Tensor, shared_out: torch.Tensor | None) -> None:
+    h.add_(moe_out)
+    if shared_out is not None:
+        h.add_(shared_out)

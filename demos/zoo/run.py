@@ -1,0 +1,235 @@
+"""Run the generic transformer's step with and without DBO, and time it: ``ZooRun``.
+
+``ZooRun(workload, backend=, mode=)`` builds one backend, the process-global workspace manager (one
+slot per ubatch), the model and two orchestrators (one ubatch, and ``workload.ubatches``). ``measure()``
+warms both steps up (the workspace grows to its largest request), locks the workspace, and times one
+step of each: eager (``orchestrator.run``) or graph (captured once, then replayed). On ``virtual`` the
+clock is the modelled device and host, so one step is the answer (it is deterministic).
+
+The LM head runs after the ubatched forward on the whole batch in both steps (vLLM computes logits
+outside the model's forward and its CUDA graph): its modelled time (one GEMM of the batch's logit rows
+through ``vocab x hidden``, plus one eager launch) is added to both step times as ``head_s``.
+
+``check_exact()`` (real math, ``threads``/``inline``) runs the DBO step, then the same split one ubatch
+after another, and compares the hidden states bitwise.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+import dbo
+import workspace
+from dbo.costs import DeviceProfile, kernel_time
+from dbo.trace import Tracer
+from demos.zoo.costs import gemm
+from demos.zoo.model import ZooModel
+from demos.zoo.profile import attention_scale, gpu_profile
+from demos.zoo.workload import Workload
+
+__all__ = ["MODES", "STAGES", "StepTimes", "ZooRun", "stage_of"]
+
+MODES = ("graph", "eager")
+STAGES = ("attention", "dispatch", "mlp", "combine", "other")
+
+_STAGE_OF = {
+    "attn_proj": "attention",
+    "attn_core": "attention",
+    "attn_out": "attention",
+    "router": "attention",
+    "dispatch": "dispatch",
+    "dispatch_ll": "dispatch",
+    "dispatch_recv": "dispatch",
+    "experts": "mlp",
+    "experts_ll": "mlp",
+    "shared": "mlp",
+    "dense_mlp": "mlp",
+    "combine": "combine",
+    "combine_ll": "combine",
+    "combine_recv": "combine",
+    "moe_copy": "combine",
+}
+
+
+def stage_of(op: str | None) -> str:
+    """The stage of DeepSeek's stage figures an op belongs to (attention, dispatch, mlp, combine, other)."""
+    return _STAGE_OF.get(op or "", "other")
+
+
+@dataclass
+class StepTimes:
+    """One step's figures: ``seconds`` (the ubatched forward plus the LM head), ``head_s``, the busy
+    seconds per stage (``stages``, from the kernel records), the kernels it ran."""
+
+    seconds: float
+    head_s: float
+    stages: dict[str, float] = field(default_factory=dict)
+    kernels: int = 0
+    records: list = field(default_factory=list, repr=False)
+    tracer: Tracer | None = field(default=None, repr=False)
+
+
+def _pin_to_one_cpu() -> set[int] | None:
+    """Pin the calling thread to one of its CPUs and return its old mask (None where affinity is not
+    supported). Threads it starts inherit the mask (Linux), so a virtual step's ubatch threads then
+    share one CPU: only one of them runs at a time anyway (the turn), and a handoff then wakes a thread
+    on the same CPU instead of another one (2-3x faster simulation on a 2-core VM; docs/performance.md)."""
+    get = getattr(os, "sched_getaffinity", None)
+    if get is None:
+        return None
+    try:
+        old = get(0)
+        os.sched_setaffinity(0, {min(old)})
+    except OSError:
+        return None
+    return old
+
+
+class ZooRun:
+    """One backend, workspace and model for ``workload`` (module docstring). ``profile``: a
+    ``DeviceProfile`` (default: ``gpu_profile`` of the cluster's GPU with the workload's comm SMs)."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        *,
+        backend: str = "virtual",
+        mode: str = "eager",
+        profile: DeviceProfile | None = None,
+        shrunk: bool | None = None,
+        seed: int = 0,
+    ):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.w, self.mode = workload, mode
+        self.profile = profile if profile is not None else gpu_profile(workload.gpu, comm_sms=workload.comm_sms)
+        real = backend != "virtual" if shrunk is None else shrunk
+        device = "cpu" if real else "meta"
+        self._affinity = _pin_to_one_cpu() if backend == "virtual" else None
+        self.closed = False
+        try:
+            self.backend = dbo.get_backend(backend, profile=self.profile)
+        except BaseException:
+            self._restore_affinity()
+            raise
+        try:
+            n = workload.ubatches
+            self.manager = workspace.init_workspace_manager(device, num_ubatches=n)
+            self.model = ZooModel(
+                workload,
+                num_ubatches=n,
+                device=device,
+                profile=self.profile,
+                seed=seed,
+                attention_scale=attention_scale(),
+            )
+            self.orch_n = dbo.UBatchOrchestrator(n, backend=self.backend)
+            self.orch1 = dbo.UBatchOrchestrator(1, backend=self.backend)
+        except BaseException:
+            self.close()
+            raise
+        T = workload.tokens
+        self.full = [range(0, T)]
+        self.split = list(dbo.split_tokens(T, n))
+        self._captured: dict[bool, Any] = {}
+        self.warm = False
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for c in getattr(self, "_captured", {}).values():
+            c.close()
+        for name in ("orch_n", "orch1"):
+            o = getattr(self, name, None)
+            if o is not None:
+                o.close()
+        self.backend.close()
+        workspace.reset_workspace_manager()
+        self._restore_affinity()
+
+    def _restore_affinity(self) -> None:
+        old, self._affinity = self._affinity, None
+        if old is not None:
+            try:
+                os.sched_setaffinity(0, old)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "ZooRun":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- steps --------------------------------------------------------------------------------------
+    def head_seconds(self) -> float:
+        """The LM head's modelled seconds (module docstring)."""
+        w, s = self.w, self.w.spec
+        rows = w.tokens if w.phase == "decode" else max(1, math.ceil(w.requests))
+        work = gemm(rows, s.vocab_size, s.hidden_size, s.precision.weights)
+        host = self.profile.host.kernel if self.mode == "eager" else 0.0
+        return kernel_time(work, self.profile) + host
+
+    def _inputs(self, dbo_on: bool) -> tuple[Any, list[range]]:
+        return (self.orch_n, self.split) if dbo_on else (self.orch1, self.full)
+
+    def warmup(self) -> None:
+        """One step of each, then lock the workspace (its slots are at their largest)."""
+        for dbo_on in (False, True):
+            orch, inputs = self._inputs(dbo_on)
+            orch.run(self.model.forward, inputs)
+        self.manager.lock()
+        self.warm = True
+
+    def step(self, dbo_on: bool, *, tracer: Tracer | None = None) -> StepTimes:
+        """One timed step (eager run or graph replay) with or without DBO."""
+        if not self.warm:
+            self.warmup()
+        orch, inputs = self._inputs(dbo_on)
+        rec = tracer if tracer is not None else Tracer(enabled=True)
+        first = len(rec.records)
+        if self.mode == "graph":
+            cap = self._captured.get(dbo_on)
+            if cap is None:
+                cap = self._captured[dbo_on] = orch.capture(self.model.forward, inputs)
+            self.backend.tracer = rec
+            t0 = self.backend.now()
+            cap.replay()
+        else:
+            self.backend.tracer = rec
+            t0 = self.backend.now()
+            orch.run(self.model.forward, inputs)
+        t1 = self.backend.now()
+        self.backend.tracer = None
+        stages = dict.fromkeys(STAGES, 0.0)
+        records = rec.records[first:]
+        for r in records:
+            stages[stage_of(r.op)] += r.duration
+        head = self.head_seconds()
+        stages["other"] += head
+        return StepTimes(t1 - t0 + head, head, stages, len(records), records, rec)
+
+    def slot_sizes(self) -> list[int]:
+        return self.manager.slot_sizes()
+
+    # -- exactness (real math) ----------------------------------------------------------------------
+    def check_exact(self) -> tuple[bool, float]:
+        """(bitwise equal, max abs difference) of the DBO step against its split run one ubatch after
+        another (real math only)."""
+        if self.model.meta:
+            raise ValueError("check_exact needs real math (a shrunken model off virtual)")
+        if not self.warm:
+            self.warmup()
+        self.orch_n.run(self.model.forward, self.split)
+        out = self.model.hidden.clone()
+        for rows in self.split:
+            self.orch1.run(self.model.forward, [rows])
+        ref = self.model.hidden.clone()
+        same = bool(torch.equal(out, ref))
+        return same, float((out - ref).abs().max()) if out.numel() else 0.0

@@ -1,0 +1,171 @@
+"""``Workload``: one step of a real model on a real cluster, as the generic transformer runs it.
+
+A workload is pure data: the model (``demos.models.ModelSpec``), the cluster (``dbo.costs.ClusterSpec``:
+GPU, nodes, GPUs per node, EP degree), the phase, and the step's shape on one rank:
+
+* ``phase`` "decode": ``tokens`` requests each generate one token, each attending to ``context`` cached
+  tokens; "prefill": the rank runs ``tokens`` prompt tokens, in requests of ``context`` tokens each
+  (the last one shorter), each token attending causally to the tokens before it in its request.
+* Data-parallel attention: every rank runs attention for its own tokens with a full copy of the
+  non-expert weights; the routed experts are sharded ``ep`` ways (docs/clusters.md).
+* ``schedule``: "ll" (DeepEP low-latency kernels, the decode default) or "ht" (DeepEP normal kernels,
+  the prefill default). ``comm_sms``: SMs the normal kernels take from compute while they run (default
+  20; the low-latency kernels take none).
+* ``imbalance``: the busiest rank's expert load over the mean (1.0: balanced, as EPLB aims for), or
+  "auto": the fluctuation of uniform routing, ``1 + sqrt(2 ln(ep) / (tokens x top_k))`` (the expected
+  maximum of ``ep`` nearly-Poisson loads of mean ``tokens x top_k``; a first-principles estimate, not fitted).
+
+Every bad value raises ``ConfigError`` naming the field (``demos.moe.config_error``), so the command line
+can name the flag.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from dbo.costs import DEFAULT_COMM_SMS, ClusterSpec, Routing, get_gpu
+from demos.models import ModelSpec
+from demos.moe.config_error import ConfigError, field_ref
+
+__all__ = ["PHASES", "WORKLOAD_SCHEDULES", "Workload", "auto_imbalance", "cluster_for", "default_schedule"]
+
+PHASES = ("decode", "prefill")
+WORKLOAD_SCHEDULES = ("ll", "ht")
+
+
+def default_schedule(phase: str) -> str:
+    """The schedule each phase runs as DeepEP deploys it: low-latency for decode, normal for prefill."""
+    return "ll" if phase == "decode" else "ht"
+
+
+def auto_imbalance(tokens: int, top_k: int, ep: int) -> float:
+    """The busiest of ``ep`` ranks' expert load over the mean under uniform routing of ``tokens`` tokens
+    per rank to ``top_k`` experts each (module docstring). 1.0 for one rank or no tokens."""
+    mean = tokens * top_k
+    if ep <= 1 or mean <= 0:
+        return 1.0
+    return 1.0 + math.sqrt(2.0 * math.log(ep) / mean)
+
+
+def _int(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{field_ref(name)} must be an int >= {low}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One rank's step of ``spec`` on ``cluster`` (module docstring). ``ubatches`` is how many ubatches a
+    DBO step splits it into (the no-DBO step is one)."""
+
+    spec: ModelSpec
+    cluster: ClusterSpec
+    phase: str = "decode"
+    tokens: int = 128
+    context: int = 2048
+    schedule: str | None = None
+    ubatches: int = 2
+    imbalance: float | str = 1.0
+    comm_sms: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.spec, ModelSpec):
+            raise ConfigError(f"{field_ref('model')} must be a ModelSpec, got {type(self.spec).__name__}")
+        if not isinstance(self.cluster, ClusterSpec):
+            raise ConfigError(f"{field_ref('gpu')}: the cluster must be a ClusterSpec, got {type(self.cluster)}")
+        if self.phase not in PHASES:
+            raise ConfigError(f"{field_ref('phase')} must be one of {', '.join(PHASES)}, got {self.phase!r}")
+        _int("tokens", self.tokens, 1)
+        _int("context", self.context, 1)
+        _int("ubatches", self.ubatches, 1)
+        if self.ubatches > self.tokens:
+            raise ConfigError(
+                f"{field_ref('ubatches')} ({self.ubatches}) must not exceed {field_ref('tokens')} ({self.tokens})"
+            )
+        sched = default_schedule(self.phase) if self.schedule is None else self.schedule
+        if sched not in WORKLOAD_SCHEDULES:
+            raise ConfigError(f"{field_ref('schedule')} must be one of {', '.join(WORKLOAD_SCHEDULES)}, got {sched!r}")
+        object.__setattr__(self, "schedule", sched)
+        imb = self.imbalance
+        if imb != "auto":
+            if isinstance(imb, bool) or not isinstance(imb, (int, float)) or not math.isfinite(imb) or imb < 1:
+                raise ConfigError(f"{field_ref('imbalance')} must be a number >= 1 or 'auto', got {imb!r}")
+        sms = self.comm_sms
+        if sms is None:
+            sms = DEFAULT_COMM_SMS if sched == "ht" else 0
+        gpu = self.cluster.gpu
+        if isinstance(sms, bool) or not isinstance(sms, int) or not 0 <= sms < gpu.sm_count:
+            raise ConfigError(
+                f"{field_ref('comm_sms')} must be an int in [0, {gpu.sm_count}) on {gpu.name}, got {sms!r}"
+            )
+        if sched == "ht" and sms == 0 and self.cluster.ep > 1:
+            raise ConfigError(f"{field_ref('comm_sms')}: DeepEP's normal kernels (schedule ht) need at least 1 SM")
+        object.__setattr__(self, "comm_sms", sms)
+
+    @property
+    def gpu(self):
+        return self.cluster.gpu
+
+    @property
+    def requests(self) -> float:
+        """Requests the rank runs: ``tokens`` in decode; ``tokens / context`` in prefill (a fraction: the
+        last request may be partial)."""
+        return float(self.tokens) if self.phase == "decode" else self.tokens / self.context
+
+    @property
+    def experts_per_rank(self) -> int:
+        """Expert slots per rank: ``ceil(routed_experts / ep)`` (0 for a dense model)."""
+        moe = self.spec.moe
+        return 0 if moe is None else -(-moe.routed_experts // self.cluster.ep)
+
+    @property
+    def physical_experts(self) -> int:
+        """Expert slots over the EP group, ``experts_per_rank x ep``: when ``ep`` does not divide the
+        routed experts, the spare slots hold redundant copies of the busiest experts, as EPLB deploys
+        (DeepSeek-V3 at EP 72: 256 + 32 = 288 = 4 x 72). Routing spreads over the slots evenly."""
+        return self.experts_per_rank * self.cluster.ep
+
+    @property
+    def redundant_experts(self) -> int:
+        moe = self.spec.moe
+        return 0 if moe is None else self.physical_experts - moe.routed_experts
+
+    def imbalance_at(self, tokens: int) -> float:
+        """The expert-load imbalance of a ubatch of ``tokens`` tokens per rank."""
+        if self.imbalance != "auto":
+            return float(self.imbalance)
+        k = self.spec.moe.top_k if self.spec.moe is not None else 1
+        return auto_imbalance(tokens, k, self.cluster.ep)
+
+    def routing(self, tokens: int) -> Routing:
+        """The routing of a ubatch of ``tokens`` tokens (uniform, no domain limit: docs/clusters.md)."""
+        moe = self.spec.moe
+        if moe is None:
+            raise ConfigError(f"{field_ref('model')} {self.spec.name} is dense: it routes nothing")
+        return Routing(self.physical_experts, moe.top_k, imbalance=self.imbalance_at(tokens))
+
+    def with_(self, **changes) -> "Workload":
+        """A copy with ``changes`` (checked again)."""
+        return replace(self, **changes)
+
+
+def cluster_for(gpu: str, nodes: int, gpus_per_node: int | None, ep: int | None) -> ClusterSpec:
+    """The cluster of ``nodes`` x ``gpus_per_node`` (None: the GPU's node) ``gpu`` GPUs with EP ``ep``
+    (None: every GPU), errors as ``ConfigError`` naming the flag."""
+    try:
+        g = get_gpu(gpu)
+    except ValueError as e:
+        raise ConfigError(f"{field_ref('gpu')}: {e}") from None
+    _int("nodes", nodes, 1)
+    per = g.gpus_per_node if gpus_per_node is None else _int("gpus_per_node", gpus_per_node, 1)
+    world = nodes * per
+    e = world if ep is None else _int("ep", ep, 1)
+    if e > world or world % e:
+        raise ConfigError(
+            f"{field_ref('ep')} {e} must divide the {world} GPUs of the cluster ({nodes} x {per} {g.name})"
+        )
+    try:
+        return ClusterSpec(nodes=nodes, gpus_per_node=per, ep=e, gpu=g)
+    except ValueError as err:
+        raise ConfigError(f"{field_ref('ep')}: {str(err).replace('ClusterSpec.', '')}") from None

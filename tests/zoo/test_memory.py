@@ -1,0 +1,62 @@
+"""What a GPU holds: weights sharded as DP attention + EP deploys them, the KV cache of the step's
+requests, the workspace slots, DeepEP's buffers, and what DBO adds."""
+
+from __future__ import annotations
+
+import pytest
+
+from demos.models import count_params, get_preset
+from demos.models.params import expert_params
+from demos.zoo.memory import kv_cache_bytes, memory_estimate
+from demos.zoo.workload import Workload, cluster_for
+
+DSV3 = get_preset("deepseek-v3")
+
+
+def test_deepseek_v3_at_ep72_holds_four_expert_slots_and_the_rest_replicated():
+    w = Workload(DSV3, cluster_for("h800", 9, 8, 72), tokens=128, context=2048)
+    m = memory_estimate(w, [100, 100])
+    c = count_params(DSV3)
+    replicated = (c.attention + c.norms + c.dense_mlp + c.shared_experts + c.router) * 1.0  # FP8
+    tables = (c.embedding + c.lm_head) * 2.0  # BF16
+    experts = 4 * 58 * expert_params(DSV3) * 1.0
+    assert m.weights == pytest.approx(replicated + tables + experts)
+    assert 25e9 < m.weights < 35e9
+    assert w.redundant_experts == 32
+
+
+def test_kv_cache_of_mla_decode_is_576_bf16_values_per_token_and_layer():
+    w = Workload(DSV3, cluster_for("h800", 9, 8, 72), tokens=100, context=1000)
+    assert kv_cache_bytes(w) == 100 * 1000 * 576 * 2 * 61
+
+
+def test_sliding_window_layers_hold_only_their_window():
+    spec = get_preset("gpt-oss-120b")
+    w = Workload(spec, cluster_for("h100", 1, 8, 8), tokens=10, context=100_000)
+    types = spec.attention.layer_types
+    per_layer = 2 * spec.attention.kv_heads * spec.attention.head_dim * 2
+    held = sum(128 if t == "sliding_attention" else 100_000 for t in types)
+    assert kv_cache_bytes(w) == pytest.approx(10 * held * per_layer)
+
+
+def test_more_experts_per_gpu_at_a_smaller_ep():
+    small = memory_estimate(Workload(DSV3, cluster_for("h800", 4, 8, 32), tokens=64))
+    big = memory_estimate(Workload(DSV3, cluster_for("h800", 9, 8, 72), tokens=64))
+    assert small.weights > big.weights
+
+
+def test_dbo_costs_its_second_slot_and_buffers():
+    cl = cluster_for("h800", 9, 8, 72)
+    two = memory_estimate(Workload(DSV3, cl, tokens=256, ubatches=2), [64 << 20, 64 << 20])
+    one = memory_estimate(Workload(DSV3, cl, tokens=256, ubatches=1), [64 << 20])
+    assert two.dbo_extra >= 64 << 20
+    assert one.dbo_extra == 0
+    assert two.total_without_dbo == pytest.approx(two.total - two.dbo_extra)
+
+
+def test_a_context_that_cannot_fit_says_so():
+    w = Workload(DSV3, cluster_for("h800", 9, 8, 72), tokens=512, context=128_000)
+    m = memory_estimate(w)
+    assert not m.fits and m.total > m.capacity
+    d = m.as_dict()
+    assert d["fits"] is False and d["total"] == m.total

@@ -1,0 +1,114 @@
+"""The generic transformer's cost model: the bytes and flops each kernel declares, from first principles."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from demos.models import get_preset
+from demos.zoo.costs import Folder, active_experts, attention_pairs, gemm, layer_costs
+from demos.zoo.efficiency import KNEE_FLOOR
+from demos.zoo.profile import attention_scale, gpu_profile
+from demos.zoo.workload import Workload, auto_imbalance, cluster_for
+
+DSV3 = get_preset("deepseek-v3")
+PROFILE = gpu_profile("h800")
+
+
+def _w(spec=DSV3, **kw) -> Workload:
+    kw.setdefault("phase", "decode")
+    cluster = kw.pop("cluster", None) or cluster_for("h800", 9, 8, 72)
+    return Workload(spec, cluster, **kw)
+
+
+def test_mla_decode_reads_each_requests_latent_cache_once():
+    w = _w(tokens=64, context=2048)
+    c = layer_costs(w, 64, 5, PROFILE)
+    # the latent (512) plus the RoPE key (64), BF16, for context + 1 tokens of each of 64 requests
+    cache = 64 * 2049 * 576 * 2
+    assert c.attn_core.bytes >= cache
+    assert c.attn_core.bytes < cache * 1.2
+    longer = layer_costs(_w(tokens=64, context=4096), 64, 5, PROFILE)
+    assert longer.attn_core.bytes == pytest.approx(cache * 2, rel=0.1)
+
+
+def test_sliding_window_layers_read_at_most_their_window():
+    spec = get_preset("gpt-oss-120b")
+    w = _w(spec, tokens=16, context=8192, cluster=cluster_for("h100", 1, 8, 8))
+    types = spec.attention.layer_types
+    full = types.index("full_attention")
+    sliding = types.index("sliding_attention")
+    a = layer_costs(w, 16, full, PROFILE).attn_core.bytes
+    b = layer_costs(w, 16, sliding, PROFILE).attn_core.bytes
+    assert b < a / 10  # a 128-token window against 8192 tokens of context
+
+
+def test_prefill_attention_is_causal_within_requests():
+    w = _w(phase="prefill", tokens=4096, context=1024)
+    assert attention_pairs(w, 4096) == 4 * 1024 * 1025 / 2
+    assert attention_pairs(w, 100) == 100 * 101 / 2
+    decode = _w(tokens=8, context=1024)
+    assert attention_pairs(decode, 8) == 8 * 1025
+
+
+def test_active_experts_grow_with_tokens_up_to_the_local_slots():
+    small = active_experts(_w(tokens=2), 1)
+    big = active_experts(_w(tokens=4096), 4096)
+    assert 0 < small < big
+    assert big == pytest.approx(4, rel=1e-6)  # 288 slots / 72 ranks: every slot receives tokens
+
+
+def test_decode_experts_read_every_active_experts_weights():
+    w = _w(tokens=128)
+    c = layer_costs(w, 128, 5, PROFILE)
+    per_expert = 3 * 7168 * 2048  # FP8: one byte per weight
+    assert c.experts.bytes >= active_experts(w, 128) * per_expert
+
+
+def test_ht_pads_each_experts_rows_to_128():
+    ll = layer_costs(_w(phase="prefill", tokens=130, schedule="ll"), 130, 5, PROFILE)
+    ht = layer_costs(_w(phase="prefill", tokens=130, schedule="ht"), 130, 5, PROFILE)
+    assert ht.experts.flops > ll.experts.flops
+
+
+def test_dense_layers_have_no_all_to_all_and_moe_layers_do():
+    w = _w(tokens=32)
+    dense = layer_costs(w, 32, 0, PROFILE)
+    moe = layer_costs(w, 32, 3, PROFILE)
+    assert dense.dense_mlp is not None and dense.dispatch is None and dense.experts is None
+    assert moe.dispatch > 0 and moe.combine > moe.dispatch  # BF16 combine, FP8 dispatch
+
+
+def test_one_rank_moves_nothing_over_a_link():
+    w = _w(tokens=32, cluster=cluster_for("h100", 1, 1, 1))
+    c = layer_costs(w, 32, 5, PROFILE)
+    assert c.dispatch is None and c.combine is None
+
+
+def test_folder_holds_small_n_and_k_at_the_fitted_edge():
+    fold = Folder(PROFILE)
+    tiny = fold(gemm(1024, 128, 128, "bfloat16"))
+    edge = fold(gemm(1024, KNEE_FLOOR[0], KNEE_FLOOR[1], "bfloat16"))
+    # per flop, a GEMM below the fitted range costs what one at its edge does
+    assert tiny.flops / gemm(1024, 128, 128, "bfloat16").flops == pytest.approx(
+        edge.flops / gemm(1024, KNEE_FLOOR[0], KNEE_FLOOR[1], "bfloat16").flops
+    )
+    # M is not held: a 1-row GEMM is far less efficient than a 1024-row one
+    one = fold(gemm(1, 4096, 7168, "fp8_e4m3"))
+    many = fold(gemm(1024, 4096, 7168, "fp8_e4m3"))
+    assert one.flops / gemm(1, 4096, 7168, "fp8_e4m3").flops > 5 * many.flops / gemm(1024, 4096, 7168, "fp8_e4m3").flops
+
+
+def test_attention_scale_follows_the_flashmla_shares():
+    fs, bs = attention_scale()
+    assert fs >= 1.0  # attention reaches less of the math peak than GEMMs
+    assert bs < 1.0  # and more of the memory bandwidth
+
+
+def test_auto_imbalance_is_the_fluctuation_of_uniform_routing():
+    assert auto_imbalance(128, 8, 1) == 1.0
+    assert auto_imbalance(128, 8, 72) == pytest.approx(1 + math.sqrt(2 * math.log(72) / 1024))
+    assert auto_imbalance(1, 8, 72) > auto_imbalance(1024, 8, 72) > 1.0
+    w = _w(tokens=64, imbalance="auto")
+    assert w.imbalance_at(64) == auto_imbalance(64, 8, 72)
