@@ -11,18 +11,33 @@ __all__ = ["ProgressLine"]
 
 class ProgressLine:
     """``progress(msg)``: one line on ``stream`` (stderr), rewritten in place, each message
-    prefixed with the seconds since start; only on a terminal (a person waits for it: pipes and
-    log files get nothing, as with ``demos._cli.progress``). ``done()`` ends it."""
+    prefixed with the seconds since start; on a terminal only (a person waits for it: pipes and
+    log files get nothing, as with ``demos._cli.progress``), unless ``every`` is set: then a pipe or
+    a log file gets one whole line at most every ``every`` seconds, so that a long run shows it is
+    alive there too. ``done()`` ends it."""
 
-    def __init__(self, stream: TextIO | None = None, enabled: bool = True):
+    def __init__(self, stream: TextIO | None = None, enabled: bool = True, every: float | None = None):
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
         self.t0 = time.perf_counter()
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self._open = False
+        self.every = every
+        self._last = self.t0
 
     def __call__(self, msg: str) -> None:
-        if not (self.enabled and self.tty):
+        if not self.enabled:
+            return
+        if not self.tty:
+            now = time.perf_counter()
+            if self.every is None or now - self._last < self.every:
+                return
+            self._last = now
+            try:
+                self.stream.write(f"[{now - self.t0:6.1f} s] {msg}\n")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
             return
         try:
             self.stream.write(f"\r\033[K[{time.perf_counter() - self.t0:6.1f} s] {msg}")

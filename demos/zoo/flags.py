@@ -27,7 +27,17 @@ from demos.models import (
 from demos.moe.config_error import ConfigError, field_ref
 from demos.zoo.workload import PHASES, WORKLOAD_SCHEDULES, Workload, cluster_for
 
-__all__ = ["TOY", "add_model_flags", "flag_of", "is_config_path", "load_model", "parse_imbalance", "workload_of"]
+__all__ = [
+    "TOY",
+    "add_model_flags",
+    "flag_of",
+    "int_list",
+    "is_config_path",
+    "load_model",
+    "parse_imbalance",
+    "shrunk_spec",
+    "workload_of",
+]
 
 TOY = "toy"
 """``--model toy``: the toy MoE of ``demos.moe`` (the default of ``demos.overlap``)."""
@@ -66,8 +76,20 @@ def parse_imbalance(text: str) -> float | str:
         raise argparse.ArgumentTypeError(f"not a number or 'auto': {text!r}") from None
 
 
-def add_model_flags(parser: argparse.ArgumentParser, *, model_default: str | None) -> None:
-    """The shared flags (module docstring). ``model_default``: ``--model``'s default (None: required)."""
+def int_list(text: str) -> tuple[int, ...]:
+    """A comma-separated list of ints (``8,16,32``)."""
+    try:
+        out = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of ints: {text!r}") from None
+    if not out:
+        raise argparse.ArgumentTypeError(f"an empty list: {text!r}")
+    return out
+
+
+def add_model_flags(parser: argparse.ArgumentParser, *, model_default: str | None, sweep: bool = False) -> None:
+    """The shared flags (module docstring). ``model_default``: ``--model``'s default (None: required);
+    ``sweep``: ``--comm-sms`` takes a list and there is no ``--shrink`` (``demos.predict``)."""
     a = parser.add_argument
     a(
         "--model",
@@ -113,9 +135,11 @@ def add_model_flags(parser: argparse.ArgumentParser, *, model_default: str | Non
     )
     a(
         "--comm-sms",
-        type=int,
+        type=int_list if sweep else int,
         default=None,
-        help="SMs DeepEP's normal (ht) kernels take from compute while they run (default 20; ll takes none)",
+        metavar="N,..." if sweep else "N",
+        help="SMs DeepEP's normal (ht) kernels take from compute while they run (default 20; ll takes none)"
+        + ("; a list sweeps them" if sweep else ""),
     )
     a(
         "--schedule",
@@ -123,6 +147,8 @@ def add_model_flags(parser: argparse.ArgumentParser, *, model_default: str | Non
         choices=WORKLOAD_SCHEDULES,
         help="ll = DeepEP low-latency kernels, ht = normal kernels (default: ll for decode, ht for prefill)",
     )
+    if sweep:
+        return
     a(
         "--shrink",
         type=int,
@@ -153,7 +179,7 @@ def workload_of(ns: argparse.Namespace, *, tokens: int, ubatches: int, spec: Mod
         schedule=ns.schedule,
         ubatches=_int("ubatches", ubatches, 1),
         imbalance=ns.imbalance,
-        comm_sms=ns.comm_sms,
+        comm_sms=ns.comm_sms if not isinstance(ns.comm_sms, tuple) else ns.comm_sms[0],
     )
 
 

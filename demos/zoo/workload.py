@@ -92,6 +92,10 @@ class Workload:
             if isinstance(imb, bool) or not isinstance(imb, (int, float)) or not math.isfinite(imb) or imb < 1:
                 raise ConfigError(f"{field_ref('imbalance')} must be a number >= 1 or 'auto', got {imb!r}")
         sms = self.comm_sms
+        if sched == "ll" and sms not in (None, 0):
+            raise ConfigError(
+                f"{field_ref('comm_sms')} {sms!r}: DeepEP's low-latency kernels (schedule ll) take no SMs from compute"
+            )
         if sms is None:
             sms = DEFAULT_COMM_SMS if sched == "ht" else 0
         gpu = self.cluster.gpu

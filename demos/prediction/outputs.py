@@ -1,0 +1,199 @@
+"""What ``demos.predict`` prints and writes: one record per point (``point_record``), the whole report
+(``prediction_report``: points, crossovers, recommendation, sources, what is not modelled), its text
+(``format_prediction``), ``--csv`` (``write_csv``) and ``--plot`` (``write_plot``). The keys are in
+docs/predict.md.
+"""
+
+from __future__ import annotations
+
+import csv
+from typing import Any, Sequence
+
+__all__ = [
+    "CSV_COLUMNS",
+    "NOT_MODELLED",
+    "format_prediction",
+    "point_record",
+    "prediction_report",
+    "write_csv",
+    "write_plot",
+]
+
+NOT_MODELLED = (
+    "the scheduler and sampling between steps (each step is the model's forward and its LM head only)",
+    "the GEMM knees measured on H800 applied to every GPU as fractions of its own datasheet",
+    "per-GPU variation: every rank is the busiest one (the step waits for it), with the imbalance given",
+    "DeepEP's SM count effect on its own bandwidth (the normal kernels run at the fitted bandwidth whatever "
+    "--comm-sms is; only the SMs they take from compute are modelled)",
+    "node-limited routing and the group limits of the router (routing is uniform over the expert slots)",
+    "the host of a real serving engine: eager host costs are our H200 host's per-launch figures",
+)
+"""What the prediction leaves out (also in docs/predict.md)."""
+
+CSV_COLUMNS = (
+    "tokens",
+    "mode",
+    "ubatches",
+    "comm_sms",
+    "step_no_dbo_s",
+    "step_dbo_s",
+    "speedup",
+    "tokens_per_s_gpu_no_dbo",
+    "tokens_per_s_gpu_dbo",
+    "tokens_per_s_node_no_dbo",
+    "tokens_per_s_node_dbo",
+    "hidden_fraction",
+    "attention_s",
+    "dispatch_s",
+    "mlp_s",
+    "combine_s",
+    "fits",
+)
+
+
+def point_record(r: Any, gpus_per_node: int) -> dict[str, Any]:
+    """One swept point as ``points`` of the JSON holds it."""
+    p = r.point
+    st = p.no_dbo.stages
+    mem = p.memory
+    return {
+        "tokens": r.tokens,
+        "mode": r.mode,
+        "ubatches": r.ubatches,
+        "comm_sms": r.comm_sms,
+        "step_no_dbo_s": p.no_dbo.seconds,
+        "step_dbo_s": p.dbo.seconds,
+        "speedup": p.speedup,
+        "tokens_per_s_gpu_no_dbo": p.tokens_per_s(False),
+        "tokens_per_s_gpu_dbo": p.tokens_per_s(True),
+        "tokens_per_s_node_no_dbo": p.tokens_per_s(False) * gpus_per_node,
+        "tokens_per_s_node_dbo": p.tokens_per_s(True) * gpus_per_node,
+        "hidden_fraction": p.hidden_fraction,
+        "fits": None if mem is None else mem.fits,
+        "fits_without_dbo": None if mem is None else mem.fits_without_dbo,
+        "memory_total_bytes": None if mem is None else mem.total,
+        "stages": {k: st.get(k, 0.0) for k in ("attention", "dispatch", "mlp", "combine", "other")},
+    }
+
+
+def prediction_report(
+    *,
+    setup: dict[str, Any],
+    points: Sequence[dict[str, Any]],
+    crossovers: dict[str, Any],
+    reasons: dict[str, str],
+    recommendation: dict[str, Any],
+    best: dict[str, Any],
+    sources: Sequence[str],
+) -> dict[str, Any]:
+    return {
+        **setup,
+        "points": list(points),
+        "crossover": {m: (None if c.tokens is None else c.as_dict()) for m, c in crossovers.items()},
+        "reasons": dict(reasons),
+        "best": dict(best),
+        "recommendation": dict(recommendation),
+        "sources": list(sources),
+        "not_modelled": list(NOT_MODELLED),
+    }
+
+
+def _fmt_fit(v: Any) -> str:
+    return "-" if v is None else ("yes" if v else "NO")
+
+
+def format_prediction(rep: dict[str, Any]) -> str:
+    """The text of a ``prediction_report``."""
+    lines = [rep["title"], ""]
+    head = (
+        f"{'tokens':>7} {'mode':>5} {'ub':>2} {'sms':>3} {'no DBO ms':>10} {'DBO ms':>9} {'speedup':>7} "
+        f"{'tok/s/GPU':>10} {'DBO tok/s/GPU':>13} {'tok/s/node':>11} {'hidden':>6} "
+        f"{'attn':>7} {'disp':>7} {'mlp':>7} {'comb':>7} {'fits':>4}"
+    )
+    lines.append(head)
+    for p in rep["points"]:
+        st = p["stages"]
+        hf = p["hidden_fraction"]
+        lines.append(
+            f"{p['tokens']:>7} {p['mode']:>5} {p['ubatches']:>2} {p['comm_sms']:>3} {p['step_no_dbo_s'] * 1e3:>10.3f} "
+            f"{p['step_dbo_s'] * 1e3:>9.3f} {p['speedup']:>7.3f} {p['tokens_per_s_gpu_no_dbo']:>10,.0f} "
+            f"{p['tokens_per_s_gpu_dbo']:>13,.0f} {p['tokens_per_s_node_dbo']:>11,.0f} "
+            f"{'-' if hf is None else f'{hf:.0%}':>6} "
+            + " ".join(f"{st[k] * 1e3:>7.2f}" for k in ("attention", "dispatch", "mlp", "combine"))
+            + f" {_fmt_fit(p['fits']):>4}"
+        )
+    lines.append(
+        "(stages: busy ms of the no-DBO step's kernels per stage; hidden: the share of the hideable "
+        "all-to-all the DBO step hid)"
+    )
+    lines.append("")
+    for mode, c in rep["crossover"].items():
+        if c is None:
+            lines.append(f"crossover ({mode}): DBO does not pay at any swept token count")
+        elif c["interpolated"]:
+            lines.append(
+                f"crossover ({mode}): ~{c['tokens']:.0f} tokens per GPU (interpolated between the swept {c['below']} "
+                f"and {c['at']}); DBO pays from {c['at']} on"
+            )
+        else:
+            lines.append(f"crossover ({mode}): DBO pays from the smallest swept count, {c['at']} tokens per GPU")
+        lines.append(f"  why: {rep['reasons'][mode]}")
+    b = rep["best"]
+    if b:
+        lines.append(
+            "best     " + "; ".join(f"{m}: --ubatches {v['ubatches']} --comm-sms {v['comm_sms']}" for m, v in b.items())
+        )
+    r = rep["recommendation"]
+    lines += ["", f"vLLM     {r['vllm']}", f"SGLang   {r['sglang']}", f"reason   {r['reason']}", ""]
+    lines.append("rests on: " + "; ".join(rep["sources"]))
+    lines.append("not modelled: " + "; ".join(rep["not_modelled"]))
+    return "\n".join(lines)
+
+
+def write_csv(rep: dict[str, Any], path: str) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_COLUMNS)
+        for p in rep["points"]:
+            st = p["stages"]
+            row = dict(
+                p, attention_s=st["attention"], dispatch_s=st["dispatch"], mlp_s=st["mlp"], combine_s=st["combine"]
+            )
+            w.writerow(["" if row[c] is None else row[c] for c in CSV_COLUMNS])
+
+
+def write_plot(rep: dict[str, Any], path: str) -> str | None:
+    """Step time and speedup against tokens per GPU, each mode, the break-even marked; a note (str)
+    instead when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "--plot needs matplotlib (pip install 'dbo-sim[plot]'); no plot written"
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
+    for i, mode in enumerate(sorted({p["mode"] for p in rep["points"]})):
+        pts = sorted((p for p in rep["points"] if p["mode"] == mode), key=lambda p: p["tokens"])
+        xs = [p["tokens"] for p in pts]
+        ax1.plot(xs, [p["step_no_dbo_s"] * 1e3 for p in pts], "o--", label=f"no DBO ({mode})")
+        ax1.plot(xs, [p["step_dbo_s"] * 1e3 for p in pts], "o-", label=f"DBO ({mode})")
+        ax2.plot(xs, [p["speedup"] for p in pts], "o-", label=mode)
+        c = rep["crossover"].get(mode)
+        if c is not None:
+            ax2.axvline(c["tokens"], linestyle=":", color="gray")
+            ax2.annotate(
+                f"{mode}: ~{c['tokens']:.0f}", (c["tokens"], 1.0), textcoords="offset points", xytext=(4, 6 + 14 * i)
+            )
+    ax2.axhline(1.0, color="black", linewidth=0.8)
+    ax1.set_xscale("log", base=2)
+    ax1.set_ylabel("step time (ms)")
+    ax2.set_ylabel("speedup (no DBO / DBO)")
+    ax2.set_xlabel("tokens per GPU")
+    ax1.legend(fontsize=8)
+    ax2.legend(fontsize=8)
+    ax1.set_title(rep["title"], fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None

@@ -1,0 +1,145 @@
+"""The sweep behind ``python -m demos.predict``: every point (tokens per GPU x mode x ubatches x comm
+SMs) of a real model on a cluster, each with and without DBO on the virtual backend.
+
+``Sweep`` is the plan (pure data, checked up front); ``run_sweep(sweep, progress=)`` measures every point
+(``demos.zoo.report.measure_point``) and returns ``PointResult`` records in the plan's order. The
+``what_if`` knobs change one figure of the hardware or the workload (``WHAT_IF``), so that a user can
+see which one decides the answer; the unchanged run is what the report calls the baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from dbo.costs import ClusterSpec, HostCosts
+from demos.moe.config_error import ConfigError, field_ref
+from demos.zoo.profile import EAGER_HOST, gpu_profile
+from demos.zoo.report import Point, measure_point
+from demos.zoo.run import MODES
+from demos.zoo.workload import Workload
+
+__all__ = [
+    "DEFAULT_TOKENS",
+    "WHAT_IF",
+    "PointResult",
+    "Sweep",
+    "default_mode",
+    "run_sweep",
+    "what_if_workload",
+]
+
+DEFAULT_TOKENS = {
+    "decode": (8, 16, 32, 64, 128, 256, 512, 1024),
+    "prefill": (256, 512, 1024, 2048, 4096, 8192, 16384, 32768),
+}
+"""The default sweep of tokens per GPU per phase: decode batches, prefill chunks."""
+
+WHAT_IF = {
+    "link": "both links' bandwidth (NVLink and the NIC)",
+    "rdma": "the NIC's bandwidth",
+    "nvlink": "NVLink's bandwidth",
+    "gemm": "every math rate (GEMM and attention efficiency)",
+    "hbm": "the HBM bandwidth",
+    "host": "every host cost of an eager step",
+}
+"""``--what-if KEY=FACTOR``: what each knob multiplies (``--imbalance`` sets the imbalance itself)."""
+
+
+def default_mode(phase: str) -> str:
+    """Decode runs DBO in CUDA graphs in vLLM (it requires full graphs there); prefill runs eager."""
+    return "graph" if phase == "decode" else "eager"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What ``run_sweep`` measures: ``base`` (the workload at its first token count; its tokens and
+    ubatches are replaced per point), the ``tokens`` per GPU, the ``modes``, the DBO ``ubatches`` and
+    the ``comm_sms`` values (None: the schedule's default), and the ``what_if`` factors."""
+
+    base: Workload
+    tokens: tuple[int, ...]
+    modes: tuple[str, ...]
+    ubatches: tuple[int, ...] = (2,)
+    comm_sms: tuple[int | None, ...] = (None,)
+    what_if: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.tokens:
+            raise ConfigError(f"{field_ref('tokens')} needs at least one token count")
+        for m in self.modes:
+            if m not in MODES:
+                raise ConfigError(f"{field_ref('mode')} must be graph, eager or both, got {m!r}")
+        for k, v in self.what_if.items():
+            if k not in WHAT_IF:
+                raise ConfigError(f"{field_ref('what_if')} {k}: unknown knob; known: {', '.join(WHAT_IF)}")
+            if not (isinstance(v, (int, float)) and v > 0):
+                raise ConfigError(f"{field_ref('what_if')} {k}={v!r}: the factor must be a number > 0")
+        for t in self.tokens:
+            for n in self.ubatches:
+                for sms in self.comm_sms:
+                    self.workload(t, n, sms)  # every point's workload is valid, before any work
+
+    @property
+    def points(self) -> list[tuple[int, str, int, int | None]]:
+        """(tokens, mode, ubatches, comm_sms) of every point, in the order they run."""
+        return [(t, m, n, s) for m in self.modes for n in self.ubatches for s in self.comm_sms for t in self.tokens]
+
+    def workload(self, tokens: int, ubatches: int, comm_sms: int | None) -> Workload:
+        return what_if_workload(self.base.with_(tokens=tokens, ubatches=ubatches, comm_sms=comm_sms), self.what_if)
+
+    def profile(self, w: Workload) -> Any:
+        host = EAGER_HOST
+        f = self.what_if.get("host")
+        if f is not None:
+            host = _scaled_host(host, f)
+        return gpu_profile(w.gpu, comm_sms=w.comm_sms, gemm_scale=self.what_if.get("gemm", 1.0), host=host)
+
+
+def _scaled_host(h: HostCosts, f: float) -> HostCosts:
+    names = ("launch", "kernel", "stream_switch", "handoff", "thread_start", "thread_join", "sync", "event")
+    return replace(h, **{n: getattr(h, n) * f for n in names})
+
+
+def what_if_workload(w: Workload, what_if: dict[str, float]) -> Workload:
+    """``w`` on a GPU whose link or HBM figures are scaled by the ``what_if`` factors."""
+    g = w.gpu
+    changes = {}
+    for key, attr in (("link", "nvlink_bandwidth"), ("nvlink", "nvlink_bandwidth")):
+        if key in what_if:
+            changes[attr] = changes.get(attr, getattr(g, attr)) * what_if[key]
+    for key in ("link", "rdma"):
+        if key in what_if:
+            changes["nic_bandwidth"] = changes.get("nic_bandwidth", g.nic_bandwidth) * what_if[key]
+    if "hbm" in what_if:
+        changes["hbm_bandwidth"] = g.hbm_bandwidth * what_if["hbm"]
+    if not changes:
+        return w
+    gpu = replace(g, name=f"{g.name}*", **changes)
+    c = w.cluster
+    cluster = ClusterSpec(c.nodes, c.gpus_per_node, c.ep, gpu, c.nvlink_domain)
+    return w.with_(cluster=cluster)
+
+
+@dataclass
+class PointResult:
+    """One swept point: its plan entry and what ``measure_point`` measured."""
+
+    tokens: int
+    mode: str
+    ubatches: int
+    comm_sms: int
+    point: Point
+
+
+def run_sweep(sweep: Sweep, progress: Callable[[int, int, str], None] | None = None) -> list[PointResult]:
+    """Measure every point of ``sweep``; ``progress(done, total, what)`` after each one."""
+    plan = sweep.points
+    out = []
+    for i, (t, mode, n, sms) in enumerate(plan):
+        w = sweep.workload(t, n, sms)
+        p = measure_point(w, mode=mode, profile=sweep.profile(w))
+        out.append(PointResult(t, mode, n, w.comm_sms, p))
+        if progress is not None:
+            progress(i + 1, len(plan), f"{t} tokens, {mode}, {n} ubatches")
+    return out

@@ -1,0 +1,96 @@
+"""``demos.predict --model toy --profile PATH.json``: the toy MoE swept on virtual with a profile that
+``demos.calibrate`` measured, on the grid ``demos.validate`` uses (its shapes, the link rescaled so that
+comm = 1 x compute), so that the crossover it predicts is the one ``demos.validate`` measures for real.
+
+``toy_sweep(profile, tokens, schedule, modes)`` returns ``ToyResult`` records with the fields the
+answer reads (``tokens``, ``mode``, ``ubatches``, ``comm_sms`` and a ``point`` with ``speedup``,
+``engine``, ``hidden_fraction``, ``no_dbo``/``dbo`` step times and stages).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from demos.experiment.results import EngineTimes
+from demos.experiment.run import run
+from demos.fidelity.validation import grid
+
+__all__ = ["ToyResult", "toy_sweep"]
+
+_STAGE = {"attn": "attention", "router": "attention", "dispatch": "dispatch", "experts": "mlp", "shared": "mlp"}
+
+
+def _stage(op: str | None) -> str:
+    op = op or ""
+    if op.startswith("combine") or op == "moe_copy":
+        return "combine"
+    for prefix, stage in _STAGE.items():
+        if op.startswith(prefix):
+            return stage
+    return "other"
+
+
+@dataclass
+class _Step:
+    seconds: float
+    stages: dict[str, float] = field(default_factory=dict)
+    kernels: int = 0
+
+
+@dataclass
+class _ToyPoint:
+    no_dbo: _Step
+    dbo: _Step
+    engine: EngineTimes
+    hidden_fraction: float | None
+    tokens: int = 0
+    memory: Any = None
+
+    @property
+    def speedup(self) -> float:
+        return self.no_dbo.seconds / self.dbo.seconds
+
+    def tokens_per_s(self, dbo_on: bool) -> float:
+        return self.tokens / (self.dbo if dbo_on else self.no_dbo).seconds
+
+
+@dataclass
+class ToyResult:
+    tokens: int
+    mode: str
+    ubatches: int
+    comm_sms: int
+    point: _ToyPoint
+
+
+def _stages(records: Sequence[Any]) -> dict[str, float]:
+    out = dict.fromkeys(("attention", "dispatch", "mlp", "combine", "other"), 0.0)
+    for r in records:
+        out[_stage(r.op)] += r.duration
+    return out
+
+
+def toy_sweep(
+    profile: Any,
+    tokens: Sequence[int],
+    schedule: str,
+    modes: Sequence[str],
+    progress: Callable[[int, int, str], None] | None = None,
+) -> list[ToyResult]:
+    """The toy on validate's grid at ``tokens`` (module docstring), each point with and without DBO."""
+    points = grid(sizes=tuple(tokens), ratios=(1.0,), schedules=(schedule,), modes=tuple(modes))
+    out = []
+    for i, pt in enumerate(points):
+        res = run(pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype="float32"))
+        p = _ToyPoint(
+            _Step(res.time_no_dbo_s, _stages(res.records_no_dbo), len(res.records_no_dbo)),
+            _Step(res.time_dbo_s, _stages(res.records_dbo), len(res.records_dbo)),
+            res.engine,
+            res.hidden_fraction,
+            tokens=pt.tokens,
+        )
+        out.append(ToyResult(pt.tokens, pt.mode, 2, 0, p))
+        if progress is not None:
+            progress(i + 1, len(points), f"toy {schedule} {pt.tokens} tokens, {pt.mode}")
+    return out
