@@ -324,8 +324,13 @@ class DeviceProfile:
 #   busy time of the large bfloat16 demo config (~63 ms per 4-layer step of 8192 tokens, hidden
 #   4096): the demo's GEMM mix (256-row shared-expert chunks, small-K attention GEMMs) and the
 #   elementwise passes its cost declarations leave out sustain ~38% of the ~790 TFLOP/s that
-#   large bf16 GEMMs reach. The other dtypes keep the datasheet's ratios to bf16 (FP32 67, TF32 495,
-#   BF16 989, FP8 1979, FP64 67 TFLOP/s dense).
+#   large bf16 GEMMs reach. TF32, FP8 and FP64 keep the datasheet's ratios to bf16 (TF32 495,
+#   BF16 989, FP8 1979, FP64 67 TFLOP/s dense). FP32 does not: it runs on the CUDA cores (SIMT),
+#   whose GEMMs reach ~91% of their 67 TFLOP/s peak (a published SGEMM figure, docs/kernels.md)
+#   where the tensor cores' bf16 mix reached 38%. The same mix in float32 is its GEMMs at that
+#   rate plus the mix's other work, which is memory traffic and so twice as long in float32:
+#   per flop, 1/(0.91 x 67e12) + 2 x (1/300e12 - 1/790e12) s, a rate of ~49 TFLOP/s. Keeping the
+#   bf16 ratio instead (20 TFLOP/s) predicted a float32 step about twice as long as it ran.
 # * min_kernel 3 us: the small default config's ~870 kernels per step kept the device busy
 #   ~3.2 ms (~3.5 us each, most of them tiny).
 # * comm_sm_share 0.3: fitted, not the one SM the modelled (spinning) comm kernels occupy: with
@@ -370,7 +375,7 @@ H200 = DeviceProfile(
     launch_overhead=0.0,
     dtype_flops={
         "float64": 20e12,
-        "float32": 20e12,
+        "float32": 1 / (1 / (0.912 * 67e12) + 2 * (1 / 300e12 - 1 / 790e12)),
         "tf32": 150e12,
         "bfloat16": 300e12,
         "float16": 300e12,
