@@ -93,10 +93,13 @@ def why(r: PointResult) -> str:
     added = max(0.0, e.dbo_compute_s - e.compute_s)
     busy = e.dbo_compute_s + e.dbo_comm_s - (e.dbo_overlapped_s or 0.0)  # some engine busy: the device's share
     host = max(0.0, p.dbo.seconds - busy)  # the DBO step's time with both engines idle: waiting on the host
+    extra_comm = max(0.0, e.dbo_comm_s - e.comm_s)
     text = (
         f"at {t} tokens per GPU DBO hides {_ms(hidden)} of the all-to-all but adds {_ms(added)} of compute "
         "(each ubatch reads the expert and attention weights again and pays every kernel's floor again)"
     )
+    if extra_comm > 0.1 * max(added, 1e-12):
+        text += f" and {_ms(extra_comm)} of all-to-all (each ubatch's kernels pay their fixed latency again)"
     if r.mode == "eager" and (host > 0.2 * p.dbo.seconds or hidden >= added):
         text += (
             f", and the eager DBO step waits on its host ({_ms(host)} beyond its device work: twice the launches, "

@@ -7,6 +7,7 @@ docs/predict.md.
 from __future__ import annotations
 
 import csv
+import math
 from typing import Any, Sequence
 
 __all__ = [
@@ -132,8 +133,8 @@ def format_prediction(rep: dict[str, Any]) -> str:
             lines.append(f"crossover ({mode}): DBO does not pay at any swept token count")
         elif c["interpolated"]:
             lines.append(
-                f"crossover ({mode}): ~{c['tokens']:.0f} tokens per GPU (interpolated between the swept {c['below']} "
-                f"and {c['at']}); DBO pays from {c['at']} on"
+                f"crossover ({mode}): ~{math.ceil(c['tokens'] - 1e-9)} tokens per GPU (interpolated between the "
+                f"swept {c['below']} and {c['at']}); DBO pays from {c['at']} on"
             )
         else:
             lines.append(f"crossover ({mode}): DBO pays from the smallest swept count, {c['at']} tokens per GPU")
@@ -183,7 +184,10 @@ def write_plot(rep: dict[str, Any], path: str) -> str | None:
         if c is not None:
             ax2.axvline(c["tokens"], linestyle=":", color="gray")
             ax2.annotate(
-                f"{mode}: ~{c['tokens']:.0f}", (c["tokens"], 1.0), textcoords="offset points", xytext=(4, 6 + 14 * i)
+                f"{mode}: ~{math.ceil(c['tokens'] - 1e-9)}",
+                (c["tokens"], 1.0),
+                textcoords="offset points",
+                xytext=(4, 6 + 14 * i),
             )
     ax2.axhline(1.0, color="black", linewidth=0.8)
     ax1.set_xscale("log", base=2)

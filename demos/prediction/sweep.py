@@ -31,7 +31,7 @@ __all__ = [
 
 DEFAULT_TOKENS = {
     "decode": (8, 16, 32, 64, 128, 256, 512, 1024),
-    "prefill": (256, 512, 1024, 2048, 4096, 8192, 16384, 32768),
+    "prefill": (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
 }
 """The default sweep of tokens per GPU per phase: decode batches, prefill chunks."""
 

@@ -128,10 +128,10 @@ def add_model_flags(parser: argparse.ArgumentParser, *, model_default: str | Non
     a(
         "--imbalance",
         type=parse_imbalance,
-        default=1.0,
+        default="auto",
         metavar="X|auto",
         help="busiest rank's expert load over the mean (1 = balanced, as EPLB aims for), or auto: the fluctuation "
-        "of uniform routing at each token count (default 1)",
+        "of a balanced router's loads at each token count, 1 + sqrt(2 ln(ep) / (tokens x top-k)) (default auto)",
     )
     a(
         "--comm-sms",

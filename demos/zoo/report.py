@@ -101,6 +101,7 @@ def step_report(p: Point) -> dict[str, Any]:
         "redundant_experts": w.redundant_experts,
         "params_total": c.total,
         "params_active": c.active,
+        "params_active_with_embedding": c.active_with_embedding,
         "step_no_dbo_s": p.no_dbo.seconds,
         "step_dbo_s": p.dbo.seconds,
         "speedup": p.speedup,
