@@ -19,7 +19,6 @@ To add a section: write ``def section_x(cfg) -> list[dict]`` and append it to ``
 
 from __future__ import annotations
 
-import gc
 import math
 import statistics
 import time
@@ -30,6 +29,7 @@ import torch
 from dbo.registry import use_ubatch
 from demos.bench._core import Config, progress, samples_timing, time_together, timing_record, value_record
 from demos.bench._report import NOISY_SPREAD, Record
+from demos.bench._zoo import predict_sweep_records, zoo_step_records
 from workspace import WorkspaceManager
 from workspace.layout import align_up, canonical_request, plan
 
@@ -276,7 +276,10 @@ def section_simulation(cfg: Config) -> list[Record]:
     tokens, ht schedule), each timed with DBO (2 ubatches) and without, interleaved, after a warmup
     that grows and locks the workspace (garbage collected before each timed step), median over
     repeats. Targets: the DBO decode step under 0.1 s, the DBO prefill step under 0.5 s. Beside
-    each: the simulated (virtual) step times, which do not depend on the machine."""
+    each: the simulated (virtual) step times, which do not depend on the machine. Last, `demos.predict`'s
+    default decode sweep of DeepSeek-V3 on 9 x 8 H100 at EP 72 in both modes (8 token counts x graph and
+    eager, each point with and without DBO; target under 20 s) and one point (128 tokens, graph; under
+    1 s), once each, imports excluded."""
     from demos.experiment.runner import Runner as _Runner
     from demos.moe.config import OverlapConfig, resolve
 
@@ -317,40 +320,9 @@ def section_simulation(cfg: Config) -> list[Record]:
         value_record(section, "simulated step time (virtual clock)", statistics.median(virtual) * 1e3, "ms"),
     ]
     for phase, tokens, target in (("decode", 256, 0.1), ("prefill", 16384, 0.5)):
-        records += _zoo_step_records(cfg, section, phase, tokens, target)
+        records += zoo_step_records(cfg, section, phase, tokens, target)
+    records += predict_sweep_records(cfg, section)
     return records
-
-
-def _zoo_step_records(cfg: Config, section: str, phase: str, tokens: int, target: float) -> list[Record]:
-    """The DBO and no-DBO wall (target on the DBO one) and simulated step times of the zoo's DeepSeek-V3."""
-    from demos.models import get_preset
-    from demos.zoo.run import ZooRun
-    from demos.zoo.workload import Workload, cluster_for
-
-    w = Workload(get_preset("deepseek-v3"), cluster_for("h800", 9, 8, 72), phase=phase, tokens=tokens, context=2048)
-    walls: dict[bool, list[float]] = {True: [], False: []}
-    virtual: dict[bool, list[float]] = {True: [], False: []}
-    with ZooRun(w, mode="eager") as r:
-        r.warmup()  # both steps once; the workspace grows to its largest request and is locked
-        for i in range(3 if cfg.quick else 7):
-            progress(f"simulation: zoo DeepSeek-V3 {phase} step {i + 1}")
-            for dbo_on in (True, False):
-                gc.collect()
-                t0 = time.perf_counter()
-                s = r.step(dbo_on)
-                walls[dbo_on].append(time.perf_counter() - t0)
-                virtual[dbo_on].append(s.seconds)
-    out: list[Record] = []
-    what = f"DeepSeek-V3 {phase} step (zoo, {tokens} tokens, EP 72), virtual"
-    for dbo_on, label in ((True, "DBO"), (False, "no DBO")):
-        t = samples_timing(walls[dbo_on])
-        rec = {**timing_record(section, f"{what}, {label}, wall", t), "unit": "s/step"}
-        rec.update(value=t.median, min=t.min, max=t.max)
-        if dbo_on:
-            rec.update(target=f"< {target:g}", ok=t.median < target)
-        ms = statistics.median(virtual[dbo_on]) * 1e3
-        out += [rec, value_record(section, f"simulated step time, zoo {phase}, {label} (virtual clock)", ms, "ms")]
-    return out
 
 
 def section_host(cfg: Config) -> list[Record]:
