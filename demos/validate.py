@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--h200",
         action="store_true",
-        help="only compare the built-in h200 profile with the H200 measurements (no runs here)",
+        help="only compare a profile with the H200 measurements: the built-in h200, or --profile (no runs here)",
     )
     p.add_argument(
         "--deepep",
@@ -160,13 +160,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             cli_common.check_output_path(ns.json, "--json")
         except cli_common.OutputPathError as e:
             return fail(str(e))
+    if ns.deepep and ns.h200:
+        return fail("--deepep and --h200 are two separate checks: pass one of them")
+    if ns.deepep and ns.profile is not None:
+        return fail(
+            "--deepep checks the all-to-all model against DeepEP's tables; it uses no device profile (--profile)"
+        )
     if ns.deepep:
         records = deepep.compare()
         cli_common.say(deepep.format_table(records))
         return _write(ns.json, {"deepep": records}, parser.prog)
     if ns.h200:
-        rows = compare_h200()
-        cli_common.say(format_h200(rows))
+        try:
+            h200_profile = "h200" if ns.profile is None else get_profile(ns.profile)
+        except (ValueError, TypeError) as e:
+            return fail(f"--profile: {e}")
+        rows = compare_h200(h200_profile)
+        cli_common.say(format_h200(rows, "h200" if ns.profile is None else f"--profile {ns.profile}"))
         return _write(ns.json, {"h200": rows}, parser.prog)
     profile: Any = ns.profile
     if profile is not None:

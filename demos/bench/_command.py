@@ -16,6 +16,7 @@ import shlex
 import sys
 from typing import Any
 
+import demos._cli as cli_common
 from demos._cli import OutputPathError, check_output_paths, say, write_output
 from demos.bench._core import Config, progress
 from demos.bench._merge import merge_sections
@@ -58,7 +59,7 @@ def _write_markdown(path: str, mach: dict[str, Any], command: str, records: list
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m demos.bench", description=__doc__.splitlines()[0])
+    parser = cli_common.OneLineParser(prog="python -m demos.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer and shorter repeats (a smoke run)")
     parser.add_argument("--json", metavar="PATH", help="write machine info and all records as JSON")
     parser.add_argument("--markdown", metavar="PATH", help="write a docs/performance.md-style report")

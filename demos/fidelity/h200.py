@@ -94,9 +94,9 @@ def _span(best: float, rng: list[float], pct: bool) -> str:
     return f(best) if rng[0] == rng[1] else f"{f(best)}; {f(rng[0])} to {f(rng[1])}"
 
 
-def format_h200(rows: list[dict[str, Any]]) -> str:
+def format_h200(rows: list[dict[str, Any]], name: str = "h200") -> str:
     lines = [
-        "h200 profile vs the H200 measurements (virtual, comm ratio 1; error against the nearest of the two runs, "
+        f"{name} profile vs the H200 measurements (virtual, comm ratio 1; error against the nearest of the two runs, "
         "and against both; ll as measured: its experts kernel then synced the host once per layer)"
     ]
     for r in rows:

@@ -208,3 +208,21 @@ def test_a_bad_input_is_one_line_and_exit_2(tmp_path, module, args, needle):
     d = str(tmp_path)
     line = _refused(module, *(a.format(d=d) for a in args))
     assert needle.format(d=d) in line
+
+
+# --- validate's separate checks and the bench's flags (issue 24) ------------------------------------------
+
+
+def test_validate_h200_honours_profile():
+    p = _run("demos.validate", "--h200", "--profile", "cpu")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("--profile cpu profile vs the H200 measurements")
+
+
+def test_validate_deepep_refuses_a_profile_it_would_not_use():
+    assert "--profile" in _refused("demos.validate", "--deepep", "--profile", "h200")
+    assert "--h200" in _refused("demos.validate", "--deepep", "--h200")
+
+
+def test_bench_bad_flag_is_one_line():
+    assert "--sectoin" in _refused("demos.bench", "--sectoin", "x")
