@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
 from typing import Any, Callable, Sequence
 
 import demos._cli as cli_common
@@ -127,6 +129,47 @@ def output_files(result: OverlapResult, report: dict) -> list[tuple[str, str, Ca
     return out
 
 
+def _out_of_memory(exc: BaseException) -> str | None:
+    """The first line of an allocation failure anywhere in ``exc``'s cause chain, None if it is none."""
+    seen = 0
+    while exc is not None and seen < 16:
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+        if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or "can't allocate memory" in text:
+            return text[:200]
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+FIRST_BEAT_S = 10.0
+"""A run shorter than this prints no heartbeat."""
+
+
+class _Heartbeat:
+    """The run's heartbeat (``ToyMoE.on_layer``): from ``FIRST_BEAT_S`` on, a line on stderr at most every
+    5 s, on a terminal or not, saying how many layers the simulation has run, so that a long run shows it
+    is alive."""
+
+    def __init__(self, layers: int):
+        self.line = cli_common.ProgressLine(every=5.0)
+        self.layers = layers
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, layer: int, layers: int) -> None:
+        with self.lock:
+            self.count += 1
+            if time.perf_counter() - self.line.t0 < FIRST_BEAT_S:
+                return
+            self.line(f"{PROG}: {self.count} layers of ubatch steps run (layer {layer + 1} of {layers} now)")
+
+    def done(self) -> None:
+        self.line.done()
+
+
+def _heartbeat(cfg: OverlapConfig) -> _Heartbeat | None:
+    return None if cfg.world_size > 1 or cfg.launcher == "env" else _Heartbeat(cfg.layers)
+
+
 ZOO_ONLY_FLAGS = ("--gpu", "--nodes", "--gpus-per-node", "--phase", "--imbalance", "--comm-sms", "--shrink")
 """Flags of a ``--model`` run that the toy has no use for (refused without ``--model``)."""
 
@@ -221,8 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"running {cfg.steps} steps without DBO and {cfg.steps} with DBO after {cfg.warmup} warmup "
             "(Ctrl-C stops it)",
         )
+    beat = _heartbeat(cfg) if reporter else None
     try:
-        result = run(cfg)
+        result = run(cfg, on_layer=beat)
     except ConfigError as e:
         sys.stderr.write(f"{parser.prog}: error: {e.render(flag_of)}\n")
         return 2
@@ -239,6 +283,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"{parser.prog}: error: --graph could not capture the step: {e}\n")
         return 1
     except BaseException as e:
+        oom = _out_of_memory(e) if isinstance(e, Exception) else None
+        if oom is not None:  # an allocation the estimate did not foresee failed: one line
+            sys.stderr.write(f"{parser.prog}: error: the run ran out of memory: {oom}\n")
+            return 1
         if cfg.launcher != "env" or cli_common.interrupt_of(e) is not None:
             raise
         # one rank under torchrun: say why, then leave at once (a collective may still be stuck on
@@ -249,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(1)
+    if beat is not None:
+        beat.done()
     if result is None:  # a rank other than 0 under torchrun: rank 0 reports
         return 0
     # the report first, then the files: a file that fails to be written loses nothing printed

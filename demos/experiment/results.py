@@ -24,6 +24,7 @@ __all__ = [
     "ReferenceCheck",
     "RankResult",
     "OverlapResult",
+    "host_bound_note",
     "overlap_hidden_fraction",
     "past_ideal_note",
 ]
@@ -210,8 +211,11 @@ class OverlapResult:
 
     @property
     def speedup_note(self) -> str | None:
-        """One line when the speedup is past ``ideal_speedup``, saying why; else None."""
-        return past_ideal_note(self.speedup, self.ideal_speedup, self.engine, self.time_no_dbo_s, self.time_dbo_s)
+        """One line when the speedup is past ``ideal_speedup``, saying why; or when eager DBO loses on a
+        host-bound step (``host_bound_note``); else None."""
+        return past_ideal_note(
+            self.speedup, self.ideal_speedup, self.engine, self.time_no_dbo_s, self.time_dbo_s
+        ) or host_bound_note(self)
 
 
 def _ratio(overlapped: float | None, compute: float, comm: float) -> float | None:
@@ -230,6 +234,29 @@ def overlap_hidden_fraction(e: EngineTimes) -> float | None:
     if r_no >= 1.0:
         return None
     return (r_dbo - r_no) / (1.0 - r_no)
+
+
+def host_bound_note(result: "OverlapResult") -> str | None:
+    """One line when an eager DBO step loses and is host-bound: the host work its launches cost on the
+    run's profile (``HostCosts.launch_cost`` of each kernel's op, with ubatch threads ``threaded`` times
+    slower) is at least 80% of the step, so the device waits for the host. Each ubatch launches every
+    kernel of the step again; vLLM runs DBO decode in CUDA graphs, where the host launches nothing per
+    kernel. None otherwise (graph steps, speedups >= 1, profiles without host costs)."""
+    sp, t_dbo = result.speedup, result.time_dbo_s
+    if sp is None or sp >= 1 or result.graph or t_dbo <= 0 or result.resolved.backend != "virtual":
+        return None
+    from dbo.costs import get_profile
+
+    host = get_profile(result.resolved.profile).host
+    launches = sum(host.launch_cost(r.op)[0] for r in result.records_dbo) * host.threaded
+    if launches < 0.8 * t_dbo:
+        return None
+    how = "--graph" if result.config.schedule == "ll" else "--schedule ll --graph"
+    return (
+        f"eager DBO loses here because the DBO step is host-bound: its launches cost the host about "
+        f"{launches / t_dbo:.0%} of the step (each ubatch launches every kernel again); vLLM runs DBO decode in "
+        f"CUDA graphs: {how} replays the captured steps without that host work"
+    )
 
 
 def past_ideal_note(

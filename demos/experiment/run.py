@@ -13,7 +13,7 @@ import os
 import statistics
 import time
 from dataclasses import asdict, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -42,8 +42,12 @@ def _config(config: OverlapConfig | None, overrides: dict[str, Any]) -> OverlapC
     return OverlapConfig(**{**asdict(cfg), **overrides}) if overrides else cfg
 
 
-def run(config: OverlapConfig | None = None, **overrides: Any) -> OverlapResult | None:
-    """Run the demo and return its measurements; ``overrides`` replace fields of ``config``.
+def run(
+    config: OverlapConfig | None = None, *, on_layer: Callable[[int, int], Any] | None = None, **overrides: Any
+) -> OverlapResult | None:
+    """Run the demo and return its measurements; ``overrides`` replace fields of ``config``;
+    ``on_layer(layer, layers)`` is called before each layer of every ubatch of a single-process run
+    (the command's heartbeat on long simulations).
 
     Raises ConfigError for a bad option. With ``world_size`` > 1 the ranks run in other processes
     and a failed rank raises ``demos.ranks.launcher.DistributedError``; with ``launcher="env"``
@@ -63,7 +67,7 @@ def run(config: OverlapConfig | None = None, **overrides: Any) -> OverlapResult 
             torch.set_num_threads(res.torch_threads)
         runner = None
         try:
-            runner = Runner(cfg, res)
+            runner = Runner(cfg, res, on_layer=on_layer)
             meas, found = _measure_maybe_sanitized(runner, cfg, res)
             result = _result(runner, cfg, res, meas, engine_times(meas))
             result.sanitizer_findings = found

@@ -31,7 +31,8 @@ class Runner:
     ``transport``: the all-to-all (default: the modelled link of ``res.link``); ``rows``: the rows
     of the batch this process runs (default: all of them; a rank of a distributed run passes its
     shard); ``before_step``: called before each step's clock starts (ranks meet at a barrier);
-    ``on_dbo_step``: called in the last ubatch's thread at the start of each DBO step (a fault seam).
+    ``on_dbo_step``: called in the last ubatch's thread at the start of each DBO step (a fault seam);
+    ``on_layer``: the model's heartbeat (``ToyMoE.on_layer``).
     """
 
     def __init__(
@@ -43,6 +44,7 @@ class Runner:
         rows: range | None = None,
         before_step: Callable[[], Any] | None = None,
         on_dbo_step: Callable[[], Any] | None = None,
+        on_layer: Callable[[int, int], Any] | None = None,
     ):
         self.cfg, self.res = cfg, res
         self.tracer = Tracer(enabled=True)
@@ -60,6 +62,7 @@ class Runner:
             self.transport = transport if transport is not None else ModelledLinkTransport(res.link)
             self.manager = workspace.init_workspace_manager(res.model.device, num_ubatches=cfg.ubatches)
             self.model = ToyMoE(res.model, self.transport, num_ubatches=cfg.ubatches, schedule=cfg.schedule)
+            self.model.on_layer = on_layer
             # the DBO orchestrator first, so that with shared streams its streams get the plain names
             # ("compute", "comm"); per-ubatch they are "compute0", "comm0", ..., and the no-DBO ones
             # get the plain names

@@ -17,6 +17,7 @@ import torch
 import dbo
 from dbo.costs import get_link, get_profile
 from demos.moe.config_error import ConfigError, field_ref
+from demos.moe.footprint import choose_meta
 from demos.moe.model import SCHEDULES, ModelConfig
 
 __all__ = [
@@ -47,9 +48,6 @@ RANKS_PER_CPU = 4
 "spawn"): each rank is a process with a model, ubatch threads and a comm executor; beyond this,
 a run only measures the host's time slicing (and takes minutes)."""
 HEAD_DIM = ModelConfig.head_dim  # attention head size: hidden is a multiple of it (or at most one head)
-META_AUTO_BYTES = 1 << 30  # virtual: weights above 1 GiB -> meta tensors (math skipped)
-REAL_LIMIT_BYTES = 4 << 30  # CPU backends (real tensors): refuse weights above 4 GiB
-REAL_LIMIT_FRACTION = 0.5  # cuda: refuse weights above this share of the device's free memory
 
 
 @dataclass
@@ -322,24 +320,6 @@ def _check_modelled(cfg: OverlapConfig, backend: str, distributed: bool) -> list
     return []
 
 
-def real_limit(backend: str) -> tuple[int, str]:
-    """The most bytes of real weights a run on ``backend`` may take, and how that limit was set:
-    on cuda ``REAL_LIMIT_FRACTION`` of the current device's free memory (``torch.cuda.mem_get_info``),
-    elsewhere the fixed ``REAL_LIMIT_BYTES``."""
-    if backend != "cuda":
-        return REAL_LIMIT_BYTES, "the fixed limit for real tensors on the CPU backends"
-    index = torch.cuda.current_device()
-    try:
-        free, total = torch.cuda.mem_get_info(index)
-    except RuntimeError as e:
-        first = (str(e).strip().splitlines() or [""])[0]
-        raise ConfigError(
-            f"{field_ref('backend')} cuda: could not read the free memory of cuda:{index}: {first}"
-        ) from None
-    why = f"{REAL_LIMIT_FRACTION:g} of the {free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB on cuda:{index}"
-    return int(free * REAL_LIMIT_FRACTION), why
-
-
 def resolve(cfg: OverlapConfig) -> Resolved:
     """Check ``cfg`` and fill in the automatic choices; ConfigError (one line) on a bad option."""
     _check_fields(cfg)
@@ -357,25 +337,7 @@ def resolve(cfg: OverlapConfig) -> Resolved:
         probe.validate()
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    big = probe.weight_bytes()
-    if cfg.meta and backend != "virtual":
-        raise ConfigError(
-            f"{field_ref('meta')} skips the math, which only the virtual backend can time; "
-            f"add {field_ref('backend')} virtual"
-        )
-    if cfg.meta is None:
-        meta = backend == "virtual" and big > META_AUTO_BYTES
-        if meta:
-            notes.append(f"the weights would take {big / 2**30:.0f} GiB in float32: meta tensors, math skipped")
-    else:
-        meta = bool(cfg.meta)
-    if not meta:
-        limit, why = real_limit(backend)
-        if big > limit:
-            raise ConfigError(
-                f"this model needs {big / 2**30:.1f} GiB of weights, over the {limit / 2**30:.1f} GiB limit "
-                f"({why}); simulate it with {field_ref('backend')} virtual (meta tensors)"
-            )
+    meta = choose_meta(cfg, probe, backend, notes)
     dtype = (torch.bfloat16 if meta else torch.float32) if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
     comm_ratio = cfg.comm_ratio if cfg.comm_ratio is not None else (None if cfg.link is not None else 1.0)
     device = "meta" if meta else ("cuda" if backend == "cuda" else "cpu")

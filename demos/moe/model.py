@@ -35,6 +35,7 @@ MoE half of a layer on either schedule. A layer's attention block and router are
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 
@@ -106,6 +107,9 @@ class ToyMoE:
         self.arange_rows = torch.arange(T * K, dtype=torch.int64, device=self.device)
         self.edges = torch.arange(E + 1, dtype=torch.int64, device=self.device)
         self._costs: dict[int, KernelCosts] = {}
+        self.on_layer: Any = None
+        """Called as ``on_layer(layer, layers)`` before each layer of every ubatch (a heartbeat for long
+        simulations; None: nothing)."""
 
     # -- construction -------------------------------------------------------------------------------
     def _rand(self, shape: tuple[int, ...], gen: torch.Generator, scale: float) -> torch.Tensor:
@@ -154,7 +158,10 @@ class ToyMoE:
             op="load_input",
         )
         moe = self._moe_ll if self.schedule == "ll" else self._moe_ht
+        beat = self.on_layer
         for i, layer in enumerate(self.layers):
+            if beat is not None:
+                beat(i, len(self.layers))
             attention(self, i, layer, h, st, ub, cost)
             router(self, i, layer, h, st, ub, cost)
             moe(i, layer, h, st, ub, cost)

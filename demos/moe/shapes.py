@@ -76,6 +76,24 @@ class ModelConfig:
         if self.topk > self.experts:
             raise ValueError(f"topk ({self.topk}) must not exceed the number of experts ({self.experts})")
 
+    def activation_bytes(self, ubatches: int, schedule: str = "ht", wire_itemsize: int = 2) -> int:
+        """Bytes of everything that grows with the tokens, for ``ubatches`` ubatch ids (an estimate
+        from the model's own buffers, a little above what it allocates): the input and hidden states,
+        each ubatch id's persistent buffers, the modelled transport's receive buffers (the ll layout's
+        ``experts x tokens x hidden`` included) and the workspace slots, all sized for every token (the
+        no-DBO step runs them all in slot 0, and the slots grow in lockstep). On ``schedule`` "ll" the
+        experts' workspace is the fixed-capacity layout, ``experts x tokens`` rows."""
+        c = self.resolved()
+        T, H, K, E, F, Fs = c.tokens, c.hidden, c.topk, c.experts, c.expert_ffn, c.shared_ffn
+        isz, i64 = itemsize(c.dtype), 8
+        model = 2 * T * H * isz + T * K * i64
+        per_ubatch = T * (7 * H + c.heads) * isz + T * H * wire_itemsize + T * K * (2 * isz + 5 * i64)
+        transport = T * K * H * (wire_itemsize + isz) + T * H * isz + E * T * H * wire_itemsize + 2 * T * K * i64
+        chunk = min(c.shared_chunk, T)
+        rows = E * T if schedule == "ll" else T * K
+        slot = rows * (3 * F + 2 * H) * isz + T * 4 * H * isz + chunk * 3 * Fs * isz
+        return model + ubatches * (per_ubatch + transport + slot)
+
     def weight_bytes(self) -> int:
         """Bytes of all weights (to decide when to use meta tensors)."""
         c = self.resolved()

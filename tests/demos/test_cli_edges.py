@@ -226,3 +226,79 @@ def test_validate_deepep_refuses_a_profile_it_would_not_use():
 
 def test_bench_bad_flag_is_one_line():
     assert "--sectoin" in _refused("demos.bench", "--sectoin", "x")
+
+
+# --- resource limits known before the work (issue 24, item 2) ---------------------------------------------
+
+
+def test_a_two_million_token_virtual_step_runs_in_bounded_memory():
+    import resource
+
+    p = _run(
+        OVERLAP,
+        "--backend",
+        "virtual",
+        "--tokens",
+        "2000000",
+        "--layers",
+        "1",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "meta: math skipped" in p.stdout
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert peak_kib < 2 * 2**20  # under 2 GiB (a real step would need tens of GB)
+
+
+def test_a_run_that_cannot_fit_is_refused_with_the_estimate():
+    line = _refused(OVERLAP, "--tokens", "100000000")
+    assert "GiB" in line and "available" in line and "--tokens" in line
+
+
+def test_an_allocation_failure_is_one_line(monkeypatch, capsys):
+    import demos.overlap as overlap
+
+    def boom(cfg, **kw):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory")
+
+    monkeypatch.setattr(overlap, "run", boom)
+    assert overlap.main(SMALL) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "ran out of memory" in err[0] and "can't allocate memory" in err[0]
+
+
+def test_the_model_beats_once_per_layer_of_every_ubatch():
+    from demos.experiment.run import run
+
+    beats = []
+    res = run(
+        OverlapConfig(backend="virtual", layers=3, tokens=32, hidden=32, experts=2, steps=1, warmup=1),
+        on_layer=lambda i, n: beats.append((i, n)),
+    )
+    assert res is not None and beats and all(n == 3 for _, n in beats)
+    assert len(beats) % 3 == 0 and [i for i, _ in beats[:3]] == [0, 1, 2]
+
+
+def test_progress_on_a_pipe_is_a_line_every_few_seconds(monkeypatch):
+    import io
+
+    from demos._cli import ProgressLine
+
+    clock = [100.0]
+    monkeypatch.setattr("demos._cli._progress.time.perf_counter", lambda: clock[0])
+    out = io.StringIO()
+    line = ProgressLine(out, every=5.0)
+    for _ in range(3):
+        line("working")  # within 5 s of the start: nothing
+    clock[0] += 6
+    line("still working")
+    clock[0] += 1
+    line("and more")  # 1 s after the last line: nothing
+    assert out.getvalue().splitlines() == ["[   6.0 s] still working"]
+    quiet = io.StringIO()
+    ProgressLine(quiet)("no every: a pipe gets nothing")
+    assert quiet.getvalue() == ""

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from demos.moe.config import REAL_LIMIT_BYTES, REAL_LIMIT_FRACTION, ConfigError, OverlapConfig, real_limit, resolve
+from demos.moe.config import ConfigError, OverlapConfig, resolve
+from demos.moe.footprint import REAL_LIMIT_BYTES, REAL_LIMIT_FRACTION, real_limit
 
 GiB = 1 << 30
 BIG = dict(tokens=4096, hidden=2048)  # ~4.4 GiB of float32 weights: over the fixed 4 GiB
@@ -58,3 +59,48 @@ def test_a_failed_memory_query_is_a_one_line_config_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", broken)
     with pytest.raises(ConfigError, match=r"could not read the free memory of cuda:0: CUDA error: out of memory$"):
         resolve(OverlapConfig(backend="cuda"))
+
+
+# --- the activations: what grows with the tokens (issue 24) --------------------------------------------------
+
+
+def test_virtual_goes_meta_when_the_activations_would_not_fit():
+    # small weights, two million tokens: the states and buffers alone are tens of GB
+    res = resolve(OverlapConfig(backend="virtual", tokens=2_000_000, layers=2))
+    assert res.meta and any("activations" in n for n in res.notes)
+
+
+def test_real_tensors_refuse_a_run_over_the_available_memory_with_the_estimate(monkeypatch):
+    import demos.moe.footprint as fp
+
+    monkeypatch.setattr(fp, "available_bytes", lambda backend: 8 * GiB)
+    with pytest.raises(ConfigError) as info:
+        resolve(OverlapConfig(backend="threads", tokens=2_000_000, layers=2))
+    msg = str(info.value)
+    assert "\n" not in msg and "8.0 GiB available" in msg and "GiB that grow with tokens" in msg
+
+
+def test_the_estimate_is_close_above_what_the_model_allocates():
+    import gc
+
+    import workspace
+    from demos.experiment.runner import Runner
+
+    cfg = OverlapConfig(backend="virtual", tokens=2048, hidden=256, experts=16, topk=4, steps=1, warmup=1)
+    res = resolve(cfg)
+    r = Runner(cfg, res)
+    try:
+        r.step(False, False)
+        r.step(True, False)
+        seen, total = set(), 0
+        for o in gc.get_objects():
+            if isinstance(o, torch.Tensor) and o.device.type == "cpu":
+                st = o.untyped_storage()
+                if st.data_ptr() not in seen:
+                    seen.add(st.data_ptr())
+                    total += st.nbytes()
+    finally:
+        r.close()
+        workspace.reset_workspace_manager()
+    est = res.model.activation_bytes(cfg.ubatches, cfg.schedule) + res.model.weight_bytes()
+    assert total <= est <= 1.5 * total
