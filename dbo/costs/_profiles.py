@@ -328,9 +328,8 @@ class DeviceProfile:
 #   BF16 989, FP8 1979, FP64 67 TFLOP/s dense). FP32 does not: it runs on the CUDA cores (SIMT),
 #   whose GEMMs reach ~91% of their 67 TFLOP/s peak (a published SGEMM figure, docs/kernels.md)
 #   where the tensor cores' bf16 mix reached 38%. The same mix in float32 is its GEMMs at that
-#   rate plus the mix's other work, which is memory traffic and so twice as long in float32:
-#   per flop, 1/(0.91 x 67e12) + 2 x (1/300e12 - 1/790e12) s, a rate of ~49 TFLOP/s. Keeping the
-#   bf16 ratio instead (20 TFLOP/s) predicted a float32 step about twice as long as it ran.
+#   rate plus the mix's other (memory) work, twice as long in float32: 1/(0.91 x 67e12) + 2 x (1/300e12
+#   - 1/790e12) s per flop, ~49 TFLOP/s (the bf16 ratio's 20 predicted float32 steps 2x too long).
 # * min_kernel 3 us: the small default config's ~870 kernels per step kept the device busy
 #   ~3.2 ms (~3.5 us each, most of them tiny).
 # * comm_sm_share 0.3: fitted, not the one SM the modelled (spinning) comm kernels occupy: with

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dbo.costs import DeviceProfile, GpuSpec, HostCosts, OpCost, get_gpu
+from dbo.costs import DeviceProfile, GpuSpec, HostCosts, OpCost, get_gpu, get_profile
 from demos.zoo.efficiency import (
     ATTENTION_COMPUTE_CEILING,
     ATTENTION_MEM_EFFICIENCY,
@@ -56,19 +56,15 @@ ZOO_OPS: dict[str, int] = {
 }
 """Device kernels per op of ``demos.zoo.model.ZooModel`` (each pays ``MIN_KERNEL`` at least)."""
 
-EAGER_HOST = HostCosts(
+EAGER_HOST = replace(
+    get_profile("h200").host,
     launch=0.0,
-    kernel=6.0e-6,  # one eager launch of a small op on our H200 host
-    stream_switch=4.4e-6,
-    handoff=6.7e-6,
-    thread_start=60e-6,
-    thread_join=10e-6,
-    sync=5.4e-6,
-    event=0.77e-6,
-    threaded=1.5,
+    kernel=6.0e-6,  # one eager launch of a small op on our H200 host (the toy's Python per kernel aside)
     ops={op: OpCost(kernels=n) for op, n in ZOO_OPS.items()},
 )
-"""The host of an eager step (module docstring): measured on our H200 host, except thread start/join."""
+"""The host of an eager step (module docstring): the built-in h200 profile's host costs, measured on our
+H200 host (stream switch, handoff, sync, event, threaded), with the per-launch cost of a small eager op
+in place of the toy's own Python per kernel."""
 
 
 def gpu_profile(gpu: str | GpuSpec, *, comm_sms: int = 0, gemm_scale: float = 1.0, host: HostCosts = EAGER_HOST):

@@ -85,7 +85,7 @@ def test_the_outputs_carry_the_documented_keys(tmp_path, capsys):
     assert "vllm serve deepseek-ai/DeepSeek-V3" in out or "do not enable" in out
     rows = list(csv.DictReader(c.open()))
     assert len(rows) == 6 and float(rows[0]["speedup"]) == pytest.approx(rep["points"][0]["speedup"])
-    assert p.stat().st_size > 1000 or "matplotlib" in out
+    assert (p.exists() and p.stat().st_size > 1000) or "--plot needs matplotlib" in out  # the dev extra has none
     events = json.loads(t.read_text())
     events = events["traceEvents"] if isinstance(events, dict) else events
     phases = {e.get("ph") for e in events}
