@@ -8,6 +8,7 @@ is ``demos.prediction.sweep``, the answer ``demos.prediction.answer``, the outpu
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from typing import Any, Sequence
@@ -25,8 +26,6 @@ PROG = "python -m demos.predict"
 
 
 def _what_if(text: str) -> tuple[str, float]:
-    import argparse
-
     key, sep, value = text.partition("=")
     try:
         f = float(value)

@@ -19,7 +19,8 @@ memory bandwidth. Everything is counted from first principles (docs/models.md, "
   ``experts / ep`` experts; every expert that receives a token reads its weights once. The expected
   number of active local experts follows from uniform routing. The grouped GEMM's efficiency is taken
   at the rows per active expert; the normal (ht) schedule pads each expert's rows to a multiple of 128,
-  as DeepGEMM's contiguous layout needs.
+  as DeepGEMM's contiguous layout needs, and permutes the received tokens into that layout and back
+  (two memory passes over the copies; the low-latency kernels deliver the per-expert layout directly).
 * Norms, residual adds, activations, quantization: memory passes folded into the op that carries them
   (their kernel counts, which set the per-kernel floor, are in ``demos.zoo.gpu_profile.ZOO_OPS``).
 
@@ -63,12 +64,14 @@ def gemm(m: float, n: int, k: int, storage: str, *, weights: float = 1.0) -> Wor
 
 
 class Folder:
-    """Folds several GEMMs (and memory passes) of one op into one ``Work`` for ``profile``: each GEMM's
-    flops divided by its own efficiency on the profile's curve (``gemm_knee``) and rescaled to the rate
-    of the first one's dtype; bytes summed. N and K below the fitted range count as its edge
-    (``demos.zoo.efficiency.KNEE_FLOOR``). The op's time is then ``max(math, memory)`` of the sums
-    (a GEMM that is memory-bound beside a compute-bound one is counted at its share of both: a small
-    error against a sum of per-GEMM rooflines)."""
+    """Folds the kernels of one op (its GEMMs and memory passes) into one ``Work`` for ``profile``.
+
+    Each part is a kernel of its own, so each takes its own roofline time, ``max(flops / (rate x eff),
+    bytes / bandwidth)`` with its dtype's rate and its shape's efficiency on the profile's GEMM curve
+    (``gemm_knee``; N and K below the fitted range count as its edge,
+    ``demos.zoo.efficiency.KNEE_FLOOR``), and the op takes their sum. The folded Work carries that sum
+    as flops at the first part's rate (``seconds x rate``), and the parts' bytes summed (which never
+    exceed what the sum allows), so the virtual backend's roofline of it is the sum."""
 
     def __init__(self, profile: DeviceProfile):
         self.p = profile
@@ -83,11 +86,15 @@ class Folder:
             e *= x / (x + x0) if x0 > 0 else 1.0
         return e
 
+    def seconds(self, w: Work) -> float:
+        """One part's roofline time on the profile."""
+        math_t = w.flops / (self.p.flops_rate(w.dtype) * self._eff(w.shape)) if w.flops else 0.0
+        return max(math_t, w.bytes / self.p.mem_bandwidth)
+
     def __call__(self, *works: Work) -> Work:
         dtype = next((x.dtype for x in works if x.dtype is not None), None)
-        ref = self.p.flops_rate(dtype)
-        flops = sum(x.flops / self._eff(x.shape) * ref / self.p.flops_rate(x.dtype or dtype) for x in works)
-        return Work(flops=flops, bytes=sum(x.bytes for x in works), dtype=dtype)
+        t = sum(self.seconds(x) for x in works)
+        return Work(flops=t * self.p.flops_rate(dtype), bytes=sum(x.bytes for x in works), dtype=dtype)
 
 
 def _bmm(batch: int, m: int, n: int, k: int) -> Work:
@@ -229,10 +236,18 @@ def layer_costs(
     up = gemm(computed, 2 * inter, H, estore, weights=act)
     down = gemm(computed, H, inter, estore, weights=act)
     shape = (max(1, round(per)),)
+    fp8 = spec.precision.dispatch.startswith("fp8") and H % 128 == 0
+    msg = (H + H // 128 * 4) if fp8 else 2 * H
+    # ht: the normal dispatch delivers tokens per source rank, not per expert, so the grouped GEMM's
+    # contiguous layout needs a permute in (read and write each received copy) and an un-permute out
+    # (read each expert output, write the combine's input); the low-latency kernels deliver the
+    # masked per-expert layout directly
+    permute = Work(bytes=rows * 2 * msg + rows * 2 * H * _ACT) if w.schedule == "ht" else Work()
     experts = _sum(
         Work(flops=up.flops, bytes=up.bytes, dtype=up.dtype, shape=shape + up.shape[1:]),
         Work(flops=down.flops, bytes=down.bytes, dtype=down.dtype, shape=shape + down.shape[1:]),
         _pass(computed, inter, 1.5),
+        permute,
     )
     shared = None
     if moe.shared_experts:
@@ -240,8 +255,6 @@ def layer_costs(
         shared = _sum(gemm(t, 2 * Is, H, estore), gemm(t, H, Is, estore), _pass(t, Is, 1))
     dispatch = combine = None
     d_bytes = c_bytes = 0.0
-    fp8 = spec.precision.dispatch.startswith("fp8") and H % 128 == 0
-    msg = (H + H // 128 * 4) if fp8 else 2 * H
     recv_d = Work(flops=rows * H, bytes=rows * (msg + H * _ACT))
     recv_c = Work(flops=2.0 * rows * H, bytes=(rows + t) * H * _ACT)
     if w.cluster.ep > 1:

@@ -72,10 +72,6 @@ def measure_point(
     return Point(w, mode, backend, no, yes, memory_estimate(w, slots), slots, exact)
 
 
-def _stages(s: StepTimes) -> dict[str, float]:
-    return {k: v for k, v in s.stages.items()}
-
-
 def step_report(p: Point) -> dict[str, Any]:
     """The JSON-ready report of ``p``."""
     w = p.workload
@@ -110,8 +106,8 @@ def step_report(p: Point) -> dict[str, Any]:
         "tokens_per_s_gpu_dbo": p.tokens_per_s(True),
         "compute_s": e.compute_s,
         "comm_s": e.comm_s,
-        "stages": _stages(p.no_dbo),
-        "stages_dbo": _stages(p.dbo),
+        "stages": dict(p.no_dbo.stages),
+        "stages_dbo": dict(p.dbo.stages),
         "kernels_no_dbo": p.no_dbo.kernels,
         "kernels_dbo": p.dbo.kernels,
         "workspace_slot_bytes": list(p.slot_bytes),

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from dbo.costs import Work, kernel_time
 from demos.models import get_preset
 from demos.zoo.costs import Folder, active_experts, attention_pairs, gemm, layer_costs
 from demos.zoo.efficiency import KNEE_FLOOR
@@ -86,18 +87,43 @@ def test_one_rank_moves_nothing_over_a_link():
     assert c.dispatch is None and c.combine is None
 
 
+def _math_only(w):
+    """``w`` without its bytes: the Folder's math time alone."""
+    return Work(flops=w.flops, dtype=w.dtype, shape=w.shape)
+
+
 def test_folder_holds_small_n_and_k_at_the_fitted_edge():
     fold = Folder(PROFILE)
-    tiny = fold(gemm(1024, 128, 128, "bfloat16"))
-    edge = fold(gemm(1024, KNEE_FLOOR[0], KNEE_FLOOR[1], "bfloat16"))
+    small, edge = gemm(4096, 128, 128, "bfloat16"), gemm(4096, KNEE_FLOOR[0], KNEE_FLOOR[1], "bfloat16")
     # per flop, a GEMM below the fitted range costs what one at its edge does
-    assert tiny.flops / gemm(1024, 128, 128, "bfloat16").flops == pytest.approx(
-        edge.flops / gemm(1024, KNEE_FLOOR[0], KNEE_FLOOR[1], "bfloat16").flops
-    )
+    per_flop = [fold.seconds(_math_only(x)) / x.flops for x in (small, edge)]
+    assert per_flop[0] == pytest.approx(per_flop[1])
     # M is not held: a 1-row GEMM is far less efficient than a 1024-row one
-    one = fold(gemm(1, 4096, 7168, "fp8_e4m3"))
-    many = fold(gemm(1024, 4096, 7168, "fp8_e4m3"))
-    assert one.flops / gemm(1, 4096, 7168, "fp8_e4m3").flops > 5 * many.flops / gemm(1024, 4096, 7168, "fp8_e4m3").flops
+    one, many = gemm(1, 4096, 7168, "fp8_e4m3"), gemm(1024, 4096, 7168, "fp8_e4m3")
+    assert fold.seconds(_math_only(one)) / one.flops > 5 * fold.seconds(_math_only(many)) / many.flops
+
+
+def test_an_ops_kernels_each_take_their_own_roofline_and_the_op_their_sum():
+    fold = Folder(PROFILE)
+    big = gemm(8192, 4096, 7168, "fp8_e4m3")  # compute-bound
+    copy = Work(bytes=2e9)  # a memory pass
+    assert fold.seconds(copy) == pytest.approx(2e9 / PROFILE.mem_bandwidth)
+    both = fold(big, copy)
+    # the virtual backend's time of the folded Work is the sum, not the max of summed flops and bytes
+    assert kernel_time(both, PROFILE) == pytest.approx(fold.seconds(big) + fold.seconds(copy))
+    assert kernel_time(both, PROFILE) > max(kernel_time(fold(big), PROFILE), kernel_time(fold(copy), PROFILE))
+
+
+def test_ht_permutes_the_received_tokens_and_ll_does_not():
+    ll = layer_costs(_w(phase="prefill", tokens=4096, schedule="ll"), 4096, 5, PROFILE)
+    ht = layer_costs(_w(phase="prefill", tokens=4096, schedule="ht"), 4096, 5, PROFILE)
+    rows = 4096 * 8 * ht_imbalance(4096)
+    msg = 7168 + 7168 // 128 * 4
+    assert ht.experts.bytes - ll.experts.bytes >= rows * (2 * msg + 4 * 7168) * 0.99
+
+
+def ht_imbalance(t: int) -> float:
+    return _w(phase="prefill", tokens=t, schedule="ht").imbalance_at(t)
 
 
 def test_attention_scale_follows_the_flashmla_shares():
