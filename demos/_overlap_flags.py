@@ -45,6 +45,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a = p.add_argument
     a(
+        "--model",
+        default="toy",
+        metavar="toy|NAME|PATH",
+        help="toy (default): this toy MoE, with the flags below; a real model instead (deepseek-v3, kimi-k2, "
+        "qwen3-30b-a3b, mixtral-8x7b, gpt-oss-120b, ... or a HuggingFace config.json) runs the generic transformer "
+        "on a cluster with its own flags: python -m demos.overlap --model NAME --help (docs/models.md)",
+    )
+    a(
         "--backend",
         default=d.backend,
         choices=BACKEND_CHOICES,

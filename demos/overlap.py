@@ -224,6 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from demos.ranks.launcher import DistributedError, in_torchrun
 
     opts = vars(ns)
+    opts.pop("model", None)  # --model toy: this command's own model (a real one went to demos._zoo_overlap)
     if in_torchrun():  # started by torchrun: this process is one rank (env:// rendezvous)
         world = int(os.environ["WORLD_SIZE"])
         if opts["world_size"] not in (None, world):
