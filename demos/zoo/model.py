@@ -78,7 +78,7 @@ class ZooModel:
         self.comm = workload.cluster.ep > 1
         T, H = workload.tokens, s.hidden_size
         self.mla = isinstance(s.attention, MLAAttention)
-        self._costs: dict[tuple[int, int], LayerCosts] = {}
+        self._costs: dict[tuple[int, tuple], LayerCosts] = {}
         self._cost_key = [self._layer_key(i) for i in range(s.num_layers)]
         gen = torch.Generator().manual_seed(seed)
         self._gen = gen
@@ -105,11 +105,10 @@ class ZooModel:
         ]
 
     # -- construction -------------------------------------------------------------------------------
-    def _layer_key(self, i: int) -> int:
+    def _layer_key(self, i: int) -> tuple:
         """Layers that cost the same share a key: dense or MoE, and the sliding window."""
         a = self.spec.attention
-        window = None if self.mla else a.window_of(i)
-        return hash((self.spec.is_moe_layer(i), window))
+        return (self.spec.is_moe_layer(i), None if self.mla else a.window_of(i))
 
     def _rand(self, shape: tuple[int, ...], scale: float) -> torch.Tensor:
         return torch.randn(shape, generator=self._gen, dtype=torch.float32).mul_(scale)

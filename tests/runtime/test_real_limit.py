@@ -82,6 +82,7 @@ def test_real_tensors_refuse_a_run_over_the_available_memory_with_the_estimate(m
 
 def test_the_estimate_is_close_above_what_the_model_allocates():
     import gc
+    import warnings
 
     import workspace
     from demos.experiment.runner import Runner
@@ -93,8 +94,11 @@ def test_the_estimate_is_close_above_what_the_model_allocates():
         r.step(False, False)
         r.step(True, False)
         seen, total = set(), 0
-        for o in gc.get_objects():
-            if isinstance(o, torch.Tensor) and o.device.type == "cpu":
+        with warnings.catch_warnings():  # the scan touches deprecated module attributes of torch
+            warnings.simplefilter("ignore", FutureWarning)
+            tensors = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]
+        for o in tensors:
+            if o.device.type == "cpu":
                 st = o.untyped_storage()
                 if st.data_ptr() not in seen:
                     seen.add(st.data_ptr())
