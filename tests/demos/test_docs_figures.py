@@ -68,3 +68,35 @@ def test_the_link_rescale_is_exact_on_virtual_even_on_a_host_bound_profile(sched
     """The report's link line says comm = R x compute: on virtual that holds to 0.5% (it was 1.71x on h200)."""
     res = run(OverlapConfig(backend="virtual", profile="h200", schedule=schedule, comm_ratio=ratio, steps=1, warmup=1))
     assert res.engine.comm_ratio == pytest.approx(ratio, rel=0.006)
+
+
+def _table_row(command: str) -> tuple[float, float]:
+    """(speedup, hidden %) of ``command``'s row in overlap.md's Performance table."""
+    text = (REPO / "docs" / "overlap.md").read_text()
+    m = re.search(r"\| `" + re.escape(command) + r"`[^|]*\| (\d\.\d+)x \| (\d+\.\d)% \|", text)
+    assert m, f"overlap.md has no Performance row for {command}"
+    return float(m.group(1)), float(m.group(2))
+
+
+@pytest.mark.parametrize(
+    "command, kw",
+    [
+        ("python -m demos.overlap --backend virtual", dict()),
+        ("python -m demos.overlap --backend virtual --schedule ll", dict(schedule="ll")),
+    ],
+)
+def test_the_virtual_rows_of_the_performance_table_are_what_the_command_gives(command, kw):
+    speedup, hidden = _table_row(command)
+    res = run(OverlapConfig(backend="virtual", **kw))
+    assert round(res.speedup, 2) == speedup
+    assert round(res.hidden_fraction * 100, 1) == hidden
+
+
+def test_the_stream_layout_comparison_quotes_the_commands_figures():
+    text = " ".join((REPO / "docs" / "overlap.md").read_text().split())
+    m = re.search(r"per-ubatch streams \((\d+\.\d)% against (\d+\.\d)%\)", text)
+    assert m
+    own = run(OverlapConfig(backend="virtual", schedule="ll"))
+    shared = run(OverlapConfig(backend="virtual", schedule="ll", stream_layout="shared"))
+    assert round(own.hidden_fraction * 100, 1) == float(m.group(1))
+    assert round(shared.hidden_fraction * 100, 1) == float(m.group(2))
