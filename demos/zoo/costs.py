@@ -32,9 +32,9 @@ profile's GEMM-fitted rates.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from dbo.costs import DeviceProfile, Work, deepep_low_latency, deepep_normal
+from dbo.costs import DeviceProfile, Work, deepep_low_latency, deepep_normal, kernel_time
 from demos.models import GQAAttention, MLAAttention
 from demos.models.spec import DTYPE_BYTES
 from demos.zoo.efficiency import KNEE_FLOOR
@@ -76,20 +76,13 @@ class Folder:
     def __init__(self, profile: DeviceProfile):
         self.p = profile
 
-    def _eff(self, shape: tuple | None) -> float:
-        if shape is None:
-            return 1.0
-        m, n, k = shape
-        n, k = max(n, KNEE_FLOOR[0]), max(k, KNEE_FLOOR[1])  # no extrapolation below the fitted range
-        e = 1.0
-        for x, x0 in zip((m, n, k), self.p.gemm_knee):
-            e *= x / (x + x0) if x0 > 0 else 1.0
-        return e
-
     def seconds(self, w: Work) -> float:
-        """One part's roofline time on the profile."""
-        math_t = w.flops / (self.p.flops_rate(w.dtype) * self._eff(w.shape)) if w.flops else 0.0
-        return max(math_t, w.bytes / self.p.mem_bandwidth)
+        """One part's roofline time on the profile (``dbo.costs.kernel_time`` without the per-kernel
+        floor and launch overhead, which the op pays once), N and K held at the fitted edge."""
+        if w.shape is not None:
+            m, n, k = w.shape
+            w = replace(w, shape=(m, max(n, KNEE_FLOOR[0]), max(k, KNEE_FLOOR[1])))
+        return kernel_time(w, self.p, kernels=0) - self.p.launch_overhead
 
     def __call__(self, *works: Work) -> Work:
         dtype = next((x.dtype for x in works if x.dtype is not None), None)
