@@ -15,20 +15,9 @@ from typing import Any, Callable, Sequence
 from demos.experiment.results import EngineTimes
 from demos.experiment.run import run
 from demos.fidelity.validation import grid
+from demos.zoo.run import stage_seconds
 
 __all__ = ["ToyResult", "toy_sweep"]
-
-_STAGE = {"attn": "attention", "router": "attention", "dispatch": "dispatch", "experts": "mlp", "shared": "mlp"}
-
-
-def _stage(op: str | None) -> str:
-    op = op or ""
-    if op.startswith("combine") or op == "moe_copy":
-        return "combine"
-    for prefix, stage in _STAGE.items():
-        if op.startswith(prefix):
-            return stage
-    return "other"
 
 
 @dataclass
@@ -64,13 +53,6 @@ class ToyResult:
     point: _ToyPoint
 
 
-def _stages(records: Sequence[Any]) -> dict[str, float]:
-    out = dict.fromkeys(("attention", "dispatch", "mlp", "combine", "other"), 0.0)
-    for r in records:
-        out[_stage(r.op)] += r.duration
-    return out
-
-
 def toy_sweep(
     profile: Any,
     tokens: Sequence[int],
@@ -84,8 +66,8 @@ def toy_sweep(
     for i, pt in enumerate(points):
         res = run(pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype="float32"))
         p = _ToyPoint(
-            _Step(res.time_no_dbo_s, _stages(res.records_no_dbo), len(res.records_no_dbo)),
-            _Step(res.time_dbo_s, _stages(res.records_dbo), len(res.records_dbo)),
+            _Step(res.time_no_dbo_s, stage_seconds(res.records_no_dbo), len(res.records_no_dbo)),
+            _Step(res.time_dbo_s, stage_seconds(res.records_dbo), len(res.records_dbo)),
             res.engine,
             res.hidden_fraction,
             tokens=pt.tokens,

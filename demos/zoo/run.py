@@ -32,13 +32,16 @@ from demos.zoo.model import ZooModel
 from demos.zoo.profile import attention_scale, gpu_profile
 from demos.zoo.workload import Workload
 
-__all__ = ["MODES", "STAGES", "StepTimes", "ZooRun", "stage_of"]
+__all__ = ["MODES", "STAGES", "StepTimes", "ZooRun", "stage_of", "stage_seconds"]
 
 MODES = ("graph", "eager")
 STAGES = ("attention", "dispatch", "mlp", "combine", "other")
 
 _STAGE_OF = {
     "attn_proj": "attention",
+    "attn_qkv": "attention",  # the toy's attention ops (demos.moe.ops)
+    "attn_context": "attention",
+    "attn_query": "attention",
     "attn_core": "attention",
     "attn_out": "attention",
     "router": "attention",
@@ -57,8 +60,17 @@ _STAGE_OF = {
 
 
 def stage_of(op: str | None) -> str:
-    """The stage of DeepSeek's stage figures an op belongs to (attention, dispatch, mlp, combine, other)."""
+    """The stage of DeepSeek's stage figures an op of the zoo's or the toy's model belongs to
+    (attention, dispatch, mlp, combine, other)."""
     return _STAGE_OF.get(op or "", "other")
+
+
+def stage_seconds(records: Any) -> dict[str, float]:
+    """Busy seconds per stage (``STAGES``) of kernel records."""
+    out = dict.fromkeys(STAGES, 0.0)
+    for r in records:
+        out[stage_of(r.op)] += r.duration
+    return out
 
 
 @dataclass
@@ -207,10 +219,8 @@ class ZooRun:
             orch.run(self.model.forward, inputs)
         t1 = self.backend.now()
         self.backend.tracer = None
-        stages = dict.fromkeys(STAGES, 0.0)
         records = rec.records[first:]
-        for r in records:
-            stages[stage_of(r.op)] += r.duration
+        stages = stage_seconds(records)
         head = self.head_seconds()
         stages["other"] += head
         return StepTimes(t1 - t0 + head, head, stages, len(records), records, rec)
