@@ -129,17 +129,6 @@ def output_files(result: OverlapResult, report: dict) -> list[tuple[str, str, Ca
     return out
 
 
-def _out_of_memory(exc: BaseException) -> str | None:
-    """The first line of an allocation failure anywhere in ``exc``'s cause chain, None if it is none."""
-    seen = 0
-    while exc is not None and seen < 16:
-        text = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
-        if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or "can't allocate memory" in text:
-            return text[:200]
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return None
-
-
 FIRST_BEAT_S = 10.0
 """A run shorter than this prints no heartbeat."""
 
@@ -284,9 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"{parser.prog}: error: --graph could not capture the step: {e}\n")
         return 1
     except BaseException as e:
-        oom = _out_of_memory(e) if isinstance(e, Exception) else None
+        oom = cli_common.out_of_memory_of(e) if isinstance(e, Exception) else None
         if oom is not None:  # an allocation the estimate did not foresee failed: one line
-            sys.stderr.write(f"{parser.prog}: error: the run ran out of memory: {oom}\n")
+            text = (str(oom).strip().splitlines() or [type(oom).__name__])[-1][:200]
+            sys.stderr.write(f"{parser.prog}: error: the run ran out of memory: {text}\n")
             return 1
         if cfg.launcher != "env" or cli_common.interrupt_of(e) is not None:
             raise

@@ -58,6 +58,7 @@ __all__ = [
     "stdout_closed",
     "run_main",
     "interrupt_of",
+    "out_of_memory_of",
 ]
 
 
@@ -188,11 +189,22 @@ def interrupt_of(exc: BaseException | None) -> BaseException | None:
     return _in_chain(exc, KeyboardInterrupt)
 
 
-def _in_chain(exc: BaseException | None, kind: type) -> BaseException | None:
-    """The first exception of type ``kind`` in ``exc``'s cause (or context) chain, ``exc`` included."""
+def out_of_memory_of(exc: BaseException | None) -> BaseException | None:
+    """The allocation failure behind ``exc``, in its cause or context chain: a MemoryError, torch's
+    OutOfMemoryError, or the CPU allocator's RuntimeError ("can't allocate memory")."""
+
+    def oom(e: BaseException) -> bool:
+        return isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(e)
+
+    return _in_chain(exc, oom)
+
+
+def _in_chain(exc: BaseException | None, kind: type | Callable[[BaseException], bool]) -> BaseException | None:
+    """The first exception in ``exc``'s cause (or context) chain, ``exc`` included, of type ``kind``
+    (or for which ``kind(exception)`` is true)."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, kind):
+        if isinstance(exc, kind) if isinstance(kind, type) else kind(exc):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
