@@ -13,6 +13,7 @@ import demos._cli as cli_common
 from demos.moe.config_error import ConfigError
 from demos.zoo.flags import add_model_flags, flag_of, load_model, shrunk_spec, workload_of
 from demos.zoo.report import format_step_report, measure_point, step_report
+from demos.zoo.run import merged_trace
 
 __all__ = ["TOY_ONLY_FLAGS", "build_zoo_parser", "main"]
 
@@ -107,18 +108,7 @@ def main(argv: Sequence[str]) -> int:
     status = 0
 
     def trace(path: str) -> None:
-        from dbo.trace import Tracer
-
-        out = Tracer()
-        for step in (point.no_dbo, point.dbo):
-            t = step.tracer
-            for r in t.records:
-                out.kernel(r.stream, r.name, r.kind, r.ubatch, r.start, r.end, op=r.op, layer=r.layer)
-            for s in t.spans:
-                out.span(s.track, s.name, s.start, s.end, **s.args)
-            for h in t.handoffs:
-                out.handoff(h.src, h.dst, h.t_src, h.t_dst)
-        out.to_chrome(path)
+        merged_trace((step.tracer, 0.0) for step in (point.no_dbo, point.dbo)).to_chrome(path)
         rep["trace_path"] = path
 
     def json_file(path: str) -> None:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from dbo.trace import Tracer
-from demos.zoo.run import ZooRun
+from demos.zoo.run import ZooRun, merged_trace
 
 __all__ = ["trace_tokens", "write_trace"]
 
@@ -30,19 +29,14 @@ def write_trace(rep: dict[str, Any], sweep: Any, results: Sequence[Any], path: s
     t = trace_tokens(rep, sweep.tokens, chosen)
     best = next(iter(rep["best"].values()), {"ubatches": sweep.ubatches[0], "comm_sms": sweep.comm_sms[0]})
     w = sweep.workload(t, best["ubatches"], best["comm_sms"])
-    out = Tracer()
     with ZooRun(w, mode="eager", profile=sweep.profile(w)) as r:
         no = r.step(False)
         shift = no.seconds * 1.05  # the DBO step drawn after the no-DBO one
         yes = r.step(True)
+    parts = []
     for step, dt in ((no, 0.0), (yes, shift)):
-        tr = step.tracer
-        t0 = min((x.start for x in tr.records), default=0.0)
-        for k in tr.records:
-            out.kernel(k.stream, k.name, k.kind, k.ubatch, k.start - t0 + dt, k.end - t0 + dt, op=k.op, layer=k.layer)
-        for s in tr.spans:
-            out.span(s.track, s.name, s.start - t0 + dt, s.end - t0 + dt, **s.args)
-        for h in tr.handoffs:
-            out.handoff(h.src, h.dst, h.t_src - t0 + dt, h.t_dst - t0 + dt)
+        t0 = min((x.start for x in step.tracer.records), default=0.0)
+        parts.append((step.tracer, dt - t0))
+    out = merged_trace(parts)
     out.to_chrome(path)
     return path

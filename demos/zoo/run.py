@@ -32,7 +32,7 @@ from demos.zoo.model import ZooModel
 from demos.zoo.profile import attention_scale, gpu_profile
 from demos.zoo.workload import Workload
 
-__all__ = ["MODES", "STAGES", "StepTimes", "ZooRun", "stage_of", "stage_seconds"]
+__all__ = ["MODES", "STAGES", "StepTimes", "ZooRun", "merged_trace", "stage_of", "stage_seconds"]
 
 MODES = ("graph", "eager")
 STAGES = ("attention", "dispatch", "mlp", "combine", "other")
@@ -70,6 +70,20 @@ def stage_seconds(records: Any) -> dict[str, float]:
     out = dict.fromkeys(STAGES, 0.0)
     for r in records:
         out[stage_of(r.op)] += r.duration
+    return out
+
+
+def merged_trace(parts: Any) -> Tracer:
+    """One Tracer of several steps' tracers: ``parts`` is ``(tracer, shift)`` pairs, each tracer's
+    kernels, host spans and handoffs moved by ``shift`` seconds."""
+    out = Tracer()
+    for t, dt in parts:
+        for k in t.records:
+            out.kernel(k.stream, k.name, k.kind, k.ubatch, k.start + dt, k.end + dt, op=k.op, layer=k.layer)
+        for sp in t.spans:
+            out.span(sp.track, sp.name, sp.start + dt, sp.end + dt, **sp.args)
+        for h in t.handoffs:
+            out.handoff(h.src, h.dst, h.t_src + dt, h.t_dst + dt)
     return out
 
 
