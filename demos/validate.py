@@ -33,6 +33,7 @@ from demos.fidelity.validation import (
     format_table,
     graph_supported,
     grid,
+    held_out_points,
     to_dict,
     validate,
 )
@@ -137,6 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only compare the EP all-to-all model with DeepEP's published H800 tables (no runs here)",
     )
+    p.add_argument(
+        "--no-held-out",
+        action="store_true",
+        help="leave out the held-out points (shapes off the grid: other top-k, expert counts and hidden sizes)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress line (shown only on a terminal)")
     return p
 
@@ -192,6 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             profile, _ = calibrate(ns.backend, quick=True, progress=progress)
             notes.append(f"profile calibrated just now on {ns.backend} (quick sweep)")
         points = grid(ns.quick, sizes=ns.sizes, ratios=ns.ratios, schedules=ns.schedules, backend=ns.backend)
+        if not ns.no_held_out:
+            points += held_out_points(ns.quick, backend=ns.backend)
         repeats = ns.repeats if ns.repeats is not None else (3 if ns.quick else 1)
         v = validate(
             ns.backend, profile, points, steps=ns.steps, repeats=repeats, min_time=ns.min_time, progress=progress

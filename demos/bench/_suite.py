@@ -222,11 +222,13 @@ def section_overlap(cfg: Config) -> list[Record]:
     ratio 1 only). hidden = (r_dbo - r_no) / (1 - r_no), r = overlapped / min(compute, comm) of each
     step's own kernels, as defined in docs/overlap.md ("The bound and the hidden fraction"). Beside each
     measured speedup stands the ideal (comm + compute) / max(comm, compute) of that run. Targets at
-    ratio 1: hidden >= 0.95 on virtual and >= 0.85 on threads. Known shortfall: ll on virtual
-    stays near 0.94 at ratio 1 with 8 layers, because the last ubatch's final combine receive runs at
-    its exit with nothing left to hide it, and because without DBO the combine already runs under
-    the shared expert, which shrinks ll's hideable time so that fixed tail weighs more (more layers
-    raise it; see docs/overlap.md). Threads figures are single wall-clock runs and move from run to
+    ratio 1: hidden >= 0.95 on virtual and >= 0.85 on threads. Known shortfall: ll at ratio 1, on
+    both backends (about 0.68 on virtual, 0.73 measured on threads). Its experts multiply the whole
+    padded layout (experts / topk = 4 times the routed rows), so its second phase (receive, experts,
+    shared expert) is about four times its first (attention, router), and the dispatch, half the
+    comm, has only the sibling's short first phase to hide under; without DBO the combine already
+    runs under the shared expert (docs/overlap.md). Until 2026-12-02 virtual charged the routed rows
+    only and showed 0.94 here. Threads figures are single wall-clock runs and move from run to
     run on a shared machine. A threads figure is flagged NOISY
     when its step times swing by more than the noise threshold or it falls outside [0, 1]: at small
     ratios the hideable time can be smaller than the run-to-run noise of a shared machine."""

@@ -91,6 +91,7 @@ def one_step_each(
             world_size=1,
             profile=None,
             graph=False,
+            ep=cfg.ep if cfg.ep is not None else 1,  # the measured run: one process runs every expert
         )
     )
     b = make_backend(res.link)

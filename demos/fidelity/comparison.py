@@ -19,6 +19,9 @@ from demos.moe.config import OverlapConfig
 
 __all__ = ["Point", "Figures", "Row", "Validation", "TARGETS", "crossover", "summarize", "format_table", "to_dict"]
 
+HELD_OUT_FIELDS = ("topk", "experts", "hidden", "layers")
+"""The shapes a held-out point's label names."""
+
 TARGETS = {"median": 0.10, "max": 0.25, "speedup": 0.10}
 """What calibrate + validate aim at on threads (reported, not enforced)."""
 
@@ -32,6 +35,17 @@ class Point:
     comm_ratio: float
     mode: str = "eager"
     shapes: tuple = ()  # (field, value) pairs of OverlapConfig, common to the grid
+    held_out: bool = False
+    """A shape the grid and the calibration hold fixed (top-k, experts, hidden): counted in the
+    errors and speedups, not in the crossovers (``demos.fidelity.validation.held_out_points``)."""
+
+    def label(self) -> str:
+        """The point in words: schedule, mode, tokens, comm ratio (and a held-out point's shapes)."""
+        text = f"{self.schedule} {self.mode} {self.tokens} tokens comm {self.comm_ratio:g}x"
+        if self.held_out:
+            sh = dict(self.shapes)
+            text += " (" + ", ".join(f"{k} {sh[k]}" for k in HELD_OUT_FIELDS if k in sh) + ")"
+        return text
 
     def config(self, **kw: Any) -> OverlapConfig:
         extra = dict(self.shapes)
@@ -90,7 +104,10 @@ def crossover(
     pts = sorted(
         (r.point.tokens, getattr(r, which).speedup)
         for r in rows
-        if r.point.schedule == schedule and r.point.comm_ratio == comm_ratio and r.point.mode == mode
+        if r.point.schedule == schedule
+        and r.point.comm_ratio == comm_ratio
+        and r.point.mode == mode
+        and not r.point.held_out
     )
     best = None
     for tokens, sp in reversed(pts):
@@ -103,12 +120,15 @@ def crossover(
 def summarize(v: Validation) -> dict[str, Any]:
     """Median and max |step-time error| (no-DBO and DBO together), max |speedup error|, crossovers."""
     errs = [abs(e) for r in v.rows for e in (r.err_no_dbo, r.err_dbo)]
-    sizes = sorted({r.point.tokens for r in v.rows})
+    grid_rows = [r for r in v.rows if not r.point.held_out]
+    sizes = sorted({r.point.tokens for r in grid_rows})
     cross = {}
-    for s in sorted({r.point.schedule for r in v.rows}):
-        for m in sorted({r.point.mode for r in v.rows}):
-            for ratio in sorted({r.point.comm_ratio for r in v.rows}):
-                if not any(r.point.schedule == s and r.point.mode == m and r.point.comm_ratio == ratio for r in v.rows):
+    for s in sorted({r.point.schedule for r in grid_rows}):
+        for m in sorted({r.point.mode for r in grid_rows}):
+            for ratio in sorted({r.point.comm_ratio for r in grid_rows}):
+                if not any(
+                    r.point.schedule == s and r.point.mode == m and r.point.comm_ratio == ratio for r in grid_rows
+                ):
                     continue  # e.g. graph rows of ht: the demo cannot capture ht
                 meas, pred = crossover(v.rows, s, "measured", ratio, m), crossover(v.rows, s, "predicted", ratio, m)
                 ok = None
@@ -129,12 +149,24 @@ def summarize(v: Validation) -> dict[str, Any]:
         "max_abs_step_error": max(errs) if errs else None,
         "max_abs_speedup_error": max((abs(r.err_speedup) for r in v.rows), default=None),
         "speedups_off": [
-            f"{r.point.schedule} {r.point.mode} {r.point.tokens} tokens comm {r.point.comm_ratio:g}x: "
-            f"{r.err_speedup:+.2f}"
-            for r in v.rows
-            if abs(r.err_speedup) > TARGETS["speedup"]
+            f"{r.point.label()}: {r.err_speedup:+.2f}" for r in v.rows if abs(r.err_speedup) > TARGETS["speedup"]
         ],
+        "held_out": _held_out_summary(v.rows),
         "crossover": cross,
+    }
+
+
+def _held_out_summary(rows: Sequence[Row]) -> dict[str, Any] | None:
+    """The held-out points' own median and max |step-time error| and max |speedup error| (None: none)."""
+    held = [r for r in rows if r.point.held_out]
+    if not held:
+        return None
+    errs = [abs(e) for r in held for e in (r.err_no_dbo, r.err_dbo)]
+    return {
+        "points": len(held),
+        "median_abs_step_error": statistics.median(errs),
+        "max_abs_step_error": max(errs),
+        "max_abs_speedup_error": max(abs(r.err_speedup) for r in held),
     }
 
 
@@ -153,8 +185,15 @@ def format_table(v: Validation) -> str:
         f"{'DBO meas':>9} {'pred':>8} {'err':>5} | {'speedup m/p':>11} {'err':>6} | {'hidden m/p':>10}"
     )
     lines = [f"validate: {v.backend} measured vs virtual predicted with profile {v.profile}", head, "-" * len(head)]
+    held_header = False
     for r in v.rows:
         p, m, q = r.point, r.measured, r.predicted
+        if p.held_out and not held_header:
+            held_header = True
+            lines.append("held out (shapes the grid and the calibration hold fixed; not in the crossovers):")
+        if p.held_out:
+            sh = dict(p.shapes)
+            lines.append("  " + ", ".join(f"{k} {sh[k]}" for k in HELD_OUT_FIELDS if k in sh) + ":")
         lines.append(
             f"{p.schedule:5} {p.mode:5} {p.tokens:6d} {p.comm_ratio:4g} | "
             f"{fmt_seconds(m.no_dbo_s):>11} {fmt_seconds(q.no_dbo_s):>8} "
@@ -172,6 +211,12 @@ def format_table(v: Validation) -> str:
         "targets: "
         + "; ".join(f"{k}: {'yes' if v is True else 'no' if v is False else v}" for k, v in s["targets"].items())
     )
+    h = s["held_out"]
+    if h:
+        lines.append(
+            f"held out ({h['points']} points): step time |error| median {_pct(h['median_abs_step_error']).strip('+')}, "
+            f"max {_pct(h['max_abs_step_error']).strip('+')}; speedup |error| max {h['max_abs_speedup_error']:.2f}"
+        )
     if s["speedups_off"]:
         lines.append("speedups off by more than 0.1: " + "; ".join(s["speedups_off"]))
     for k, c in s["crossover"].items():
@@ -194,6 +239,7 @@ def to_dict(v: Validation) -> dict[str, Any]:
                 "comm_ratio": r.point.comm_ratio,
                 "mode": r.point.mode,
                 "shapes": dict(r.point.shapes),
+                "held_out": r.point.held_out,
                 "measured": dataclasses.asdict(r.measured) | {"speedup": r.measured.speedup},
                 "predicted": dataclasses.asdict(r.predicted) | {"speedup": r.predicted.speedup},
                 "err_no_dbo": r.err_no_dbo,

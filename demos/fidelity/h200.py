@@ -32,25 +32,31 @@ H200_MEASURED = (
 
 
 @contextlib.contextmanager
-def _ll_experts_synced() -> Iterator[None]:
+def _ll_experts_as_measured() -> Iterator[None]:
     """The ll experts kernel as the measured code ran it: reading the expert offsets on the host
-    (one sync per layer). The current ll kernel is sync-free; marking it for the comparison only."""
+    (one sync per layer) and computing only the routed rows. The current ll kernel is sync-free
+    and multiplies the whole fixed-capacity layout; marking it for the comparison only."""
     from demos.moe.kernels import experts_ll_kernel as fn
+    from demos.moe.model import ToyMoE
 
-    if getattr(fn, "dbo_syncs_host", False):
-        yield
-        return
-    fn.dbo_syncs_host = True
+    synced = getattr(fn, "dbo_syncs_host", False)
+    rows = ToyMoE.ll_rows
+    if not synced:
+        fn.dbo_syncs_host = True
+    ToyMoE.ll_rows = "valid"
     try:
         yield
     finally:
-        del fn.dbo_syncs_host
+        ToyMoE.ll_rows = rows
+        if not synced:
+            del fn.dbo_syncs_host
 
 
 def compare_h200(profile: Any = "h200") -> list[dict[str, Any]]:
     """Predict the H200-measured configs with ``profile``; errors against the nearest measured run
     (and against both runs: ``*_range``). The ll configs are predicted as the measured code ran
-    (its experts kernel synced the host once per layer); ``now_*``: the current, sync-free ll."""
+    (its experts kernel synced the host once per layer and computed only the routed rows); ``now_*``:
+    the current, sync-free ll over the padded layout."""
     out = []
     for label, kw, t_no, sp in H200_MEASURED:
         cfg = OverlapConfig(
@@ -60,11 +66,12 @@ def compare_h200(profile: Any = "h200") -> list[dict[str, Any]]:
             steps=1,
             warmup=1,
             meta=True,
+            ep=1,  # one process ran every expert
             **{"dtype": "float32", **kw},
         )
         now = run(cfg)
         if kw.get("schedule") == "ll":
-            with _ll_experts_synced():
+            with _ll_experts_as_measured():
                 res = run(cfg)
         else:
             res = now

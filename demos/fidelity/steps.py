@@ -210,6 +210,7 @@ def _virtual(s: StepSample, profile: DeviceProfile) -> Any:
         steps=1,
         warmup=1,
         dtype=s.config.dtype if s.config.dtype != "auto" else "float32",
+        ep=s.config.ep if s.config.ep is not None else 1,  # one process ran every expert
     )
     return run(cfg)
 

@@ -41,6 +41,8 @@ __all__ = [
     "Row",
     "Validation",
     "grid",
+    "held_out_points",
+    "HELD_OUT",
     "validate",
     "crossover",
     "summarize",
@@ -103,11 +105,39 @@ def grid(
     ]
 
 
-def _figures(cfg: OverlapConfig) -> tuple[Figures, LinkProfile]:
-    """The run's figures and the link it calibrated (latency, bandwidth)."""
+HELD_OUT = (
+    dict(schedule="ht", tokens=256, topk=1, experts=8),
+    dict(schedule="ll", tokens=384, topk=3, experts=8),
+    dict(schedule="ht", tokens=512, topk=4, experts=16, hidden_scale=0.75),
+    dict(schedule="ll", tokens=96, topk=2, experts=4, hidden_scale=1.25),
+    dict(schedule="ll", tokens=640, topk=1, experts=16, hidden_scale=0.75),
+)
+"""Points off the grid: the grid and the calibration keep top-k 2, 8 experts and one hidden size;
+these vary each (``hidden_scale``: of the grid's hidden size), at comm 1x, eager."""
+
+
+def held_out_points(quick: bool = False, *, backend: str = "threads") -> list[Point]:
+    """The held-out points (``HELD_OUT``) at the grid's layers and dtype for ``backend``: shapes
+    neither the grid nor the calibration measure, so that a model that fits the grid and fails
+    off it shows (a cost that folds a fixed top-k or expert count into a fitted scale)."""
+    base = dict(grid(quick, sizes=(1,), ratios=(1.0,), schedules=("ht",), modes=("eager",), backend=backend)[0].shapes)
+    out = []
+    for h in HELD_OUT:
+        h = dict(h)
+        schedule, tokens = h.pop("schedule"), h.pop("tokens")
+        scale = h.pop("hidden_scale", 1.0)
+        hidden = int(round(base["hidden"] * scale / 64)) * 64  # whole heads
+        shapes = tuple(sorted({**base, **h, "hidden": hidden}.items()))
+        out.append(Point(schedule, tokens, 1.0, "eager", shapes, held_out=True))
+    return out
+
+
+def _figures(cfg: OverlapConfig) -> tuple[Figures, LinkProfile, int]:
+    """The run's figures, the link it calibrated (latency, bandwidth) and its expert-parallel size
+    (1 for one process on threads or cuda: it runs every expert)."""
     res = run(cfg)
     link = LinkProfile("measured", res.link["latency_s"], res.link["bandwidth_Bps"])
-    return Figures(res.time_no_dbo_s, res.time_dbo_s, res.hidden_fraction), link
+    return Figures(res.time_no_dbo_s, res.time_dbo_s, res.hidden_fraction), link, res.resolved.ep
 
 
 def _median_figures(figs: Sequence[Figures]) -> Figures:
@@ -169,17 +199,19 @@ def validate(
                 if i not in sizes:
                     n = steps
                     if min_time > 0:  # a first guess of the step time, over the profile's own link
-                        guess, _ = _figures(
-                            pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype)
+                        guess, _, _ = _figures(
+                            pt.config(
+                                backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype, ep=1
+                            )
                         )
                         n = steps_for(guess.no_dbo_s, steps, min_time)
                     sizes[i] = n
-                m, link = _figures(pt.config(backend=backend, steps=sizes[i], warmup=1, profile=truth))
+                m, link, ep = _figures(pt.config(backend=backend, steps=sizes[i], warmup=1, profile=truth))
                 # the prediction runs over the link the real run calibrated (not a virtual
-                # recalibration), so both see the same transfers
-                q, _ = _figures(
+                # recalibration), so both see the same transfers, and with the measured run's ep
+                q, _, _ = _figures(
                     replace(
-                        pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype),
+                        pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype, ep=ep),
                         comm_ratio=None,
                         link=link,
                     )

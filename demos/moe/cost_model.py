@@ -50,16 +50,31 @@ class KernelCosts:
         return w
 
 
-def kernel_costs(c: Any, wire: torch.dtype, schedule: str, t: int) -> KernelCosts:
+def kernel_costs(c: Any, wire: torch.dtype, schedule: str, t: int, *, ll_rows: str = "padded") -> KernelCosts:
     """The Work of every kernel of a ubatch of ``t`` tokens (roofline inputs) of the model ``c`` (a
-    resolved ``demos.moe.model.ModelConfig``) whose dispatch sends ``wire`` on ``schedule``."""
+    resolved ``demos.moe.model.ModelConfig``) whose dispatch sends ``wire`` on ``schedule``.
+
+    ``ll_rows``: what the ll experts and their dispatch receive compute. "padded" (the toy's
+    kernels): ``torch.bmm`` and the dequantizing copy run over the whole fixed-capacity layout,
+    ``local experts x capacity`` rows, zeros included, where the capacity is one copy of each token
+    of each of ``ep`` source ranks (``experts x tokens`` rows over the modelled link). "valid": only
+    the ``tokens x topk`` routed rows (the ll code measured on the H200, whose experts read the
+    offsets on the host; ``demos.fidelity.h200``)."""
+    if ll_rows not in ("padded", "valid"):
+        raise ValueError(f"ll_rows must be 'padded' or 'valid', got {ll_rows!r}")
     H, E, K, F, C = c.hidden, c.experts, c.topk, c.expert_ffn, c.context
     nh = c.heads
     isz, wsz = itemsize(c.dtype), itemsize(wire)
     M = t * K
-    local = min(c.experts_per_rank, M)
     ht = schedule == "ht"
-    g = expert_gemm_rows(M, local, padded=ht)
+    if schedule == "ll" and ll_rows == "padded":
+        local = c.experts_per_rank
+        g = float(t * max(1, c.ep))  # each expert's rows: the layout's capacity
+        R = local * t * max(1, c.ep)  # rows the batched GEMMs and the receive touch
+    else:
+        local = min(c.experts_per_rank, M)
+        g = expert_gemm_rows(M, local, padded=ht)
+        R = M
     G = g * local
     return KernelCosts(
         load_input=Work(bytes=2 * t * H * isz),
@@ -75,13 +90,13 @@ def kernel_costs(c: Any, wire: torch.dtype, schedule: str, t: int) -> KernelCost
         ),
         # each expert's GEMMs run on few rows at small t (GEMM efficiency), padded on ht
         experts=Work(
-            flops=2 * G * H * 2 * F + 2 * G * F * H + 4 * M * F,
+            flops=2 * G * H * 2 * F + 2 * G * F * H + 4 * R * F,
             bytes=local * 3 * H * F * isz
-            + (M * H + 3 * M * 2 * F + 2 * M * F + M * H) * isz
+            + (R * H + 3 * R * 2 * F + 2 * R * F + R * H) * isz
             + (M * H * (wsz + isz) if ht else 0),  # ht: the kernel dequantizes its input too
             shape=(max(1, round(g)), 2 * F, H),
         ),
-        dispatch_recv=Work(bytes=M * H * (wsz + isz)),
+        dispatch_recv=Work(bytes=R * H * (wsz + isz)),
         combine_recv=Work(flops=2 * M * H, bytes=(2 * M * H + t * H) * isz),
         finalize=Work(flops=2 * t * H, bytes=4 * t * H * isz),
         copy=Work(bytes=2 * t * H * isz),

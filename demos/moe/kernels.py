@@ -119,8 +119,9 @@ def router_kernel(
 def expert_gemm_rows(rows: int, experts: int, padded: bool) -> float:
     """Rows of each expert's GEMM when ``rows`` token copies spread evenly over ``experts`` experts
     (the average, fractional): ``_mm_rows`` runs an expert with fewer than MIN_GEMM_ROWS rows on a
-    MIN_GEMM_ROWS-row window (``padded``, the high-throughput kernel); the low-latency kernel is
-    charged its valid rows (a masked grouped GEMM). The cost model's GEMM efficiency curve needs
+    MIN_GEMM_ROWS-row window (``padded``, the high-throughput kernel); the low-latency kernel
+    does not use this: it multiplies its layout's whole capacity (``demos.moe.cost_model``). The
+    cost model's GEMM efficiency curve needs
     these per-GEMM rows: at a decode-sized step each expert gets a handful of rows, far below the
     whole step's ``rows``."""
     per = rows / max(1, experts)

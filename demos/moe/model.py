@@ -138,8 +138,13 @@ class ToyMoE:
         """Modelled Work of every kernel for a ubatch of ``t`` tokens (``demos.moe.cost_model``; cached)."""
         cached = self._costs.get(t)
         if cached is None:
-            cached = self._costs[t] = kernel_costs(self.cfg, self.wire, self.schedule, t)
+            cached = self._costs[t] = kernel_costs(self.cfg, self.wire, self.schedule, t, ll_rows=self.ll_rows)
         return cached
+
+    ll_rows = "padded"
+    """What the ll experts' declared cost counts (``demos.moe.cost_model.kernel_costs``): "padded",
+    the rows the batched GEMMs really compute; "valid" only for predicting the H200 measurements,
+    whose ll code computed only the routed rows (``demos.fidelity.h200``)."""
 
     # -- the ubatch body ----------------------------------------------------------------------------
     def forward(self, rows: range) -> torch.Tensor:

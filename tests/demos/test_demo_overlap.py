@@ -578,3 +578,14 @@ def torch_equal(a, b) -> bool:
     import torch
 
     return a is not None and b is not None and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("backend, want", [("virtual", 2), ("threads", 1)])
+def test_the_expert_parallel_size_is_what_the_run_does(backend, want):
+    """virtual models a deployment (8 experts per rank by default); one process on threads runs
+    every expert itself, so its ep is 1 (it was experts / 8, and validate predicted a threads run of
+    16 experts as if it read 8 experts' weights)."""
+    from demos.moe.config import resolve
+
+    r = resolve(OverlapConfig(backend=backend, experts=16, tokens=64, layers=1))
+    assert r.ep == want and r.model.experts_per_rank == 16 // want

@@ -29,25 +29,63 @@ DSV3_SHAPED = dict(
 )
 
 
-def _quoted() -> tuple[float, ...]:
-    text = " ".join((REPO / "docs" / "overlap.md").read_text().split())
-    m = re.search(
-        r"eager no DBO (\d+) ms, eager DBO (\d+) ms \((\d\.\d+)x: host-bound\); `--graph` no DBO (\d+) ms, "
-        r"DBO (\d+) ms \((\d\.\d+)x\)",
-        text,
-    )
-    assert m, "the DeepSeek-V3-sized paragraph of overlap.md changed its wording: update this test"
+ONE_STEP = dict(steps=1, warmup=1)
+"""Virtual steps are identical: one timed step gives the figures the default five do."""
+
+
+def _page() -> str:
+    return " ".join((REPO / "docs" / "overlap.md").read_text().split())
+
+
+def _find(pattern: str, what: str) -> tuple[float, ...]:
+    m = re.search(pattern, _page())
+    assert m, f"overlap.md's {what} changed its wording: update this test"
     return tuple(float(x) for x in m.groups())
 
 
-def test_the_deepseek_sized_eager_and_graph_figures_are_what_the_command_gives():
-    eager_no, eager_dbo, eager_sp, graph_no, graph_dbo, graph_sp = _quoted()
+def test_the_deepseek_sized_figures_are_what_the_command_gives():
+    no, dbo, sp = _find(r"eager no DBO (\d+) ms, DBO (\d+) ms \((\d\.\d+)x\): at this size", "DeepSeek-V3-sized line")
     e = run(OverlapConfig(**DSV3_SHAPED))
-    g = run(OverlapConfig(**DSV3_SHAPED, graph=True))
-    assert round(e.time_no_dbo_s * 1e3) == eager_no and round(e.time_dbo_s * 1e3) == eager_dbo
-    assert round(e.speedup, 2) == eager_sp
-    assert round(g.time_no_dbo_s * 1e3) == graph_no and round(g.time_dbo_s * 1e3) == graph_dbo
-    assert round(g.speedup, 2) == graph_sp
+    assert (round(e.time_no_dbo_s * 1e3), round(e.time_dbo_s * 1e3), round(e.speedup, 2)) == (no, dbo, sp)
+
+
+def test_the_host_bound_eager_and_graph_figures_are_what_the_command_gives():
+    eager_no, eager_dbo, eager_sp, graph_no, graph_dbo, graph_sp = _find(
+        r"eager no DBO (\d+\.\d) ms, DBO (\d+\.\d) ms \((\d\.\d+)x: host-bound\); `--graph` no DBO (\d+\.\d) ms, "
+        r"DBO (\d+\.\d) ms \((\d\.\d+)x\)",
+        "host-bound eager/graph line",
+    )
+    kw = dict(backend="virtual", profile="h200", schedule="ll", steps=1, warmup=1)
+    e, g = run(OverlapConfig(**kw)), run(OverlapConfig(**kw, graph=True))
+    assert (round(e.time_no_dbo_s * 1e3, 1), round(e.time_dbo_s * 1e3, 1), round(e.speedup, 2)) == (
+        eager_no,
+        eager_dbo,
+        eager_sp,
+    )
+    assert (round(g.time_no_dbo_s * 1e3, 1), round(g.time_dbo_s * 1e3, 1), round(g.speedup, 2)) == (
+        graph_no,
+        graph_dbo,
+        graph_sp,
+    )
+
+
+def test_the_comm_ratio_sweep_quotes_the_commands_figures():
+    pct = r"(\d+\.\d)%, (\d+\.\d)%, (\d+\.\d)%, (\d+\.\d)%, (\d+\.\d)%"
+    m = _find(
+        r"`--comm-ratio` 0\.25, 0\.5, 1, 2, 4 hides " + pct + r" \(ht\) and " + pct + r" \(ll\)", "comm-ratio sweep"
+    )
+    got = tuple(
+        round(run(OverlapConfig(backend="virtual", schedule=s, comm_ratio=r, **ONE_STEP)).hidden_fraction * 100, 1)
+        for s in ("ht", "ll")
+        for r in (0.25, 0.5, 1.0, 2.0, 4.0)
+    )
+    assert got == m
+
+
+def test_the_graph_lines_eager_figures_are_what_the_command_gives():
+    no, dbo, sp = _find(r"eager: no DBO (\d+) ms, DBO (\d+) ms, speedup (\d\.\d+)x", "graph line example")
+    e = run(OverlapConfig(backend="virtual", schedule="ll", **ONE_STEP))
+    assert (round(e.time_no_dbo_s * 1e3), round(e.time_dbo_s * 1e3), round(e.speedup, 2)) == (no, dbo, sp)
 
 
 def test_eager_dbo_that_loses_on_a_host_bound_profile_says_so_and_points_to_graph():
@@ -87,7 +125,7 @@ def _table_row(command: str) -> tuple[float, float]:
 )
 def test_the_virtual_rows_of_the_performance_table_are_what_the_command_gives(command, kw):
     speedup, hidden = _table_row(command)
-    res = run(OverlapConfig(backend="virtual", **kw))
+    res = run(OverlapConfig(backend="virtual", **kw, **ONE_STEP))
     assert round(res.speedup, 2) == speedup
     assert round(res.hidden_fraction * 100, 1) == hidden
 
@@ -96,7 +134,24 @@ def test_the_stream_layout_comparison_quotes_the_commands_figures():
     text = " ".join((REPO / "docs" / "overlap.md").read_text().split())
     m = re.search(r"per-ubatch streams \((\d+\.\d)% against (\d+\.\d)%\)", text)
     assert m
-    own = run(OverlapConfig(backend="virtual", schedule="ll"))
-    shared = run(OverlapConfig(backend="virtual", schedule="ll", stream_layout="shared"))
+    own = run(OverlapConfig(backend="virtual", schedule="ll", **ONE_STEP))
+    shared = run(OverlapConfig(backend="virtual", schedule="ll", stream_layout="shared", **ONE_STEP))
     assert round(own.hidden_fraction * 100, 1) == float(m.group(1))
     assert round(shared.hidden_fraction * 100, 1) == float(m.group(2))
+
+
+def test_fidelitys_h200_table_is_what_validate_h200_gives():
+    """Each predicted cell of fidelity.md's `--h200` table (no-DBO step, speedup; as measured and
+    today's ll) is what ``compare_h200`` computes."""
+    from dbo.trace import fmt_seconds
+    from demos.fidelity.h200 import compare_h200
+
+    text = (REPO / "docs" / "fidelity.md").read_text()
+    cells = re.findall(r"^\| [^|]+\| ([\d.]+ ms) \| [^|]+\| [^|]+\| (\d\.\d\d)x \|", text, re.M)
+    rows = compare_h200()
+    want = []
+    for r in rows:
+        want.append((fmt_seconds(r["predicted_no_dbo_s"]), f"{r['predicted_speedup']:.2f}"))
+        if r["now_no_dbo_s"] != r["predicted_no_dbo_s"]:
+            want.append((fmt_seconds(r["now_no_dbo_s"]), f"{r['now_speedup']:.2f}"))
+    assert cells == want

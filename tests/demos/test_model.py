@@ -208,7 +208,8 @@ def test_ll_experts_kernel_is_modelled_as_a_masked_gemm_over_the_valid_rows(mana
 def test_experts_work_carries_each_experts_gemm_rows_and_the_ht_padding(manager):
     """At a decode-sized step each expert's GEMM runs on a few rows, where a GEMM is far from its
     peak: the experts' Work declares those per-expert rows as its GEMM shape (so the efficiency
-    curve applies), and on ht the MIN_GEMM_ROWS window ``_mm_rows`` pads small experts to."""
+    curve applies); on ht the MIN_GEMM_ROWS window ``_mm_rows`` pads small experts to, on ll the
+    fixed-capacity layout's rows (every expert, ``tokens`` rows each over the modelled link)."""
     from dbo.costs import DeviceProfile, kernel_time
     from demos.moe.kernels import MIN_GEMM_ROWS, expert_gemm_rows
 
@@ -219,14 +220,48 @@ def test_experts_work_carries_each_experts_gemm_rows_and_the_ht_padding(manager)
     # 4 tokens: 8 copies over 8 experts, one row each; ht runs each on a 4-row window
     assert expert_gemm_rows(8, 8, padded=True) == MIN_GEMM_ROWS
     assert ht.costs(4).experts.shape == (MIN_GEMM_ROWS, 2 * F, H)
-    assert ll.costs(4).experts.shape == (1, 2 * F, H)
+    assert ll.costs(4).experts.shape == (4, 2 * F, H)  # the layout's capacity: the ubatch's tokens
     gemm = 6 * H * F  # flops of one row through both projections
     assert ht.costs(4).experts.flops == pytest.approx(8 * MIN_GEMM_ROWS * gemm + 4 * 8 * F)
-    assert ll.costs(4).experts.flops == pytest.approx(8 * gemm + 4 * 8 * F)
-    # 64 tokens: 16 rows per expert, nothing padded
+    assert ll.costs(4).experts.flops == pytest.approx(8 * 4 * (gemm + 4 * F))  # 8 experts x 4 rows, zeros too
+    # 64 tokens: 16 rows per expert, nothing padded on ht; ll multiplies 8 x 64 rows, topk / experts of them valid
     assert ht.costs(64).experts.shape[0] == 16
-    assert ht.costs(64).experts.flops == ll.costs(64).experts.flops
+    assert ht.costs(64).experts.flops == pytest.approx(128 * gemm + 4 * 128 * F)
+    assert ll.costs(64).experts.flops == pytest.approx(8 * 64 * (gemm + 4 * F))
     # with a GEMM efficiency knee, a row at 4 tokens costs more than a row at 64 tokens
     prof = DeviceProfile("knee", peak_flops=1e9, mem_bandwidth=1e15, launch_overhead=0.0, gemm_knee=(8.0, 0.0, 0.0))
-    per_row = [kernel_time(ll.costs(t).experts, prof, torch.float32) / t for t in (4, 64)]
+    per_row = [kernel_time(ht.costs(t).experts, prof, torch.float32) / t for t in (4, 64)]
     assert per_row[0] > 2 * per_row[1]
+
+
+@pytest.mark.parametrize("topk, experts", [(1, 8), (2, 8), (3, 8), (2, 4), (1, 16)])
+def test_the_experts_declared_gemm_flops_are_what_their_kernels_compute(topk, experts):
+    """The declared experts Work is the work the kernel does: torch's flop counter over the real
+    kernel on the layout each schedule builds (ll: every expert's capacity rows, zeros included; ht:
+    the routed rows, each expert on its own segment). A declaration of ll's routed rows only (as
+    before 2026-12-02) is off by experts / topk and fails here; a calibration fitted it into a scale
+    that held only at the grid's top-k 2 and 8 experts."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from demos.moe.kernels import experts_kernel, experts_ll_kernel
+
+    t, H = 24, 32
+    cfg = ModelConfig(layers=1, tokens=t, hidden=H, experts=experts, topk=topk).resolved()
+    F, E = cfg.expert_ffn, experts
+    w1, w2 = torch.randn(E, H, 2 * F), torch.randn(E, F, H)
+
+    ll = ToyMoE(cfg, ModelledLinkTransport(), num_ubatches=1, schedule="ll").costs(t).experts
+    x = torch.randn(E, t, H)
+    with FlopCounterMode(display=False) as fc:
+        experts_ll_kernel(x, w1, w2, torch.empty(E, t, 2 * F), torch.empty(E, t, F), torch.empty(E, t, H), 0)
+    assert ll.flops - 4 * E * t * F == pytest.approx(fc.get_total_flops(), rel=1e-9)  # less the SiLU-and-mul
+
+    M = t * topk
+    ht = ToyMoE(cfg, ModelledLinkTransport(), num_ubatches=1, schedule="ht").costs(t).experts
+    offsets = torch.tensor([round(M * e / E) for e in range(E + 1)])  # even routing, as the cost model assumes
+    with FlopCounterMode(display=False) as fc:
+        experts_kernel(
+            torch.randn(M, H), offsets, w1, w2, torch.empty(M, 2 * F), torch.empty(M, F), torch.empty(M, H),
+            torch.empty(4 * max(2 * F, H)), None, None,
+        )  # fmt: skip
+    assert ht.flops - 4 * M * F == pytest.approx(fc.get_total_flops(), rel=1e-9)

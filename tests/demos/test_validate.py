@@ -86,10 +86,10 @@ def test_a_slowdown_over_a_few_consecutive_runs_spoils_no_points_median(monkeypa
 
     def fake(cfg):
         if cfg.meta:  # the prediction
-            return Figures(1.0, 0.5, None), link
+            return Figures(1.0, 0.5, None), link, 1
         measured.append(cfg.tokens)
         slow = len(measured) in (2, 3, 4)
-        return Figures(1.0, 5.0 if slow else 0.5, None), link
+        return Figures(1.0, 5.0 if slow else 0.5, None), link, 1
 
     monkeypatch.setattr(val, "_figures", fake)
     seen = []
@@ -107,7 +107,7 @@ def test_a_point_that_cannot_run_is_skipped_in_every_pass(monkeypatch):
         if cfg.tokens == 16 and not cfg.meta:
             calls.append(cfg.tokens)
             raise val.ConfigError("comm ratio too small")
-        return Figures(1.0, 0.5, None), LinkProfile("l", 1e-6, 1e9)
+        return Figures(1.0, 0.5, None), LinkProfile("l", 1e-6, 1e9), 1
 
     monkeypatch.setattr(val, "_figures", fake)
     v = val.validate("virtual", MACHINE, pts, steps=1, repeats=3)
@@ -266,6 +266,7 @@ def test_cli_runs_a_grid_and_writes_json(tmp_path, capsys, monkeypatch):
                 "--json",
                 str(out),
                 "--no-progress",
+                "--no-held-out",
             ]
         )
         == 0
@@ -347,3 +348,57 @@ def test_the_report_prints_the_bound_from_the_dbo_steps_own_kernels():
     assert rep["bound_s"] <= rep["time_dbo_s"] + 1e-12
     text = format_report(rep)
     assert "ideal DBO step" in text and "own kernels" in text
+
+
+# --- held-out points: shapes the grid and the calibration hold fixed -------------------------------------
+
+
+def test_the_held_out_points_vary_topk_experts_and_hidden_off_the_grid():
+    grid_shapes = {dict(p.shapes)["hidden"] for p in val.grid(True)}
+    held = val.held_out_points(True)
+    sh = [dict(p.shapes) for p in held]
+    assert all(p.held_out for p in held) and not any(p.held_out for p in val.grid(True))
+    assert {s["topk"] for s in sh} >= {1, 3, 4} and {s["experts"] for s in sh} >= {4, 16}
+    assert {s["hidden"] for s in sh} - grid_shapes  # at least one hidden size the grid does not run
+    assert {p.schedule for p in held} == {"ht", "ll"}
+
+
+def test_a_machines_own_profile_predicts_its_held_out_points_exactly():
+    """On a virtual machine predicted by its own profile, off-grid shapes come out exact too: among
+    them 16 experts, where the prediction must use the measured run's expert-parallel size (a
+    prediction at another ep reads other expert weights and is off)."""
+    pts = [replace(p, tokens=p.tokens // 8) for p in val.held_out_points(True)]
+    pts = [replace(p, shapes=tuple((k, 1 if k == "layers" else v) for k, v in p.shapes)) for p in pts]
+    v = val.validate("virtual", MACHINE, pts, steps=1, truth=MACHINE)
+    assert len(v.rows) == len(pts)
+    for r in v.rows:
+        assert r.err_no_dbo == pytest.approx(0, abs=1e-9), r.point.label()
+        assert r.err_dbo == pytest.approx(0, abs=1e-9), r.point.label()
+
+
+def test_held_out_rows_count_in_the_errors_but_not_in_the_crossovers():
+    rows = _rows((0.8, 1.2, 1.5), (0.8, 1.2, 1.5))
+    off = Point("ht", 64, 1.0, "eager", (("experts", 16), ("hidden", 192), ("layers", 2), ("topk", 4)), held_out=True)
+    rows.append(Row(off, Figures(1.0, 2.0, 0.9), Figures(1.3, 2.0, 0.9)))  # DBO loses; 30% off
+    v = Validation("threads", "p", rows)
+    s = summarize(v)
+    assert s["crossover"]["ht eager comm 1x"]["measured"] == 128  # the held-out 64-token loss is not a grid size
+    assert s["max_abs_step_error"] == pytest.approx(0.3)
+    assert s["held_out"]["points"] == 1 and s["held_out"]["max_abs_step_error"] == pytest.approx(0.3)
+    assert any("topk 4, experts 16, hidden 192" in x for x in s["speedups_off"])
+    table = format_table(v)
+    assert "held out (shapes the grid and the calibration hold fixed" in table
+    assert "held out (1 points): step time |error| median 15%, max 30%" in table
+
+
+def test_the_cli_leaves_the_held_out_points_out_when_asked(monkeypatch):
+    seen = []
+
+    def fake_validate(backend, profile, points, **kw):
+        seen.append(points)
+        return Validation(backend, "p", [])
+
+    monkeypatch.setattr(cli, "validate", fake_validate)
+    assert cli.main(["--profile", "cpu", "--quick", "--no-progress"]) == 0
+    assert cli.main(["--profile", "cpu", "--quick", "--no-progress", "--no-held-out"]) == 0
+    assert sum(p.held_out for p in seen[0]) == len(val.HELD_OUT) and not any(p.held_out for p in seen[1])
