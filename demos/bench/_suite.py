@@ -223,7 +223,7 @@ def section_overlap(cfg: Config) -> list[Record]:
     step's own kernels, as defined in docs/overlap.md ("The bound and the hidden fraction"). Beside each
     measured speedup stands the ideal (comm + compute) / max(comm, compute) of that run. Targets at
     ratio 1: hidden >= 0.95 on virtual and >= 0.85 on threads. Known shortfall: ll at ratio 1, on
-    both backends (about 0.68 on virtual, 0.73 measured on threads). Its experts multiply the whole
+    both backends (about 0.67 on virtual, 0.73-0.78 measured on threads). Its experts multiply the whole
     padded layout (experts / topk = 4 times the routed rows), so its second phase (receive, experts,
     shared expert) is about four times its first (attention, router), and the dispatch, half the
     comm, has only the sibling's short first phase to hide under; without DBO the combine already
