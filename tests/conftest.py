@@ -4,6 +4,7 @@ timeouts that grow with ``--stress-count`` for the tests whose work it multiplie
 from __future__ import annotations
 
 import faulthandler
+import signal
 import sys
 import threading
 import time
@@ -11,6 +12,13 @@ import time
 import pytest
 
 from dbo import registry
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # Started as a background job of a shell without job control (`cmd &` in a script), the suite
+    # inherits SIGINT ignored: Python then installs no KeyboardInterrupt handler, here or in the
+    # commands the Ctrl-C tests start, and those tests fail (12 of them) for want of a signal. Restore
+    # Python's own handler; the commands started from here then get the default disposition.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Threads that belong to the interpreter or to libraries, not to a test.
 _FOREIGN_PREFIXES = ("pytest_timeout", "ThreadPoolExecutor", "asyncio")

@@ -51,7 +51,9 @@ def test_orphaned_views(capsys) -> None:
     for p in ("requester", "deferred-lockstep"):
         assert r[p]["orphaned_bytes"] == 0 and r[p]["peak_bytes"] == 8 * MiB and r[p]["findings"] == []
     assert all(row["sibling_view_intact"] for row in r.values())
-    assert "What happens" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "What happens" in out
+    _doc_figures_printed("peak", out)
 
 
 def test_undersized_at_lock(capsys) -> None:
@@ -61,7 +63,23 @@ def test_undersized_at_lock(capsys) -> None:
     for p in ("lockstep", "deferred-lockstep"):
         assert r[p]["undersized_at_lock"] == [] and r[p]["locked_step"] == "ok"
         assert r[p]["allocations_after_lock"] == 0
-    assert "0.00 MiB" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "0.00 MiB" in out
+    _doc_figures_printed("slots at lock", out)
+
+
+def _doc_figures_printed(what: str, out: str) -> None:
+    """Every per-policy figure line docs/scenarios.md quotes for this scenario (``what``: the words
+    the line starts with after the policy) is a line the scenario printed, so the page cannot keep
+    a figure the scenario no longer gives."""
+    import re
+
+    from tests.support.paths import REPO
+
+    policy = r"^\s+(lockstep|requester|deferred-lockstep)\s+"
+    quoted = re.findall(policy + "(" + what + r".*)$", (REPO / "docs" / "scenarios.md").read_text(), re.M)
+    printed = set(re.findall(policy + "(" + what + r".*)$", out, re.M))
+    assert len(quoted) == 3 and all(q in printed for q in quoted), (quoted, printed)
 
 
 def test_policies_table_picks_the_default(capsys) -> None:

@@ -169,3 +169,28 @@ def test_kimi_k2_rounds_to_its_stated_1t_and_32b():
     assert round(c.total / 1e12) == 1  # "1T", one significant figure
     assert round(c.active / B) == 32  # "32B": the input table out, as DeepSeek (with it: 32.9B -> 33)
     assert round(c.active_with_embedding / B) == 33
+
+
+def test_the_models_page_quotes_these_counts():
+    """docs/models.md's table of measured agreement: its computed columns are what count_params gives
+    (to the page's two decimals, in billions), so the table cannot go stale."""
+    import re
+
+    from tests.support.paths import REPO
+
+    names = {
+        "DeepSeek-V3": "deepseek-v3",
+        "Kimi K2": "kimi-k2",
+        "DeepSeek-V2-Lite": "deepseek-v2-lite",
+        "Qwen3-30B-A3B": "qwen3-30b-a3b",
+        "Qwen3-235B-A22B": "qwen3-235b-a22b",
+        "Mixtral 8x7B": "mixtral-8x7b",
+        "gpt-oss-120b": "gpt-oss-120b",
+    }
+    text = (REPO / "docs" / "models.md").read_text()
+    rows = re.findall(r"^\| ([^|]+?) \| [^|]+ \| ([\d.]+) \| [^|]+ \| [^|]+ \| ([\d.]+) \| ([\d.]+) \|", text, re.M)
+    assert [r[0] for r in rows] == list(names)
+    for label, total, active, with_emb in rows:
+        c = count_params(get_preset(names[label]))
+        got = tuple(f"{x / 1e9:.2f}" for x in (c.total, c.active, c.active_with_embedding))
+        assert got == (total, active, with_emb), label

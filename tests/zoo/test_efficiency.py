@@ -239,3 +239,31 @@ def test_fp8_fit_predicts_cublas_fp8_outside_the_fit():
 
 def test_module_all_is_complete():
     assert set(eff.__all__) <= set(dir(eff))
+
+
+def test_the_kernels_page_table_is_the_fit_against_the_published_rows():
+    """docs/kernels.md's "published against predicted" table: every row is a published row of
+    ``DEEPGEMM_H800`` and its predicted TFLOPS and error are what ``DEEPGEMM_FP8_FIT`` gives (to the
+    page's rounding), in the same order."""
+    import re
+
+    from tests.support.paths import REPO
+
+    text = (REPO / "docs" / "kernels.md").read_text()
+    cells = r" \| ".join([r"([^|]+?)"] * 9)  # groups, M, N, K, published x2, predicted, error, bound
+    rows = re.findall(r"^\| (dense|contiguous|masked) \| " + cells + r" \|$", text, re.M)
+    want = [
+        (
+            r.layout,
+            str(r.groups),
+            str(r.m),
+            str(r.n),
+            str(r.k),
+            f"{r.tflops:g}",
+            f"{r.gbps:g}",
+            f"{t:.0f}",
+            f"{e * 100:+.1f}%",
+        )
+        for r, t, e in residuals(DEEPGEMM_FP8_FIT, DEEPGEMM_H800, PEAK, HBM)
+    ]
+    assert [row[:9] for row in rows] == want
