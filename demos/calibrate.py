@@ -52,7 +52,8 @@ def format_summary(report: CalibrationReport, profile: object) -> str:
         f"{report.op_samples} model kernels",
         f"host       launch {us(h['launch'])} + kernel {us(h['kernel'])}, stream switch {us(h['stream_switch'])}, "
         f"event {us(h['event'])}, sync {us(h['sync'])}, handoff {us(h['handoff'])}, thread start/join "
-        f"{us(h['thread_start'])}/{us(h['thread_join'])}, threaded x{h['threaded']:.2f}",
+        f"{us(h['thread_start'])}/{us(h['thread_join'])}, threaded x{h['threaded']:.2f}, "
+        f"replay {us(h.get('replay_op', 0.0))} an op",
     ]
     p = profile
     rates = ", ".join(f"{k} {v / 1e9:.3g} GFLOP/s" for k, v in sorted(p.dtype_flops.items()))  # type: ignore[attr-defined]

@@ -20,18 +20,9 @@ __all__ = ["DeviceProfile", "HostCosts", "OpCost", "DTYPES", "dtype_key", "check
 DTYPES = ("float64", "float32", "tf32", "bfloat16", "float16", "fp8")
 """Keys of ``DeviceProfile.dtype_flops`` (the math rate of each dtype)."""
 
-_DTYPE_ALIASES = {
-    "double": "float64",
-    "float": "float32",
-    "half": "float16",
-    "bf16": "bfloat16",
-    "fp16": "float16",
-    "fp32": "float32",
-    "float8_e4m3fn": "fp8",
-    "float8_e5m2": "fp8",
-    "float8_e4m3fnuz": "fp8",
-    "float8_e5m2fnuz": "fp8",
-}
+_DTYPE_ALIASES = {"double": "float64", "float": "float32", "half": "float16", "bf16": "bfloat16", "fp16": "float16"}
+_DTYPE_ALIASES.update({"fp32": "float32", **dict.fromkeys(("float8_e4m3fn", "float8_e5m2"), "fp8")})
+_DTYPE_ALIASES.update(dict.fromkeys(("float8_e4m3fnuz", "float8_e5m2fnuz"), "fp8"))
 
 
 def dtype_key(dtype: Any) -> str | None:
@@ -119,7 +110,9 @@ class HostCosts:
     when the host next blocks (a sync, a turn handoff, a thread join), or ``idle_hold`` seconds after
     its launch, whichever is first. On the threads backend the engines are Python threads: the
     host's Python holds the GIL until it blocks or the interpreter's switch interval runs out
-    (5 ms by default). On a GPU it is 0 (the device never waits for the host's code).
+    (5 ms by default). On a GPU it is 0 (the device never waits for the host's code). ``replay_op``:
+    each op (launch, event record or wait) a replay of a captured step re-issues: 0 for a CUDA graph
+    (the replay is one launch); on the threads backend the replay re-issues each op from Python.
     """
 
     launch: float = 0.0
@@ -134,6 +127,7 @@ class HostCosts:
     ops: Mapping[str, OpCost] = field(default_factory=dict)
     kernel_sync: bool = True
     idle_hold: float = 0.0
+    replay_op: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.kernel_sync, bool):

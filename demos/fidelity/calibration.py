@@ -210,6 +210,7 @@ def calibrate(
         threaded=host["threaded"],
         kernel_sync=backend == "cuda",
         idle_hold=host["idle_hold"],
+        replay_op=host["replay_op"],
     )
     # the knees from the model's own dtype (and the copies); the other dtypes' rates on those knees
     first = [x for x in dev_samples if x[0] != "gemm" or x[2] == p.dtypes[0]]

@@ -7,7 +7,8 @@ two ubatch threads), ``thread_start`` / ``thread_join`` (per ubatch thread per s
 ``event_latency`` (from a kernel's end to the start of a waiting kernel on another engine's
 stream), the factor ``threaded`` (a launch from a two-ubatch step against one from a single thread), and
 ``idle_hold`` (how long host code that does not block keeps an idle device from starting a kernel
-launched on it). Each is a median of a few batches of ``reps`` calls, measured through the runtime
+launched on it), and ``replay_op`` (each op a replay of a captured step re-issues; 0 on cuda, where
+the replay is one CUDA-graph launch). Each is a median of a few batches of ``reps`` calls, measured through the runtime
 itself on ``backend``.
 """
 
@@ -48,6 +49,30 @@ def _launches(x: torch.Tensor, n: int) -> float:
     for _ in range(n):
         launch(_tiny, x, name="tiny")
     return (time.perf_counter() - t0) / n
+
+
+def _replay_op(b: Any, x: torch.Tensor, n: int) -> float:
+    """Host seconds per op a replay of a captured step re-issues (``HostCosts.replay_op``): a
+    one-ubatch step of ``n`` tiny launches, captured once; the median over 7 replays of the time to
+    issue one (no sync), per op. On threads a replay re-issues each recorded op from Python."""
+
+    def body(_: Any) -> None:
+        for _ in range(n):
+            launch(_tiny, x, name="tiny")
+
+    per = []
+    with dbo.UBatchOrchestrator(1, backend=b) as o:
+        step = o.capture(body, [None])
+        try:
+            step.replay()
+            for _ in range(7):
+                t0 = time.perf_counter()
+                step.replay(sync=False)
+                per.append((time.perf_counter() - t0) / step.num_ops)
+                b.synchronize()
+        finally:
+            step.close()
+    return statistics.median(per)
 
 
 def _step_seconds(orch: dbo.UBatchOrchestrator, fn: Callable[[Any], Any], batches: int = 5) -> float:
@@ -198,6 +223,7 @@ def measure_host(backend: str, reps: int = 500, progress: Callable[[str], None] 
         prev = None
         out["event_latency"] = _event_latency(b, x, max(30, reps // 5))
         out["idle_hold"] = _idle_hold(b, x)
+        out["replay_op"] = 0.0 if backend == "cuda" else _replay_op(b, x, max(50, reps // 2))  # cuda: one graph launch
 
         if progress:
             progress("host: handoffs, threads")

@@ -431,6 +431,7 @@ def test_host_constants_on_threads_are_positive_and_small():
         "threaded",
         "event_latency",
         "idle_hold",
+        "replay_op",
     }
     for k, v in h.items():
         assert math.isfinite(v) and v >= 0, k
@@ -440,6 +441,7 @@ def test_host_constants_on_threads_are_positive_and_small():
     # the executors are Python threads: host code that never blocks keeps an idle one waiting for
     # the GIL until the switch interval runs out
     assert h["idle_hold"] >= 0.5 * sys.getswitchinterval()
+    assert h["replay_op"] > 0  # a replay on threads re-issues each recorded op from Python
 
 
 def test_tiny_calibration_on_threads_writes_a_profile_virtual_can_use(tmp_path):

@@ -108,6 +108,22 @@ def test_a_graph_replay_costs_one_launch():
         assert b.now() - t == pytest.approx(7 * US)  # outside the replay: a plain launch again
 
 
+def test_a_replay_that_re_issues_each_op_costs_replay_op_an_op():
+    """On threads a replay re-issues every recorded op from Python (``HostCosts.replay_op``): 10
+    launches, 10 records and 10 waits cost one launch plus 30 x replay_op; without it (a CUDA
+    graph) one launch."""
+    for replay_op, want in ((0.0, 7 * US), (2 * US, 7 * US + 30 * 2 * US)):
+        with VirtualBackend(profile=prof(launch=4 * US, kernel=3 * US, event=1 * US, replay_op=replay_op)) as b:
+            s, ev = b.new_stream("s"), b.new_event()
+            t = b.now()
+            with b.on_graph_replay():
+                for _ in range(10):
+                    s.launch(None, cost=0.0)
+                    ev.record(s)
+                    s.wait_event(ev)
+            assert b.now() - t == pytest.approx(want)
+
+
 def test_a_captured_step_replays_for_one_launch_of_host_time():
     from dbo import UBatchOrchestrator, dbo_yield, launch
 

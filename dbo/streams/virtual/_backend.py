@@ -128,8 +128,8 @@ class VirtualBackend(Backend):
         whether (truthy) it makes a host sync first (``syncs_host`` on a GPU-like host)."""
         host_s, first_s, nk, oc = self._op_cost(op)
         clock = self.clock
-        if clock.replaying:  # inside a graph replay the launch was paid once, by on_graph_replay
-            host_s = first_s = 0.0
+        if clock.replaying:  # a replay re-issues the op: HostCosts.replay_op (0 for a CUDA graph)
+            host_s = first_s = self._hc.replay_op
         elif clock.threaded:
             host_s *= self._hc.threaded
             first_s *= self._hc.threaded

@@ -72,7 +72,7 @@ class VirtualClock:
         self._epoch = 0
         self._comm_busy: collections.deque = collections.deque()  # comm intervals (comm SM share)
         self._live = 0  # ubatch threads started and not yet joined (HostCosts.threaded)
-        self._replaying = False  # inside replay(): re-issued ops cost no host time
+        self._replaying = False  # inside replay(): re-issued ops cost HostCosts.replay_op each
         self._sleep = SleepingDevice()  # HostCosts.idle_hold and kernels waiting on the host (virtual_sleep)
         self._gil = HostGil()  # when the host ran Python (OpCost.gil_calls, virtual_gil)
         self._hc = HostCosts()
@@ -150,8 +150,8 @@ class VirtualClock:
 
     @contextlib.contextmanager
     def replay(self) -> Iterator[None]:
-        """A graph replay: one plain launch of host Python, then the ops re-issued inside the
-        context cost no host time."""
+        """A graph replay: one plain launch of host Python, then each op re-issued inside the
+        context costs ``HostCosts.replay_op`` (0 for a CUDA graph)."""
         with self._lock:
             self._busy(self._hc.launch + self._hc.kernel)
             self._replaying = True
@@ -206,12 +206,14 @@ class VirtualClock:
             k.tracer.span(ubatch_track(k.ubatch), "host sync", host_before, host0, ubatch=k.ubatch, kernel=k.name)
 
     def record(self, mark: Mark, lane: Lane, error: BaseException | None, note: str) -> None:
-        """An event record on ``lane``'s stream (``HostCosts.event``, none while replaying):
+        """An event record on ``lane``'s stream (``HostCosts.event``; ``replay_op`` while replaying):
         ``mark`` takes the stream's ready time once everything issued before it is placed, and the
         stream's sticky ``error`` and its ``note``."""
         with self._lock:
             if not self._replaying:
                 self._busy(self._hc.event)
+            elif self._hc.replay_op:
+                self._busy(self._hc.replay_op)
             mark.recorded = True
             mark.time = None  # known once a sleeping device wakes
 
@@ -225,13 +227,15 @@ class VirtualClock:
             mark.stream = lane.name
 
     def wait(self, lane: Lane, mark: Mark) -> BaseException | None:
-        """``lane``'s stream waits for ``mark`` (``HostCosts.event``, none while replaying): its
+        """``lane``'s stream waits for ``mark`` (``HostCosts.event``; ``replay_op`` while replaying): its
         ready time rises to the record's time, plus the wake-up latency when the record is another
         stream's. Returns the sticky error the record captured; None, and no wait, when the event
         was never recorded or was recorded before a reset."""
         with self._lock:
             if not self._replaying:
                 self._busy(self._hc.event)
+            elif self._hc.replay_op:
+                self._busy(self._hc.replay_op)
             if not mark.recorded or mark.epoch != self._epoch:
                 return None
             lat = self._latency() if mark.stream != lane.name else 0.0
