@@ -39,13 +39,15 @@ class Point:
     """A shape the grid and the calibration hold fixed (top-k, experts, hidden): counted in the
     errors and speedups, not in the crossovers (``demos.fidelity.validation.held_out_points``)."""
 
+    def shape_text(self) -> str:
+        """The shapes a held-out point varies, in words: ``topk 1, experts 8, hidden 256, layers 2``."""
+        sh = dict(self.shapes)
+        return ", ".join(f"{k} {sh[k]}" for k in HELD_OUT_FIELDS if k in sh)
+
     def label(self) -> str:
         """The point in words: schedule, mode, tokens, comm ratio (and a held-out point's shapes)."""
         text = f"{self.schedule} {self.mode} {self.tokens} tokens comm {self.comm_ratio:g}x"
-        if self.held_out:
-            sh = dict(self.shapes)
-            text += " (" + ", ".join(f"{k} {sh[k]}" for k in HELD_OUT_FIELDS if k in sh) + ")"
-        return text
+        return text + f" ({self.shape_text()})" if self.held_out else text
 
     def config(self, **kw: Any) -> OverlapConfig:
         extra = dict(self.shapes)
@@ -192,8 +194,7 @@ def format_table(v: Validation) -> str:
             held_header = True
             lines.append("held out (shapes the grid and the calibration hold fixed; not in the crossovers):")
         if p.held_out:
-            sh = dict(p.shapes)
-            lines.append("  " + ", ".join(f"{k} {sh[k]}" for k in HELD_OUT_FIELDS if k in sh) + ":")
+            lines.append(f"  {p.shape_text()}:")
         lines.append(
             f"{p.schedule:5} {p.mode:5} {p.tokens:6d} {p.comm_ratio:4g} | "
             f"{fmt_seconds(m.no_dbo_s):>11} {fmt_seconds(q.no_dbo_s):>8} "

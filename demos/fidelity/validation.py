@@ -69,6 +69,12 @@ def graph_supported() -> bool:
     return any(f.name == "graph" for f in dataclasses.fields(OverlapConfig))
 
 
+def _grid_shapes(quick: bool, backend: str) -> dict[str, Any]:
+    """The shapes every grid point shares: layers, hidden size (and bfloat16 on cuda)."""
+    gpu = backend == "cuda"
+    return dict(layers=2 if quick else 4, hidden=2048 if gpu else 256, **({"dtype": "bfloat16"} if gpu else {}))
+
+
 def grid(
     quick: bool = False,
     *,
@@ -89,11 +95,7 @@ def grid(
             sizes = (16, 128, 1024) if quick else (8, 32, 128, 512, 2048)
     if modes is None:
         modes = ("eager", "graph") if graph_supported() else ("eager",)
-    base = dict(layers=2 if quick else 4, hidden=2048 if gpu else 256)
-    if gpu:
-        base["dtype"] = "bfloat16"
-    base.update(shapes)
-    sh = tuple(sorted(base.items()))
+    sh = tuple(sorted({**_grid_shapes(quick, backend), **shapes}.items()))
     # a graph cannot hold ht's host sync (the demo refuses --graph with ht): graph rows are ll only
     return [
         Point(s, t, r, m, sh)
@@ -120,7 +122,7 @@ def held_out_points(quick: bool = False, *, backend: str = "threads") -> list[Po
     """The held-out points (``HELD_OUT``) at the grid's layers and dtype for ``backend``: shapes
     neither the grid nor the calibration measure, so that a model that fits the grid and fails
     off it shows (a cost that folds a fixed top-k or expert count into a fitted scale)."""
-    base = dict(grid(quick, sizes=(1,), ratios=(1.0,), schedules=("ht",), modes=("eager",), backend=backend)[0].shapes)
+    base = _grid_shapes(quick, backend)
     out = []
     for h in HELD_OUT:
         h = dict(h)

@@ -329,12 +329,12 @@ def resolve(cfg: OverlapConfig) -> Resolved:
         _check_distributed(cfg)
     backend = _choose_backend(cfg, distributed)
     notes = _check_modelled(cfg, backend, distributed)
-    # one process off virtual runs every expert itself: ep 1 (virtual models a deployment: 8 experts per rank)
-    ep = (
-        cfg.ep
-        if cfg.ep is not None
-        else (ws if distributed else (max(1, cfg.experts // 8) if backend == "virtual" else 1))
-    )
+    if cfg.ep is not None:
+        ep = cfg.ep
+    elif distributed:
+        ep = ws
+    else:  # virtual models a deployment (8 experts a rank); one process elsewhere runs every expert
+        ep = max(1, cfg.experts // 8) if backend == "virtual" else 1
     probe = model_config(
         cfg, ep=ep, dtype=torch.float32 if cfg.dtype == "auto" else getattr(torch, cfg.dtype), device="cpu"
     )
