@@ -12,28 +12,11 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
+from dbo.costs._dtypes import DTYPES, dtype_key
 from dbo.costs._legacy_ops import declared_op_keys
 from dbo.costs._profile_json import check_json_fields
 
 __all__ = ["DeviceProfile", "HostCosts", "OpCost", "DTYPES", "dtype_key", "check_number"]
-
-DTYPES = ("float64", "float32", "tf32", "bfloat16", "float16", "fp8")
-"""Keys of ``DeviceProfile.dtype_flops`` (the math rate of each dtype)."""
-
-_DTYPE_ALIASES = {"double": "float64", "float": "float32", "half": "float16", "bf16": "bfloat16", "fp16": "float16"}
-_DTYPE_ALIASES.update({"fp32": "float32", **dict.fromkeys(("float8_e4m3fn", "float8_e5m2"), "fp8")})
-_DTYPE_ALIASES.update(dict.fromkeys(("float8_e4m3fnuz", "float8_e5m2fnuz"), "fp8"))
-
-
-def dtype_key(dtype: Any) -> str | None:
-    """The ``dtype_flops`` key of ``dtype`` (a torch.dtype or a string); None if unknown/None."""
-    if dtype is None:
-        return None
-    s = str(dtype)
-    if s.startswith("torch."):
-        s = s[6:]
-    s = _DTYPE_ALIASES.get(s, s)
-    return s if s in DTYPES else None
 
 
 def check_number(what: str, value: Any, *, positive: bool = False) -> float:

@@ -69,8 +69,8 @@ def kernel_costs(c: Any, wire: torch.dtype, schedule: str, t: int, *, ll_rows: s
     ht = schedule == "ht"
     if schedule == "ll" and ll_rows == "padded":
         local = c.experts_per_rank
-        g = float(t * max(1, c.ep))  # each expert's rows: the layout's capacity
-        R = local * t * max(1, c.ep)  # rows the batched GEMMs and the receive touch
+        g = float(t * c.ep)  # each expert's rows: the layout's capacity
+        R = local * t * c.ep  # rows the batched GEMMs and the receive touch
     else:
         local = min(c.experts_per_rank, M)
         g = expert_gemm_rows(M, local, padded=ht)
