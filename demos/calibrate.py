@@ -18,6 +18,7 @@ import demos._cli as cli_common
 from dbo.trace import fmt_seconds
 from demos._cli import ProgressLine
 from demos.fidelity.calibration import BACKENDS, CalibrationError, CalibrationReport, calibrate
+from demos.fidelity.machine import LoadMeter
 
 __all__ = ["main", "build_parser", "format_summary"]
 
@@ -108,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"{parser.prog}: error: {err}\n")
         return 2
     progress = ProgressLine(enabled=not ns.no_progress)
+    meter = LoadMeter().start()
     try:
         profile, report = calibrate(ns.backend, quick=ns.quick, name=ns.name, progress=progress)
     except CalibrationError as e:
@@ -115,7 +117,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"{parser.prog}: error: {e}\n")
         return 2
     progress.done()
+    load = meter.stop()
     cli_common.say(format_summary(report, profile))
+    if load is not None:
+        cli_common.say(f"machine    {load.describe()}")
+        if load.disturbances():
+            cli_common.say(
+                "note       a busy machine calibrates slower figures than an idle one: calibrate again when it is idle"
+            )
     if not cli_common.write_output(ns.output, "-o", profile.to_json, parser.prog):
         return cli_common.EXIT_FAILED
     cli_common.say(f"wrote      {ns.output} (use it with --profile {ns.output})")

@@ -24,6 +24,7 @@ from dbo.costs import get_profile
 from demos._cli import ProgressLine
 from demos.fidelity import deepep
 from demos.fidelity.calibration import BACKENDS, CalibrationError, calibrate
+from demos.fidelity.machine import LoadMeter
 from demos.fidelity.validation import (
     MAX_STEPS,
     RATIOS,
@@ -192,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return fail(f"--profile: {e}")
     progress = ProgressLine(enabled=not ns.no_progress)
     notes = []
+    meter = LoadMeter().start()
     try:
         if profile is None:
             progress("no --profile: calibrating this machine first (quick sweep)")
@@ -208,6 +210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress.done()
         return fail(str(e))
     progress.done()
+    v.machine = meter.stop()
+    if v.machine is None:
+        notes.append(f"the machine's load was not measured: {meter.missing}")
     v.notes.extend(notes)
     if not graph_supported():
         v.notes.append("eager only: this demo has no CUDA-graph mode to validate")

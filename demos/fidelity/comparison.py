@@ -95,6 +95,7 @@ class Validation:
     rows: list[Row]
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    machine: Any = None  # demos.fidelity.machine.MachineLoad over the run (None: not measured)
 
 
 def crossover(
@@ -212,6 +213,12 @@ def format_table(v: Validation) -> str:
         "targets: "
         + "; ".join(f"{k}: {'yes' if v is True else 'no' if v is False else v}" for k, v in s["targets"].items())
     )
+    if v.machine is not None:
+        lines.append(f"machine: {v.machine.describe()}")
+        if v.machine.disturbances():
+            lines.append(
+                "note: the targets assume an idle machine; this run's figures are not evidence for or against them"
+            )
     h = s["held_out"]
     if h:
         lines.append(
@@ -250,5 +257,6 @@ def to_dict(v: Validation) -> dict[str, Any]:
             for r in v.rows
         ],
         "summary": summarize(v),
+        "machine": v.machine.to_dict() if v.machine is not None else None,
         "notes": list(v.notes),
     }

@@ -1,0 +1,153 @@
+"""How busy the machine was while a calibration or a validation ran: ``LoadMeter`` and ``MachineLoad``.
+
+A validation's targets assume an idle machine, and two things take the CPUs from a run without it
+knowing: other processes, and, in a virtual machine, the hypervisor (CPU *steal*: time a virtual
+CPU was ready to run and the host ran something else). Linux counts both in ``/proc/stat``; the
+meter reads it before and after the run, with this process's own CPU time (``os.times``), and
+``MachineLoad`` gives each as a fraction of the CPUs' time over the run. Where ``/proc/stat`` is
+absent (macOS, Windows) the meter measures nothing and says so.
+
+``DISTURBED`` holds the limits above which a run is reported as disturbed. They are a judgement,
+not a measurement: on the 2-core development VM a validation whose steal was a few percent missed
+its targets where quieter ones met them (docs/fidelity.md, "Is the machine idle?").
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+__all__ = ["CpuTimes", "MachineLoad", "LoadMeter", "DISTURBED", "read_cpu_times", "parse_proc_stat"]
+
+DISTURBED = {"steal": 0.02, "others": 0.10}
+"""A run is disturbed when the hypervisor took more than 2% of the CPUs' time, or other processes
+more than 10% of it (each over the whole run)."""
+
+_STAT = "/proc/stat"
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """The machine's CPU time so far, in seconds summed over its CPUs, and this process's."""
+
+    wall: float  # time.monotonic()
+    total: float  # every state but guest time (already inside user and nice)
+    idle: float  # idle + iowait
+    steal: float
+    ours: float  # this process's user + system seconds, all its threads
+    cpus: int
+
+
+def parse_proc_stat(text: str, ticks_per_second: float) -> tuple[float, float, float, int]:
+    """(total, idle + iowait, steal) seconds and the CPU count from ``/proc/stat``'s text. Raises
+    ``ValueError`` on a text without an aggregate ``cpu`` line."""
+    agg, cpus = None, 0
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "cpu":
+            agg = [float(x) for x in parts[1:]]
+        elif parts[0].startswith("cpu") and parts[0][3:].isdigit():
+            cpus += 1
+    if agg is None or len(agg) < 4:
+        raise ValueError("no aggregate 'cpu' line in /proc/stat")
+    fields = (agg + [0.0] * 8)[:8]  # user nice system idle iowait irq softirq steal (guest* excluded)
+    total = sum(fields)
+    return total / ticks_per_second, (fields[3] + fields[4]) / ticks_per_second, fields[7] / ticks_per_second, cpus
+
+
+def read_cpu_times(path: str = _STAT) -> CpuTimes | None:
+    """The machine's and this process's CPU time now, or None where ``path`` cannot be read."""
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read()
+        hz = float(os.sysconf("SC_CLK_TCK"))
+        total, idle, steal, cpus = parse_proc_stat(text, hz)
+    except (OSError, ValueError, AttributeError):
+        return None
+    t = os.times()
+    return CpuTimes(time.monotonic(), total, idle, steal, t.user + t.system, cpus or (os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class MachineLoad:
+    """Where the CPUs' time went over a run, each a fraction of it (``cpus`` x ``seconds``)."""
+
+    seconds: float
+    cpus: int
+    steal: float  # taken by the hypervisor
+    others: float  # used by other processes (and the kernel on their behalf)
+    ours: float  # used by this process
+    idle: float
+
+    @classmethod
+    def between(cls, a: CpuTimes, b: CpuTimes) -> "MachineLoad | None":
+        """The load from reading ``a`` to reading ``b`` (None if no CPU time passed between them)."""
+        total = b.total - a.total
+        if total <= 0:
+            return None
+        steal = max(0.0, b.steal - a.steal)
+        idle = max(0.0, b.idle - a.idle)
+        ours = max(0.0, b.ours - a.ours)
+        busy = max(0.0, total - idle - steal)
+        others = max(0.0, busy - ours)
+        return cls(b.wall - a.wall, b.cpus, steal / total, others / total, min(1.0, ours / total), idle / total)
+
+    def disturbances(self) -> list[str]:
+        """What made the run disturbed, in words (empty: undisturbed by ``DISTURBED``)."""
+        out = []
+        if self.steal > DISTURBED["steal"]:
+            out.append(f"the hypervisor took {self.steal:.1%} of the CPUs' time (> {DISTURBED['steal']:.0%})")
+        if self.others > DISTURBED["others"]:
+            out.append(f"other processes used {self.others:.1%} of it (> {DISTURBED['others']:.0%})")
+        return out
+
+    def describe(self) -> str:
+        """One line: ``2 CPUs over 3 min 24 s: steal 5.4%, other processes 1.2%, this run 55%, idle 38%``
+        and the verdict."""
+        minutes, secs = divmod(round(self.seconds), 60)
+        span = f"{minutes} min {secs} s" if minutes else f"{self.seconds:.1f} s"
+        text = (
+            f"{self.cpus} CPU{'s' if self.cpus != 1 else ''} over {span}: steal {self.steal:.1%}, "
+            f"other processes {self.others:.1%}, this run {self.ours:.0%}, idle {self.idle:.0%}"
+        )
+        why = self.disturbances()
+        return text + (" - disturbed: " + "; ".join(why) if why else " - undisturbed")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"disturbed": bool(self.disturbances()), "limits": dict(DISTURBED)}
+
+
+class LoadMeter:
+    """``meter = LoadMeter().start()``, the run, then ``meter.stop()``: the ``MachineLoad`` over
+    the run (None where the machine's CPU times cannot be read). Also ``with LoadMeter() as m:``,
+    then ``m.load``. ``read``: the reader (tests pass their own)."""
+
+    def __init__(self, read: Callable[[], CpuTimes | None] = read_cpu_times):
+        self._read = read
+        self._start: CpuTimes | None = None
+        self.load: MachineLoad | None = None
+        self.missing = ""  # why ``load`` is None, in words, after ``stop``
+
+    def start(self) -> "LoadMeter":
+        self._start = self._read()
+        return self
+
+    def stop(self) -> MachineLoad | None:
+        end = self._read()
+        if self._start is None or end is None:
+            self.missing = "the machine's CPU times cannot be read here (no /proc/stat)"
+        else:
+            self.load = MachineLoad.between(self._start, end)
+            if self.load is None:
+                self.missing = "the run was too short for the machine's CPU counters"
+        return self.load
+
+    def __enter__(self) -> "LoadMeter":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
