@@ -24,7 +24,7 @@ from dbo.costs import get_profile
 from demos._cli import ProgressLine
 from demos.fidelity import deepep
 from demos.fidelity.calibration import BACKENDS, CalibrationError, calibrate
-from demos.fidelity.machine import LoadMeter
+from demos.fidelity.machine import DISTURBED, LoadMeter, read_cpu_times
 from demos.fidelity.validation import (
     MAX_STEPS,
     RATIOS,
@@ -144,6 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="leave out the held-out points (shapes off the grid: other top-k, expert counts and hidden sizes)",
     )
+    p.add_argument(
+        "--no-rerun",
+        action="store_true",
+        help="keep every run as measured: by default a run during which the machine was disturbed (CPU steal "
+        f"over {DISTURBED['steal'] * 100:g}%% or other processes over {DISTURBED['others'] * 100:g}%% of the CPUs' "
+        "time) is run "
+        "once more",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress line (shown only on a terminal)")
     return p
 
@@ -204,7 +212,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             points += held_out_points(ns.quick, backend=ns.backend)
         repeats = ns.repeats if ns.repeats is not None else (3 if ns.quick else 1)
         v = validate(
-            ns.backend, profile, points, steps=ns.steps, repeats=repeats, min_time=ns.min_time, progress=progress
+            ns.backend,
+            profile,
+            points,
+            steps=ns.steps,
+            repeats=repeats,
+            min_time=ns.min_time,
+            progress=progress,
+            machine=None if ns.no_rerun else read_cpu_times,
         )
     except (CalibrationError, ConfigError) as e:
         progress.done()

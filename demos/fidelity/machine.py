@@ -96,6 +96,13 @@ class MachineLoad:
         others = max(0.0, busy - ours)
         return cls(b.wall - a.wall, b.cpus, steal / total, others / total, min(1.0, ours / total), idle / total)
 
+    @property
+    def steal_of_demand(self) -> float:
+        """The steal as a share of the time the CPUs ran or were ready to run (busy + steal): how
+        much slower the machine's programs ran than on CPUs of their own."""
+        demand = self.steal + self.others + self.ours
+        return self.steal / demand if demand > 0 else 0.0
+
     def disturbances(self) -> list[str]:
         """What made the run disturbed, in words (empty: undisturbed by ``DISTURBED``)."""
         out = []
@@ -106,19 +113,24 @@ class MachineLoad:
         return out
 
     def describe(self) -> str:
-        """One line: ``2 CPUs over 3 min 24 s: steal 5.4%, other processes 1.2%, this run 55%, idle 38%``
-        and the verdict."""
+        """One line: ``2 CPUs over 3 min 24 s: steal 5.4% (9% of the time they ran or were ready to),
+        other processes 1.2%, this run 55%, idle 38%`` and the verdict."""
         minutes, secs = divmod(round(self.seconds), 60)
         span = f"{minutes} min {secs} s" if minutes else f"{self.seconds:.1f} s"
         text = (
-            f"{self.cpus} CPU{'s' if self.cpus != 1 else ''} over {span}: steal {self.steal:.1%}, "
+            f"{self.cpus} CPU{'s' if self.cpus != 1 else ''} over {span}: steal {self.steal:.1%} "
+            f"({self.steal_of_demand:.0%} of the time they ran or were ready to), "
             f"other processes {self.others:.1%}, this run {self.ours:.0%}, idle {self.idle:.0%}"
         )
         why = self.disturbances()
         return text + (" - disturbed: " + "; ".join(why) if why else " - undisturbed")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"disturbed": bool(self.disturbances()), "limits": dict(DISTURBED)}
+        return asdict(self) | {
+            "steal_of_demand": self.steal_of_demand,
+            "disturbed": bool(self.disturbances()),
+            "limits": dict(DISTURBED),
+        }
 
 
 class LoadMeter:
