@@ -18,7 +18,7 @@ import demos._cli as cli_common
 from dbo.trace import fmt_seconds
 from demos._cli import ProgressLine
 from demos.fidelity.calibration import BACKENDS, CalibrationError, CalibrationReport, calibrate
-from demos.fidelity.machine import LoadMeter
+from demos.fidelity.machine import LoadMeter, limits_text, read_cpu_times
 
 __all__ = ["main", "build_parser", "format_summary"]
 
@@ -41,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
         "or of demos.validate)",
     )
     p.add_argument("--name", default=None, help="the profile's name (default calibrated-<backend>)")
+    p.add_argument(
+        "--no-rerun",
+        action="store_true",
+        help="keep every model run as measured: by default a run during which the machine was disturbed "
+        f"({limits_text()}) is run once more".replace("%", "%%"),
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress line (shown only on a terminal)")
     return p
 
@@ -111,7 +117,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress = ProgressLine(enabled=not ns.no_progress)
     meter = LoadMeter().start()
     try:
-        profile, report = calibrate(ns.backend, quick=ns.quick, name=ns.name, progress=progress)
+        profile, report = calibrate(
+            ns.backend,
+            quick=ns.quick,
+            name=ns.name,
+            progress=progress,
+            machine=None if ns.no_rerun else read_cpu_times,
+        )
     except CalibrationError as e:
         progress.done()
         sys.stderr.write(f"{parser.prog}: error: {e}\n")
@@ -121,6 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli_common.say(format_summary(report, profile))
     if load is not None:
         cli_common.say(f"machine    {load.describe()}")
+    if report.reruns.note():
+        cli_common.say(f"note       {report.reruns.note()}")
+    if load is not None:
         if load.disturbances():
             cli_common.say(
                 "note       a busy machine calibrates slower figures than an idle one: calibrate again when it is idle"

@@ -24,7 +24,7 @@ from dbo.costs import get_profile
 from demos._cli import ProgressLine
 from demos.fidelity import deepep
 from demos.fidelity.calibration import BACKENDS, CalibrationError, calibrate
-from demos.fidelity.machine import DISTURBED, LoadMeter, read_cpu_times
+from demos.fidelity.machine import LoadMeter, limits_text, read_cpu_times
 from demos.fidelity.validation import (
     MAX_STEPS,
     RATIOS,
@@ -147,10 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-rerun",
         action="store_true",
-        help="keep every run as measured: by default a run during which the machine was disturbed (CPU steal "
-        f"over {DISTURBED['steal'] * 100:g}%% or other processes over {DISTURBED['others'] * 100:g}%% of the CPUs' "
-        "time) is run "
-        "once more",
+        help="keep every run as measured: by default a run during which the machine was disturbed "
+        f"({limits_text()}) is run once more".replace("%", "%%"),
     )
     p.add_argument("--no-progress", action="store_true", help="no progress line (shown only on a terminal)")
     return p

@@ -53,6 +53,7 @@ from dbo.costs import (
 )
 from demos.fidelity.calls import count_gil_calls
 from demos.fidelity.host import measure_host
+from demos.fidelity.machine import CpuTimes, Reruns
 from demos.fidelity.model_ops import declared_costs, measure_ops, op_samples
 from demos.fidelity.plan import BACKENDS, CalibrationError, Plan, plan
 from demos.fidelity.steps import (
@@ -166,6 +167,7 @@ class CalibrationReport:
     device_rms_log_error: float  # over the first dtype's GEMMs and the copies
     op_errors: dict[str, float] = field(default_factory=dict)  # op -> median |relative error|
     seconds: float = 0.0
+    reruns: Reruns = field(default_factory=Reruns)  # model runs run again on a disturbed machine
 
 
 def with_gil_calls(ops: dict[str, OpCost], runs: Sequence[dict]) -> dict[str, OpCost]:
@@ -183,9 +185,13 @@ def calibrate(
     name: str | None = None,
     progress: Progress | None = None,
     sweep: Plan | None = None,
+    machine: Callable[[], CpuTimes | None] | None = None,
 ) -> tuple[DeviceProfile, CalibrationReport]:
     """Measure this machine on ``backend`` and fit a profile (see the module docstring);
-    ``sweep`` replaces the plan (tests)."""
+    ``sweep`` replaces the plan (tests). ``machine``: a reader of the machine's CPU times
+    (``demos.fidelity.machine.read_cpu_times``); with it a model run during which the machine was
+    disturbed is run once more (``CalibrationReport.reruns``)."""
+    reruns = Reruns()
     p = sweep if sweep is not None else plan(backend, quick)
     if backend == "cuda" and not torch.cuda.is_available():
         raise CalibrationError("backend cuda needs a CUDA GPU, and torch.cuda.is_available() is False here")
@@ -219,7 +225,7 @@ def calibrate(
     dev = replace(
         dev, comm_sm_share=base.comm_sm_share if base is not None else 0.0, host=hc, event_latency=host["event_latency"]
     )  # idle; the threaded part is fitted to DBO steps below
-    records, steps = measure_ops(backend, p, progress)
+    records, steps = measure_ops(backend, p, progress, machine=machine, reruns=reruns)
     # on a GPU, keep the base profile's CUDA kernels per op (each costs the host a launch)
     counts = {k: v.kernels for k, v in base.host.ops.items()} if base is not None else None
     samples = op_samples(records, dev, counts)
@@ -248,5 +254,6 @@ def calibrate(
         device_rms_log_error=math.sqrt(statistics.fmean(e * e for e in dev_err)),
         op_errors={k: statistics.median(v) for k, v in sorted(errs.items())},
         seconds=time.perf_counter() - t0,
+        reruns=reruns,
     )
     return prof, report

@@ -17,15 +17,35 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
-__all__ = ["CpuTimes", "MachineLoad", "LoadMeter", "DISTURBED", "read_cpu_times", "parse_proc_stat"]
+T = TypeVar("T")
+
+__all__ = [
+    "CpuTimes",
+    "MachineLoad",
+    "LoadMeter",
+    "Reruns",
+    "DISTURBED",
+    "read_cpu_times",
+    "parse_proc_stat",
+    "run_undisturbed",
+    "limits_text",
+]
 
 DISTURBED = {"steal": 0.02, "others": 0.10}
 """A run is disturbed when the hypervisor took more than 2% of the CPUs' time, or other processes
 more than 10% of it (each over the whole run)."""
 
 _STAT = "/proc/stat"
+
+
+def limits_text() -> str:
+    """``DISTURBED`` in words: ``CPU steal over 2% or other processes over 10% of the CPUs' time``."""
+    return (
+        f"CPU steal over {DISTURBED['steal'] * 100:g}% or other processes over "
+        f"{DISTURBED['others'] * 100:g}% of the CPUs' time"
+    )
 
 
 @dataclass(frozen=True)
@@ -163,3 +183,41 @@ class LoadMeter:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+@dataclass
+class Reruns:
+    """Runs run again because the machine was disturbed during them (``run_undisturbed``), and how
+    many of those were disturbed again."""
+
+    again: int = 0
+    still: int = 0
+
+    def note(self) -> str | None:
+        """The count in words (None: no run was run again)."""
+        if not self.again:
+            return None
+        one = self.again == 1
+        return (
+            f"{self.again} run{' was' if one else 's were'} run again: the machine was disturbed during "
+            f"{'it' if one else 'them'} (CPU steal or other processes; {self.still} still the second time)"
+        )
+
+
+def run_undisturbed(fn: Callable[[], T], machine: Callable[[], CpuTimes | None] | None, reruns: Reruns) -> T:
+    """``fn()``, and once more if ``machine`` (a reader such as ``read_cpu_times``; None: no
+    check) shows the machine disturbed during the first call; the second result is kept whatever
+    the load then (``reruns`` counts both cases)."""
+    if machine is None:
+        return fn()
+    for attempt in range(2):
+        meter = LoadMeter(read=machine).start()
+        out = fn()
+        load = meter.stop()
+        if load is None or not load.disturbances():
+            return out
+        if attempt == 0:
+            reruns.again += 1
+        else:
+            reruns.still += 1
+    return out

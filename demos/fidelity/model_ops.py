@@ -17,6 +17,7 @@ from dbo.costs import DeviceProfile, LinkProfile, Transfer, get_link, iter_tenso
 from dbo.streams.virtual import VirtualBackend, VirtualStream
 from demos.experiment.run import run
 from demos.fidelity.calls import one_step_each
+from demos.fidelity.machine import CpuTimes, Reruns, run_undisturbed
 from demos.fidelity.plan import Plan
 from demos.fidelity.steps import StepSample, engine_gaps, turnarounds
 from demos.moe.config import ConfigError, OverlapConfig
@@ -88,11 +89,19 @@ class OpRecord:
 
 
 def measure_ops(
-    backend: str, p: Plan, progress: Progress | None = None, *, truth: Any = None
+    backend: str,
+    p: Plan,
+    progress: Progress | None = None,
+    *,
+    truth: Any = None,
+    machine: Callable[[], CpuTimes | None] | None = None,
+    reruns: Reruns | None = None,
 ) -> tuple[list[OpRecord], list[StepSample]]:
     """Run the model for real over the plan's sweep: every kernel of every timed no-DBO and DBO
     step, and each run's step times. ``truth``: the profile of a virtual "machine" (``backend="virtual"``:
-    tests of the fit)."""
+    tests of the fit). ``machine``: a reader of the machine's CPU times; with it a run during which
+    the machine was disturbed is run once more (``run_undisturbed``, counted in ``reruns``)."""
+    reruns = reruns if reruns is not None else Reruns()
     out: list[OpRecord] = []
     steps: list[StepSample] = []
     for i, kw in enumerate(p.op_runs):
@@ -106,7 +115,7 @@ def measure_ops(
         res = None
         for ratio in (1.0, 2.0, 4.0):  # tiny steps: the link's fixed costs may exceed 1 x compute
             try:
-                res = run(replace(cfg, comm_ratio=ratio))
+                res = run_undisturbed(lambda: run(replace(cfg, comm_ratio=ratio)), machine, reruns)
                 break
             except ConfigError:
                 continue

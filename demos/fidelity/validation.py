@@ -34,7 +34,7 @@ from demos.fidelity.comparison import (
     to_dict,  # noqa: F401 (re-exported: demos.validate writes its JSON with it)
 )
 from demos.fidelity.h200 import H200_MEASURED, compare_h200, format_h200
-from demos.fidelity.machine import CpuTimes, LoadMeter
+from demos.fidelity.machine import CpuTimes, Reruns, run_undisturbed
 from demos.moe.config import ConfigError, OverlapConfig
 
 __all__ = [
@@ -189,7 +189,7 @@ def validate(
     processes) is run once more and the second run kept, whatever its load (the count goes in
     the notes)."""
     t0 = time.perf_counter()
-    redone = [0, 0]  # runs run again, of them still disturbed the second time
+    reruns = Reruns()
     runs: dict[int, tuple[list[Figures], list[Figures]]] = {}
     skipped: dict[int, str] = {}
     sizes: dict[int, int] = {}
@@ -216,7 +216,7 @@ def validate(
                         n = steps_for(guess.no_dbo_s, steps, min_time)
                     sizes[i] = n
                 cfg = pt.config(backend=backend, steps=sizes[i], warmup=1, profile=truth)
-                m, link, ep = _measured(cfg, machine, redone)
+                m, link, ep = run_undisturbed(lambda: _figures(cfg), machine, reruns)
                 # the prediction runs over the link the real run calibrated (not a virtual
                 # recalibration), so both see the same transfers, and with the measured run's ep
                 q, _, _ = _figures(
@@ -238,26 +238,6 @@ def validate(
     ]
     name = profile if isinstance(profile, str) else getattr(profile, "name", str(profile))
     notes = [skipped[i] for i in sorted(skipped)]
-    if redone[0]:
-        notes.append(
-            f"{redone[0]} run{'s were' if redone[0] != 1 else ' was'} run again: the machine was disturbed during "
-            f"{'them' if redone[0] != 1 else 'it'} (CPU steal or other processes; {redone[1]} still the second time)"
-        )
+    if reruns.note():
+        notes.append(reruns.note())
     return Validation(backend, name, rows, time.perf_counter() - t0, notes)
-
-
-def _measured(
-    cfg: OverlapConfig, machine: Callable[[], CpuTimes | None] | None, redone: list[int]
-) -> tuple[Figures, LinkProfile, int]:
-    """``_figures(cfg)``, run once more if ``machine`` shows the first run disturbed (``redone``:
-    [runs again, still disturbed] so far, updated)."""
-    if machine is None:
-        return _figures(cfg)
-    for attempt in range(2):
-        meter = LoadMeter(read=machine).start()
-        out = _figures(cfg)
-        load = meter.stop()
-        if load is None or not load.disturbances():
-            return out
-        redone[attempt] += 1
-    return out

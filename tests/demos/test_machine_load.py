@@ -206,3 +206,39 @@ def test_the_cli_reruns_disturbed_runs_unless_told_not_to(monkeypatch):
     assert val_cli.main(["--profile", "cpu", "--quick", "--no-progress"]) == 0
     assert val_cli.main(["--profile", "cpu", "--quick", "--no-progress", "--no-rerun"]) == 0
     assert seen[0] is read_cpu_times and seen[1] is None
+
+
+def test_run_undisturbed_runs_again_once_and_keeps_the_second_result():
+    from demos.fidelity.machine import Reruns, run_undisturbed
+
+    calls = []
+
+    def fn():
+        calls.append(len(calls))
+        return len(calls)
+
+    r = Reruns()
+    assert run_undisturbed(fn, None, r) == 1 and r.note() is None  # no reader: one call, no check
+    assert run_undisturbed(fn, _FakeMachine([0.0]), r) == 2 and (r.again, r.still) == (0, 0)
+    assert run_undisturbed(fn, _FakeMachine([2.0, 0.0]), r) == 4 and (r.again, r.still) == (1, 0)
+    assert run_undisturbed(fn, _FakeMachine([2.0, 2.0]), r) == 6 and (r.again, r.still) == (2, 1)
+    assert r.note() == (
+        "2 runs were run again: the machine was disturbed during them (CPU steal or other processes; "
+        "1 still the second time)"
+    )
+
+
+def test_calibration_runs_a_disturbed_model_run_again_and_says_so(monkeypatch, capsys, tmp_path):
+    import demos.fidelity.calibration as cal
+    from tests.demos.test_calibrate import TINY
+
+    fake = _FakeMachine([2.0])  # the first model run disturbed, every later one quiet
+    monkeypatch.setattr(
+        cal_cli,
+        "calibrate",
+        lambda backend, **kw: cal.calibrate(backend, sweep=TINY, progress=kw.get("progress"), machine=fake),
+    )
+    assert cal_cli.main(["-o", str(tmp_path / "p.json"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert fake.reads == 2 * (len(TINY.op_runs) + 1)  # every model run metered, the first one twice
+    assert "note       1 run was run again: the machine was disturbed during it" in out
