@@ -123,8 +123,10 @@ def _lm(res, x0: np.ndarray, iters: int = 200) -> np.ndarray:
         for _ in range(12):
             step = np.linalg.solve(A + lam * np.diag(np.diag(A) + 1e-12), -g)
             xn = x + step
-            rn = res(xn)
-            cn = float(rn @ rn)
+            with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+                # a trial step may overshoot to inf/nan residuals: rejected just below, not a warning
+                rn = res(xn)
+                cn = float(rn @ rn)
             if np.isfinite(cn) and cn < cost:
                 x, r, lam, improved = xn, rn, max(lam / 3, 1e-9), True
                 break
