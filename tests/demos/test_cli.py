@@ -602,6 +602,20 @@ def test_trace_holds_exactly_the_two_steps_it_draws_with_their_host_side(tmp_pat
     ],
 )
 def test_ctrl_c_stops_scenarios_and_bench(module, args, stream, first):
+    # measured 0.6-1.2 s on a loaded 2-core machine (a scenario's aborted step unwinds its threads),
+    # 0.7-1.0 s alone at any moment of the scenarios; one CI run on a VM losing CPU time to its
+    # hypervisor took 6 s. So a slow stop is measured once more: a stop that is slow twice fails
+    for _ in range(2):
+        took, err = _interrupt_after(module, args, stream, first)
+        if took < slack(3.0):
+            break
+    assert took < slack(3.0), took
+    assert err.decode().strip().splitlines()[-1] == f"python -m {module}: interrupted" and b"Traceback" not in err
+
+
+def _interrupt_after(module: str, args: list, stream: str, first: str) -> tuple[float, bytes]:
+    """Start ``python -m module args``, wait for ``first`` on ``stream``, send SIGINT: (seconds to
+    its exit, its stderr); it must exit with 130."""
     proc = subprocess.Popen(
         [sys.executable, "-u", "-m", module, *args],
         cwd=ROOT,
@@ -623,9 +637,7 @@ def test_ctrl_c_stops_scenarios_and_bench(module, args, stream, first):
             proc.kill()
             proc.communicate(timeout=slack(10))
     assert proc.returncode == 130, err
-    # measured 0.6-1.2 s on a loaded 2-core machine (a scenario's aborted step unwinds its threads)
-    assert took < slack(3.0), took
-    assert err.decode().strip().splitlines()[-1] == f"python -m {module}: interrupted" and b"Traceback" not in err
+    return took, err
 
 
 def test_a_group_of_durations_shares_one_unit():
