@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 
@@ -80,13 +79,13 @@ def test_the_meter_measures_nothing_where_the_machine_cannot_be_read(tmp_path):
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="Linux /proc/stat")
 def test_on_linux_a_busy_loop_shows_as_this_runs_own_time():
     m = LoadMeter().start()
-    t = time.perf_counter()
-    while time.perf_counter() - t < 0.3:
+    t = os.times()
+    while os.times().user + os.times().system - t.user - t.system < 0.2:  # 0.2 s of our own CPU time
         pass
     load = m.stop()
     assert load is not None and load.cpus >= 1
-    # one busy thread of this process: at least a fair part of one CPU's time is ours
-    assert load.ours >= 0.3 / load.cpus
+    # our share of the CPUs' time, times that time (about cpus x seconds): the CPU seconds we used
+    assert load.ours * load.cpus * load.seconds > 0.1
     assert 0.0 <= load.steal <= 1.0 and 0.0 <= load.others <= 1.0
 
 
@@ -122,10 +121,12 @@ def test_validate_reports_the_load_of_its_run(monkeypatch, capsys):
         return Validation(backend, "p", [])
 
     monkeypatch.setattr(val_cli, "validate", fake_validate)
+    same = _times(0.0, 100.0, 50.0, 3.0, 5.0)  # no CPU time passes between the two readings
+    monkeypatch.setattr(val_cli, "LoadMeter", lambda: LoadMeter(read=lambda: same))
     assert val_cli.main(["--profile", "cpu", "--quick", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert seen["ran"]
-    assert "the machine's load was not measured: the run was too short" in out  # a fake run takes no CPU time
+    assert "the machine's load was not measured: the run was too short" in out
     readings = iter([_times(0.0, 100.0, 50.0, 3.0, 5.0), _times(10.0, 120.0, 52.0, 3.1, 22.5)])
     monkeypatch.setattr(val_cli, "LoadMeter", lambda: LoadMeter(read=lambda: next(readings)))
     assert val_cli.main(["--profile", "cpu", "--quick", "--no-progress"]) == 0
