@@ -133,13 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli_common.say(format_summary(report, profile))
     if load is not None:
         cli_common.say(f"machine    {load.describe()}")
-    if report.reruns.note():
-        cli_common.say(f"note       {report.reruns.note()}")
-    if load is not None:
-        if load.disturbances():
-            cli_common.say(
-                "note       a busy machine calibrates slower figures than an idle one: calibrate again when it is idle"
-            )
+    if rerun_note := report.reruns.note():
+        cli_common.say(f"note       {rerun_note}")
+    if load is not None and load.disturbances():
+        cli_common.say(
+            "note       a busy machine calibrates slower figures than an idle one: calibrate again when it is idle"
+        )
     if not cli_common.write_output(ns.output, "-o", profile.to_json, parser.prog):
         return cli_common.EXIT_FAILED
     cli_common.say(f"wrote      {ns.output} (use it with --profile {ns.output})")

@@ -238,6 +238,6 @@ def validate(
     ]
     name = profile if isinstance(profile, str) else getattr(profile, "name", str(profile))
     notes = [skipped[i] for i in sorted(skipped)]
-    if reruns.note():
-        notes.append(reruns.note())
+    if rerun_note := reruns.note():
+        notes.append(rerun_note)
     return Validation(backend, name, rows, time.perf_counter() - t0, notes)
