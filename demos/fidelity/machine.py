@@ -155,14 +155,13 @@ class MachineLoad:
 
 class LoadMeter:
     """``meter = LoadMeter().start()``, the run, then ``meter.stop()``: the ``MachineLoad`` over
-    the run (None where the machine's CPU times cannot be read). Also ``with LoadMeter() as m:``,
-    then ``m.load``. ``read``: the reader (tests pass their own)."""
+    the run (None where the machine's CPU times cannot be read, ``missing`` says why). ``read``:
+    the reader (tests pass their own)."""
 
     def __init__(self, read: Callable[[], CpuTimes | None] = read_cpu_times):
         self._read = read
         self._start: CpuTimes | None = None
-        self.load: MachineLoad | None = None
-        self.missing = ""  # why ``load`` is None, in words, after ``stop``
+        self.missing = ""  # why ``stop`` gave None, in words
 
     def start(self) -> "LoadMeter":
         self._start = self._read()
@@ -172,17 +171,11 @@ class LoadMeter:
         end = self._read()
         if self._start is None or end is None:
             self.missing = "the machine's CPU times cannot be read here (no /proc/stat)"
-        else:
-            self.load = MachineLoad.between(self._start, end)
-            if self.load is None:
-                self.missing = "the run was too short for the machine's CPU counters"
-        return self.load
-
-    def __enter__(self) -> "LoadMeter":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
+            return None
+        load = MachineLoad.between(self._start, end)
+        if load is None:
+            self.missing = "the run was too short for the machine's CPU counters"
+        return load
 
 
 @dataclass

@@ -68,9 +68,8 @@ def test_no_cpu_time_between_two_readings_gives_no_load():
 
 def test_the_meter_measures_nothing_where_the_machine_cannot_be_read(tmp_path):
     assert read_cpu_times(str(tmp_path / "absent")) is None
-    with LoadMeter(read=lambda: None) as m:
-        pass
-    assert m.load is None and "cannot be read here" in m.missing
+    m = LoadMeter(read=lambda: None).start()
+    assert m.stop() is None and "cannot be read here" in m.missing
     same = _times(0.0, 100.0, 50.0, 3.0, 5.0)
     m = LoadMeter(read=lambda: same).start()
     assert m.stop() is None and "too short" in m.missing
