@@ -5,13 +5,15 @@ profile, and print the errors (docs/fidelity.md, "Validating").
     python -m demos.validate --profile my.json --quick
     python -m demos.validate --h200        # the built-in h200 profile against the H200 measurements
     python -m demos.validate --deepep      # DeepEP's published H800 all-to-all tables against the model
+    python -m demos.validate --profile my.json --quick --schedules ht --sizes 128 --ratios 0.5 --breakdown
 
-The work lives in ``demos.fidelity.validation``.
+The work lives in ``demos.fidelity.validation`` (``--breakdown``: ``demos.fidelity.breakdown``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -23,6 +25,7 @@ import demos._cli as cli_common
 from dbo.costs import get_profile
 from demos._cli import ProgressLine
 from demos.fidelity import deepep
+from demos.fidelity.breakdown import breakdown, format_breakdown
 from demos.fidelity.calibration import BACKENDS, CalibrationError, calibrate
 from demos.fidelity.machine import LoadMeter, limits_text, read_cpu_times
 from demos.fidelity.validation import (
@@ -150,6 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep every run as measured: by default a run during which the machine was disturbed "
         f"({limits_text()}) is run once more".replace("%", "%%"),
     )
+    p.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="instead of the table: for each point selected (--sizes, --ratios, --schedules, the held-out points), "
+        "one run, and each op's kernel time in the no-DBO and the DBO step, measured against predicted "
+        "(graph points as their eager steps)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress line (shown only on a terminal)")
     return p
 
@@ -208,6 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         points = grid(ns.quick, sizes=ns.sizes, ratios=ns.ratios, schedules=ns.schedules, backend=ns.backend)
         if not ns.no_held_out:
             points += held_out_points(ns.quick, backend=ns.backend)
+        if ns.breakdown:
+            return _breakdowns(ns, profile, points, progress, parser.prog)
         repeats = ns.repeats if ns.repeats is not None else (3 if ns.quick else 1)
         v = validate(
             ns.backend,
@@ -231,6 +243,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         v.notes.append("eager only: this demo has no CUDA-graph mode to validate")
     cli_common.say(format_table(v))
     return _write(ns.json, to_dict(v), parser.prog)
+
+
+def _breakdowns(ns: argparse.Namespace, profile: Any, points: list, progress: ProgressLine, prog: str) -> int:
+    """``--breakdown``: one run of each selected point (graph points as their eager steps, once)."""
+    eager = list(dict.fromkeys(dataclasses.replace(pt, mode="eager") for pt in points))
+    out = []
+    for i, pt in enumerate(eager):
+        progress(f"point {i + 1}/{len(eager)}: {pt.label()}")
+        b = breakdown(ns.backend, profile, pt, steps=ns.steps, min_time=ns.min_time)
+        progress.done()
+        cli_common.say(format_breakdown(b))
+        out.append(dataclasses.asdict(b))
+    return _write(ns.json, {"breakdowns": out}, prog)
 
 
 def _write(path: str | None, obj: Any, prog: str) -> int:

@@ -54,6 +54,8 @@ __all__ = [
     "graph_supported",
     "ValidationError",
     "steps_for",
+    "planned_steps",
+    "prediction_config",
     "MAX_STEPS",
 ]
 
@@ -152,6 +154,26 @@ def _median_figures(figs: Sequence[Figures]) -> Figures:
     )
 
 
+def planned_steps(pt: Point, profile: Any, steps: int, min_time: float) -> int:
+    """Timed steps for a run of ``pt`` (``steps_for``), from a first guess of its step time: the
+    profile's prediction over its own link."""
+    if min_time <= 0:
+        return steps
+    dtype = dict(pt.shapes).get("dtype", "float32")
+    guess, _, _ = _figures(
+        pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype, ep=1)
+    )
+    return steps_for(guess.no_dbo_s, steps, min_time)
+
+
+def prediction_config(pt: Point, profile: Any, link: LinkProfile, ep: int) -> OverlapConfig:
+    """The virtual run that predicts ``pt`` with ``profile``: over the link the real run calibrated
+    (not a virtual recalibration), so that both see the same transfers, and with its ``ep``."""
+    dtype = dict(pt.shapes).get("dtype", "float32")
+    cfg = pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype, ep=ep)
+    return replace(cfg, comm_ratio=None, link=link)
+
+
 MAX_STEPS = 60
 """The most timed steps ``validate`` gives one run (``min_time`` asks for more on small steps)."""
 
@@ -203,29 +225,12 @@ def validate(
                     f"{pass_}point {i + 1}/{len(points)}: {pt.schedule} {pt.tokens} tokens, "
                     f"comm {pt.comm_ratio:g}x, {pt.mode}"
                 )
-            dtype = dict(pt.shapes).get("dtype", "float32")
             try:
                 if i not in sizes:
-                    n = steps
-                    if min_time > 0:  # a first guess of the step time, over the profile's own link
-                        guess, _, _ = _figures(
-                            pt.config(
-                                backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype, ep=1
-                            )
-                        )
-                        n = steps_for(guess.no_dbo_s, steps, min_time)
-                    sizes[i] = n
+                    sizes[i] = planned_steps(pt, profile, steps, min_time)
                 cfg = pt.config(backend=backend, steps=sizes[i], warmup=1, profile=truth)
                 m, link, ep = run_undisturbed(lambda: _figures(cfg), machine, reruns)
-                # the prediction runs over the link the real run calibrated (not a virtual
-                # recalibration), so both see the same transfers, and with the measured run's ep
-                q, _, _ = _figures(
-                    replace(
-                        pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype, ep=ep),
-                        comm_ratio=None,
-                        link=link,
-                    )
-                )
+                q, _, _ = _figures(prediction_config(pt, profile, link, ep))
             except ConfigError as e:  # e.g. a comm ratio too small for the link's fixed costs at this size
                 skipped[i] = f"{pt.schedule} {pt.tokens} tokens comm {pt.comm_ratio:g}x {pt.mode}: skipped ({e})"
                 runs.pop(i, None)
