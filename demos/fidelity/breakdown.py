@@ -18,10 +18,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from dbo.costs import LinkProfile
 from demos.experiment.run import run
 from demos.fidelity.comparison import Point
-from demos.fidelity.validation import planned_steps, prediction_config
+from demos.fidelity.validation import measured_link, planned_steps, prediction_config, profile_name
 
 __all__ = ["OpTimes", "StepBreakdown", "Breakdown", "breakdown", "step_ops", "format_breakdown"]
 
@@ -87,11 +86,10 @@ def _step(dbo: bool, measured: Any, predicted: Any) -> StepBreakdown:
     last = "records_dbo" if dbo else "records_no_dbo"
     m, m_span = step_ops(getattr(measured, recs) or [getattr(measured, last)])
     p, p_span = step_ops(getattr(predicted, recs) or [getattr(predicted, last)])
-    ops = [
-        OpTimes(op, kind, max(m.get((op, kind), (0, 0.0))[0], p.get((op, kind), (0, 0.0))[0]),
-                m.get((op, kind), (0, 0.0))[1], p.get((op, kind), (0, 0.0))[1])
-        for op, kind in sorted(set(m) | set(p))
-    ]  # fmt: skip
+    ops = []
+    for key in sorted(set(m) | set(p)):
+        (mk, ms), (pk, ps) = m.get(key, (0, 0.0)), p.get(key, (0, 0.0))
+        ops.append(OpTimes(key[0], key[1], max(mk, pk), ms, ps))
     attr = "time_dbo_s" if dbo else "time_no_dbo_s"
     return StepBreakdown(dbo, getattr(measured, attr), getattr(predicted, attr), m_span, p_span, ops)
 
@@ -105,10 +103,9 @@ def breakdown(
     pt = replace(point, mode="eager")
     n = planned_steps(pt, profile, steps, min_time)
     measured = run(pt.config(backend=backend, steps=n, warmup=1, profile=truth))
-    link = LinkProfile("measured", measured.link["latency_s"], measured.link["bandwidth_Bps"])
-    predicted = run(prediction_config(pt, profile, link, measured.resolved.ep))
-    name = profile if isinstance(profile, str) else getattr(profile, "name", str(profile))
-    return Breakdown(pt, backend, n, name, _step(False, measured, predicted), _step(True, measured, predicted))
+    predicted = run(prediction_config(pt, profile, measured_link(measured), measured.resolved.ep))
+    steps_of = (_step(dbo, measured, predicted) for dbo in (False, True))
+    return Breakdown(pt, backend, n, profile_name(profile), *steps_of)
 
 
 def _us(seconds: float) -> str:

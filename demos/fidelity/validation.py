@@ -56,6 +56,8 @@ __all__ = [
     "steps_for",
     "planned_steps",
     "prediction_config",
+    "measured_link",
+    "profile_name",
     "MAX_STEPS",
 ]
 
@@ -141,8 +143,17 @@ def _figures(cfg: OverlapConfig) -> tuple[Figures, LinkProfile, int]:
     """The run's figures, the link it calibrated (latency, bandwidth) and its expert-parallel size
     (1 for one process on threads or cuda: it runs every expert)."""
     res = run(cfg)
-    link = LinkProfile("measured", res.link["latency_s"], res.link["bandwidth_Bps"])
-    return Figures(res.time_no_dbo_s, res.time_dbo_s, res.hidden_fraction), link, res.resolved.ep
+    return Figures(res.time_no_dbo_s, res.time_dbo_s, res.hidden_fraction), measured_link(res), res.resolved.ep
+
+
+def measured_link(res: Any) -> LinkProfile:
+    """The link a run calibrated (its ``link`` figures: latency, bandwidth)."""
+    return LinkProfile("measured", res.link["latency_s"], res.link["bandwidth_Bps"])
+
+
+def profile_name(profile: Any) -> str:
+    """A profile's name in a report: the built-in name, or a ``DeviceProfile``'s ``name``."""
+    return profile if isinstance(profile, str) else getattr(profile, "name", str(profile))
 
 
 def _median_figures(figs: Sequence[Figures]) -> Figures:
@@ -241,7 +252,7 @@ def validate(
     rows = [
         Row(pt, _median_figures(runs[i][0]), _median_figures(runs[i][1])) for i, pt in enumerate(points) if i in runs
     ]
-    name = profile if isinstance(profile, str) else getattr(profile, "name", str(profile))
+    name = profile_name(profile)
     notes = [skipped[i] for i in sorted(skipped)]
     if rerun_note := reruns.note():
         notes.append(rerun_note)
