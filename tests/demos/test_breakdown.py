@@ -8,27 +8,16 @@ from dataclasses import replace
 
 import pytest
 
-from dbo.costs import HostCosts, OpCost, get_profile
+from dbo.costs import OpCost
 from dbo.trace import KernelRecord
 from demos import validate as cli
 from demos.fidelity import breakdown as bd
 from demos.fidelity.comparison import Point
+from tests.support.profiles import validation_machine
 
 pytestmark = pytest.mark.timeout(120)
 
-MACHINE = replace(
-    get_profile("cpu"),
-    name="machine",
-    host=HostCosts(
-        launch=20e-6,
-        kernel=2e-6,
-        handoff=6e-6,
-        thread_start=50e-6,
-        thread_join=50e-6,
-        kernel_sync=False,
-        ops={"router": OpCost(device=40e-6, scale=3.0), "experts": OpCost(device=50e-6, scale=2.0)},
-    ),
-)
+MACHINE = validation_machine(experts=OpCost(device=50e-6, scale=2.0))
 SHAPES = (("hidden", 64), ("layers", 2))
 
 

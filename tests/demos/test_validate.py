@@ -9,12 +9,13 @@ from dataclasses import replace
 
 import pytest
 
-from dbo.costs import HostCosts, LinkProfile, OpCost, get_profile, scale_profile
+from dbo.costs import LinkProfile, scale_profile
 from dbo.trace import KernelRecord, engine_sums, overlap_seconds
 from demos import validate as cli
 from demos.experiment.results import EngineTimes, overlap_hidden_fraction, past_ideal_note
 from demos.fidelity import validation as val
 from demos.fidelity.validation import Figures, Point, Row, Validation, crossover, format_table, summarize
+from tests.support.profiles import validation_machine
 
 # --- table and crossover logic on synthetic measurements ------------------------------------------------
 
@@ -139,19 +140,7 @@ def test_grid_covers_schedules_sizes_ratios_and_modes():
 
 # --- a virtual machine predicted by its own profile, and by a wrong one ----------------------------------
 
-MACHINE = replace(
-    get_profile("cpu"),
-    name="machine",
-    host=HostCosts(
-        launch=20e-6,
-        kernel=2e-6,
-        handoff=6e-6,
-        thread_start=50e-6,
-        thread_join=50e-6,
-        kernel_sync=False,
-        ops={"router": OpCost(device=40e-6, scale=3.0)},
-    ),
-)
+MACHINE = validation_machine()
 
 
 def test_the_machines_own_profile_predicts_it_exactly():
