@@ -170,19 +170,20 @@ def planned_steps(pt: Point, profile: Any, steps: int, min_time: float) -> int:
     profile's prediction over its own link."""
     if min_time <= 0:
         return steps
-    dtype = dict(pt.shapes).get("dtype", "float32")
-    guess, _, _ = _figures(
-        pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype, ep=1)
-    )
+    guess, _, _ = _figures(_virtual_step(pt, profile, ep=1))
     return steps_for(guess.no_dbo_s, steps, min_time)
 
 
 def prediction_config(pt: Point, profile: Any, link: LinkProfile, ep: int) -> OverlapConfig:
     """The virtual run that predicts ``pt`` with ``profile``: over the link the real run calibrated
     (not a virtual recalibration), so that both see the same transfers, and with its ``ep``."""
+    return replace(_virtual_step(pt, profile, ep=ep), comm_ratio=None, link=link)
+
+
+def _virtual_step(pt: Point, profile: Any, *, ep: int) -> OverlapConfig:
+    """One shape-only step of ``pt`` on virtual with ``profile`` (the point's dtype, float32 by default)."""
     dtype = dict(pt.shapes).get("dtype", "float32")
-    cfg = pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype, ep=ep)
-    return replace(cfg, comm_ratio=None, link=link)
+    return pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype=dtype, ep=ep)
 
 
 MAX_STEPS = 60
