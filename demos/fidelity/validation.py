@@ -251,7 +251,9 @@ def validate(
             meas.append(m)
             pred.append(q)
     rows = [
-        Row(pt, _median_figures(runs[i][0]), _median_figures(runs[i][1])) for i, pt in enumerate(points) if i in runs
+        Row(pt, _median_figures(runs[i][0]), _median_figures(runs[i][1]), tuple(zip(*runs[i])))
+        for i, pt in enumerate(points)
+        if i in runs
     ]
     name = profile_name(profile)
     notes = [skipped[i] for i in sorted(skipped)]

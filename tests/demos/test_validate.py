@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 from dataclasses import replace
 
 import pytest
@@ -98,6 +99,84 @@ def test_a_slowdown_over_a_few_consecutive_runs_spoils_no_points_median(monkeypa
     assert measured == [16, 128, 1024] * 3  # pass after pass
     assert [r.measured.dbo_s for r in v.rows] == [0.5, 0.5, 0.5]
     assert seen[0] == "pass 1/3, point 1/3: ht 16 tokens, comm 1x, eager" and seen[-1].startswith("pass 3/3, point 3/3")
+
+
+def test_each_run_is_kept_beside_the_prediction_over_its_own_link(monkeypatch):
+    # run k calibrates a link of k GB/s and measures a speedup of 1 + 0.2k; the prediction over
+    # link k gives 1 + 0.1k, so run k's own error is -0.1k: only a prediction paired with its own
+    # run's link gives these
+    pts = val.grid(True, sizes=(16,), ratios=(1.0,), schedules=("ht",), modes=("eager",))
+    measured = []
+
+    def fake(cfg):
+        if cfg.meta:
+            k = cfg.link.bandwidth / 1e9
+            return Figures(1.0, 1.0 / (1 + 0.1 * k), None), cfg.link, 1
+        measured.append(cfg)
+        k = len(measured)
+        return Figures(1.0, 1.0 / (1 + 0.2 * k), None), LinkProfile("l", 1e-6, k * 1e9), 1
+
+    monkeypatch.setattr(val, "_figures", fake)
+    (row,) = val.validate("virtual", MACHINE, pts, steps=1, repeats=3).rows
+    assert [m.speedup for m, _ in row.runs] == pytest.approx([1.2, 1.4, 1.6])
+    assert row.run_speedup_errors() == pytest.approx([-0.1, -0.2, -0.3])
+    assert row.measured.speedup == pytest.approx(1.4) and row.predicted.speedup == pytest.approx(1.2)
+    assert row.measured_speedup_spread() == pytest.approx(0.4)
+
+
+def test_a_speedup_miss_names_its_runs_and_the_spread_is_summarized():
+    def row(tokens, meas, pred):
+        runs = tuple((Figures(1.0, 1.0 / m, None), Figures(1.0, 1.0 / q, None)) for m, q in zip(meas, pred))
+        mid = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+        return Row(
+            Point("ht", tokens, 0.5), Figures(1.0, 1.0 / mid(meas), None), Figures(1.0, 1.0 / mid(pred), None), runs
+        )
+
+    rows = [
+        row(16, (1.00, 1.02, 1.01), (1.03, 1.03, 1.03)),  # within 0.1, spread 0.02
+        row(128, (0.90, 1.05, 0.95), (1.05, 1.07, 1.07)),  # +0.12 at the medians; runs +0.15, +0.02, +0.12
+        row(1024, (1.40, 1.40), (1.41, 1.41)),  # spread 0
+    ]
+    s = summarize(Validation("threads", "p", rows))
+    assert s["speedups_off"] == ["ht eager 128 tokens comm 0.5x: +0.12 (runs +0.15, +0.02, +0.12: off in 2 of 3)"]
+    assert s["measured_speedup_spread"] == {
+        "runs": 3,
+        "median": pytest.approx(0.02),
+        "max": pytest.approx(0.15),
+        "max_point": "ht eager 128 tokens comm 0.5x",
+    }
+    text = format_table(Validation("threads", "p", rows))
+    assert (
+        "measured speedup between a point's 3 runs: moved by a median 0.02, at most 0.15 "
+        "(ht eager 128 tokens comm 0.5x); the target allows 0.1" in text
+    )
+
+
+def test_errors_pair_each_run_with_its_own_prediction():
+    # one point's three runs from a validation on 2026-12-02 (ms): the measured no-DBO and DBO
+    # medians are run 2's, the predicted no-DBO median is run 3's and its DBO median run 2's;
+    # the difference of the medians' speedups (+0.11) compares run 2's measurement with a mix of
+    # runs 2 and 3, while each run's own prediction is within 0.09 of it
+    runs = tuple(
+        (Figures(mn / 1e3, md / 1e3, None), Figures(pn / 1e3, pd / 1e3, None))
+        for mn, md, pn, pd in ((18.18, 22.02, 15.72, 18.18), (15.70, 21.80, 14.66, 18.16), (15.20, 18.81, 15.03, 18.16))
+    )
+    meas, pred = val._median_figures([m for m, _ in runs]), val._median_figures([q for _, q in runs])
+    row = Row(Point("ht", 16, 0.5), meas, pred, runs)
+    assert pred.speedup - meas.speedup == pytest.approx(0.107, abs=1e-3)
+    assert row.run_speedup_errors() == pytest.approx([0.039, 0.087, 0.019], abs=1e-3)
+    assert row.err_speedup == pytest.approx(0.039, abs=1e-3)  # the median of the runs' own errors
+    assert row.err_no_dbo == pytest.approx(statistics.median([15.72 / 18.18 - 1, 14.66 / 15.70 - 1, 15.03 / 15.20 - 1]))
+    assert row.err_dbo == pytest.approx(statistics.median([18.18 / 22.02 - 1, 18.16 / 21.80 - 1, 18.16 / 18.81 - 1]))
+    assert summarize(Validation("threads", "p", [row]))["speedups_off"] == []
+
+
+def test_rows_without_runs_keep_the_plain_miss_and_no_spread():
+    rows = _rows((0.8, 1.2, 1.5), (0.9, 1.25, 1.4))
+    s = summarize(Validation("threads", "p", rows))
+    assert s["speedups_off"] == ["ht eager 1024 tokens comm 1x: -0.10"]
+    assert s["measured_speedup_spread"] is None
+    assert "measured speedup between" not in format_table(Validation("threads", "p", rows))
 
 
 def test_a_point_that_cannot_run_is_skipped_in_every_pass(monkeypatch):
@@ -265,6 +344,10 @@ def test_cli_runs_a_grid_and_writes_json(tmp_path, capsys, monkeypatch):
     d = json.loads(out.read_text())
     assert len(d["rows"]) == (4 if val.graph_supported() else 2)  # eager (and graph) x 2 sizes
     assert d["summary"]["max_abs_step_error"] == pytest.approx(0, abs=1e-9)
+    one = d["rows"][0]["runs"]
+    assert len(one) == 1 and one[0]["err_speedup"] == pytest.approx(0, abs=1e-9)  # one repeat: one run
+    assert one[0]["measured"]["speedup"] == pytest.approx(d["rows"][0]["measured"]["speedup"])
+    assert d["summary"]["measured_speedup_spread"] is None  # no point has two runs
 
 
 def test_cli_h200_comparison():
