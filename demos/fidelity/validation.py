@@ -212,7 +212,8 @@ def validate(
     machine: Callable[[], CpuTimes | None] | None = None,
 ) -> Validation:
     """Measure every point on ``backend`` and predict it on virtual with ``profile`` over the link
-    the real run calibrated; ``repeats`` runs of each, medians of their figures. The grid runs in
+    the real run calibrated; ``repeats`` runs of each, medians of their figures, every run kept
+    beside its own prediction (``Row.runs``, from which the errors are taken). The grid runs in
     ``repeats`` passes (every point once per pass), so that a slowdown of the machine that lasts
     a few points spoils one run of each of them, which the median drops, and not all of one
     point's runs. Each run times ``steps`` steps per DBO mode, more where the profile predicts a
