@@ -69,6 +69,10 @@ class Figures:
         return self.no_dbo_s / self.dbo_s
 
 
+def _speedup_error(measured: Figures, predicted: Figures) -> float:
+    return predicted.speedup - measured.speedup
+
+
 @dataclass
 class Row:
     point: Point
@@ -98,11 +102,11 @@ class Row:
 
     @property
     def err_speedup(self) -> float:
-        return self._paired(lambda m, q: q.speedup - m.speedup)
+        return self._paired(_speedup_error)
 
     def run_speedup_errors(self) -> list[float]:
         """Each run's own speedup error, in the order the runs ran (``err_speedup`` is their median)."""
-        return [q.speedup - m.speedup for m, q in self.runs]
+        return [_speedup_error(m, q) for m, q in self.runs]
 
     def measured_speedup_spread(self) -> float | None:
         """How far the measured speedup moved between this point's runs (largest minus smallest;
