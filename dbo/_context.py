@@ -26,8 +26,6 @@ from dbo.errors import DBOError, HandoffTimeout, RecvHookConflict, UBatchAborted
 from dbo.streams import Event, Stream, current_stream, set_stream
 from dbo.trace import ubatch_track
 
-__all__ = ["StepState", "UBatchContext", "FaultHook", "SyncPrimitives", "where_is", "ubatch_main"]
-
 FaultHook = Callable[[str, "int | None"], None]
 """Test seam: called as ``hook(point, ubatch_id)`` at "enter", "start", "exit" and "after_barrier"."""
 

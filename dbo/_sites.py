@@ -22,8 +22,6 @@ from typing import Iterable
 
 import torch
 
-__all__ = ["DBO_DIR", "PLUMBING_DIRS", "PLUMBING_FILES", "first_frame_outside", "user_site"]
-
 DBO_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 """The dbo package's directory, with a trailing separator (so it prefixes only paths inside it)."""
 PLUMBING_DIRS = (

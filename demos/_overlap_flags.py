@@ -2,7 +2,7 @@
 (``flag_of``); ``demos.overlap`` runs them and writes the files.
 
 Each flag is an ``OverlapConfig`` field (``--width`` is ``timeline_width``, ``--json`` is
-``json_path``, ...), so a ConfigError from ``demos.moe.config`` renders with the flag's name.
+``json_path``, ...), so a ConfigError from ``demos.toy.config`` renders with the flag's name.
 """
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ import argparse
 
 import dbo
 import demos._cli as cli_common
-from demos.moe.config import BACKEND_CHOICES, DTYPE_CHOICES, OverlapConfig
-from demos.moe.model import SCHEDULES
-
-__all__ = ["build_parser", "flag_of", "PROG"]
+from demos.toy.config import BACKEND_CHOICES, DTYPE_CHOICES, OverlapConfig
+from demos.toy.model import SCHEDULES
 
 PROG = "python -m demos.overlap"
 

@@ -10,12 +10,10 @@ import sys
 from typing import Sequence
 
 import demos._cli as cli_common
-from demos.moe.config_error import ConfigError
+from demos.errors import ConfigError
 from demos.zoo.flags import add_model_flags, flag_of, load_model, shrunk_spec, workload_of
 from demos.zoo.report import format_step_report, measure_point, step_report
 from demos.zoo.run import merged_trace
-
-__all__ = ["TOY_ONLY_FLAGS", "build_zoo_parser", "main"]
 
 PROG = "python -m demos.overlap"
 

@@ -41,7 +41,7 @@ from demos.fidelity.validation import (
     to_dict,
     validate,
 )
-from demos.moe.config import ConfigError
+from demos.toy.config import ConfigError
 
 __all__ = ["main", "build_parser"]
 

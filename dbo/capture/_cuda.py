@@ -22,8 +22,6 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CudaRegion"]
-
 
 class CudaRegion:
     """The graph, its capture stream, and the fork/join around the captured step."""

@@ -19,10 +19,7 @@ from torch.overrides import TorchFunctionMode
 from dbo._sites import user_site
 from dbo.errors import CaptureError
 from dbo.streams import Event, Stream
-from dbo.streams.base import kernel_name
-
-__all__ = ["HostSyncGuard", "GuardedKernel", "Recorder", "RecordingStream", "RecordingEvent", "user_site"]
-
+from dbo.streams.base import KernelSpec
 
 # Tensor -> host scalars / lists, and ops whose output shape depends on the data (the host reads it).
 _ALWAYS = {
@@ -134,8 +131,9 @@ class GuardedKernel:
 
 
 class Recorder:
-    """The ops of one capture, in issue order: ("launch", stream, fn, args, name, kind, cost, op, layer),
-    ("record", event, stream), ("wait", stream, event). ``active`` is False once the capture ends."""
+    """The ops of one capture, in issue order: ("launch", stream, fn, args, spec) (``spec``: the
+    launch's resolved ``KernelSpec``), ("record", event, stream), ("wait", stream, event).
+    ``active`` is False once the capture ends."""
 
     def __init__(self, backend: Any):
         self.backend = backend
@@ -192,24 +190,14 @@ class RecordingStream(Stream):
     def error(self) -> BaseException | None:
         return self._real.error
 
-    def launch(
-        self,
-        fn: Callable | None,
-        *args: Any,
-        name: str | None = None,
-        kind: str = "compute",
-        cost: Any = None,
-        op: str | None = None,
-        layer: int | None = None,
-    ) -> None:
+    def _launch(self, fn: Callable | None, args: tuple, spec: KernelSpec) -> None:
+        # ``Stream.launch`` ran its checks on this proxy (role, backend and error are the real
+        # stream's) and resolved ``spec``; the real stream gets the same spec, untouched.
         real, rec = self._real, self._rec
         if not rec.active:
-            return real.launch(fn, *args, name=name, kind=kind, cost=cost, op=op, layer=layer)
-        kname = kernel_name(fn, name, kind)
-        type(real).launch(
-            real, None if fn is None else GuardedKernel(fn), *args, name=kname, kind=kind, cost=cost, op=op, layer=layer
-        )
-        rec.add(("launch", real, fn, args, kname, kind, cost, op, layer))
+            return real._launch(fn, args, spec)
+        type(real)._launch(real, None if fn is None else GuardedKernel(fn), args, spec)
+        rec.add(("launch", real, fn, args, spec))
 
     def wait_event(self, event: Event) -> None:
         real, ev = self._real, _real_event(event)

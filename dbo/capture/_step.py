@@ -22,11 +22,10 @@ import time
 from typing import Any, Callable, Iterator, Sequence
 
 from dbo._context import UBatchContext, ubatch_main
-from dbo.capture._guard import HostSyncGuard, Recorder, RecordingEvent, RecordingStream, user_site
+from dbo._sites import user_site
+from dbo.capture._guard import HostSyncGuard, Recorder, RecordingEvent, RecordingStream
 from dbo.errors import CaptureError, DBOError, HandoffTimeout, UBatchFailed
 from dbo.streams import Stream, use_stream
-
-__all__ = ["CapturedStep", "capture_step"]
 
 _STREAM_OPS = ("launch", "wait_event", "synchronize", "query")
 
@@ -95,8 +94,8 @@ class CapturedStep:
         for op in self._ops:
             tag = op[0]
             if tag == "launch":
-                _, s, fn, args, name, kind, cost, kop, layer = op
-                s.launch(fn, *args, name=name, kind=kind, cost=cost, op=kop, layer=layer)
+                _, s, fn, args, spec = op
+                s.launch(fn, *args, **spec._asdict())  # every field of the recorded KernelSpec
             elif tag == "record":
                 op[1].record(op[2])
             else:

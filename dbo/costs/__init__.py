@@ -1,38 +1,21 @@
-"""The simulation model: what a kernel costs on a device, and the profiles that say so.
+"""The virtual backend's cost model: what a kernel costs on a device, and the profiles that say so.
 
 Parts: ``_roofline`` (kernel work, roofline and transfer times, the named profile and link tables),
-``_profiles`` (device, host and link figures; JSON load and save; the built-in figures),
-``_fit`` and ``_fit_ops`` (fitting a profile's parameters to measured samples), ``_legacy_ops``
-(old profiles' per-op keys), ``_gpus`` (GPU datasheet profiles), ``_cluster`` (nodes, EP degree, and
-where routed tokens go) and ``_alltoall`` (DeepEP's low-latency and normal all-to-all kernels).
+``_profiles`` (device, host and op figures; JSON load and save), ``_dtypes`` (the dtype keys of the
+math rates), ``_profile_json`` (a profile JSON's fields checked first) and ``_fit`` / ``_fit_ops``
+(fitting a profile's parameters to measured samples). Real GPUs, clusters and the EP all-to-all are
+the zoo's (``demos.zoo.hardware``); the toy's fitted H200 figures are a data file beside the toy.
 """
 
-from dbo.costs._alltoall import (
-    ALLTOALL_KERNELS,
-    DEEPEP_H800,
-    DEFAULT_COMM_SMS,
-    AllToAll,
-    DeepEPParams,
-    deepep_low_latency,
-    deepep_normal,
-    ll_buffer_bytes,
-    message_bytes,
-    token_bytes,
-)
-from dbo.costs._cluster import ClusterSpec, Routing, Traffic
 from dbo.costs._fit import (
-    FitError,
     fit_device,
     fit_dtype_rates,
     fit_host,
     fit_launch_costs,
-    fit_op_costs,
     fit_profile,
-    fit_scalar,
-    fit_threaded_ops,
     predict,
 )
-from dbo.costs._gpus import GPUS, GpuSpec, get_gpu, gpus
+from dbo.costs._fit_ops import FitError, fit_op_costs, fit_scalar, fit_threaded_ops
 from dbo.costs._profiles import DTYPES, DeviceProfile, HostCosts, OpCost, check_number, dtype_key
 from dbo.costs._roofline import (
     KERNEL_KINDS,
@@ -96,21 +79,4 @@ __all__ = [
     "predict",
     "FitError",
     "check_number",
-    "GPUS",
-    "GpuSpec",
-    "get_gpu",
-    "gpus",
-    "ClusterSpec",
-    "Routing",
-    "Traffic",
-    "ALLTOALL_KERNELS",
-    "DEEPEP_H800",
-    "DEFAULT_COMM_SMS",
-    "AllToAll",
-    "DeepEPParams",
-    "deepep_low_latency",
-    "deepep_normal",
-    "ll_buffer_bytes",
-    "message_bytes",
-    "token_bytes",
 ]

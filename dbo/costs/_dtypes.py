@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DTYPES", "dtype_key"]
-
 DTYPES = ("float64", "float32", "tf32", "bfloat16", "float16", "fp8")
 """Keys of ``DeviceProfile.dtype_flops`` (the math rate of each dtype)."""
 

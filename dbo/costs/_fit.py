@@ -23,21 +23,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from dbo.costs._fit_ops import FitError, fit_op_costs, fit_scalar, fit_threaded_ops
+from dbo.costs._fit_ops import FitError
 from dbo.costs._profiles import DTYPES, DeviceProfile, HostCosts, OpCost, dtype_key
-
-__all__ = [
-    "fit_device",
-    "fit_dtype_rates",
-    "fit_host",
-    "fit_launch_costs",
-    "fit_op_costs",
-    "fit_profile",
-    "fit_scalar",
-    "fit_threaded_ops",
-    "predict",
-    "FitError",
-]
 
 FIT_OP_KINDS = ("gemm", "elementwise")
 

@@ -11,8 +11,6 @@ import numpy as np
 
 from dbo.costs._profiles import OpCost
 
-__all__ = ["FitError", "fit_op_costs", "fit_threaded_ops", "fit_scalar"]
-
 
 class FitError(ValueError):
     """The samples cannot determine the model (too few, bad values, no convergence)."""

@@ -11,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-__all__ = ["check_json_fields", "json_type_name"]
-
 _WANTS: tuple[tuple[str, tuple[type, ...], str], ...] = (
     ("str", (str,), "a string"),
     ("float", (int, float), "a number"),

@@ -13,10 +13,19 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
 from dbo.costs._dtypes import DTYPES, dtype_key
-from dbo.costs._legacy_ops import declared_op_keys
 from dbo.costs._profile_json import check_json_fields
 
-__all__ = ["DeviceProfile", "HostCosts", "OpCost", "DTYPES", "dtype_key", "check_number"]
+
+def _refuse_kernel_function_keys(ops: Mapping[str, Any]) -> None:
+    """Profiles written before launches declared their op keyed some entries ``"<op>/<kernel function>"``;
+    their mapping to declared ops is gone (docs/changelog.md, 0.1): such a key is one line that says to
+    calibrate again."""
+    old = sorted(str(k) for k in ops if "/" in str(k))
+    if old:
+        raise ValueError(
+            f"device profile op key {old[0]!r} names a kernel function (the format before launches declared "
+            "their op): re-run `python -m demos.calibrate` to write the profile again"
+        )
 
 
 def check_number(what: str, value: Any, *, positive: bool = False) -> float:
@@ -257,7 +266,7 @@ class DeviceProfile:
         if isinstance(host, Mapping):
             check_json_fields(HostCosts, host, "host cost", "host.")
             if isinstance(host.get("ops"), Mapping):
-                host = {**host, "ops": declared_op_keys(host["ops"])}  # a profile of the old format too
+                _refuse_kernel_function_keys(host["ops"])
                 for k, v in host["ops"].items():
                     check_json_fields(OpCost, v, "op cost", f"host.ops[{k!r}].")
             kw["host"] = HostCosts(**host)
@@ -291,87 +300,3 @@ class DeviceProfile:
         except json.JSONDecodeError as e:
             raise ValueError(f"device profile is not valid JSON: {e}") from None
         return cls.from_dict(d)
-
-
-# --- the built-in "h200" profile ------------------------------------------------------------
-# Fitted to one H200 SXM (141 GB) host running the demo eagerly (torch 2.11, CUDA 13), with the
-# link calibrated so that comm = 1 x compute. Sources, per figure:
-# * Memory bandwidth 4.3 TB/s: what large copies reach (the datasheet says 4.8 TB/s).
-# * Math rates: bfloat16/float16 300 TFLOP/s is the rate that reproduces the measured compute
-#   busy time of the large bfloat16 demo config (~63 ms per 4-layer step of 8192 tokens, hidden
-#   4096): the demo's GEMM mix (256-row shared-expert chunks, small-K attention GEMMs) and the
-#   elementwise passes its cost declarations leave out sustain ~38% of the ~790 TFLOP/s that
-#   large bf16 GEMMs reach. TF32, FP8 and FP64 keep the datasheet's ratios to bf16 (TF32 495,
-#   BF16 989, FP8 1979, FP64 67 TFLOP/s dense). FP32 does not: it runs on the CUDA cores (SIMT),
-#   whose GEMMs reach ~91% of their 67 TFLOP/s peak (a published SGEMM figure, docs/kernels.md)
-#   where the tensor cores' bf16 mix reached 38%. The same mix in float32 is its GEMMs at that
-#   rate plus the mix's other (memory) work, twice as long in float32: 1/(0.91 x 67e12) + 2 x (1/300e12
-#   - 1/790e12) s per flop, ~49 TFLOP/s (the bf16 ratio's 20 predicted float32 steps 2x too long).
-# * min_kernel 3 us: the small default config's ~870 kernels per step kept the device busy
-#   ~3.2 ms (~3.5 us each, most of them tiny).
-# * comm_sm_share 0.3: fitted, not the one SM the modelled (spinning) comm kernels occupy: with
-#   DBO the large config hid only ~44 of ~67 ms of comm under compute and stepped in ~90 ms, which
-#   a free overlap would put near 65 ms; the share absorbs that interference.
-# * Host: one eager launch of a small elementwise op cost ~6 us, of a small GEMM ~16 us; a
-#   ``with torch.cuda.stream(s)`` enter/exit ~9 us (half of it per stream switch; a dbo launch
-#   enters one, part of ``launch``); an event record plus wait ~1.5 us; an idle device
-#   synchronize ~5.4 us; a two-thread lock ping-pong ~6.7 us (one handoff). ``kernel`` 17 us: the
-#   demo's model code (Python, views, ``out=`` arguments) kept the host ~18-29 us per CUDA kernel,
-#   the whole default step host-bound (~21-25 ms for ~870 kernels). ``threaded`` 1.5: with two
-#   ubatch threads the same per-kernel work took longer (launch API time per kernel +30%, and
-#   DBO steps of ~1.9x the kernels took ~2.3x as long); fitted. Thread start and join: estimates.
-# * Kernel counts per op: CUDA kernels per demo kernel in a profiler trace of one default step
-#   (GEMMs often run as a split-K pair; the experts count is for 8 experts).
-_H200_OPS = {
-    "load_input": OpCost(kernels=1),
-    "attn_qkv": OpCost(kernels=7),
-    "attn_context": OpCost(kernels=13),
-    "attn_query": OpCost(kernels=13),
-    "attn_out": OpCost(kernels=3),
-    "router": OpCost(kernels=21),
-    "experts": OpCost(kernels=30),
-    "shared": OpCost(kernels=7),
-    "finalize": OpCost(kernels=2),
-    "dispatch": OpCost(kernels=2),
-    "combine": OpCost(kernels=3),
-    "moe_copy": OpCost(kernels=1),
-    "dispatch_recv": OpCost(kernels=1),
-    "combine_recv": OpCost(kernels=2),
-    # the ll schedule's own experts, dispatch and combine: the counts of their ht counterparts
-    # (the trace was of an ht step)
-    "experts_ll": OpCost(kernels=30),
-    "dispatch_ll": OpCost(kernels=2),
-    "combine_ll": OpCost(kernels=3),
-}
-
-H200 = DeviceProfile(
-    "h200",
-    peak_flops=300e12,
-    mem_bandwidth=4.3e12,
-    launch_overhead=0.0,
-    dtype_flops={
-        "float64": 20e12,
-        "float32": 1 / (1 / (0.912 * 67e12) + 2 * (1 / 300e12 - 1 / 790e12)),
-        "tf32": 150e12,
-        "bfloat16": 300e12,
-        "float16": 300e12,
-        "fp8": 600e12,
-    },
-    min_kernel=3.0e-6,
-    gemm_knee=(32.0, 32.0, 32.0),
-    flops_knee=0.0,
-    bytes_knee=0.0,
-    comm_sm_share=0.3,
-    host=HostCosts(
-        launch=12e-6,
-        kernel=17e-6,
-        stream_switch=4.4e-6,
-        handoff=6.7e-6,
-        thread_start=60e-6,
-        thread_join=10e-6,
-        sync=5.4e-6,
-        event=0.77e-6,
-        threaded=1.5,
-        ops=_H200_OPS,
-    ),
-)

@@ -21,32 +21,8 @@ from typing import Any, Iterable
 
 import torch
 
-from dbo.costs._profiles import H200, DeviceProfile, HostCosts
+from dbo.costs._profiles import DeviceProfile, HostCosts
 from dbo.costs._profiles import check_number as _check_number
-
-__all__ = [
-    "LinkProfile",
-    "Work",
-    "Transfer",
-    "KERNEL_KINDS",
-    "register_profile",
-    "register_link",
-    "get_profile",
-    "get_link",
-    "profiles",
-    "links",
-    "kernel_time",
-    "transfer_time",
-    "matmul",
-    "elementwise",
-    "tensor_bytes",
-    "iter_tensors",
-    "seconds_for",
-    "memory_seconds",
-    "scale_link",
-    "scale_profile",
-    "syncs_host",
-]
 
 KERNEL_KINDS = ("compute", "comm")
 
@@ -118,8 +94,6 @@ class Transfer:
 # --- built-in profiles -------------------------------------------------------------------------
 # "cpu": a modest CPU doing the math in torch (one socket, a few cores): ~100 GFLOP/s, ~20 GB/s of
 #   memory bandwidth, ~5 us per op of dispatch overhead.
-# "h200": NVIDIA H200 SXM with its host, fitted to measurements (dbo/costs/_profiles.py says which
-#   figure came from where).
 # "nvlink": intranode all-to-all over NVLink as DeepEP's normal kernels measure it (~153-158 GB/s
 #   per GPU on H800, DeepEP README): 150 GB/s effective, ~3 us latency.
 # "ib400": one 400 Gb/s InfiniBand (ConnectX-7) NIC per GPU: 50 GB/s line rate; DeepEP measures
@@ -128,7 +102,6 @@ class Transfer:
 _BUILTIN_PROFILES = (
     # kernel functions run on executor threads on a CPU: a syncs_host kernel does not stop the host
     DeviceProfile("cpu", peak_flops=100e9, mem_bandwidth=20e9, launch_overhead=5e-6, host=HostCosts(kernel_sync=False)),
-    H200,
 )
 _BUILTIN_LINKS = (
     LinkProfile("nvlink", latency=3e-6, bandwidth=150e9),

@@ -2,10 +2,12 @@
 
 Parts: ``_api`` (enable/disable, findings, the clients' kernel, ubatch and launch hooks),
 ``_detector`` (the happens-before bookkeeping: the stream observer the backends call),
-``_shadow`` (shadow memory over byte ranges, the dispatch mode inside kernels), ``_report``
-(findings: ``Race``, ``RaceError``).
+``_shadow`` (shadow memory over byte ranges, the dispatch mode inside kernels, and which ops
+touch no bytes: ``METADATA_OPS``, ``touches_no_bytes``, shared with the workspace sanitizer),
+``_report`` (findings: ``Race``, ``RaceError``).
 """
 
+from dbo._sites import user_site as launch_site
 from dbo.races._api import (
     add_kernel_hook,
     add_launch_hook,
@@ -23,8 +25,8 @@ from dbo.races._api import (
     use_races,
 )
 from dbo.races._detector import current_kernel
-from dbo.races._report import KIND, MAX_FINDINGS, MODES, Race, RaceError, launch_site
-from dbo.races._shadow import byte_range
+from dbo.races._report import KIND, MAX_FINDINGS, MODES, Race, RaceError
+from dbo.races._shadow import METADATA_OPS, byte_range, touches_no_bytes
 
 __all__ = [
     "KIND",
@@ -49,4 +51,6 @@ __all__ = [
     "hook_counts",
     "launch_site",
     "byte_range",
+    "METADATA_OPS",
+    "touches_no_bytes",
 ]

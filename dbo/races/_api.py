@@ -26,23 +26,6 @@ from dbo.races._report import MODES, Race
 from dbo.races._shadow import KernelStamp
 from dbo.streams.observer import add_stream_observer, remove_stream_observer
 
-__all__ = [
-    "enable",
-    "disable",
-    "enabled",
-    "findings",
-    "clear",
-    "use_races",
-    "launch_count",
-    "add_kernel_hook",
-    "remove_kernel_hook",
-    "add_ubatch_hook",
-    "remove_ubatch_hook",
-    "add_launch_hook",
-    "remove_launch_hook",
-    "hook_counts",
-]
-
 
 def _install() -> None:
     """Install the detector as a stream observer while it has anything to do; uninstall it otherwise."""

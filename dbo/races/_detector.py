@@ -29,11 +29,10 @@ from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 from dbo import registry
-from dbo.races._report import MAX_FINDINGS, Race, RaceError, launch_site
+from dbo._sites import user_site as launch_site
+from dbo.races._report import MAX_FINDINGS, Race, RaceError
 from dbo.races._shadow import KernelStamp, RaceMode, Shadow, written_args
 from dbo.streams.base import Event, Stream
-
-__all__ = ["current_kernel"]
 
 _PENDING_MAX = 100_000
 

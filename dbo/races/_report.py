@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dbo._sites import user_site as launch_site
 from dbo.errors import DBOError
-
-__all__ = ["KIND", "MODES", "MAX_FINDINGS", "Race", "RaceError", "launch_site"]
 
 KIND = "stream-race"
 MODES = ("collect", "raise")

@@ -18,13 +18,16 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["KernelStamp", "RaceMode", "Shadow", "byte_range", "op_spec", "written_args"]
-
 MAX_RECORDS = 4096
 """Access records kept per storage; past it the oldest are forgotten (a race with them is missed)."""
 
-_METADATA_OPS = frozenset(
+# The ops that touch no tensor's bytes, by overload packet name, besides views and in-place view
+# ops (which ``touches_no_bytes`` finds from the op itself). The one list: the race detector and
+# the workspace sanitizer (``workspace.sanitizer``, through ``dbo.races.touches_no_bytes``) skip
+# exactly these, so the two tools never disagree on what counts as an access.
+METADATA_OPS = frozenset(
     {
+        # A new tensor shaped like an argument: reads its sizes, dtype and device, never its bytes.
         "empty_like",
         "new_empty",
         "new_empty_strided",
@@ -37,6 +40,7 @@ _METADATA_OPS = frozenset(
         "rand_like",
         "randn_like",
         "randint_like",
+        # Size, stride, offset and identity queries: the tensor object's metadata.
         "sym_size",
         "sym_stride",
         "sym_numel",
@@ -44,16 +48,33 @@ _METADATA_OPS = frozenset(
         "is_same_size",
         "_has_compatible_shallow_copy_type",
         "is_set_to",
+        # Change which shape or storage a tensor object has. (A growing ``resize_`` copies the old bytes
+        # into new memory; both tools leave that copy unjudged, as they always have.)
         "resize_",
         "set_",
+        # Hand back the same bytes under another tensor object (aliases, as views are).
         "lift_fresh",
         "_reshape_alias",
         "_unsafe_view",
-        "empty",
-        "empty_strided",
-        "record_stream",
+        # These three were the race detector's alone until the two tools shared this set:
+        "empty",  # allocates fresh memory from a list of sizes: it has no tensor argument to touch
+        "empty_strided",  # the same, with explicit strides
+        "record_stream",  # tells the CUDA caching allocator that a stream uses the tensor: no byte moves
     }
 )
+
+
+@functools.lru_cache(maxsize=None)
+def touches_no_bytes(func: Any) -> bool:
+    """Whether the aten op ``func`` reads and writes no tensor's bytes: a view, an in-place view op
+    (it changes its argument's metadata), or one of ``METADATA_OPS``. Neither the race detector nor
+    the workspace sanitizer judges such an op."""
+    if getattr(func, "is_view", False):
+        return True
+    if torch.Tag.inplace_view in getattr(func, "tags", ()):
+        return True
+    packet = getattr(func, "overloadpacket", None)
+    return getattr(packet, "__name__", "") in METADATA_OPS
 
 
 class KernelStamp:
@@ -97,13 +118,7 @@ class KernelStamp:
 def op_spec(func: Any) -> tuple[frozenset, frozenset, bool] | None:
     """(positions of written arguments, names of written keyword arguments, results are fresh) of
     an op, or None for an op that touches no bytes (views, metadata) or has no schema."""
-    if getattr(func, "is_view", False):
-        return None
-    tags = getattr(func, "tags", ())
-    if torch.Tag.inplace_view in tags:
-        return None
-    packet = getattr(func, "overloadpacket", None)
-    if getattr(packet, "__name__", "") in _METADATA_OPS:
+    if touches_no_bytes(func):
         return None
     schema = getattr(func, "_schema", None)
     if schema is None:

@@ -18,14 +18,23 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from dbo.costs import KERNEL_KINDS, DeviceProfile, LinkProfile, get_link, get_profile, seconds_for
 from dbo.errors import StreamError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Backend", "Stream", "Event", "DEFAULT_TIMEOUT", "ROLES", "sticky_error", "install_current_stream"]
+__all__ = [
+    "Backend",
+    "Stream",
+    "Event",
+    "KernelSpec",
+    "DEFAULT_TIMEOUT",
+    "ROLES",
+    "sticky_error",
+    "install_current_stream",
+]
 
 DEFAULT_TIMEOUT = 300.0
 # How Event.record(None) finds the calling thread's current stream. The module that keeps the current
@@ -37,6 +46,23 @@ ROLES = ("compute", "comm")
 # off (None), every call site costs one global read and one ``is not None`` test.
 _observer: Any = None
 _backend_ids = itertools.count(1)
+
+
+class KernelSpec(NamedTuple):
+    """What a launch says about its kernel besides ``fn(*args)``: the one definition of the keywords
+    every ``launch`` takes (``Stream.launch``, whose signature must list exactly these fields, a test
+    holds it to that; ``dbo.streams.launch`` and the capture proxies forward them untouched).
+
+    ``Stream.launch`` builds one, resolved (``name`` and ``kind`` filled in), and hands it to the
+    backend's ``_launch``; nothing else rebuilds the keyword list. Immutable: a NamedTuple, since a
+    launch builds one per kernel and a frozen dataclass costs several times more to build.
+    """
+
+    name: str | None = None  # display only: nothing parses it (None: fn's name, else the kind)
+    kind: str | None = None  # "compute" or "comm" (None: the stream's role)
+    cost: Any = None  # what the kernel costs: a Work, a Transfer, seconds, or None
+    op: str | None = None  # the model's operation: what per-op corrections are keyed on
+    layer: int | None = None  # the model's layer, where it has one
 
 
 def check_kind(kind: str) -> str:
@@ -227,7 +253,6 @@ class Stream(ABC):
         self._raise_if_failed("launch")
         return kind
 
-    @abstractmethod
     def launch(
         self,
         fn: Callable | None,
@@ -242,7 +267,19 @@ class Stream(ABC):
         ``kind=None``: the stream's ``role``). ``op`` and ``layer`` declare what the kernel is (the
         model's operation, and its layer where it has one): they are recorded on ``KernelRecord`` and
         are what a profile's per-op corrections (``HostCosts.ops``) are keyed on. ``name`` is only
-        displayed."""
+        displayed.
+
+        The keywords are ``KernelSpec``'s fields. Backends do not override this method: they
+        implement ``_launch``, which gets them as one resolved ``KernelSpec``, so no backend can
+        take a different set."""
+        kind = self._check_launch(kind, op, layer)
+        spec = KernelSpec(name=kernel_name(fn, name, kind), kind=kind, cost=cost, op=op, layer=layer)
+        self._launch(fn, args, spec)
+
+    @abstractmethod
+    def _launch(self, fn: Callable | None, args: tuple, spec: KernelSpec) -> None:
+        """Enqueue ``fn(*args)`` as ``spec`` says (checked already: ``spec.kind`` is a kernel kind,
+        ``spec.name`` the display name, the stream has not failed)."""
 
     @abstractmethod
     def wait_event(self, event: "Event") -> None:

@@ -39,7 +39,7 @@ from dbo.costs import Work, seconds_for
 from dbo.errors import StreamError, StreamTimeout
 from dbo.registry import acting_ubatch_id
 from dbo.streams import base
-from dbo.streams.base import Backend, Event, Stream, kernel_name, sticky_error
+from dbo.streams.base import Backend, Event, KernelSpec, Stream, sticky_error
 
 logger = logging.getLogger(__name__)
 
@@ -57,39 +57,20 @@ class CudaStream(Stream):
         self._raw = self.torch_stream.cuda_stream  # the cudaStream_t, to compare with torch's current one
         self._device_index = backend.device.index
 
-    def launch(
-        self,
-        fn: Callable | None,
-        *args: Any,
-        name: str | None = None,
-        kind: str | None = None,
-        cost: Any = None,
-        op: str | None = None,
-        layer: int | None = None,
-    ) -> None:
-        kind = self._check_launch(kind, op, layer)
+    def _launch(self, fn: Callable | None, args: tuple, spec: KernelSpec) -> None:
         if _is_torch_current(self._device_index, self._raw):
-            self._issue(fn, args, name, kind, cost, op, layer)
+            self._issue(fn, args, spec)
         else:
             with torch.cuda.stream(self.torch_stream):
-                self._issue(fn, args, name, kind, cost, op, layer)
+                self._issue(fn, args, spec)
 
-    def _issue(
-        self,
-        fn: Callable | None,
-        args: tuple,
-        name: str | None,
-        kind: str,
-        cost: Any,
-        op: str | None = None,
-        layer: int | None = None,
-    ) -> None:
+    def _issue(self, fn: Callable | None, args: tuple, spec: KernelSpec) -> None:
         """Enqueue the kernel; torch's current stream is this stream."""
         b = self.backend
-        seconds = b._modelled_seconds(fn, kind, cost, args)
+        kind = spec.kind
+        seconds = b._modelled_seconds(fn, kind, spec.cost, args)
         if base._observer is not None:  # dbo.races: stamp the kernel, watch its body
-            name = kernel_name(fn, name, kind)
-            fn = base._observer.launch(self, fn, args, name)
+            fn = base._observer.launch(self, fn, args, spec.name)
         tr = b._tracing()
         s = self.torch_stream
         if tr is not None:
@@ -104,14 +85,12 @@ class CudaStream(Stream):
                 b._spin(seconds)
         except Exception as e:
             self._error = e
-            self._error_note = f"kernel {kernel_name(fn, name, kind)!r} raised"
+            self._error_note = f"kernel {spec.name!r} raised"
         if tr is not None:
             ev1 = torch.cuda.Event(enable_timing=True)
             ev1.record(s)
             with b._pending_lock:
-                b._pending.append(
-                    (tr, self.name, kernel_name(fn, name, kind), kind, acting_ubatch_id(), ev0, ev1, op, layer)
-                )
+                b._pending.append((tr, self.name, spec.name, kind, acting_ubatch_id(), ev0, ev1, spec.op, spec.layer))
             if len(b._pending) > 64:
                 b._flush_traces()
 

@@ -8,6 +8,7 @@ default backend is process-global (it holds no threads and no resources).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import threading
 from typing import Any, Callable, Iterator
 
@@ -65,18 +66,16 @@ def use_stream(stream: Stream) -> Iterator[Stream]:
         set_stream(prev)
 
 
-def launch(
-    fn: Callable | None,
-    *args: Any,
-    name: str | None = None,
-    kind: str | None = None,
-    cost: Any = None,
-    op: str | None = None,
-    layer: int | None = None,
-) -> None:
-    """Launch ``fn(*args)`` on the calling thread's current stream (``kind=None``: the stream's role;
-    ``op``, ``layer``: the kernel's declared identity, ``Stream.launch``)."""
-    current_stream().launch(fn, *args, name=name, kind=kind, cost=cost, op=op, layer=layer)
+def launch(fn: Callable | None, *args: Any, **keywords: Any) -> None:
+    """Launch ``fn(*args)`` on the calling thread's current stream: ``Stream.launch``, with its
+    keywords (``KernelSpec``'s fields). They are passed on as they came, so this function cannot
+    drop or rename one; an unknown keyword raises TypeError there."""
+    current_stream().launch(fn, *args, **keywords)
 
+
+# What help() and inspect show for ``launch``: Stream.launch's own signature, less ``self``.
+_signature = inspect.signature(Stream.launch)
+launch.__signature__ = _signature.replace(parameters=list(_signature.parameters.values())[1:])  # type: ignore[attr-defined]
+del _signature
 
 base.install_current_stream(current_stream)

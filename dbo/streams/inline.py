@@ -8,33 +8,22 @@ does not become failed. Clock: ``time.perf_counter``.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Callable
 
 from dbo.registry import acting_ubatch_id
 from dbo.streams import base
-from dbo.streams.base import Backend, Event, Stream, kernel_name
+from dbo.streams.base import Backend, Event, KernelSpec, Stream
 
 __all__ = ["InlineBackend", "InlineStream", "InlineEvent"]
 
 
 class InlineStream(Stream):
-    def launch(
-        self,
-        fn: Callable | None,
-        *args: Any,
-        name: str | None = None,
-        kind: str | None = None,
-        cost: Any = None,
-        op: str | None = None,
-        layer: int | None = None,
-    ) -> None:
-        kind = self._check_launch(kind, op, layer)
+    def _launch(self, fn: Callable | None, args: tuple, spec: KernelSpec) -> None:
         b = self.backend
-        if cost is not None:
-            b.kernel_seconds(kind, cost, args)  # validates the cost; inline does not model time
-        kname = kernel_name(fn, name, kind)
+        if spec.cost is not None:
+            b.kernel_seconds(spec.kind, spec.cost, args)  # validates the cost; inline does not model time
         if base._observer is not None:
-            fn = base._observer.launch(self, fn, args, kname)
+            fn = base._observer.launch(self, fn, args, spec.name)
         tr = b._tracing()
         if tr is None:
             if fn is not None:
@@ -45,7 +34,7 @@ class InlineStream(Stream):
             if fn is not None:
                 fn(*args)
         finally:
-            tr.kernel(self.name, kname, kind, acting_ubatch_id(), t0, time.perf_counter(), op, layer)
+            tr.kernel(self.name, spec.name, spec.kind, acting_ubatch_id(), t0, time.perf_counter(), spec.op, spec.layer)
 
     def wait_event(self, event: Event) -> None:
         self._check_event(event)

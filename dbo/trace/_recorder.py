@@ -27,17 +27,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = [
-    "KernelRecord",
-    "SpanRecord",
-    "HandoffRecord",
-    "InstantRecord",
-    "Tracer",
-    "ubatch_track",
-    "HOST_PID",
-    "STREAMS_PID",
-]
-
 HOST_PID = 1
 STREAMS_PID = 2
 _MARKER_US = 0.001  # width of a handoff's marker slice (1 ns), so a flow arrow has a slice to bind to

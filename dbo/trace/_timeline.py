@@ -14,20 +14,6 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from dbo.trace._recorder import KernelRecord
 
-__all__ = [
-    "Window",
-    "fmt_seconds",
-    "fmt_seconds_group",
-    "merge_intervals",
-    "engine_sums",
-    "busy_seconds",
-    "busy_fraction",
-    "overlap_seconds",
-    "stream_sort_key",
-    "render_ascii",
-    "legend_lines",
-]
-
 Interval = tuple[float, float]
 
 

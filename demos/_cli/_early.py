@@ -3,7 +3,7 @@
 ``python -m demos.<command>`` spends its first second importing torch. A SIGINT then would print
 Python's KeyboardInterrupt traceback (17 to 27 lines). ``guard_imports()`` runs first of all, from
 ``demos/__init__.py`` (the package is imported before any command module or ``demos.bench``'s
-package), and only when this process was started as one of ``COMMANDS``: it installs a SIGINT
+package), and only when this process was started as one of the commands (``demos._cli.commands``): it installs a SIGINT
 handler that writes ``python -m demos.<command>: interrupted`` and leaves at once with 130
 (nothing to clean up yet: no file, thread or child exists). ``demos._cli.run_main`` puts Python's
 own handler back when main starts, so that a run's ``finally`` blocks run on Ctrl-C as before.
@@ -17,17 +17,14 @@ import os
 import signal
 import sys
 
-__all__ = ["COMMANDS", "command_of", "guard_imports", "release_imports"]
-
-COMMANDS = ("demos.overlap", "demos.scenarios", "demos.calibrate", "demos.validate", "demos.bench")
-"""The modules run with ``python -m``: the entry points that get the guard."""
+from demos._cli.commands import MODULES
 
 _prog: str | None = None
 
 
 def command_of(argv: list[str]) -> str | None:
     """The entry point in a full command line (``sys.orig_argv``): the module after ``-m`` (or
-    ``-mNAME``) when it is one of ``COMMANDS``, else None."""
+    ``-mNAME``) when it is one of the commands (``MODULES``), else None."""
     for i, arg in enumerate(argv[1:], start=1):
         if arg == "-m":
             name = argv[i + 1] if i + 1 < len(argv) else ""
@@ -35,7 +32,7 @@ def command_of(argv: list[str]) -> str | None:
             name = arg[2:]
         else:
             continue
-        return name if name in COMMANDS else None
+        return name if name in MODULES else None
     return None
 
 
@@ -48,7 +45,7 @@ def _on_sigint(signum: int, frame: object) -> None:
 
 
 def guard_imports() -> None:
-    """Install the import-time SIGINT handler when this process is one of ``COMMANDS`` started
+    """Install the import-time SIGINT handler when this process is one of the commands started
     with ``python -m`` and its module is still being located (``sys.argv[0] == "-m"``); a no-op
     anywhere else (tests, ranks, ``import demos``)."""
     global _prog

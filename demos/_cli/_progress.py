@@ -6,8 +6,6 @@ import sys
 import time
 from typing import TextIO
 
-__all__ = ["ProgressLine"]
-
 
 class ProgressLine:
     """``progress(msg)``: one line on ``stream`` (stderr), rewritten in place, each message

@@ -24,8 +24,6 @@ from demos.bench._report import NOISY_SPREAD, Record, format_cell, machine, tabl
 from demos.bench._report import markdown as _markdown
 from demos.bench._suite import SECTIONS
 
-__all__ = ["main", "markdown"]
-
 
 def markdown(records: list[Record], command: str, m: dict[str, Any]) -> str:
     """The report page of ``records`` over every section of ``SECTIONS``."""

@@ -13,8 +13,6 @@ from typing import Any, Callable
 
 from demos.bench._report import NOISY_SPREAD, Record, check_target
 
-__all__ = ["Config", "Timing", "progress", "samples_timing", "time_together", "timing_record", "value_record"]
-
 
 @dataclass(frozen=True)
 class Config:

@@ -28,8 +28,6 @@ from dbo.errors import CaptureError
 from demos.bench._core import Config, Timing, progress, timing_record, value_record
 from demos.bench._report import Record
 
-__all__ = ["host_records", "resolve_backend", "COMPUTE_PER_LAYER", "COMM_PER_LAYER", "DEMO_SHAPES"]
-
 LAYERS = 8
 COMPUTE_PER_LAYER = 6
 COMM_PER_LAYER = 2
@@ -82,8 +80,8 @@ def _synthetic(backend_name: str, device: str) -> tuple[dict, dict, Callable[[],
 
 def _demo(backend_name: str) -> tuple[dict, dict, Callable[[], None]]:
     import workspace
-    from demos.experiment.runner import Runner
-    from demos.moe.config import OverlapConfig, resolve
+    from demos.toy.config import OverlapConfig, resolve
+    from demos.toy.runner import Runner
 
     oc = OverlapConfig(backend=backend_name, schedule="ll", link="nvlink", steps=1, **DEMO_SHAPES)
     res = resolve(oc)

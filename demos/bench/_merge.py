@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["split_sections", "merge_sections"]
-
 _HEADING = re.compile(r"^## (\S+)\s*$", re.MULTILINE)
 
 

@@ -11,19 +11,6 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = [
-    "HEADER",
-    "NOISY_SPREAD",
-    "Record",
-    "check_target",
-    "format_cell",
-    "format_checked",
-    "machine",
-    "markdown",
-    "table",
-    "table_rows",
-]
-
 Record = dict[str, Any]
 NOISY_SPREAD = 1.5
 

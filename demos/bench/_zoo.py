@@ -9,12 +9,10 @@ import time
 from demos.bench._core import Config, progress, samples_timing, timing_record, value_record
 from demos.bench._report import Record
 
-__all__ = ["predict_sweep_records", "zoo_step_records"]
-
 
 def zoo_step_records(cfg: Config, section: str, phase: str, tokens: int, target: float) -> list[Record]:
     """The DBO and no-DBO wall (target on the DBO one) and simulated step times of the zoo's DeepSeek-V3."""
-    from demos.models import get_preset
+    from demos.zoo.models import get_preset
     from demos.zoo.run import ZooRun
     from demos.zoo.workload import Workload, cluster_for
 
@@ -48,8 +46,8 @@ def predict_sweep_records(cfg: Config, section: str) -> list[Record]:
     """The wall time of ``demos.predict``'s default decode sweep of DeepSeek-V3 on 72 H100 in both modes
     (8 token counts x graph and eager, each point with and without DBO; target < 20 s) and of one point
     (128 tokens, graph; target < 1 s), imports excluded, once each."""
-    from demos.models import get_preset
     from demos.prediction.sweep import DEFAULT_TOKENS, Sweep, run_sweep
+    from demos.zoo.models import get_preset
     from demos.zoo.workload import Workload, cluster_for
 
     base = Workload(get_preset("deepseek-v3"), cluster_for("h100", 9, 8, 72), tokens=1024, context=2000)

@@ -18,9 +18,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from demos.experiment.run import run
 from demos.fidelity.comparison import Point
 from demos.fidelity.validation import measured_link, planned_steps, prediction_config, profile_name
+from demos.toy.run import run
 
 __all__ = ["OpTimes", "StepBreakdown", "Breakdown", "breakdown", "step_ops", "format_breakdown"]
 

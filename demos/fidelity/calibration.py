@@ -64,7 +64,7 @@ from demos.fidelity.steps import (
     fit_thread_start,
     fit_wake_latency,
 )
-from demos.moe.config import OverlapConfig
+from demos.toy.config import OverlapConfig
 
 __all__ = [
     "BACKENDS",

@@ -19,10 +19,11 @@ from torch.overrides import TorchFunctionMode
 
 import dbo
 import workspace
+from dbo.streams.base import KernelSpec
 from dbo.streams.virtual import VirtualBackend, VirtualStream
-from demos.moe.comm import ModelledLinkTransport
-from demos.moe.config import OverlapConfig, resolve
-from demos.moe.model import ToyMoE
+from demos.toy.comm import ModelledLinkTransport
+from demos.toy.config import OverlapConfig, resolve
+from demos.toy.model import ToyMoE
 
 __all__ = ["count_gil_calls", "TorchCalls", "one_step_each"]
 
@@ -41,26 +42,18 @@ class TorchCalls(TorchFunctionMode):
 
 
 class _CountingStream(VirtualStream):
-    def launch(
-        self,
-        fn: Callable | None,
-        *args: Any,
-        name: str | None = None,
-        kind: str | None = None,
-        cost: Any = None,
-        op: str | None = None,
-        layer: int | None = None,
-    ) -> None:
-        if fn is None or op is None:
-            return super().launch(fn, *args, name=name, kind=kind, cost=cost, op=op, layer=layer)
+    def _launch(self, fn: Callable | None, args: tuple, spec: KernelSpec) -> None:
+        if fn is None or spec.op is None:
+            return super()._launch(fn, args, spec)
         counts = self.backend.counts  # type: ignore[attr-defined]
+        op = spec.op
 
         def counted(*a: Any) -> None:
             with TorchCalls() as c:
                 fn(*a)
             counts.setdefault(op, []).append(c.n)
 
-        return super().launch(counted, *args, name=name, kind=kind, cost=cost, op=op, layer=layer)
+        return super()._launch(counted, args, spec)
 
 
 class _CountingBackend(VirtualBackend):

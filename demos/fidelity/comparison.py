@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from dbo.trace import fmt_seconds
-from demos.moe.config import OverlapConfig
+from demos.toy.config import OverlapConfig
 
 __all__ = ["Point", "Figures", "Row", "Validation", "TARGETS", "crossover", "summarize", "format_table", "to_dict"]
 
@@ -23,7 +23,8 @@ HELD_OUT_FIELDS = ("topk", "experts", "hidden", "layers")
 """The shapes a held-out point's label names."""
 
 TARGETS = {"median": 0.10, "max": 0.25, "speedup": 0.10}
-"""What calibrate + validate aim at on threads (reported, not enforced)."""
+"""What calibrate + validate aim at on threads (reported, not enforced). A speedup passes within
+``speedup`` or within its point's own spread when that is larger (``speedup_tolerance``)."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,15 @@ class Row:
         sp = [m.speedup for m, _ in self.runs]
         return max(sp) - min(sp) if len(sp) > 1 else None
 
+    def speedup_tolerance(self) -> float:
+        """What the speedup target allows this point: 0.1, or the spread of its own measured
+        speedup over its runs when that is larger (no model can be held closer than the machine
+        repeats itself); 0.1 alone with fewer than two runs."""
+        return max(TARGETS["speedup"], self.measured_speedup_spread() or 0.0)
+
+    def speedup_within(self) -> bool:
+        return abs(self.err_speedup) <= self.speedup_tolerance()
+
 
 @dataclass
 class Validation:
@@ -148,7 +158,9 @@ def crossover(
 
 
 def summarize(v: Validation) -> dict[str, Any]:
-    """Median and max |step-time error| (no-DBO and DBO together), max |speedup error|, crossovers."""
+    """Median and max |step-time error| (no-DBO and DBO together), max |speedup error|, crossovers;
+    the speedups that missed 0.1 and their own spread (``speedups_off``) and those that missed 0.1
+    but not their spread (``speedups_within_spread``: point, error, spread)."""
     errs = [abs(e) for r in v.rows for e in (r.err_no_dbo, r.err_dbo)]
     grid_rows = [r for r in v.rows if not r.point.held_out]
     sizes = sorted({r.point.tokens for r in grid_rows})
@@ -166,19 +178,24 @@ def summarize(v: Validation) -> dict[str, Any]:
                     steps = [sizes.index(x) if x is not None else len(sizes) for x in (meas, pred)]
                     ok = abs(steps[0] - steps[1]) <= 1
                 cross[f"{s} {m} comm {ratio:g}x"] = {"measured": meas, "predicted": pred, "within_one_step": ok}
-    sp_ok = sum(abs(r.err_speedup) <= TARGETS["speedup"] for r in v.rows)
+    sp_ok = sum(r.speedup_within() for r in v.rows)
     cr = [c["within_one_step"] for c in cross.values() if c["within_one_step"] is not None]
     return {
         "targets": {
             "median_abs_step_error <= 10%": bool(errs) and statistics.median(errs) <= TARGETS["median"],
             "max_abs_step_error <= 25%": bool(errs) and max(errs) <= TARGETS["max"],
-            "speedups within 0.1": f"{sp_ok}/{len(v.rows)}",
+            "speedups within 0.1 or their spread": f"{sp_ok}/{len(v.rows)}",
             "crossover within one grid step": f"{sum(cr)}/{len(cr)}",
         },
         "median_abs_step_error": statistics.median(errs) if errs else None,
         "max_abs_step_error": max(errs) if errs else None,
         "max_abs_speedup_error": max((abs(r.err_speedup) for r in v.rows), default=None),
-        "speedups_off": [_speedup_off(r) for r in v.rows if abs(r.err_speedup) > TARGETS["speedup"]],
+        "speedups_off": [_speedup_off(r) for r in v.rows if not r.speedup_within()],
+        "speedups_within_spread": [
+            {"point": r.point.label(), "err_speedup": r.err_speedup, "spread": r.measured_speedup_spread()}
+            for r in v.rows
+            if r.speedup_within() and abs(r.err_speedup) > TARGETS["speedup"]
+        ],
         "measured_speedup_spread": _spread_summary(v.rows),
         "held_out": _held_out_summary(v.rows),
         "crossover": cross,
@@ -186,13 +203,14 @@ def summarize(v: Validation) -> dict[str, Any]:
 
 
 def _speedup_off(r: Row) -> str:
-    """A point whose speedup is off by more than the target, with each of its runs' own error and
-    in how many runs it was off: a miss in every run is the model's, one in a single run may be
-    the machine's."""
+    """A point whose speedup is off by more than the target allows it (0.1, or its spread when
+    larger), with each of its runs' own error and in how many runs it was off by more than that:
+    a miss in every run is the model's, one in a single run may be the machine's."""
     text = f"{r.point.label()}: {r.err_speedup:+.2f}"
     errs = r.run_speedup_errors()
     if len(errs) > 1:
-        off = sum(abs(e) > TARGETS["speedup"] for e in errs)
+        tol = r.speedup_tolerance()
+        off = sum(abs(e) > tol for e in errs)
         text += f" (runs {', '.join(f'{e:+.2f}' for e in errs)}: off in {off} of {len(errs)})"
     return text
 
@@ -278,12 +296,20 @@ def format_table(v: Validation) -> str:
             f"held out ({h['points']} points): step time |error| median {_pct(h['median_abs_step_error']).strip('+')}, "
             f"max {_pct(h['max_abs_step_error']).strip('+')}; speedup |error| max {h['max_abs_speedup_error']:.2f}"
         )
+    if s["speedups_within_spread"]:
+        lines.append(
+            "within their own spread (not 0.1): "
+            + "; ".join(
+                f"{w['point']}: {w['err_speedup']:+.2f} (spread {w['spread']:.2f})" for w in s["speedups_within_spread"]
+            )
+        )
     if s["speedups_off"]:
-        lines.append("speedups off by more than 0.1: " + "; ".join(s["speedups_off"]))
+        lines.append("speedups off by more than 0.1 and their own spread: " + "; ".join(s["speedups_off"]))
     if sp := s["measured_speedup_spread"]:
         lines.append(
             f"measured speedup between a point's {sp['runs']} runs: moved by a median {sp['median']:.2f}, "
-            f"at most {sp['max']:.2f} ({sp['max_point']}); the target allows {TARGETS['speedup']:g}"
+            f"at most {sp['max']:.2f} ({sp['max_point']}); "
+            f"the target allows {TARGETS['speedup']:g} or a point's own spread"
         )
     for k, c in s["crossover"].items():
         fmt = lambda x: "never" if x is None else f"{x} tokens"  # noqa: E731

@@ -1,4 +1,4 @@
-"""DeepEP's published H800 tables against the all-to-all model (``dbo.costs._alltoall``).
+"""DeepEP's published H800 tables against the all-to-all model (``demos.zoo.hardware.alltoall``).
 
 The published figures (deepseek-ai/DeepEP, README from 2025-06-05, kept in docs/legacy.md): H800
 GPUs, one 400 Gb/s ConnectX-7 per GPU, NVLink within a node of 8.
@@ -22,7 +22,15 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields
 
-from dbo.costs import DEEPEP_H800, ClusterSpec, DeepEPParams, Routing, deepep_low_latency, deepep_normal, message_bytes
+from demos.zoo.hardware import (
+    DEEPEP_H800,
+    ClusterSpec,
+    DeepEPParams,
+    Routing,
+    deepep_low_latency,
+    deepep_normal,
+    message_bytes,
+)
 
 __all__ = [
     "LEGACY_SOURCE",

@@ -11,8 +11,8 @@ import contextlib
 from typing import Any, Iterator
 
 from dbo.trace import fmt_seconds
-from demos.experiment.run import run
-from demos.moe.config import OverlapConfig
+from demos.toy.config import OverlapConfig
+from demos.toy.run import run
 
 __all__ = ["H200_MEASURED", "compare_h200", "format_h200"]
 
@@ -36,8 +36,8 @@ def _ll_experts_as_measured() -> Iterator[None]:
     """The ll experts kernel as the measured code ran it: reading the expert offsets on the host
     (one sync per layer) and computing only the routed rows. The current ll kernel is sync-free
     and multiplies the whole fixed-capacity layout; marking it for the comparison only."""
-    from demos.moe.kernels import experts_ll_kernel as fn
-    from demos.moe.model import ToyMoE
+    from demos.toy.kernels import experts_ll_kernel as fn
+    from demos.toy.model import ToyMoE
 
     synced = getattr(fn, "dbo_syncs_host", False)
     rows = ToyMoE.ll_rows

@@ -14,13 +14,14 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from dbo.costs import DeviceProfile, LinkProfile, Transfer, get_link, iter_tensors, memory_seconds, seconds_for
+from dbo.streams.base import KernelSpec
 from dbo.streams.virtual import VirtualBackend, VirtualStream
-from demos.experiment.run import run
 from demos.fidelity.calls import one_step_each
 from demos.fidelity.machine import CpuTimes, Reruns, run_undisturbed
 from demos.fidelity.plan import Plan
 from demos.fidelity.steps import StepSample, engine_gaps, turnarounds
-from demos.moe.config import ConfigError, OverlapConfig
+from demos.toy.config import ConfigError, OverlapConfig
+from demos.toy.run import run
 
 __all__ = ["declared_costs", "OpRecord", "measure_ops", "op_samples"]
 
@@ -28,19 +29,10 @@ Progress = Callable[[str], None]
 
 
 class _RecordingStream(VirtualStream):
-    def launch(
-        self,
-        fn: Any,
-        *args: Any,
-        name: str | None = None,
-        kind: str | None = None,
-        cost: Any = None,
-        op: str | None = None,
-        layer: int | None = None,
-    ) -> None:
+    def _launch(self, fn: Any, args: tuple, spec: KernelSpec) -> None:
         dtype = next((t.dtype for t in iter_tensors(args) if t.is_floating_point()), None)
-        self.backend.log[name] = (self._check_launch(kind, op, layer), cost, dtype, op)  # kind None: the stream's role
-        super().launch(fn, *args, name=name, kind=kind, cost=cost, op=op, layer=layer)
+        self.backend.log[spec.name] = (spec.kind, spec.cost, dtype, spec.op)  # kind resolved: the stream's role
+        super()._launch(fn, args, spec)
 
 
 class _RecordingBackend(VirtualBackend):

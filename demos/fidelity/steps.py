@@ -14,9 +14,9 @@ import torch
 
 import workspace
 from dbo.costs import DeviceProfile, LinkProfile, fit_scalar
-from demos.experiment.run import run
-from demos.experiment.runner import Runner
-from demos.moe.config import ConfigError, OverlapConfig, resolve
+from demos.toy.config import ConfigError, OverlapConfig, resolve
+from demos.toy.run import run
+from demos.toy.runner import Runner
 
 __all__ = [
     "StepSample",

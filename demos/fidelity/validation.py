@@ -22,7 +22,6 @@ from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from dbo.costs import LinkProfile
-from demos.experiment.run import run
 from demos.fidelity.comparison import (
     Figures,
     Point,
@@ -35,7 +34,8 @@ from demos.fidelity.comparison import (
 )
 from demos.fidelity.h200 import H200_MEASURED, compare_h200, format_h200
 from demos.fidelity.machine import CpuTimes, Reruns, run_undisturbed
-from demos.moe.config import ConfigError, OverlapConfig
+from demos.toy.config import ConfigError, OverlapConfig
+from demos.toy.run import run
 
 __all__ = [
     "Point",

@@ -1,21 +1,20 @@
-"""What ``demos.predict`` prints and writes: one record per point (``point_record``), the whole report
-(``prediction_report``: points, crossovers, recommendation, sources, what is not modelled), its text
-(``format_prediction``), ``--csv`` (``write_csv``) and ``--plot`` (``write_plot``). The keys are in
-docs/predict.md.
+"""What ``demos.predict`` prints and writes: one record per point (``point_record``), the text of the
+whole report (``format_prediction``: the dict ``Prediction.to_dict()`` gives, with its points,
+crossovers, recommendation, sources and what is not modelled), ``--csv`` (``write_csv``) and ``--plot``
+(``write_plot``). The keys are in docs/predict.md.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = [
     "CSV_COLUMNS",
     "NOT_MODELLED",
     "format_prediction",
     "point_record",
-    "prediction_report",
     "write_csv",
     "write_plot",
 ]
@@ -77,34 +76,12 @@ def point_record(r: Any, gpus_per_node: int) -> dict[str, Any]:
     }
 
 
-def prediction_report(
-    *,
-    setup: dict[str, Any],
-    points: Sequence[dict[str, Any]],
-    crossovers: dict[str, Any],
-    reasons: dict[str, str],
-    recommendation: dict[str, Any],
-    best: dict[str, Any],
-    sources: Sequence[str],
-) -> dict[str, Any]:
-    return {
-        **setup,
-        "points": list(points),
-        "crossover": {m: (None if c.tokens is None else c.as_dict()) for m, c in crossovers.items()},
-        "reasons": dict(reasons),
-        "best": dict(best),
-        "recommendation": dict(recommendation),
-        "sources": list(sources),
-        "not_modelled": list(NOT_MODELLED),
-    }
-
-
 def _fmt_fit(v: Any) -> str:
     return "-" if v is None else ("yes" if v else "NO")
 
 
 def format_prediction(rep: dict[str, Any]) -> str:
-    """The text of a ``prediction_report``."""
+    """The text of a prediction's dict (``Prediction.to_dict()``)."""
     lines = [rep["title"], ""]
     head = (
         f"{'tokens':>7} {'mode':>5} {'ub':>2} {'sms':>3} {'no DBO ms':>10} {'DBO ms':>9} {'speedup':>7} "

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from dbo.costs import ClusterSpec, HostCosts
-from demos.moe.config_error import ConfigError, field_ref
+from dbo.costs import HostCosts
+from demos.errors import ConfigError, field_ref
+from demos.zoo.hardware import ClusterSpec
 from demos.zoo.profile import EAGER_HOST, gpu_profile
 from demos.zoo.report import Point, measure_point
 from demos.zoo.run import MODES

@@ -4,7 +4,8 @@ comm = 1 x compute), so that the crossover it predicts is the one ``demos.valida
 
 ``toy_sweep(profile, tokens, schedule, modes)`` returns ``ToyResult`` records with the fields the
 answer reads (``tokens``, ``mode``, ``ubatches``, ``comm_sms`` and a ``point`` with ``speedup``,
-``engine``, ``hidden_fraction``, ``no_dbo``/``dbo`` step times and stages).
+``engine``, ``hidden_fraction``, ``no_dbo``/``dbo`` step times and stages); ``toy_prediction(...)``
+sweeps and answers, as ``predict("toy", profile=...)`` returns it (its arguments already checked).
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from demos.experiment.results import EngineTimes
-from demos.experiment.run import run
+from demos.engine_times import EngineTimes
 from demos.fidelity.validation import grid
+from demos.prediction.answer import crossover, reason_of
+from demos.prediction.outputs import point_record
+from demos.prediction.result import Prediction, Recommendation, SweptPoint
+from demos.toy.run import run
 from demos.zoo.run import stage_seconds
 
-__all__ = ["ToyResult", "toy_sweep"]
+__all__ = ["ToyResult", "toy_prediction", "toy_sweep"]
 
 
 @dataclass
@@ -76,3 +80,37 @@ def toy_sweep(
         if progress is not None:
             progress(i + 1, len(points), f"toy {schedule} {pt.tokens} tokens, {pt.mode}")
     return out
+
+
+_NO_FLAGS = "the toy runs on this machine's calibrated profile: no serving-engine flags follow from it"
+
+
+def toy_prediction(
+    profile: Any,
+    named: str,
+    tokens: Sequence[int],
+    schedule: str,
+    modes: Sequence[str],
+    phase: str,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> Prediction:
+    """The toy swept on ``profile`` (``named``: as the caller gave it) and its answer: the crossover and
+    reason per mode, no serving-engine flags (``Prediction``'s docstring says which fields are empty)."""
+    results = toy_sweep(profile, tokens, schedule, modes, progress)
+    cross = {m: crossover([r for r in results if r.mode == m]) for m in modes}
+    reasons = {m: reason_of([r for r in results if r.mode == m], cross[m]) for m in modes}
+    first = next(iter(modes))
+    rec = Recommendation(phase, first, None, None, _NO_FLAGS, _NO_FLAGS, reasons[first], reasons)
+    return Prediction(
+        title=f"toy MoE ({schedule}, validate's grid shapes, comm = 1 x compute) on profile {profile.name}",
+        model="toy",
+        phase=phase,
+        schedule=schedule,
+        points=tuple(SweptPoint(**point_record(r, 1)) for r in results),
+        crossovers=cross,
+        recommendation=rec,
+        best={},
+        sources=(f"device and host: the profile {named} (python -m demos.calibrate)",),
+        profile=profile.name,
+        _results=tuple(results),
+    )

@@ -15,6 +15,11 @@ FAULT_ENV = "DBO_DIST_FAULT"
 """Environment variable holding a fault to inject (``Fault.parse``); inherited by spawned ranks."""
 
 
+class CollectiveError(RuntimeError):
+    """A torch.distributed collective failed or timed out: usually a symptom (a peer rank died,
+    raised or hangs), not the first error of a run. The transports raise it (``demos.toy.dist_comm``)."""
+
+
 class InjectedFault(RuntimeError):
     """The exception a ``Fault`` of kind "raise" raises."""
 
@@ -22,8 +27,6 @@ class InjectedFault(RuntimeError):
 def is_symptom(exc: BaseException) -> bool:
     """True if ``exc`` (or anything in its cause chain) is a failed collective: the sign that some
     *other* rank failed or hangs, rather than a first error."""
-    from demos.moe.dist_comm import CollectiveError
-
     try:
         import torch.distributed as dist
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from dbo.split import split_tokens
-from demos.ranks.faults import Fault, fault_for
+from demos.ranks.faults import CollectiveError, Fault, fault_for
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -68,8 +68,6 @@ class RankInfo:
         ``n`` at the same point: ``new_group`` is collective and pairs groups by creation order."""
         import torch.distributed as dist
 
-        from demos.moe.dist_comm import CollectiveError
-
         while len(self._groups) < n:
             try:
                 self._groups.append(
@@ -89,8 +87,6 @@ class RankInfo:
         """All ranks meet here (default group)."""
         import torch.distributed as dist
 
-        from demos.moe.dist_comm import CollectiveError
-
         try:
             if self.backend == "nccl":
                 dist.barrier(device_ids=[self.device.index])
@@ -102,8 +98,6 @@ class RankInfo:
     def gather_object(self, obj: Any) -> list | None:
         """Every rank's ``obj`` (picklable; tensors on the CPU) on rank 0, in rank order; None elsewhere."""
         import torch.distributed as dist
-
-        from demos.moe.dist_comm import CollectiveError
 
         out = [None] * self.world_size if self.rank == 0 else None
         try:
@@ -131,8 +125,6 @@ def init_process_group(backend: str, rank: int, world_size: int, timeout: float,
     """Join the default process group (``torch.distributed.init_process_group`` with a ``timeout``
     in seconds and ``kw``: ``store`` or ``init_method``); a failure raises ``CollectiveError``."""
     import torch.distributed as dist
-
-    from demos.moe.dist_comm import CollectiveError
 
     try:
         dist.init_process_group(

@@ -2,7 +2,7 @@
 
 ``layer_costs(workload, t, attention_scale)`` returns a ``LayerCosts``: the ``dbo.costs.Work`` of every
 compute kernel of a dense and of an MoE layer, and the seconds of the all-to-all kernels from DeepEP's
-model (``dbo.costs.deepep_low_latency`` / ``deepep_normal``). The virtual backend turns each Work into
+model (``demos.zoo.hardware.deepep_low_latency`` / ``deepep_normal``). The virtual backend turns each Work into
 time with the GPU's profile (``demos.zoo.gpu_profile``): its per-dtype rates, GEMM efficiency curve and
 memory bandwidth. Everything is counted from first principles (docs/models.md, "What a step costs"):
 
@@ -34,10 +34,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from dbo.costs import DeviceProfile, Work, deepep_low_latency, deepep_normal, kernel_time
-from demos.models import GQAAttention, MLAAttention
-from demos.models.spec import DTYPE_BYTES
+from dbo.costs import DeviceProfile, Work, kernel_time
 from demos.zoo.efficiency import KNEE_FLOOR
+from demos.zoo.hardware import deepep_low_latency, deepep_normal
+from demos.zoo.models import GQAAttention, MLAAttention
+from demos.zoo.models.spec import DTYPE_BYTES
 from demos.zoo.workload import Workload
 
 __all__ = ["LayerCosts", "attention_pairs", "layer_costs", "math_dtype", "active_experts"]

@@ -3,8 +3,9 @@
 ``add_model_flags(parser)`` adds ``--model --gpu --nodes --gpus-per-node --ep --phase --context
 --imbalance --comm-sms --schedule --shrink``; ``load_model(text)`` turns ``--model`` into a
 ``ModelSpec`` (a preset name, or a HuggingFace config.json path); ``workload_of(ns, tokens=, ubatches=)``
-builds the ``Workload``. Every bad value is a ``ConfigError`` whose fields are flag names
-(``flag_of``), rendered as one line by the command.
+builds the ``Workload`` from the parsed flags, ``workload_for(spec, gpu=, nodes=, ...)`` from keyword
+arguments of the same names (``demos.prediction.predict``). Every bad value is a ``ConfigError`` whose
+fields are the flags' names with underscores (``flag_of`` spells them as flags), rendered as one line.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import argparse
 import os
 from typing import Any
 
-from dbo.costs import GPUS
-from demos.models import (
+from demos.errors import ConfigError, field_ref
+from demos.zoo.hardware import GPUS
+from demos.zoo.models import (
     PRESET_NAMES,
     ModelConfigError,
     ModelSpec,
@@ -24,7 +26,6 @@ from demos.models import (
     load_config,
     shrink,
 )
-from demos.moe.config_error import ConfigError, field_ref
 from demos.zoo.workload import PHASES, WORKLOAD_SCHEDULES, Workload, cluster_for
 
 __all__ = [
@@ -36,11 +37,12 @@ __all__ = [
     "load_model",
     "parse_imbalance",
     "shrunk_spec",
+    "workload_for",
     "workload_of",
 ]
 
 TOY = "toy"
-"""``--model toy``: the toy MoE of ``demos.moe`` (the default of ``demos.overlap``)."""
+"""``--model toy``: the toy MoE of ``demos.toy`` (the default of ``demos.overlap``)."""
 
 
 def flag_of(field: str) -> str:
@@ -53,11 +55,18 @@ def is_config_path(text: str) -> bool:
     return text.endswith(".json") or os.sep in text or (os.altsep is not None and os.altsep in text)
 
 
-def load_model(text: str) -> ModelSpec:
-    """The ``ModelSpec`` ``--model`` names: a preset (``PRESET_NAMES``, ``deepseek-r1``) or a config.json.
-    Errors are ``ConfigError`` naming ``--model`` and, for a file, the file and its field."""
+def load_model(text: str | os.PathLike | ModelSpec) -> ModelSpec:
+    """The ``ModelSpec`` ``--model`` names: a preset (``PRESET_NAMES``, ``deepseek-r1``) or a config.json
+    (a path-like object always is one); a ``ModelSpec`` passes through. Errors are ``ConfigError`` naming
+    ``--model`` and, for a file, the file and its field."""
+    if isinstance(text, ModelSpec):
+        return text
+    if not isinstance(text, (str, os.PathLike)):
+        raise ConfigError(
+            f"{field_ref('model')} must be a preset name, a path to a config.json or a ModelSpec, got {text!r}"
+        )
     try:
-        if is_config_path(text):
+        if isinstance(text, os.PathLike) or is_config_path(text):
             return load_config(text)
         return get_preset(text)
     except UnknownPresetError as e:
@@ -168,18 +177,50 @@ def _int(name: str, value: Any, low: int) -> int:
 def workload_of(ns: argparse.Namespace, *, tokens: int, ubatches: int, spec: ModelSpec | None = None) -> Workload:
     """The ``Workload`` of the parsed flags at ``tokens`` per rank and ``ubatches`` (``spec``: the model
     already loaded, shrunk or not)."""
-    spec = load_model(ns.model) if spec is None else spec
-    cluster = cluster_for(ns.gpu, ns.nodes, ns.gpus_per_node, ns.ep)
+    return workload_for(
+        load_model(ns.model) if spec is None else spec,
+        gpu=ns.gpu,
+        nodes=ns.nodes,
+        gpus_per_node=ns.gpus_per_node,
+        ep=ns.ep,
+        phase=ns.phase,
+        context=ns.context,
+        imbalance=ns.imbalance,
+        comm_sms=ns.comm_sms if not isinstance(ns.comm_sms, tuple) else ns.comm_sms[0],
+        schedule=ns.schedule,
+        tokens=tokens,
+        ubatches=ubatches,
+    )
+
+
+def workload_for(
+    spec: ModelSpec,
+    *,
+    gpu: Any,
+    nodes: int,
+    gpus_per_node: int | None,
+    ep: int | None,
+    phase: str,
+    context: int,
+    imbalance: float | str,
+    comm_sms: int | None,
+    schedule: str | None,
+    tokens: int,
+    ubatches: int,
+) -> Workload:
+    """The ``Workload`` of ``spec`` with the flags' values given by name (``workload_of``'s checks, in
+    its order: the cluster first, then tokens, context and ubatches, then the rest)."""
+    cluster = cluster_for(gpu, nodes, gpus_per_node, ep)
     return Workload(
         spec,
         cluster,
-        phase=ns.phase,
+        phase=phase,
         tokens=_int("tokens", tokens, 1),
-        context=_int("context", ns.context, 1),
-        schedule=ns.schedule,
+        context=_int("context", context, 1),
+        schedule=schedule,
         ubatches=_int("ubatches", ubatches, 1),
-        imbalance=ns.imbalance,
-        comm_sms=ns.comm_sms if not isinstance(ns.comm_sms, tuple) else ns.comm_sms[0],
+        imbalance=imbalance,
+        comm_sms=comm_sms,
     )
 
 

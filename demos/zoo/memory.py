@@ -11,7 +11,7 @@ Per GPU (data-parallel attention, experts sharded ``ep`` ways):
   (MoE input and output, shared-expert output, the received tokens), BF16;
 * ``workspace``: the workspace manager's slots, one per ubatch, at the sizes the run grew them to
   (``slot_bytes``; with DBO two slots where one would do);
-* ``comm_buffers``: DeepEP's buffers. Low-latency: ``dbo.costs.ll_buffer_bytes`` for the ubatch's
+* ``comm_buffers``: DeepEP's buffers. Low-latency: ``demos.zoo.hardware.ll_buffer_bytes`` for the ubatch's
   tokens, one per ubatch (vLLM keeps an all-to-all handle per ubatch). Normal: DeepEP's default 1 GB of
   NVLink buffer plus 1 GB of RDMA buffer per handle (a deployment choice; an assumption here).
 
@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from dbo.costs import ll_buffer_bytes
-from demos.models import count_params
-from demos.models.params import expert_params
-from demos.models.spec import DTYPE_BYTES, MLAAttention
+from demos.zoo.hardware import ll_buffer_bytes
+from demos.zoo.models import count_params
+from demos.zoo.models.params import expert_params
+from demos.zoo.models.spec import DTYPE_BYTES, MLAAttention
 from demos.zoo.workload import Workload
 
 __all__ = ["MemoryEstimate", "RESERVE", "kv_bytes_per_token", "kv_cache_bytes", "memory_estimate"]

@@ -12,7 +12,7 @@ Two ways to run (``device``):
 * ``"meta"``, at full size on ``virtual``: no weights and nothing proportional to tokens is allocated;
   every kernel is ``meta_kernel`` and carries its modelled cost (``demos.zoo.costs``). The workspace
   requests still have their real shapes (meta views), so the manager's slot sizes are the real ones.
-* ``"cpu"``, real float32 math at a shrunken size (``demos.models.shrink``) on ``threads`` or
+* ``"cpu"``, real float32 math at a shrunken size (``demos.zoo.models.shrink``) on ``threads`` or
   ``inline`` (``demos.zoo.kernels``); a single process plays every expert's owner, so the all-to-all
   is a copy with the modelled time of the cluster's all-to-all.
 
@@ -27,9 +27,9 @@ from typing import Any
 import torch
 
 import dbo
-from demos.models import MLAAttention
 from demos.zoo import kernels as K
 from demos.zoo.costs import LayerCosts, layer_costs
+from demos.zoo.models import MLAAttention
 from demos.zoo.workload import Workload
 from workspace import current_workspace_manager
 

@@ -1,4 +1,4 @@
-"""A ``dbo.costs.DeviceProfile`` built from a GPU's datasheet (``dbo.costs.GpuSpec``) and the kernel
+"""A ``dbo.costs.DeviceProfile`` built from a GPU's datasheet (``demos.zoo.hardware.GpuSpec``) and the kernel
 efficiency fitted to published kernel tables (``demos.zoo.efficiency``, docs/kernels.md).
 
 ``gpu_profile(gpu, comm_sms=0)``:
@@ -23,13 +23,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dbo.costs import DeviceProfile, GpuSpec, HostCosts, OpCost, get_gpu, get_profile
+from dbo.costs import DeviceProfile, HostCosts, OpCost
 from demos.zoo.efficiency import (
     ATTENTION_COMPUTE_CEILING,
     ATTENTION_MEM_EFFICIENCY,
     DEEPGEMM_FP8_FIT,
     DTYPE_CEILING,
 )
+from demos.zoo.hardware import H200_HOST, GpuSpec, get_gpu
 
 __all__ = ["EAGER_HOST", "MIN_KERNEL", "ZOO_OPS", "attention_scale", "gpu_profile"]
 
@@ -57,14 +58,14 @@ ZOO_OPS: dict[str, int] = {
 """Device kernels per op of ``demos.zoo.model.ZooModel`` (each pays ``MIN_KERNEL`` at least)."""
 
 EAGER_HOST = replace(
-    get_profile("h200").host,
+    H200_HOST,
     launch=0.0,
     kernel=6.0e-6,  # one eager launch of a small op on our H200 host (the toy's Python per kernel aside)
     ops={op: OpCost(kernels=n) for op, n in ZOO_OPS.items()},
 )
-"""The host of an eager step (module docstring): the built-in h200 profile's host costs, measured on our
-H200 host (stream switch, handoff, sync, event, threaded), with the per-launch cost of a small eager op
-in place of the toy's own Python per kernel."""
+"""The host of an eager step (module docstring): the host costs measured on our H200 host
+(``demos.zoo.hardware.hosts``: stream switch, handoff, sync, event, threaded), with the per-launch cost
+of a small eager op in place of the toy's own Python per kernel."""
 
 
 def gpu_profile(gpu: str | GpuSpec, *, comm_sms: int = 0, gemm_scale: float = 1.0, host: HostCosts = EAGER_HOST):

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dbo.trace import engine_sums, overlap_seconds
-from demos.experiment.results import EngineTimes, overlap_hidden_fraction
-from demos.models import count_params
+from demos.engine_times import EngineTimes, overlap_hidden_fraction
 from demos.zoo.memory import MemoryEstimate, memory_estimate
+from demos.zoo.models import count_params
 from demos.zoo.run import StepTimes, ZooRun
 from demos.zoo.workload import Workload
 

@@ -39,7 +39,7 @@ STAGES = ("attention", "dispatch", "mlp", "combine", "other")
 
 _STAGE_OF = {
     "attn_proj": "attention",
-    "attn_qkv": "attention",  # the toy's attention ops (demos.moe.ops)
+    "attn_qkv": "attention",  # the toy's attention ops (demos.toy.ops)
     "attn_context": "attention",
     "attn_query": "attention",
     "attn_core": "attention",

@@ -1,6 +1,6 @@
 """``Workload``: one step of a real model on a real cluster, as the generic transformer runs it.
 
-A workload is pure data: the model (``demos.models.ModelSpec``), the cluster (``dbo.costs.ClusterSpec``:
+A workload is pure data: the model (``demos.zoo.models.ModelSpec``), the cluster (``demos.zoo.hardware.ClusterSpec``:
 GPU, nodes, GPUs per node, EP degree), the phase, and the step's shape on one rank:
 
 * ``phase`` "decode": ``tokens`` requests each generate one token, each attending to ``context`` cached
@@ -15,7 +15,7 @@ GPU, nodes, GPUs per node, EP degree), the phase, and the step's shape on one ra
   "auto": the fluctuation of uniform routing, ``1 + sqrt(2 ln(ep) / (tokens x top_k))`` (the expected
   maximum of ``ep`` nearly-Poisson loads of mean ``tokens x top_k``; a first-principles estimate, not fitted).
 
-Every bad value raises ``ConfigError`` naming the field (``demos.moe.config_error``), so the command line
+Every bad value raises ``ConfigError`` naming the field (``demos.errors``), so the command line
 can name the flag.
 """
 
@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from dbo.costs import DEFAULT_COMM_SMS, ClusterSpec, Routing, get_gpu
-from demos.models import ModelSpec
-from demos.moe.config_error import ConfigError, field_ref
+from demos.errors import ConfigError, field_ref
+from demos.zoo.hardware import DEFAULT_COMM_SMS, ClusterSpec, Routing, get_gpu
+from demos.zoo.models import ModelSpec
 
 __all__ = ["PHASES", "WORKLOAD_SCHEDULES", "Workload", "auto_imbalance", "cluster_for", "default_schedule"]
 

@@ -470,8 +470,8 @@ def test_workspace_allocation_during_capture_is_refused(backend, manager, was_lo
 def test_the_demo_models_host_known_counts_are_refused(manager):
     """The ht schedule keeps host-known expert counts (``offsets.tolist()`` in the experts kernel):
     capturing it must be refused, naming the op and the kernel's line."""
-    from demos.moe.comm import ModelledLinkTransport
-    from demos.moe.model import ModelConfig, ToyMoE
+    from demos.toy.comm import ModelledLinkTransport
+    from demos.toy.model import ModelConfig, ToyMoE
 
     cfg = ModelConfig(layers=1, tokens=16, hidden=32, experts=4, topk=2, shared_chunk=6)
     model = ToyMoE(cfg, ModelledLinkTransport(), num_ubatches=2, schedule="ht")

@@ -13,6 +13,7 @@ from tests.support.race_mutants import demo_step, describe, run_mutants
 CPU = ("virtual", "inline", "threads")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["per-ubatch", "shared"])
 @pytest.mark.parametrize("schedule", ["ht", "ll"])
 @pytest.mark.parametrize("backend", CPU)
@@ -35,6 +36,7 @@ def test_the_unmutated_demo_has_no_race(backend, schedule, layout, n):
     assert demo_step(backend, schedule, layout, n) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["per-ubatch", "shared"])
 @pytest.mark.parametrize("schedule", ["ht", "ll"])
 @pytest.mark.parametrize("backend", CPU)

@@ -334,6 +334,7 @@ def test_cuda_missing_wait_is_a_race():
         assert len(found()) == 1
 
 
+@pytest.mark.slow
 def test_demo_sanitize_flag_counts_and_lists_findings(monkeypatch, tmp_path):
     """``python -m demos.overlap --sanitize``: 0 findings on the clean demo; a switch that forgets
     its wait is reported (count, first findings in the JSON and a text line)."""
@@ -342,7 +343,7 @@ def test_demo_sanitize_flag_counts_and_lists_findings(monkeypatch, tmp_path):
     from dbo.streams import set_stream
     from dbo.testing import UBatchContext
     from demos import overlap
-    from demos.experiment.report import format_report
+    from demos.toy.report import format_report
 
     small = [
         "--backend",

@@ -124,6 +124,7 @@ def test_deadlock_is_reported_at_once_not_after_a_timeout():
     assert report.schedules >= 3
 
 
+@pytest.mark.slow
 def test_watchdog_fails_fast_when_a_thread_blocks_outside_the_scheduler():
     prims = cs.ControlledPrimitives()
     gate = threading.Event()
@@ -322,6 +323,7 @@ def _bound_for(stress_count: int) -> int:
 # "fault" = primitives + the one point where the fault is injected.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "n, yields, points, minimum",
     [(2, 2, "all", 200), (3, 1, "fault", 900)],
@@ -334,6 +336,7 @@ def test_every_schedule_within_two_preemptions_is_correct(n, yields, points, min
     assert report.max_preemptions == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", _all_fault_points(2, 2))
 def test_every_schedule_with_a_fault_at_each_point_n2(fault):
     report = _explore_protocol(2, 2, bound=2, fault=fault, points="hooks")

@@ -351,6 +351,7 @@ def test_step_hung_when_a_thread_cannot_unwind():
         release.set()  # let it go; the leftover-thread guard checks that it ends
 
 
+@pytest.mark.slow
 def test_step_timeout_aborts_a_step_that_never_yields():
     with _orch(2, step_timeout=0.3, join_grace=slack(3.0)) as orch:
         # ubatch 1 has exited; ubatch 0 loops without yielding, so no turn wait can time out

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from demos.moe.config import ConfigError, OverlapConfig, resolve
-from demos.moe.footprint import REAL_LIMIT_BYTES, REAL_LIMIT_FRACTION, real_limit
+from demos.toy.config import ConfigError, OverlapConfig, resolve
+from demos.toy.footprint import REAL_LIMIT_BYTES, REAL_LIMIT_FRACTION, real_limit
 
 GiB = 1 << 30
 BIG = dict(tokens=4096, hidden=2048)  # ~4.4 GiB of float32 weights: over the fixed 4 GiB
@@ -71,7 +71,7 @@ def test_virtual_goes_meta_when_the_activations_would_not_fit():
 
 
 def test_real_tensors_refuse_a_run_over_the_available_memory_with_the_estimate(monkeypatch):
-    import demos.moe.footprint as fp
+    import demos.toy.footprint as fp
 
     monkeypatch.setattr(fp, "available_bytes", lambda backend: 8 * GiB)
     with pytest.raises(ConfigError) as info:
@@ -80,12 +80,13 @@ def test_real_tensors_refuse_a_run_over_the_available_memory_with_the_estimate(m
     assert "\n" not in msg and "8.0 GiB available" in msg and "GiB that grow with tokens" in msg
 
 
+@pytest.mark.slow
 def test_the_estimate_is_close_above_what_the_model_allocates():
     import gc
     import warnings
 
     import workspace
-    from demos.experiment.runner import Runner
+    from demos.toy.runner import Runner
 
     cfg = OverlapConfig(backend="virtual", tokens=2048, hidden=256, experts=16, topk=4, steps=1, warmup=1)
     res = resolve(cfg)

@@ -37,6 +37,7 @@ def test_cut_on_a_request_boundary_does_not_straddle():
     assert u0.requests == range(0, 1) and u1.requests == range(1, 2) and u1.first_offset == 0
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 50), min_size=1, max_size=20), st.integers(1, 8))
 def test_split_batch_covers_every_token_once(lens, n):

@@ -286,6 +286,7 @@ class DBOWorkspaceMachine(RuleBasedStateMachine):
             assert st_["locked"] == self.model.locked
 
 
+@pytest.mark.slow
 def test_workspace_and_runtime_state_machine(stress_count):
     """40 example programs of up to 20 rules each (x --stress-count)."""
     run_state_machine_as_test(

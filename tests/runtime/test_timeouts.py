@@ -63,6 +63,7 @@ def _probe(count: int, timeout: float, fh_timeout: float) -> subprocess.Complete
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=slack(90))
 
 
+@pytest.mark.slow
 def test_scaled_limits_hold_in_a_real_session():
     """3 s of work under limits of 1 s (pytest-timeout) and 2.5 s (faulthandler): fails at count 1
     (the control), passes at count 5 (5 s and 12.5 s)."""
@@ -78,6 +79,7 @@ def test_scaled_limits_hold_in_a_real_session():
     assert "Timeout (" not in scaled.stderr, scaled.stderr  # the backstop was re-armed at 12.5 s
 
 
+@pytest.mark.slow
 def test_stress_count_below_one_is_a_usage_error():
     cmd = [
         sys.executable,
@@ -103,6 +105,7 @@ def test_the_slack_factor_is_one_unless_set_and_never_below_one():
             read_slack(bad)
 
 
+@pytest.mark.slow
 def test_a_bad_slack_factor_is_a_usage_error():
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--co", "tests/runtime/test_timeouts.py"]
     env = {**os.environ, ENV: "fast"}

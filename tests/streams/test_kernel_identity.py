@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import dbo
+import demos.toy  # noqa: F401  (registers the toy's fitted "h200" profile, used below)
 from dbo.costs import HostCosts, OpCost, Work, get_profile
 from dbo.streams import VirtualBackend, get_backend
 from dbo.trace import Tracer

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import dbo
+import demos.toy  # noqa: F401  (registers the toy's fitted "h200" profile, used below)
 from dbo import StreamError, StreamTimeout
 from dbo.costs import DeviceProfile
 from dbo.streams import (

@@ -219,6 +219,18 @@ def test_modelled_comm_and_tracing_keep_working(fake, cb):
     assert [(k.name, k.stream, k.ubatch) for k in tr.records] == [("xfer", "comm0", 1), ("k", "comm0", 1)]
 
 
+def test_every_launch_keyword_reaches_the_cuda_stream(fake, cb):
+    """Each of launch's keywords (``KernelSpec``; tests/streams/test_launch_keywords.py) lands where
+    the cuda stream uses it: the cost as a spin before a comm kernel, the rest on its record."""
+    tr = cb.tracer = Tracer()
+    s = cb.new_stream("s")
+    with use_stream(s):
+        s.launch(fake.kernel, name="k0", kind="comm", cost=1e-6, op="x_op", layer=7)
+    cb.synchronize()
+    assert fake.kernel_streams == [s.torch_stream, s.torch_stream]  # the spin, then the kernel
+    assert [(k.name, k.kind, k.op, k.layer) for k in tr.records] == [("k0", "comm", "x_op", 7)]
+
+
 def test_a_raising_kernel_fails_the_stream_and_restores_torchs_stream(fake, cb):
     s = cb.new_stream("s")
 

@@ -9,6 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import demos.toy  # noqa: F401  (registers the toy's fitted "h200" profile, used below)
 from dbo import StreamError
 from dbo.costs import DeviceProfile, LinkProfile, Transfer, Work
 from dbo.registry import use_ubatch

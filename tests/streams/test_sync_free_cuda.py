@@ -30,8 +30,8 @@ def sync_debug(mode: str):
 
 def _runner(schedule: str, **shapes):
     import workspace
-    from demos.experiment.runner import Runner
-    from demos.moe.config import OverlapConfig, resolve
+    from demos.toy.config import OverlapConfig, resolve
+    from demos.toy.runner import Runner
 
     cfg = OverlapConfig(backend="cuda", schedule=schedule, steps=1, **shapes)
     runner = Runner(cfg, resolve(cfg))

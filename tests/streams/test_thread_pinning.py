@@ -140,8 +140,8 @@ def test_demo_never_pins_ranks_that_share_the_cpus(monkeypatch):
         real(self, *a, **kw)
 
     monkeypatch.setattr(ThreadsBackend, "__init__", spy)
-    from demos.experiment.runner import Runner
-    from demos.moe.config import resolve
+    from demos.toy.config import resolve
+    from demos.toy.runner import Runner
 
     cfg = OverlapConfig(**SMALL)
     res = resolve(cfg)

@@ -193,7 +193,7 @@ def test_torch_calls_counts_calls_not_attribute_reads():
 
 def test_count_gil_calls_counts_every_op_of_both_schedules():
     from demos.fidelity.calls import count_gil_calls
-    from demos.moe.config import OverlapConfig
+    from demos.toy.config import OverlapConfig
 
     got = count_gil_calls([OverlapConfig(tokens=16, hidden=64, layers=1, schedule=s) for s in ("ht", "ll")])
     for op in ("attn_qkv", "attn_context", "router", "shared", "finalize", "experts", "experts_ll"):
@@ -254,6 +254,7 @@ def _play(actions, profile):
     return tr, launched, waits, end
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_ACTIONS)
 def test_every_op_is_placed_once_and_in_order(actions):

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import dbo
+import demos.toy  # noqa: F401  (registers the toy's fitted "h200" profile, used below)
 from dbo.costs import DeviceProfile, OpCost, Work, get_profile, kernel_time, syncs_host
 from dbo.streams import VirtualBackend, set_stream
 from dbo.trace import Tracer

@@ -14,9 +14,9 @@ from dataclasses import replace
 import pytest
 
 from dbo.costs import HostCosts, OpCost, get_profile
-from demos.experiment.run import run
-from demos.moe.config import OverlapConfig
-from demos.moe.ops import OPS
+from demos.toy.config import OverlapConfig
+from demos.toy.ops import OPS
+from demos.toy.run import run
 
 # Host figures of a threads calibration that crashed; every op returns to Python a few times (GIL calls),
 # so kernels wait for the host and the device queue holds the waits.

@@ -27,8 +27,8 @@ TESTS = [
     "tests/runtime/test_interleavings.py",
     "tests/stress/test_noise.py",
     "tests/runtime/test_state_machine.py",
-    "tests/demos/test_demo_overlap.py",
-    "tests/demos/test_scenarios.py",
+    "tests/toy/test_demo_overlap.py",
+    "tests/failures/test_scenarios.py",
 ]
 ORCH, CTX = "dbo/orchestrator.py", "dbo/_context.py"
 

@@ -35,7 +35,7 @@ SKIPPED = (
     os.path.join(ROOT, "dbo", "capture", "_guard.py"),
     os.path.abspath(__file__),
 )
-MODEL = os.path.join(ROOT, "demos", "moe", "model.py")  # the model line that led to a site
+MODEL = os.path.join(ROOT, "demos", "toy", "model.py")  # the model line that led to a site
 _STDLIB = (os.path.abspath(threading.__file__), os.path.abspath(__import__("contextlib").__file__))
 
 
@@ -137,8 +137,8 @@ def demo_step(
 ) -> list:
     """Build the demo model small, run one warm-up step without DBO, then two DBO steps (or capture
     one and replay it twice) under ``dbo.races``; return the race findings."""
-    from demos.experiment.runner import Runner
-    from demos.moe.config import OverlapConfig, resolve
+    from demos.toy.config import OverlapConfig, resolve
+    from demos.toy.runner import Runner
 
     cfg = OverlapConfig(
         backend="virtual",

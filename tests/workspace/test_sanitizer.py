@@ -14,8 +14,8 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 import dbo
 import workspace
 from dbo.registry import use_ubatch
-from demos.moe.comm import ModelledLinkTransport
-from demos.moe.model import ModelConfig, ToyMoE
+from demos.toy.comm import ModelledLinkTransport
+from demos.toy.model import ModelConfig, ToyMoE
 from tests.support.orchestrators import HANDOFF_TIMEOUT
 from tests.support.timing import slack
 from tests.support.workspace_fixtures import sanitizer_off  # noqa: F401 (autouse: each test starts and ends with it off)
@@ -35,6 +35,7 @@ def kinds() -> list[str]:
 # ---------------------------------------------------------------------- off by default, and free
 
 
+@pytest.mark.slow
 def test_importing_is_cheap_and_changes_nothing() -> None:
     code = (
         "import sys, time; import workspace; t = time.perf_counter(); import workspace.sanitizer as s; "
@@ -405,6 +406,7 @@ def test_use_sanitizer_with_a_mode_enables_for_the_block() -> None:
 # ---------------------------------------------------------------------- the demo model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["ll", "ht"])
 def test_no_false_positives_on_the_demo_model(schedule) -> None:
     cfg = ModelConfig(layers=2, tokens=64, hidden=64, experts=4, topk=2, head_dim=16, shared_chunk=16)

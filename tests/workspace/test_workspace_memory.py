@@ -114,6 +114,7 @@ _PEAK_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status (Linux)")
 def test_process_peak_memory_is_new_size_not_old_plus_new() -> None:
     proc = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT], capture_output=True, text=True, timeout=slack(60))

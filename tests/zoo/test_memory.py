@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from demos.models import count_params, get_preset
-from demos.models.params import expert_params
 from demos.zoo.memory import kv_cache_bytes, memory_estimate
+from demos.zoo.models import count_params, get_preset
+from demos.zoo.models.params import expert_params
 from demos.zoo.workload import Workload, cluster_for
 
 DSV3 = get_preset("deepseek-v3")

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from demos.models.presets import preset_config
 from demos.overlap import main
+from demos.zoo.models.presets import preset_config
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -40,6 +40,7 @@ def test_the_json_report_has_the_issue_fields(tmp_path, capsys):
     assert "speedup" in out and "memory" in out
 
 
+@pytest.mark.slow
 def test_threads_runs_the_shrunken_model_and_checks_it_bitwise(tmp_path, capsys):
     path = tmp_path / "r.json"
     args = ["--model", "qwen3-30b-a3b", "--backend", "threads", "--tokens", "16", "--context", "8"]

@@ -7,9 +7,9 @@ import math
 import pytest
 
 from dbo.costs import Work, kernel_time
-from demos.models import get_preset
 from demos.zoo.costs import Folder, active_experts, attention_pairs, gemm, layer_costs
 from demos.zoo.efficiency import KNEE_FLOOR
+from demos.zoo.models import get_preset
 from demos.zoo.profile import attention_scale, gpu_profile
 from demos.zoo.workload import Workload, auto_imbalance, cluster_for
 

@@ -10,9 +10,9 @@ import tracemalloc
 
 import pytest
 
-from demos.models import PRESET_NAMES, get_preset, load_config
-from demos.models.presets import preset_config
 from demos.zoo.flags import shrunk_spec
+from demos.zoo.models import PRESET_NAMES, get_preset, load_config
+from demos.zoo.models.presets import preset_config
 from demos.zoo.run import ZooRun
 from demos.zoo.workload import Workload, cluster_for
 
@@ -47,6 +47,7 @@ def test_every_preset_runs_at_full_size_on_virtual(name, phase):
     assert len(slots) == 2 and slots[0] == slots[1] > 0  # the slots grow in lockstep
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", ["decode", "prefill"])
 @pytest.mark.parametrize("name", PRESET_NAMES)
 def test_every_preset_shrunk_is_bitwise_exact_on_threads(name, phase):
@@ -62,6 +63,7 @@ def test_every_preset_shrunk_is_bitwise_exact_on_threads(name, phase):
     assert same and diff == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["ll", "ht"])
 def test_inline_is_bitwise_exact_too(schedule):
     w = Workload(shrunk_spec(get_preset("deepseek-v3"), 32), CLUSTER, tokens=10, context=8, schedule=schedule)
@@ -82,6 +84,7 @@ def test_a_config_json_runs_like_its_preset(tmp_path):
     assert times[0] == times[1]
 
 
+@pytest.mark.slow
 def test_ubatches_sharing_their_buffers_are_caught():
     """The planted bug: both ubatches keep their MoE state in one buffer set. The DBO step then
     interleaves their writes, and the exactness check sees it."""

@@ -4,13 +4,8 @@ Parts: ``_mode`` (enable/disable, the dispatch mode, the kernel hook) and ``_che
 findings: cross-slot, stale and orphaned views).
 """
 
-from workspace.sanitizer._checks import STATE
+from workspace.sanitizer._checks import FINDING_KINDS, MAX_FINDINGS, MODES, STATE, Finding, SanitizerError
 from workspace.sanitizer._mode import (
-    FINDING_KINDS,
-    MAX_FINDINGS,
-    MODES,
-    Finding,
-    SanitizerError,
     clear,
     disable,
     enable,

@@ -21,8 +21,6 @@ from workspace.errors import WorkspaceError
 from workspace.manager import WorkspaceManager
 from workspace.observers import WorkspaceObserver
 
-__all__ = ["FINDING_KINDS", "MAX_FINDINGS", "MODES", "Finding", "SanitizerError", "STATE"]
-
 FINDING_KINDS = ("cross-slot", "stale-view", "orphaned-view", races.KIND)
 MODES = ("raise", "collect")
 MAX_FINDINGS = 1000

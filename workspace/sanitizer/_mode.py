@@ -63,82 +63,23 @@ import functools
 import threading
 from typing import Any, Callable, Iterator, TypeVar
 
-import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dbo import races as _races
 from workspace.errors import InvalidArgumentError
 from workspace.observers import add_global_observer, remove_global_observer
-from workspace.sanitizer._checks import FINDING_KINDS, MAX_FINDINGS, MODES, Finding, SanitizerError
+from workspace.sanitizer._checks import MODES, Finding
 from workspace.sanitizer._checks import STATE as _state
-
-__all__ = [
-    "FINDING_KINDS",
-    "MAX_FINDINGS",
-    "MODES",
-    "Finding",
-    "SanitizerError",
-    "clear",
-    "disable",
-    "enable",
-    "enabled",
-    "findings",
-    "mode",
-    "use_sanitizer",
-    "wrap",
-]
 
 T = TypeVar("T")
 
 _tls = threading.local()  # .active: use_sanitizer() has entered the dispatch mode in this thread
 
 
-@functools.lru_cache(maxsize=None)
-def _skipped(func: Any) -> bool:
-    """View and metadata-only ops touch no bytes: never checked."""
-    if getattr(func, "is_view", False):
-        return True
-    tags = getattr(func, "tags", ())
-    if torch.Tag.inplace_view in tags:
-        return True
-    packet = getattr(func, "overloadpacket", None)
-    return getattr(packet, "__name__", "") in _METADATA_OPS
-
-
-_METADATA_OPS = frozenset(
-    {
-        "empty_like",
-        "new_empty",
-        "new_empty_strided",
-        "new_zeros",
-        "new_ones",
-        "new_full",
-        "zeros_like",
-        "ones_like",
-        "full_like",
-        "rand_like",
-        "randn_like",
-        "randint_like",
-        "sym_size",
-        "sym_stride",
-        "sym_numel",
-        "sym_storage_offset",
-        "is_same_size",
-        "_has_compatible_shallow_copy_type",
-        "is_set_to",
-        "resize_",
-        "set_",
-        "lift_fresh",
-        "_reshape_alias",
-        "_unsafe_view",
-    }
-)
-
-
 class _Mode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if _state.enabled and not _skipped(func):
+        if _state.enabled and not _races.touches_no_bytes(func):  # dbo.races' one list: views, metadata
             _state.check(func, args, kwargs)
         return func(*args, **kwargs)
 

@@ -64,8 +64,6 @@ from dbo.streams.threads._stream import ThreadEvent, ThreadStream
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ThreadsBackend", "ThreadStream", "ThreadEvent", "ENGINE_ORDERS"]
-
 ENGINE_ORDERS = ("launch", "ready")
 _JOIN_BOUND = 5.0  # most seconds close() spends joining the executors and the watchdog
 _WATCH_MIN = 0.002  # the watchdog checks every timeout / 8 seconds, clamped to [_WATCH_MIN, _WATCH_MAX]

@@ -24,8 +24,6 @@ from dbo.streams.base import sticky_error
 
 logger = logging.getLogger("dbo.streams.threads")
 
-__all__ = ["Done", "Wait", "Kernel", "Engine", "OnDone", "complete", "engine_cpus", "allowed_cpus"]
-
 _SYNC_TORCH_THREADS = True  # executors follow torch.get_num_threads() (off only to measure the difference)
 
 OnDone = Callable[[Any, "Kernel", "BaseException | None"], None]

@@ -19,12 +19,10 @@ from typing import Any, Callable
 from dbo.errors import StreamError
 from dbo.registry import acting_ubatch_id
 from dbo.streams import base
-from dbo.streams.base import Event, Stream, kernel_name
+from dbo.streams.base import Event, KernelSpec, Stream
 from dbo.streams.threads._engine import Done, Kernel, Wait, complete
 
 logger = logging.getLogger("dbo.streams.threads._backend")  # the backend's: streams and backend log as one
-
-__all__ = ["ThreadStream", "ThreadEvent"]
 
 
 class ThreadStream(Stream):
@@ -55,25 +53,15 @@ class ThreadStream(Stream):
             if self._inflight is None and self._blocked is None:
                 b._pump(self)
 
-    def launch(
-        self,
-        fn: Callable | None,
-        *args: Any,
-        name: str | None = None,
-        kind: str | None = None,
-        cost: Any = None,
-        op: str | None = None,
-        layer: int | None = None,
-    ) -> None:
-        kind = self._check_launch(kind, op, layer)
+    def _launch(self, fn: Callable | None, args: tuple, spec: KernelSpec) -> None:
         b = self.backend
-        seconds = b._modelled_seconds(fn, kind, cost, args)
+        kind = spec.kind
+        seconds = b._modelled_seconds(fn, kind, spec.cost, args)
         tr = b._tracing()
         ubatch = acting_ubatch_id() if tr is not None else None
-        kname = kernel_name(fn, name, kind)
         if base._observer is not None:
-            fn = base._observer.launch(self, fn, args, kname)
-        self._enqueue(Kernel(fn, args, kname, kind, seconds, tr, ubatch, next(b._seq), op, layer))
+            fn = base._observer.launch(self, fn, args, spec.name)
+        self._enqueue(Kernel(fn, args, spec.name, kind, seconds, tr, ubatch, next(b._seq), spec.op, spec.layer))
 
     def wait_event(self, event: Event) -> None:
         self._check_event(event)

@@ -60,9 +60,6 @@ from dbo.streams.virtual._clock import VirtualClock
 from dbo.streams.virtual._state import Lane
 from dbo.streams.virtual._stream import VirtualEvent, VirtualStream
 
-__all__ = ["VirtualBackend"]
-
-
 HOST_EVENTS = ("yield", "thread_start", "thread_join")
 _NO_CORRECTION = OpCost()
 

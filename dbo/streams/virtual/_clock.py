@@ -34,8 +34,6 @@ from dbo.streams.virtual._sleep import SleepingDevice
 from dbo.streams.virtual._state import Lane, Launch, Mark
 from dbo.trace import ubatch_track
 
-__all__ = ["VirtualClock"]
-
 
 def _stretch(start: float, duration: float, busy: Any, share: float) -> float:
     """End of a compute kernel of ``duration`` from ``start`` that runs at ``1 - share`` of its

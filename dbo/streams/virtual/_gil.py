@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import bisect
 
-__all__ = ["HostGil"]
-
 
 class HostGil:
     """The host's busy intervals (half-open, sorted, merged when they touch)."""

@@ -27,8 +27,6 @@ import collections
 import math
 from typing import Callable
 
-__all__ = ["SleepingDevice"]
-
 Placer = Callable[[float, bool], "float | None"]
 """A queued device op: places itself given the moment the device woke and whether the host is
 free from now on; returns None when placed, else the host time to wait for."""

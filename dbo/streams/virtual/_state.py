@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Lane", "Mark", "Launch"]
-
 
 class Lane:
     """One stream on the timeline: ``ready``, when everything launched on it so far is done, and

@@ -12,10 +12,8 @@ from typing import Any, Callable
 
 from dbo.registry import acting_ubatch_id
 from dbo.streams import base
-from dbo.streams.base import Event, Stream, kernel_name, sticky_error
+from dbo.streams.base import Event, KernelSpec, Stream, sticky_error
 from dbo.streams.virtual._state import Lane, Launch, Mark
-
-__all__ = ["VirtualStream", "VirtualEvent"]
 
 
 class VirtualStream(Stream):
@@ -31,23 +29,14 @@ class VirtualStream(Stream):
         device is woken first: the host looks)."""
         return self.backend.clock.ready(self.lane)
 
-    def launch(
-        self,
-        fn: Callable | None,
-        *args: Any,
-        name: str | None = None,
-        kind: str | None = None,
-        cost: Any = None,
-        op: str | None = None,
-        layer: int | None = None,
-    ) -> None:
-        kind = self._check_launch(kind, op, layer)
+    def _launch(self, fn: Callable | None, args: tuple, spec: KernelSpec) -> None:
         b = self.backend
-        kname = kernel_name(fn, name, kind)
-        host_s, first_s, duration, calls, meta, syncs = b.launch_costs(fn, kind, cost, args, op)
+        kname = spec.name
+        host_s, first_s, duration, calls, meta, syncs = b.launch_costs(fn, spec.kind, spec.cost, args, spec.op)
         tr = b._tracing()
         ub = acting_ubatch_id() if tr is not None else None
-        b.clock.issue(self.lane, Launch(kind, kname, op, layer, ub, tr, duration, calls, host_s, first_s, syncs))
+        launch = Launch(spec.kind, kname, spec.op, spec.layer, ub, tr, duration, calls, host_s, first_s, syncs)
+        b.clock.issue(self.lane, launch)
         if base._observer is not None:
             fn = base._observer.launch(self, fn, args, kname)
         if fn is not None and not meta:

@@ -1,0 +1,271 @@
+"""``predict(model, ...)``: the prediction ``python -m demos.predict`` prints, from Python.
+
+Its keyword arguments are the command's flags, with underscores and the same defaults
+(``--gpus-per-node`` is ``gpus_per_node``; the output flags are ``Prediction``'s ``to_dict``,
+``write_csv``, ``write_plot`` and ``write_trace``). Every argument is checked before any work: a bad
+one raises ``ConfigError`` (``demos.errors``), one line naming the keyword (``str(e)``; the command
+renders the same error with the flag's spelling). The command calls this function and nothing else to
+get its answer, so both give the same figures, byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Callable, Sequence
+
+from demos.errors import ConfigError, field_ref
+from demos.prediction.answer import best_setting, crossover, reason_of, recommend
+from demos.prediction.outputs import point_record
+from demos.prediction.result import Prediction, Recommendation, Setting, SweptPoint
+from demos.prediction.sweep import DEFAULT_TOKENS, Sweep, default_mode, run_sweep
+from demos.zoo.flags import TOY, load_model, workload_for
+from demos.zoo.models import ModelSpec
+from demos.zoo.workload import PHASES, WORKLOAD_SCHEDULES
+
+__all__ = ["TOY_TOKENS", "predict"]
+
+TOY_TOKENS = (8, 32, 128, 512, 2048)
+"""The toy's default tokens: the grid ``demos.validate`` runs on the CPU."""
+
+Progress = Callable[[int, int, str], None]
+
+
+def predict(
+    model: str | os.PathLike | ModelSpec,
+    *,
+    gpu: Any = "h100",
+    nodes: int = 1,
+    gpus_per_node: int | None = None,
+    ep: int | None = None,
+    phase: str = "decode",
+    context: int = 2048,
+    imbalance: float | str = "auto",
+    comm_sms: int | Sequence[int] | None = None,
+    schedule: str | None = None,
+    tokens: int | Sequence[int] | None = None,
+    ubatches: int | Sequence[int] = (2,),
+    mode: str | None = None,
+    what_if: Mapping[str, float] | Sequence[tuple[str, float]] | None = None,
+    profile: Any = None,
+    progress: Progress | None = None,
+) -> Prediction:
+    """Sweep ``model`` on the cluster and answer whether DBO pays, from which tokens per GPU, and what
+    to pass to vLLM and SGLang (docs/predict.md).
+
+    ``model``: a preset name, a path to a HuggingFace config.json, a ``ModelSpec``, or "toy" (the toy
+    MoE on ``profile``, a profile ``python -m demos.calibrate`` wrote, on validate's grid). ``gpu``: a
+    GPU name (h100, h200, h800, h20, b200, gb200) or a ``GpuSpec``; ``gpus_per_node`` and ``ep``: None
+    for the GPU's node and every GPU. ``tokens``: the tokens per GPU to sweep (None: the phase's
+    default); ``ubatches`` and ``comm_sms``: one value or a list to sweep; ``mode``: "graph", "eager",
+    "both" or None (graph for decode, eager for prefill); ``imbalance``: a number >= 1 or "auto";
+    ``what_if``: ``{knob: factor}`` (or pairs) with knobs link, rdma, nvlink, gemm, hbm, host.
+    ``progress(done, total, what)`` is called after each point. The toy takes ``profile``, ``phase``,
+    ``mode``, ``schedule`` and ``tokens`` (default ``TOY_TOKENS``); it refuses ``gpus_per_node``, ``ep``,
+    ``comm_sms``, ``what_if``, ``nodes`` other than 1 and ``ubatches`` other than 2, and does not read
+    ``gpu``, ``context`` or ``imbalance``."""
+    if progress is not None and not callable(progress):
+        raise ConfigError(f"{field_ref('progress')} must be a callable (done, total, what) or None, got {progress!r}")
+    modes = _modes(mode, phase)
+    if isinstance(model, str) and model == TOY:
+        return _predict_toy(
+            profile,
+            phase=phase,
+            modes=modes,
+            tokens=tokens,
+            schedule=schedule,
+            real={"gpus_per_node": gpus_per_node, "ep": ep, "comm_sms": comm_sms},
+            nodes=nodes,
+            ubatches=ubatches,
+            what_if=what_if,
+            progress=progress,
+        )
+    if profile is not None:
+        raise ConfigError(
+            f"{field_ref('profile')} is the toy's calibrated device: use it with {field_ref('model')} toy"
+        )
+    spec = load_model(model)
+    toks = _ints("tokens", tokens, DEFAULT_TOKENS[phase], "token count")
+    ubs = _ints("ubatches", ubatches, (2,), "ubatch count")
+    sms = (None,) if comm_sms is None else _ints("comm_sms", comm_sms, (None,), "SM count", low=None)
+    base = workload_for(
+        spec,
+        gpu=gpu,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        ep=ep,
+        phase=phase,
+        context=context,
+        imbalance=_number(imbalance),
+        comm_sms=sms[0],
+        schedule=schedule,
+        tokens=max(toks),
+        ubatches=ubs[0],
+    )
+    sweep = Sweep(base, toks, modes, ubs, sms, _what_if(what_if))
+    return _predict_sweep(sweep, _model_id(spec.source, model), progress)
+
+
+def _modes(mode: Any, phase: Any) -> tuple[str, ...]:
+    if phase not in PHASES:
+        raise ConfigError(f"{field_ref('phase')} must be one of {', '.join(PHASES)}, got {phase!r}")
+    if mode == "both":
+        return ("graph", "eager")
+    if mode is None:
+        return (default_mode(phase),)
+    if mode not in ("graph", "eager"):
+        raise ConfigError(f"{field_ref('mode')} must be graph, eager or both, got {mode!r}")
+    return (mode,)
+
+
+def _ints(name: str, value: Any, default: tuple, what: str, low: int | None = 1) -> tuple:
+    """``value`` as a tuple of ints (one int, or a list of them; None: ``default``), each >= ``low``
+    (the range of ``comm_sms`` is the workload's to check)."""
+    if value is None:
+        return tuple(default)
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value,)
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (Sequence, range)):
+        raise ConfigError(f"{field_ref(name)} must be an int or a list of ints, got {value!r}")
+    if not value:
+        raise ConfigError(f"{field_ref(name)} needs at least one {what}")
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"{field_ref(name)} must be an int or a list of ints, got {v!r}")
+        if low is not None and v < low:
+            raise ConfigError(f"{field_ref(name)} must be an int >= {low}, got {v!r}")
+    return tuple(value)
+
+
+def _number(x: Any) -> Any:
+    """An int given where the command parses a float (``--imbalance 1``, ``--what-if link=2``) as that float."""
+    return float(x) if isinstance(x, int) and not isinstance(x, bool) else x
+
+
+def _what_if(what_if: Any) -> dict[str, Any]:
+    """``{knob: factor}`` from a mapping or (knob, factor) pairs; the knobs and factors are ``Sweep``'s to check."""
+    if what_if is None:
+        return {}
+    items = what_if.items() if isinstance(what_if, Mapping) else what_if
+    try:
+        if isinstance(what_if, (str, bytes)):
+            raise TypeError
+        return {k: _number(v) for k, v in items}
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{field_ref('what_if')} must map each knob to its factor ({{'link': 2.0}}) or list (knob, factor) "
+            f"pairs, got {what_if!r}"
+        ) from None
+
+
+def _model_id(source: str, given: Any) -> str:
+    """What ``vllm serve`` takes: the HuggingFace repo of a preset, else what ``model`` named."""
+    if source.startswith("huggingface.co/") and " " in source:
+        return source[len("huggingface.co/") :].split(" ", 1)[0]
+    return given.name if isinstance(given, ModelSpec) else os.fspath(given)
+
+
+def _sources(sweep: Sweep) -> tuple[str, ...]:
+    w = sweep.base
+    return (
+        f"model: {w.spec.source}",
+        f"GPU {w.gpu.name}: {w.gpu.source}",
+        "GEMM efficiency: DeepGEMM's H800 FP8 tables; attention: FlashMLA's H800 figures (docs/kernels.md)",
+        "all-to-all: DeepEP's H800 tables, 4 fitted parameters (docs/clusters.md)",
+        "host: per-launch, handoff and sync costs measured on our H200 host (docs/fidelity.md)",
+    )
+
+
+def _predict_sweep(sweep: Sweep, model_id: str, progress: Progress | None) -> Prediction:
+    """Run the checked ``sweep``: the points, then the crossover, reason and best setting of each mode."""
+    results = run_sweep(sweep, progress)
+    w = sweep.base
+    cross, reasons, best = {}, {}, {}
+    for mode in sweep.modes:
+        ub, sms = best_setting(results, mode)
+        best[mode] = Setting(ub, sms)
+        pts = [r for r in results if (r.mode, r.ubatches, r.comm_sms) == (mode, ub, sms)]
+        cross[mode] = crossover(pts)
+        reasons[mode] = reason_of(pts, cross[mode])
+    rec = recommend(
+        model_id,
+        w.phase,
+        cross,
+        reasons,
+        world=w.cluster.world,
+        ep=w.cluster.ep,
+        default_mode=default_mode(w.phase),
+    )
+    what = ", ".join(f"{k} x{v:g}" for k, v in sweep.what_if.items())
+    c = w.cluster
+    return Prediction(
+        title=f"{w.spec.name} {w.phase} on {c.nodes} x {c.gpus_per_node} {w.gpu.name}, EP {c.ep}, context "
+        f"{w.context}, imbalance {w.imbalance}" + (f", what-if {what}" if what else ""),
+        model=w.spec.name,
+        phase=w.phase,
+        schedule=w.schedule,
+        points=tuple(SweptPoint(**point_record(r, c.gpus_per_node)) for r in results),
+        crossovers=cross,
+        recommendation=Recommendation(**rec, reasons=reasons),
+        best=best,
+        sources=_sources(sweep),
+        gpu=w.gpu.name,
+        nodes=c.nodes,
+        gpus_per_node=c.gpus_per_node,
+        ep=c.ep,
+        context=w.context,
+        imbalance=w.imbalance,
+        what_if=dict(sweep.what_if),
+        _sweep=sweep,
+        _results=tuple(results),
+    )
+
+
+def _predict_toy(
+    profile: Any,
+    *,
+    phase: str,
+    modes: tuple[str, ...],
+    tokens: Any,
+    schedule: Any,
+    real: dict[str, Any],
+    nodes: Any,
+    ubatches: Any,
+    what_if: Any,
+    progress: Progress | None,
+) -> Prediction:
+    """``predict("toy", profile=...)``: the checks of the toy's arguments, then ``demos.prediction.toy``."""
+    from dbo.costs import get_profile
+
+    if profile is None:
+        raise ConfigError(
+            f"{field_ref('model')} toy needs {field_ref('profile')} PATH.json "
+            "(a profile python -m demos.calibrate wrote)"
+        )
+    for name, value in real.items():
+        if value is not None:
+            raise ConfigError(f"{field_ref(name)} describes a real cluster; the toy runs on {field_ref('profile')}")
+    for name, unset in (("what_if", not what_if), ("nodes", nodes == 1), ("ubatches", _ubatches_is_2(ubatches))):
+        if not unset:
+            raise ConfigError(f"{field_ref(name)} applies to real models, not to {field_ref('model')} toy")
+    from demos.prediction.toy import toy_prediction  # imports demos.toy, which registers its "h200" profile
+
+    try:
+        device = get_profile(profile)
+    except (ValueError, TypeError, OSError) as e:
+        raise ConfigError(f"{field_ref('profile')} {profile}: {e}") from None
+    sched = schedule or "ll"
+    if sched not in WORKLOAD_SCHEDULES:
+        raise ConfigError(f"{field_ref('schedule')} must be one of {', '.join(WORKLOAD_SCHEDULES)}, got {sched!r}")
+    if sched == "ht" and "graph" in modes:
+        raise ConfigError(
+            f"{field_ref('mode')} graph: the toy's ht schedule cannot be captured (its host sync); "
+            f"use {field_ref('mode')} eager"
+        )
+    toks = _ints("tokens", tokens, TOY_TOKENS, "token count")
+    named = profile if isinstance(profile, (str, os.PathLike)) else device.name
+    return toy_prediction(device, os.fspath(named), toks, sched, modes, phase, progress)
+
+
+def _ubatches_is_2(ubatches: Any) -> bool:
+    return ubatches == 2 or (isinstance(ubatches, (tuple, list)) and list(ubatches) == [2])

@@ -1,0 +1,187 @@
+"""What ``predict()`` returns: a ``Prediction``, the typed form of what ``python -m demos.predict``
+prints and writes (docs/predict.md, "Outputs"; docs/python.md, "Predicting from Python").
+
+* ``SweptPoint``: one swept point, the fields of a record of the JSON's ``points``.
+* ``Setting``: the best ``ubatches`` and ``comm_sms`` of one mode (the JSON's ``best``).
+* ``Recommendation``: what to pass to vLLM and SGLang, why, and the reason of each mode.
+* ``Prediction``: the setup, the points, the crossover per mode (``demos.prediction.answer.Crossover``),
+  the recommendation, the best settings and what the prediction rests on. ``to_dict()`` is exactly the
+  dict ``--json`` writes, ``text()`` exactly what the command prints; ``write_csv``, ``write_plot`` and
+  ``write_trace`` write the command's other files.
+
+For the toy (``predict("toy", profile=...)``) the setup fields of a real cluster (``gpu``, ``nodes``,
+``gpus_per_node``, ``ep``, ``context``, ``imbalance``) are None, ``what_if`` and ``best`` are empty,
+``profile`` names the calibrated profile, and the recommendation's ``enable`` and ``threshold`` are
+None: no serving-engine flags follow from the toy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from demos.errors import ConfigError, field_ref
+from demos.prediction.answer import Crossover
+from demos.prediction.outputs import NOT_MODELLED, format_prediction, write_csv, write_plot
+
+__all__ = ["Prediction", "Recommendation", "Setting", "SweptPoint"]
+
+
+@dataclass(frozen=True)
+class SweptPoint:
+    """One swept point: ``tokens`` per GPU, ``mode`` ("graph" or "eager"), DBO's ``ubatches`` and the
+    ``comm_sms`` it ran with; the steps without and with DBO (seconds) and the ``speedup``; tokens/s per
+    GPU and per node without and with DBO; the share of the hideable all-to-all the DBO step hid
+    (``hidden_fraction``); whether the step fits in HBM with and without DBO and its memory (None for
+    the toy); ``stages``: seconds per stage of the no-DBO step (attention, dispatch, mlp, combine,
+    other)."""
+
+    tokens: int
+    mode: str
+    ubatches: int
+    comm_sms: int
+    step_no_dbo_s: float
+    step_dbo_s: float
+    speedup: float
+    tokens_per_s_gpu_no_dbo: float
+    tokens_per_s_gpu_dbo: float
+    tokens_per_s_node_no_dbo: float
+    tokens_per_s_node_dbo: float
+    hidden_fraction: float | None
+    fits: bool | None
+    fits_without_dbo: bool | None
+    memory_total_bytes: float | None
+    stages: dict[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as the JSON's ``points`` holds it."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["stages"] = dict(self.stages)
+        return out
+
+
+@dataclass(frozen=True)
+class Setting:
+    """The DBO ``ubatches`` and ``comm_sms`` of one mode with the best geometric-mean speedup."""
+
+    ubatches: int
+    comm_sms: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ubatches": self.ubatches, "comm_sms": self.comm_sms}
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """What to pass for ``phase``, from the crossover of ``mode`` (the mode vLLM runs that phase in):
+    ``enable`` (None for the toy), the token ``threshold`` (None unless enabled), the ``vllm`` and
+    ``sglang`` lines and the main ``reason``; ``reasons``: the one-line reason of every swept mode."""
+
+    phase: str
+    mode: str
+    enable: bool | None
+    threshold: int | None
+    vllm: str
+    sglang: str
+    reason: str
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON's ``recommendation`` (the per-mode reasons are its ``reasons``)."""
+        keys = ("phase", "mode", "reason", "enable", "threshold", "vllm", "sglang")
+        return {k: getattr(self, k) for k in keys}
+
+
+_TOY_ORDER = ("phase", "mode", "enable", "threshold", "reason", "vllm", "sglang")
+"""The toy's ``recommendation`` has always listed its keys in this order: kept, so that its --json is
+the same, byte for byte."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A prediction (module docstring). ``title``: the report's first line; ``model``: the model's
+    name ("toy" for the toy); ``schedule``: "ll" or "ht"; ``what_if``: the factors applied;
+    ``points``: every swept point in the order it ran; ``crossovers``: per mode, where DBO starts to
+    pay (``Crossover.tokens`` None: nowhere in the sweep); ``best``: per mode, the best setting;
+    ``sources`` and ``not_modelled``: what the prediction rests on and what it leaves out."""
+
+    title: str
+    model: str
+    phase: str
+    schedule: str
+    points: tuple[SweptPoint, ...]
+    crossovers: dict[str, Crossover]
+    recommendation: Recommendation
+    best: dict[str, Setting]
+    sources: tuple[str, ...]
+    gpu: str | None = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    ep: int | None = None
+    context: int | None = None
+    imbalance: float | str | None = None
+    what_if: dict[str, float] = field(default_factory=dict)
+    profile: str | None = None
+    not_modelled: tuple[str, ...] = NOT_MODELLED
+    _sweep: Any = field(default=None, repr=False, compare=False)
+    _results: tuple[Any, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def is_toy(self) -> bool:
+        """Whether this is the toy swept with a calibrated profile (``profile`` set)."""
+        return self.profile is not None
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """The swept modes, in the order they ran."""
+        return tuple(self.crossovers)
+
+    def _setup(self) -> dict[str, Any]:
+        if self.is_toy:
+            keys = ("title", "model", "profile", "schedule", "phase")
+        else:
+            keys = ("title", "model", "gpu", "nodes", "gpus_per_node", "ep", "phase", "context", "schedule")
+            keys += ("imbalance", "what_if")
+        out = {k: getattr(self, k) for k in keys}
+        if "what_if" in out:
+            out["what_if"] = dict(self.what_if)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Exactly the dict ``python -m demos.predict --json`` writes (docs/predict.md, "Outputs"); the
+        command adds ``plot_path`` and ``trace_path`` when it wrote those files."""
+        rec = self.recommendation.as_dict()
+        if self.is_toy:
+            rec = {k: rec[k] for k in _TOY_ORDER}
+        return {
+            **self._setup(),
+            "points": [p.as_dict() for p in self.points],
+            "crossover": {m: (None if c.tokens is None else c.as_dict()) for m, c in self.crossovers.items()},
+            "reasons": dict(self.recommendation.reasons),
+            "best": {m: b.as_dict() for m, b in self.best.items()},
+            "recommendation": rec,
+            "sources": list(self.sources),
+            "not_modelled": list(self.not_modelled),
+        }
+
+    def text(self) -> str:
+        """Exactly the report the command prints on stdout (without the final newline)."""
+        return format_prediction(self.to_dict())
+
+    def write_csv(self, path: str) -> None:
+        """``--csv PATH``: one row per point."""
+        write_csv(self.to_dict(), path)
+
+    def write_plot(self, path: str) -> str | None:
+        """``--plot PATH.png``: step time and speedup against tokens per GPU; returns None, or a note
+        (nothing written) when matplotlib is missing."""
+        return write_plot(self.to_dict(), path)
+
+    def write_trace(self, path: str, tokens: int | None = None) -> str:
+        """``--trace PATH`` (``--trace-tokens`` is ``tokens``): one point's no-DBO and DBO steps, eager,
+        as a Perfetto trace; by default the point from which DBO pays. Real models only."""
+        if self.is_toy:
+            raise ConfigError(f"{field_ref('trace')} applies to real models, not to {field_ref('model')} toy")
+        from demos.prediction.trace import write_trace
+
+        return write_trace(self.to_dict(), self._sweep, self._results, path, tokens)

@@ -1,0 +1,222 @@
+"""The EP all-to-all as DeepEP's kernels run it: dispatch (tokens to their experts) and combine
+(expert outputs back to their tokens), per rank, per MoE layer, on a ``ClusterSpec``.
+
+Two kernel families (deepseek-ai/DeepEP):
+
+* ``deepep_low_latency`` (decode): one message per routed copy (token x expert), written straight into
+  the destination rank's fixed-size receive buffer (``ll_buffer_bytes``): over NVLink to ranks of
+  the same NVLink domain, over RDMA to other domains (``nvlink=False``: everything off the rank
+  over RDMA, as before DeepEP's 2025-06-05 change). Dispatch sends FP8 (hidden bytes + one float32
+  scale per 128 channels + a 16-byte header), combine sends BF16. It holds 0 SMs while in flight
+  (the receive hook runs later).
+* ``deepep_normal`` (prefill, high throughput): each token goes once to each destination rank (not once per
+  expert); across domains once per destination domain over RDMA, to the rank with the same local
+  index, which forwards it over NVLink to the ranks of its domain that need it. It takes
+  ``comm_sms`` SMs from compute while it runs.
+
+Time model, both families: ``latency + max(rdma_bytes / (rdma_efficiency x nic_bandwidth),
+nvlink_bytes / (nvlink_efficiency x nvlink_bandwidth))``, with the busiest rank's bytes (the
+routing's imbalance times the mean) and the links of ``cluster.gpu``. Copies to the rank itself
+are local memory traffic and cross no link. The four parameters (``DeepEPParams``) are fitted to
+DeepEP's published H800 tables (demos/fidelity/deepep.py; the fit and its residuals are in
+docs/clusters.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from demos.zoo.hardware.cluster import ClusterSpec, Routing, Traffic
+
+__all__ = [
+    "DEEPEP_H800",
+    "DEFAULT_COMM_SMS",
+    "ALLTOALL_KERNELS",
+    "AllToAll",
+    "DeepEPParams",
+    "ll_buffer_bytes",
+    "deepep_low_latency",
+    "message_bytes",
+    "deepep_normal",
+    "token_bytes",
+]
+
+ALLTOALL_KERNELS = ("dispatch", "combine")
+DEFAULT_COMM_SMS = 20
+_SCALE_BLOCK = 128  # FP8 dispatch: one float32 scale per 128 hidden channels
+_LL_HEADER = 16  # low-latency dispatch message: one int4 of source info ahead of the payload
+
+
+def _number(what: str, v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"{what} must be a number, got {type(v).__name__}: {v!r}")
+    if not math.isfinite(v):
+        raise ValueError(f"{what} must be finite, got {v!r}")
+    return float(v)
+
+
+def _int(what: str, v: object, low: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise ValueError(f"{what} must be an int >= {low}, got {v!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class DeepEPParams:
+    """The all-to-all model's parameters: ``rdma_efficiency`` and ``nvlink_efficiency``, the share of
+    the NIC's and of NVLink's per-direction bandwidth the kernels achieve (in (0, 1]);
+    ``ll_latency`` and ``normal_latency``, the fixed seconds of one low-latency and one normal
+    kernel call (launch, count exchange, signalling round trips, the final wait and copy-out)."""
+
+    rdma_efficiency: float
+    nvlink_efficiency: float
+    ll_latency: float
+    normal_latency: float
+
+    def __post_init__(self) -> None:
+        for name in ("rdma_efficiency", "nvlink_efficiency"):
+            v = _number(f"DeepEPParams.{name}", getattr(self, name))
+            if not 0 < v <= 1:
+                raise ValueError(f"DeepEPParams.{name} must be in (0, 1], got {v!r}")
+        for name in ("ll_latency", "normal_latency"):
+            if _number(f"DeepEPParams.{name}", getattr(self, name)) < 0:
+                raise ValueError(f"DeepEPParams.{name} must be >= 0 seconds, got {getattr(self, name)!r}")
+
+
+DEEPEP_H800 = DeepEPParams(rdma_efficiency=0.87, nvlink_efficiency=0.66, ll_latency=25e-6, normal_latency=12e-6)
+"""Fitted to DeepEP's H800 tables (2025-06-05 README; docs/clusters.md, "Fitted parameters")."""
+
+
+@dataclass(frozen=True)
+class AllToAll:
+    """One modelled dispatch or combine on the busiest rank: ``seconds``; the bytes it moves over the
+    NIC (``rdma_bytes``) and over NVLink (``nvlink_bytes``); ``bottleneck`` ("rdma", "nvlink", or
+    "latency" when nothing crosses a link); ``sms``, the SMs it holds while in flight."""
+
+    kernel: str
+    mode: str
+    seconds: float
+    rdma_bytes: float
+    nvlink_bytes: float
+    bottleneck: str
+    sms: int
+
+
+def _kernel(kernel: str) -> str:
+    if kernel not in ALLTOALL_KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(ALLTOALL_KERNELS)}, got {kernel!r}")
+    return kernel
+
+
+def token_bytes(hidden: int, fp8: bool) -> int:
+    """Bytes of one token's hidden state: FP8 (``hidden`` bytes plus one float32 scale per 128
+    channels; ``hidden`` must be a multiple of 128) or BF16 (2 bytes per channel)."""
+    _int("hidden", hidden, 1)
+    if not fp8:
+        return 2 * hidden
+    if hidden % _SCALE_BLOCK:
+        raise ValueError(f"FP8 tokens need hidden to be a multiple of {_SCALE_BLOCK}, got {hidden}")
+    return hidden + hidden // _SCALE_BLOCK * 4
+
+
+def message_bytes(kernel: str, hidden: int, fp8: bool = True, *, low_latency: bool = False) -> int:
+    """Bytes one token carries in ``kernel``: dispatch sends ``token_bytes(hidden, fp8)`` (plus the
+    16-byte header of a low-latency message), combine sends BF16 whatever ``fp8`` says."""
+    if _kernel(kernel) == "combine":
+        return token_bytes(hidden, False)
+    return token_bytes(hidden, fp8) + (_LL_HEADER if low_latency else 0)
+
+
+def _check(cluster: ClusterSpec, routing: Routing, tokens: int, params: DeepEPParams) -> Traffic:
+    if not isinstance(cluster, ClusterSpec):
+        raise TypeError(f"cluster must be a ClusterSpec, got {type(cluster).__name__}")
+    if not isinstance(params, DeepEPParams):
+        raise TypeError(f"params must be DeepEPParams, got {type(params).__name__}")
+    _int("tokens", tokens, 0)
+    return cluster.traffic(routing)
+
+
+def _timed(
+    kernel: str,
+    mode: str,
+    cluster: ClusterSpec,
+    rdma: float,
+    nvl: float,
+    latency: float,
+    params: DeepEPParams,
+    sms: int,
+) -> AllToAll:
+    g = cluster.gpu
+    t_rdma = rdma / (params.rdma_efficiency * g.nic_bandwidth)
+    t_nvl = nvl / (params.nvlink_efficiency * g.nvlink_bandwidth)
+    bottleneck = "latency" if t_rdma == t_nvl == 0 else ("rdma" if t_rdma >= t_nvl else "nvlink")
+    return AllToAll(kernel, mode, latency + max(t_rdma, t_nvl), rdma, nvl, bottleneck, sms)
+
+
+def deepep_low_latency(
+    cluster: ClusterSpec,
+    routing: Routing,
+    tokens: int,
+    hidden: int,
+    kernel: str = "dispatch",
+    *,
+    fp8: bool = True,
+    nvlink: bool = True,
+    params: DeepEPParams = DEEPEP_H800,
+) -> AllToAll:
+    """A low-latency dispatch or combine of ``tokens`` tokens per rank (``hidden`` channels each):
+    ``tokens x top_k`` messages of ``message_bytes(kernel, hidden, fp8, low_latency=True)``. With
+    ``nvlink`` (DeepEP since 2025-06-05) copies within the NVLink domain go over NVLink, else over
+    RDMA too. 0 SMs while in flight."""
+    traffic = _check(cluster, routing, tokens, params)
+    msg = message_bytes(kernel, hidden, fp8, low_latency=True) * tokens * traffic.imbalance
+    if nvlink:
+        rdma, nvl = traffic.copies_rdma * msg, traffic.copies_nvlink * msg
+    else:
+        rdma, nvl = (traffic.copies_rdma + traffic.copies_nvlink) * msg, 0.0
+    return _timed(kernel, "low-latency", cluster, rdma, nvl, params.ll_latency, params, 0)
+
+
+def deepep_normal(
+    cluster: ClusterSpec,
+    routing: Routing,
+    tokens: int,
+    hidden: int,
+    kernel: str = "dispatch",
+    *,
+    fp8: bool = True,
+    comm_sms: int = DEFAULT_COMM_SMS,
+    params: DeepEPParams = DEEPEP_H800,
+) -> AllToAll:
+    """A normal (high-throughput) dispatch or combine of ``tokens`` tokens per rank: each token once
+    per remote NVLink domain over RDMA, and once per destination rank other than the forwarding
+    one over NVLink (``tokens x ranks x (d-1)/d``; within one domain that is every other rank it
+    touches). Holds ``comm_sms`` SMs (an int in [1, sm_count)) while it runs; the achieved
+    bandwidth is the fitted one at DeepEP's 24 SMs whatever ``comm_sms`` is (not modelled)."""
+    traffic = _check(cluster, routing, tokens, params)
+    g = cluster.gpu
+    if isinstance(comm_sms, bool) or not isinstance(comm_sms, int) or not 1 <= comm_sms < g.sm_count:
+        raise ValueError(f"comm_sms must be an int in [1, {g.sm_count}) for {g.name}, got {comm_sms!r}")
+    b = message_bytes(kernel, hidden, fp8) * tokens * traffic.imbalance
+    d = cluster.ranks_per_domain
+    rdma = traffic.remote_domains * b
+    nvl = traffic.ranks * (d - 1) / d * b
+    return _timed(kernel, "normal", cluster, rdma, nvl, params.normal_latency, params, comm_sms)
+
+
+def ll_buffer_bytes(max_tokens: int, hidden: int, experts: int) -> int:
+    """Bytes of the RDMA buffer a low-latency run needs per rank, as DeepEP lays it out (csrc/config.hpp
+    ``LowLatencyLayout``): two (odd/even) sets of a send buffer, a receive buffer of ``experts x
+    max_tokens`` message slots and a signalling buffer, rounded up to 128 bytes. It is sized for
+    ``max_tokens`` per rank, not for the tokens actually sent."""
+    _int("max_tokens", max_tokens, 1)
+    _int("experts", experts, 1)
+    fp8 = token_bytes(hidden, True) if hidden % _SCALE_BLOCK == 0 else 0  # FP8 needs whole 128-channel blocks
+    dispatch_msg = _LL_HEADER + max(2 * hidden, fp8)
+    combine_msg = token_bytes(hidden, False)
+    send = max(max_tokens * dispatch_msg, experts * max_tokens * combine_msg)
+    recv = experts * max_tokens * max(dispatch_msg, combine_msg)
+    signal = experts * 4
+    total = 2 * (send + recv + signal)
+    return (total + 128) // 128 * 128

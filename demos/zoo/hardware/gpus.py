@@ -1,0 +1,200 @@
+"""GPU profiles: datasheet figures of the data-centre GPUs a cluster model is built from.
+
+A ``GpuSpec`` holds one GPU's dense peak math rates per dtype, its HBM, its SM count, the NVLink
+bandwidth it has to its NVLink domain, the network (RDMA) bandwidth a typical deployment gives it
+and how many GPUs share one node and one NVLink domain. All figures are SI units: FLOP/s, bytes/s,
+bytes. Each built-in figure's source is in docs/clusters.md ("GPU profiles").
+
+Conventions (the datasheets mix them, these fields do not):
+
+* Math rates are dense: datasheets quote FP8/FP16/BF16/TF32 Tensor Core rates "with sparsity"
+  (2:4 structured), which is twice the dense rate; the built-ins store half of those figures.
+  ``fp32`` is the non-tensor (SIMT) FP32 rate.
+* ``nvlink_bandwidth`` is per GPU, per direction, over all of its NVLink links together. NVIDIA
+  quotes the bidirectional total (H100: 900 GB/s = 18 links x 25 GB/s each way x 2), so the field
+  is half the datasheet figure (H100: 450e9).
+* ``nic_bandwidth`` is per GPU, per direction: the line rate of the scale-out NIC(s) that serve one
+  GPU in a typical deployment (one 400 Gb/s ConnectX-7 per GPU: 50e9 bytes/s).
+* ``gpus_per_node``: GPUs in one server (HGX baseboard: 8; GB200 compute tray: 4);
+  ``nvlink_domain``: GPUs one GPU reaches over NVLink (HGX: the 8 of its node; GB200 NVL72: 72, over
+  the rack's NVLink switch trays).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from types import MappingProxyType
+from typing import Any
+
+from dbo.costs import dtype_key
+
+__all__ = ["GPUS", "GpuSpec", "get_gpu", "gpus"]
+
+_RATE_FIELDS = {"fp8": "fp8", "bfloat16": "bf16", "float16": "bf16", "tf32": "tf32", "float32": "fp32"}
+"""``DTYPES`` key -> the field holding its rate (FP16 and BF16 share one tensor-core rate)."""
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU model's datasheet figures (dense FLOP/s, bytes/s, bytes; see the module docstring for
+    how each is counted). ``source`` names where the figures come from, in a few words."""
+
+    name: str
+    fp8: float
+    bf16: float
+    tf32: float
+    fp32: float
+    hbm_bandwidth: float
+    hbm_capacity: float
+    sm_count: int
+    nvlink_bandwidth: float
+    nic_bandwidth: float
+    gpus_per_node: int = 8
+    nvlink_domain: int = 8
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"GpuSpec.name must be a non-empty string, got {self.name!r}")
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("name", "source"):
+                continue
+            if f.name in ("sm_count", "gpus_per_node", "nvlink_domain"):
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    raise ValueError(f"GpuSpec.{f.name} must be an int >= 1, got {v!r}")
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TypeError(f"GpuSpec.{f.name} must be a number, got {type(v).__name__}: {v!r}")
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"GpuSpec.{f.name} must be a finite number > 0, got {v!r}")
+        if not isinstance(self.source, str):
+            raise TypeError(f"GpuSpec.source must be a string, got {type(self.source).__name__}")
+        if not self.fp8 >= self.bf16 >= self.tf32:
+            raise ValueError(
+                f"GpuSpec {self.name!r}: expected fp8 >= bf16 >= tf32 rates, got "
+                f"{self.fp8:g}, {self.bf16:g}, {self.tf32:g}"
+            )
+
+    def flops(self, dtype: Any) -> float:
+        """Dense peak math rate (FLOP/s) of ``dtype``: a torch.dtype or a name (``"fp8"``, ``"bf16"``,
+        ``"float16"``, ``"tf32"``, ``"fp32"``, ...). A dtype without a rate here -> ValueError."""
+        key = dtype_key(dtype)
+        if key not in _RATE_FIELDS:
+            raise ValueError(f"GpuSpec {self.name!r} has no rate for dtype {dtype!r}; known: {', '.join(_RATE_FIELDS)}")
+        return float(getattr(self, _RATE_FIELDS[key]))
+
+    @property
+    def dtype_flops(self) -> dict[str, float]:
+        """The rates as ``DeviceProfile.dtype_flops`` takes them (keys of ``dbo.costs.DTYPES``)."""
+        return {key: float(getattr(self, f)) for key, f in _RATE_FIELDS.items()}
+
+    def sm_share(self, sms: int) -> float:
+        """The share of this GPU's SMs that ``sms`` SMs are (a comm kernel taking them from
+        compute: ``DeviceProfile.comm_sm_share``). ``sms`` must be an int in [0, sm_count)."""
+        if isinstance(sms, bool) or not isinstance(sms, int) or not 0 <= sms < self.sm_count:
+            raise ValueError(f"sms must be an int in [0, {self.sm_count}) for {self.name}, got {sms!r}")
+        return sms / self.sm_count
+
+
+_GB = 1e9
+_TB = 1e12
+_T = 1e12  # TFLOP/s
+_NIC_400G = 400e9 / 8  # one 400 Gb/s ConnectX-7: 50 GB/s each way
+
+# Hopper SXM5 Tensor Core rates, dense (the H100/H200/H800 datasheets quote 3,958 / 1,979 / 989
+# TFLOPS "with sparsity" for FP8 / BF16 / TF32; FP32 67 TFLOPS is non-tensor).
+_HOPPER = {"fp8": 1979 * _T, "bf16": 989.5 * _T, "tf32": 494.5 * _T, "fp32": 67 * _T, "sm_count": 132}
+
+_BUILTIN = (
+    GpuSpec(
+        "h100",
+        **_HOPPER,
+        hbm_bandwidth=3.35 * _TB,
+        hbm_capacity=80 * _GB,
+        nvlink_bandwidth=450 * _GB,
+        nic_bandwidth=_NIC_400G,
+        source="NVIDIA H100 datasheet (SXM5); SMs: H100 architecture whitepaper; NIC: DGX H100 datasheet",
+    ),
+    GpuSpec(
+        "h200",
+        **_HOPPER,
+        hbm_bandwidth=4.8 * _TB,
+        hbm_capacity=141 * _GB,
+        nvlink_bandwidth=450 * _GB,
+        nic_bandwidth=_NIC_400G,
+        source="NVIDIA H200 datasheet (SXM); NIC: DGX H200 datasheet",
+    ),
+    GpuSpec(
+        "h800",
+        **_HOPPER,
+        hbm_bandwidth=3.35 * _TB,
+        hbm_capacity=80 * _GB,
+        nvlink_bandwidth=200 * _GB,
+        nic_bandwidth=_NIC_400G,
+        source="NVIDIA H800 SXM5 product brief (NVLink 400 GB/s bidirectional); NIC: DeepEP README, DeepSeek-V3 report",
+    ),
+    GpuSpec(
+        "h20",
+        fp8=296 * _T,
+        bf16=148 * _T,
+        tf32=74 * _T,
+        fp32=44 * _T,
+        sm_count=78,
+        hbm_bandwidth=4.0 * _TB,
+        hbm_capacity=96 * _GB,
+        nvlink_bandwidth=450 * _GB,
+        nic_bandwidth=_NIC_400G,
+        source="NVIDIA H20 partner spec sheet (dense rates); SMs: Geekbench listing; NIC: assumed as HGX",
+    ),
+    GpuSpec(
+        "b200",
+        fp8=4500 * _T,
+        bf16=2250 * _T,
+        tf32=1100 * _T,
+        fp32=75 * _T,
+        sm_count=148,
+        hbm_bandwidth=7.7 * _TB,
+        hbm_capacity=180 * _GB,
+        nvlink_bandwidth=900 * _GB,
+        nic_bandwidth=_NIC_400G,
+        source="NVIDIA HGX B200 spec table (per GPU, halved from sparse); SMs: device-reported; "
+        "NIC: DGX B200 datasheet",
+    ),
+    GpuSpec(
+        "gb200",
+        fp8=5000 * _T,
+        bf16=2500 * _T,
+        tf32=1250 * _T,
+        fp32=80 * _T,
+        sm_count=152,
+        hbm_bandwidth=8.0 * _TB,
+        hbm_capacity=186 * _GB,
+        nvlink_bandwidth=900 * _GB,
+        nic_bandwidth=_NIC_400G,
+        gpus_per_node=4,
+        nvlink_domain=72,
+        source="NVIDIA GB200 NVL72 spec table (per GPU, halved from sparse); SMs: device-reported; "
+        "NIC: one ConnectX-7 400 Gb/s per GPU per compute tray",
+    ),
+)
+
+GPUS: Mapping[str, GpuSpec] = MappingProxyType({g.name: g for g in _BUILTIN})
+"""The built-in GPU profiles by name (read-only): h100, h200, h800, h20, b200, gb200."""
+
+
+def get_gpu(name_or_spec: str | GpuSpec) -> GpuSpec:
+    """A built-in GPU profile by name (case-insensitive); a ``GpuSpec`` passes through. Unknown -> ValueError."""
+    if isinstance(name_or_spec, GpuSpec):
+        return name_or_spec
+    found = GPUS.get(name_or_spec.lower()) if isinstance(name_or_spec, str) else None
+    if found is None:
+        raise ValueError(f"unknown GPU {name_or_spec!r}; known GPUs: {', '.join(GPUS)}")
+    return found
+
+
+def gpus() -> dict[str, GpuSpec]:
+    """A copy of the built-in GPU profiles by name."""
+    return dict(GPUS)

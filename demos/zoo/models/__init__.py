@@ -1,0 +1,33 @@
+"""A zoo of real MoE models as pure data and arithmetic (docs/models.md).
+
+``spec`` (``ModelSpec`` and its parts), ``hf_config`` (``load_config``: a HuggingFace config.json -> spec),
+``presets`` (``get_preset``: DeepSeek-V3/R1, Kimi K2, DeepSeek-V2-Lite, Qwen3 30B/235B, Mixtral 8x7B,
+gpt-oss-120b), ``params`` (``count_params``: total and active parameters), ``shrink`` (a small spec of the same
+architecture for real-math runs). Nothing here imports torch or the runtime.
+"""
+
+from demos.zoo.models.hf_config import SUPPORTED_MODEL_TYPES, ModelConfigError, load_config, spec_from_config
+from demos.zoo.models.params import ParamCount, count_params
+from demos.zoo.models.presets import ALIASES, PRESET_NAMES, UnknownPresetError, get_preset
+from demos.zoo.models.shrink import shrink
+from demos.zoo.models.spec import GQAAttention, MLAAttention, ModelSpec, ModelSpecError, MoESpec, Precision
+
+__all__ = [
+    "ALIASES",
+    "PRESET_NAMES",
+    "SUPPORTED_MODEL_TYPES",
+    "GQAAttention",
+    "MLAAttention",
+    "MoESpec",
+    "ModelConfigError",
+    "ModelSpec",
+    "ModelSpecError",
+    "ParamCount",
+    "Precision",
+    "UnknownPresetError",
+    "count_params",
+    "get_preset",
+    "load_config",
+    "shrink",
+    "spec_from_config",
+]

@@ -1,0 +1,181 @@
+"""Parameter counts of a ``ModelSpec``: ``count_params(spec) -> ParamCount``, exact integer arithmetic.
+
+What is counted (every weight, bias and norm scale of the HuggingFace implementation of each family):
+
+* ``embedding``: the input token table, ``vocab_size * hidden_size``; ``lm_head``: the output projection of
+  the same size, 0 when the embeddings are tied;
+* ``attention`` (all layers): MLA's ``q_a/q_b`` (or ``q_proj``), ``kv_a_proj_with_mqa``, ``kv_b_proj``,
+  ``o_proj`` and its two latent norms; GQA's q/k/v/o projections with their biases when ``bias``, the
+  per-head q/k norms when ``qk_norm`` and one sink per head when ``sinks``;
+* ``norms``: two RMSNorms per layer (before attention and before the MLP) and the final norm;
+* ``dense_mlp``: the gated MLPs (gate, up, down) of the ``first_k_dense`` layers;
+* ``routed_experts`` / ``routed_active``: all routed experts of every MoE layer / the ``top_k`` a token uses;
+  ``shared_experts``: the always-on experts; ``router``: the gate linear, its bias, and DeepSeek-V3's
+  selection-only correction bias;
+* ``mtp``: the multi-token-prediction modules (DeepSeek-V3 ships one): a full MoE layer plus ``enorm``,
+  ``hnorm``, ``eh_proj`` (2·hidden -> hidden) and the head norm, sharing the trunk's embedding and head.
+
+Conventions (docs/models.md has the measured agreement):
+
+* ``total`` is the trunk only, MTP excluded: DeepSeek-V3's published 671B excludes its MTP module, the
+  HF checkpoint's 685B includes it (``checkpoint_total``: the MTP modules plus the copy of the embedding and
+  head each stores as its own tensors, ``model.layers.61.embed_tokens`` and ``shared_head.head``);
+* ``active`` is what one token multiplies through: attention, norms, dense MLPs, the router, the top-k
+  routed experts and the shared experts of every layer, and the LM head, but not the input-embedding
+  lookup. DeepSeek (36.6B "including 0.9B for the output head", README_WEIGHTS.md) and OpenAI (gpt-oss-120b
+  5.1B) count this way; Mistral (Mixtral 12.9B) and Qwen (3.3B, 22B) also count the input table, which is
+  ``active_with_embedding``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from demos.zoo.models.spec import GQAAttention, MLAAttention, ModelSpec, ModelSpecError
+
+__all__ = ["ParamCount", "attention_params", "count_params", "expert_params"]
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Parameters of one model by part (module docstring); every field is an exact int.
+
+    ``mtp`` holds ``mtp_modules`` multi-token-prediction modules, without the embedding and head they share.
+    """
+
+    embedding: int
+    lm_head: int
+    attention: int
+    norms: int
+    dense_mlp: int
+    routed_experts: int
+    routed_active: int
+    shared_experts: int
+    router: int
+    mtp: int
+    mtp_modules: int
+
+    @property
+    def total(self) -> int:
+        """Every trunk parameter once (tied embeddings once), MTP excluded."""
+        return (
+            self.embedding
+            + self.lm_head
+            + self.attention
+            + self.norms
+            + self.dense_mlp
+            + self.routed_experts
+            + self.shared_experts
+            + self.router
+        )
+
+    @property
+    def non_embedding(self) -> int:
+        """``total`` without the embedding table and the LM head (Qwen's "Non-Embedding" figure)."""
+        return self.total - self.embedding - self.lm_head
+
+    @property
+    def active(self) -> int:
+        """Per-token parameters without the input-embedding lookup (the DeepSeek / OpenAI convention).
+
+        With tied embeddings the one table is the LM head, so it is counted.
+        """
+        head = self.lm_head if self.lm_head else self.embedding
+        trunk = self.attention + self.norms + self.dense_mlp + self.router
+        return trunk + self.routed_active + self.shared_experts + head
+
+    @property
+    def active_with_embedding(self) -> int:
+        """``active`` plus the input-embedding table when it is its own (the Mistral / Qwen convention)."""
+        return self.active + (self.embedding if self.lm_head else 0)
+
+    @property
+    def checkpoint_total(self) -> int:
+        """``total`` plus the MTP modules, each with its own stored copy of the embedding and the head."""
+        copies = self.embedding + (self.lm_head or self.embedding)
+        return self.total + self.mtp + self.mtp_modules * copies
+
+    def as_dict(self) -> dict[str, int]:
+        """The parts and the four sums, for reports."""
+        parts = {f.name: getattr(self, f.name) for f in fields(self)}
+        sums = ("total", "non_embedding", "active", "active_with_embedding", "checkpoint_total")
+        return {**parts, **{name: getattr(self, name) for name in sums}}
+
+
+def _gated_mlp(hidden: int, intermediate: int, bias: bool) -> int:
+    weights = 3 * hidden * intermediate
+    return weights + (2 * intermediate + hidden if bias else 0)
+
+
+def attention_params(spec: ModelSpec) -> int:
+    """The attention parameters of one layer (every layer has the same attention)."""
+    h, a = spec.hidden_size, spec.attention
+    if isinstance(a, MLAAttention):
+        qk_dim = a.qk_nope_head_dim + a.qk_rope_head_dim
+        if a.q_lora_rank is None:
+            q = h * a.heads * qk_dim
+        else:
+            q = h * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * a.heads * qk_dim
+        kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank
+        kv += a.kv_lora_rank * a.heads * (a.qk_nope_head_dim + a.v_head_dim)
+        return q + kv + a.heads * a.v_head_dim * h
+    if isinstance(a, GQAAttention):
+        q_width, kv_width = a.heads * a.head_dim, a.kv_heads * a.head_dim
+        total = h * q_width + 2 * h * kv_width + q_width * h
+        if a.bias:
+            total += q_width + 2 * kv_width + h
+        if a.qk_norm:
+            total += 2 * a.head_dim
+        if a.sinks:
+            total += a.heads
+        return total
+    raise ModelSpecError("ModelSpec.attention", f"has no parameter count for {type(a).__name__}")
+
+
+def expert_params(spec: ModelSpec) -> int:
+    """The parameters of one routed (or shared) expert; 0 for a dense model."""
+    if spec.moe is None:
+        return 0
+    return _gated_mlp(spec.hidden_size, spec.moe.intermediate_size, spec.moe.expert_bias)
+
+
+def _router_params(spec: ModelSpec) -> int:
+    moe = spec.moe
+    if moe is None:
+        return 0
+    total = spec.hidden_size * moe.routed_experts
+    total += moe.routed_experts if moe.router_bias else 0
+    total += moe.routed_experts if moe.score_correction_bias else 0
+    return total
+
+
+def count_params(spec: ModelSpec) -> ParamCount:
+    """Parameters of ``spec`` by part; sums and conventions on ``ParamCount`` (module docstring)."""
+    if not isinstance(spec, ModelSpec):
+        raise ModelSpecError("count_params.spec", f"must be a ModelSpec, got {type(spec).__name__}")
+    h = spec.hidden_size
+    table = spec.vocab_size * h
+    attention = attention_params(spec)
+    expert = expert_params(spec)
+    router = _router_params(spec)
+    moe = spec.moe
+    routed_per_layer = moe.routed_experts * expert if moe else 0
+    active_per_layer = moe.top_k * expert if moe else 0
+    shared_per_layer = moe.shared_experts * expert if moe else 0
+    dense = _gated_mlp(h, spec.dense_intermediate_size, False) if spec.first_k_dense else 0
+    # One MTP module: an MoE layer (attention, two norms, experts, router) + enorm, hnorm, eh_proj, head norm.
+    mtp_layer = attention + 2 * h + routed_per_layer + shared_per_layer + router + 2 * h + 2 * h * h + h
+    count = ParamCount(
+        embedding=table,
+        lm_head=0 if spec.tie_embeddings else table,
+        attention=spec.num_layers * attention,
+        norms=spec.num_layers * 2 * h + h,
+        dense_mlp=spec.first_k_dense * dense,
+        routed_experts=spec.moe_layers * routed_per_layer,
+        routed_active=spec.moe_layers * active_per_layer,
+        shared_experts=spec.moe_layers * shared_per_layer,
+        router=spec.moe_layers * router,
+        mtp=spec.mtp_layers * mtp_layer,
+        mtp_modules=spec.mtp_layers,
+    )
+    return count

@@ -1,0 +1,265 @@
+"""Named real models: ``get_preset(name) -> ModelSpec`` over embedded copies of their public config.json.
+
+Each preset is the subset of a published HuggingFace ``config.json`` that the loader reads (plus
+``architectures`` and ``model_type``), kept here as a dict and turned into a spec by the same
+``demos.zoo.models.hf_config.spec_from_config`` that reads files, so every preset exercises the loader. The
+spec's ``source`` names the HuggingFace repository and file the values come from; docs/models.md says,
+per preset, where the copy was read and what could not be checked.
+
+Contract: ``get_preset`` returns a frozen ``ModelSpec``; an unknown name raises ``UnknownPresetError``, one
+line listing the known names (aliases included). ``PRESET_NAMES`` lists canonical names, ``ALIASES`` maps
+alias -> canonical name. ``preset_config(name)`` returns a copy of the embedded dict (to write a config.json).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from demos.zoo.models.hf_config import spec_from_config
+from demos.zoo.models.spec import ModelSpec
+
+__all__ = ["ALIASES", "PRESET_NAMES", "UnknownPresetError", "get_preset", "preset_config", "preset_source"]
+
+
+class UnknownPresetError(ValueError):
+    """No preset has that name; the message lists the known ones."""
+
+
+_DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "hidden_size": 7168,
+    "num_hidden_layers": 61,
+    "vocab_size": 129280,
+    "first_k_dense_replace": 3,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "moe_layer_freq": 1,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "n_group": 8,
+    "topk_group": 4,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 2.5,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 128,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "attention_bias": False,
+    "num_nextn_predict_layers": 1,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "quantization_config": {
+        "activation_scheme": "dynamic",
+        "fmt": "e4m3",
+        "quant_method": "fp8",
+        "weight_block_size": [128, 128],
+    },
+}
+
+_KIMI_K2 = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "kimi_k2",
+    "hidden_size": 7168,
+    "num_hidden_layers": 61,
+    "vocab_size": 163840,
+    "first_k_dense_replace": 1,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "moe_layer_freq": 1,
+    "n_routed_experts": 384,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "n_group": 1,
+    "topk_group": 1,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 2.827,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 64,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "attention_bias": False,
+    "num_nextn_predict_layers": 0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "quantization_config": {
+        "activation_scheme": "dynamic",
+        "fmt": "e4m3",
+        "quant_method": "fp8",
+        "weight_block_size": [128, 128],
+    },
+}
+
+_DEEPSEEK_V2_LITE = {
+    "architectures": ["DeepseekV2ForCausalLM"],
+    "model_type": "deepseek_v2",
+    "hidden_size": 2048,
+    "num_hidden_layers": 27,
+    "vocab_size": 102400,
+    "first_k_dense_replace": 1,
+    "intermediate_size": 10944,
+    "moe_intermediate_size": 1408,
+    "moe_layer_freq": 1,
+    "n_routed_experts": 64,
+    "n_shared_experts": 2,
+    "num_experts_per_tok": 6,
+    "n_group": 1,
+    "topk_group": 1,
+    "topk_method": "greedy",
+    "scoring_func": "softmax",
+    "norm_topk_prob": False,
+    "routed_scaling_factor": 1.0,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "q_lora_rank": None,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "attention_bias": False,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+_QWEN3_30B_A3B = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "hidden_size": 2048,
+    "num_hidden_layers": 48,
+    "vocab_size": 151936,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "norm_topk_prob": True,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "attention_bias": False,
+    "use_sliding_window": False,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+_QWEN3_235B_A22B = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "hidden_size": 4096,
+    "num_hidden_layers": 94,
+    "vocab_size": 151936,
+    "intermediate_size": 12288,
+    "moe_intermediate_size": 1536,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "norm_topk_prob": True,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "num_attention_heads": 64,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "attention_bias": False,
+    "use_sliding_window": False,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+_MIXTRAL_8X7B = {
+    "architectures": ["MixtralForCausalLM"],
+    "model_type": "mixtral",
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "vocab_size": 32000,
+    "intermediate_size": 14336,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+_GPT_OSS_120B = {
+    "architectures": ["GptOssForCausalLM"],
+    "model_type": "gpt_oss",
+    "hidden_size": 2880,
+    "num_hidden_layers": 36,
+    "vocab_size": 201088,
+    "intermediate_size": 2880,
+    "num_local_experts": 128,
+    "num_experts_per_tok": 4,
+    "experts_per_token": 4,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "attention_bias": True,
+    "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"] * 18,
+    "tie_word_embeddings": False,
+    "quantization_config": {
+        "modules_to_not_convert": [
+            "model.layers.*.self_attn",
+            "model.layers.*.mlp.router",
+            "model.embed_tokens",
+            "lm_head",
+        ],
+        "quant_method": "mxfp4",
+    },
+}
+# gpt-oss-120b's config.json has no torch_dtype: the loader's default (bfloat16) applies.
+
+_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    "deepseek-v3": ("huggingface.co/deepseek-ai/DeepSeek-V3 config.json", _DEEPSEEK_V3),
+    "kimi-k2": ("huggingface.co/moonshotai/Kimi-K2-Instruct config.json", _KIMI_K2),
+    "deepseek-v2-lite": ("huggingface.co/deepseek-ai/DeepSeek-V2-Lite config.json", _DEEPSEEK_V2_LITE),
+    "qwen3-30b-a3b": ("huggingface.co/Qwen/Qwen3-30B-A3B config.json", _QWEN3_30B_A3B),
+    "qwen3-235b-a22b": ("huggingface.co/Qwen/Qwen3-235B-A22B config.json", _QWEN3_235B_A22B),
+    "mixtral-8x7b": ("huggingface.co/mistralai/Mixtral-8x7B-v0.1 config.json", _MIXTRAL_8X7B),
+    "gpt-oss-120b": ("huggingface.co/openai/gpt-oss-120b config.json", _GPT_OSS_120B),
+}
+
+PRESET_NAMES = tuple(_PRESETS)
+ALIASES = {"deepseek-r1": "deepseek-v3"}
+"""DeepSeek-R1 is post-trained from DeepSeek-V3-Base and keeps its architecture (same shapes, same spec)."""
+
+
+def _canonical(name: Any) -> str:
+    if isinstance(name, str):
+        key = name.strip().lower()
+        key = ALIASES.get(key, key)
+        if key in _PRESETS:
+            return key
+    known = ", ".join(sorted((*PRESET_NAMES, *ALIASES)))
+    raise UnknownPresetError(f"unknown model preset {name!r}; known: {known}")
+
+
+def preset_config(name: str) -> dict[str, Any]:
+    """A deep copy of the embedded config.json fields of preset ``name`` (alias accepted)."""
+    return copy.deepcopy(_PRESETS[_canonical(name)][1])
+
+
+def preset_source(name: str) -> str:
+    """The HuggingFace repository and file preset ``name``'s fields come from."""
+    return _PRESETS[_canonical(name)][0]
+
+
+def get_preset(name: str) -> ModelSpec:
+    """The ``ModelSpec`` of preset ``name`` (case-insensitive; aliases map to their canonical preset)."""
+    key = _canonical(name)
+    return spec_from_config(preset_config(key), source=preset_source(key), name=key)

@@ -1,0 +1,341 @@
+"""``ModelSpec``: one MoE (or dense) decoder-only transformer as the simulator needs it, as pure data.
+
+A spec holds the shapes that set compute, memory and all-to-all traffic, and nothing about weights:
+
+* the trunk: ``hidden_size``, ``num_layers``, ``vocab_size``, ``tie_embeddings``;
+* the MLP layout: the first ``first_k_dense`` layers are dense (DeepSeek's ``first_k_dense_replace``)
+  with a gated MLP of ``dense_intermediate_size``; every later layer is an MoE layer (``moe``), or
+  every layer is dense when ``moe`` is None;
+* attention by kind: ``MLAAttention`` (DeepSeek's multi-head latent attention) or ``GQAAttention``
+  (grouped-query, MHA when ``kv_heads == heads``), with the per-layer sliding-window pattern and the
+  attention sinks of the families that have them;
+* ``Precision``: the dtype of each part (non-expert weights, expert weights, dispatch, combine, KV cache);
+* ``mtp_layers``: multi-token-prediction modules shipped beside the trunk (DeepSeek-V3), which the
+  published totals leave out (``demos.zoo.models.params``).
+
+Contract: every dataclass here is frozen and checks every field in ``__post_init__``; a bad value raises
+``ModelSpecError``, one line that names the field as ``Class.field`` (also in ``e.field``) and says what
+was expected and what it got. All MLPs are gated (SwiGLU-style: gate, up and down projections).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+__all__ = [
+    "ATTENTION_LAYER_TYPES",
+    "DTYPE_BYTES",
+    "SCORING_FUNCS",
+    "GQAAttention",
+    "MLAAttention",
+    "MoESpec",
+    "ModelSpec",
+    "ModelSpecError",
+    "Precision",
+]
+
+DTYPE_BYTES: dict[str, float] = {
+    "float32": 4.0,
+    "bfloat16": 2.0,
+    "float16": 2.0,
+    "fp8_e4m3": 1.0,
+    "fp8_e5m2": 1.0,
+    "mxfp4": 17 / 32,  # 32 four-bit values share one 8-bit (E8M0) scale
+}
+"""Bytes per element of each dtype a part may use (block formats include their scales)."""
+
+SCORING_FUNCS = ("softmax", "sigmoid")
+ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+class ModelSpecError(ValueError):
+    """A spec field holds a bad value. ``field`` is ``"Class.field"``; ``reason`` is the message without it."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_int(owner: str, name: str, value: Any, *, minimum: int) -> None:
+    if not _is_int(value):
+        raise ModelSpecError(f"{owner}.{name}", f"must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ModelSpecError(f"{owner}.{name}", f"must be >= {minimum}, got {value}")
+
+
+def _check_optional_int(owner: str, name: str, value: Any, *, minimum: int) -> None:
+    if value is not None:
+        _check_int(owner, name, value, minimum=minimum)
+
+
+def _check_bool(owner: str, name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ModelSpecError(f"{owner}.{name}", f"must be a bool, got {type(value).__name__} {value!r}")
+
+
+def _check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ModelSpecError(f"{owner}.{name}", f"must be one of {', '.join(choices)}; got {value!r}")
+
+
+def _check_str(owner: str, name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ModelSpecError(f"{owner}.{name}", f"must be a non-empty str, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The dtype of each part, by name in ``DTYPE_BYTES``.
+
+    ``weights``: attention, dense MLPs, shared experts, router, embeddings; ``experts``: routed expert
+    weights; ``dispatch`` / ``combine``: the all-to-all payloads towards / back from the experts;
+    ``kv_cache``: the attention cache (MLA's latent cache included).
+    """
+
+    weights: str = "bfloat16"
+    experts: str = "bfloat16"
+    dispatch: str = "bfloat16"
+    combine: str = "bfloat16"
+    kv_cache: str = "bfloat16"
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            _check_choice("Precision", f.name, getattr(self, f.name), tuple(DTYPE_BYTES))
+
+    def bytes_of(self, part: str) -> float:
+        """Bytes per element of ``part`` (a field name); any other name is a ModelSpecError."""
+        if part not in {f.name for f in fields(self)}:
+            raise ModelSpecError("Precision.part", f"must be a Precision field name, got {part!r}")
+        return DTYPE_BYTES[getattr(self, part)]
+
+
+@dataclass(frozen=True)
+class MLAAttention:
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2).
+
+    Queries go through a low-rank ``q_lora_rank`` bottleneck (None: a full ``q_proj``, as DeepSeek-V2-Lite);
+    keys and values through the shared ``kv_lora_rank`` latent plus one decoupled RoPE key of
+    ``qk_rope_head_dim``; each head has ``qk_nope_head_dim + qk_rope_head_dim`` query/key dims and
+    ``v_head_dim`` value dims. The KV cache holds ``kv_lora_rank + qk_rope_head_dim`` values per token and layer.
+    """
+
+    heads: int
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    kind = "mla"
+
+    def __post_init__(self) -> None:
+        _check_int("MLAAttention", "heads", self.heads, minimum=1)
+        _check_optional_int("MLAAttention", "q_lora_rank", self.q_lora_rank, minimum=1)
+        _check_int("MLAAttention", "kv_lora_rank", self.kv_lora_rank, minimum=1)
+        _check_int("MLAAttention", "qk_nope_head_dim", self.qk_nope_head_dim, minimum=1)
+        _check_int("MLAAttention", "qk_rope_head_dim", self.qk_rope_head_dim, minimum=2)
+        if self.qk_rope_head_dim % 2:
+            raise ModelSpecError(
+                "MLAAttention.qk_rope_head_dim", f"must be even (RoPE rotates pairs), got {self.qk_rope_head_dim}"
+            )
+        _check_int("MLAAttention", "v_head_dim", self.v_head_dim, minimum=1)
+
+    @property
+    def kv_cache_width(self) -> int:
+        """Values cached per token and layer: the latent plus the decoupled RoPE key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
+class GQAAttention:
+    """Grouped-query attention (MHA when ``kv_heads == heads``).
+
+    ``bias``: q/k/v/o projections carry biases (gpt-oss); ``qk_norm``: per-head RMSNorm on queries and keys
+    (Qwen3); ``sinks``: one learned sink logit per head (gpt-oss). ``sliding_window`` (tokens) applies to the
+    layers ``layer_types`` marks ``"sliding_attention"``; with ``layer_types`` None every layer is full
+    attention when ``sliding_window`` is None and sliding when it is set (Mistral style).
+    """
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    bias: bool = False
+    qk_norm: bool = False
+    sinks: bool = False
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] | None = None
+
+    kind = "gqa"
+
+    def __post_init__(self) -> None:
+        _check_int("GQAAttention", "heads", self.heads, minimum=1)
+        _check_int("GQAAttention", "kv_heads", self.kv_heads, minimum=1)
+        if self.heads % self.kv_heads:
+            raise ModelSpecError("GQAAttention.kv_heads", f"must divide heads ({self.heads}), got {self.kv_heads}")
+        _check_int("GQAAttention", "head_dim", self.head_dim, minimum=2)
+        if self.head_dim % 2:
+            raise ModelSpecError("GQAAttention.head_dim", f"must be even (RoPE rotates pairs), got {self.head_dim}")
+        for name in ("bias", "qk_norm", "sinks"):
+            _check_bool("GQAAttention", name, getattr(self, name))
+        _check_optional_int("GQAAttention", "sliding_window", self.sliding_window, minimum=1)
+        if self.layer_types is not None:
+            if not isinstance(self.layer_types, tuple) or not self.layer_types:
+                raise ModelSpecError(
+                    "GQAAttention.layer_types", f"must be a non-empty tuple or None, got {self.layer_types!r}"
+                )
+            for i, t in enumerate(self.layer_types):
+                if t not in ATTENTION_LAYER_TYPES:
+                    raise ModelSpecError(
+                        "GQAAttention.layer_types",
+                        f"entry {i} must be one of {', '.join(ATTENTION_LAYER_TYPES)}; got {t!r}",
+                    )
+            if "sliding_attention" in self.layer_types and self.sliding_window is None:
+                raise ModelSpecError(
+                    "GQAAttention.sliding_window", "must be set when layer_types has sliding_attention layers"
+                )
+
+    def window_of(self, layer: int) -> int | None:
+        """The sliding window of ``layer`` in tokens, None for full attention."""
+        if self.layer_types is None:
+            return self.sliding_window
+        return self.sliding_window if self.layer_types[layer] == "sliding_attention" else None
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """The MoE part of every MoE layer.
+
+    ``routed_experts`` gated experts of ``intermediate_size``, ``top_k`` of them per token, plus
+    ``shared_experts`` always-on experts of the same size. Routing: ``scoring`` of the router logits,
+    ``norm_topk_prob`` renormalizes the chosen weights, ``routed_scaling_factor`` scales them; experts are in
+    ``n_group`` equal groups of which a token may use ``topk_group`` (1 and 1: no group limit).
+    ``router_bias``: the router linear has a bias (gpt-oss); ``score_correction_bias``: a per-expert bias used
+    only for selection (DeepSeek-V3's auxiliary-loss-free balancing); ``expert_bias``: expert projections
+    carry biases (gpt-oss).
+    """
+
+    routed_experts: int
+    top_k: int
+    intermediate_size: int
+    shared_experts: int = 0
+    scoring: str = "softmax"
+    norm_topk_prob: bool = True
+    routed_scaling_factor: float = 1.0
+    n_group: int = 1
+    topk_group: int = 1
+    router_bias: bool = False
+    score_correction_bias: bool = False
+    expert_bias: bool = False
+
+    def __post_init__(self) -> None:
+        _check_int("MoESpec", "routed_experts", self.routed_experts, minimum=1)
+        _check_int("MoESpec", "top_k", self.top_k, minimum=1)
+        if self.top_k > self.routed_experts:
+            raise ModelSpecError(
+                "MoESpec.top_k", f"must be <= routed_experts ({self.routed_experts}), got {self.top_k}"
+            )
+        _check_int("MoESpec", "intermediate_size", self.intermediate_size, minimum=1)
+        _check_int("MoESpec", "shared_experts", self.shared_experts, minimum=0)
+        _check_choice("MoESpec", "scoring", self.scoring, SCORING_FUNCS)
+        _check_bool("MoESpec", "norm_topk_prob", self.norm_topk_prob)
+        factor = self.routed_scaling_factor
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
+            raise ModelSpecError("MoESpec.routed_scaling_factor", f"must be a number > 0, got {factor!r}")
+        _check_int("MoESpec", "n_group", self.n_group, minimum=1)
+        if self.routed_experts % self.n_group:
+            raise ModelSpecError(
+                "MoESpec.n_group", f"must divide routed_experts ({self.routed_experts}), got {self.n_group}"
+            )
+        _check_int("MoESpec", "topk_group", self.topk_group, minimum=1)
+        if self.topk_group > self.n_group:
+            raise ModelSpecError("MoESpec.topk_group", f"must be <= n_group ({self.n_group}), got {self.topk_group}")
+        reachable = self.topk_group * (self.routed_experts // self.n_group)
+        if self.top_k > reachable:
+            raise ModelSpecError(
+                "MoESpec.top_k",
+                f"must be <= the {reachable} experts of topk_group ({self.topk_group}) groups, got {self.top_k}",
+            )
+        for name in ("router_bias", "score_correction_bias", "expert_bias"):
+            _check_bool("MoESpec", name, getattr(self, name))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One decoder-only transformer: trunk, MLP layout, attention, MoE, precision (module docstring).
+
+    Layers ``0 .. first_k_dense - 1`` are dense; the rest are MoE layers. A dense model (``moe`` None) has
+    ``first_k_dense == num_layers``. ``dense_intermediate_size`` is required when there is a dense layer and
+    must be None otherwise. ``source`` names where the spec came from (a config.json path or a preset's
+    HuggingFace repo and file).
+    """
+
+    name: str
+    source: str
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    vocab_size: int
+    first_k_dense: int
+    dense_intermediate_size: int | None
+    attention: MLAAttention | GQAAttention
+    moe: MoESpec | None
+    tie_embeddings: bool = False
+    precision: Precision = Precision()
+    mtp_layers: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("name", "source", "model_type"):
+            _check_str("ModelSpec", name, getattr(self, name))
+        _check_int("ModelSpec", "hidden_size", self.hidden_size, minimum=1)
+        _check_int("ModelSpec", "num_layers", self.num_layers, minimum=1)
+        _check_int("ModelSpec", "vocab_size", self.vocab_size, minimum=1)
+        _check_int("ModelSpec", "first_k_dense", self.first_k_dense, minimum=0)
+        if self.first_k_dense > self.num_layers:
+            raise ModelSpecError(
+                "ModelSpec.first_k_dense", f"must be <= num_layers ({self.num_layers}), got {self.first_k_dense}"
+            )
+        if not isinstance(self.moe, (MoESpec, type(None))):
+            raise ModelSpecError("ModelSpec.moe", f"must be a MoESpec or None, got {type(self.moe).__name__}")
+        if self.moe is None and self.first_k_dense != self.num_layers:
+            raise ModelSpecError(
+                "ModelSpec.first_k_dense",
+                f"a dense model (moe None) has every layer dense: must be {self.num_layers}, got {self.first_k_dense}",
+            )
+        if self.first_k_dense:
+            _check_int("ModelSpec", "dense_intermediate_size", self.dense_intermediate_size, minimum=1)
+        elif self.dense_intermediate_size is not None:
+            raise ModelSpecError(
+                "ModelSpec.dense_intermediate_size",
+                f"must be None without dense layers (first_k_dense 0), got {self.dense_intermediate_size!r}",
+            )
+        if not isinstance(self.attention, (MLAAttention, GQAAttention)):
+            raise ModelSpecError(
+                "ModelSpec.attention",
+                f"must be an MLAAttention or GQAAttention, got {type(self.attention).__name__}",
+            )
+        types = getattr(self.attention, "layer_types", None)
+        if types is not None and len(types) != self.num_layers:
+            raise ModelSpecError(
+                "GQAAttention.layer_types", f"must have num_layers ({self.num_layers}) entries, got {len(types)}"
+            )
+        _check_bool("ModelSpec", "tie_embeddings", self.tie_embeddings)
+        if not isinstance(self.precision, Precision):
+            raise ModelSpecError("ModelSpec.precision", f"must be a Precision, got {type(self.precision).__name__}")
+        _check_int("ModelSpec", "mtp_layers", self.mtp_layers, minimum=0)
+
+    @property
+    def moe_layers(self) -> int:
+        """How many layers are MoE layers."""
+        return self.num_layers - self.first_k_dense
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether ``layer`` (0-based) is an MoE layer; an out-of-range layer is a ModelSpecError."""
+        if not _is_int(layer) or not 0 <= layer < self.num_layers:
+            raise ModelSpecError("ModelSpec.layer", f"must be an int in [0, {self.num_layers}), got {layer!r}")
+        return layer >= self.first_k_dense

@@ -1,0 +1,313 @@
+"""The commands at their edges: no flag silently ignored or replaced, Ctrl-C during the imports,
+and a bad input of any kind answered with one line of our own words and exit 2 (never a
+traceback). Each command runs in a subprocess, as a user starts it."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from demos._cli.commands import MODULES
+from demos.overlap import run_overlap
+from demos.toy.config import OverlapConfig
+from demos.toy.report import format_report
+from tests.support.paths import ROOT, python_env
+from tests.support.timing import slack
+
+OVERLAP = "demos.overlap"
+SMALL = ["--layers", "1", "--tokens", "16", "--hidden", "32", "--experts", "2", "--steps", "1"]
+PROFILE_FIELDS = {"name": "mine", "peak_flops": 1e12, "mem_bandwidth": 1e11, "launch_overhead": 1e-6}
+
+
+def _run(module: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=python_env(),
+        capture_output=True,
+        text=True,
+        timeout=slack(timeout),
+    )
+
+
+def _refused(module: str, *args: str, code: int = 2) -> str:
+    """Run the command; assert one line on stderr, the exit status, no traceback; the line."""
+    p = _run(module, *args)
+    assert "Traceback" not in p.stderr, p.stderr
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1, p.stderr
+    assert p.returncode == code, (p.returncode, p.stderr)
+    assert lines[0].startswith(f"python -m {module}: "), lines[0]
+    return lines[0]
+
+
+# --- no silent substitutions ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [[], ["--backend", "threads"]])
+def test_a_profile_off_virtual_is_refused_in_one_line(backend):
+    line = _refused(OVERLAP, *backend, "--profile", "h200", *SMALL)
+    assert "--profile" in line and "virtual" in line and "no profile is read" in line
+    if not backend:  # auto: the line says what auto chose
+        assert "--backend auto chose" in line
+
+
+@pytest.mark.slow
+def test_ep_off_virtual_in_one_process_is_refused():
+    line = _refused(OVERLAP, "--backend", "threads", "--ep", "2", *SMALL)
+    assert "--ep" in line and "--backend virtual" in line
+
+
+def test_the_config_line_names_a_profile_only_where_one_was_used():
+    small = dict(layers=1, tokens=16, hidden=32, experts=2, steps=1)
+    threads = run_overlap(OverlapConfig(backend="threads", **small))
+    assert threads["config"]["profile"] is None
+    assert "profile" not in format_report(threads).splitlines()[2]  # the config line's second half
+    virtual = run_overlap(OverlapConfig(backend="virtual", profile="h200", **small))
+    assert virtual["config"]["profile"] == "h200"
+    assert "profile h200" in format_report(virtual).splitlines()[2]
+
+
+def test_a_link_on_threads_is_honoured_with_a_note_saying_how():
+    rep = run_overlap(
+        OverlapConfig(backend="threads", link="ib400", layers=1, tokens=16, hidden=32, experts=2, steps=1)
+    )
+    notes = [n for n in rep["notes"] if n.startswith("link ib400 on threads")]
+    assert notes and "modelled time" in notes[0] and "compute is real" in notes[0]
+    assert rep["link"]["base_link"] == "ib400"
+    assert f"note       {notes[0]}" in format_report(rep)
+    virtual = run_overlap(OverlapConfig(backend="virtual", link="ib400", layers=1, tokens=16, hidden=32, experts=2))
+    assert not [n for n in virtual["notes"] if n.startswith("link ")]  # virtual models it all: nothing to say
+
+
+# --- Ctrl-C during the imports ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "module, delay",
+    # every command of the one registry (demos._cli.commands), and the overlap command at two moments
+    [(OVERLAP, 0.1), (OVERLAP, 0.3)] + [(m, 0.15) for m in MODULES if m != OVERLAP],
+)
+def test_ctrl_c_during_the_imports_is_one_line_and_130(module, delay):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, "--help"],
+        cwd=ROOT,
+        env=python_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(delay)  # past the interpreter's start (~40 ms), inside the ~1 s of torch imports
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=slack(30))
+    assert "Traceback" not in err, err
+    assert err.splitlines() == [f"python -m {module}: interrupted"], err
+    assert proc.returncode == 130 and out == ""
+
+
+# --- our own words, one line, exit 2 ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "fields, needles",
+    [
+        ({"name": "mine"}, ["missing field(s) peak_flops (a number)", "launch_overhead (a number)"]),
+        ({**PROFILE_FIELDS, "peak_flops": "fast"}, ["field peak_flops must be a number, got a string 'fast'"]),
+        ({**PROFILE_FIELDS, "host": {"launch": [1]}}, ["field host.launch must be a number, got a list"]),
+        ({**PROFILE_FIELDS, "host": 3}, ["field host must be a JSON object"]),
+        ({**PROFILE_FIELDS, "gemm_knee": 1}, ["field gemm_knee must be a list of numbers"]),
+    ],
+)
+def test_a_profile_json_with_a_bad_field_names_the_field_and_its_type(tmp_path, fields, needles):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(fields))
+    line = _refused(OVERLAP, "--backend", "virtual", "--profile", str(path), *SMALL)
+    assert f"--profile {path}: device profile: " in line
+    for needle in needles:
+        assert needle in line
+    assert "positional" not in line and "__init__" not in line
+
+
+@pytest.mark.slow
+def test_a_folder_that_takes_no_files_is_said_in_our_words():
+    line = _refused(OVERLAP, "--backend", "virtual", "--json", "/proc/r.json", *SMALL)
+    assert line.endswith("--json /proc/r.json: the folder /proc cannot be written (it takes no new files)")
+    assert "No such file" not in line
+
+
+@pytest.mark.slow
+def test_a_hidden_size_the_heads_cannot_divide_is_refused():
+    line = _refused(OVERLAP, "--backend", "virtual", "--hidden", "100")
+    assert "--hidden 100 does not split into attention heads of 64" in line
+
+
+@pytest.mark.slow
+def test_scenarios_list_is_aligned():
+    p = _run("demos.scenarios", "--list")
+    assert p.returncode == 0 and p.stderr == ""
+    rows = [re.match(r"(\S+)( +)(\S.*)", line) for line in p.stdout.splitlines()]
+    assert rows and all(rows)
+    starts = {len(m.group(1)) + len(m.group(2)) for m in rows}
+    assert len(starts) == 1, p.stdout  # every summary starts in the same column
+    assert min(len(m.group(2)) for m in rows) >= 2  # and the longest name keeps a gap
+
+
+def _help_of(module: str, flag: str) -> str:
+    p = _run(module, "--help")
+    assert p.returncode == 0
+    text = " ".join(p.stdout.split())
+    start = text.index(f" {flag} ", text.index("options:"))
+    return text[start : start + 400]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", [OVERLAP, "demos.validate"])
+def test_profile_help_says_a_name_or_a_json_file_from_calibrate(module):
+    text = _help_of(module, "--profile")
+    assert "NAME|PATH.json" in text and "built-in name" in text and "JSON file from python -m demos.calibrate" in text
+
+
+@pytest.mark.slow
+def test_validate_repeats_help_says_what_it_does():
+    text = _help_of("demos.validate", "--repeats")
+    assert "run each grid point this many times" in text and "3 with --quick, 1 without" in text
+
+
+# --- more bad inputs -----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "module, args, needle",
+    [
+        (OVERLAP, ["--layers", "-1"], "--layers must be a positive integer, got -1"),
+        (OVERLAP, ["--comm-ratio", "abc"], "argument --comm-ratio: not a number: 'abc'"),
+        (OVERLAP, ["--backend", "virtual", "--comm-ratio", "nan"], "--comm-ratio must be a positive number"),
+        (OVERLAP, ["--backend", "tpu"], "argument --backend: invalid choice: 'tpu'"),
+        (OVERLAP, ["--backend", "virtual", "--link", "fast"], "--link fast: unknown link profile 'fast'"),
+        (OVERLAP, ["--dist-timeout", "5"], "--dist-timeout bounds the collectives between ranks"),
+        (OVERLAP, ["--backend", "threads", "--meta"], "--meta skips the math"),
+        (OVERLAP, ["--backend", "virtual", "--graph", "--schedule", "ht"], "--graph cannot capture --schedule ht"),
+        (OVERLAP, ["--topk", "9"], "--topk (9) must not exceed --experts (8)"),
+        (OVERLAP, ["--backend", "virtual", "--json", "{d}/a.json", "--trace", "{d}/a.json"], "the same file as --json"),
+        (OVERLAP, ["--backend", "virtual", "--json", "{d}/no/r.json"], "the folder {d}/no does not exist"),
+        ("demos.scenarios", ["no-such-scenario"], "unknown scenario 'no-such-scenario'"),
+        ("demos.scenarios", ["--list", "late-event"], "--list takes no scenario names"),
+        ("demos.scenarios", ["--bogus"], "unrecognized arguments: --bogus"),
+        ("demos.validate", ["--repeats", "0"], "argument --repeats: expected a positive integer, got '0'"),
+        ("demos.validate", ["--ratios", "1,x"], "expected a comma-separated list of numbers"),
+        ("demos.calibrate", ["-o", "/proc/p.json"], "-o /proc/p.json: the folder /proc cannot be written"),
+        ("demos.calibrate", ["-o", "{d}/p.txt"], "must end in .json"),
+    ],
+)
+def test_a_bad_input_is_one_line_and_exit_2(tmp_path, module, args, needle):
+    d = str(tmp_path)
+    line = _refused(module, *(a.format(d=d) for a in args))
+    assert needle.format(d=d) in line
+
+
+# --- validate's separate checks and the bench's flags (issue 24) ------------------------------------------
+
+
+@pytest.mark.slow
+def test_validate_h200_honours_profile():
+    p = _run("demos.validate", "--h200", "--profile", "cpu")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("--profile cpu profile vs the H200 measurements")
+
+
+@pytest.mark.slow
+def test_validate_deepep_refuses_a_profile_it_would_not_use():
+    assert "--profile" in _refused("demos.validate", "--deepep", "--profile", "h200")
+    assert "--h200" in _refused("demos.validate", "--deepep", "--h200")
+
+
+@pytest.mark.slow
+def test_bench_bad_flag_is_one_line():
+    assert "--sectoin" in _refused("demos.bench", "--sectoin", "x")
+
+
+# --- resource limits known before the work (issue 24, item 2) ---------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_two_million_token_virtual_step_runs_in_bounded_memory():
+    import resource
+
+    p = _run(
+        OVERLAP,
+        "--backend",
+        "virtual",
+        "--tokens",
+        "2000000",
+        "--layers",
+        "1",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "meta: math skipped" in p.stdout
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert peak_kib < 2 * 2**20  # under 2 GiB (a real step would need tens of GB)
+
+
+@pytest.mark.slow
+def test_a_run_that_cannot_fit_is_refused_with_the_estimate():
+    line = _refused(OVERLAP, "--tokens", "100000000")
+    assert "GiB" in line and "available" in line and "--tokens" in line
+
+
+def test_an_allocation_failure_is_one_line(monkeypatch, capsys):
+    import demos.overlap as overlap
+
+    def boom(cfg, **kw):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory")
+
+    monkeypatch.setattr(overlap, "run", boom)
+    assert overlap.main(SMALL) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "ran out of memory" in err[0] and "can't allocate memory" in err[0]
+
+
+def test_the_model_beats_once_per_layer_of_every_ubatch():
+    from demos.toy.run import run
+
+    beats = []
+    res = run(
+        OverlapConfig(backend="virtual", layers=3, tokens=32, hidden=32, experts=2, steps=1, warmup=1),
+        on_layer=lambda i, n: beats.append((i, n)),
+    )
+    assert res is not None and beats and all(n == 3 for _, n in beats)
+    assert len(beats) % 3 == 0 and [i for i, _ in beats[:3]] == [0, 1, 2]
+
+
+def test_progress_on_a_pipe_is_a_line_every_few_seconds(monkeypatch):
+    import io
+
+    from demos._cli import ProgressLine
+
+    clock = [100.0]
+    monkeypatch.setattr("demos._cli._progress.time.perf_counter", lambda: clock[0])
+    out = io.StringIO()
+    line = ProgressLine(out, every=5.0)
+    for _ in range(3):
+        line("working")  # within 5 s of the start: nothing
+    clock[0] += 6
+    line("still working")
+    clock[0] += 1
+    line("and more")  # 1 s after the last line: nothing
+    assert out.getvalue().splitlines() == ["[   6.0 s] still working"]
+    quiet = io.StringIO()
+    ProgressLine(quiet)("no every: a pipe gets nothing")
+    assert quiet.getvalue() == ""

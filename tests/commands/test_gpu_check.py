@@ -1,0 +1,180 @@
+"""scripts/gpu_check.py: the verdicts it draws from its outputs, its bounded steps, and one dry run
+of the whole script on the threads backend (the GPU run itself has not happened yet)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.support.paths import ROOT
+from tests.support.timing import slack
+
+pytestmark = pytest.mark.slow  # subprocesses or whole runs (the fast tier leaves it out: testing.md)
+
+_spec = importlib.util.spec_from_file_location("gpu_check", os.path.join(ROOT, "scripts", "gpu_check.py"))
+gc = importlib.util.module_from_spec(_spec)
+sys.modules["gpu_check"] = gc
+_spec.loader.exec_module(gc)
+
+
+def ran(name="x", rc=0, tail="", timed_out=False):
+    return gc.StepRun(name, rc=rc, seconds=1.0, timed_out=timed_out, tail=tail)
+
+
+def rep(speedup, c=1.0, m=1.0, cd=1.2, graph=True):
+    return dict(
+        speedup=speedup,
+        compute_s=c,
+        comm_s=m,
+        compute_dbo_s=cd,
+        time_no_dbo_s=0.01,
+        time_dbo_s=0.01 / speedup,
+        graph=graph,
+    )
+
+
+def test_ideal_speedup_is_from_the_runs_kernel_times():
+    assert gc.ideal_speedup(rep(1.0, c=3.0, m=2.0, cd=4.0)) == pytest.approx(5.0 / 4.0)
+    assert gc.ideal_speedup(rep(1.0, c=3.0, m=5.0, cd=4.0)) == pytest.approx(8.0 / 5.0)
+    assert gc.ideal_speedup({"speedup": 1.0}) is None
+
+
+def test_graph_target():
+    ideal = 2.0 / 1.2
+    v = gc.judge_graph(rep(0.92 * ideal), ran())
+    assert v.status == "PASS" and "above the ideal" not in v.detail
+    assert "above the ideal" in gc.judge_graph(rep(1.2 * ideal), ran()).detail
+    v = gc.judge_graph(rep(0.85 * ideal), ran())
+    assert v.status == "FAIL" and "85% of it" in v.detail
+    assert gc.judge_graph(rep(0.98, cd=2.0, m=0.0), ran()).status == "FAIL"  # ideal 0.5, but slower than no DBO
+    assert "does not say graph mode" in gc.judge_graph(rep(1.6, graph=False), ran()).detail
+    v = gc.judge_graph(None, ran("demo-graph", rc=2, tail="error: unrecognized arguments: --graph\n"))
+    assert v.status == "NOT RUN" and "unrecognized arguments" in v.detail
+    assert gc.judge_graph({"speedup": 1.5}, ran()).status == "FAIL"  # no kernel times: cannot be judged a pass
+
+
+def test_big_target():
+    assert gc.judge_big(rep(1.6), ran(), ["--tokens", "4096"]).status == "PASS"
+    assert gc.judge_big(rep(1.4), ran(), ["--tokens", "4096"]).status == "FAIL"
+    v = gc.judge_big(None, gc.StepRun("demo-big", why_not="out of time"), [])
+    assert v.status == "NOT RUN" and v.detail == "out of time"
+
+
+def _bench(r1, r2, replay=None):
+    recs = [
+        {"section": "host", "name": "synthetic [cuda]: eager, DBO", "value": 10.0, "ratio": r1},
+        {"section": "host", "name": "demo ll [cuda]: eager, DBO", "value": 20.0, "ratio": r2},
+        {
+            "section": "host",
+            "name": "demo ll [cuda]: replayed, DBO",
+            "value": replay,
+            "baseline": "host sync during capture",
+        },
+        {
+            "section": "host",
+            "name": "demo ll [cuda]: eager, DBO, stream context per launch",
+            "value": 31.5,
+            "ratio": 1.6,
+        },
+    ]
+    return {"records": recs}
+
+
+def test_host_target_needs_every_workload():
+    v = gc.judge_host(_bench(1.05, 1.1, 2.0), ran())
+    assert v.status == "PASS" and "demo ll [cuda]: eager, DBO with the old launch path 31.50 us/kernel" in v.detail
+    v = gc.judge_host(_bench(1.05, 1.2), ran())
+    assert v.status == "FAIL" and "1.200x" in v.detail and "not capturable" in v.detail
+    assert gc.judge_host({"records": []}, ran()).status == "FAIL"
+    assert gc.judge_host(None, gc.StepRun("bench-host", why_not="skipped")).status == "NOT RUN"
+
+
+def test_sync_target_reads_the_cuda_tests_report():
+    line = f"tests/{gc.SYNC_TEST}"
+    assert gc.judge_sync(f"PASSED {line}\n", ran()).status == "PASS"
+    v = gc.judge_sync(f"FAILED {line} - dbo.errors.UBatchFailed: ... synchronizing\n", ran())
+    assert v.status == "FAIL" and "synchronizing" in v.detail
+    assert gc.judge_sync(f"SKIPPED [1] {line}: needs a CUDA device\n", ran()).status == "NOT RUN"
+    assert gc.judge_sync("PASSED tests/other.py::x\n", ran(tail="1 passed")).status == "NOT RUN"
+    assert gc.judge_sync(None, gc.StepRun("cuda-tests", why_not="skipped")).status == "NOT RUN"
+
+
+def test_pytest_verdicts():
+    assert gc.judge_pytest("s", ran(tail="1099 passed, 12 skipped in 90s\n")).status == "PASS"
+    assert gc.judge_pytest("s", ran(tail="25 skipped, 1394 deselected in 4s\n")).status == "NOT RUN"
+    assert gc.judge_pytest("s", ran(rc=1, tail="3 failed, 1096 passed\n")).status == "FAIL"
+    assert gc.judge_pytest("s", ran(rc=-9, timed_out=True, tail="...")).status == "FAIL"
+
+
+def test_options_refuse_unknown_step_names():
+    with pytest.raises(SystemExit, match="unknown steps"):
+        gc.Options.from_env("/tmp/x", {"GPU_CHECK_SKIP": "suite,bogus"})
+    o = gc.Options.from_env("/tmp/x", {"GPU_CHECK_SKIP": "suite", "GPU_CHECK_BIG": "--tokens 64"})
+    assert o.skip == {"suite"} and o.big == ["--tokens", "64"] and o.backend == "cuda"
+
+
+def test_a_step_past_its_limit_is_killed_with_its_children(tmp_path):
+    out = tmp_path / "log.txt"
+    child = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "time.sleep(60)"
+    )
+    t0 = time.monotonic()
+    rc, timed_out, tail = gc._run([sys.executable, "-c", child], str(out), "w", 1.0)
+    assert timed_out and rc != 0 and time.monotonic() - t0 < slack(10)
+    assert "killed after 1 s" in tail
+
+
+@pytest.mark.timeout(slack(240))
+def test_dry_run_on_threads_writes_at_most_8_files_and_a_summary(tmp_path):
+    out = tmp_path / "out"
+    (tmp_path / "out").mkdir()
+    (out / "demo-graph.json").write_text(json.dumps(rep(9.0)))  # stale: must not pass for this run
+    env = dict(
+        os.environ,
+        PYTHON=sys.executable,
+        PYTHONPATH=ROOT,
+        GPU_CHECK_BACKEND="threads",
+        GPU_CHECK_QUICK="1",
+        GPU_CHECK_BIG="--tokens 128 --hidden 64",
+        GPU_CHECK_SKIP="cuda-tests,suite",
+    )
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts", "gpu_check.sh"), str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=slack(230),
+    )
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) <= 8 and all(p.is_file() for p in out.iterdir()), files
+    assert {"summary.txt", "log.txt", "demo-eager.json", "bench-host.json"} <= set(files)
+    summary = (out / "summary.txt").read_text()
+    assert proc.stdout.endswith(summary)
+    lines = summary.splitlines()
+    for target in (
+        "0 host syncs",
+        "--graph, default config",
+        "--graph at --tokens 128 --hidden 64",
+        "host us per kernel",
+        "the cuda-marked tests pass",
+        "the whole suite pass",
+    ):
+        assert sum(target in line for line in lines) == 1, (target, summary)
+    status = {line.split("  ")[0].strip() for line in lines if line.startswith(("PASS", "FAIL", "NOT RUN"))}
+    assert status <= {"PASS", "FAIL", "NOT RUN"}
+    assert "NOT RUN  the whole suite pass: skipped (GPU_CHECK_SKIP)" in summary
+    assert "eager demo (ll, comm ratio 1): no DBO" in summary
+    bench = json.loads((out / "bench-host.json").read_text())
+    assert any(r["name"] == "synthetic [threads]: eager, DBO" for r in bench["records"])
+    graph_line = next(line for line in lines if "--graph, default config" in line)
+    assert "speedup 9.000x" not in graph_line  # the stale JSON was removed
+    assert proc.returncode == (1 if any(line.startswith("FAIL") for line in lines) else 0)

@@ -1,0 +1,156 @@
+"""The layers of the tree (docs/design.md, "Layout"): the runtime at the bottom, the two studies
+(real models and the toy) on it, the products that combine them, and the commands on top. An import
+may point down or sideways within its layer, never up; the zoo never imports the toy; nothing but a
+command imports a command. The import graph is the one the cycle test reads (every import statement,
+lazy ones and ``if TYPE_CHECKING:`` ones included)."""
+
+from __future__ import annotations
+
+import pytest
+
+from demos._cli.commands import MODULES
+from tests.runtime.test_imports import _modules, import_graph
+
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("runtime", ("dbo", "workspace")),
+    ("shared", ("demos", "demos._cli", "demos.errors", "demos.engine_times")),
+    ("zoo", ("demos.zoo",)),
+    ("toy", ("demos.toy", "demos.ranks")),
+    ("products", ("demos.prediction", "demos.fidelity", "demos.failures", "demos.bench")),
+    ("commands", tuple(MODULES) + ("demos._overlap_flags", "demos._zoo_overlap")),
+)
+"""Each layer and the module prefixes it holds (the longest matching prefix decides)."""
+
+MAY_IMPORT: dict[str, set[str]] = {
+    "runtime": {"runtime"},
+    "shared": {"shared"},
+    "zoo": {"runtime", "shared", "zoo"},
+    # the toy prices its host with the H200 host's measured costs (demos.zoo.hardware), nothing else of the zoo
+    "toy": {"runtime", "shared", "toy", "zoo:demos.zoo.hardware"},
+    "products": {"runtime", "shared", "zoo", "toy", "products"},
+    "commands": {"runtime", "shared", "zoo", "toy", "products", "commands"},
+}
+"""What a module of each layer may import: a layer's name, or ``layer:prefix`` for part of one."""
+
+
+def layer_of(module: str) -> str:
+    best = max(
+        ((prefix, name) for name, prefixes in LAYERS for prefix in prefixes if _under(module, prefix)),
+        key=lambda x: len(x[0]),
+        default=None,
+    )
+    if best is None:
+        raise AssertionError(f"{module} is in no layer: add it to LAYERS (and to docs/design.md)")
+    return best[1]
+
+
+def _under(module: str, prefix: str) -> bool:
+    if prefix == "demos":  # the package itself, not everything under it
+        return module == "demos"
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def allowed(importer: str, imported: str) -> bool:
+    have = MAY_IMPORT[layer_of(importer)]
+    target = layer_of(imported)
+    return target in have or any(
+        rule.startswith(target + ":") and _under(imported, rule.partition(":")[2]) for rule in have
+    )
+
+
+def test_every_module_is_in_a_layer():
+    for mod in _modules():
+        layer_of(mod)
+
+
+def test_imports_point_down_or_sideways():
+    graph = import_graph(_modules())
+    bad = sorted(
+        f"{m} ({layer_of(m)}) imports {t} ({layer_of(t)})" for m, ts in graph.items() for t in ts if not allowed(m, t)
+    )
+    assert not bad, "imports against the layers (docs/design.md, 'Layout'):\n" + "\n".join(bad)
+
+
+def test_no_library_module_imports_a_command():
+    graph = import_graph(_modules())
+    commands = {m for m in _modules() if layer_of(m) == "commands"}
+    bad = sorted(f"{m} imports {t}" for m, ts in graph.items() if m not in commands for t in ts if t in commands)
+    assert not bad, bad
+
+
+@pytest.mark.parametrize(
+    "importer, imported, ok",
+    [
+        ("demos.zoo.costs", "demos.toy.results", False),  # the zoo never reads the toy
+        ("demos.toy.profiles", "demos.zoo.hardware.hosts", True),
+        ("demos.toy.model", "demos.zoo.costs", False),  # only the zoo's hardware
+        ("dbo.costs", "demos.zoo.hardware", False),
+        ("demos.prediction.sweep", "demos.predict", False),
+        ("demos.predict", "demos.prediction.sweep", True),
+        ("demos.errors", "demos.toy.config", False),
+    ],
+)
+def test_the_rules_themselves(importer, imported, ok):
+    """The rules catch what they are for (a planted import of each kind is refused)."""
+    assert allowed(importer, imported) is ok
+
+
+def _private_part(module: str) -> str | None:
+    """The package whose private part ``module`` is (``dbo.costs._fit`` -> ``dbo.costs``), else None."""
+    parts = module.split(".")
+    for i, p in enumerate(parts):
+        if p.startswith("_") and not p.startswith("__"):
+            return ".".join(parts[:i])
+    return None
+
+
+def private_cross_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of another package's private part (a module or package named ``_x``): only the
+    package's own modules may import its parts; everyone else goes through its ``__init__``."""
+    out = []
+    for m, ts in graph.items():
+        for t in ts:
+            owner = _private_part(t)
+            if owner is not None and not (m == owner or m.startswith(owner + ".")):
+                out.append(f"{m} imports {t}")
+    return sorted(out)
+
+
+SHARED_PRIVATE = {"dbo._sites": ("workspace",)}
+"""Private parts another package may import, by design (docs/design.md, "Packages"): the stack-frame
+walker that names the user's file:line, shared by the runtime and the workspace's messages."""
+
+
+def test_no_module_imports_another_packages_private_part():
+    bad = [
+        line
+        for line in private_cross_imports(import_graph(_modules()))
+        if not any(
+            line.endswith(f" imports {t}") and any(line.startswith(p + ".") or line.startswith(p + " ") for p in ps)
+            for t, ps in SHARED_PRIVATE.items()
+        )
+    ]
+    assert not bad, bad
+
+
+def test_no_module_imports_a_private_name_of_another_module():
+    """``from x import _name`` across modules: a private name is its module's own."""
+    import ast
+
+    bad = []
+    for mod, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                for a in node.names:
+                    if a.name.startswith("_") and not a.name.startswith("__"):
+                        bad.append(f"{mod}: from {node.module} import {a.name}")
+    assert not bad, bad
+
+
+def test_a_private_cross_import_is_caught():
+    graph = {
+        "demos.toy.model": {"dbo.costs._fit"},
+        "dbo.costs": {"dbo.costs._fit"},
+        "demos._cli": {"demos._cli._early"},
+    }
+    assert private_cross_imports(graph) == ["demos.toy.model imports dbo.costs._fit"]

@@ -1,0 +1,217 @@
+"""``demos.prediction.predict``: the typed API the command calls. Its ``to_dict()`` is the JSON
+``python -m demos.predict --json`` writes for the same arguments (byte for byte), its ``text()`` what the
+command prints, a bad argument one ``ConfigError`` naming the keyword (the command names the flag), the
+toy goes through it, and the package's public surface is pinned."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import pytest
+
+import demos.prediction as prediction
+from demos.errors import ConfigError
+from demos.predict import PROG, main
+from demos.prediction import Crossover, Prediction, Recommendation, Setting, SweptPoint, predict
+from demos.zoo.flags import flag_of
+from demos.zoo.models import get_preset
+from demos.zoo.models.presets import preset_config
+from tests.support.paths import REPO
+
+pytestmark = pytest.mark.timeout(180)
+
+CLUSTER = {"gpu": "h800", "nodes": 9, "ep": 72}
+CLUSTER_FLAGS = ["--gpu", "h800", "--nodes", "9", "--ep", "72"]
+
+SAME = [
+    pytest.param(
+        "deepseek-v3",
+        {**CLUSTER, "tokens": [16, 64], "mode": "both", "what_if": {"link": 0.5}, "imbalance": 1.5},
+        ["--model", "deepseek-v3", *CLUSTER_FLAGS, "--tokens", "16,64", "--mode", "both"]
+        + ["--what-if", "link=0.5", "--imbalance", "1.5"],
+        id="decode-both-what-if",
+    ),
+    pytest.param(
+        "qwen3-30b-a3b",
+        {"gpu": "h800", "nodes": 2, "phase": "prefill", "tokens": [128, 1024], "comm_sms": [20, 24], "context": 1024},
+        ["--model", "qwen3-30b-a3b", "--gpu", "h800", "--nodes", "2", "--phase", "prefill"]
+        + ["--tokens", "128,1024", "--comm-sms", "20,24", "--context", "1024"],
+        id="prefill-comm-sms",
+    ),
+    pytest.param(
+        "toy",
+        {"profile": "cpu", "tokens": [8, 128], "mode": "eager"},
+        ["--model", "toy", "--profile", "cpu", "--tokens", "8,128", "--mode", "eager"],
+        id="toy",
+    ),
+]
+
+
+@pytest.mark.parametrize("model, kwargs, argv", SAME)
+def test_the_api_gives_what_the_command_prints_and_writes(model, kwargs, argv, tmp_path, capsys):
+    path = tmp_path / "p.json"
+    assert main([*argv, "--json", str(path)]) == 0
+    printed = capsys.readouterr().out
+    pred = predict(model, **kwargs)
+    assert isinstance(pred, Prediction)
+    assert pred.to_dict() == json.loads(path.read_text())
+    assert json.dumps(pred.to_dict(), indent=2) == path.read_text()  # the same keys in the same order
+    assert pred.text() + "\n" == printed
+
+
+def _documented_keys() -> dict[str, list[str]]:
+    """docs/predict.md's "Outputs" table: each row's keys (first column) and the names its second holds."""
+    page = (REPO / "docs" / "predict.md").read_text()
+    table = page.split("## Outputs", 1)[1].split("`--csv PATH`", 1)[0]
+    rows = {}
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            first, second = line.strip("|").split(" | ", 1)
+            for key in re.findall(r"`(\w+)`", first):
+                rows[key] = re.findall(r"`(\w+)`", second)
+    return rows
+
+
+def test_to_dict_holds_the_documented_keys_filled_from_the_typed_fields():
+    """Independent of ``to_dict``'s code (which the command uses too): the page's keys, in its order, each
+    holding what the typed fields hold."""
+    pred = predict("deepseek-v3", **CLUSTER, tokens=[16, 64], mode="both", what_if={"gemm": 0.8})
+    doc = _documented_keys()
+    got = pred.to_dict()
+    assert list(got) == list(doc)
+    setup = list(doc)[: list(doc).index("points")]
+    assert setup[0] == "title" and all(got[k] == getattr(pred, k) for k in setup)
+    assert got["sources"] == list(pred.sources) and got["not_modelled"] == list(pred.not_modelled)
+    assert got["points"] == [dataclasses.asdict(p) for p in pred.points]
+    assert list(got["points"][0]) == doc["points"][: doc["points"].index("stages") + 1]
+    assert list(got["points"][0]["stages"]) == doc["points"][doc["points"].index("stages") + 1 :]
+    assert got["crossover"] == {
+        m: None if c.tokens is None else dataclasses.asdict(c) for m, c in pred.crossovers.items()
+    }
+    assert all(c is None or list(c) == doc["crossover"] for c in got["crossover"].values())
+    assert got["best"] == {m: dataclasses.asdict(b) for m, b in pred.best.items()}
+    assert got["reasons"] == pred.recommendation.reasons
+    assert got["recommendation"] == {k: getattr(pred.recommendation, k) for k in doc["recommendation"]}
+    assert got["what_if"] == {"gemm": 0.8} and "what-if gemm x0.8" in got["title"]
+
+
+def test_the_prediction_is_typed_and_read_only():
+    pred = predict("deepseek-v3", **CLUSTER, tokens=[16, 64], mode="both")
+    assert [(p.tokens, p.mode) for p in pred.points] == [(16, "graph"), (64, "graph"), (16, "eager"), (64, "eager")]
+    assert all(isinstance(p, SweptPoint) for p in pred.points)
+    assert set(pred.crossovers) == {"graph", "eager"} == set(pred.modes)
+    assert all(isinstance(c, Crossover) for c in pred.crossovers.values())
+    assert pred.best == {"graph": Setting(2, 0), "eager": Setting(2, 0)}
+    rec = pred.recommendation
+    assert isinstance(rec, Recommendation) and rec.mode == "graph" and set(rec.reasons) == {"graph", "eager"}
+    assert rec.vllm.startswith("vllm serve deepseek-ai/DeepSeek-V3") or rec.vllm.startswith("do not enable")
+    assert (pred.gpu, pred.nodes, pred.gpus_per_node, pred.ep, pred.profile) == ("h800", 9, 8, 72, None)
+    assert pred.points[0].speedup == pytest.approx(pred.points[0].step_no_dbo_s / pred.points[0].step_dbo_s)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pred.title = "x"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pred.points[0].speedup = 2.0  # type: ignore[misc]
+
+
+def test_a_model_spec_a_config_path_and_a_preset_name_give_the_same_points(tmp_path, capsys):
+    args = {**CLUSTER, "tokens": 16}
+    by_name = predict("deepseek-v3", **args)
+    by_spec = predict(get_preset("deepseek-v3"), **args)
+    assert by_spec.points == by_name.points and by_spec.recommendation == by_name.recommendation
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(preset_config("deepseek-v3")))
+    by_path = predict(config, **args)
+    assert by_path.points == by_name.points and by_path.model == "deepseek_v3"
+    out = tmp_path / "p.json"
+    assert main(["--model", str(config), *CLUSTER_FLAGS, "--tokens", "16", "--json", str(out)]) == 0
+    assert json.dumps(by_path.to_dict(), indent=2) == out.read_text()
+    assert by_path.text() + "\n" == capsys.readouterr().out
+
+
+def test_the_toy_has_no_cluster_and_no_serving_flags():
+    pred = predict("toy", profile="cpu", tokens=[8], mode="eager")
+    assert isinstance(pred, Prediction) and pred.is_toy and pred.model == "toy" and pred.profile == "cpu"
+    assert (pred.gpu, pred.nodes, pred.ep, pred.context, pred.imbalance) == (None, None, None, None, None)
+    assert pred.best == {} and pred.what_if == {}
+    assert pred.recommendation.enable is None and pred.recommendation.threshold is None
+    assert [p.tokens for p in pred.points] == [8] and pred.points[0].fits is None
+    with pytest.raises(ConfigError, match="trace"):
+        pred.write_trace("never.json")
+
+
+BAD = [
+    ("deepseek-v3", {"tokens": [0, 8]}, ["--tokens", "0,8"], "tokens"),
+    ("deepseek-v3", {"gpus_per_node": 0}, ["--gpus-per-node", "0"], "gpus_per_node"),
+    ("deepseek-v3", {"what_if": {"warp": 2}}, ["--what-if", "warp=2"], "what_if"),
+    ("deepseek-v3", {"ep": 5}, ["--ep", "5"], "ep"),
+    ("deepseek-v3", {"comm_sms": 20}, ["--comm-sms", "20"], "comm_sms"),
+    ("deepseek-v3", {"ubatches": [2, 100000]}, ["--ubatches", "2,100000"], "ubatches"),
+    ("deepseek-v3", {"profile": "cpu"}, ["--profile", "cpu"], "profile"),
+    ("llama", {}, [], "model"),
+    ("/nonexistent/config.json", {}, [], "model"),
+    ("toy", {}, [], "profile"),
+    ("toy", {"profile": "cpu", "ep": 8}, ["--profile", "cpu", "--ep", "8"], "ep"),
+    ("toy", {"profile": "nope"}, ["--profile", "nope"], "profile"),
+]
+
+
+@pytest.mark.parametrize("model, kwargs, flags, keyword", BAD)
+def test_a_bad_argument_is_one_config_error_naming_the_keyword_before_any_work(
+    model, kwargs, flags, keyword, capsys, monkeypatch
+):
+    def no_work(*a, **k):
+        raise AssertionError("a point ran before the arguments were checked")
+
+    monkeypatch.setattr("demos.prediction.api.run_sweep", no_work)
+    monkeypatch.setattr("demos.prediction.toy.toy_sweep", no_work)
+    with pytest.raises(ConfigError) as info:
+        predict(model, **kwargs, progress=no_work)
+    message = str(info.value)
+    assert "\n" not in message and keyword in message and flag_of(keyword) not in message, message
+    assert main(["--model", model, *flags]) == 2
+    err = capsys.readouterr().err
+    assert err == f"{PROG}: error: {info.value.render(flag_of)}\n"
+    assert flag_of(keyword) in err
+
+
+@pytest.mark.parametrize(
+    "kwargs, keyword",
+    [
+        ({"tokens": "8,16"}, "tokens"),
+        ({"tokens": []}, "tokens"),
+        ({"gpu": "a100"}, "gpu"),
+        ({"mode": "sometimes"}, "mode"),
+        ({"phase": "train"}, "phase"),
+        ({"what_if": "link=2"}, "what_if"),
+        ({"what_if": {"link": "fast"}}, "what_if"),
+        ({"imbalance": 0.5}, "imbalance"),
+        ({"nodes": "2"}, "nodes"),
+        ({"progress": 3}, "progress"),
+    ],
+)
+def test_what_the_flags_parser_refused_is_a_config_error_too(kwargs, keyword):
+    with pytest.raises(ConfigError) as info:
+        predict("deepseek-v3", **kwargs)
+    assert str(info.value).startswith(keyword) and "\n" not in str(info.value)
+
+
+def test_a_model_of_the_wrong_type_is_a_config_error():
+    with pytest.raises(ConfigError, match="^model "):
+        predict(3)  # type: ignore[arg-type]
+
+
+def test_the_public_surface_is_pinned():
+    assert sorted(prediction.__all__) == prediction.__all__
+    assert prediction.__all__ == [
+        "ConfigError",
+        "Crossover",
+        "Prediction",
+        "Recommendation",
+        "Setting",
+        "SweptPoint",
+        "predict",
+    ]
+    for name in prediction.__all__:
+        assert getattr(prediction, name) is not None

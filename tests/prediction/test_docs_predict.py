@@ -1,0 +1,43 @@
+"""docs/predict.md quotes the command's output: every quoted line must be what the command prints now,
+so that no figure on the page goes stale (a planted change to a quoted figure fails here)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from demos.predict import main
+from tests.support.paths import REPO
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # recomputes what the page quotes (slow tier)
+
+PAGE = REPO / "docs" / "predict.md"
+
+
+def _examples() -> list[tuple[list[str], list[str]]]:
+    out = []
+    for block in re.findall(r"```text\n(.*?)```", PAGE.read_text(), flags=re.S):
+        lines = block.splitlines()
+        if lines and lines[0].startswith("$ python -m demos.predict "):
+            out.append((shlex.split(lines[0])[4:], [x for x in lines[1:] if x.strip()]))
+    return out
+
+
+def test_the_page_has_its_three_examples():
+    assert len(_examples()) == 3
+
+
+@pytest.mark.parametrize("args, quoted", _examples(), ids=["decode-h100", "prefill-h100", "decode-gb200"])
+def test_every_quoted_line_is_what_the_command_prints(args, quoted, capsys, tmp_path):
+    args = [str(tmp_path / "plot.png") if a.startswith("docs/img/") else a for a in args]
+    assert main(args) == 0
+    printed = set(capsys.readouterr().out.splitlines())
+    missing = [q for q in quoted if q not in printed]
+    assert not missing, missing
+
+
+def test_the_plots_it_shows_exist():
+    for name in re.findall(r"\]\((img/[^)]+)\)", PAGE.read_text()):
+        assert (PAGE.parent / name).is_file(), name

@@ -1,0 +1,186 @@
+"""demos.zoo.models.spec: every field is checked, errors are one line naming the field, the helpers' contracts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from demos.zoo.models.spec import (
+    DTYPE_BYTES,
+    GQAAttention,
+    MLAAttention,
+    ModelSpec,
+    ModelSpecError,
+    MoESpec,
+    Precision,
+)
+
+MLA = {
+    "heads": 8,
+    "q_lora_rank": 64,
+    "kv_lora_rank": 32,
+    "qk_nope_head_dim": 16,
+    "qk_rope_head_dim": 8,
+    "v_head_dim": 16,
+}
+GQA = {"heads": 8, "kv_heads": 2, "head_dim": 16}
+MOE = {"routed_experts": 16, "top_k": 4, "intermediate_size": 32, "shared_experts": 1, "n_group": 4, "topk_group": 2}
+
+
+def spec(**overrides) -> ModelSpec:
+    base = {
+        "name": "tiny",
+        "source": "test",
+        "model_type": "deepseek_v3",
+        "hidden_size": 64,
+        "num_layers": 4,
+        "vocab_size": 100,
+        "first_k_dense": 1,
+        "dense_intermediate_size": 128,
+        "attention": MLAAttention(**MLA),
+        "moe": MoESpec(**MOE),
+    }
+    base.update(overrides)
+    return ModelSpec(**base)
+
+
+def test_a_valid_spec_and_its_helpers():
+    s = spec()
+    assert s.moe_layers == 3
+    assert [s.is_moe_layer(i) for i in range(4)] == [False, True, True, True]
+    assert s.attention.kind == "mla" and s.attention.kv_cache_width == 32 + 8
+    assert s.precision == Precision()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.hidden_size = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("layer", [-1, 4, 1.0, True])
+def test_is_moe_layer_rejects_layers_out_of_range(layer):
+    with pytest.raises(ModelSpecError, match=r"^ModelSpec\.layer: must be an int in \[0, 4\)"):
+        spec().is_moe_layer(layer)
+
+
+def test_gqa_window_per_layer():
+    alternating = GQAAttention(
+        **GQA, sliding_window=128, layer_types=("sliding_attention", "full_attention", "sliding_attention")
+    )
+    assert [alternating.window_of(i) for i in range(3)] == [128, None, 128]
+    assert GQAAttention(**GQA, sliding_window=4096).window_of(7) == 4096  # no layer_types: every layer slides
+    assert GQAAttention(**GQA).window_of(0) is None
+
+
+def test_dense_model_and_no_dense_layers():
+    dense = spec(moe=None, first_k_dense=4)
+    assert dense.moe_layers == 0 and not dense.is_moe_layer(3)
+    all_moe = spec(first_k_dense=0, dense_intermediate_size=None)
+    assert all_moe.moe_layers == 4
+
+
+def test_precision_bytes():
+    p = Precision(experts="mxfp4", dispatch="fp8_e4m3")
+    assert p.bytes_of("experts") == 17 / 32 and p.bytes_of("dispatch") == 1.0 and p.bytes_of("combine") == 2.0
+    assert set(DTYPE_BYTES) >= {"bfloat16", "fp8_e4m3", "mxfp4"}
+    with pytest.raises(ModelSpecError, match=r"^Precision\.part:"):
+        p.bytes_of("activations")
+
+
+# (constructor, keyword overrides, the field the error must name, a fragment of the reason)
+BAD = [
+    (Precision, {"dispatch": "fp6"}, "Precision.dispatch", "must be one of"),
+    (MLAAttention, {**MLA, "heads": 0}, "MLAAttention.heads", "must be >= 1"),
+    (MLAAttention, {**MLA, "heads": True}, "MLAAttention.heads", "must be an int, got bool"),
+    (MLAAttention, {**MLA, "q_lora_rank": 0}, "MLAAttention.q_lora_rank", "must be >= 1"),
+    (MLAAttention, {**MLA, "kv_lora_rank": 32.0}, "MLAAttention.kv_lora_rank", "must be an int, got float"),
+    (MLAAttention, {**MLA, "qk_rope_head_dim": 7}, "MLAAttention.qk_rope_head_dim", "must be even"),
+    (MLAAttention, {**MLA, "qk_nope_head_dim": -1}, "MLAAttention.qk_nope_head_dim", "must be >= 1"),
+    (MLAAttention, {**MLA, "v_head_dim": "16"}, "MLAAttention.v_head_dim", "must be an int, got str"),
+    (GQAAttention, {**GQA, "heads": 0}, "GQAAttention.heads", "must be >= 1"),
+    (GQAAttention, {**GQA, "kv_heads": 3}, "GQAAttention.kv_heads", "must divide heads (8)"),
+    (GQAAttention, {**GQA, "qk_norm": "on"}, "GQAAttention.qk_norm", "must be a bool"),
+    (GQAAttention, {**GQA, "head_dim": 15}, "GQAAttention.head_dim", "must be even"),
+    (GQAAttention, {**GQA, "bias": 1}, "GQAAttention.bias", "must be a bool"),
+    (GQAAttention, {**GQA, "sinks": None}, "GQAAttention.sinks", "must be a bool"),
+    (GQAAttention, {**GQA, "sliding_window": 0}, "GQAAttention.sliding_window", "must be >= 1"),
+    (GQAAttention, {**GQA, "layer_types": ["full_attention"]}, "GQAAttention.layer_types", "non-empty tuple"),
+    (GQAAttention, {**GQA, "layer_types": ("local",)}, "GQAAttention.layer_types", "entry 0 must be one of"),
+    (
+        GQAAttention,
+        {**GQA, "layer_types": ("sliding_attention",)},
+        "GQAAttention.sliding_window",
+        "must be set when layer_types",
+    ),
+    (MoESpec, {**MOE, "routed_experts": 0}, "MoESpec.routed_experts", "must be >= 1"),
+    (MoESpec, {**MOE, "top_k": 17}, "MoESpec.top_k", "must be <= routed_experts (16)"),
+    (MoESpec, {**MOE, "intermediate_size": 0}, "MoESpec.intermediate_size", "must be >= 1"),
+    (MoESpec, {**MOE, "shared_experts": -1}, "MoESpec.shared_experts", "must be >= 0"),
+    (MoESpec, {**MOE, "scoring": "relu"}, "MoESpec.scoring", "must be one of softmax, sigmoid"),
+    (MoESpec, {**MOE, "norm_topk_prob": "yes"}, "MoESpec.norm_topk_prob", "must be a bool"),
+    (MoESpec, {**MOE, "routed_scaling_factor": 0.0}, "MoESpec.routed_scaling_factor", "must be a number > 0"),
+    (MoESpec, {**MOE, "routed_scaling_factor": True}, "MoESpec.routed_scaling_factor", "must be a number > 0"),
+    (MoESpec, {**MOE, "n_group": 5}, "MoESpec.n_group", "must divide routed_experts (16)"),
+    (MoESpec, {**MOE, "topk_group": 5}, "MoESpec.topk_group", "must be <= n_group (4)"),
+    (MoESpec, {**MOE, "top_k": 9}, "MoESpec.top_k", "must be <= the 8 experts of topk_group (2) groups"),
+    (MoESpec, {**MOE, "router_bias": 0}, "MoESpec.router_bias", "must be a bool"),
+    (MoESpec, {**MOE, "score_correction_bias": None}, "MoESpec.score_correction_bias", "must be a bool"),
+    (MoESpec, {**MOE, "expert_bias": "no"}, "MoESpec.expert_bias", "must be a bool"),
+]
+
+
+@pytest.mark.parametrize("cls,kwargs,field,reason", BAD, ids=[f"{b[2]}-{i}" for i, b in enumerate(BAD)])
+def test_every_part_rejects_bad_fields_in_one_line(cls, kwargs, field, reason):
+    with pytest.raises(ModelSpecError) as info:
+        cls(**kwargs)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{field}: ")
+    assert reason in message
+    assert info.value.field == field
+
+
+BAD_SPEC = [
+    ({"name": ""}, "ModelSpec.name", "non-empty str"),
+    ({"source": None}, "ModelSpec.source", "non-empty str"),
+    ({"model_type": "  "}, "ModelSpec.model_type", "non-empty str"),
+    ({"hidden_size": 0}, "ModelSpec.hidden_size", "must be >= 1"),
+    ({"num_layers": 2.5}, "ModelSpec.num_layers", "must be an int, got float"),
+    ({"vocab_size": -3}, "ModelSpec.vocab_size", "must be >= 1"),
+    ({"first_k_dense": 5}, "ModelSpec.first_k_dense", "must be <= num_layers (4)"),
+    ({"first_k_dense": -1}, "ModelSpec.first_k_dense", "must be >= 0"),
+    ({"moe": None}, "ModelSpec.first_k_dense", "a dense model (moe None) has every layer dense: must be 4"),
+    ({"moe": {"routed_experts": 4}}, "ModelSpec.moe", "must be a MoESpec or None"),
+    ({"dense_intermediate_size": None}, "ModelSpec.dense_intermediate_size", "must be an int, got NoneType"),
+    ({"first_k_dense": 0}, "ModelSpec.dense_intermediate_size", "must be None without dense layers"),
+    ({"attention": dict(MLA)}, "ModelSpec.attention", "must be an MLAAttention or GQAAttention"),
+    (
+        {"attention": GQAAttention(**GQA, sliding_window=8, layer_types=("sliding_attention",) * 3)},
+        "GQAAttention.layer_types",
+        "must have num_layers (4) entries, got 3",
+    ),
+    ({"tie_embeddings": "false"}, "ModelSpec.tie_embeddings", "must be a bool"),
+    ({"precision": "bfloat16"}, "ModelSpec.precision", "must be a Precision"),
+    ({"mtp_layers": -1}, "ModelSpec.mtp_layers", "must be >= 0"),
+]
+
+
+@pytest.mark.parametrize("overrides,field,reason", BAD_SPEC, ids=[f"{b[1]}-{i}" for i, b in enumerate(BAD_SPEC)])
+def test_model_spec_rejects_bad_fields_in_one_line(overrides, field, reason):
+    with pytest.raises(ModelSpecError) as info:
+        spec(**overrides)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{field}: ") and reason in message
+    assert info.value.field == field
+
+
+def test_every_field_of_every_part_is_covered_by_a_rejection_case():
+    """A field added without a check (and without a case above) fails here."""
+    named = {b[2] for b in BAD} | {b[1] for b in BAD_SPEC}
+    for cls in (Precision, MLAAttention, GQAAttention, MoESpec, ModelSpec):
+        for f in dataclasses.fields(cls):
+            qualified = f"{cls.__name__}.{f.name}"
+            assert qualified in named or cls is Precision, f"no rejection case names {qualified}"
+    assert {f.name for f in dataclasses.fields(Precision)} == {"weights", "experts", "dispatch", "combine", "kv_cache"}
+    for name in ("weights", "experts", "dispatch", "combine", "kv_cache"):
+        with pytest.raises(ModelSpecError, match=rf"^Precision\.{name}: must be one of"):
+            Precision(**{name: "int3"})
