@@ -3,7 +3,7 @@ profile, and print the errors (docs/fidelity.md, "Validating").
 
     python -m demos.calibrate --quick -o my.json
     python -m demos.validate --profile my.json --quick
-    python -m demos.validate --h200        # the built-in h200 profile against the H200 measurements
+    python -m demos.validate --h200        # the toy's h200 profile against the H200 measurements
     python -m demos.validate --deepep      # DeepEP's published H800 all-to-all tables against the model
     python -m demos.validate --profile my.json --quick --schedules ht --sizes 128 --ratios 0.5 --breakdown
 
@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--h200",
         action="store_true",
-        help="only compare a profile with the H200 measurements: the built-in h200, or --profile (no runs here)",
+        help="only compare a profile with the H200 measurements: the toy's h200, or --profile (no runs here)",
     )
     p.add_argument(
         "--deepep",

@@ -4,7 +4,7 @@ running eager steps: what a launch, a stream switch, a handoff, a sync and an ev
 Both studies price their eager host with these: the toy's fitted h200 profile
 (``demos/toy/profiles/h200.json`` holds its device figures and op counts) and the zoo's eager host
 (``demos.zoo.profile.EAGER_HOST``, with the per-launch cost of a small eager op in place of the toy's
-own Python per kernel). docs/fidelity.md ("The built-in h200 profile") has the measurements.
+own Python per kernel). docs/fidelity.md ("The `h200` profile: where its figures come from") has the measurements.
 """
 
 from __future__ import annotations
