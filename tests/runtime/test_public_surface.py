@@ -216,6 +216,15 @@ SURFACE = {
         "use_sanitizer",
         "wrap",
     ],
+    "demos.prediction": [
+        "ConfigError",
+        "Crossover",
+        "Prediction",
+        "Recommendation",
+        "Setting",
+        "SweptPoint",
+        "predict",
+    ],
     "demos.zoo.hardware": [
         "ALLTOALL_KERNELS",
         "AllToAll",
