@@ -226,6 +226,10 @@ def overlap_bound(records: list[KernelRecord], schedule: str) -> float | None:
     ``(min(1, O_max / min(C, M)) - r_no) / (1 - r_no)`` with r_no = O / min(C, M) of the step.
     None for an unknown schedule or nothing hideable."""
     windows = OVERLAP_WINDOWS.get(schedule)
+    sums = engine_sums(records)
+    m = min(sums["compute"], sums["comm"])
+    if windows is None or m <= 0:
+        return None
     t: dict[tuple[int, str], float] = defaultdict(float)
     for r in records:
         layer, part = r.layer or 0, _PARTS.get(r.op or "")
@@ -233,10 +237,6 @@ def overlap_bound(records: list[KernelRecord], schedule: str) -> float | None:
             part, layer = "F", layer + (r.op in ("finalize", "combine_recv"))
         if part is not None:
             t[layer, part] += r.duration
-    sums = engine_sums(records)
-    m = min(sums["compute"], sums["comm"])
-    if windows is None or m <= 0:
-        return None
     o_max = 0.0
     for layer in sorted({la for la, p in t if p == "D"}):
         for comm, window in windows:
