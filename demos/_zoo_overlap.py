@@ -12,6 +12,8 @@ from typing import Sequence
 import demos._cli as cli_common
 from demos.errors import ConfigError
 from demos.zoo.flags import add_model_flags, flag_of, load_model, shrunk_spec, workload_of
+from demos.zoo.kernel_times import kernel_times
+from demos.zoo.profile import gpu_profile
 from demos.zoo.report import format_step_report, measure_point, step_report
 from demos.zoo.run import merged_trace
 
@@ -64,6 +66,12 @@ def build_zoo_parser() -> cli_common.OneLineParser:
     a("--seed", type=int, default=0, help="seed of the real-math weights (default 0)")
     a("--json", dest="json_path", default=None, metavar="PATH", help="write the report as JSON to PATH")
     a("--trace", dest="trace_path", default=None, metavar="PATH", help="write a Perfetto/Chrome trace of both steps")
+    a(
+        "--detail",
+        action="store_true",
+        help="also print the device ms of each op of one MoE and one dense layer of the no-DBO step "
+        "(the JSON's moe_layer_s and dense_layer_s)",
+    )
     return p
 
 
@@ -92,6 +100,8 @@ def main(argv: Sequence[str]) -> int:
         if ns.backend != "virtual" and w.tokens > 4096:
             raise ConfigError("--tokens above 4096 on real math is slow on a CPU: use --backend virtual")
         cli_common.check_output_paths([(ns.json_path, "--json"), (ns.trace_path, "--trace")])
+        profile = gpu_profile(w.gpu, comm_sms=w.comm_sms)
+        kernels = kernel_times(ns.kernels, w.gpu, profile)
     except ConfigError as e:
         sys.stderr.write(f"{PROG}: error: {e.render(flag_of)}\n")
         return 2
@@ -100,9 +110,11 @@ def main(argv: Sequence[str]) -> int:
         return 2
     mode = "graph" if ns.graph else "eager"
     cli_common.progress(PROG, f"simulating {w.spec.name} on {w.cluster.world} {w.gpu.name} ({ns.backend}, {mode})")
-    point = measure_point(w, backend=ns.backend, mode=mode, check=ns.backend != "virtual")
+    point = measure_point(
+        w, backend=ns.backend, mode=mode, check=ns.backend != "virtual", profile=profile, kernels=kernels
+    )
     rep = step_report(point)
-    cli_common.say(format_step_report(rep))
+    cli_common.say(format_step_report(rep, detail=ns.detail))
     status = 0
 
     def trace(path: str) -> None:

@@ -75,7 +75,17 @@ def _heartbeat(cfg: OverlapConfig) -> _Heartbeat | None:
     return None if cfg.world_size > 1 or cfg.launcher == "env" else _Heartbeat(cfg.layers)
 
 
-ZOO_ONLY_FLAGS = ("--gpu", "--nodes", "--gpus-per-node", "--phase", "--imbalance", "--comm-sms", "--shrink")
+ZOO_ONLY_FLAGS = (
+    "--gpu",
+    "--nodes",
+    "--gpus-per-node",
+    "--attention-tp",
+    "--phase",
+    "--imbalance",
+    "--comm-sms",
+    "--shrink",
+    "--kernels",
+)
 """Flags of a ``--model`` run that the toy has no use for (refused without ``--model``)."""
 
 
@@ -120,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{PROG}: error: {arg.split('=', 1)[0]} describes a real model's cluster: add --model NAME "
                 f"(the toy runs on --profile)\n"
             )
+            return 2
+        if arg == "--detail":
+            sys.stderr.write(f"{PROG}: error: --detail is the per-op table of a real model's layer: add --model NAME\n")
             return 2
     parser = build_parser()
     try:

@@ -4,7 +4,8 @@ what to pass to vLLM and SGLang (docs/predict.md).
 The command line only: flags, one-line errors before any work, the progress bar, the files. The answer
 is ``demos.prediction.predict`` (the same function from Python: docs/python.md), called with the flags
 as its keyword arguments; ``--model toy --profile PATH.json`` goes through it too. This module prints
-its ``text()`` and writes its ``to_dict()`` (``--json``), ``--csv``, ``--plot`` and ``--trace``.
+its ``text()`` (``text(detail=True)`` with ``--detail``) and writes its ``to_dict()`` (``--json``),
+``--csv``, ``--plot`` and ``--trace``.
 """
 
 from __future__ import annotations
@@ -74,6 +75,11 @@ def build_parser() -> cli_common.OneLineParser:
     a("--plot", dest="plot_path", default=None, metavar="PATH.png", help="step time and speedup against tokens")
     a("--trace", dest="trace_path", default=None, metavar="PATH", help="a Perfetto trace of one point's steps")
     a("--trace-tokens", type=int, default=None, metavar="N", help="the point --trace shows (default: the crossover)")
+    a(
+        "--detail",
+        action="store_true",
+        help="also print each point's device ms per op of one MoE and one dense layer of the no-DBO step",
+    )
     return p
 
 
@@ -101,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             nodes=ns.nodes,
             gpus_per_node=ns.gpus_per_node,
             ep=ns.ep,
+            attention_tp=ns.attention_tp,
+            kernels=ns.kernels,
             phase=ns.phase,
             context=ns.context,
             imbalance=ns.imbalance,
@@ -121,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         bar.done()
-    cli_common.say(pred.text())
+    cli_common.say(pred.text(detail=ns.detail))
     return _write_files(ns, pred)
 
 

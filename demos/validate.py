@@ -5,6 +5,8 @@ profile, and print the errors (docs/fidelity.md, "Validating").
     python -m demos.validate --profile my.json --quick
     python -m demos.validate --h200        # the toy's h200 profile against the H200 measurements
     python -m demos.validate --deepep      # DeepEP's published H800 all-to-all tables against the model
+    python -m demos.validate --kernels     # the fitted roofline against measured kernel tables (extra: measured)
+    python -m demos.validate --silicon     # predicted no-DBO steps against measured deployments (extra: measured)
     python -m demos.validate --profile my.json --quick --schedules ht --sizes 128 --ratios 0.5 --breakdown
 
 The work lives in ``demos.fidelity.validation`` (``--breakdown``: ``demos.fidelity.breakdown``).
@@ -143,6 +145,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="only compare the EP all-to-all model with DeepEP's published H800 tables (no runs here)",
     )
     p.add_argument(
+        "--kernels",
+        action="store_true",
+        help="only compare the fitted roofline with the measured kernel tables of H100, H200, B200 and GB200 "
+        "(needs the measured extra; no runs here)",
+    )
+    p.add_argument(
+        "--silicon",
+        action="store_true",
+        help="only compare predicted no-DBO steps with measured end-to-end deployments (needs the measured extra)",
+    )
+    p.add_argument(
         "--no-held-out",
         action="store_true",
         help="leave out the held-out points (shapes off the grid: other top-k, expert counts and hidden sizes)",
@@ -183,8 +196,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             cli_common.check_output_path(ns.json, "--json")
         except cli_common.OutputPathError as e:
             return fail(str(e))
-    if ns.deepep and ns.h200:
-        return fail("--deepep and --h200 are two separate checks: pass one of them")
+    checks = [f for f in ("deepep", "h200", "kernels", "silicon") if getattr(ns, f)]
+    if len(checks) > 1:
+        return fail(f"{' and '.join('--' + c for c in checks)} are separate checks: pass one of them")
+    if ns.kernels or ns.silicon:
+        if ns.profile is not None:
+            return fail(f"--{checks[0]} uses the zoo's GPU profiles, not a device profile (--profile)")
+        return _measured_check(ns, parser.prog, fail)
     if ns.deepep and ns.profile is not None:
         return fail(
             "--deepep checks the all-to-all model against DeepEP's tables; it uses no device profile (--profile)"
@@ -256,6 +274,33 @@ def _breakdowns(ns: argparse.Namespace, profile: Any, points: list, progress: Pr
         cli_common.say(format_breakdown(b))
         out.append(dataclasses.asdict(b))
     return _write(ns.json, {"breakdowns": out}, prog)
+
+
+def _measured_check(ns: argparse.Namespace, prog: str, fail: Callable[[str], int]) -> int:
+    """``--kernels`` / ``--silicon``: against the measured tables (``demos.zoo.measured``)."""
+    from demos.fidelity.silicon import format_kernels, format_silicon, silicon_rows, silicon_summaries
+    from demos.zoo.kernel_check import kernel_rows, summaries
+    from demos.zoo.measured import SYSTEMS, MeasuredTablesError
+
+    progress = ProgressLine(enabled=not ns.no_progress)
+    try:
+        if ns.kernels:
+            rows = []
+            for gpu in (*SYSTEMS, "h800"):
+                progress(f"kernels: {gpu}")
+                rows += kernel_rows(gpu)
+            progress.done()
+            summary = summaries(rows)
+            cli_common.say(format_kernels(summary))
+            return _write(ns.json, {"rows": [r._asdict() for r in rows], "summary": summary}, prog)
+        checks, skipped = silicon_rows(lambda d, n, what: progress(f"silicon: {d}/{n} {what}"))
+    except MeasuredTablesError as e:
+        progress.done()
+        return fail(str(e))
+    progress.done()
+    summary = silicon_summaries(checks)
+    cli_common.say(format_silicon(summary, skipped))
+    return _write(ns.json, {"rows": [c.to_dict() for c in checks], "summary": summary, "skipped": skipped}, prog)
 
 
 def _write(path: str | None, obj: Any, prog: str) -> int:

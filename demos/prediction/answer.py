@@ -6,7 +6,11 @@ vLLM and SGLang, each with its main reason in one line.
   interpolated linearly in log(tokens) and marked as such. None when DBO does not pay at the largest.
 * ``recommend(...)``: vLLM's DBO switches on when a step has at least the threshold's tokens
   (``num_tokens >= dbo_decode_token_threshold``, per DP rank); vLLM needs data parallel > 1 with expert
-  parallelism for DBO. SGLang's two-batch overlap has no threshold: it is on or off.
+  parallelism for DBO. SGLang's two-batch overlap has no threshold: it is on or off. With attention TP
+  (``attention_tp`` > 1) the lines take the TP form: vLLM ``--tensor-parallel-size`` with the data
+  parallel size the rest of the GPUs (its DeepEP path under TP, the sequence-parallel MoE, needs data
+  parallel > 1); SGLang ``--tp`` over every GPU, its attention TP group ``tp / dp`` (with
+  ``--enable-dp-attention`` when that is less than every GPU).
 * ``reason_of(...)``: why DBO loses below the crossover (or everywhere), from the stage figures of the
   point just below it: what DBO adds (each ubatch reads the weights and pays the kernel floor again;
   on eager, twice the launches) against what it can hide (the all-to-all, at most the shorter of
@@ -132,9 +136,11 @@ def recommend(
     world: int,
     ep: int,
     default_mode: str,
+    attention_tp: int = 1,
 ) -> dict[str, Any]:
     """The vLLM and SGLang flags for ``phase`` from the crossover of the mode vLLM runs it in
-    (``default_mode``: graph for decode, eager for prefill), with the reason."""
+    (``default_mode``: graph for decode, eager for prefill), with the reason; the TP form of them
+    for ``attention_tp`` > 1 (module docstring)."""
     mode = default_mode if default_mode in crossovers else next(iter(crossovers))
     c = crossovers[mode]
     reason = reasons[mode]
@@ -158,6 +164,9 @@ def recommend(
         )
         return out
     approx = " (interpolated between swept points)" if c.interpolated else ""
+    if attention_tp > 1:
+        out.update(_tp_lines(model, phase, c.threshold, flag, other, world, attention_tp, approx))
+        return out
     out.update(
         enable=True,
         threshold=c.threshold,
@@ -167,3 +176,27 @@ def recommend(
         f"(SGLang has no threshold: below it two-batch overlap slows the step){approx}",
     )
     return out
+
+
+def _tp_lines(model: str, phase: str, threshold: int, flag: str, other: str, world: int, tp: int, approx: str) -> dict:
+    """The TP form of the recommendation (module docstring): DBO on from ``threshold`` tokens per attention
+    TP group (what vLLM counts per DP rank)."""
+    dp = world // tp
+    note = f"  # {other.split()[0]} left at vLLM's default: not swept here"
+    vllm = (
+        f"vllm serve {model} --tensor-parallel-size {tp} --data-parallel-size {dp} --enable-expert-parallel "
+        f"--enable-dbo {flag} {threshold} {other}{note}"
+        if dp > 1
+        else f"do not enable DBO in vLLM with attention TP over every GPU (--tensor-parallel-size {world}): its "
+        "MoE then runs without an all-to-all (an all-reduce), and DBO overlaps only DeepEP's; pass "
+        "--data-parallel-size > 1 (the sequence-parallel MoE sends each TP rank's share through DeepEP)"
+    )
+    dpa = f" --dp {dp} --enable-dp-attention" if dp > 1 else ""
+    return {
+        "enable": True,
+        "threshold": threshold,
+        "vllm": vllm,
+        "sglang": f"--tp {world}{dpa} --moe-a2a-backend deepep --enable-two-batch-overlap, if your {phase} batches "
+        f"carry at least {threshold} tokens per attention TP group of {tp} GPUs (SGLang has no threshold: below it "
+        f"two-batch overlap slows the step){approx}",
+    }

@@ -18,7 +18,7 @@ from demos.errors import ConfigError, field_ref
 from demos.prediction.answer import best_setting, crossover, reason_of, recommend
 from demos.prediction.outputs import point_record
 from demos.prediction.result import Prediction, Recommendation, Setting, SweptPoint
-from demos.prediction.sweep import DEFAULT_TOKENS, Sweep, default_mode, run_sweep
+from demos.prediction.sweep import DEFAULT_TOKENS, Sweep, default_mode, run_sweep, sweep_kernels
 from demos.zoo.flags import TOY, load_model, workload_for
 from demos.zoo.models import ModelSpec
 from demos.zoo.workload import PHASES, WORKLOAD_SCHEDULES
@@ -38,6 +38,7 @@ def predict(
     nodes: int = 1,
     gpus_per_node: int | None = None,
     ep: int | None = None,
+    attention_tp: int = 1,
     phase: str = "decode",
     context: int = 2048,
     imbalance: float | str = "auto",
@@ -49,6 +50,7 @@ def predict(
     what_if: Mapping[str, float] | Sequence[tuple[str, float]] | None = None,
     profile: Any = None,
     progress: Progress | None = None,
+    kernels: str = "roofline",
 ) -> Prediction:
     """Sweep ``model`` on the cluster and answer whether DBO pays, from which tokens per GPU, and what
     to pass to vLLM and SGLang (docs/predict.md).
@@ -56,18 +58,27 @@ def predict(
     ``model``: a preset name, a path to a HuggingFace config.json, a ``ModelSpec``, or "toy" (the toy
     MoE on ``profile``, a profile ``python -m demos.calibrate`` wrote, on validate's grid). ``gpu``: a
     GPU name (h100, h200, h800, h20, b200, gb200) or a ``GpuSpec``; ``gpus_per_node`` and ``ep``: None
-    for the GPU's node and every GPU. ``tokens``: the tokens per GPU to sweep (None: the phase's
-    default); ``ubatches`` and ``comm_sms``: one value or a list to sweep; ``mode``: "graph", "eager",
-    "both" or None (graph for decode, eager for prefill); ``imbalance``: a number >= 1 or "auto";
-    ``what_if``: ``{knob: factor}`` (or pairs) with knobs link, rdma, nvlink, gemm, hbm, host.
+    for the GPU's node and every GPU. ``attention_tp``: GPUs of one NVLink domain that run attention
+    together (tensor parallel, heads / attention_tp heads each) before each runs the MoE on its share of
+    their tokens; 1 (the default) is data-parallel attention (docs/clusters.md). ``tokens``: the tokens
+    per GPU to sweep, what each GPU's attention sees (the whole group's batch under attention TP; None:
+    the phase's default); ``ubatches`` and ``comm_sms``: one value or a list to sweep; ``mode``: "graph",
+    "eager", "both" or None (graph for decode, eager for prefill); ``imbalance``: a number >= 1 or
+    "auto"; ``what_if``: ``{knob: factor}`` (or pairs) with knobs link, rdma, nvlink, gemm, hbm, host.
+    ``kernels``: where kernel times come from, "roofline" (the curves fitted per GPU family) or
+    "measured" (the tables, where they have the shape; needs the measured extra; docs/kernels.md).
     ``progress(done, total, what)`` is called after each point. The toy takes ``profile``, ``phase``,
     ``mode``, ``schedule`` and ``tokens`` (default ``TOY_TOKENS``); it refuses ``gpus_per_node``, ``ep``,
-    ``comm_sms``, ``what_if``, ``nodes`` other than 1 and ``ubatches`` other than 2, and does not read
-    ``gpu``, ``context`` or ``imbalance``."""
+    ``comm_sms``, ``what_if``, ``nodes`` and ``attention_tp`` other than 1 and ``ubatches`` other than 2,
+    ``kernels`` other than "roofline", and does not read ``gpu``, ``context`` or ``imbalance``."""
     if progress is not None and not callable(progress):
         raise ConfigError(f"{field_ref('progress')} must be a callable (done, total, what) or None, got {progress!r}")
     modes = _modes(mode, phase)
     if isinstance(model, str) and model == TOY:
+        if isinstance(attention_tp, bool) or attention_tp != 1:
+            raise ConfigError(f"{field_ref('attention_tp')} applies to real models, not to {field_ref('model')} toy")
+        if kernels != "roofline":
+            raise ConfigError(f"{field_ref('kernels')} applies to real models, not to {field_ref('model')} toy")
         return _predict_toy(
             profile,
             phase=phase,
@@ -101,8 +112,9 @@ def predict(
         schedule=schedule,
         tokens=max(toks),
         ubatches=ubs[0],
+        attention_tp=attention_tp,
     )
-    sweep = Sweep(base, toks, modes, ubs, sms, _what_if(what_if))
+    sweep = Sweep(base, toks, modes, ubs, sms, _what_if(what_if), kernels)
     return _predict_sweep(sweep, _model_id(spec.source, model), progress)
 
 
@@ -167,10 +179,16 @@ def _model_id(source: str, given: Any) -> str:
 
 def _sources(sweep: Sweep) -> tuple[str, ...]:
     w = sweep.base
-    return (
+    tp = (
+        ("attention TP collectives: NCCL's ring cost model and default latencies on NVLink (docs/clusters.md)",)
+        if w.attention_tp > 1
+        else ()
+    )
+    return tp + (
         f"model: {w.spec.source}",
         f"GPU {w.gpu.name}: {w.gpu.source}",
-        "GEMM efficiency: DeepGEMM's H800 FP8 tables; attention: FlashMLA's H800 figures (docs/kernels.md)",
+        f"kernel times: the {w.gpu.family} curves fitted to measured GEMM and MLA tables "
+        "(aiconfigurator-core 0.12.0; demos/zoo/rooflines.json, docs/kernels.md)",
         "all-to-all: DeepEP's H800 tables, 4 fitted parameters (docs/clusters.md)",
         "host: per-launch, handoff and sync costs measured on our H200 host (docs/fidelity.md)",
     )
@@ -178,7 +196,8 @@ def _sources(sweep: Sweep) -> tuple[str, ...]:
 
 def _predict_sweep(sweep: Sweep, model_id: str, progress: Progress | None) -> Prediction:
     """Run the checked ``sweep``: the points, then the crossover, reason and best setting of each mode."""
-    results = run_sweep(sweep, progress)
+    kt = sweep_kernels(sweep)
+    results = run_sweep(sweep, progress, kt)
     w = sweep.base
     cross, reasons, best = {}, {}, {}
     for mode in sweep.modes:
@@ -195,12 +214,15 @@ def _predict_sweep(sweep: Sweep, model_id: str, progress: Progress | None) -> Pr
         world=w.cluster.world,
         ep=w.cluster.ep,
         default_mode=default_mode(w.phase),
+        attention_tp=w.attention_tp,
     )
     what = ", ".join(f"{k} x{v:g}" for k, v in sweep.what_if.items())
     c = w.cluster
     return Prediction(
-        title=f"{w.spec.name} {w.phase} on {c.nodes} x {c.gpus_per_node} {w.gpu.name}, EP {c.ep}, context "
-        f"{w.context}, imbalance {w.imbalance}" + (f", what-if {what}" if what else ""),
+        title=f"{w.spec.name} {w.phase} on {c.nodes} x {c.gpus_per_node} {w.gpu.name}, EP {c.ep}"
+        + (f", attention TP {w.attention_tp}" if w.attention_tp > 1 else "")
+        + f", context {w.context}, imbalance {w.imbalance}"
+        + (f", what-if {what}" if what else ""),
         model=w.spec.name,
         phase=w.phase,
         schedule=w.schedule,
@@ -213,9 +235,11 @@ def _predict_sweep(sweep: Sweep, model_id: str, progress: Progress | None) -> Pr
         nodes=c.nodes,
         gpus_per_node=c.gpus_per_node,
         ep=c.ep,
+        attention_tp=w.attention_tp,
         context=w.context,
         imbalance=w.imbalance,
         what_if=dict(sweep.what_if),
+        kernels={"source": kt.source, "fallbacks": dict(kt.fallbacks)},
         _sweep=sweep,
         _results=tuple(results),
     )

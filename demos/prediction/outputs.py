@@ -1,7 +1,8 @@
 """What ``demos.predict`` prints and writes: one record per point (``point_record``), the text of the
 whole report (``format_prediction``: the dict ``Prediction.to_dict()`` gives, with its points,
-crossovers, recommendation, sources and what is not modelled), ``--csv`` (``write_csv``) and ``--plot``
-(``write_plot``). The keys are in docs/predict.md.
+crossovers, recommendation, sources and what is not modelled; with ``detail``, ``--detail``'s table of
+each point's seconds per op of one layer), ``--csv`` (``write_csv``) and ``--plot`` (``write_plot``).
+The keys are in docs/predict.md.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 __all__ = [
     "CSV_COLUMNS",
     "NOT_MODELLED",
+    "detail_lines",
     "format_prediction",
     "point_record",
     "write_csv",
@@ -21,7 +23,8 @@ __all__ = [
 
 NOT_MODELLED = (
     "the scheduler and sampling between steps (each step is the model's forward and its LM head only)",
-    "the GEMM knees measured on H800 applied to every GPU as fractions of its own datasheet",
+    "the GEMMs' tile and wave quantization (smooth curves per GPU family; a GPU without measured tables "
+    "takes its family's curves over its own datasheet)",
     "per-GPU variation: every rank is the busiest one (the step waits for it), with the imbalance given",
     "DeepEP's SM count effect on its own bandwidth (the normal kernels run at the fitted bandwidth whatever "
     "--comm-sms is; only the SMs they take from compute are modelled)",
@@ -73,6 +76,8 @@ def point_record(r: Any, gpus_per_node: int) -> dict[str, Any]:
         "fits_without_dbo": None if mem is None else mem.fits_without_dbo,
         "memory_total_bytes": None if mem is None else mem.total,
         "stages": {k: st.get(k, 0.0) for k in ("attention", "dispatch", "mlp", "combine", "other")},
+        "moe_layer_s": None if p.moe_layer_s is None else dict(p.moe_layer_s),
+        "dense_layer_s": None if p.dense_layer_s is None else dict(p.dense_layer_s),
     }
 
 
@@ -80,8 +85,42 @@ def _fmt_fit(v: Any) -> str:
     return "-" if v is None else ("yes" if v else "NO")
 
 
-def format_prediction(rep: dict[str, Any]) -> str:
-    """The text of a prediction's dict (``Prediction.to_dict()``)."""
+def _op_rows(points: list[dict[str, Any]], key: str) -> list[str]:
+    """One row per point: the ms of each op of ``points[i][key]`` (``moe_layer_s`` or ``dense_layer_s``)."""
+    ops = next(p[key] for p in points if p[key] is not None)
+    widths = [max(len(op), 7) for op in ops]
+    lines = [
+        f"{'tokens':>7} {'mode':>5} {'ub':>2} {'sms':>3} "
+        + " ".join(f"{op:>{w}}" for op, w in zip(ops, widths))
+        + f" {'total':>8}"
+    ]
+    for p in points:
+        ms = p[key]
+        cells = ["-" if ms is None else f"{ms[op] * 1e3:.4f}" for op in ops]
+        total = "-" if ms is None else f"{sum(ms.values()) * 1e3:.4f}"
+        lines.append(
+            f"{p['tokens']:>7} {p['mode']:>5} {p['ubatches']:>2} {p['comm_sms']:>3} "
+            + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths))
+            + f" {total:>8}"
+        )
+    return lines
+
+
+def detail_lines(rep: dict[str, Any]) -> list[str]:
+    """``--detail``: each point's device ms per op of one MoE layer, and of one dense layer, of the no-DBO
+    step (the points' ``moe_layer_s`` and ``dense_layer_s``)."""
+    pts = rep["points"]
+    out = []
+    for key, what in (("moe_layer_s", "one MoE layer"), ("dense_layer_s", "one dense layer")):
+        if any(p[key] is not None for p in pts):
+            out += ["", f"per op: ms of device time of {what} of the no-DBO step ({key})"] + _op_rows(pts, key)
+    if not out:
+        out = ["", "per op: not broken down for this model (the toy's layers are not the zoo's)"]
+    return out
+
+
+def format_prediction(rep: dict[str, Any], *, detail: bool = False) -> str:
+    """The text of a prediction's dict (``Prediction.to_dict()``); ``detail``: with ``detail_lines``."""
     lines = [rep["title"], ""]
     head = (
         f"{'tokens':>7} {'mode':>5} {'ub':>2} {'sms':>3} {'no DBO ms':>10} {'DBO ms':>9} {'speedup':>7} "
@@ -104,6 +143,14 @@ def format_prediction(rep: dict[str, Any]) -> str:
         "(stages: busy ms of the no-DBO step's kernels per stage; hidden: the share of the hideable "
         "all-to-all the DBO step hid)"
     )
+    tp = rep.get("attention_tp") or 1
+    if tp > 1:
+        lines.append(
+            f"(attention TP {tp}: tokens are each TP group's batch, what every GPU's attention sees; "
+            f"tok/s/GPU is a GPU's share, tokens / {tp})"
+        )
+    if detail:
+        lines += detail_lines(rep)
     lines.append("")
     for mode, c in rep["crossover"].items():
         if c is None:
@@ -123,6 +170,10 @@ def format_prediction(rep: dict[str, Any]) -> str:
         )
     r = rep["recommendation"]
     lines += ["", f"vLLM     {r['vllm']}", f"SGLang   {r['sglang']}", f"reason   {r['reason']}", ""]
+    k = rep.get("kernels")
+    if k is not None:
+        fell = "; ".join(f"{op}: {why}" for op, why in k["fallbacks"].items())
+        lines.append(f"kernels  {k['source']}" + (f" (fell back to the roofline: {fell})" if fell else ""))
     lines.append("rests on: " + "; ".join(rep["sources"]))
     lines.append("not modelled: " + "; ".join(rep["not_modelled"]))
     return "\n".join(lines)

@@ -34,7 +34,9 @@ class SweptPoint:
     GPU and per node without and with DBO; the share of the hideable all-to-all the DBO step hid
     (``hidden_fraction``); whether the step fits in HBM with and without DBO and its memory (None for
     the toy); ``stages``: seconds per stage of the no-DBO step (attention, dispatch, mlp, combine,
-    other)."""
+    other); ``moe_layer_s`` and ``dense_layer_s``: the device seconds of each op of one MoE and one
+    dense layer of the no-DBO step (``demos.zoo.breakdown``; None for the toy, and where the model has
+    no layer of that kind)."""
 
     tokens: int
     mode: str
@@ -52,11 +54,14 @@ class SweptPoint:
     fits_without_dbo: bool | None
     memory_total_bytes: float | None
     stages: dict[str, float]
+    moe_layer_s: dict[str, float] | None = None
+    dense_layer_s: dict[str, float] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The record as the JSON's ``points`` holds it."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["stages"] = dict(self.stages)
+        for key in ("stages", "moe_layer_s", "dense_layer_s"):
+            out[key] = None if out[key] is None else dict(out[key])
         return out
 
 
@@ -103,7 +108,9 @@ class Prediction:
     name ("toy" for the toy); ``schedule``: "ll" or "ht"; ``what_if``: the factors applied;
     ``points``: every swept point in the order it ran; ``crossovers``: per mode, where DBO starts to
     pay (``Crossover.tokens`` None: nowhere in the sweep); ``best``: per mode, the best setting;
-    ``sources`` and ``not_modelled``: what the prediction rests on and what it leaves out."""
+    ``sources`` and ``not_modelled``: what the prediction rests on and what it leaves out; ``kernels``
+    (real models): ``{"source": "roofline" or "measured", "fallbacks": {op: why}}``, each op the
+    measured source timed on the roofline instead, and why."""
 
     title: str
     model: str
@@ -118,10 +125,12 @@ class Prediction:
     nodes: int | None = None
     gpus_per_node: int | None = None
     ep: int | None = None
+    attention_tp: int | None = None
     context: int | None = None
     imbalance: float | str | None = None
     what_if: dict[str, float] = field(default_factory=dict)
     profile: str | None = None
+    kernels: dict[str, Any] | None = None
     not_modelled: tuple[str, ...] = NOT_MODELLED
     _sweep: Any = field(default=None, repr=False, compare=False)
     _results: tuple[Any, ...] = field(default=(), repr=False, compare=False)
@@ -140,11 +149,14 @@ class Prediction:
         if self.is_toy:
             keys = ("title", "model", "profile", "schedule", "phase")
         else:
-            keys = ("title", "model", "gpu", "nodes", "gpus_per_node", "ep", "phase", "context", "schedule")
-            keys += ("imbalance", "what_if")
+            keys = ("title", "model", "gpu", "nodes", "gpus_per_node", "ep", "attention_tp", "phase", "context")
+            keys += ("schedule",)
+            keys += ("imbalance", "what_if", "kernels")
         out = {k: getattr(self, k) for k in keys}
         if "what_if" in out:
             out["what_if"] = dict(self.what_if)
+        if out.get("kernels") is not None:
+            out["kernels"] = {"source": self.kernels["source"], "fallbacks": dict(self.kernels["fallbacks"])}
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -164,9 +176,10 @@ class Prediction:
             "not_modelled": list(self.not_modelled),
         }
 
-    def text(self) -> str:
-        """Exactly the report the command prints on stdout (without the final newline)."""
-        return format_prediction(self.to_dict())
+    def text(self, detail: bool = False) -> str:
+        """Exactly the report the command prints on stdout (without the final newline); ``detail``: with
+        ``--detail``'s per-op table of one layer per point."""
+        return format_prediction(self.to_dict(), detail=detail)
 
     def write_csv(self, path: str) -> None:
         """``--csv PATH``: one row per point."""

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from dbo.costs import HostCosts
 from demos.errors import ConfigError, field_ref
 from demos.zoo.hardware import ClusterSpec
+from demos.zoo.kernel_times import KERNEL_SOURCES, KernelTimes, kernel_times
 from demos.zoo.profile import EAGER_HOST, gpu_profile
 from demos.zoo.report import Point, measure_point
 from demos.zoo.run import MODES
@@ -27,6 +28,7 @@ __all__ = [
     "Sweep",
     "default_mode",
     "run_sweep",
+    "sweep_kernels",
     "what_if_workload",
 ]
 
@@ -64,8 +66,13 @@ class Sweep:
     ubatches: tuple[int, ...] = (2,)
     comm_sms: tuple[int | None, ...] = (None,)
     what_if: dict[str, float] = field(default_factory=dict)
+    kernels: str = "roofline"
 
     def __post_init__(self) -> None:
+        if self.kernels not in KERNEL_SOURCES:
+            raise ConfigError(
+                f"{field_ref('kernels')} must be one of {', '.join(KERNEL_SOURCES)}, got {self.kernels!r}"
+            )
         if not self.tokens:
             raise ConfigError(f"{field_ref('tokens')} needs at least one token count")
         for m in self.modes:
@@ -133,13 +140,24 @@ class PointResult:
     point: Point
 
 
-def run_sweep(sweep: Sweep, progress: Callable[[int, int, str], None] | None = None) -> list[PointResult]:
-    """Measure every point of ``sweep``; ``progress(done, total, what)`` after each one."""
+def sweep_kernels(sweep: Sweep) -> KernelTimes:
+    """The ``KernelTimes`` of ``sweep``'s kernel source on its GPU (one for every point: the GPU and the
+    what-if factors are the sweep's); ``ConfigError`` when the measured source cannot be had."""
+    w = sweep.workload(sweep.tokens[0], 1, sweep.comm_sms[0])
+    return kernel_times(sweep.kernels, w.gpu, sweep.profile(w))
+
+
+def run_sweep(
+    sweep: Sweep, progress: Callable[[int, int, str], None] | None = None, kernels: KernelTimes | None = None
+) -> list[PointResult]:
+    """Measure every point of ``sweep`` with ``kernels`` (default ``sweep_kernels(sweep)``);
+    ``progress(done, total, what)`` after each one."""
     plan = sweep.points
+    kt = sweep_kernels(sweep) if kernels is None else kernels
     out = []
     for i, (t, mode, n, sms) in enumerate(plan):
         w = sweep.workload(t, n, sms)
-        p = measure_point(w, mode=mode, profile=sweep.profile(w))
+        p = measure_point(w, mode=mode, profile=sweep.profile(w), kernels=kt)
         out.append(PointResult(t, mode, n, w.comm_sms, p))
         if progress is not None:
             progress(i + 1, len(plan), f"{t} tokens, {mode}, {n} ubatches")

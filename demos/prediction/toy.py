@@ -39,6 +39,8 @@ class _ToyPoint:
     hidden_fraction: float | None
     tokens: int = 0
     memory: Any = None
+    moe_layer_s: Any = None  # the toy's layers are not the zoo's: no per-op breakdown
+    dense_layer_s: Any = None
 
     @property
     def speedup(self) -> float:

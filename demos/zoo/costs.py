@@ -1,10 +1,11 @@
 """The generic transformer's cost model: what each kernel of one layer does for a ubatch of ``t`` tokens.
 
-``layer_costs(workload, t, attention_scale)`` returns a ``LayerCosts``: the ``dbo.costs.Work`` of every
+``layer_costs(workload, t, layer, profile, kernels)`` returns a ``LayerCosts``: the ``dbo.costs.Work`` of every
 compute kernel of a dense and of an MoE layer, and the seconds of the all-to-all kernels from DeepEP's
-model (``demos.zoo.hardware.deepep_low_latency`` / ``deepep_normal``). The virtual backend turns each Work into
-time with the GPU's profile (``demos.zoo.gpu_profile``): its per-dtype rates, GEMM efficiency curve and
-memory bandwidth. Everything is counted from first principles (docs/models.md, "What a step costs"):
+model (``demos.zoo.hardware.deepep_low_latency`` / ``deepep_normal``). Each kernel's time comes from
+``kernels`` (``demos.zoo.kernel_times``: the GPU family's curves fitted to measured tables, or the
+tables themselves) and is folded into a Work the virtual backend charges on the GPU's profile
+(``demos.zoo.gpu_profile``). Everything is counted from first principles (docs/models.md, "What a step costs"):
 
 * GEMMs: ``2 M N K`` flops; the weight bytes once per kernel (a decode GEMM reads all its weights
   whatever its rows) plus the activations in and out. Weights in FP8 multiply in FP8 with their
@@ -23,10 +24,14 @@ memory bandwidth. Everything is counted from first principles (docs/models.md, "
   (two memory passes over the copies; the low-latency kernels deliver the per-expert layout directly).
 * Norms, residual adds, activations, quantization: memory passes folded into the op that carries them
   (their kernel counts, which set the per-kernel floor, are in ``demos.zoo.gpu_profile.ZOO_OPS``).
+* Attention TP (``attention_tp`` > 1, docs/clusters.md): attention runs the group's ``t`` tokens with
+  ``heads / attention_tp`` heads per rank (the down-projections replicated), the MoE block its share,
+  ``ceil(t / attention_tp)``; the collectives (``LayerCosts.tp_*``, seconds,
+  ``demos.zoo.hardware.collectives``) reduce-scatter o_proj's sums and all-gather the MoE's output
+  (dense layers: all-reduce both).
 
-Attention kernels reach a different share of the rates than GEMMs (FlashMLA's published figures,
-``demos.zoo.efficiency``); ``attention_scale`` = (flops factor, bytes factor) expresses that in the
-profile's GEMM-fitted rates.
+Attention cores are timed on their own fitted curve (MLA decode and prefill, per GPU family), not the
+GEMMs'; a GQA attention core takes the MLA curve of its phase (an extrapolation, docs/kernels.md).
 """
 
 from __future__ import annotations
@@ -34,9 +39,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from dbo.costs import DeviceProfile, Work, kernel_time
-from demos.zoo.efficiency import KNEE_FLOOR
+from dbo.costs import DeviceProfile, Work
 from demos.zoo.hardware import deepep_low_latency, deepep_normal
+from demos.zoo.hardware.collectives import tp_collective
+from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.models import GQAAttention, MLAAttention
 from demos.zoo.models.spec import DTYPE_BYTES
 from demos.zoo.workload import Workload
@@ -67,28 +73,33 @@ def gemm(m: float, n: int, k: int, storage: str, *, weights: float = 1.0) -> Wor
 class Folder:
     """Folds the kernels of one op (its GEMMs and memory passes) into one ``Work`` for ``profile``.
 
-    Each part is a kernel of its own, so each takes its own roofline time, ``max(flops / (rate x eff),
-    bytes / bandwidth)`` with its dtype's rate and its shape's efficiency on the profile's GEMM curve
-    (``gemm_knee``; N and K below the fitted range count as its edge,
-    ``demos.zoo.efficiency.KNEE_FLOOR``), and the op takes their sum. The folded Work carries that sum
-    as flops at the first part's rate (``seconds x rate``), and the parts' bytes summed (which never
-    exceed what the sum allows), so the virtual backend's roofline of it is the sum."""
+    Each part is a kernel of its own and takes its own time from ``kernels``
+    (``demos.zoo.kernel_times.KernelTimes``: the GPU family's fitted curves, or measured tables): a GEMM
+    part (a Work with a shape) its GEMM time, a memory pass its bytes at a streaming kernel's bandwidth;
+    the op takes their sum. The folded Work carries that sum as flops at the first part's rate
+    (``seconds x rate``) and the parts' bytes summed (which the profile's bandwidth, the largest share
+    any curve reaches, never makes longer), so the virtual backend's roofline of it is the sum."""
 
-    def __init__(self, profile: DeviceProfile):
+    def __init__(self, profile: DeviceProfile, kernels: KernelTimes, op: str = ""):
         self.p = profile
+        self.kernels = kernels
+        self.op = op
 
     def seconds(self, w: Work) -> float:
-        """One part's roofline time on the profile (``dbo.costs.kernel_time`` without the per-kernel
-        floor and launch overhead, which the op pays once), N and K held at the fitted edge."""
+        """One part's time (the per-kernel floor and launch overhead are the op's, paid once)."""
         if w.shape is not None:
             m, n, k = w.shape
-            w = replace(w, shape=(m, max(n, KNEE_FLOOR[0]), max(k, KNEE_FLOOR[1])))
-        return kernel_time(w, self.p, kernels=0) - self.p.launch_overhead
+            return self.kernels.gemm(self.op, m, n, k, w.dtype, w.flops, w.bytes)
+        return self.kernels.memory(w.bytes, w.flops)
 
     def __call__(self, *works: Work) -> Work:
         dtype = next((x.dtype for x in works if x.dtype is not None), None)
         t = sum(self.seconds(x) for x in works)
         return Work(flops=t * self.p.flops_rate(dtype), bytes=sum(x.bytes for x in works), dtype=dtype)
+
+    def named(self, op: str) -> Folder:
+        """This folder for the parts of ``op`` (named in a measured source's fallbacks)."""
+        return Folder(self.p, self.kernels, op)
 
 
 def _bmm(batch: int, m: int, n: int, k: int) -> Work:
@@ -125,7 +136,10 @@ class LayerCosts:
 
     Compute kernels hold a ``Work``; ``dispatch`` / ``combine`` hold seconds (the all-to-all's modelled
     time on the busiest rank, None when EP is 1 and nothing crosses a link); ``layer`` is the layer
-    index the attention cost was taken for (sliding windows differ per layer)."""
+    index the attention cost was taken for (sliding windows differ per layer). Under attention TP,
+    ``tp_attn_reduce``, ``tp_moe_gather`` and ``tp_mlp_reduce`` hold the seconds of its collectives (None
+    where a layer has none, and without it) and ``moe_t`` the tokens of this rank's MLP (its share in an
+    MoE layer, all ``t`` in a dense one)."""
 
     t: int
     attn_proj: Work
@@ -142,14 +156,22 @@ class LayerCosts:
     finalize: Work
     dispatch_bytes: float = 0.0
     combine_bytes: float = 0.0
+    tp_attn_reduce: float | None = None
+    tp_moe_gather: float | None = None
+    tp_mlp_reduce: float | None = None
+    moe_t: int | None = None
 
 
 def _mla(
     w: Workload, a: MLAAttention, t: int, pairs: float, store: str, _sum: Folder
 ) -> tuple[Work, Work, Work, float, float]:
-    """(proj, core, out, core flops, core bytes) of MLA; decode absorbed, prefill expanded."""
+    """(proj, core, out, core flops, core bytes) of MLA on one rank; decode absorbed, prefill expanded.
+    Attention TP (vLLM's DeepseekV2MLAAttention): the down-projections ``q_a`` and ``kv_a`` are
+    replicated, ``q_b`` (or ``q_proj``), ``kv_b`` and ``o_proj`` and the absorptions are split by heads,
+    ``heads / attention_tp`` per rank, and every rank reads the whole latent cache (the one KV head)."""
     H = w.spec.hidden_size
     h, nope, rope, v, lat = a.heads, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, a.kv_lora_rank
+    h //= w.attention_tp
     kvb = DTYPE_BYTES[w.spec.precision.kv_cache]
     if a.q_lora_rank is None:
         q = gemm(t, h * (nope + rope), H, store)
@@ -173,8 +195,11 @@ def _mla(
 
 
 def _gqa(w: Workload, a: GQAAttention, t: int, pairs: float, layer: int, store: str, _sum: Folder):
+    """GQA on one rank; attention TP splits the query heads and the KV heads (vLLM's QKVParallelLinear:
+    ``max(1, kv_heads / attention_tp)`` KV heads per rank, replicated when fewer than the group)."""
     H = w.spec.hidden_size
-    h, kvh, d = a.heads, a.kv_heads, a.head_dim
+    tp = w.attention_tp
+    h, kvh, d = a.heads // tp, max(1, a.kv_heads // tp), a.head_dim
     kvb = DTYPE_BYTES[w.spec.precision.kv_cache]
     window = a.window_of(layer)
     proj = _sum(gemm(t, (h + 2 * kvh) * d, H, store), _pass(t, H, 2))
@@ -194,31 +219,50 @@ def layer_costs(
     t: int,
     layer: int,
     profile: DeviceProfile,
-    attention_scale: tuple[float, float] = (1.0, 1.0),
+    kernels: KernelTimes | None = None,
 ) -> LayerCosts:
-    """The ``LayerCosts`` of layer ``layer`` for a ubatch of ``t`` >= 1 tokens of workload ``w``, its
-    GEMMs folded for ``profile`` (``Folder``)."""
+    """The ``LayerCosts`` of layer ``layer`` for a ubatch of ``t`` >= 1 tokens of workload ``w``, each
+    kernel timed by ``kernels`` (None: the roofline of ``w``'s GPU, ``demos.zoo.kernel_times``) and
+    folded for ``profile`` (``Folder``)."""
     spec, H = w.spec, w.spec.hidden_size
-    _sum = Folder(profile)
+    kt = KernelTimes(w.gpu, profile) if kernels is None else kernels
+    _sum = Folder(profile, kt)
     store = spec.precision.weights
     pairs = attention_pairs(w, t)
     a = spec.attention
     if isinstance(a, MLAAttention):
-        proj, _, out, af, ab = _mla(w, a, t, pairs, store, _sum)
+        proj, _, out, af, ab = _mla(w, a, t, pairs, store, _sum.named("attn_proj"))
+        heads = a.heads // w.attention_tp  # per rank under attention TP
+        if w.phase == "decode":
+            shape = (t, heads, w.context)
+        else:
+            shape = (max(1.0, t / w.context), heads, min(t, w.context))
     else:
-        proj, _, out, af, ab = _gqa(w, a, t, pairs, layer, store, _sum)
-    fs, bs = attention_scale
-    core = Work(flops=af * fs, bytes=ab * bs, dtype="bfloat16")
+        proj, _, out, af, ab = _gqa(w, a, t, pairs, layer, store, _sum.named("attn_proj"))
+        shape = None
+    attn_s = kt.attention(w.phase, af, ab, shape)
+    core = Work(flops=attn_s * profile.flops_rate("bfloat16"), bytes=ab, dtype="bfloat16")
     finalize = _pass(t, H, 1)
     moe = spec.moe
     dense = None
+    tp = w.attention_tp
     if not spec.is_moe_layer(layer):
-        inter = spec.dense_intermediate_size
-        dense = _sum(gemm(t, 2 * inter, H, store), gemm(t, H, inter, store), _pass(t, H, 2), _pass(t, inter, 1))
-        return LayerCosts(t, proj, core, out, _pass(t, H, 1), dense, None, None, None, None, None, None, finalize)
+        inter = -(-spec.dense_intermediate_size // tp)  # attention TP: the dense MLP is TP-sharded too
+        dense = _sum.named("dense_mlp")(
+            gemm(t, 2 * inter, H, store), gemm(t, H, inter, store), _pass(t, H, 2), _pass(t, inter, 1)
+        )
+        c = LayerCosts(t, proj, core, out, _pass(t, H, 1), dense, None, None, None, None, None, None, finalize)
+        if tp == 1:
+            return c
+        reduce = tp_collective(w.gpu, "all_reduce", t * H * _ACT, tp)  # o_proj's and down's partial sums
+        return replace(c, tp_attn_reduce=reduce, tp_mlp_reduce=reduce, moe_t=t)
+    # attention TP: o_proj's partial sums are reduce-scattered over the group, the MoE block runs this
+    # rank's slice of the tokens, and an all-gather brings the layer's output back (docs/clusters.md)
+    t_attn, t = t, w.moe_tokens(t)
+    finalize = _pass(t, H, 1)
     E, k, inter = moe.routed_experts, moe.top_k, moe.intermediate_size
     estore = spec.precision.experts
-    router = _sum(gemm(t, E, H, "bfloat16"), _pass(t, H, 2), _pass(t, E, 4))
+    router = _sum.named("router")(gemm(t, E, H, "bfloat16"), _pass(t, H, 2), _pass(t, E, 4))
     imb = w.imbalance_at(t)
     rows = t * k * imb  # copies the busiest rank's experts receive
     act = max(1.0, active_experts(w, t))
@@ -237,7 +281,7 @@ def layer_costs(
     # (read each expert output, write the combine's input); the low-latency kernels deliver the
     # masked per-expert layout directly
     permute = Work(bytes=rows * 2 * msg + rows * 2 * H * _ACT) if w.schedule == "ht" else Work()
-    experts = _sum(
+    experts = _sum.named("experts")(
         Work(flops=up.flops, bytes=up.bytes, dtype=up.dtype, shape=shape + up.shape[1:]),
         Work(flops=down.flops, bytes=down.bytes, dtype=down.dtype, shape=shape + down.shape[1:]),
         _pass(computed, inter, 1.5),
@@ -246,7 +290,7 @@ def layer_costs(
     shared = None
     if moe.shared_experts:
         Is = inter * moe.shared_experts
-        shared = _sum(gemm(t, 2 * Is, H, estore), gemm(t, H, Is, estore), _pass(t, Is, 1))
+        shared = _sum.named("shared")(gemm(t, 2 * Is, H, estore), gemm(t, H, Is, estore), _pass(t, Is, 1))
     dispatch = combine = None
     d_bytes = c_bytes = 0.0
     recv_d = Work(flops=rows * H, bytes=rows * (msg + H * _ACT))
@@ -261,6 +305,16 @@ def layer_costs(
             cmb = deepep_normal(w.cluster, routing, t, H, "combine", fp8=fp8, comm_sms=w.comm_sms)
         dispatch, combine = dsp.seconds, cmb.seconds
         d_bytes, c_bytes = dsp.rdma_bytes + dsp.nvlink_bytes, cmb.rdma_bytes + cmb.nvlink_bytes
-    return LayerCosts(
+    c = LayerCosts(
         t, proj, core, out, router, None, experts, shared, dispatch, combine, recv_d, recv_c, finalize, d_bytes, c_bytes
+    )
+    if tp == 1:
+        return c
+    nbytes = t * tp * H * _ACT  # the group's tokens, padded to a multiple of the group
+    return replace(
+        c,
+        t=t_attn,
+        tp_attn_reduce=tp_collective(w.gpu, "reduce_scatter", nbytes, tp),
+        tp_moe_gather=tp_collective(w.gpu, "all_gather", nbytes, tp),
+        moe_t=t,
     )

@@ -1,7 +1,7 @@
 """The model, GPU and cluster flags that ``demos.overlap --model`` and ``demos.predict`` share.
 
-``add_model_flags(parser)`` adds ``--model --gpu --nodes --gpus-per-node --ep --phase --context
---imbalance --comm-sms --schedule --shrink``; ``load_model(text)`` turns ``--model`` into a
+``add_model_flags(parser)`` adds ``--model --gpu --nodes --gpus-per-node --ep --attention-tp --phase
+--context --imbalance --comm-sms --schedule --shrink``; ``load_model(text)`` turns ``--model`` into a
 ``ModelSpec`` (a preset name, or a HuggingFace config.json path); ``workload_of(ns, tokens=, ubatches=)``
 builds the ``Workload`` from the parsed flags, ``workload_for(spec, gpu=, nodes=, ...)`` from keyword
 arguments of the same names (``demos.prediction.predict``). Every bad value is a ``ConfigError`` whose
@@ -16,6 +16,7 @@ from typing import Any
 
 from demos.errors import ConfigError, field_ref
 from demos.zoo.hardware import GPUS
+from demos.zoo.kernel_times import KERNEL_SOURCES
 from demos.zoo.models import (
     PRESET_NAMES,
     ModelConfigError,
@@ -123,6 +124,23 @@ def add_model_flags(parser: argparse.ArgumentParser, *, model_default: str | Non
         help="expert-parallel degree: ranks the routed experts are sharded over (default: every GPU of the cluster)",
     )
     a(
+        "--attention-tp",
+        type=int,
+        default=1,
+        metavar="N",
+        help="attention tensor parallelism: N GPUs of one NVLink domain run attention together on their group's "
+        "--tokens, each with heads/N heads, and each runs the MoE on its 1/N of them (vLLM -tp N with "
+        "--enable-expert-parallel; docs/clusters.md). Default 1: data-parallel attention",
+    )
+    a(
+        "--kernels",
+        choices=KERNEL_SOURCES,
+        default="roofline",
+        help="where kernel times come from: roofline (curves fitted per GPU family to measured tables, the "
+        "default) or measured (the tables themselves where they have the shape; needs pip install -e "
+        "'.[measured]'; docs/kernels.md)",
+    )
+    a(
         "--phase",
         default="decode",
         choices=PHASES,
@@ -190,6 +208,7 @@ def workload_of(ns: argparse.Namespace, *, tokens: int, ubatches: int, spec: Mod
         schedule=ns.schedule,
         tokens=tokens,
         ubatches=ubatches,
+        attention_tp=ns.attention_tp,
     )
 
 
@@ -207,6 +226,7 @@ def workload_for(
     schedule: str | None,
     tokens: int,
     ubatches: int,
+    attention_tp: int = 1,
 ) -> Workload:
     """The ``Workload`` of ``spec`` with the flags' values given by name (``workload_of``'s checks, in
     its order: the cluster first, then tokens, context and ubatches, then the rest)."""
@@ -221,6 +241,7 @@ def workload_for(
         ubatches=_int("ubatches", ubatches, 1),
         imbalance=imbalance,
         comm_sms=comm_sms,
+        attention_tp=attention_tp,
     )
 
 

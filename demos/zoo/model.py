@@ -27,8 +27,11 @@ from typing import Any
 import torch
 
 import dbo
+from dbo.costs import Work
 from demos.zoo import kernels as K
 from demos.zoo.costs import LayerCosts, layer_costs
+from demos.zoo.hardware.collectives import tp_collective
+from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.models import MLAAttention
 from demos.zoo.workload import Workload
 from workspace import current_workspace_manager
@@ -54,7 +57,7 @@ def _name(op: str, layer: int, ub: int) -> str:
 class ZooModel:
     """The generic transformer of ``workload`` (module docstring). ``forward(rows)`` is a ubatch's body;
     ``hidden`` holds the result. ``profile``: the DeviceProfile the GEMMs are folded for and
-    ``attention_scale``: see ``demos.zoo.costs.layer_costs``."""
+    ``kernels``: where kernel times come from (``demos.zoo.costs.layer_costs``)."""
 
     def __init__(
         self,
@@ -64,7 +67,7 @@ class ZooModel:
         device: str = "meta",
         profile: Any,
         seed: int = 0,
-        attention_scale: tuple[float, float] = (1.0, 1.0),
+        kernels: KernelTimes | None = None,
         real_context: int = 16,
     ):
         self.w = workload
@@ -72,7 +75,7 @@ class ZooModel:
         self.device = torch.device(device)
         self.meta = self.device.type == "meta"
         self.dtype = torch.bfloat16 if self.meta else torch.float32
-        self.attention_scale = attention_scale
+        self.kernels = kernels
         self.profile = profile
         self.schedule = workload.schedule
         self.comm = workload.cluster.ep > 1
@@ -155,7 +158,7 @@ class ZooModel:
         key = (t, self._cost_key[layer])
         c = self._costs.get(key)
         if c is None:
-            c = self._costs[key] = layer_costs(self.w, t, layer, self.profile, self.attention_scale)
+            c = self._costs[key] = layer_costs(self.w, t, layer, self.profile, self.kernels)
         return c
 
     # -- launching ----------------------------------------------------------------------------------
@@ -177,18 +180,30 @@ class ZooModel:
     def forward(self, rows: range) -> torch.Tensor:
         """Every layer for the tokens ``rows`` of the batch; returns the ubatch's rows of ``hidden``."""
         ub = dbo.dbo_current_ubatch_id()
-        t = len(rows)
+        t, H = len(rows), self.spec.hidden_size
         h = self.hidden[rows.start : rows.stop]
         c0 = self.costs(t, 0)
-        self._launch(K.embed_kernel, self.x0[rows.start : rows.stop], h, op="embed", layer=0, ub=ub, cost=c0.finalize)
+        emb = c0.finalize if c0.moe_t in (None, t) else Work(flops=t * H, bytes=4.0 * t * H)  # one BF16 pass
+        self._launch(K.embed_kernel, self.x0[rows.start : rows.stop], h, op="embed", layer=0, ub=ub, cost=emb)
+        if self.w.attention_tp > 1:  # the vocab-parallel embedding's partial rows, all-reduced
+            ar = tp_collective(self.w.gpu, "all_reduce", 2.0 * t * H, self.w.attention_tp)
+            self._tp(ar, "tp_embed_reduce", 0, ub)
         for i in range(self.spec.num_layers):
             c = self.costs(t, i)
             self._attention(i, h, t, ub, c)
+            self._tp(c.tp_attn_reduce, "tp_attn_reduce", i, ub)
             if self.spec.is_moe_layer(i):
                 (self._moe_ll if self.schedule == "ll" else self._moe_ht)(i, h, t, ub, c, rows)
+                self._tp(c.tp_moe_gather, "tp_moe_gather", i, ub)
             else:
                 self._dense(i, h, t, ub, c)
+                self._tp(c.tp_mlp_reduce, "tp_mlp_reduce", i, ub)
         return h
+
+    def _tp(self, seconds: float | None, op: str, i: int, ub: int) -> None:
+        """An attention-TP collective of ``seconds`` on the compute stream (as vLLM runs it); moves nothing."""
+        if seconds is not None:
+            self._launch(K.meta_kernel, op=op, layer=i, ub=ub, cost=seconds)
 
     def _attention(self, i: int, h: torch.Tensor, t: int, ub: int, c: LayerCosts) -> None:
         a, L, dt = self.spec.attention, self.layers[i], self.dtype
@@ -241,16 +256,17 @@ class ZooModel:
         s, dt, H = self.spec, self.dtype, self.spec.hidden_size
         m = s.moe
         inter, si = m.intermediate_size, m.intermediate_size * max(1, m.shared_experts)
-        # rows the busiest rank's experts receive (meta, full size) or every token (real math, masked)
-        M = max(1, round(t * m.top_k * self.w.imbalance_at(t))) if self.meta else t
+        # rows the busiest rank's experts receive (meta: of its MoE tokens) or every token (real math, masked)
+        mt = self.w.moe_tokens(t) if self.meta else t
+        M = max(1, round(mt * m.top_k * self.w.imbalance_at(mt))) if self.meta else t
         ws13, ws2, recv, tmp, y, sh_h, sh_o = self._ws(
             ((M, max(2 * inter, H)), dt),
             ((M, inter), dt),
             ((M, H), dt),
             ((M, H), dt),
             ((M, H), dt),
-            ((t, 2 * si), dt),
-            ((t, H), dt),
+            ((mt, 2 * si), dt),
+            ((mt, H), dt),
         )
         mw = SimpleNamespace(ws13=ws13[:, : 2 * inter], ws2=ws2, recv=recv, tmp=tmp, y=y, sh_h=sh_h, sh_o=sh_o)
         b = self.buffers[ub]

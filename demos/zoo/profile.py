@@ -1,12 +1,13 @@
-"""A ``dbo.costs.DeviceProfile`` built from a GPU's datasheet (``demos.zoo.hardware.GpuSpec``) and the kernel
-efficiency fitted to published kernel tables (``demos.zoo.efficiency``, docs/kernels.md).
+"""A ``dbo.costs.DeviceProfile`` built from a GPU's datasheet (``demos.zoo.hardware.GpuSpec``) and its
+family's kernel curves fitted to measured tables (``demos.zoo.rooflines``, docs/kernels.md).
 
 ``gpu_profile(gpu, comm_sms=0)``:
 
-* math rates: the datasheet's dense peak per dtype times that dtype's ceiling (the share of peak the
-  best published kernels reach: DeepGEMM's FP8 fit, and the BF16 and FP32 figures of docs/kernels.md);
-* the GEMM efficiency curve ``M/(M+m0) N/(N+n0) K/(K+k0)`` and the achieved share of HBM bandwidth,
-  both from the DeepGEMM fit (H800), applied to every GPU as fractions of its own datasheet;
+* math rates: the datasheet's dense peak per dtype (times a ``gemm`` what-if); the share of it each
+  kernel reaches is its fitted curve's, applied where the zoo's kernels are timed
+  (``demos.zoo.kernel_times``), which folds each op into a Work this profile charges as it is;
+* memory bandwidth: the largest share of HBM any of the family's curves reaches, so that no folded op
+  is made longer by its bytes, and unfolded memory-bound kernels (receive, finalize) stream at it;
 * ``min_kernel``: 3 us per device kernel, the floor our H200 measurements of small torch kernels gave
   (docs/fidelity.md); ``ZOO_OPS`` says how many device kernels each op of the model issues, counts
   estimated from vLLM's DeepSeek/Qwen layers (a guess, docs/models.md);
@@ -14,9 +15,6 @@ efficiency fitted to published kernel tables (``demos.zoo.efficiency``, docs/ker
 * host costs of an eager step (``EAGER_HOST``): the per-launch, stream-switch, handoff, event and sync
   costs measured on our H200 host (docs/fidelity.md). A CUDA-graph replay has no per-kernel host cost
   (the virtual backend's replay model), so the same profile serves both modes.
-
-``attention_scale(...)`` gives the factors that express FlashMLA's achieved shares of peak in the
-profile's GEMM-fitted rates (``demos.zoo.costs.layer_costs``).
 """
 
 from __future__ import annotations
@@ -24,15 +22,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dbo.costs import DeviceProfile, HostCosts, OpCost
-from demos.zoo.efficiency import (
-    ATTENTION_COMPUTE_CEILING,
-    ATTENTION_MEM_EFFICIENCY,
-    DEEPGEMM_FP8_FIT,
-    DTYPE_CEILING,
-)
 from demos.zoo.hardware import H200_HOST, GpuSpec, get_gpu
+from demos.zoo.rooflines import family_fit
 
-__all__ = ["EAGER_HOST", "MIN_KERNEL", "ZOO_OPS", "attention_scale", "gpu_profile"]
+__all__ = ["EAGER_HOST", "MIN_KERNEL", "ZOO_OPS", "gpu_profile"]
 
 MIN_KERNEL = 3.0e-6
 
@@ -70,37 +63,22 @@ of a small eager op in place of the toy's own Python per kernel."""
 
 def gpu_profile(gpu: str | GpuSpec, *, comm_sms: int = 0, gemm_scale: float = 1.0, host: HostCosts = EAGER_HOST):
     """The ``DeviceProfile`` of ``gpu`` (module docstring). ``comm_sms``: SMs a comm kernel takes while it
-    runs; ``gemm_scale``: a what-if factor on every math rate (1: as fitted)."""
+    runs; ``gemm_scale``: a what-if factor on every math rate (1: the datasheet's)."""
     g = get_gpu(gpu)
-    fit = DEEPGEMM_FP8_FIT
-    rates = {
-        "fp8": g.fp8 * DTYPE_CEILING["fp8"],
-        "bfloat16": g.bf16 * DTYPE_CEILING["bfloat16"],
-        "float16": g.bf16 * DTYPE_CEILING["bfloat16"],
-        "tf32": g.tf32 * DTYPE_CEILING["bfloat16"],
-        "float32": g.fp32 * DTYPE_CEILING["float32"],
-    }
-    rates = {k: v * gemm_scale for k, v in rates.items()}
+    fit = family_fit(g.family)
+    rates = {k: v * gemm_scale for k, v in g.dtype_flops.items()}
+    curves = [*fit.gemm.values(), fit.mla_decode, fit.mla_prefill]
+    fp8 = fit.gemm["fp8"]
     return DeviceProfile(
         f"{g.name}-zoo",
         peak_flops=rates["bfloat16"],
-        mem_bandwidth=g.hbm_bandwidth * fit.mem_efficiency,
+        mem_bandwidth=g.hbm_bandwidth * max(c.mem_efficiency for c in curves),
         launch_overhead=0.0,
         dtype_flops=rates,
         min_kernel=MIN_KERNEL,
-        gemm_knee=(fit.m0, fit.n0, fit.k0),
+        gemm_knee=(fp8.m0, fp8.n0, fp8.k0),
         comm_sm_share=g.sm_share(comm_sms),
         host=host,
-    )
-
-
-def attention_scale() -> tuple[float, float]:
-    """(flops factor, bytes factor) that turn attention's real flops and bytes into the profile's
-    GEMM-fitted rates: BF16 GEMM ceiling over FlashMLA's compute share; GEMM memory share over
-    FlashMLA's memory share."""
-    return (
-        DTYPE_CEILING["bfloat16"] / ATTENTION_COMPUTE_CEILING,
-        DEEPGEMM_FP8_FIT.mem_efficiency / ATTENTION_MEM_EFFICIENCY,
     )
 
 

@@ -3,8 +3,9 @@ docs/models.md lists) and ``format_step_report`` (the text ``demos.overlap --mod
 
 ``measure_point(workload, backend=, mode=)`` runs the two steps (``demos.zoo.run.ZooRun``) and returns a
 ``Point``: both steps' times and stages, the speedup, the hidden fraction (the share of the hideable
-comm the DBO step hid, as the toy's report defines it: docs/overlap.md), the memory estimate and, on
-real math, the exactness check.
+comm the DBO step hid, as the toy's report defines it: docs/overlap.md), the memory estimate, the
+seconds per op of one MoE and one dense layer of the no-DBO step (``demos.zoo.breakdown``) and, on
+real math, the exactness check. ``format_step_report(rep, detail=True)`` adds those seconds as a table.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from typing import Any
 
 from dbo.trace import engine_sums, overlap_seconds
 from demos.engine_times import EngineTimes, overlap_hidden_fraction
+from demos.zoo.breakdown import DENSE_OPS, MOE_OPS, layer_breakdown
 from demos.zoo.memory import MemoryEstimate, memory_estimate
 from demos.zoo.models import count_params
 from demos.zoo.run import StepTimes, ZooRun
 from demos.zoo.workload import Workload
 
-__all__ = ["Point", "format_step_report", "measure_point", "step_report"]
+__all__ = ["Point", "format_step_report", "layer_table", "measure_point", "step_report"]
 
 
 @dataclass
@@ -34,6 +36,9 @@ class Point:
     memory: MemoryEstimate
     slot_bytes: list[int]
     exact: tuple[bool, float] | None = None
+    moe_layer_s: dict[str, float] | None = None
+    dense_layer_s: dict[str, float] | None = None
+    kernels: dict[str, Any] | None = None
 
     @property
     def speedup(self) -> float:
@@ -56,20 +61,42 @@ class Point:
         return overlap_hidden_fraction(self.engine)
 
     def tokens_per_s(self, dbo_on: bool) -> float:
-        """Tokens per second per GPU: the step's tokens over its time."""
-        return self.workload.tokens / (self.dbo if dbo_on else self.no_dbo).seconds
+        """Tokens per second per GPU: the GPU's share of the step's tokens (all of them under DP
+        attention, 1/N of its TP group's under attention TP N) over the step's time."""
+        return self.workload.tokens_per_gpu / (self.dbo if dbo_on else self.no_dbo).seconds
 
 
 def measure_point(
-    w: Workload, *, backend: str = "virtual", mode: str = "eager", check: bool = False, profile: Any = None
+    w: Workload,
+    *,
+    backend: str = "virtual",
+    mode: str = "eager",
+    check: bool = False,
+    profile: Any = None,
+    kernels: Any = None,
 ) -> Point:
-    """Both steps of ``w`` (module docstring); ``check``: also the bitwise check (real math only)."""
-    with ZooRun(w, backend=backend, mode=mode, profile=profile) as r:
+    """Both steps of ``w`` (module docstring); ``check``: also the bitwise check (real math only);
+    ``kernels``: where kernel times come from (``demos.zoo.kernel_times``; default the roofline)."""
+    with ZooRun(w, backend=backend, mode=mode, profile=profile, kernels=kernels) as r:
         no = r.step(False)
         yes = r.step(True)
         slots = r.slot_sizes()
         exact = r.check_exact() if check else None
-    return Point(w, mode, backend, no, yes, memory_estimate(w, slots), slots, exact)
+        ops = layer_breakdown(w, w.tokens, r.profile, r.kernels)
+        kernels = {"source": r.kernels.source, "fallbacks": dict(r.kernels.fallbacks)}
+    return Point(
+        w,
+        mode,
+        backend,
+        no,
+        yes,
+        memory_estimate(w, slots),
+        slots,
+        exact,
+        ops["moe_layer_s"],
+        ops["dense_layer_s"],
+        kernels,
+    )
 
 
 def step_report(p: Point) -> dict[str, Any]:
@@ -84,6 +111,7 @@ def step_report(p: Point) -> dict[str, Any]:
         "nodes": w.cluster.nodes,
         "gpus_per_node": w.cluster.gpus_per_node,
         "ep": w.cluster.ep,
+        "attention_tp": w.attention_tp,
         "phase": w.phase,
         "tokens": w.tokens,
         "context": w.context,
@@ -108,6 +136,9 @@ def step_report(p: Point) -> dict[str, Any]:
         "comm_s": e.comm_s,
         "stages": dict(p.no_dbo.stages),
         "stages_dbo": dict(p.dbo.stages),
+        "moe_layer_s": None if p.moe_layer_s is None else dict(p.moe_layer_s),
+        "dense_layer_s": None if p.dense_layer_s is None else dict(p.dense_layer_s),
+        "kernel_times": p.kernels,
         "kernels_no_dbo": p.no_dbo.kernels,
         "kernels_dbo": p.dbo.kernels,
         "workspace_slot_bytes": list(p.slot_bytes),
@@ -124,20 +155,45 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.3f} ms"
 
 
-def format_step_report(rep: dict[str, Any]) -> str:
-    """The text report of a ``step_report`` dict."""
+def layer_table(moe: dict[str, float] | None, dense: dict[str, float] | None) -> list[str]:
+    """``--detail``'s lines: the device ms of each op of one MoE and one dense layer of the no-DBO step."""
+    lines = [f"  {'op':<14} {'MoE layer':>10} {'dense layer':>12}"]
+    for op in dict.fromkeys([*MOE_OPS, *DENSE_OPS, *(moe or {}), *(dense or {})]):
+        a = "-" if moe is None or op not in moe else f"{moe[op] * 1e3:.4f}"
+        b = "-" if dense is None or op not in dense else f"{dense[op] * 1e3:.4f}"
+        lines.append(f"  {op:<14} {a:>10} {b:>12}")
+    a = "-" if moe is None else f"{sum(moe.values()) * 1e3:.4f}"
+    b = "-" if dense is None else f"{sum(dense.values()) * 1e3:.4f}"
+    lines.append(f"  {'total':<14} {a:>10} {b:>12}")
+    return lines
+
+
+def _kernels_line(k: dict[str, Any] | None) -> str:
+    if k is None:
+        return "kernels  roofline"
+    fell = "; ".join(f"{op}: {why}" for op, why in k["fallbacks"].items())
+    return f"kernels  {k['source']}" + (f" (fell back to the roofline: {fell})" if fell else "")
+
+
+def format_step_report(rep: dict[str, Any], *, detail: bool = False) -> str:
+    """The text report of a ``step_report`` dict; ``detail``: with the per-op table of one layer."""
     m = rep["memory"]
     st = rep["stages"]
     hf = rep["hidden_fraction"]
     lines = [
         f"model    {rep['model']} ({rep['model_source']}): {rep['params_total'] / 1e9:.1f}B parameters, "
         f"{rep['params_active'] / 1e9:.2f}B active",
-        f"cluster  {rep['nodes']} x {rep['gpus_per_node']} {rep['gpu']}, EP {rep['ep']} "
+        f"cluster  {rep['nodes']} x {rep['gpus_per_node']} {rep['gpu']}, EP {rep['ep']}"
+        + (f", attention TP {rep['attention_tp']}" if rep.get("attention_tp", 1) > 1 else "")
+        + " "
         f"({rep['experts_per_rank']} expert slots per GPU, {rep['redundant_experts']} redundant)",
-        f"step     {rep['phase']}, {rep['tokens']} tokens per GPU, context {rep['context']}, "
+        f"step     {rep['phase']}, {rep['tokens']} tokens per "
+        + ("GPU" if rep.get("attention_tp", 1) == 1 else "TP group")
+        + f", context {rep['context']}, "
         f"{rep['ubatches']} ubatches, "
         f"schedule {rep['schedule']}, {rep['mode']}, imbalance {rep['imbalance']}, comm SMs {rep['comm_sms']} "
         f"({rep['backend']})",
+        _kernels_line(rep.get("kernel_times")),
         f"no DBO   {_ms(rep['step_no_dbo_s'])}  ({rep['tokens_per_s_gpu_no_dbo']:,.0f} tokens/s per GPU)",
         f"DBO      {_ms(rep['step_dbo_s'])}  ({rep['tokens_per_s_gpu_dbo']:,.0f} tokens/s per GPU)",
         f"speedup  {rep['speedup']:.3f}x"
@@ -156,4 +212,7 @@ def format_step_report(rep: dict[str, Any]) -> str:
     if ex is not None:
         verdict = "bitwise equal" if ex["bitwise_equal"] else f"DIFFER (max |diff| {ex['max_abs_diff']:.3g})"
         lines.append(f"outputs  DBO vs the same split run one ubatch after another: {verdict}")
+    if detail:
+        lines.append("per op   ms of device time of one layer of the no-DBO step (moe_layer_s, dense_layer_s):")
+        lines += layer_table(rep["moe_layer_s"], rep["dense_layer_s"])
     return "\n".join(lines)

@@ -8,7 +8,9 @@ clock is the modelled device and host, so one step is the answer (it is determin
 
 The LM head runs after the ubatched forward on the whole batch in both steps (vLLM computes logits
 outside the model's forward and its CUDA graph): its modelled time (one GEMM of the batch's logit rows
-through ``vocab x hidden``, plus one eager launch) is added to both step times as ``head_s``.
+through ``vocab x hidden``, plus one eager launch) is added to both step times as ``head_s``. Under
+attention TP the head is vocab-parallel, as vLLM's ``ParallelLMHead``: ``vocab / attention_tp`` columns
+per rank, then the BF16 logits all-gathered over the group.
 
 ``check_exact()`` (real math, ``threads``/``inline``) runs the DBO step, then the same split one ubatch
 after another, and compares the hidden states bitwise.
@@ -28,8 +30,10 @@ import workspace
 from dbo.costs import DeviceProfile, kernel_time
 from dbo.trace import Tracer
 from demos.zoo.costs import gemm
+from demos.zoo.hardware.collectives import tp_collective
+from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.model import ZooModel
-from demos.zoo.profile import attention_scale, gpu_profile
+from demos.zoo.profile import gpu_profile
 from demos.zoo.workload import Workload
 
 __all__ = ["MODES", "STAGES", "StepTimes", "ZooRun", "merged_trace", "stage_of", "stage_seconds"]
@@ -56,6 +60,9 @@ _STAGE_OF = {
     "combine_ll": "combine",
     "combine_recv": "combine",
     "moe_copy": "combine",
+    "tp_attn_reduce": "attention",  # attention TP's collectives: o_proj's reduction (all-reduce or reduce-scatter)
+    "tp_moe_gather": "combine",  # the MoE output all-gathered back over the group
+    "tp_mlp_reduce": "mlp",  # the TP-sharded dense MLP's all-reduce
 }
 
 
@@ -127,6 +134,7 @@ class ZooRun:
         backend: str = "virtual",
         mode: str = "eager",
         profile: DeviceProfile | None = None,
+        kernels: KernelTimes | None = None,
         shrunk: bool | None = None,
         seed: int = 0,
     ):
@@ -134,6 +142,7 @@ class ZooRun:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.w, self.mode = workload, mode
         self.profile = profile if profile is not None else gpu_profile(workload.gpu, comm_sms=workload.comm_sms)
+        self.kernels = kernels if kernels is not None else KernelTimes(workload.gpu, self.profile)
         real = backend != "virtual" if shrunk is None else shrunk
         device = "cpu" if real else "meta"
         self._affinity = _pin_to_one_cpu() if backend == "virtual" else None
@@ -152,7 +161,7 @@ class ZooRun:
                 device=device,
                 profile=self.profile,
                 seed=seed,
-                attention_scale=attention_scale(),
+                kernels=self.kernels,
             )
             self.orch_n = dbo.UBatchOrchestrator(n, backend=self.backend)
             self.orch1 = dbo.UBatchOrchestrator(1, backend=self.backend)
@@ -197,10 +206,12 @@ class ZooRun:
     def head_seconds(self) -> float:
         """The LM head's modelled seconds (module docstring)."""
         w, s = self.w, self.w.spec
+        tp = w.attention_tp
         rows = w.tokens if w.phase == "decode" else max(1, math.ceil(w.requests))
-        work = gemm(rows, s.vocab_size, s.hidden_size, s.precision.weights)
+        work = gemm(rows, -(-s.vocab_size // tp), s.hidden_size, s.precision.weights)  # vocab-parallel under TP
         host = self.profile.host.kernel if self.mode == "eager" else 0.0
-        return kernel_time(work, self.profile) + host
+        gather = tp_collective(w.gpu, "all_gather", 2.0 * rows * s.vocab_size, tp) if tp > 1 else 0.0  # BF16 logits
+        return kernel_time(work, self.profile) + host + gather
 
     def _inputs(self, dbo_on: bool) -> tuple[Any, list[range]]:
         return (self.orch_n, self.split) if dbo_on else (self.orch1, self.full)

@@ -6,8 +6,12 @@ GPU, nodes, GPUs per node, EP degree), the phase, and the step's shape on one ra
 * ``phase`` "decode": ``tokens`` requests each generate one token, each attending to ``context`` cached
   tokens; "prefill": the rank runs ``tokens`` prompt tokens, in requests of ``context`` tokens each
   (the last one shorter), each token attending causally to the tokens before it in its request.
-* Data-parallel attention: every rank runs attention for its own tokens with a full copy of the
-  non-expert weights; the routed experts are sharded ``ep`` ways (docs/clusters.md).
+* ``attention_tp``: the attention tensor-parallel group (docs/clusters.md, "Attention tensor
+  parallelism"). 1 (the default): data-parallel attention, every rank runs attention for its own
+  ``tokens`` with a full copy of the non-expert weights. N > 1: N ranks of one NVLink domain run
+  attention together for the group's ``tokens`` (each with ``heads / N`` query heads), and each rank's
+  MoE block holds its slice of them, ``moe_tokens``. Either way ``tokens`` is what each rank's
+  attention sees, and the routed experts are sharded ``ep`` ways.
 * ``schedule``: "ll" (DeepEP low-latency kernels, the decode default) or "ht" (DeepEP normal kernels,
   the prefill default). ``comm_sms``: SMs the normal kernels take from compute while they run (default
   20; the low-latency kernels take none).
@@ -68,6 +72,7 @@ class Workload:
     ubatches: int = 2
     imbalance: float | str = 1.0
     comm_sms: int | None = None
+    attention_tp: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, ModelSpec):
@@ -106,6 +111,41 @@ class Workload:
         if sched == "ht" and sms == 0 and self.cluster.ep > 1:
             raise ConfigError(f"{field_ref('comm_sms')}: DeepEP's normal kernels (schedule ht) need at least 1 SM")
         object.__setattr__(self, "comm_sms", sms)
+        self._check_attention_tp()
+
+    def _check_attention_tp(self) -> None:
+        """``attention_tp`` divides the EP group's ranks within one NVLink domain (a TP group stays on
+        NVLink, and so within the EP group) and the attention heads; GQA's KV heads split over it or, when
+        fewer, are replicated evenly (vLLM's rule)."""
+        tp = _int("attention_tp", self.attention_tp, 1)
+        c, a = self.cluster, self.spec.attention
+        if c.ranks_per_domain % tp:
+            raise ConfigError(
+                f"{field_ref('attention_tp')} {tp} must divide the {c.ranks_per_domain} GPUs the EP group "
+                f"({field_ref('ep')} {c.ep}) has in one NVLink domain: a TP group stays on NVLink"
+            )
+        if a.heads % tp:
+            raise ConfigError(
+                f"{field_ref('attention_tp')} {tp} must divide the attention heads of {self.spec.name} ({a.heads})"
+            )
+        kv = getattr(a, "kv_heads", None)
+        if kv is not None and (kv % tp if kv >= tp else tp % kv):
+            raise ConfigError(
+                f"{field_ref('attention_tp')} {tp}: the {kv} KV heads of {self.spec.name} neither split evenly "
+                "over it nor replicate evenly"
+            )
+
+    def moe_tokens(self, t: int) -> int:
+        """Tokens each rank's MoE block holds for a ubatch of ``t`` tokens of its attention TP group:
+        ``ceil(t / attention_tp)`` (the group's tokens reduce-scattered over it, padded to a multiple of
+        it as vLLM pads them); ``t`` without attention TP."""
+        return -(-t // self.attention_tp)
+
+    @property
+    def tokens_per_gpu(self) -> float:
+        """The step's tokens per GPU: ``tokens / attention_tp`` (each of the group's tokens is one
+        token of output, computed by ``attention_tp`` GPUs together)."""
+        return self.tokens / self.attention_tp
 
     @property
     def gpu(self):
@@ -136,14 +176,14 @@ class Workload:
         return 0 if moe is None else self.physical_experts - moe.routed_experts
 
     def imbalance_at(self, tokens: int) -> float:
-        """The expert-load imbalance of a ubatch of ``tokens`` tokens per rank."""
+        """The expert-load imbalance of a ubatch of ``tokens`` tokens in each rank's MoE block (``moe_tokens``)."""
         if self.imbalance != "auto":
             return float(self.imbalance)
         k = self.spec.moe.top_k if self.spec.moe is not None else 1
         return auto_imbalance(tokens, k, self.cluster.ep)
 
     def routing(self, tokens: int) -> Routing:
-        """The routing of a ubatch of ``tokens`` tokens (uniform, no domain limit: docs/clusters.md)."""
+        """The routing of ``tokens`` tokens per rank's MoE block (uniform, no domain limit: docs/clusters.md)."""
         moe = self.spec.moe
         if moe is None:
             raise ConfigError(f"{field_ref('model')} {self.spec.name} is dense: it routes nothing")

@@ -15,6 +15,7 @@ import demos.prediction as prediction
 from demos.errors import ConfigError
 from demos.predict import PROG, main
 from demos.prediction import Crossover, Prediction, Recommendation, Setting, SweptPoint, predict
+from demos.zoo.breakdown import DENSE_OPS, MOE_OPS
 from demos.zoo.flags import flag_of
 from demos.zoo.models import get_preset
 from demos.zoo.models.presets import preset_config
@@ -61,17 +62,29 @@ def test_the_api_gives_what_the_command_prints_and_writes(model, kwargs, argv, t
     assert pred.text() + "\n" == printed
 
 
-def _documented_keys() -> dict[str, list[str]]:
-    """docs/predict.md's "Outputs" table: each row's keys (first column) and the names its second holds."""
+def _documented_tables() -> list[dict[str, list[str]]]:
+    """docs/predict.md's "Outputs" tables (the JSON's keys, then a point's dicts): each row's keys (first
+    column) and the names its second holds."""
     page = (REPO / "docs" / "predict.md").read_text()
-    table = page.split("## Outputs", 1)[1].split("`--csv PATH`", 1)[0]
-    rows = {}
-    for line in table.splitlines():
+    section = page.split("## Outputs", 1)[1].split("`--csv PATH`", 1)[0]
+    tables: list[dict[str, list[str]]] = []
+    rows: dict[str, list[str]] | None = None
+    for line in section.splitlines():
+        if not line.startswith("|"):
+            rows = None
+            continue
+        if rows is None:
+            rows = {}
+            tables.append(rows)
         if line.startswith("| `"):
             first, second = line.strip("|").split(" | ", 1)
             for key in re.findall(r"`(\w+)`", first):
                 rows[key] = re.findall(r"`(\w+)`", second)
-    return rows
+    return tables
+
+
+def _documented_keys() -> dict[str, list[str]]:
+    return _documented_tables()[0]
 
 
 def test_to_dict_holds_the_documented_keys_filled_from_the_typed_fields():
@@ -85,8 +98,12 @@ def test_to_dict_holds_the_documented_keys_filled_from_the_typed_fields():
     assert setup[0] == "title" and all(got[k] == getattr(pred, k) for k in setup)
     assert got["sources"] == list(pred.sources) and got["not_modelled"] == list(pred.not_modelled)
     assert got["points"] == [dataclasses.asdict(p) for p in pred.points]
-    assert list(got["points"][0]) == doc["points"][: doc["points"].index("stages") + 1]
-    assert list(got["points"][0]["stages"]) == doc["points"][doc["points"].index("stages") + 1 :]
+    assert list(got["points"][0]) == doc["points"]
+    point_dicts = _documented_tables()[1]
+    assert list(point_dicts) == ["stages", "moe_layer_s", "dense_layer_s"] == doc["points"][-3:]
+    for key, names in point_dicts.items():
+        assert list(got["points"][0][key]) == names, key
+        assert all(isinstance(s, float) and s >= 0 for s in got["points"][0][key].values())
     assert got["crossover"] == {
         m: None if c.tokens is None else dataclasses.asdict(c) for m, c in pred.crossovers.items()
     }
@@ -137,8 +154,29 @@ def test_the_toy_has_no_cluster_and_no_serving_flags():
     assert pred.best == {} and pred.what_if == {}
     assert pred.recommendation.enable is None and pred.recommendation.threshold is None
     assert [p.tokens for p in pred.points] == [8] and pred.points[0].fits is None
+    assert pred.points[0].moe_layer_s is None and pred.points[0].dense_layer_s is None  # not the zoo's layers
+    assert "per op: not broken down" in pred.text(detail=True) and "per op" not in pred.text()
     with pytest.raises(ConfigError, match="trace"):
         pred.write_trace("never.json")
+
+
+@pytest.mark.slow
+def test_detail_prints_each_points_ops_of_one_layer(capsys):
+    assert main(["--model", "deepseek-v3", *CLUSTER_FLAGS, "--tokens", "16,64", "--detail"]) == 0
+    printed = capsys.readouterr().out
+    pred = predict("deepseek-v3", **CLUSTER, tokens=[16, 64])
+    assert pred.text(detail=True) + "\n" == printed
+    assert "per op" not in pred.text()
+    lines = printed.splitlines()
+    for key, ops in (("moe_layer_s", MOE_OPS), ("dense_layer_s", DENSE_OPS)):
+        i = next(i for i, line in enumerate(lines) if line.startswith("per op") and f"({key})" in line)
+        assert lines[i + 1].split() == ["tokens", "mode", "ub", "sms", *ops, "total"]
+        for p, row in zip(pred.points, lines[i + 2 : i + 4]):
+            cells = row.split()
+            ms = getattr(p, key)
+            assert int(cells[0]) == p.tokens and list(ms) == list(ops)
+            assert [float(c) for c in cells[4:-1]] == pytest.approx([ms[op] * 1e3 for op in ops], abs=1e-4)
+            assert float(cells[-1]) == pytest.approx(sum(ms.values()) * 1e3, abs=1e-4)
 
 
 BAD = [

@@ -232,6 +232,7 @@ SURFACE = {
         "DEEPEP_H800",
         "DEFAULT_COMM_SMS",
         "DeepEPParams",
+        "FAMILIES",
         "GPUS",
         "GpuSpec",
         "H200_HOST",

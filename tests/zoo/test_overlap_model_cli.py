@@ -8,6 +8,7 @@ import json
 import pytest
 
 from demos.overlap import main
+from demos.zoo.breakdown import DENSE_OPS, MOE_OPS
 from demos.zoo.models.presets import preset_config
 
 pytestmark = pytest.mark.timeout(120)
@@ -38,6 +39,29 @@ def test_the_json_report_has_the_issue_fields(tmp_path, capsys):
     assert set(rep["stages"]) >= {"attention", "dispatch", "mlp", "combine"}
     assert rep["memory"]["fits"] is True and rep["memory"]["weights"] > 0
     assert "speedup" in out and "memory" in out
+    assert list(rep["moe_layer_s"]) == list(MOE_OPS) and list(rep["dense_layer_s"]) == list(DENSE_OPS)
+    assert rep["moe_layer_s"]["dispatch"] > 0 and rep["moe_layer_s"]["shared"] > 0
+    assert "per op" not in out  # the table is --detail's
+
+
+def test_detail_prints_the_ops_of_one_moe_and_one_dense_layer(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    assert main(["--model", "qwen3-30b-a3b", "--ep", "1", "--tokens", "32", "--detail", "--json", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rep = json.loads(path.read_text())
+    moe = rep["moe_layer_s"]
+    assert rep["dense_layer_s"] is None  # every layer of Qwen3-30B-A3B is an MoE layer
+    assert moe["dispatch"] == moe["combine"] == 0.0 and moe["shared"] == 0.0  # EP 1; no shared experts
+    i = out.index(next(line for line in out if line.startswith("per op")))
+    rows = {line.split()[0]: line.split()[1:] for line in out[i + 2 :]}
+    assert list(rows) == [*MOE_OPS, "mlp", "total"]
+    assert all(float(rows[op][0]) == pytest.approx(moe[op] * 1e3, abs=1e-4) and rows[op][1] == "-" for op in MOE_OPS)
+    assert float(rows["total"][0]) == pytest.approx(sum(moe.values()) * 1e3, abs=1e-4)
+
+
+def test_detail_without_a_model_is_refused(capsys):
+    line = _refused(capsys, "--detail")
+    assert "--detail" in line and "--model" in line
 
 
 @pytest.mark.slow

@@ -8,13 +8,16 @@ import pytest
 
 from dbo.costs import Work, kernel_time
 from demos.zoo.costs import Folder, active_experts, attention_pairs, gemm, layer_costs
-from demos.zoo.efficiency import KNEE_FLOOR
+from demos.zoo.hardware import get_gpu
+from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.models import get_preset
-from demos.zoo.profile import attention_scale, gpu_profile
+from demos.zoo.profile import gpu_profile
+from demos.zoo.rooflines import family_fit
 from demos.zoo.workload import Workload, auto_imbalance, cluster_for
 
 DSV3 = get_preset("deepseek-v3")
 PROFILE = gpu_profile("h800")
+KERNELS = KernelTimes(get_gpu("h800"), PROFILE)
 
 
 def _w(spec=DSV3, **kw) -> Workload:
@@ -92,22 +95,25 @@ def _math_only(w):
     return Work(flops=w.flops, dtype=w.dtype, shape=w.shape)
 
 
-def test_folder_holds_small_n_and_k_at_the_fitted_edge():
-    fold = Folder(PROFILE)
-    small, edge = gemm(4096, 128, 128, "bfloat16"), gemm(4096, KNEE_FLOOR[0], KNEE_FLOOR[1], "bfloat16")
-    # per flop, a GEMM below the fitted range costs what one at its edge does
-    per_flop = [fold.seconds(_math_only(x)) / x.flops for x in (small, edge)]
-    assert per_flop[0] == pytest.approx(per_flop[1])
-    # M is not held: a 1-row GEMM is far less efficient than a 1024-row one
+def test_folder_times_gemm_parts_on_the_family_curve_without_its_harness_latency():
+    fold = Folder(PROFILE, KERNELS)
+    curve = family_fit("hopper").gemm["fp8"]
+    g = gemm(64, 4096, 7168, "fp8_e4m3")
+    m, n, k = g.shape
+    h800 = get_gpu("h800")
+    whole = curve.seconds(g.flops, g.bytes, m, n, k, PROFILE.flops_rate("fp8"), h800.hbm_bandwidth, h800.sm_count)
+    assert fold.seconds(g) == pytest.approx(whole - curve.latency)
+    # M counts: a 1-row GEMM is far less efficient per flop than a 1024-row one
     one, many = gemm(1, 4096, 7168, "fp8_e4m3"), gemm(1024, 4096, 7168, "fp8_e4m3")
     assert fold.seconds(_math_only(one)) / one.flops > 5 * fold.seconds(_math_only(many)) / many.flops
 
 
 def test_an_ops_kernels_each_take_their_own_roofline_and_the_op_their_sum():
-    fold = Folder(PROFILE)
+    fold = Folder(PROFILE, KERNELS)
     big = gemm(8192, 4096, 7168, "fp8_e4m3")  # compute-bound
-    copy = Work(bytes=2e9)  # a memory pass
-    assert fold.seconds(copy) == pytest.approx(2e9 / PROFILE.mem_bandwidth)
+    copy = Work(bytes=2e9)  # a memory pass, at a streaming kernel's share of HBM
+    assert fold.seconds(copy) == pytest.approx(2e9 / KERNELS.mem_bandwidth)
+    assert KERNELS.mem_bandwidth <= PROFILE.mem_bandwidth  # the folded bytes never lengthen the op
     both = fold(big, copy)
     # the virtual backend's time of the folded Work is the sum, not the max of summed flops and bytes
     assert kernel_time(both, PROFILE) == pytest.approx(fold.seconds(big) + fold.seconds(copy))
@@ -126,10 +132,12 @@ def ht_imbalance(t: int) -> float:
     return _w(phase="prefill", tokens=t, schedule="ht").imbalance_at(t)
 
 
-def test_attention_scale_follows_the_flashmla_shares():
-    fs, bs = attention_scale()
-    assert fs >= 1.0  # attention reaches less of the math peak than GEMMs
-    assert bs < 1.0  # and more of the memory bandwidth
+def test_attention_core_takes_the_family_mla_curve_not_the_gemm_one():
+    w = _w(tokens=64, context=4096)
+    c = layer_costs(w, 64, 5, PROFILE)
+    curve = family_fit("hopper").mla_decode
+    flops_s = 2.0 * 128 * 64 * 4097 * (512 + 64 + 512) / (PROFILE.flops_rate("bfloat16") * curve.ceiling)
+    assert kernel_time(c.attn_core, PROFILE, kernels=0) == pytest.approx(flops_s, rel=1e-6)  # compute-bound here
 
 
 def test_auto_imbalance_is_the_fluctuation_of_uniform_routing():

@@ -20,13 +20,14 @@ from demos.zoo.hardware.alltoall import (
     token_bytes,
 )
 from demos.zoo.hardware.cluster import ClusterSpec, Routing, Traffic
-from demos.zoo.hardware.gpus import GPUS, GpuSpec, get_gpu, gpus
+from demos.zoo.hardware.gpus import FAMILIES, GPUS, GpuSpec, get_gpu, gpus
 from demos.zoo.hardware.hosts import H200_HOST
 
 __all__ = [
     "ALLTOALL_KERNELS",
     "DEEPEP_H800",
     "DEFAULT_COMM_SMS",
+    "FAMILIES",
     "GPUS",
     "H200_HOST",
     "AllToAll",

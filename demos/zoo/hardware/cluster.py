@@ -1,10 +1,12 @@
 """Cluster and routing model: where a rank's routed tokens go under expert parallelism.
 
-The layout: attention runs data-parallel on every rank; the routed experts are sharded ``ep`` ways,
-``experts / ep`` per rank, over one EP group of ``ep`` consecutive ranks. Ranks fill NVLink domains
-in order (HGX: a node of 8; GB200 NVL72: a rack of 72), so an EP group spans ``domains`` domains of
-``ranks_per_domain`` ranks each. A routed copy (one token sent to one of its top-k experts) stays on
-its rank, goes over NVLink to another rank of the same domain, or goes over RDMA to another domain.
+The layout: attention runs data-parallel on every rank (or tensor-parallel over groups within an NVLink
+domain: ``demos.zoo.workload.Workload.attention_tp``, whose collectives ``demos.zoo.hardware.collectives``
+times); the routed experts are sharded ``ep`` ways, ``experts / ep`` per rank, over one EP group of
+``ep`` consecutive ranks. Ranks fill NVLink domains in order (HGX: a node of 8; GB200 NVL72: a rack of
+72), so an EP group spans ``domains`` domains of ``ranks_per_domain`` ranks each. A routed copy (one
+token sent to one of its top-k experts) stays on its rank, goes over NVLink to another rank of the same
+domain, or goes over RDMA to another domain.
 
 Routing is uniform: each token picks ``top_k`` distinct experts uniformly at random. With a domain
 limit (``Routing.max_domains``, DeepSeek-V3's node-limited routing: each token's experts lie in at

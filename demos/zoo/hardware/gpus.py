@@ -15,6 +15,7 @@ Conventions (the datasheets mix them, these fields do not):
   is half the datasheet figure (H100: 450e9).
 * ``nic_bandwidth`` is per GPU, per direction: the line rate of the scale-out NIC(s) that serve one
   GPU in a typical deployment (one 400 Gb/s ConnectX-7 per GPU: 50e9 bytes/s).
+* ``family``: "hopper" or "blackwell", the architecture whose measured kernel curves the GPU takes.
 * ``gpus_per_node``: GPUs in one server (HGX baseboard: 8; GB200 compute tray: 4);
   ``nvlink_domain``: GPUs one GPU reaches over NVLink (HGX: the 8 of its node; GB200 NVL72: 72, over
   the rack's NVLink switch trays).
@@ -30,7 +31,10 @@ from typing import Any
 
 from dbo.costs import dtype_key
 
-__all__ = ["GPUS", "GpuSpec", "get_gpu", "gpus"]
+__all__ = ["FAMILIES", "GPUS", "GpuSpec", "get_gpu", "gpus"]
+
+FAMILIES = ("hopper", "blackwell")
+"""GPU families: the kernel-time curves fitted to measured tables are per family (``demos.zoo.rooflines``)."""
 
 _RATE_FIELDS = {"fp8": "fp8", "bfloat16": "bf16", "float16": "bf16", "tf32": "tf32", "float32": "fp32"}
 """``DTYPES`` key -> the field holding its rate (FP16 and BF16 share one tensor-core rate)."""
@@ -54,13 +58,14 @@ class GpuSpec:
     gpus_per_node: int = 8
     nvlink_domain: int = 8
     source: str = ""
+    family: str = "hopper"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"GpuSpec.name must be a non-empty string, got {self.name!r}")
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ("name", "source"):
+            if f.name in ("name", "source", "family"):
                 continue
             if f.name in ("sm_count", "gpus_per_node", "nvlink_domain"):
                 if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -70,6 +75,8 @@ class GpuSpec:
                 raise TypeError(f"GpuSpec.{f.name} must be a number, got {type(v).__name__}: {v!r}")
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"GpuSpec.{f.name} must be a finite number > 0, got {v!r}")
+        if self.family not in FAMILIES:
+            raise ValueError(f"GpuSpec.family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
         if not isinstance(self.source, str):
             raise TypeError(f"GpuSpec.source must be a string, got {type(self.source).__name__}")
         if not self.fp8 >= self.bf16 >= self.tf32:
@@ -160,6 +167,7 @@ _BUILTIN = (
         hbm_capacity=180 * _GB,
         nvlink_bandwidth=900 * _GB,
         nic_bandwidth=_NIC_400G,
+        family="blackwell",
         source="NVIDIA HGX B200 spec table (per GPU, halved from sparse); SMs: device-reported; "
         "NIC: DGX B200 datasheet",
     ),
@@ -176,6 +184,7 @@ _BUILTIN = (
         nic_bandwidth=_NIC_400G,
         gpus_per_node=4,
         nvlink_domain=72,
+        family="blackwell",
         source="NVIDIA GB200 NVL72 spec table (per GPU, halved from sparse); SMs: device-reported; "
         "NIC: one ConnectX-7 400 Gb/s per GPU per compute tray",
     ),

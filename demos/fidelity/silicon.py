@@ -1,0 +1,256 @@
+"""Predicted no-DBO steps against measured end-to-end steps (``python -m demos.validate --silicon``).
+
+The measured deployments are ``aiconfigurator-core``'s ``silicon_sample.csv`` (``demos.zoo.measured``):
+SGLang, vLLM and TRT-LLM serving real models on H100, H200, B200 and GB200, each row one
+configuration's measured TTFT and TPOT. A row is predicted when the predictor can express it:
+
+* the model is one of the zoo's presets at the row's precision (DeepSeek-V3 and -R1, one architecture,
+  FP8: the ``deepseek-v3`` preset);
+* its GPU has a profile, and its parallelism is DP attention with expert-parallel MoE (attention DP
+  = EP) or attention TP with expert-parallel MoE (TP = EP, MoE TP 1); MoE tensor parallelism is not
+  modelled, and those rows are skipped with that reason;
+* decode: disaggregated decode workers (an aggregated worker's TPOT mixes prefill chunks into its
+  decode steps); ``batch`` is the tokens of each attention rank (the row's concurrency over its
+  attention DP ranks), the context the mean over the output, ``isl + osl / 2``. The predicted step
+  is the no-DBO forward in graph mode plus the LM head; the serving loop between forwards (scheduler,
+  sampling, detokenization) is part of a measured TPOT and is not modelled: each row reports the
+  forward and the ``gap_s`` (measured - predicted), so it is visible, not absorbed.
+* prefill: disaggregated prefill workers; ``batch`` requests of ``isl`` tokens on each attention
+  rank, eager. A measured TTFT also holds queueing, the KV transfer and the first decode step, so
+  these rows are reported with the same statistics, not held to the decode targets.
+
+``silicon_rows(progress)`` returns ``(rows, skipped)``: ``SiliconCheck`` rows and ``{reason: count}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from demos.errors import ConfigError
+from demos.zoo.hardware import ClusterSpec
+from demos.zoo.models import get_preset
+from demos.zoo.profile import gpu_profile
+from demos.zoo.run import ZooRun
+from demos.zoo.workload import Workload
+
+__all__ = [
+    "MODELS",
+    "SYSTEM_GPUS",
+    "SiliconCheck",
+    "format_kernels",
+    "format_silicon",
+    "silicon_rows",
+    "silicon_summaries",
+]
+
+MODELS = {("deepseek-ai/DeepSeek-V3", "fp8"): "deepseek-v3", ("deepseek-ai/DeepSeek-R1", "fp8"): "deepseek-v3"}
+"""(model, precision) of a measured row -> the zoo preset that expresses it."""
+
+SYSTEM_GPUS = {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200", "gb200": "gb200"}
+
+
+class SiliconCheck(NamedTuple):
+    id: str
+    gpu: str
+    engine: str
+    phase: str
+    model: str
+    tokens: int
+    context: int
+    ep: int
+    attention_tp: int
+    predicted_s: float
+    measured_s: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted_s / self.measured_s - 1.0
+
+    def to_dict(self) -> dict:
+        return {**self._asdict(), "error": self.error, "gap_s": self.measured_s - self.predicted_s}
+
+
+def _layout(tp: int, dp: int, ep: int, moe_tp: int) -> tuple[int, int] | str:
+    """(ep, attention_tp) of a worker, or why it cannot be expressed."""
+    if moe_tp not in (0, 1):
+        return "MoE tensor parallelism (moe_tp > 1) is not modelled"
+    tp, dp = max(tp, 1), max(dp, 1)
+    if ep != tp * dp:
+        return "EP must span the worker's GPUs (attention TP x DP)"
+    if tp > 1 and dp > 1:
+        return "attention TP and DP together are not modelled"
+    return ep, tp
+
+
+def _plan(r) -> tuple[str, dict] | str:
+    """(phase, workload fields) of a measured row, or why it is skipped."""
+    preset = MODELS.get((r.model, r.precision))
+    if preset is None:
+        return f"no preset for {r.model} at {r.precision}"
+    gpu = SYSTEM_GPUS.get(r.system)
+    if gpu is None:
+        return f"no GPU profile for {r.system}"
+    if r.mode != "disagg":
+        return "aggregated worker (its TPOT mixes prefill chunks into decode steps)"
+    if r.batch < 1:
+        return "no decode batch size recorded"
+    layout = _layout(r.tp, r.attention_dp, r.moe_ep, r.moe_tp)
+    if isinstance(layout, str):
+        return layout
+    ep, tp = layout
+    return "decode", dict(preset=preset, gpu=gpu, ep=ep, tp=tp, tokens=r.batch, context=r.isl + r.osl // 2)
+
+
+def _prefill_plan(r) -> dict | str:
+    if r.mode != "disagg" or r.prefill is None or r.ttft_s is None:
+        return "no disaggregated prefill worker"
+    tp, dp, ep, moe_tp, batch = r.prefill
+    layout = _layout(tp, dp, ep, moe_tp)
+    if isinstance(layout, str):
+        return layout
+    ep, tp = layout
+    return dict(
+        preset=MODELS[(r.model, r.precision)],
+        gpu=SYSTEM_GPUS[r.system],
+        ep=ep,
+        tp=tp,
+        tokens=max(1, batch) * r.isl,
+        context=r.isl,
+    )
+
+
+def _step_seconds(phase: str, p: dict) -> float:
+    spec = get_preset(p["preset"])
+    gpu = p["gpu"]
+    per_node = min(p["ep"], 4 if gpu == "gb200" else 8)
+    cluster = ClusterSpec(nodes=p["ep"] // per_node, gpus_per_node=per_node, ep=p["ep"], gpu=gpu)
+    w = Workload(
+        spec,
+        cluster,
+        phase=phase,
+        tokens=p["tokens"],
+        context=p["context"],
+        ubatches=1,
+        imbalance="auto",
+        attention_tp=p["tp"],
+    )
+    mode = "graph" if phase == "decode" else "eager"
+    with ZooRun(w, mode=mode, profile=gpu_profile(w.gpu, comm_sms=w.comm_sms)) as run:
+        return run.step(False).seconds
+
+
+def silicon_rows(progress: Callable[[int, int, str], None] | None = None):
+    """(checks, skipped): every expressible measured row predicted (module docstring), and
+    ``{reason: rows}`` for the rest. Needs the ``measured`` extra."""
+    from demos.zoo import measured
+
+    plans, skipped = [], {}
+    for r in measured.silicon_rows():
+        plan = _plan(r)
+        if isinstance(plan, str):
+            skipped[plan] = skipped.get(plan, 0) + 1
+            continue
+        if r.tpot_s is not None:
+            plans.append((r, "decode", plan[1], r.tpot_s))
+        pre = _prefill_plan(r)
+        if isinstance(pre, str):
+            skipped[f"prefill: {pre}"] = skipped.get(f"prefill: {pre}", 0) + 1
+        else:
+            plans.append((r, "prefill", pre, r.ttft_s))
+    cache: dict[tuple, float] = {}
+    out = []
+    for i, (r, phase, p, measured_s) in enumerate(plans):
+        key = (phase, tuple(sorted(p.items())))
+        if key not in cache:
+            try:
+                cache[key] = _step_seconds(phase, p)
+            except ConfigError as e:
+                cache[key] = e
+        got = cache[key]
+        if isinstance(got, ConfigError):
+            reason = f"{phase}: not expressible ({got})"
+            skipped[reason] = skipped.get(reason, 0) + 1
+        else:
+            out.append(
+                SiliconCheck(
+                    r.id,
+                    p["gpu"],
+                    r.engine,
+                    phase,
+                    r.model,
+                    p["tokens"],
+                    p["context"],
+                    p["ep"],
+                    p["tp"],
+                    got,
+                    measured_s,
+                )
+            )
+        if progress is not None:
+            progress(i + 1, len(plans), r.id)
+    return out, skipped
+
+
+def silicon_summaries(rows: list[SiliconCheck]) -> list[dict]:
+    """Per (gpu, phase): rows, signed median and max error, median |error|, and the engines seen."""
+    groups: dict[tuple[str, str], list[SiliconCheck]] = {}
+    for r in rows:
+        groups.setdefault((r.gpu, r.phase), []).append(r)
+    out = []
+    for (gpu, phase), rs in sorted(groups.items()):
+        errs = sorted(r.error for r in rs)
+        mid = len(errs) // 2
+        median = errs[mid] if len(errs) % 2 else 0.5 * (errs[mid - 1] + errs[mid])
+        worst = max(rs, key=lambda r: abs(r.error))
+        absd = sorted(abs(e) for e in errs)
+        out.append(
+            {
+                "gpu": gpu,
+                "phase": phase,
+                "rows": len(rs),
+                "median_error": median,
+                "max_error": worst.error,
+                "median_abs_error": absd[len(absd) // 2],
+                "engines": sorted({r.engine for r in rs}),
+            }
+        )
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+def format_kernels(summaries: list[dict]) -> str:
+    """The ``--kernels`` table: per GPU and op family, signed median and max error, median |error|, worst row."""
+    lines = [
+        "Kernel times: the fitted roofline (python -m demos.predict's default) against the measured tables",
+        f"{'gpu':6} {'op':12} {'rows':>6} {'median':>8} {'|median|':>9} {'max':>8}  worst row",
+    ]
+    for s in summaries:
+        w = s["worst"]
+        lines.append(
+            f"{s['gpu']:6} {s['op']:12} {s['rows']:6d} {_pct(s['median_error']):>8} {s['median_abs_error']:8.1%} "
+            f"{_pct(s['max_error']):>8}  {w['shape']} "
+            f"({w['predicted_s'] * 1e6:.1f} us vs {w['measured_s'] * 1e6:.1f} us)"
+        )
+    lines.append("errors: predicted / measured - 1; median: of the signed errors; |median|: of their sizes")
+    return "\n".join(lines)
+
+
+def format_silicon(summaries: list[dict], skipped: dict[str, int]) -> str:
+    """The ``--silicon`` table and the skipped rows with their reasons."""
+    lines = [
+        "No-DBO steps predicted against measured deployments (decode: TPOT; prefill: TTFT, reported only)",
+        f"{'gpu':6} {'phase':8} {'rows':>5} {'median':>8} {'|median|':>9} {'max':>8}  engines",
+    ]
+    for s in summaries:
+        lines.append(
+            f"{s['gpu']:6} {s['phase']:8} {s['rows']:5d} {_pct(s['median_error']):>8} {s['median_abs_error']:8.1%} "
+            f"{_pct(s['max_error']):>8}  {', '.join(s['engines'])}"
+        )
+    lines.append(f"skipped {sum(skipped.values())} rows:")
+    for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {n:5d}  {reason}")
+    return "\n".join(lines)

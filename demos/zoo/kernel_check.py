@@ -1,0 +1,182 @@
+"""Predicted against measured kernel times, per GPU and op family (``python -m demos.validate --kernels``).
+
+Every row of the measured tables this project reads (``demos.zoo.measured.TABLES``) is predicted the
+way the predictor times that kernel, and compared:
+
+* ``gemm fp8`` / ``gemm bf16``: each GEMM row on its family's fitted curve (``demos.zoo.kernel_times``);
+* ``mla decode`` / ``mla prefill``: each MLA attention-core row with a BF16 cache (the engines'
+  default) on its family's attention curve, its work counted as ``demos.zoo.rooflines_fit.mla_work``;
+* ``experts``: DeepEP MoE's expert compute (uniform routing rows) as ``demos.zoo.costs`` folds the
+  routed experts (two grouped GEMMs on the fitted curve, their weights once per active expert, the
+  activation pass), with the table's routing: ``tokens x top_k / ep`` copies per rank spread over
+  distinct experts (its "uniform" is an even spread, so ``min(local experts, copies)`` are active);
+* ``dispatch`` / ``combine``: DeepEP low-latency rows (one node) against ``deepep_low_latency``;
+* on ``h800`` (no tables): ``gemm fp8`` against DeepGEMM's published H800 rows (``demos.zoo.efficiency``),
+  the check of the Hopper curve's extrapolation to a GPU it was not fitted on.
+
+``kernel_rows(gpu, fit)`` gives ``CheckRow``s; ``summaries`` the per (gpu, op) statistics;
+``cross_validation`` fits on one GPU and predicts the others (what ``scripts/fit_rooflines.py`` prints).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from demos.zoo.hardware import ClusterSpec, Routing, deepep_low_latency, get_gpu
+from demos.zoo.rooflines import FamilyFit, family_fit
+from demos.zoo.rooflines_fit import GEMM_DTYPES, MLA_KV, gemm_work, mla_work, summarize
+
+__all__ = ["OPS", "CheckRow", "cross_validation", "kernel_rows", "summaries"]
+
+OPS = ("gemm fp8", "gemm bf16", "mla decode", "mla prefill", "experts", "dispatch", "combine")
+
+
+class CheckRow(NamedTuple):
+    gpu: str
+    op: str
+    shape: str
+    predicted_s: float
+    measured_s: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted_s / self.measured_s - 1.0
+
+    def to_dict(self) -> dict:
+        return {**self._asdict(), "error": self.error}
+
+
+def _gemm_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
+    from demos.zoo import measured
+
+    g = get_gpu(gpu)
+    for ours, theirs in GEMM_DTYPES.items():
+        curve, peak = fit.gemm[ours], g.flops(ours)
+        op = "gemm fp8" if ours == "fp8" else "gemm bf16"
+        for r in measured.gemm_rows(gpu, theirs):
+            flops, nbytes = gemm_work(r.m, r.n, r.k, ours)
+            pred = curve.seconds(flops, nbytes, r.m, r.n, r.k, peak, g.hbm_bandwidth, g.sm_count)
+            yield CheckRow(gpu, op, f"m={r.m} n={r.n} k={r.k}", pred, r.seconds)
+
+
+def _mla_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
+    from demos.zoo import measured
+
+    g = get_gpu(gpu)
+    for phase in ("decode", "prefill"):
+        curve = fit.mla_decode if phase == "decode" else fit.mla_prefill
+        for r in measured.mla_rows(gpu, phase, MLA_KV):
+            flops, nbytes = mla_work(phase, r.batch, r.heads, r.kv_len, r.kv_dtype)
+            pred = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
+            yield CheckRow(gpu, f"mla {phase}", f"batch={r.batch} heads={r.heads} kv={r.kv_len}", pred, r.seconds)
+
+
+def _experts_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
+    from demos.zoo import measured
+
+    g = get_gpu(gpu)
+    curve, peak = fit.gemm["fp8"], g.flops("fp8")
+    mem_bw = g.hbm_bandwidth * curve.mem_efficiency
+    for r in measured.moe_rows(gpu):
+        if r.distribution != "uniform":
+            continue
+        local = r.experts / r.ep
+        copies = r.tokens * r.top_k / r.ep
+        active = max(1.0, min(local, copies))
+        per = copies / active
+        t = 0.0
+        for n, k in ((2 * r.inter, r.hidden), (r.hidden, r.inter)):
+            flops = 2.0 * copies * n * k
+            nbytes = active * n * k + copies * k + copies * n * 2.0
+            t += curve.seconds(flops, nbytes, per, n, k, peak, g.hbm_bandwidth, g.sm_count)
+        t += 1.5 * 2 * 2.0 * copies * r.inter / mem_bw  # the activation pass (demos.zoo.costs)
+        yield CheckRow(gpu, "experts", f"tokens={r.tokens} ep={r.ep}", t, r.seconds)
+
+
+def _alltoall_rows(gpu: str) -> Iterable[CheckRow]:
+    from demos.zoo import measured
+
+    for r in measured.alltoall_rows(gpu):
+        if r.experts % r.gpus:
+            continue
+        cluster = ClusterSpec(nodes=1, gpus_per_node=r.gpus, ep=r.gpus, gpu=gpu)
+        routing = Routing(r.experts, r.top_k)
+        shape = f"tokens={r.tokens} hidden={r.hidden} topk={r.top_k} experts={r.experts}"
+        for kernel, measured_s in (("dispatch", r.dispatch_s), ("combine", r.combine_s)):
+            pred = deepep_low_latency(cluster, routing, r.tokens, r.hidden, kernel, fp8=True).seconds
+            yield CheckRow(gpu, kernel, shape, pred, measured_s)
+
+
+def _h800_rows(fit: FamilyFit) -> Iterable[CheckRow]:
+    from demos.zoo.efficiency import DEEPGEMM_H800
+
+    g = get_gpu("h800")
+    for r in DEEPGEMM_H800:
+        pred = fit.gemm["fp8"].seconds(r.flops, r.nbytes(), r.m, r.n, r.k, g.flops("fp8"), g.hbm_bandwidth, g.sm_count)
+        yield CheckRow("h800", "gemm fp8", f"{r.layout} groups={r.groups} m={r.m} n={r.n} k={r.k}", pred, r.seconds)
+
+
+def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS) -> list[CheckRow]:
+    """Predicted against measured rows of ``gpu`` for ``ops``, on ``fit`` (default: the GPU family's)."""
+    fit = fit or family_fit(get_gpu(gpu).family)
+    ops = set(ops)
+    if gpu == "h800":
+        return list(_h800_rows(fit)) if "gemm fp8" in ops else []
+    out: list[CheckRow] = []
+    if ops & {"gemm fp8", "gemm bf16"}:
+        out += [r for r in _gemm_rows(gpu, fit) if r.op in ops]
+    if ops & {"mla decode", "mla prefill"}:
+        out += [r for r in _mla_rows(gpu, fit) if r.op in ops]
+    if "experts" in ops:
+        out += list(_experts_rows(gpu, fit))
+    if ops & {"dispatch", "combine"}:
+        out += [r for r in _alltoall_rows(gpu) if r.op in ops]
+    return out
+
+
+def summaries(rows: Iterable[CheckRow]) -> list[dict]:
+    """Per (gpu, op), in order of appearance: ``{"gpu", "op", "rows", "median_error", "max_error",
+    "median_abs_error", "worst"}``: signed errors (``summarize``), the median of |error|, the worst row."""
+    groups: dict[tuple[str, str], list[CheckRow]] = {}
+    for r in rows:
+        groups.setdefault((r.gpu, r.op), []).append(r)
+    out = []
+    for (gpu, op), rs in groups.items():
+        errs = sorted(r.error for r in rs)
+        mid = len(errs) // 2
+        median = errs[mid] if len(errs) % 2 else 0.5 * (errs[mid - 1] + errs[mid])
+        s = summarize([r.error for r in rs])
+        worst = max(rs, key=lambda r: abs(r.error))
+        absd = sorted(abs(e) for e in errs)
+        out.append(
+            {
+                "gpu": gpu,
+                "op": op,
+                "rows": s["rows"],
+                "median_error": median,
+                "max_error": s["max_error"],
+                "median_abs_error": absd[len(absd) // 2],
+                "worst": worst.to_dict(),
+            }
+        )
+    return out
+
+
+def cross_validation() -> list[str]:
+    """Fit each GPU's GEMM and MLA curves on its own tables, predict every GPU with them: one line per
+    (fitted on, predicted) pair and op family."""
+    from demos.zoo.rooflines_fit import FIT_GPUS, fit_family
+
+    lines = []
+    gpus = [g for family in FIT_GPUS.values() for g in family]
+    for source in gpus:
+        fit = fit_family(get_gpu(source).family, (source,))
+        for target in gpus:
+            rows = kernel_rows(target, fit, ("gemm fp8", "gemm bf16", "mla decode", "mla prefill"))
+            for s in summaries(rows):
+                lines.append(
+                    f"fit {source:5} -> {target:5} {s['op']:11} median |err| {s['median_abs_error']:6.1%}  "
+                    f"median {s['median_error']:+6.1%}  max {s['max_error']:+7.1%}  ({s['rows']} rows)"
+                )
+    return lines

@@ -1,0 +1,155 @@
+"""The seam where the zoo's kernel times come from: the fitted roofline, or measured tables.
+
+``KernelTimes(gpu, profile)`` (source "roofline", the default, no dependency) times each GEMM part and
+each attention core with its GPU family's fitted curves (``demos.zoo.rooflines``), against the GPU's
+datasheet peaks (``profile``'s per-dtype rates, which carry a ``gemm`` what-if) and HBM bandwidth
+(``gpu``'s, which carries an ``hbm`` what-if). ``MeasuredKernelTimes`` (source "measured", the
+``measured`` extra) takes a GEMM's and MLA attention core's time from the tables measured on that GPU
+(``demos.zoo.measured``) where they have the shape, interpolating between measured rows, and falls back
+to the roofline where they do not; ``fallbacks`` records each op that fell back and why, so that a
+report can say so (no silent substitution).
+
+A curve's ``latency`` is the fixed time of one kernel as the tables' harness timed it alone; in a step
+the fixed time of each kernel is the profile's per-kernel floor (``demos.zoo.profile.MIN_KERNEL``,
+measured in graph replays on our H200), which each op pays per device kernel it issues, so the roofline
+source leaves the curves' latency out (a modelling choice, docs/kernels.md). A measured row holds its
+harness's fixed time, so the measured source takes the row less the family curve's latency (at least
+the part a roofline would give).
+
+``kernel_times(source, gpu, profile)`` builds one; ``KERNEL_SOURCES`` names the choices.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+from dbo.costs import DeviceProfile
+from demos.errors import ConfigError, field_ref
+from demos.zoo.hardware import GpuSpec
+from demos.zoo.rooflines import family_fit
+
+__all__ = ["KERNEL_SOURCES", "KernelTimes", "MeasuredKernelTimes", "kernel_times"]
+
+KERNEL_SOURCES = ("roofline", "measured")
+
+
+class KernelTimes:
+    """Roofline kernel times on ``gpu`` (module docstring)."""
+
+    source = "roofline"
+
+    def __init__(self, gpu: GpuSpec, profile: DeviceProfile):
+        self.gpu = gpu
+        self.profile = profile
+        self.fit = family_fit(gpu.family)
+        self.fallbacks: dict[str, str] = {}
+
+    @property
+    def mem_bandwidth(self) -> float:
+        """The bandwidth a streaming kernel reaches: the FP8 GEMM curve's share of HBM."""
+        return self.gpu.hbm_bandwidth * self.fit.gemm["fp8"].mem_efficiency
+
+    def gemm(self, op: str, m: float, n: int, k: int, dtype: str, flops: float, nbytes: float) -> float:
+        """Seconds of one GEMM part of ``op`` ((m, n, k): rows per group, n, k) of ``flops`` and ``nbytes``."""
+        curve = self.fit.gemm["fp8" if dtype == "fp8" else "bfloat16"]
+        peak = self.profile.flops_rate(dtype)
+        return max(curve.parts(flops, nbytes, m, n, k, peak, self.gpu.hbm_bandwidth, self.gpu.sm_count))
+
+    def memory(self, nbytes: float, flops: float = 0.0) -> float:
+        """Seconds of a memory pass of ``nbytes`` folded into an op (its op pays the kernel floor)."""
+        return max(nbytes / self.mem_bandwidth, flops / self.profile.flops_rate("bfloat16"))
+
+    def attention(self, phase: str, flops: float, nbytes: float, shape: tuple | None = None) -> float:
+        """Seconds of an attention core of ``flops`` and ``nbytes`` in ``phase``; ``shape`` (batch, heads,
+        kv_len) for MLA, None for other attention (timed on the MLA curve: a stated extrapolation)."""
+        curve = self.fit.mla_decode if phase == "decode" else self.fit.mla_prefill
+        peak = self.profile.flops_rate("bfloat16")
+        return curve.seconds(flops, nbytes, peak, self.gpu.hbm_bandwidth) - curve.latency
+
+
+def _interp(xs: list[float], ys: list[float], x: float) -> float:
+    """Linear interpolation of y at x in log-log coordinates (clamped to the ends)."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1] * x / xs[-1]  # past the table: proportional to the size
+    i = bisect.bisect_right(xs, x)
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+    return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
+
+
+class MeasuredKernelTimes(KernelTimes):
+    """Kernel times from the tables measured on ``gpu`` where they have the shape (module docstring)."""
+
+    source = "measured"
+
+    def __init__(self, gpu: GpuSpec, profile: DeviceProfile, table_gpu: str):
+        super().__init__(gpu, profile)
+        from demos.zoo import measured
+
+        self.table_gpu = table_gpu
+        self._gemm: dict[tuple, tuple[list, list]] = {}
+        for dtype, theirs in (("fp8", "fp8_block"), ("bfloat16", "bfloat16")):
+            rows: dict[tuple, list] = {}
+            for r in measured.gemm_rows(table_gpu, theirs):
+                rows.setdefault((dtype, r.n, r.k), []).append((r.m, r.seconds))
+            for key, pts in rows.items():
+                pts.sort()
+                self._gemm[key] = ([float(m) for m, _ in pts], [s for _, s in pts])
+        self._mla: dict[tuple, dict[int, tuple[list, list]]] = {}
+        for phase in ("decode", "prefill"):
+            grid: dict[tuple, dict[int, list]] = {}
+            for r in measured.mla_rows(table_gpu, phase, "bfloat16"):
+                grid.setdefault((phase, r.heads), {}).setdefault(r.batch, []).append((r.kv_len, r.seconds))
+            for key, by_batch in grid.items():
+                self._mla[key] = {
+                    b: ([float(s) for s, _ in sorted(p)], [t for _, t in sorted(p)]) for b, p in by_batch.items()
+                }
+
+    def _fall(self, op: str, why: str) -> None:
+        self.fallbacks.setdefault(op, why)
+
+    def gemm(self, op: str, m: float, n: int, k: int, dtype: str, flops: float, nbytes: float) -> float:
+        key = ("fp8" if dtype == "fp8" else "bfloat16", n, k)
+        table = self._gemm.get(key)
+        if flops > 2.0 * m * n * k * 1.001:  # a grouped GEMM (routed experts, per-head bmm): one kernel
+            self._fall(op, f"grouped GEMM: the tables time single GEMMs on {self.table_gpu}")
+            return super().gemm(op, m, n, k, dtype, flops, nbytes)
+        if table is None:
+            self._fall(op, f"no measured {key[0]} GEMM with n={n}, k={k} on {self.table_gpu}")
+            return super().gemm(op, m, n, k, dtype, flops, nbytes)
+        floor = super().gemm(op, m, n, k, dtype, flops, nbytes)
+        return max(floor, _interp(*table, m) - self.fit.gemm[key[0]].latency)
+
+    def attention(self, phase: str, flops: float, nbytes: float, shape: tuple | None = None) -> float:
+        grid = self._mla.get((phase, shape[1])) if shape is not None else None
+        if grid is None:
+            what = "non-MLA attention" if shape is None else f"MLA with {shape[1]} heads"
+            self._fall(f"attention ({phase})", f"no measured table for {what} on {self.table_gpu}")
+            return super().attention(phase, flops, nbytes, shape)
+        batch, _, kv_len = shape
+        batches = sorted(grid)
+        ts = [_interp(*grid[b], max(1.0, kv_len)) for b in batches]
+        got = _interp([float(b) for b in batches], ts, max(1.0, batch))
+        curve = self.fit.mla_decode if phase == "decode" else self.fit.mla_prefill
+        return max(super().attention(phase, flops, nbytes, shape), got - curve.latency)
+
+
+def kernel_times(source: str, gpu: GpuSpec, profile: DeviceProfile) -> KernelTimes:
+    """A ``KernelTimes`` of ``source`` ("roofline" or "measured") for ``gpu``; a bad source, a GPU without
+    tables, or the measured extra missing -> one-line ``ConfigError``."""
+    if source == "roofline":
+        return KernelTimes(gpu, profile)
+    if source != "measured":
+        raise ConfigError(f"{field_ref('kernels')} must be one of {', '.join(KERNEL_SOURCES)}, got {source!r}")
+    from demos.zoo import measured
+
+    measured.package_version()  # MeasuredTablesError (a ConfigError) with the install hint
+    if gpu.name not in measured.SYSTEMS:
+        raise ConfigError(
+            f"{field_ref('kernels')} measured: no measured tables for {gpu.name}; "
+            f"tables exist for {', '.join(measured.SYSTEMS)} (use --kernels roofline)"
+        )
+    return MeasuredKernelTimes(gpu, profile, gpu.name)

@@ -1,0 +1,272 @@
+"""The one adapter over measured kernel tables: ``aiconfigurator-core``'s parquet files (optional extra).
+
+``aiconfigurator-core`` (PyPI, Apache-2.0) ships kernel times measured on real GPUs (GEMM, MLA, DeepEP
+MoE and all-to-all) per system, framework and framework version, and a sample of measured end-to-end
+deployments (``silicon_sample.csv``). Install it with ``pip install -e '.[measured]'``; nothing else in
+the project imports it. This module reads the files directly (pandas over pyarrow), not through the
+package's Python engine: the files are the measurements themselves, their columns have been stable while
+the engine's API changed between releases, and the predictor needs rows, not the package's own model of
+a deployment (docs/design.md, "Measured kernel tables"). An upstream layout change touches only this file.
+
+Every reader returns plain tuples (``GemmRow``, ``MlaRow``, ``MoeRow``, ``AllToAllRow``, ``SiliconRow``)
+in SI units (seconds), so no caller sees pandas. Which table version is read is pinned in ``TABLES``; a
+GPU without tables (h800, h20) -> ``MeasuredTablesError``.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import NamedTuple
+
+from demos.errors import ConfigError
+
+__all__ = [
+    "INSTALL_HINT",
+    "SYSTEMS",
+    "TABLES",
+    "AllToAllRow",
+    "GemmRow",
+    "MeasuredTablesError",
+    "MlaRow",
+    "MoeRow",
+    "SiliconRow",
+    "alltoall_rows",
+    "available",
+    "data_root",
+    "gemm_rows",
+    "mla_rows",
+    "moe_rows",
+    "package_version",
+    "silicon_rows",
+    "table_path",
+]
+
+INSTALL_HINT = "the measured kernel tables need the optional extra: python -m pip install -e '.[measured]'"
+
+SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "gb200": "gb200"}
+"""Our GPU name -> the package's system directory (GPUs with measured tables)."""
+
+TABLES = {
+    "gemm": ("gemm", "sglang", "0.5.14", "gemm_perf"),
+    "mla_decode": ("mla", "sglang", "0.5.14", "generation_mla_perf"),
+    "mla_prefill": ("mla", "sglang", "0.5.14", "context_mla_perf"),
+    "moe_decode": ("moe", "sglang", "0.5.10", "wideep_generation_moe_perf"),
+    "deepep_ll": ("comm", "sglang", "0.5.12", "wideep_deepep_ll_perf"),
+}
+"""Table -> (family, framework, version, file stem): the version of each table this project reads
+(the newest SGLang collection of each on every GPU in ``SYSTEMS``, aiconfigurator-core 0.12.0)."""
+
+
+class MeasuredTablesError(ConfigError):
+    """The tables are not installed, or have no table for the GPU asked for (one line)."""
+
+
+class GemmRow(NamedTuple):
+    """A GEMM ``m`` x ``n`` x ``k`` (``m`` rows through a k -> n weight) in ``dtype`` ("fp8_block":
+    DeepGEMM with 128-block scales; "fp8": per-tensor scaled; "bfloat16"), taking ``seconds``."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    seconds: float
+
+
+class MlaRow(NamedTuple):
+    """MLA's attention core: ``batch`` requests, ``heads`` query heads on the GPU, ``kv_len`` cached tokens
+    per request (decode) or ``kv_len`` prompt tokens (prefill, causal), KV cache in ``kv_dtype``."""
+
+    batch: int
+    heads: int
+    kv_len: int
+    kv_dtype: str
+    seconds: float
+
+
+class MoeRow(NamedTuple):
+    """DeepEP MoE's expert compute (grouped GEMMs, FP8 block) on one rank of an ``ep``-way group:
+    ``tokens`` per rank, ``hidden`` -> ``inter`` experts, ``top_k`` of ``experts``, routing ``distribution``."""
+
+    tokens: int
+    hidden: int
+    inter: int
+    top_k: int
+    experts: int
+    ep: int
+    distribution: str
+    seconds: float
+
+
+class AllToAllRow(NamedTuple):
+    """DeepEP low-latency dispatch and combine on ``gpus`` GPUs (one node): ``tokens`` per rank of
+    ``hidden`` to ``top_k`` of ``experts``; the mean seconds of each."""
+
+    gpus: int
+    tokens: int
+    hidden: int
+    top_k: int
+    experts: int
+    dispatch_s: float
+    combine_s: float
+
+
+class SiliconRow(NamedTuple):
+    """One measured deployment: ``engine`` serving ``model`` on ``system`` with ``precision``; ``mode``
+    "agg" (one worker does both phases) or "disagg"; the worker's parallelism for the phase measured
+    (``tp``, ``attention_dp``, ``moe_ep``, ``moe_tp``); ``batch`` concurrent requests of ``isl`` prompt
+    tokens; measured ``ttft_s`` and ``tpot_s`` (None when absent)."""
+
+    id: str
+    engine: str
+    model: str
+    system: str
+    precision: str
+    mode: str
+    isl: int
+    osl: int
+    batch: int
+    tp: int
+    attention_dp: int
+    moe_ep: int
+    moe_tp: int
+    prefill: tuple[int, int, int, int, int] | None
+    ttft_s: float | None
+    tpot_s: float | None
+
+
+def available() -> bool:
+    """Whether the extra is installed (the package and pandas import)."""
+    try:
+        _modules()
+    except MeasuredTablesError:
+        return False
+    return True
+
+
+def _modules():
+    try:
+        import aiconfigurator_core
+        import pandas
+    except ImportError:
+        raise MeasuredTablesError(INSTALL_HINT) from None
+    return aiconfigurator_core, pandas
+
+
+def package_version() -> str:
+    """The installed aiconfigurator-core version (MeasuredTablesError without it)."""
+    from importlib.metadata import version
+
+    _modules()
+    return version("aiconfigurator-core")
+
+
+def data_root() -> Path:
+    """The package's ``systems`` directory."""
+    pkg, _ = _modules()
+    return Path(pkg.__file__).parent / "systems"
+
+
+def table_path(gpu: str, table: str) -> Path:
+    """The parquet file of ``table`` (a ``TABLES`` key) for ``gpu`` (a ``SYSTEMS`` key)."""
+    if gpu not in SYSTEMS:
+        raise MeasuredTablesError(f"no measured tables for GPU {gpu!r}; tables exist for {', '.join(SYSTEMS)}")
+    family, framework, version, stem = TABLES[table]
+    path = data_root() / "data" / SYSTEMS[gpu] / family / framework / version / f"{stem}.parquet"
+    if not path.is_file():
+        raise MeasuredTablesError(f"the installed aiconfigurator-core has no {stem} {framework} {version} for {gpu}")
+    return path
+
+
+@functools.lru_cache(maxsize=32)
+def _frame(gpu: str, table: str):
+    _, pd = _modules()
+    return pd.read_parquet(table_path(gpu, table))
+
+
+def gemm_rows(gpu: str, dtype: str | None = None) -> list[GemmRow]:
+    """Every measured GEMM of ``gpu`` (of ``dtype`` only, when given), latency in seconds."""
+    d = _frame(gpu, "gemm")
+    if dtype is not None:
+        d = d[d.gemm_dtype == dtype]
+    cols = zip(d.m.tolist(), d.n.tolist(), d.k.tolist(), d.gemm_dtype.tolist(), d.latency.tolist())
+    return [GemmRow(m, n, k, dt, ms * 1e-3) for m, n, k, dt, ms in cols]
+
+
+def mla_rows(gpu: str, phase: str, kv_dtype: str | None = None) -> list[MlaRow]:
+    """MLA attention-core rows of ``phase`` ("decode": generation, kv_len = the cached tokens;
+    "prefill": context, kv_len = the prompt length)."""
+    if phase not in ("decode", "prefill"):
+        raise ValueError(f"phase must be 'decode' or 'prefill', got {phase!r}")
+    d = _frame(gpu, "mla_decode" if phase == "decode" else "mla_prefill")
+    if kv_dtype is not None:
+        d = d[d.kv_cache_dtype == kv_dtype]
+    length = d.step if phase == "decode" else d.isl
+    cols = zip(d.batch_size.tolist(), d.num_heads.tolist(), length.tolist(), d.kv_cache_dtype.tolist())
+    return [MlaRow(b, h, s, kv, ms * 1e-3) for (b, h, s, kv), ms in zip(cols, d.latency.tolist())]
+
+
+def moe_rows(gpu: str) -> list[MoeRow]:
+    """DeepEP MoE expert-compute rows (decode, the low-latency masked layout)."""
+    d = _frame(gpu, "moe_decode")
+    names = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_ep_size", "distribution")
+    cols = zip(*(d[c].tolist() for c in names), d.latency.tolist())
+    return [MoeRow(*row[:-1], row[-1] * 1e-3) for row in cols]
+
+
+def alltoall_rows(gpu: str) -> list[AllToAllRow]:
+    """DeepEP low-latency dispatch/combine rows (one node of the system's GPUs)."""
+    d = _frame(gpu, "deepep_ll")
+    per_node = 4 if gpu == "gb200" else 8
+    names = ("node_num", "num_token", "hidden_size", "num_topk", "num_experts", "dispatch_avg_t_us", "combine_avg_t_us")
+    out = []
+    for nodes, t, h, k, e, disp, comb in zip(*(d[c].tolist() for c in names)):
+        out.append(AllToAllRow(nodes * per_node, t, h, k, e, disp * 1e-6, comb * 1e-6))
+    return out
+
+
+def _int(v) -> int:
+    return 0 if v != v else int(v)  # NaN -> 0
+
+
+def _opt(v) -> float | None:
+    return None if v != v else float(v) * 1e-3
+
+
+@functools.lru_cache(maxsize=1)
+def silicon_rows() -> tuple[SiliconRow, ...]:
+    """Every measured deployment of ``silicon_sample.csv``. For a disaggregated row the decode worker's
+    parallelism and batch are in the main fields and the prefill worker's (tp, attention_dp, moe_ep,
+    moe_tp, batch) in ``prefill``."""
+    _, pd = _modules()
+    d = pd.read_csv(data_root() / "silicon_sample.csv")
+    out = []
+    for r in d.to_dict("records"):
+        disagg = r["mode"] == "disagg"
+        p = "decode_" if disagg else ""
+        prefill = None
+        if disagg:
+            prefill = tuple(
+                _int(r[f"prefill_{c}"]) for c in ("tp_size", "attention_dp_size", "moe_ep_size", "moe_tp_size")
+            ) + (_int(r["prefill_batch_size"]),)
+        out.append(
+            SiliconRow(
+                id=str(r["id"]),
+                engine=str(r["backend"]),
+                model=str(r["model_path"]),
+                system=str(r["system"]),
+                precision=str(r["precision"]),
+                mode=str(r["mode"]),
+                isl=_int(r["isl"]),
+                osl=_int(r["osl"]),
+                batch=_int(r[f"{p}batch_size"]),
+                tp=_int(r[f"{p}tp_size"]),
+                attention_dp=_int(r[f"{p}attention_dp_size"]),
+                moe_ep=_int(r[f"{p}moe_ep_size"]),
+                moe_tp=_int(r[f"{p}moe_tp_size"]),
+                prefill=prefill,
+                ttft_s=_opt(r["silicon_ttft_ms"]),
+                tpot_s=_opt(r["silicon_tpot_ms"]),
+            )
+        )
+    return tuple(out)

@@ -1,0 +1,151 @@
+"""Kernel-time curves fitted per GPU family to measured kernel tables, and the fitted figures' data file.
+
+A GEMM of ``groups`` x (``m`` x ``n`` x ``k``) in a dtype of dense peak ``R`` on HBM of bandwidth ``B``::
+
+    time  = latency + max(2 groups m n k / (R * ceiling * eff),  bytes / (B * mem_efficiency * occ))
+    eff   = m / pad16(m) * m/(m+m0) * n/(n+n0) * k/(k+k0)
+    occ   = min(1, tiles / (mem_tiles * SMs)),   tiles = groups * ceil(m / 128) * ceil(n / 128)
+    bytes = weights * n k * w_bytes + groups * (m k * a_bytes + m n * c_bytes)
+
+(``GemmCurve``). It keeps apart what a kernel reaches toward the GPU's peak FLOP/s and toward its peak
+bandwidth. Toward FLOP/s: ``ceiling`` x ``eff``, the rows padded to a 16-row tile (``ROW_TILE``: the
+smallest tile the small-M kernels issue, a stated choice) and the fill of the shape. Toward bandwidth:
+``mem_efficiency`` x ``occ``, where a GEMM of few 128 x 128 output tiles keeps too few SMs loading to
+reach its share of HBM, and a grouped GEMM over many experts keeps them all busy (``mem_tiles``: the
+fraction of the SMs whose tiles it takes). ``latency`` is the fixed time of one kernel as a harness
+times it alone. So a GPU without tables, given its family's curve over its own datasheet, has its small-M
+kernels bounded by their bytes at the family's reach toward bandwidth, not by another GPU's FLOP/s.
+
+Attention (``AttentionCurve``): ``latency + max(flops / (R_bf16 * ceiling), bytes / (B * mem_efficiency))``,
+one curve for MLA decode and one for MLA prefill per family.
+
+``FITS`` holds the fitted curves per family ("hopper", "blackwell"), loaded from ``rooflines.json``,
+which ``scripts/fit_rooflines.py`` writes from the measured tables (``demos.zoo.measured``) with the
+fitting code in ``demos.zoo.rooflines_fit``; each figure's provenance is in the file (docs/kernels.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+from demos.zoo.hardware import FAMILIES
+
+__all__ = [
+    "FAMILIES",
+    "FITS",
+    "FITS_PATH",
+    "OUT_TILE",
+    "ROW_TILE",
+    "AttentionCurve",
+    "FamilyFit",
+    "GemmCurve",
+    "family_fit",
+    "load_fits",
+]
+
+FITS_PATH = Path(__file__).with_name("rooflines.json")
+ROW_TILE = 16
+"""Rows a GEMM's tensor-core work is padded to (the smallest tile small-M kernels issue; a stated choice)."""
+OUT_TILE = 128
+"""The output tile edge ``GemmCurve.occupancy`` counts tiles in."""
+
+
+@dataclass(frozen=True)
+class GemmCurve:
+    """A GEMM time curve (module docstring); shares in (0, 1], knees in rows, latency in seconds."""
+
+    ceiling: float
+    m0: float
+    n0: float
+    k0: float
+    mem_efficiency: float
+    latency: float
+    mem_tiles: float
+
+    def eff(self, m: float, n: float, k: float) -> float:
+        return m / (math.ceil(m / ROW_TILE) * ROW_TILE) * m / (m + self.m0) * n / (n + self.n0) * k / (k + self.k0)
+
+    def occupancy(self, groups: float, m: float, n: float, sms: int) -> float:
+        """The share of its bandwidth a GEMM of ``groups`` x (m x n) output reaches (module docstring)."""
+        tiles = groups * math.ceil(m / OUT_TILE) * math.ceil(n / OUT_TILE)
+        return min(1.0, tiles / (self.mem_tiles * sms))
+
+    def parts(self, flops: float, nbytes: float, m: float, n: float, k: float, peak: float, hbm: float, sms: int):
+        """(math seconds, memory seconds) of a GEMM part on a GPU of ``sms`` SMs, without the latency;
+        its groups are ``flops / (2 m n k)``."""
+        groups = max(1.0, flops / (2.0 * m * n * k))
+        occ = self.occupancy(groups, m, n, sms)
+        return flops / (peak * self.ceiling * self.eff(m, n, k)), nbytes / (hbm * self.mem_efficiency * occ)
+
+    def seconds(
+        self, flops: float, nbytes: float, m: float, n: float, k: float, peak: float, hbm: float, sms: int
+    ) -> float:
+        """Seconds of a GEMM of ``flops`` and ``nbytes`` whose (rows per group, n, k) is (m, n, k)."""
+        return self.latency + max(self.parts(flops, nbytes, m, n, k, peak, hbm, sms))
+
+
+@dataclass(frozen=True)
+class AttentionCurve:
+    """An attention-core time curve: a share of the BF16 peak, a share of HBM bandwidth, a fixed latency."""
+
+    ceiling: float
+    mem_efficiency: float
+    latency: float
+
+    def seconds(self, flops: float, nbytes: float, peak: float, hbm: float) -> float:
+        return self.latency + max(flops / (peak * self.ceiling), nbytes / (hbm * self.mem_efficiency))
+
+
+@dataclass(frozen=True)
+class FamilyFit:
+    """One GPU family's fitted curves: ``gemm`` per dtype ("fp8", "bfloat16"), ``mla_decode``,
+    ``mla_prefill``; ``fitted_on`` the GPUs whose tables gave them; ``source`` the tables' provenance."""
+
+    family: str
+    gemm: dict
+    mla_decode: AttentionCurve
+    mla_prefill: AttentionCurve
+    fitted_on: tuple[str, ...]
+    source: str
+
+    def to_dict(self) -> dict:
+        return {
+            "family": self.family,
+            "gemm": {k: asdict(v) for k, v in self.gemm.items()},
+            "mla_decode": asdict(self.mla_decode),
+            "mla_prefill": asdict(self.mla_prefill),
+            "fitted_on": list(self.fitted_on),
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> FamilyFit:
+        return cls(
+            family=d["family"],
+            gemm={k: GemmCurve(**v) for k, v in d["gemm"].items()},
+            mla_decode=AttentionCurve(**d["mla_decode"]),
+            mla_prefill=AttentionCurve(**d["mla_prefill"]),
+            fitted_on=tuple(d["fitted_on"]),
+            source=d["source"],
+        )
+
+
+def load_fits(path: Path = FITS_PATH) -> dict[str, FamilyFit]:
+    """The fitted curves per family from ``path`` (``rooflines.json``)."""
+    data = json.loads(Path(path).read_text())
+    return {name: FamilyFit.from_dict(d) for name, d in data["families"].items()}
+
+
+FITS = MappingProxyType(load_fits())
+"""The fitted curves per family, read once from ``rooflines.json``."""
+
+
+def family_fit(family: str) -> FamilyFit:
+    """The fitted curves of ``family`` (one of ``FAMILIES``)."""
+    if family not in FITS:
+        raise ValueError(f"no fitted curves for GPU family {family!r}; fitted: {', '.join(FITS)}")
+    return FITS[family]

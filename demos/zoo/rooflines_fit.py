@@ -1,0 +1,243 @@
+"""Fitting ``demos.zoo.rooflines``' curves to measured kernel rows, and scoring a curve against rows.
+
+Each fit minimizes the sum over rows of ``log(predicted / measured)^2`` (every row weighs the same
+whatever its size) with a deterministic Nelder-Mead in log coordinates from fixed starts (numpy only:
+the same rows give the same figures to the last bit). Rows come as ``demos.zoo.measured`` tuples with
+the GPU (``GpuSpec``) they ran on, so one family's curve can be fitted on several GPUs at once, each
+row against its own GPU's datasheet peak and bandwidth.
+
+The work of a row is counted as the predictor counts it (docs/models.md, "What a step costs"):
+``gemm_work`` for a GEMM row, ``mla_work`` for an MLA attention-core row (decode absorbed into the
+512 + 64 latent space; prefill expanded, causal within each request).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from demos.zoo.hardware import GpuSpec, get_gpu
+from demos.zoo.rooflines import OUT_TILE, ROW_TILE, AttentionCurve, FamilyFit, GemmCurve
+
+__all__ = [
+    "FIT_GPUS",
+    "GEMM_DTYPES",
+    "PHASES",
+    "MLA_DIMS",
+    "MLA_KV",
+    "fit_attention",
+    "fit_family",
+    "fit_gemm",
+    "gemm_work",
+    "log_errors",
+    "minimize",
+    "mla_work",
+    "nelder_mead",
+    "summarize",
+]
+
+GEMM_DTYPES = {"fp8": "fp8_block", "bfloat16": "bfloat16"}
+"""Our math dtype -> the measured table's dtype it is fitted to (FP8: DeepGEMM with 128-block scales,
+what DeepSeek-style FP8 checkpoints run)."""
+
+MLA_DIMS = {"latent": 512, "rope": 64, "nope": 128, "v": 128}
+"""DeepSeek-V3's MLA dimensions, the shape every measured MLA table was taken at."""
+
+_BYTES = {"fp8": (1.0, 1.0), "bfloat16": (2.0, 2.0)}  # (weight bytes, activation-in bytes); out is BF16
+_KV = {"fp8": 1.0, "bfloat16": 2.0}
+PHASES = ("decode", "prefill")
+MLA_KV = "bfloat16"
+"""The KV-cache dtype whose MLA rows the attention curves are fitted to: the engines' default ("auto")
+for the FP8 DeepSeek checkpoints, and the zoo's presets' (an FP8 cache takes another kernel path)."""
+
+
+def gemm_work(m, n, k, dtype: str):
+    """(flops, bytes) of an m x n x k GEMM in our ``dtype`` (arrays or numbers): the weights once, the
+    activations in and the BF16 output."""
+    w, a = _BYTES[dtype]
+    return 2.0 * m * n * k, n * k * w + m * k * a + m * n * 2.0
+
+
+def mla_work(phase: str, batch, heads, kv_len, kv_dtype: str):
+    """(flops, bytes) of MLA's attention core (module docstring): decode reads each request's cached
+    latents once per kernel (``kv_len`` + 1 tokens); prefill is causal within each request."""
+    lat, rope, nope, v = MLA_DIMS["latent"], MLA_DIMS["rope"], MLA_DIMS["nope"], MLA_DIMS["v"]
+    kvb = _KV.get(kv_dtype, 2.0)
+    if phase == "decode":
+        pairs = batch * (kv_len + 1.0)
+        flops = 2.0 * heads * pairs * (lat + rope) + 2.0 * heads * pairs * lat
+        nbytes = batch * (kv_len + 1.0) * (lat + rope) * kvb + batch * heads * (lat + rope + lat) * 2.0
+    else:
+        pairs = batch * kv_len * (kv_len + 1.0) / 2.0
+        tokens = batch * kv_len
+        flops = 2.0 * heads * pairs * (nope + rope) + 2.0 * heads * pairs * v
+        nbytes = tokens * heads * (2 * (nope + rope) + 2 * v) * 2.0 + tokens * (lat + rope) * kvb
+    return flops, nbytes
+
+
+def nelder_mead(f: Callable[[np.ndarray], float], x0: Sequence[float], step: float = 0.5, iters: int = 2000):
+    """A deterministic Nelder-Mead minimum of ``f`` from ``x0``: (point, value)."""
+    n = len(x0)
+    pts = [np.array(x0, dtype=float)] + [np.array(x0, dtype=float) + step * np.eye(n)[i] for i in range(n)]
+    vals = [f(p) for p in pts]
+    for _ in range(iters):
+        order = np.argsort(vals, kind="stable")
+        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
+        if vals[-1] - vals[0] < 1e-12:
+            break
+        c = sum(pts[:-1]) / n
+        xr = 2 * c - pts[-1]
+        fr = f(xr)
+        if fr < vals[0]:
+            xe = 3 * c - 2 * pts[-1]
+            fe = f(xe)
+            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = xr, fr
+        else:
+            xc = 0.5 * (c + pts[-1])
+            fc = f(xc)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = xc, fc
+            else:
+                for i in range(1, n + 1):
+                    pts[i] = pts[0] + 0.5 * (pts[i] - pts[0])
+                    vals[i] = f(pts[i])
+    i = int(np.argmin(vals))
+    return pts[i], vals[i]
+
+
+def minimize(loss: Callable[[np.ndarray], float], starts: Sequence[Sequence[float]]) -> np.ndarray:
+    best_u, best_v = None, math.inf
+    for s in starts:
+        u, v = np.log(np.array(s, dtype=float)), math.inf
+        for _ in range(6):  # restart until it stops improving
+            u, nv = nelder_mead(loss, u)
+            if v - nv < 1e-9:
+                v = min(v, nv)
+                break
+            v = nv
+        if v < best_v:
+            best_u, best_v = u, v
+    return best_u
+
+
+def _columns(rows_by_gpu, fields: Sequence[str]):
+    cols = {f: [] for f in (*fields, "sms")}
+    peak, hbm, t = [], [], []
+    for gpu, dtype_rate, rows in rows_by_gpu:
+        for r in rows:
+            for f in fields:
+                cols[f].append(getattr(r, f))
+            cols["sms"].append(gpu.sm_count)
+            peak.append(gpu.flops(dtype_rate))
+            hbm.append(gpu.hbm_bandwidth)
+            t.append(r.seconds)
+    return {f: np.array(v, dtype=float) for f, v in cols.items()}, np.array(peak), np.array(hbm), np.array(t)
+
+
+_GEMM_STARTS = (
+    (0.9, 64, 256, 256, 0.9, 3e-6, 0.5),
+    (0.9, 8, 1000, 300, 0.8, 4e-6, 0.2),
+    (0.75, 10, 100, 80, 0.45, 3e-6, 0.03),
+)
+
+
+def _gemm_curve(u: np.ndarray) -> GemmCurve:
+    e = np.exp(u)
+    return GemmCurve(min(1.0, e[0]), e[1], e[2], e[3], min(1.0, e[4]), e[5], e[6])
+
+
+def fit_gemm(rows_by_gpu: Sequence[tuple[GpuSpec, list]], dtype: str) -> GemmCurve:
+    """The ``GemmCurve`` of our ``dtype`` fitted to ``[(gpu, rows)]`` (``demos.zoo.measured.GemmRow``)."""
+    data, peak, hbm, t = _columns([(g, dtype, rows) for g, rows in rows_by_gpu], ("m", "n", "k"))
+    if len(t) < 7:
+        raise ValueError(f"need at least 7 rows to fit 7 parameters, got {len(t)}")
+    m, n, k, sms = data["m"], data["n"], data["k"], data["sms"]
+    flops, nbytes = gemm_work(m, n, k, dtype)
+    pad = m / (np.ceil(m / ROW_TILE) * ROW_TILE)
+    tiles = np.ceil(m / OUT_TILE) * np.ceil(n / OUT_TILE)
+    logt = np.log(t)
+
+    def loss(u: np.ndarray) -> float:
+        c = _gemm_curve(u)
+        eff = pad * m / (m + c.m0) * n / (n + c.n0) * k / (k + c.k0)
+        occ = np.minimum(1.0, tiles / (c.mem_tiles * sms))
+        pred = c.latency + np.maximum(flops / (peak * c.ceiling * eff), nbytes / (hbm * c.mem_efficiency * occ))
+        return float(np.sum((np.log(pred) - logt) ** 2))
+
+    return _round(_gemm_curve(minimize(loss, _GEMM_STARTS)))
+
+
+_ATTN_STARTS = ((0.5, 0.7, 1e-5), (0.8, 0.9, 3e-6), (0.3, 0.5, 2e-5))
+
+
+def _attn_curve(u: np.ndarray) -> AttentionCurve:
+    e = np.exp(u)
+    return AttentionCurve(min(1.0, e[0]), min(1.0, e[1]), e[2])
+
+
+def fit_attention(rows_by_gpu: Sequence[tuple[GpuSpec, list]], phase: str) -> AttentionCurve:
+    """The MLA ``AttentionCurve`` of ``phase`` fitted to ``[(gpu, rows)]`` (``demos.zoo.measured.MlaRow``)."""
+    data, peak, hbm, t = _columns([(g, "bfloat16", rows) for g, rows in rows_by_gpu], ("batch", "heads", "kv_len"))
+    kv = np.array([r.kv_dtype for _, rows in rows_by_gpu for r in rows])
+    flops, nbytes = mla_work(phase, data["batch"], data["heads"], data["kv_len"], "bfloat16")
+    if phase == "decode":  # the KV bytes halve for an FP8 cache
+        lat = MLA_DIMS["latent"] + MLA_DIMS["rope"]
+        nbytes = nbytes - np.where(kv == "fp8", data["batch"] * (data["kv_len"] + 1.0) * lat, 0.0)
+    logt = np.log(t)
+
+    def loss(u: np.ndarray) -> float:
+        c = _attn_curve(u)
+        pred = c.latency + np.maximum(flops / (peak * c.ceiling), nbytes / (hbm * c.mem_efficiency))
+        return float(np.sum((np.log(pred) - logt) ** 2))
+
+    return _round(_attn_curve(minimize(loss, _ATTN_STARTS)))
+
+
+def _round(curve):
+    """``curve`` with every figure rounded to 4 significant figures (what the data file stores)."""
+    return type(curve)(**{k: float(f"{v:.4g}") for k, v in curve.__dict__.items()})
+
+
+def log_errors(predicted: Sequence[float], measured: Sequence[float]) -> np.ndarray:
+    """Signed errors ``predicted / measured - 1`` per row."""
+    return np.asarray(predicted, dtype=float) / np.asarray(measured, dtype=float) - 1.0
+
+
+def summarize(errors: Sequence[float]) -> dict:
+    """``{"rows", "median_error", "max_error"}``: the signed error of the median |error| row and of the
+    largest |error| row."""
+    e = np.asarray(errors, dtype=float)
+    if e.size == 0:
+        return {"rows": 0, "median_error": None, "max_error": None}
+    order = np.argsort(np.abs(e), kind="stable")
+    return {"rows": int(e.size), "median_error": float(e[order[(e.size - 1) // 2]]), "max_error": float(e[order[-1]])}
+
+
+FIT_GPUS = {"hopper": ("h100", "h200"), "blackwell": ("b200", "gb200")}
+"""The GPUs whose measured tables each family's curves are fitted to (every GPU with tables)."""
+
+
+def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
+    """``family``'s curves fitted to the measured tables of ``gpus`` (default ``FIT_GPUS[family]``);
+    needs the ``measured`` extra."""
+    from demos.zoo import measured
+
+    names = tuple(gpus or FIT_GPUS[family])
+    specs = [(get_gpu(g), g) for g in names]
+    gemm = {
+        ours: fit_gemm([(spec, measured.gemm_rows(g, theirs)) for spec, g in specs], ours)
+        for ours, theirs in GEMM_DTYPES.items()
+    }
+    attn = {
+        phase: fit_attention([(spec, measured.mla_rows(g, phase, MLA_KV)) for spec, g in specs], phase)
+        for phase in PHASES
+    }
+    tables = ", ".join(
+        f"{t[3]} ({t[1]} {t[2]})" for k, t in measured.TABLES.items() if k in ("gemm", "mla_decode", "mla_prefill")
+    )
+    source = f"aiconfigurator-core {measured.package_version()}: {tables} on {', '.join(names)}"
+    return FamilyFit(family, gemm, attn["decode"], attn["prefill"], names, source)
