@@ -1,6 +1,10 @@
 """What one GPU holds for a workload, with and without DBO: ``memory_estimate(workload, slot_bytes)``.
 
-Per GPU (data-parallel attention, experts sharded ``ep`` ways):
+Per GPU (data-parallel attention, experts sharded ``ep`` ways; under attention TP ``N`` the TP-sharded
+weights are 1/N per GPU, as vLLM shards them: the attention projections except MLA's replicated
+``q_a``/``kv_a`` down-projections, the dense and shared-expert MLPs, the vocab-parallel embedding and
+LM head; the router and norms stay whole; a GQA cache holds ``max(1, kv_heads / N)`` KV heads, an MLA
+cache the whole latent of the group's requests):
 
 * ``weights``: every non-expert parameter (attention, norms, dense MLPs, shared experts, router) at
   ``precision.weights``, the embedding and LM head in BF16, and this rank's ``experts_per_rank`` routed
@@ -39,7 +43,8 @@ def kv_bytes_per_token(w: Workload) -> float:
     """KV-cache bytes one token of context takes over all layers."""
     s = w.spec
     a = s.attention
-    width = a.kv_cache_width if isinstance(a, MLAAttention) else 2 * a.kv_heads * a.head_dim
+    kv_heads = max(1, a.kv_heads // w.attention_tp) if not isinstance(a, MLAAttention) else 0
+    width = a.kv_cache_width if isinstance(a, MLAAttention) else 2 * kv_heads * a.head_dim
     return width * DTYPE_BYTES[s.precision.kv_cache] * s.num_layers
 
 
@@ -112,12 +117,17 @@ def memory_estimate(w: Workload, slot_bytes: list[int] | None = None) -> MemoryE
     s, p = w.spec, w.spec.precision
     c = count_params(s)
     wb, eb = DTYPE_BYTES[p.weights], DTYPE_BYTES[p.experts]
-    non_expert = c.attention + c.norms + c.dense_mlp + c.shared_experts + c.router
-    table = (c.embedding + c.lm_head) * 2.0
+    tp = w.attention_tp
+    a, H = s.attention, s.hidden_size
+    replicated = 0
+    if isinstance(a, MLAAttention):  # q_a and kv_a down-projections, replicated under TP (vLLM: disable_tp)
+        replicated = s.num_layers * H * ((a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim)
+    attention = replicated + (c.attention - replicated) / tp
+    non_expert = attention + c.norms + (c.dense_mlp + c.shared_experts) / tp + c.router
+    table = (c.embedding + c.lm_head) * 2.0 / tp
     experts = w.experts_per_rank * s.moe_layers * expert_params(s) * eb if s.moe is not None else 0.0
     weights = non_expert * wb + table + experts
     kv = kv_cache_bytes(w)
-    H = s.hidden_size
     per_ubatch_rows = w.tokens  # the buffers hold the whole batch per ubatch id (they are reused)
     k = s.moe.top_k if s.moe is not None else 0
     activations = 2.0 * w.tokens * H * 2 + w.ubatches * per_ubatch_rows * H * 2 * (4 + k)

@@ -60,3 +60,23 @@ def test_a_context_that_cannot_fit_says_so():
     assert not m.fits and m.total > m.capacity
     d = m.as_dict()
     assert d["fits"] is False and d["total"] == m.total
+
+
+def test_attention_tp_shards_what_vllm_shards_and_keeps_the_rest_whole():
+    one = Workload(DSV3, cluster_for("h200", 1, 8, 8), tokens=64, context=2048)
+    eight = one.with_(attention_tp=8)
+    c, a, H = count_params(DSV3), DSV3.attention, DSV3.hidden_size
+    replicated = DSV3.num_layers * H * (a.q_lora_rank + a.kv_lora_rank + a.qk_rope_head_dim)
+    sharded = (c.attention - replicated) + c.dense_mlp + c.shared_experts  # FP8 weights, 1 byte each
+    table = (c.embedding + c.lm_head) * 2.0  # BF16
+    saved = memory_estimate(one).weights - memory_estimate(eight).weights
+    assert saved == pytest.approx((sharded + table) * (1 - 1 / 8))
+    # MLA: every rank of the group holds the whole latent cache of the group's requests
+    assert kv_cache_bytes(eight) == kv_cache_bytes(one)
+
+
+def test_attention_tp_splits_a_gqa_cache_over_its_kv_heads():
+    qwen = get_preset("qwen3-235b-a22b")  # 4 KV heads
+    one = Workload(qwen, cluster_for("h200", 1, 8, 8), tokens=64, context=2048)
+    assert kv_cache_bytes(one.with_(attention_tp=2)) == pytest.approx(kv_cache_bytes(one) / 2)
+    assert kv_cache_bytes(one.with_(attention_tp=8)) == pytest.approx(kv_cache_bytes(one) / 4)  # one head each

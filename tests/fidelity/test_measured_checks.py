@@ -1,0 +1,65 @@
+"""``python -m demos.validate --kernels`` and ``--silicon``: their JSON as the issue fixes it, their skip
+reasons, and one line without the measured extra."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from demos.fidelity.silicon import silicon_summaries
+from demos.validate import main
+from demos.zoo import measured
+
+needs_tables = pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
+
+
+def test_without_the_extra_both_checks_are_one_line_naming_the_install(monkeypatch, capsys):
+    def missing():
+        raise measured.MeasuredTablesError(measured.INSTALL_HINT)
+
+    monkeypatch.setattr(measured, "_modules", missing)
+    for flag in ("--kernels", "--silicon"):
+        assert main([flag, "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "pip install -e '.[measured]'" in err[0]
+
+
+def test_two_checks_at_once_are_refused(capsys):
+    assert main(["--kernels", "--silicon"]) == 2
+    assert "are separate checks" in capsys.readouterr().err
+
+
+def _checked_json(flag: str, tmp_path, row_keys: set[str]) -> dict:
+    """The JSON ``validate flag --json`` writes, its first row holding at least ``row_keys``."""
+    out = tmp_path / "check.json"
+    assert main([flag, "--no-progress", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert row_keys <= set(data["rows"][0])
+    return data
+
+
+@pytest.mark.slow
+@pytest.mark.measured
+@needs_tables
+def test_kernels_json_has_rows_and_summaries_per_gpu_and_op(tmp_path):
+    data = _checked_json("--kernels", tmp_path, {"gpu", "op", "shape", "predicted_s", "measured_s"})
+    pairs = {(s["gpu"], s["op"]) for s in data["summary"]}
+    for gpu in ("h100", "h200", "b200", "gb200"):
+        for op in ("gemm fp8", "gemm bf16", "mla decode", "mla prefill", "experts", "dispatch", "combine"):
+            assert (gpu, op) in pairs
+    for s in data["summary"]:
+        assert s["rows"] > 0 and abs(s["median_error"]) <= abs(s["max_error"])
+
+
+@pytest.mark.slow
+@pytest.mark.measured
+@needs_tables
+def test_silicon_json_predicts_decode_rows_of_two_engines_on_each_gpu(tmp_path):
+    keys = {"gpu", "engine", "phase", "model", "tokens", "predicted_s", "measured_s", "gap_s"}
+    data = _checked_json("--silicon", tmp_path, keys)
+    decode = {s["gpu"]: s for s in data["summary"] if s["phase"] == "decode"}
+    for gpu in ("h200", "b200", "gb200"):
+        assert decode[gpu]["rows"] >= 10 and len(decode[gpu]["engines"]) >= 2
+    assert any("MoE tensor parallelism" in reason for reason in data["skipped"])
+    assert silicon_summaries([]) == []
