@@ -7,6 +7,7 @@ profile, and print the errors (docs/fidelity.md, "Validating").
     python -m demos.validate --deepep      # DeepEP's published H800 all-to-all tables against the model
     python -m demos.validate --kernels     # the fitted roofline against measured kernel tables (extra: measured)
     python -m demos.validate --silicon     # predicted no-DBO steps against measured deployments (extra: measured)
+    python -m demos.validate --published   # published overlap results (LMSYS's 96-H100 decode) against the predictor
     python -m demos.validate --profile my.json --quick --schedules ht --sizes 128 --ratios 0.5 --breakdown
 
 The work lives in ``demos.fidelity.validation`` (``--breakdown``: ``demos.fidelity.breakdown``).
@@ -26,7 +27,7 @@ import torch
 import demos._cli as cli_common
 from dbo.costs import get_profile
 from demos._cli import ProgressLine
-from demos.fidelity import deepep
+from demos.fidelity import deepep, published
 from demos.fidelity.breakdown import breakdown, format_breakdown
 from demos.fidelity.calibration import BACKENDS, CalibrationError, calibrate
 from demos.fidelity.machine import LoadMeter, limits_text, read_cpu_times
@@ -156,6 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="only compare predicted no-DBO steps with measured end-to-end deployments (needs the measured extra)",
     )
     p.add_argument(
+        "--published",
+        action="store_true",
+        help="only compare the predictor with published whole-deployment overlap results (no runs here)",
+    )
+    p.add_argument(
         "--no-held-out",
         action="store_true",
         help="leave out the held-out points (shapes off the grid: other top-k, expert counts and hidden sizes)",
@@ -196,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cli_common.check_output_path(ns.json, "--json")
         except cli_common.OutputPathError as e:
             return fail(str(e))
-    checks = [f for f in ("deepep", "h200", "kernels", "silicon") if getattr(ns, f)]
+    checks = [f for f in ("deepep", "h200", "kernels", "silicon", "published") if getattr(ns, f)]
     if len(checks) > 1:
         return fail(f"{' and '.join('--' + c for c in checks)} are separate checks: pass one of them")
     if ns.kernels or ns.silicon:
@@ -207,6 +213,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(
             "--deepep checks the all-to-all model against DeepEP's tables; it uses no device profile (--profile)"
         )
+    if ns.published:
+        if ns.profile is not None:
+            return fail("--published uses the zoo's GPU profiles, not a device profile (--profile)")
+        rows = published.compare(progress=ProgressLine(enabled=not ns.no_progress))
+        cli_common.say(published.format_table(rows))
+        return _write(ns.json, {"rows": rows}, parser.prog)
     if ns.deepep:
         records = deepep.compare()
         cli_common.say(deepep.format_table(records))

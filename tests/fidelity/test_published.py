@@ -1,0 +1,43 @@
+"""``python -m demos.validate --published``: every published quantity predicted, judged against its band."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from demos.fidelity.published import CASES, Case, Quantity, compare, format_table
+from demos.validate import main
+
+
+def test_every_case_names_its_source_and_sweeps_what_it_quotes():
+    for case in CASES:
+        assert case.source and "lmsys" in case.source.lower()
+        for q in case.quantities:
+            assert q.kind == "break_even" or q.tokens in case.args["tokens"]
+
+
+@pytest.mark.slow
+def test_the_lmsys_case_is_predicted_quantity_by_quantity(tmp_path):
+    out = tmp_path / "p.json"
+    assert main(["--published", "--no-progress", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["quantity"] for r in rows] == ["speedup @32", "break_even", "speedup @256", "tok_s_gpu @256"]
+    for r in rows:
+        assert {"case", "quantity", "predicted", "published", "source"} <= set(r)
+        low, high = r["target"]
+        assert r["within"] == (r["predicted"] is not None and low <= r["predicted"] <= high)
+    assert rows[1]["published"] == [64.0, 128.0]
+
+
+@pytest.mark.slow
+def test_a_quantity_outside_its_band_is_reported_not_hidden():
+    far = Case(
+        name="planted",
+        source="a planted case",
+        args=dict(model="deepseek-v3", gpu="h100", nodes=9, ep=72, context=2000, mode="graph", tokens=[32]),
+        quantities=(Quantity("speedup", 5.0, tokens=32, target=0.1),),
+    )
+    rows = compare([far])
+    assert rows[0]["within"] is False and rows[0]["error"] < -0.5
+    assert "NO" in format_table(rows) and "0 of 1 quantities within their targets" in format_table(rows)
