@@ -28,11 +28,12 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from demos.errors import ConfigError
-from demos.zoo.hardware import ClusterSpec
+from demos.zoo.hardware import get_gpu
 from demos.zoo.models import get_preset
 from demos.zoo.profile import gpu_profile
+from demos.zoo.rooflines_fit import error_stats
 from demos.zoo.run import ZooRun
-from demos.zoo.workload import Workload
+from demos.zoo.workload import Workload, cluster_for
 
 __all__ = [
     "MODELS",
@@ -83,8 +84,8 @@ def _layout(tp: int, dp: int, ep: int, moe_tp: int) -> tuple[int, int] | str:
     return ep, tp
 
 
-def _plan(r) -> tuple[str, dict] | str:
-    """(phase, workload fields) of a measured row, or why it is skipped."""
+def _plan(r) -> dict | str:
+    """The decode workload fields of a measured row, or why it is skipped."""
     preset = MODELS.get((r.model, r.precision))
     if preset is None:
         return f"no preset for {r.model} at {r.precision}"
@@ -99,7 +100,7 @@ def _plan(r) -> tuple[str, dict] | str:
     if isinstance(layout, str):
         return layout
     ep, tp = layout
-    return "decode", dict(preset=preset, gpu=gpu, ep=ep, tp=tp, tokens=r.batch, context=r.isl + r.osl // 2)
+    return dict(preset=preset, gpu=gpu, ep=ep, tp=tp, tokens=r.batch, context=r.isl + r.osl // 2)
 
 
 def _prefill_plan(r) -> dict | str:
@@ -122,9 +123,8 @@ def _prefill_plan(r) -> dict | str:
 
 def _step_seconds(phase: str, p: dict) -> float:
     spec = get_preset(p["preset"])
-    gpu = p["gpu"]
-    per_node = min(p["ep"], 4 if gpu == "gb200" else 8)
-    cluster = ClusterSpec(nodes=p["ep"] // per_node, gpus_per_node=per_node, ep=p["ep"], gpu=gpu)
+    per_node = min(p["ep"], get_gpu(p["gpu"]).gpus_per_node)
+    cluster = cluster_for(p["gpu"], p["ep"] // per_node, per_node, p["ep"])
     w = Workload(
         spec,
         cluster,
@@ -152,7 +152,7 @@ def silicon_rows(progress: Callable[[int, int, str], None] | None = None):
             skipped[plan] = skipped.get(plan, 0) + 1
             continue
         if r.tpot_s is not None:
-            plans.append((r, "decode", plan[1], r.tpot_s))
+            plans.append((r, "decode", plan, r.tpot_s))
         pre = _prefill_plan(r)
         if isinstance(pre, str):
             skipped[f"prefill: {pre}"] = skipped.get(f"prefill: {pre}", 0) + 1
@@ -193,28 +193,15 @@ def silicon_rows(progress: Callable[[int, int, str], None] | None = None):
 
 
 def silicon_summaries(rows: list[SiliconCheck]) -> list[dict]:
-    """Per (gpu, phase): rows, signed median and max error, median |error|, and the engines seen."""
+    """Per (gpu, phase): rows, signed median and max error, median |error|
+    (``demos.zoo.rooflines_fit.error_stats``), and the engines seen."""
     groups: dict[tuple[str, str], list[SiliconCheck]] = {}
     for r in rows:
         groups.setdefault((r.gpu, r.phase), []).append(r)
     out = []
     for (gpu, phase), rs in sorted(groups.items()):
-        errs = sorted(r.error for r in rs)
-        mid = len(errs) // 2
-        median = errs[mid] if len(errs) % 2 else 0.5 * (errs[mid - 1] + errs[mid])
-        worst = max(rs, key=lambda r: abs(r.error))
-        absd = sorted(abs(e) for e in errs)
-        out.append(
-            {
-                "gpu": gpu,
-                "phase": phase,
-                "rows": len(rs),
-                "median_error": median,
-                "max_error": worst.error,
-                "median_abs_error": absd[len(absd) // 2],
-                "engines": sorted({r.engine for r in rs}),
-            }
-        )
+        stats, _ = error_stats(rs)
+        out.append({"gpu": gpu, "phase": phase, **stats, "engines": sorted({r.engine for r in rs})})
     return out
 
 

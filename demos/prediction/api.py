@@ -21,6 +21,7 @@ from demos.prediction.result import Prediction, Recommendation, Setting, SweptPo
 from demos.prediction.sweep import DEFAULT_TOKENS, Sweep, default_mode, run_sweep, sweep_kernels
 from demos.zoo.flags import TOY, load_model, workload_for
 from demos.zoo.models import ModelSpec
+from demos.zoo.rooflines import FITTED_WITH
 from demos.zoo.workload import PHASES, WORKLOAD_SCHEDULES
 
 __all__ = ["TOY_TOKENS", "predict"]
@@ -188,7 +189,7 @@ def _sources(sweep: Sweep) -> tuple[str, ...]:
         f"model: {w.spec.source}",
         f"GPU {w.gpu.name}: {w.gpu.source}",
         f"kernel times: the {w.gpu.family} curves fitted to measured GEMM and MLA tables "
-        "(aiconfigurator-core 0.12.0; demos/zoo/rooflines.json, docs/kernels.md)",
+        f"({FITTED_WITH}; demos/zoo/rooflines.json, docs/kernels.md)",
         "all-to-all: DeepEP's H800 tables, 4 fitted parameters (docs/clusters.md)",
         "host: per-launch, handoff and sync costs measured on our H200 host (docs/fidelity.md)",
     )

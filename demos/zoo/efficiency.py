@@ -34,8 +34,10 @@ benchmark; see docs/kernels.md for what each number is and how sure it is.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from demos.zoo.rooflines_fit import nelder_mead
 
 __all__ = [
     "AttentionFigure",
@@ -301,38 +303,6 @@ def _unpack(u: Sequence[float]) -> GemmFit:
     return GemmFit(min(1.0, math.exp(u[0])), math.exp(u[1]), math.exp(u[2]), math.exp(u[3]), min(1.0, math.exp(u[4])))
 
 
-def _nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], step: float = 0.5, iters: int = 600):
-    n = len(x0)
-    pts = [list(x0)] + [[x + (step if j == i else 0.0) for j, x in enumerate(x0)] for i in range(n)]
-    vals = [f(p) for p in pts]
-    for _ in range(iters):
-        order = sorted(range(n + 1), key=vals.__getitem__)
-        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
-        if vals[-1] - vals[0] < 1e-12:
-            break
-        c = [sum(p[j] for p in pts[:-1]) / n for j in range(n)]
-        worst = pts[-1]
-        xr = [c[j] + (c[j] - worst[j]) for j in range(n)]
-        fr = f(xr)
-        if fr < vals[0]:
-            xe = [c[j] + 2.0 * (c[j] - worst[j]) for j in range(n)]
-            fe = f(xe)
-            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
-        elif fr < vals[-2]:
-            pts[-1], vals[-1] = xr, fr
-        else:
-            xc = [c[j] + 0.5 * (worst[j] - c[j]) for j in range(n)]
-            fc = f(xc)
-            if fc < vals[-1]:
-                pts[-1], vals[-1] = xc, fc
-            else:  # shrink towards the best point
-                for i in range(1, n + 1):
-                    pts[i] = [pts[0][j] + 0.5 * (pts[i][j] - pts[0][j]) for j in range(n)]
-                    vals[i] = f(pts[i])
-    i = min(range(n + 1), key=vals.__getitem__)
-    return pts[i], vals[i]
-
-
 # Deterministic starts (ceiling, m0, n0, k0, mem_efficiency): the objective has a local minimum per
 # choice of which small-M rows are memory-bound, so a few starts on both sides are tried.
 _STARTS = ((0.95, 128, 128, 512, 0.8), (0.8, 64, 1024, 256, 0.6), (0.7, 256, 256, 1024, 0.7))
@@ -358,7 +328,7 @@ def fit_gemm(rows: Iterable[GemmRow], peak_flops: float, hbm_bandwidth: float) -
     for s in _STARTS:
         u, v = [math.log(x) for x in s], math.inf
         for _ in range(4):
-            u, nv = _nelder_mead(loss, u)
+            u, nv = nelder_mead(loss, u, iters=600)
             if v - nv < 1e-10:
                 v = min(v, nv)
                 break

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from demos.zoo.hardware import ClusterSpec, Routing, deepep_low_latency, get_gpu
 from demos.zoo.rooflines import FamilyFit, family_fit
-from demos.zoo.rooflines_fit import GEMM_DTYPES, MLA_KV, gemm_work, mla_work, summarize
+from demos.zoo.rooflines_fit import GEMM_DTYPES, MLA_KV, error_stats, gemm_work, mla_work
 
 __all__ = ["OPS", "CheckRow", "cross_validation", "kernel_rows", "summaries"]
 
@@ -136,30 +136,15 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
 
 
 def summaries(rows: Iterable[CheckRow]) -> list[dict]:
-    """Per (gpu, op), in order of appearance: ``{"gpu", "op", "rows", "median_error", "max_error",
-    "median_abs_error", "worst"}``: signed errors (``summarize``), the median of |error|, the worst row."""
+    """Per (gpu, op), in order of appearance: ``{"gpu", "op", "rows", "median_error", "median_abs_error",
+    "max_error", "worst"}`` (``demos.zoo.rooflines_fit.error_stats``; ``worst``: the worst row)."""
     groups: dict[tuple[str, str], list[CheckRow]] = {}
     for r in rows:
         groups.setdefault((r.gpu, r.op), []).append(r)
     out = []
     for (gpu, op), rs in groups.items():
-        errs = sorted(r.error for r in rs)
-        mid = len(errs) // 2
-        median = errs[mid] if len(errs) % 2 else 0.5 * (errs[mid - 1] + errs[mid])
-        s = summarize([r.error for r in rs])
-        worst = max(rs, key=lambda r: abs(r.error))
-        absd = sorted(abs(e) for e in errs)
-        out.append(
-            {
-                "gpu": gpu,
-                "op": op,
-                "rows": s["rows"],
-                "median_error": median,
-                "max_error": s["max_error"],
-                "median_abs_error": absd[len(absd) // 2],
-                "worst": worst.to_dict(),
-            }
-        )
+        stats, worst = error_stats(rs)
+        out.append({"gpu": gpu, "op": op, **stats, "worst": worst.to_dict()})
     return out
 
 

@@ -28,6 +28,7 @@ from dbo.costs import DeviceProfile
 from demos.errors import ConfigError, field_ref
 from demos.zoo.hardware import GpuSpec
 from demos.zoo.rooflines import family_fit
+from demos.zoo.rooflines_fit import GEMM_DTYPES, MLA_KV
 
 __all__ = ["KERNEL_SOURCES", "KernelTimes", "MeasuredKernelTimes", "kernel_times"]
 
@@ -91,7 +92,7 @@ class MeasuredKernelTimes(KernelTimes):
 
         self.table_gpu = table_gpu
         self._gemm: dict[tuple, tuple[list, list]] = {}
-        for dtype, theirs in (("fp8", "fp8_block"), ("bfloat16", "bfloat16")):
+        for dtype, theirs in GEMM_DTYPES.items():
             rows: dict[tuple, list] = {}
             for r in measured.gemm_rows(table_gpu, theirs):
                 rows.setdefault((dtype, r.n, r.k), []).append((r.m, r.seconds))
@@ -101,7 +102,7 @@ class MeasuredKernelTimes(KernelTimes):
         self._mla: dict[tuple, dict[int, tuple[list, list]]] = {}
         for phase in ("decode", "prefill"):
             grid: dict[tuple, dict[int, list]] = {}
-            for r in measured.mla_rows(table_gpu, phase, "bfloat16"):
+            for r in measured.mla_rows(table_gpu, phase, MLA_KV):
                 grid.setdefault((phase, r.heads), {}).setdefault(r.batch, []).append((r.kv_len, r.seconds))
             for key, by_batch in grid.items():
                 self._mla[key] = {

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from demos.errors import ConfigError
+from demos.zoo.hardware import get_gpu
 
 __all__ = [
     "INSTALL_HINT",
@@ -178,8 +179,14 @@ def table_path(gpu: str, table: str) -> Path:
     return path
 
 
-@functools.lru_cache(maxsize=32)
 def _frame(gpu: str, table: str):
+    """``table`` of ``gpu`` as a DataFrame, read once; whether the extra is there is asked every time."""
+    _modules()
+    return _read_frame(gpu, table)
+
+
+@functools.lru_cache(maxsize=32)
+def _read_frame(gpu: str, table: str):
     _, pd = _modules()
     return pd.read_parquet(table_path(gpu, table))
 
@@ -217,7 +224,7 @@ def moe_rows(gpu: str) -> list[MoeRow]:
 def alltoall_rows(gpu: str) -> list[AllToAllRow]:
     """DeepEP low-latency dispatch/combine rows (one node of the system's GPUs)."""
     d = _frame(gpu, "deepep_ll")
-    per_node = 4 if gpu == "gb200" else 8
+    per_node = get_gpu(gpu).gpus_per_node
     names = ("node_num", "num_token", "hidden_size", "num_topk", "num_experts", "dispatch_avg_t_us", "combine_avg_t_us")
     out = []
     for nodes, t, h, k, e, disp, comb in zip(*(d[c].tolist() for c in names)):
@@ -233,11 +240,16 @@ def _opt(v) -> float | None:
     return None if v != v else float(v) * 1e-3
 
 
-@functools.lru_cache(maxsize=1)
 def silicon_rows() -> tuple[SiliconRow, ...]:
-    """Every measured deployment of ``silicon_sample.csv``. For a disaggregated row the decode worker's
-    parallelism and batch are in the main fields and the prefill worker's (tp, attention_dp, moe_ep,
-    moe_tp, batch) in ``prefill``."""
+    """Every measured deployment of ``silicon_sample.csv``, read once. For a disaggregated row the decode
+    worker's parallelism and batch are in the main fields and the prefill worker's (tp, attention_dp,
+    moe_ep, moe_tp, batch) in ``prefill``."""
+    _modules()
+    return _read_silicon()
+
+
+@functools.lru_cache(maxsize=1)
+def _read_silicon() -> tuple[SiliconRow, ...]:
     _, pd = _modules()
     d = pd.read_csv(data_root() / "silicon_sample.csv")
     out = []

@@ -38,6 +38,7 @@ __all__ = [
     "FAMILIES",
     "FITS",
     "FITS_PATH",
+    "FITTED_WITH",
     "OUT_TILE",
     "ROW_TILE",
     "AttentionCurve",
@@ -134,14 +135,20 @@ class FamilyFit:
         )
 
 
-def load_fits(path: Path = FITS_PATH) -> dict[str, FamilyFit]:
-    """The fitted curves per family from ``path`` (``rooflines.json``)."""
-    data = json.loads(Path(path).read_text())
+def _families(data: dict) -> dict[str, FamilyFit]:
     return {name: FamilyFit.from_dict(d) for name, d in data["families"].items()}
 
 
-FITS = MappingProxyType(load_fits())
+def load_fits(path: Path = FITS_PATH) -> dict[str, FamilyFit]:
+    """The fitted curves per family from ``path`` (``rooflines.json``)."""
+    return _families(json.loads(Path(path).read_text()))
+
+
+_DATA = json.loads(FITS_PATH.read_text())
+FITS = MappingProxyType(_families(_DATA))
 """The fitted curves per family, read once from ``rooflines.json``."""
+FITTED_WITH = f"aiconfigurator-core {_DATA.get('aiconfigurator_core', 'unknown')}"
+"""The package whose tables ``FITS`` were fitted to, and its version (from ``rooflines.json``)."""
 
 
 def family_fit(family: str) -> FamilyFit:

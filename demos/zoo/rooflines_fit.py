@@ -27,15 +27,14 @@ __all__ = [
     "PHASES",
     "MLA_DIMS",
     "MLA_KV",
+    "error_stats",
     "fit_attention",
     "fit_family",
     "fit_gemm",
     "gemm_work",
-    "log_errors",
     "minimize",
     "mla_work",
     "nelder_mead",
-    "summarize",
 ]
 
 GEMM_DTYPES = {"fp8": "fp8_block", "bfloat16": "bfloat16"}
@@ -202,19 +201,17 @@ def _round(curve):
     return type(curve)(**{k: float(f"{v:.4g}") for k, v in curve.__dict__.items()})
 
 
-def log_errors(predicted: Sequence[float], measured: Sequence[float]) -> np.ndarray:
-    """Signed errors ``predicted / measured - 1`` per row."""
-    return np.asarray(predicted, dtype=float) / np.asarray(measured, dtype=float) - 1.0
-
-
-def summarize(errors: Sequence[float]) -> dict:
-    """``{"rows", "median_error", "max_error"}``: the signed error of the median |error| row and of the
-    largest |error| row."""
-    e = np.asarray(errors, dtype=float)
-    if e.size == 0:
-        return {"rows": 0, "median_error": None, "max_error": None}
-    order = np.argsort(np.abs(e), kind="stable")
-    return {"rows": int(e.size), "median_error": float(e[order[(e.size - 1) // 2]]), "max_error": float(e[order[-1]])}
+def error_stats(rows: Sequence) -> tuple[dict, object]:
+    """``({"rows", "median_error", "median_abs_error", "max_error"}, worst row)`` of ``rows``, each with an
+    ``error`` (predicted / measured - 1): the median of the signed errors, the median of their sizes, and
+    the signed error of the row whose size is largest. ``rows`` must not be empty."""
+    errs = sorted(r.error for r in rows)
+    mid = len(errs) // 2
+    median = errs[mid] if len(errs) % 2 else 0.5 * (errs[mid - 1] + errs[mid])
+    worst = max(rows, key=lambda r: abs(r.error))
+    sizes = sorted(abs(e) for e in errs)
+    stats = {"rows": len(errs), "median_error": median, "median_abs_error": sizes[mid], "max_error": worst.error}
+    return stats, worst
 
 
 FIT_GPUS = {"hopper": ("h100", "h200"), "blackwell": ("b200", "gb200")}
