@@ -13,7 +13,7 @@ import demos._cli as cli_common
 from demos.errors import ConfigError
 from demos.zoo.flags import add_model_flags, flag_of, load_model, shrunk_spec, workload_of
 from demos.zoo.kernel_times import kernel_times
-from demos.zoo.profile import gpu_profile
+from demos.zoo.overlap_costs import step_profile
 from demos.zoo.report import format_step_report, measure_point, step_report
 from demos.zoo.run import merged_trace
 
@@ -100,7 +100,7 @@ def main(argv: Sequence[str]) -> int:
         if ns.backend != "virtual" and w.tokens > 4096:
             raise ConfigError("--tokens above 4096 on real math is slow on a CPU: use --backend virtual")
         cli_common.check_output_paths([(ns.json_path, "--json"), (ns.trace_path, "--trace")])
-        profile = gpu_profile(w.gpu, comm_sms=w.comm_sms)
+        profile = step_profile(w)
         kernels = kernel_times(ns.kernels, w.gpu, profile)
     except ConfigError as e:
         sys.stderr.write(f"{PROG}: error: {e.render(flag_of)}\n")

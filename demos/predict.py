@@ -118,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ubatches=ns.ubatches,
             mode=ns.mode,
             what_if=ns.what_if,
+            weights=ns.weights,
+            kv_cache_dtype=ns.kv_cache_dtype,
             profile=ns.profile,
             progress=lambda d, t, w: bar(_bar(d, t, w)),
         )

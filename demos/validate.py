@@ -8,6 +8,7 @@ profile, and print the errors (docs/fidelity.md, "Validating").
     python -m demos.validate --kernels     # the fitted roofline against measured kernel tables (extra: measured)
     python -m demos.validate --silicon     # predicted no-DBO steps against measured deployments (extra: measured)
     python -m demos.validate --published   # published overlap results (LMSYS's 96-H100 decode) against the predictor
+    python -m demos.validate --published --ablation   # ... and what each overlap mechanism moves
     python -m demos.validate --profile my.json --quick --schedules ht --sizes 128 --ratios 0.5 --breakdown
 
 The work lives in ``demos.fidelity.validation`` (``--breakdown``: ``demos.fidelity.breakdown``).
@@ -162,6 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="only compare the predictor with published whole-deployment overlap results (no runs here)",
     )
     p.add_argument(
+        "--ablation",
+        action="store_true",
+        help="with --published: also predict each case with each overlap mechanism turned off in turn",
+    )
+    p.add_argument(
         "--no-held-out",
         action="store_true",
         help="leave out the held-out points (shapes off the grid: other top-k, expert counts and hidden sizes)",
@@ -203,6 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except cli_common.OutputPathError as e:
             return fail(str(e))
     checks = [f for f in ("deepep", "h200", "kernels", "silicon", "published") if getattr(ns, f)]
+    if ns.ablation and not ns.published:
+        return fail("--ablation goes with --published (it ablates the published cases)")
     if len(checks) > 1:
         return fail(f"{' and '.join('--' + c for c in checks)} are separate checks: pass one of them")
     if ns.kernels or ns.silicon:
@@ -216,9 +224,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.published:
         if ns.profile is not None:
             return fail("--published uses the zoo's GPU profiles, not a device profile (--profile)")
-        rows = published.compare(progress=ProgressLine(enabled=not ns.no_progress))
+        progress = ProgressLine(enabled=not ns.no_progress)
+        rows = published.compare(progress=progress)
         cli_common.say(published.format_table(rows))
-        return _write(ns.json, {"rows": rows}, parser.prog)
+        out: dict[str, Any] = {"rows": rows}
+        if ns.ablation:
+            out["ablation"] = published.ablation(progress=progress)
+            cli_common.say("\n" + published.format_ablation(out["ablation"]))
+        return _write(ns.json, out, parser.prog)
     if ns.deepep:
         records = deepep.compare()
         cli_common.say(deepep.format_table(records))

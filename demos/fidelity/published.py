@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CASES", "Case", "Quantity", "compare", "format_table"]
+__all__ = ["CASES", "Case", "Quantity", "ablation", "compare", "format_ablation", "format_table"]
 
 
 @dataclass(frozen=True)
@@ -102,16 +102,20 @@ def _within(q: Quantity, value: float | None) -> bool:
     return value is not None and low <= value <= high
 
 
-def compare(cases: Sequence[Case] = CASES, progress: Callable[[str], None] | None = None) -> list[dict]:
-    """One record per published quantity of ``cases`` (module docstring)."""
+def _predict(case: Case, what_if: dict[str, float] | None = None) -> Any:
     from demos.prediction import predict
 
+    args = dict(case.args)
+    return predict(args.pop("model"), what_if=what_if or None, **args)
+
+
+def compare(cases: Sequence[Case] = CASES, progress: Callable[[str], None] | None = None) -> list[dict]:
+    """One record per published quantity of ``cases`` (module docstring)."""
     rows = []
     for case in cases:
         if progress is not None:
             progress(f"published: {case.name}")
-        args = dict(case.args)
-        pred = predict(args.pop("model"), **args)
+        pred = _predict(case)
         for q in case.quantities:
             value = _predicted(pred, q)
             published = list(q.published) if isinstance(q.published, tuple) else q.published
@@ -131,6 +135,38 @@ def compare(cases: Sequence[Case] = CASES, progress: Callable[[str], None] | Non
                 }
             )
     return rows
+
+
+def ablation(cases: Sequence[Case] = CASES, progress: Callable[[str], None] | None = None) -> list[dict]:
+    """What each overlap mechanism (``demos.zoo.overlap_costs.MECHANISMS``) moves: per case, the
+    predicted quantities with every mechanism on ("all"), with each one off (its ``--what-if`` knob at 0),
+    and with all of them off ("none")."""
+    from demos.zoo.overlap_costs import MECHANISMS
+
+    variants = [("all", {})] + [(f"without {k}", {k: 0.0}) for k in MECHANISMS]
+    variants.append(("none", dict.fromkeys(MECHANISMS, 0.0)))
+    rows = []
+    for case in cases:
+        for label, what_if in variants:
+            if progress is not None:
+                progress(f"ablation: {case.name}, {label}")
+            pred = _predict(case, what_if)
+            values = {q.name: _predicted(pred, q) for q in case.quantities}
+            rows.append({"case": case.name, "mechanisms": label, "what_if": what_if, "quantities": values})
+    return rows
+
+
+def format_ablation(rows: Sequence[dict]) -> str:
+    """The ablation records as one text table per case: a row per variant, a column per quantity."""
+    lines = []
+    for case in dict.fromkeys(r["case"] for r in rows):
+        mine = [r for r in rows if r["case"] == case]
+        names = list(mine[0]["quantities"])
+        lines.append(f"{case}: each overlap mechanism turned off in turn (--what-if KNOB=0)")
+        lines.append(f"{'mechanisms':<22}" + "".join(f"{n:>16}" for n in names))
+        for r in mine:
+            lines.append(f"{r['mechanisms']:<22}" + "".join(f"{_fmt(r['quantities'][n]):>16}" for n in names))
+    return "\n".join(lines)
 
 
 def _fmt(v: Any) -> str:

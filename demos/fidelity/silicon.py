@@ -30,7 +30,7 @@ from typing import NamedTuple
 from demos.errors import ConfigError
 from demos.zoo.hardware import get_gpu
 from demos.zoo.models import get_preset
-from demos.zoo.profile import gpu_profile
+from demos.zoo.overlap_costs import step_profile
 from demos.zoo.rooflines_fit import error_stats
 from demos.zoo.run import ZooRun
 from demos.zoo.workload import Workload, cluster_for
@@ -136,7 +136,7 @@ def _step_seconds(phase: str, p: dict) -> float:
         attention_tp=p["tp"],
     )
     mode = "graph" if phase == "decode" else "eager"
-    with ZooRun(w, mode=mode, profile=gpu_profile(w.gpu, comm_sms=w.comm_sms)) as run:
+    with ZooRun(w, mode=mode, profile=step_profile(w)) as run:
         return run.step(False).seconds
 
 

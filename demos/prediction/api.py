@@ -52,6 +52,8 @@ def predict(
     profile: Any = None,
     progress: Progress | None = None,
     kernels: str = "roofline",
+    weights: str | None = None,
+    kv_cache_dtype: str | None = None,
 ) -> Prediction:
     """Sweep ``model`` on the cluster and answer whether DBO pays, from which tokens per GPU, and what
     to pass to vLLM and SGLang (docs/predict.md).
@@ -65,7 +67,10 @@ def predict(
     per GPU to sweep, what each GPU's attention sees (the whole group's batch under attention TP; None:
     the phase's default); ``ubatches`` and ``comm_sms``: one value or a list to sweep; ``mode``: "graph",
     "eager", "both" or None (graph for decode, eager for prefill); ``imbalance``: a number >= 1 or
-    "auto"; ``what_if``: ``{knob: factor}`` (or pairs) with knobs link, rdma, nvlink, gemm, hbm, host.
+    "auto"; ``what_if``: ``{knob: factor}`` (or pairs) with knobs link, rdma, nvlink, gemm, hbm, host and
+    the overlap mechanisms ll_sm, tile, contention (0 turns one off; docs/predict.md). ``weights`` ("bf16",
+    "fp8", "fp4") and ``kv_cache_dtype`` ("bf16", "fp8"): the precision, overriding the model's (None: as
+    the config says; ``demos.zoo.models.with_precision``).
     ``kernels``: where kernel times come from, "roofline" (the curves fitted per GPU family) or
     "measured" (the tables, where they have the shape; needs the measured extra; docs/kernels.md).
     ``progress(done, total, what)`` is called after each point. The toy takes ``profile``, ``phase``,
@@ -78,8 +83,13 @@ def predict(
     if isinstance(model, str) and model == TOY:
         if isinstance(attention_tp, bool) or attention_tp != 1:
             raise ConfigError(f"{field_ref('attention_tp')} applies to real models, not to {field_ref('model')} toy")
-        if kernels != "roofline":
-            raise ConfigError(f"{field_ref('kernels')} applies to real models, not to {field_ref('model')} toy")
+        for name, value, unset in (
+            ("kernels", kernels, "roofline"),
+            ("weights", weights, None),
+            ("kv_cache_dtype", kv_cache_dtype, None),
+        ):
+            if value != unset:
+                raise ConfigError(f"{field_ref(name)} applies to real models, not to {field_ref('model')} toy")
         return _predict_toy(
             profile,
             phase=phase,
@@ -114,6 +124,8 @@ def predict(
         tokens=max(toks),
         ubatches=ubs[0],
         attention_tp=attention_tp,
+        weights=weights,
+        kv_cache_dtype=kv_cache_dtype,
     )
     sweep = Sweep(base, toks, modes, ubs, sms, _what_if(what_if), kernels)
     return _predict_sweep(sweep, _model_id(spec.source, model), progress)
@@ -218,12 +230,13 @@ def _predict_sweep(sweep: Sweep, model_id: str, progress: Progress | None) -> Pr
         attention_tp=w.attention_tp,
     )
     what = ", ".join(f"{k} x{v:g}" for k, v in sweep.what_if.items())
-    c = w.cluster
+    c, pr = w.cluster, w.spec.precision
     return Prediction(
         title=f"{w.spec.name} {w.phase} on {c.nodes} x {c.gpus_per_node} {w.gpu.name}, EP {c.ep}"
         + (f", attention TP {w.attention_tp}" if w.attention_tp > 1 else "")
         + f", context {w.context}, imbalance {w.imbalance}"
-        + (f", what-if {what}" if what else ""),
+        + (f", what-if {what}" if what else "")
+        + f"; weights {pr.weights}, experts {pr.experts}, KV cache {pr.kv_cache}",
         model=w.spec.name,
         phase=w.phase,
         schedule=w.schedule,

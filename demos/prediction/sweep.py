@@ -16,7 +16,8 @@ from dbo.costs import HostCosts
 from demos.errors import ConfigError, field_ref
 from demos.zoo.hardware import ClusterSpec
 from demos.zoo.kernel_times import KERNEL_SOURCES, KernelTimes, kernel_times
-from demos.zoo.profile import EAGER_HOST, gpu_profile
+from demos.zoo.overlap_costs import MECHANISMS, step_profile
+from demos.zoo.profile import EAGER_HOST
 from demos.zoo.report import Point, measure_point
 from demos.zoo.run import MODES
 from demos.zoo.workload import Workload
@@ -45,8 +46,10 @@ WHAT_IF = {
     "gemm": "every math rate (GEMM and attention efficiency)",
     "hbm": "the HBM bandwidth",
     "host": "every host cost of an eager step",
+    **{k: f"{v} (0: off)" for k, v in MECHANISMS.items()},
 }
-"""``--what-if KEY=FACTOR``: what each knob multiplies (``--imbalance`` sets the imbalance itself)."""
+"""``--what-if KEY=FACTOR``: what each knob multiplies (``--imbalance`` sets the imbalance itself). The
+overlap mechanisms' knobs (``demos.zoo.overlap_costs.MECHANISMS``) take 0, which turns one off."""
 
 
 def default_mode(phase: str) -> str:
@@ -81,8 +84,10 @@ class Sweep:
         for k, v in self.what_if.items():
             if k not in WHAT_IF:
                 raise ConfigError(f"{field_ref('what_if')} {k}: unknown knob; known: {', '.join(WHAT_IF)}")
-            if not (isinstance(v, (int, float)) and v > 0):
-                raise ConfigError(f"{field_ref('what_if')} {k}={v!r}: the factor must be a number > 0")
+            low = 0 if k in MECHANISMS else None
+            if isinstance(v, bool) or not (isinstance(v, (int, float)) and (v >= 0 if low == 0 else v > 0)):
+                need = ">= 0" if low == 0 else "> 0"
+                raise ConfigError(f"{field_ref('what_if')} {k}={v!r}: the factor must be a number {need}")
         for t in self.tokens:
             for n in self.ubatches:
                 for sms in self.comm_sms:
@@ -101,7 +106,7 @@ class Sweep:
         f = self.what_if.get("host")
         if f is not None:
             host = _scaled_host(host, f)
-        return gpu_profile(w.gpu, comm_sms=w.comm_sms, gemm_scale=self.what_if.get("gemm", 1.0), host=host)
+        return step_profile(w, gemm_scale=self.what_if.get("gemm", 1.0), host=host)
 
 
 def _scaled_host(h: HostCosts, f: float) -> HostCosts:
@@ -110,7 +115,11 @@ def _scaled_host(h: HostCosts, f: float) -> HostCosts:
 
 
 def what_if_workload(w: Workload, what_if: dict[str, float]) -> Workload:
-    """``w`` on a GPU whose link or HBM figures are scaled by the ``what_if`` factors."""
+    """``w`` on a GPU whose link or HBM figures are scaled by the ``what_if`` factors, with the overlap
+    mechanisms' factors among them."""
+    mech = {k: float(v) for k, v in what_if.items() if k in MECHANISMS}
+    if mech:
+        w = w.with_(mechanisms=replace(w.mechanisms, **mech))
     g = w.gpu
     changes = {}
     for key, attr in (("link", "nvlink_bandwidth"), ("nvlink", "nvlink_bandwidth")):

@@ -11,8 +11,9 @@ correction (none on the zoo's profiles). The keys (``MOE_OPS``, ``DENSE_OPS``) g
 * ``attention``: ``attn_proj`` + ``attn_core`` + ``attn_out`` (norm, projections, attention, o_proj);
 * ``router``; ``shared`` (0.0 without shared experts); ``finalize`` (the routed and shared outputs added
   into the residual);
-* ``dispatch`` / ``combine``: the all-to-all kernels (``dispatch_ll`` / ``combine_ll`` on ll, the normal
-  ``dispatch`` / ``combine`` on ht), 0.0 when EP is 1;
+* ``dispatch`` / ``combine``: the all-to-all kernels (on ll the SM-held send half, ``dispatch_send`` /
+  ``combine_send``, plus the flight, ``dispatch_ll`` / ``combine_ll``; the normal ``dispatch`` /
+  ``combine`` on ht), 0.0 when EP is 1;
 * ``dispatch_recv`` / ``combine_recv``: the copies on the receiving side (ll: the receive hooks; ht: the
   copy out of the combine's landing buffer, ``moe_copy``; EP 1: the local copies into and out of the
   experts' layout);
@@ -89,6 +90,8 @@ def layer_ops(w: Workload, c: LayerCosts, profile: DeviceProfile) -> dict[str, f
     if comm:
         dispatch = op_seconds("dispatch_ll" if ll else "dispatch", c.dispatch, profile, "comm")
         combine = op_seconds("combine_ll" if ll else "combine", c.combine, profile, "comm")
+        dispatch += op_seconds("dispatch_send", c.dispatch_send, profile)
+        combine += op_seconds("combine_send", c.combine_send, profile)
         d_recv = op_seconds("dispatch_recv", c.dispatch_recv, profile) if ll else 0.0
         c_recv = (
             op_seconds("combine_recv", c.combine_recv, profile)

@@ -21,7 +21,13 @@ tables themselves) and is folded into a Work the virtual backend charges on the 
   number of active local experts follows from uniform routing. The grouped GEMM's efficiency is taken
   at the rows per active expert; the normal (ht) schedule pads each expert's rows to a multiple of 128,
   as DeepGEMM's contiguous layout needs, and permutes the received tokens into that layout and back
-  (two memory passes over the copies; the low-latency kernels deliver the per-expert layout directly).
+  (two memory passes over the copies; the low-latency kernels deliver the per-expert layout directly);
+  the low-latency (ll) schedule's masked layout computes each expert's rows in whole row blocks
+  (``demos.zoo.overlap_costs.masked_rows``).
+* Low-latency all-to-all (ll): each kernel's SM-held send half (``dispatch_send``, ``combine_send``,
+  seconds on the compute stream, ``demos.zoo.overlap_costs.ll_send_seconds``), its flight on the link
+  (``dispatch``, ``combine``: DeepEP's modelled time less the send half) and its receive half
+  (``dispatch_recv``, ``combine_recv``).
 * Norms, residual adds, activations, quantization: memory passes folded into the op that carries them
   (their kernel counts, which set the per-kernel floor, are in ``demos.zoo.gpu_profile.ZOO_OPS``).
 * Attention TP (``attention_tp`` > 1, docs/clusters.md): attention runs the group's ``t`` tokens with
@@ -45,6 +51,8 @@ from demos.zoo.hardware.collectives import tp_collective
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.models import GQAAttention, MLAAttention
 from demos.zoo.models.spec import DTYPE_BYTES
+from demos.zoo.overlap_costs import ll_send_seconds, masked_rows
+from demos.zoo.profile import MIN_KERNEL
 from demos.zoo.workload import Workload
 
 __all__ = ["LayerCosts", "attention_pairs", "layer_costs", "math_dtype", "active_experts"]
@@ -160,6 +168,8 @@ class LayerCosts:
     tp_moe_gather: float | None = None
     tp_mlp_reduce: float | None = None
     moe_t: int | None = None
+    dispatch_send: float | None = None
+    combine_send: float | None = None
 
 
 def _mla(
@@ -212,6 +222,11 @@ def _gqa(w: Workload, a: GQAAttention, t: int, pairs: float, layer: int, store: 
         nbytes = t * (2 * h + 2 * kvh) * d * _ACT + t * 2 * kvh * d * kvb
     flops = 4.0 * h * d * p
     return proj, Work(), _sum(gemm(t, H, h * d, store)), flops, nbytes
+
+
+def _recv_seconds(kt: KernelTimes, w: Work) -> float:
+    """Device seconds of one receive half (a memory pass, one kernel)."""
+    return max(MIN_KERNEL, kt.memory(w.bytes, w.flops))
 
 
 def layer_costs(
@@ -269,6 +284,8 @@ def layer_costs(
     per = rows / act
     if w.schedule == "ht":
         per = math.ceil(per / _PAD) * _PAD
+    else:
+        per = masked_rows(per, w.gpu.family, w.mechanisms.tile)
     computed = per * act
     # the grouped GEMM's efficiency at the rows per active expert, its bytes once per active expert
     up = gemm(computed, 2 * inter, H, estore, weights=act)
@@ -291,7 +308,7 @@ def layer_costs(
     if moe.shared_experts:
         Is = inter * moe.shared_experts
         shared = _sum.named("shared")(gemm(t, 2 * Is, H, estore), gemm(t, H, Is, estore), _pass(t, Is, 1))
-    dispatch = combine = None
+    dispatch = combine = send_d = send_c = None
     d_bytes = c_bytes = 0.0
     recv_d = Work(flops=rows * H, bytes=rows * (msg + H * _ACT))
     recv_c = Work(flops=2.0 * rows * H, bytes=(rows + t) * H * _ACT)
@@ -300,14 +317,21 @@ def layer_costs(
         if w.schedule == "ll":
             dsp = deepep_low_latency(w.cluster, routing, t, H, "dispatch", fp8=fp8)
             cmb = deepep_low_latency(w.cluster, routing, t, H, "combine", fp8=fp8)
+            send_d, send_c = (
+                ll_send_seconds(w.gpu.family, kind, t, H, k, _recv_seconds(kt, rw), w.mechanisms.ll_sm, fp8=fp8)
+                for kind, rw in (("dispatch", recv_d), ("combine", recv_c))
+            )
         else:
             dsp = deepep_normal(w.cluster, routing, t, H, "dispatch", fp8=fp8, comm_sms=w.comm_sms)
             cmb = deepep_normal(w.cluster, routing, t, H, "combine", fp8=fp8, comm_sms=w.comm_sms)
         dispatch, combine = dsp.seconds, cmb.seconds
+        if send_d is not None:  # the flight: the kernel's time less its SM-held send half
+            dispatch, combine = max(0.0, dispatch - send_d), max(0.0, combine - send_c)
         d_bytes, c_bytes = dsp.rdma_bytes + dsp.nvlink_bytes, cmb.rdma_bytes + cmb.nvlink_bytes
     c = LayerCosts(
         t, proj, core, out, router, None, experts, shared, dispatch, combine, recv_d, recv_c, finalize, d_bytes, c_bytes
     )
+    c = replace(c, dispatch_send=send_d, combine_send=send_c)
     if tp == 1:
         return c
     nbytes = t * tp * H * _ACT  # the group's tokens, padded to a multiple of the group

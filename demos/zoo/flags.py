@@ -1,11 +1,13 @@
 """The model, GPU and cluster flags that ``demos.overlap --model`` and ``demos.predict`` share.
 
-``add_model_flags(parser)`` adds ``--model --gpu --nodes --gpus-per-node --ep --attention-tp --phase
---context --imbalance --comm-sms --schedule --shrink``; ``load_model(text)`` turns ``--model`` into a
-``ModelSpec`` (a preset name, or a HuggingFace config.json path); ``workload_of(ns, tokens=, ubatches=)``
-builds the ``Workload`` from the parsed flags, ``workload_for(spec, gpu=, nodes=, ...)`` from keyword
-arguments of the same names (``demos.prediction.predict``). Every bad value is a ``ConfigError`` whose
-fields are the flags' names with underscores (``flag_of`` spells them as flags), rendered as one line.
+``add_model_flags(parser)`` adds ``--model --weights --kv-cache-dtype --gpu --nodes --gpus-per-node --ep
+--attention-tp --phase --context --imbalance --comm-sms --schedule --shrink``; ``load_model(text)`` turns
+``--model`` into a ``ModelSpec`` (a preset name, or a HuggingFace config.json path); ``workload_of(ns,
+tokens=, ubatches=)`` builds the ``Workload`` from the parsed flags, ``workload_for(spec, gpu=, nodes=, ...)``
+from keyword arguments of the same names (``demos.prediction.predict``); both apply ``--weights`` and
+``--kv-cache-dtype`` (``weights``, ``kv_cache_dtype``) to the spec (``precise_spec``, through
+``demos.zoo.models.with_precision``). Every bad value is a ``ConfigError`` whose fields are the flags' names
+with underscores (``flag_of`` spells them as flags), rendered as one line.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from demos.errors import ConfigError, field_ref
 from demos.zoo.hardware import GPUS
 from demos.zoo.kernel_times import KERNEL_SOURCES
 from demos.zoo.models import (
+    ALIASES,
     PRESET_NAMES,
     ModelConfigError,
     ModelSpec,
@@ -26,7 +29,9 @@ from demos.zoo.models import (
     get_preset,
     load_config,
     shrink,
+    with_precision,
 )
+from demos.zoo.models.precision import KV_CACHE_DTYPES, WEIGHT_DTYPES
 from demos.zoo.workload import PHASES, WORKLOAD_SCHEDULES, Workload, cluster_for
 
 __all__ = [
@@ -37,6 +42,7 @@ __all__ = [
     "is_config_path",
     "load_model",
     "parse_imbalance",
+    "precise_spec",
     "shrunk_spec",
     "workload_for",
     "workload_of",
@@ -57,7 +63,7 @@ def is_config_path(text: str) -> bool:
 
 
 def load_model(text: str | os.PathLike | ModelSpec) -> ModelSpec:
-    """The ``ModelSpec`` ``--model`` names: a preset (``PRESET_NAMES``, ``deepseek-r1``) or a config.json
+    """The ``ModelSpec`` ``--model`` names: a preset (``PRESET_NAMES``, ``ALIASES``) or a config.json
     (a path-like object always is one); a ``ModelSpec`` passes through. Errors are ``ConfigError`` naming
     ``--model`` and, for a file, the file and its field."""
     if isinstance(text, ModelSpec):
@@ -106,8 +112,22 @@ def add_model_flags(parser: argparse.ArgumentParser, *, model_default: str | Non
         default=model_default,
         required=model_default is None,
         metavar="NAME|PATH",
-        help=f"a preset ({', '.join(PRESET_NAMES)}, deepseek-r1) or a HuggingFace config.json of those families"
+        help=f"a preset ({', '.join((*PRESET_NAMES, *ALIASES))}) or a HuggingFace config.json of those families"
         + (f"; {TOY}: the toy MoE (default)" if model_default == TOY else ""),
+    )
+    a(
+        "--weights",
+        default=None,
+        choices=tuple(WEIGHT_DTYPES),
+        help="run the weights at this precision instead of the config's: bf16, fp8 (E4M3, every weight) or fp4 "
+        "(the routed experts in a 4-bit block format, MXFP4's bytes; the rest in the activation dtype) (default: the "
+        "config's)",
+    )
+    a(
+        "--kv-cache-dtype",
+        default=None,
+        choices=tuple(KV_CACHE_DTYPES),
+        help="the KV cache's precision instead of the config's activation dtype: bf16 or fp8 (E4M3)",
     )
     a(
         "--gpu",
@@ -209,6 +229,8 @@ def workload_of(ns: argparse.Namespace, *, tokens: int, ubatches: int, spec: Mod
         tokens=tokens,
         ubatches=ubatches,
         attention_tp=ns.attention_tp,
+        weights=getattr(ns, "weights", None),
+        kv_cache_dtype=getattr(ns, "kv_cache_dtype", None),
     )
 
 
@@ -227,9 +249,13 @@ def workload_for(
     tokens: int,
     ubatches: int,
     attention_tp: int = 1,
+    weights: str | None = None,
+    kv_cache_dtype: str | None = None,
 ) -> Workload:
-    """The ``Workload`` of ``spec`` with the flags' values given by name (``workload_of``'s checks, in
-    its order: the cluster first, then tokens, context and ubatches, then the rest)."""
+    """The ``Workload`` of ``spec`` at the precision ``weights`` and ``kv_cache_dtype`` ask (``precise_spec``)
+    with the flags' values given by name (``workload_of``'s checks, in its order: the precision, the cluster,
+    then tokens, context and ubatches, then the rest)."""
+    spec = precise_spec(spec, weights=weights, kv_cache_dtype=kv_cache_dtype)
     cluster = cluster_for(gpu, nodes, gpus_per_node, ep)
     return Workload(
         spec,
@@ -251,3 +277,15 @@ def shrunk_spec(spec: ModelSpec, factor: int | None) -> ModelSpec:
         return spec
     _int("shrink", factor, 1)
     return shrink(spec, factor, min_experts=min(8, spec.moe.routed_experts) if spec.moe is not None else 1)
+
+
+def precise_spec(spec: ModelSpec, *, weights: str | None, kv_cache_dtype: str | None) -> ModelSpec:
+    """``spec`` at ``--weights`` and ``--kv-cache-dtype`` (None: the config's), by ``with_precision``; a bad
+    value is a ConfigError naming the flag and listing the choices."""
+    try:
+        return with_precision(spec, weights=weights, kv_cache=kv_cache_dtype)
+    except ModelSpecError as e:
+        name = {"with_precision.weights": "weights", "with_precision.kv_cache": "kv_cache_dtype"}.get(e.field)
+        if name is None:
+            raise ConfigError(f"{field_ref('model')}: {e}") from None
+        raise ConfigError(f"{field_ref(name)} {e.reason}") from None

@@ -3,9 +3,10 @@
 
 Per layer: attention by kind (MLA absorbed, GQA/MHA), then a dense gated MLP (the first
 ``first_k_dense`` layers) or an MoE block: router, dispatch, routed experts, combine, shared experts,
-finalize. The MoE block places its yields as vLLM's DBO does with DeepEP: "ll" (one stream, send plus a
-parked receive hook, two yields per layer) or "ht" (compute and comm streams, three yields per layer).
-Dense layers never yield. Without DBO every ``dbo_*`` call is a no-op, so the same code is the reference.
+finalize. The MoE block places its yields as vLLM's DBO does with DeepEP: "ll" (one stream: the send
+half, the flight on the link stream, a parked receive hook; two yields per layer) or "ht" (compute and
+comm streams, three yields per layer). Dense layers never yield. Without DBO every ``dbo_*`` call is a
+no-op, so the same code is the reference.
 
 Two ways to run (``device``):
 
@@ -44,9 +45,8 @@ LINK_STREAM = "link"
 
 def _record_event() -> Any:
     """An event recorded now on the current stream (DeepEP's "previous event" of a normal kernel)."""
-    stream = dbo.current_stream()
-    ev = stream.backend.new_event()
-    ev.record(stream)
+    ev = dbo.current_stream().backend.new_event()
+    ev.record(dbo.current_stream())
     return ev
 
 
@@ -312,9 +312,14 @@ class ZooModel:
         shared = mw.shared_out if c.shared is not None else None
         self._launch(K.finalize_kernel, h, mw.out, shared, op="finalize", layer=i, ub=ub, cost=c.finalize)
 
-    def _in_flight(self, src: Any, dst: Any, op: str, i: int, ub: int, seconds: float) -> tuple[Any, Any]:
-        """A low-latency transfer: on the link stream after the current stream's work so far; returns
-        (the sender's stream, the arrival event)."""
+    def _in_flight(self, src: Any, dst: Any, op: str, i: int, ub: int, seconds: float, send: float | None):
+        """A low-latency kernel: its SM-held send half (``send`` seconds, staging ``src`` into the send
+        buffer ``dst``; docs/predict.md, "What overlapping costs") on the current stream, then the flight
+        on the link stream after the current stream's work so far; returns (the sender's stream, the
+        arrival event)."""
+        if send:
+            cost = Work(flops=send * self.profile.flops_rate("bfloat16"), dtype="bfloat16")
+            self._launch(K.copy_kernel, src, dst, op=op.replace("_ll", "_send"), layer=i, ub=ub, cost=cost)
         stream = dbo.current_stream()
         backend = stream.backend
         link = backend.stream(LINK_STREAM)
@@ -331,15 +336,8 @@ class ZooModel:
     def _hook(self, stream: Any, arrived: Any, src: Any, dst: Any, op: str, i: int, ub: int, cost: Any):
         def hook() -> None:
             stream.wait_event(arrived)
-            stream.launch(
-                K.meta_kernel if self.meta else K.copy_kernel,
-                *(() if self.meta else (src, dst)),
-                name=_name(op, i, ub),
-                kind="compute",
-                cost=cost,
-                op=op,
-                layer=i,
-            )
+            fn, args = (K.meta_kernel, ()) if self.meta else (K.copy_kernel, (src, dst))
+            stream.launch(fn, *args, name=_name(op, i, ub), kind="compute", cost=cost, op=op, layer=i)
 
         hook.__name__ = _name(op, i, ub)
         return hook
@@ -349,7 +347,7 @@ class ZooModel:
         dbo.dbo_maybe_run_recv_hook()  # the sibling's combine receive
         mw = self._moe_prepare(i, h, t, ub, c, rows)
         if self.comm:
-            stream, arrived = self._in_flight(mw.x, mw.stage, "dispatch_ll", i, ub, c.dispatch)
+            stream, arrived = self._in_flight(mw.x, mw.stage, "dispatch_ll", i, ub, c.dispatch, c.dispatch_send)
             dbo.dbo_register_recv_hook(
                 self._hook(stream, arrived, mw.stage, mw.recv, "dispatch_recv", i, ub, c.dispatch_recv)
             )
@@ -359,7 +357,7 @@ class ZooModel:
         self._experts(i, mw, ub, c, "experts_ll")
         if self.comm:
             dbo.dbo_maybe_run_recv_hook()  # the sibling's dispatch receive
-            stream, arrived = self._in_flight(mw.y, mw.landing, "combine_ll", i, ub, c.combine)
+            stream, arrived = self._in_flight(mw.y, mw.landing, "combine_ll", i, ub, c.combine, c.combine_send)
             self._shared(i, mw, ub, c)
             dbo.dbo_register_recv_hook(
                 self._hook(stream, arrived, mw.landing, mw.out, "combine_recv", i, ub, c.combine_recv)

@@ -38,11 +38,13 @@ ZOO_OPS: dict[str, int] = {
     "dense_mlp": 4,  # gate/up GEMM, activation+quant, down GEMM, add
     "dispatch": 2,
     "dispatch_ll": 1,
+    "dispatch_send": 1,  # a low-latency kernel's SM-held send half (demos.zoo.overlap_costs)
     "dispatch_recv": 1,
     "experts": 5,  # permute, two grouped GEMMs, activation+quant, un-permute
     "experts_ll": 3,  # two masked grouped GEMMs, activation+quant
     "combine": 1,
     "combine_ll": 1,
+    "combine_send": 1,
     "combine_recv": 1,
     "shared": 3,
     "moe_copy": 1,

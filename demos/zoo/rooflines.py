@@ -19,6 +19,12 @@ kernels bounded by their bytes at the family's reach toward bandwidth, not by an
 Attention (``AttentionCurve``): ``latency + max(flops / (R_bf16 * ceiling), bytes / (B * mem_efficiency))``,
 one curve for MLA decode and one for MLA prefill per family.
 
+DeepEP's low-latency kernels on one node (``LinearCost``, ``FamilyFit.ll_sm``): ``fixed + per_byte x
+bytes``, the bytes a rank's messages carry (``tokens x top_k`` messages), per dispatch and per combine.
+On one node every message crosses NVLink by the SMs' own loads and stores, so the whole kernel holds the
+SMs: this is the time the SMs take to send and receive that many messages, which
+``demos.zoo.overlap_costs`` charges as the SM-held halves of a hooked low-latency kernel.
+
 ``FITS`` holds the fitted curves per family ("hopper", "blackwell"), loaded from ``rooflines.json``,
 which ``scripts/fit_rooflines.py`` writes from the measured tables (``demos.zoo.measured``) with the
 fitting code in ``demos.zoo.rooflines_fit``; each figure's provenance is in the file (docs/kernels.md).
@@ -44,6 +50,7 @@ __all__ = [
     "AttentionCurve",
     "FamilyFit",
     "GemmCurve",
+    "LinearCost",
     "family_fit",
     "load_fits",
 ]
@@ -102,14 +109,27 @@ class AttentionCurve:
 
 
 @dataclass(frozen=True)
+class LinearCost:
+    """``fixed + per_byte x bytes`` seconds (module docstring)."""
+
+    fixed: float
+    per_byte: float
+
+    def seconds(self, nbytes: float) -> float:
+        return self.fixed + self.per_byte * nbytes
+
+
+@dataclass(frozen=True)
 class FamilyFit:
     """One GPU family's fitted curves: ``gemm`` per dtype ("fp8", "bfloat16"), ``mla_decode``,
-    ``mla_prefill``; ``fitted_on`` the GPUs whose tables gave them; ``source`` the tables' provenance."""
+    ``mla_prefill``, ``ll_sm`` per kernel ("dispatch", "combine"); ``fitted_on`` the GPUs whose tables gave
+    them; ``source`` the tables' provenance."""
 
     family: str
     gemm: dict
     mla_decode: AttentionCurve
     mla_prefill: AttentionCurve
+    ll_sm: dict
     fitted_on: tuple[str, ...]
     source: str
 
@@ -119,6 +139,7 @@ class FamilyFit:
             "gemm": {k: asdict(v) for k, v in self.gemm.items()},
             "mla_decode": asdict(self.mla_decode),
             "mla_prefill": asdict(self.mla_prefill),
+            "ll_sm": {k: asdict(v) for k, v in self.ll_sm.items()},
             "fitted_on": list(self.fitted_on),
             "source": self.source,
         }
@@ -130,6 +151,7 @@ class FamilyFit:
             gemm={k: GemmCurve(**v) for k, v in d["gemm"].items()},
             mla_decode=AttentionCurve(**d["mla_decode"]),
             mla_prefill=AttentionCurve(**d["mla_prefill"]),
+            ll_sm={k: LinearCost(**v) for k, v in d["ll_sm"].items()},
             fitted_on=tuple(d["fitted_on"]),
             source=d["source"],
         )

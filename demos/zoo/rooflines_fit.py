@@ -8,7 +8,9 @@ row against its own GPU's datasheet peak and bandwidth.
 
 The work of a row is counted as the predictor counts it (docs/models.md, "What a step costs"):
 ``gemm_work`` for a GEMM row, ``mla_work`` for an MLA attention-core row (decode absorbed into the
-512 + 64 latent space; prefill expanded, causal within each request).
+512 + 64 latent space; prefill expanded, causal within each request), ``ll_bytes`` for a single-node
+DeepEP low-latency row (``fit_ll_sm``: a weighted least-squares line, each row's residual relative to
+its time, closed form).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from demos.zoo.hardware import GpuSpec, get_gpu
-from demos.zoo.rooflines import OUT_TILE, ROW_TILE, AttentionCurve, FamilyFit, GemmCurve
+from demos.zoo.hardware.alltoall import message_bytes
+from demos.zoo.rooflines import OUT_TILE, ROW_TILE, AttentionCurve, FamilyFit, GemmCurve, LinearCost
 
 __all__ = [
     "FIT_GPUS",
@@ -31,7 +34,9 @@ __all__ = [
     "fit_attention",
     "fit_family",
     "fit_gemm",
+    "fit_ll_sm",
     "gemm_work",
+    "ll_bytes",
     "minimize",
     "mla_work",
     "nelder_mead",
@@ -218,6 +223,23 @@ FIT_GPUS = {"hopper": ("h100", "h200"), "blackwell": ("b200", "gb200")}
 """The GPUs whose measured tables each family's curves are fitted to (every GPU with tables)."""
 
 
+def ll_bytes(kernel: str, tokens: float, hidden: int, top_k: int, fp8: bool = True) -> float:
+    """Bytes one rank's low-latency ``kernel`` messages carry: ``tokens x top_k`` messages, FP8 for a
+    dispatch (``fp8``; the engines' default, and the tables'), BF16 for a combine
+    (``demos.zoo.hardware.alltoall.message_bytes``)."""
+    return tokens * top_k * message_bytes(kernel, hidden, fp8, low_latency=True)
+
+
+def fit_ll_sm(rows: Sequence, kernel: str) -> LinearCost:
+    """The line ``fixed + per_byte x ll_bytes`` through single-node DeepEP low-latency rows
+    (``demos.zoo.measured.AllToAllRow``) of ``kernel``, residuals relative to each row's time."""
+    x = np.array([ll_bytes(kernel, r.tokens, r.hidden, r.top_k) for r in rows], dtype=float)
+    y = np.array([r.dispatch_s if kernel == "dispatch" else r.combine_s for r in rows], dtype=float)
+    a = np.stack([np.ones_like(x), x], axis=1) / y[:, None]
+    (fixed, per_byte), *_ = np.linalg.lstsq(a, np.ones_like(y), rcond=None)
+    return LinearCost(float(f"{fixed:.4g}"), float(f"{per_byte:.4g}"))
+
+
 def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     """``family``'s curves fitted to the measured tables of ``gpus`` (default ``FIT_GPUS[family]``);
     needs the ``measured`` extra."""
@@ -233,8 +255,12 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         phase: fit_attention([(spec, measured.mla_rows(g, phase, MLA_KV)) for spec, g in specs], phase)
         for phase in PHASES
     }
+    ll = [r for g in names for r in measured.alltoall_rows(g) if r.gpus <= get_gpu(g).gpus_per_node]
+    ll_sm = {kernel: fit_ll_sm(ll, kernel) for kernel in ("dispatch", "combine")}
     tables = ", ".join(
-        f"{t[3]} ({t[1]} {t[2]})" for k, t in measured.TABLES.items() if k in ("gemm", "mla_decode", "mla_prefill")
+        f"{t[3]} ({t[1]} {t[2]})"
+        for k, t in measured.TABLES.items()
+        if k in ("gemm", "mla_decode", "mla_prefill", "deepep_ll")
     )
     source = f"aiconfigurator-core {measured.package_version()}: {tables} on {', '.join(names)}"
-    return FamilyFit(family, gemm, attn["decode"], attn["prefill"], names, source)
+    return FamilyFit(family, gemm, attn["decode"], attn["prefill"], ll_sm, names, source)

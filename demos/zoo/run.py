@@ -33,7 +33,7 @@ from demos.zoo.costs import gemm
 from demos.zoo.hardware.collectives import tp_collective
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.model import ZooModel
-from demos.zoo.profile import gpu_profile
+from demos.zoo.overlap_costs import step_profile
 from demos.zoo.workload import Workload
 
 __all__ = ["MODES", "STAGES", "StepTimes", "ZooRun", "merged_trace", "stage_of", "stage_seconds"]
@@ -51,6 +51,7 @@ _STAGE_OF = {
     "router": "attention",
     "dispatch": "dispatch",
     "dispatch_ll": "dispatch",
+    "dispatch_send": "dispatch",
     "dispatch_recv": "dispatch",
     "experts": "mlp",
     "experts_ll": "mlp",
@@ -58,6 +59,7 @@ _STAGE_OF = {
     "dense_mlp": "mlp",
     "combine": "combine",
     "combine_ll": "combine",
+    "combine_send": "combine",
     "combine_recv": "combine",
     "moe_copy": "combine",
     "tp_attn_reduce": "attention",  # attention TP's collectives: o_proj's reduction (all-reduce or reduce-scatter)
@@ -125,7 +127,7 @@ def _pin_to_one_cpu() -> set[int] | None:
 
 class ZooRun:
     """One backend, workspace and model for ``workload`` (module docstring). ``profile``: a
-    ``DeviceProfile`` (default: ``gpu_profile`` of the cluster's GPU with the workload's comm SMs)."""
+    ``DeviceProfile`` (default: ``demos.zoo.overlap_costs.step_profile`` of the workload)."""
 
     def __init__(
         self,
@@ -141,7 +143,7 @@ class ZooRun:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.w, self.mode = workload, mode
-        self.profile = profile if profile is not None else gpu_profile(workload.gpu, comm_sms=workload.comm_sms)
+        self.profile = profile if profile is not None else step_profile(workload)
         self.kernels = kernels if kernels is not None else KernelTimes(workload.gpu, self.profile)
         real = backend != "virtual" if shrunk is None else shrunk
         device = "cpu" if real else "meta"

@@ -15,6 +15,8 @@ GPU, nodes, GPUs per node, EP degree), the phase, and the step's shape on one ra
 * ``schedule``: "ll" (DeepEP low-latency kernels, the decode default) or "ht" (DeepEP normal kernels,
   the prefill default). ``comm_sms``: SMs the normal kernels take from compute while they run (default
   20; the low-latency kernels take none).
+* ``mechanisms``: the factors of the overlap mechanisms the cost model charges
+  (``demos.zoo.overlap_costs.Mechanisms``; all 1 by default, each set by a ``--what-if`` knob).
 * ``imbalance``: the busiest rank's expert load over the mean (1.0: balanced, as EPLB aims for), or
   "auto": the fluctuation of uniform routing, ``1 + sqrt(2 ln(ep) / (tokens x top_k))`` (the expected
   maximum of ``ep`` nearly-Poisson loads of mean ``tokens x top_k``; a first-principles estimate, not fitted).
@@ -31,6 +33,7 @@ from dataclasses import dataclass, replace
 from demos.errors import ConfigError, field_ref
 from demos.zoo.hardware import DEFAULT_COMM_SMS, ClusterSpec, Routing, get_gpu
 from demos.zoo.models import ModelSpec
+from demos.zoo.overlap_costs import Mechanisms
 
 __all__ = ["PHASES", "WORKLOAD_SCHEDULES", "Workload", "auto_imbalance", "cluster_for", "default_schedule"]
 
@@ -73,6 +76,7 @@ class Workload:
     imbalance: float | str = 1.0
     comm_sms: int | None = None
     attention_tp: int = 1
+    mechanisms: Mechanisms = Mechanisms()
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, ModelSpec):
@@ -112,6 +116,8 @@ class Workload:
             raise ConfigError(f"{field_ref('comm_sms')}: DeepEP's normal kernels (schedule ht) need at least 1 SM")
         object.__setattr__(self, "comm_sms", sms)
         self._check_attention_tp()
+        if not isinstance(self.mechanisms, Mechanisms):
+            raise ConfigError(f"{field_ref('what_if')}: mechanisms must be Mechanisms, got {self.mechanisms!r}")
 
     def _check_attention_tp(self) -> None:
         """``attention_tp`` divides the EP group's ranks within one NVLink domain (a TP group stays on

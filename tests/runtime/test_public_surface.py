@@ -264,6 +264,7 @@ SURFACE = {
         "load_config",
         "shrink",
         "spec_from_config",
+        "with_precision",
     ],
     "demos.bench": [
         "COMM_PER_LAYER",

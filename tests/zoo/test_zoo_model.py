@@ -23,10 +23,11 @@ CLUSTER = cluster_for("h100", 2, 8, 16)
 
 def _expected_kernels(w: Workload) -> int:
     """Kernels of one ubatch's forward: embed, 3 attention kernels per layer, the dense MLP or the MoE
-    block: ll router, dispatch send and receive, experts, combine send and receive, finalize; ht router,
-    dispatch, experts, combine, the combine's copy, finalize; both the shared experts when there are."""
+    block: ll router, dispatch's SM-held send half, flight and receive, experts, the same three of the
+    combine, finalize; ht router, dispatch, experts, combine, the combine's copy, finalize; both the shared
+    experts when there are."""
     s = w.spec
-    moe = (7 if w.schedule == "ll" else 6) + (1 if s.moe and s.moe.shared_experts else 0)
+    moe = (9 if w.schedule == "ll" else 6) + (1 if s.moe and s.moe.shared_experts else 0)
     return 1 + 3 * s.num_layers + s.first_k_dense + moe * s.moe_layers
 
 

@@ -2,12 +2,14 @@
 
 ``spec`` (``ModelSpec`` and its parts), ``hf_config`` (``load_config``: a HuggingFace config.json -> spec),
 ``presets`` (``get_preset``: DeepSeek-V3/R1, Kimi K2, DeepSeek-V2-Lite, Qwen3 30B/235B, Mixtral 8x7B,
-gpt-oss-120b), ``params`` (``count_params``: total and active parameters), ``shrink`` (a small spec of the same
-architecture for real-math runs). Nothing here imports torch or the runtime.
+gpt-oss-120b, GLM-4.5/4.6, GLM-4.5-Air), ``params`` (``count_params``: total and active parameters),
+``precision`` (``with_precision``: the same model at other weight and KV-cache dtypes), ``shrink`` (a small spec
+of the same architecture for real-math runs). Nothing here imports torch or the runtime.
 """
 
 from demos.zoo.models.hf_config import SUPPORTED_MODEL_TYPES, ModelConfigError, load_config, spec_from_config
 from demos.zoo.models.params import ParamCount, count_params
+from demos.zoo.models.precision import with_precision
 from demos.zoo.models.presets import ALIASES, PRESET_NAMES, UnknownPresetError, get_preset
 from demos.zoo.models.shrink import shrink
 from demos.zoo.models.spec import GQAAttention, MLAAttention, ModelSpec, ModelSpecError, MoESpec, Precision
@@ -30,4 +32,5 @@ __all__ = [
     "load_config",
     "shrink",
     "spec_from_config",
+    "with_precision",
 ]

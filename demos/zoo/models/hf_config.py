@@ -4,6 +4,8 @@ Supported ``model_type`` values (the field names are those of the published conf
 
 * ``deepseek_v3``, ``deepseek_v2``, ``kimi_k2`` (Kimi K2 reuses DeepSeek-V3's architecture and fields):
   MLA attention, ``first_k_dense_replace`` dense layers, routed + shared experts, grouped routing;
+* ``glm4_moe`` (GLM-4.5, GLM-4.5-Air, GLM-4.6): GQA with q/k/v biases and optional q/k norms over
+  DeepSeek-V3's MoE layout (dense first layers, routed + shared experts, sigmoid routing, MTP);
 * ``qwen3_moe``: GQA with per-head q/k norms, routed experts only;
 * ``mixtral``: GQA, routed experts of ``intermediate_size``, every layer MoE;
 * ``gpt_oss``: GQA with biases and attention sinks, ``layer_types`` alternating sliding and full attention,
@@ -150,32 +152,27 @@ class _Fields:
         return Precision(weights=weights, experts=experts, dispatch=dispatch, combine=act, kv_cache=act)
 
 
-def _deepseek(f: _Fields, name: str, source: str) -> ModelSpec:
-    """deepseek_v2 / deepseek_v3 / kimi_k2: the fields of DeepSeek's configuration_deepseek.py."""
-    f.unsupported_unless("moe_layer_freq", 1, _is_one, "an MoE layer other than every layer")
-    f.unsupported_unless("attention_bias", False, lambda v: v is False, "MLA with projection biases")
-    topk_method = f.get_choice("topk_method", ("greedy", "group_limited_greedy", "noaux_tc"))
-    moe = MoESpec(
+def _routed_and_shared(f: _Fields, scoring: str, correction_bias: bool) -> MoESpec:
+    """DeepSeek's MoE fields (deepseek_v2/v3, kimi_k2, glm4_moe): routed + shared experts, grouped routing."""
+    return MoESpec(
         routed_experts=f.get_int("n_routed_experts"),
         top_k=f.get_int("num_experts_per_tok"),
         intermediate_size=f.get_int("moe_intermediate_size"),
         shared_experts=f.get_int("n_shared_experts"),
-        scoring=f.get_choice("scoring_func", ("softmax", "sigmoid")),
+        scoring=scoring,
         norm_topk_prob=f.get_bool("norm_topk_prob"),
         routed_scaling_factor=f.get_float("routed_scaling_factor"),
         n_group=f.get_int("n_group"),
         topk_group=f.get_int("topk_group"),
-        score_correction_bias=topk_method == "noaux_tc",
+        score_correction_bias=correction_bias,
     )
-    attention = MLAAttention(
-        heads=f.get_int("num_attention_heads"),
-        q_lora_rank=f.get_int("q_lora_rank", nullable=True),
-        kv_lora_rank=f.get_int("kv_lora_rank"),
-        qk_nope_head_dim=f.get_int("qk_nope_head_dim"),
-        qk_rope_head_dim=f.get_int("qk_rope_head_dim"),
-        v_head_dim=f.get_int("v_head_dim"),
-    )
-    first_k = f.get_int("first_k_dense_replace")
+
+
+def _spec(f: _Fields, name: str, source: str, attention: Any, moe: MoESpec, *, dense_first: bool) -> ModelSpec:
+    """The trunk around ``attention`` and ``moe``: every layer an MoE layer, or (``dense_first``) DeepSeek's
+    ``first_k_dense_replace`` dense layers of ``intermediate_size`` first and its MTP modules beside. The
+    quantization covers every weight but gpt-oss's, which covers its experts only."""
+    first_k = f.get_int("first_k_dense_replace") if dense_first else 0
     return ModelSpec(
         name=name,
         source=source,
@@ -188,9 +185,42 @@ def _deepseek(f: _Fields, name: str, source: str) -> ModelSpec:
         attention=attention,
         moe=moe,
         tie_embeddings=f.get_bool("tie_word_embeddings", False),
-        precision=f.precision(expert_only_quant=False),
-        mtp_layers=f.get_int("num_nextn_predict_layers", 0),
+        precision=f.precision(expert_only_quant=f.model_type == "gpt_oss"),
+        mtp_layers=f.get_int("num_nextn_predict_layers", 0) if dense_first else 0,
     )
+
+
+def _deepseek(f: _Fields, name: str, source: str) -> ModelSpec:
+    """deepseek_v2 / deepseek_v3 / kimi_k2: the fields of DeepSeek's configuration_deepseek.py."""
+    f.unsupported_unless("moe_layer_freq", 1, _is_one, "an MoE layer other than every layer")
+    f.unsupported_unless("attention_bias", False, lambda v: v is False, "MLA with projection biases")
+    topk_method = f.get_choice("topk_method", ("greedy", "group_limited_greedy", "noaux_tc"))
+    moe = _routed_and_shared(f, f.get_choice("scoring_func", ("softmax", "sigmoid")), topk_method == "noaux_tc")
+    attention = MLAAttention(
+        heads=f.get_int("num_attention_heads"),
+        q_lora_rank=f.get_int("q_lora_rank", nullable=True),
+        kv_lora_rank=f.get_int("kv_lora_rank"),
+        qk_nope_head_dim=f.get_int("qk_nope_head_dim"),
+        qk_rope_head_dim=f.get_int("qk_rope_head_dim"),
+        v_head_dim=f.get_int("v_head_dim"),
+    )
+    return _spec(f, name, source, attention, moe, dense_first=True)
+
+
+def _glm4_moe(f: _Fields, name: str, source: str) -> ModelSpec:
+    """glm4_moe (GLM-4.5, -Air, -4.6): GQA over DeepSeek-V3's MoE layout; sigmoid routing with the correction
+    bias is fixed by transformers' Glm4MoeMoE (the published configs mostly omit those two fields). Its
+    attention has q/k/v biases but no o_proj bias, which the spec's ``bias`` counts (hidden_size a layer)."""
+    f.unsupported_unless("topk_method", "noaux_tc", lambda v: v == "noaux_tc", "glm4_moe routing other than noaux_tc")
+    f.unsupported_unless("scoring_func", "sigmoid", lambda v: v == "sigmoid", "glm4_moe scoring other than sigmoid")
+    attention = GQAAttention(
+        heads=f.get_int("num_attention_heads"),
+        kv_heads=f.get_int("num_key_value_heads"),
+        head_dim=f.get_int("head_dim"),
+        bias=f.get_bool("attention_bias", False),
+        qk_norm=f.get_bool("use_qk_norm", False),
+    )
+    return _spec(f, name, source, attention, _routed_and_shared(f, "sigmoid", True), dense_first=True)
 
 
 def _qwen3_moe(f: _Fields, name: str, source: str) -> ModelSpec:
@@ -211,7 +241,7 @@ def _qwen3_moe(f: _Fields, name: str, source: str) -> ModelSpec:
         intermediate_size=f.get_int("moe_intermediate_size"),
         norm_topk_prob=f.get_bool("norm_topk_prob"),
     )
-    return _all_moe_spec(f, name, source, attention, moe, f.precision(expert_only_quant=False))
+    return _spec(f, name, source, attention, moe, dense_first=False)
 
 
 def _mixtral(f: _Fields, name: str, source: str) -> ModelSpec:
@@ -236,7 +266,7 @@ def _mixtral(f: _Fields, name: str, source: str) -> ModelSpec:
         top_k=f.get_int("num_experts_per_tok"),
         intermediate_size=f.get_int("intermediate_size"),
     )
-    return _all_moe_spec(f, name, source, attention, moe, f.precision(expert_only_quant=False))
+    return _spec(f, name, source, attention, moe, dense_first=False)
 
 
 def _gpt_oss(f: _Fields, name: str, source: str) -> ModelSpec:
@@ -257,33 +287,14 @@ def _gpt_oss(f: _Fields, name: str, source: str) -> ModelSpec:
         router_bias=True,
         expert_bias=True,
     )
-    return _all_moe_spec(f, name, source, attention, moe, f.precision(expert_only_quant=True))
-
-
-def _all_moe_spec(
-    f: _Fields, name: str, source: str, attention: GQAAttention, moe: MoESpec, precision: Precision
-) -> ModelSpec:
-    """A spec whose every layer is an MoE layer (no dense MLP anywhere)."""
-    return ModelSpec(
-        name=name,
-        source=source,
-        model_type=f.model_type,
-        hidden_size=f.get_int("hidden_size"),
-        num_layers=f.get_int("num_hidden_layers"),
-        vocab_size=f.get_int("vocab_size"),
-        first_k_dense=0,
-        dense_intermediate_size=None,
-        attention=attention,
-        moe=moe,
-        tie_embeddings=f.get_bool("tie_word_embeddings", False),
-        precision=precision,
-    )
+    return _spec(f, name, source, attention, moe, dense_first=False)
 
 
 _FAMILIES: dict[str, Callable[[_Fields, str, str], ModelSpec]] = {
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
     "kimi_k2": _deepseek,
+    "glm4_moe": _glm4_moe,
     "qwen3_moe": _qwen3_moe,
     "mixtral": _mixtral,
     "gpt_oss": _gpt_oss,
@@ -297,7 +308,8 @@ _COMMON_NAMES = {
     "MoESpec.top_k": "num_experts_per_tok",
     "MoESpec.intermediate_size": "moe_intermediate_size",
 }
-_DEEPSEEK_NAMES = {
+_DEEPSEEK_MOE_NAMES = {
+    **_COMMON_NAMES,
     "MoESpec.routed_experts": "n_routed_experts",
     "MoESpec.shared_experts": "n_shared_experts",
     "MoESpec.routed_scaling_factor": "routed_scaling_factor",
@@ -306,6 +318,8 @@ _DEEPSEEK_NAMES = {
     "ModelSpec.first_k_dense": "first_k_dense_replace",
     "ModelSpec.dense_intermediate_size": "intermediate_size",
     "ModelSpec.mtp_layers": "num_nextn_predict_layers",
+}
+_MLA_NAMES = {
     "MLAAttention.heads": "num_attention_heads",
     "MLAAttention.q_lora_rank": "q_lora_rank",
     "MLAAttention.kv_lora_rank": "kv_lora_rank",
@@ -320,23 +334,15 @@ _GQA_NAMES = {
     "GQAAttention.sliding_window": "sliding_window",
     "GQAAttention.layer_types": "layer_types",
 }
+_LOCAL_EXPERTS = {"MoESpec.routed_experts": "num_local_experts", "MoESpec.intermediate_size": "intermediate_size"}
 _FIELD_NAMES: dict[str, dict[str, str]] = {
-    "deepseek_v2": {**_COMMON_NAMES, **_DEEPSEEK_NAMES},
-    "deepseek_v3": {**_COMMON_NAMES, **_DEEPSEEK_NAMES},
-    "kimi_k2": {**_COMMON_NAMES, **_DEEPSEEK_NAMES},
+    "deepseek_v2": {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES},
+    "deepseek_v3": {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES},
+    "kimi_k2": {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES},
+    "glm4_moe": {**_DEEPSEEK_MOE_NAMES, **_GQA_NAMES},
     "qwen3_moe": {**_COMMON_NAMES, **_GQA_NAMES, "MoESpec.routed_experts": "num_experts"},
-    "mixtral": {
-        **_COMMON_NAMES,
-        **_GQA_NAMES,
-        "MoESpec.routed_experts": "num_local_experts",
-        "MoESpec.intermediate_size": "intermediate_size",
-    },
-    "gpt_oss": {
-        **_COMMON_NAMES,
-        **_GQA_NAMES,
-        "MoESpec.routed_experts": "num_local_experts",
-        "MoESpec.intermediate_size": "intermediate_size",
-    },
+    "mixtral": {**_COMMON_NAMES, **_GQA_NAMES, **_LOCAL_EXPERTS},
+    "gpt_oss": {**_COMMON_NAMES, **_GQA_NAMES, **_LOCAL_EXPERTS},
 }
 """Spec field -> config.json field per family, so that a value the spec rejects is named as in the file."""
 

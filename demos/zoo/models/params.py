@@ -12,19 +12,21 @@ What is counted (every weight, bias and norm scale of the HuggingFace implementa
 * ``routed_experts`` / ``routed_active``: all routed experts of every MoE layer / the ``top_k`` a token uses;
   ``shared_experts``: the always-on experts; ``router``: the gate linear, its bias, and DeepSeek-V3's
   selection-only correction bias;
-* ``mtp``: the multi-token-prediction modules (DeepSeek-V3 ships one): a full MoE layer plus ``enorm``,
-  ``hnorm``, ``eh_proj`` (2·hidden -> hidden) and the head norm, sharing the trunk's embedding and head.
+* ``mtp``: the multi-token-prediction modules (DeepSeek-V3 and GLM-4.5 ship one): a full MoE layer plus
+  ``enorm``, ``hnorm``, ``eh_proj`` (2·hidden -> hidden) and the head norm, sharing the trunk's embedding and head.
 
 Conventions (docs/models.md has the measured agreement):
 
 * ``total`` is the trunk only, MTP excluded: DeepSeek-V3's published 671B excludes its MTP module, the
   HF checkpoint's 685B includes it (``checkpoint_total``: the MTP modules plus the copy of the embedding and
-  head each stores as its own tensors, ``model.layers.61.embed_tokens`` and ``shared_head.head``);
+  head each stores as its own tensors, ``model.layers.61.embed_tokens`` and ``shared_head.head``); GLM-4.5-Air's
+  106B is only matched without its MTP layer too (106.85B computed, 109.23B with it);
 * ``active`` is what one token multiplies through: attention, norms, dense MLPs, the router, the top-k
   routed experts and the shared experts of every layer, and the LM head, but not the input-embedding
   lookup. DeepSeek (36.6B "including 0.9B for the output head", README_WEIGHTS.md) and OpenAI (gpt-oss-120b
   5.1B) count this way; Mistral (Mixtral 12.9B) and Qwen (3.3B, 22B) also count the input table, which is
-  ``active_with_embedding``.
+  ``active_with_embedding``; Z.ai's GLM-4.5 figures (32B, 12B for -Air) leave out both the input table and
+  the LM head, which is ``active_non_embedding`` (inferred: the only convention within 2% of both).
 """
 
 from __future__ import annotations
@@ -90,15 +92,20 @@ class ParamCount:
         return self.active + (self.embedding if self.lm_head else 0)
 
     @property
+    def active_non_embedding(self) -> int:
+        """``active`` without the LM head (nor the input table): per-token parameters inside the layers."""
+        return self.active - (self.lm_head or self.embedding)
+
+    @property
     def checkpoint_total(self) -> int:
         """``total`` plus the MTP modules, each with its own stored copy of the embedding and the head."""
         copies = self.embedding + (self.lm_head or self.embedding)
         return self.total + self.mtp + self.mtp_modules * copies
 
     def as_dict(self) -> dict[str, int]:
-        """The parts and the four sums, for reports."""
+        """The parts and the sums, for reports."""
         parts = {f.name: getattr(self, f.name) for f in fields(self)}
-        sums = ("total", "non_embedding", "active", "active_with_embedding", "checkpoint_total")
+        sums = ("total", "non_embedding", "active", "active_with_embedding", "active_non_embedding", "checkpoint_total")
         return {**parts, **{name: getattr(self, name) for name in sums}}
 
 

@@ -224,6 +224,61 @@ _GPT_OSS_120B = {
 }
 # gpt-oss-120b's config.json has no torch_dtype: the loader's default (bfloat16) applies.
 
+_GLM_4_5 = {
+    "architectures": ["Glm4MoeForCausalLM"],
+    "model_type": "glm4_moe",
+    "hidden_size": 5120,
+    "num_hidden_layers": 92,
+    "vocab_size": 151552,
+    "first_k_dense_replace": 3,
+    "intermediate_size": 12288,
+    "moe_intermediate_size": 1536,
+    "n_routed_experts": 160,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "n_group": 1,
+    "topk_group": 1,
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 2.5,
+    "num_attention_heads": 96,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "attention_bias": True,
+    "use_qk_norm": True,
+    "num_nextn_predict_layers": 1,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+_GLM_4_5_AIR = {
+    "architectures": ["Glm4MoeForCausalLM"],
+    "model_type": "glm4_moe",
+    "hidden_size": 4096,
+    "num_hidden_layers": 46,
+    "vocab_size": 151552,
+    "first_k_dense_replace": 1,
+    "intermediate_size": 10944,
+    "moe_intermediate_size": 1408,
+    "n_routed_experts": 128,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "n_group": 1,
+    "topk_group": 1,
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 1.0,
+    "num_attention_heads": 96,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "attention_bias": True,
+    "use_qk_norm": False,
+    "num_nextn_predict_layers": 1,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+# Neither GLM config names scoring_func or topk_method: transformers' Glm4MoeMoE always routes by sigmoid with
+# the selection-only correction bias (noaux_tc), which the loader applies. Their partial_rotary_factor (0.5) and
+# max_position_embeddings (131072) are not read.
+
 _PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "deepseek-v3": ("huggingface.co/deepseek-ai/DeepSeek-V3 config.json", _DEEPSEEK_V3),
     "kimi-k2": ("huggingface.co/moonshotai/Kimi-K2-Instruct config.json", _KIMI_K2),
@@ -232,11 +287,14 @@ _PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen3-235b-a22b": ("huggingface.co/Qwen/Qwen3-235B-A22B config.json", _QWEN3_235B_A22B),
     "mixtral-8x7b": ("huggingface.co/mistralai/Mixtral-8x7B-v0.1 config.json", _MIXTRAL_8X7B),
     "gpt-oss-120b": ("huggingface.co/openai/gpt-oss-120b config.json", _GPT_OSS_120B),
+    "glm-4.5": ("huggingface.co/zai-org/GLM-4.5 config.json", _GLM_4_5),
+    "glm-4.5-air": ("huggingface.co/zai-org/GLM-4.5-Air config.json", _GLM_4_5_AIR),
 }
 
 PRESET_NAMES = tuple(_PRESETS)
-ALIASES = {"deepseek-r1": "deepseek-v3"}
-"""DeepSeek-R1 is post-trained from DeepSeek-V3-Base and keeps its architecture (same shapes, same spec)."""
+ALIASES = {"deepseek-r1": "deepseek-v3", "glm-4.6": "glm-4.5"}
+"""DeepSeek-R1 is post-trained from DeepSeek-V3-Base and keeps its architecture (same shapes, same spec);
+GLM-4.6's config.json differs from GLM-4.5's only in fields the loader does not read (a 200K context)."""
 
 
 def _canonical(name: Any) -> str:

@@ -19,6 +19,8 @@ FAMILY_OF = {
     "qwen3-235b-a22b": "qwen3_moe",
     "mixtral-8x7b": "mixtral",
     "gpt-oss-120b": "gpt_oss",
+    "glm-4.5": "glm4_moe",
+    "glm-4.5-air": "glm4_moe",
 }
 
 # Fields a real config.json carries that the loader does not read: they must not get in the way.
@@ -106,6 +108,43 @@ def test_qwen3_mixtral_gpt_oss_fields(tmp_path):
     assert g.moe.router_bias and g.moe.expert_bias and (g.moe.routed_experts, g.moe.top_k) == (128, 4)
     # MXFP4 covers the experts only; attention, router, embeddings and head stay bfloat16 (no torch_dtype field).
     assert g.precision == Precision(experts="mxfp4")
+
+
+def test_glm4_moe_fields(tmp_path):
+    """GLM-4.5: GQA 96/8 x 128 with q/k/v biases and q/k norms, 3 dense layers then 160 experts top-8 + 1 shared,
+    one MTP layer; -Air: no q/k norms, 1 dense layer, 128 experts. Sigmoid routing with the correction bias
+    though neither config names scoring_func or topk_method (transformers' Glm4MoeMoE fixes them)."""
+    s = load_config(write(tmp_path, preset_config("glm-4.5"), "glm.json"))
+    assert s.model_type == "glm4_moe" and "scoring_func" not in preset_config("glm-4.5")
+    assert s.attention == GQAAttention(heads=96, kv_heads=8, head_dim=128, bias=True, qk_norm=True)
+    assert (s.hidden_size, s.num_layers, s.vocab_size, s.first_k_dense, s.dense_intermediate_size) == (
+        5120,
+        92,
+        151552,
+        3,
+        12288,
+    )
+    m = s.moe
+    assert (m.routed_experts, m.top_k, m.shared_experts, m.intermediate_size) == (160, 8, 1, 1536)
+    assert (m.scoring, m.score_correction_bias, m.routed_scaling_factor, m.n_group, m.topk_group) == (
+        "sigmoid",
+        True,
+        2.5,
+        1,
+        1,
+    )
+    assert s.mtp_layers == 1 and s.tie_embeddings is False and s.precision == Precision()
+    air = load_config(write(tmp_path, preset_config("glm-4.5-air"), "air.json"))
+    assert air.attention == GQAAttention(heads=96, kv_heads=8, head_dim=128, bias=True, qk_norm=False)
+    assert (air.first_k_dense, air.dense_intermediate_size, air.moe.routed_experts, air.moe.intermediate_size) == (
+        1,
+        10944,
+        128,
+        1408,
+    )
+    # The two routing fields as GLM-4.7-FP8's config.json spells them load to the same spec.
+    named = {**preset_config("glm-4.5"), "scoring_func": "sigmoid", "topk_method": "noaux_tc"}
+    assert load_config(write(tmp_path, named, "named.json")).moe == m
 
 
 def test_dtype_fields_and_an_explicit_precision(tmp_path):
@@ -196,6 +235,8 @@ def test_unreadable_file(tmp_path):
         ("mixtral-8x7b", "sliding_window", "4096", "must be an integer or null, got str"),
         ("gpt-oss-120b", "layer_types", "sliding_attention", "must be a list of strings, got str"),
         ("gpt-oss-120b", "layer_types", [1, 2], "must be a list of strings, got list"),
+        ("glm-4.5", "use_qk_norm", "true", "must be true or false, got str"),
+        ("glm-4.5-air", "head_dim", 128.0, "must be an integer, got float 128.0"),
     ],
 )
 def test_wrong_types(tmp_path, preset, field, value, fragment):
@@ -235,6 +276,10 @@ def test_nested_field_names_in_quantization_config(tmp_path):
         ("gpt-oss-120b", {"layer_types": ["full_attention"] * 35}, "layer_types", "must have num_layers (36)"),
         ("gpt-oss-120b", {"layer_types": ["local"] * 36}, "layer_types", "entry 0 must be one of"),
         ("gpt-oss-120b", {"num_local_experts": 2}, "num_experts_per_tok", "must be <= routed_experts (2)"),
+        ("glm-4.5", {"num_key_value_heads": 7}, "num_key_value_heads", "must divide heads (96)"),
+        ("glm-4.5", {"first_k_dense_replace": 93}, "first_k_dense_replace", "must be <= num_layers (92)"),
+        ("glm-4.5-air", {"num_experts_per_tok": 129}, "num_experts_per_tok", "must be <= routed_experts (128)"),
+        ("glm-4.5-air", {"n_shared_experts": -1}, "n_shared_experts", "must be >= 0"),
     ],
 )
 def test_values_the_spec_rejects_are_named_as_in_the_file(tmp_path, preset, changes, field, fragment):
@@ -253,6 +298,8 @@ def test_values_the_spec_rejects_are_named_as_in_the_file(tmp_path, preset, chan
         ("qwen3-30b-a3b", "mlp_only_layers", [0, 4]),
         ("qwen3-30b-a3b", "decoder_sparse_step", 2),
         ("qwen3-235b-a22b", "use_sliding_window", True),
+        ("glm-4.5", "scoring_func", "softmax"),
+        ("glm-4.5-air", "topk_method", "greedy"),
     ],
 )
 def test_layouts_the_spec_cannot_express(tmp_path, preset, field, value):

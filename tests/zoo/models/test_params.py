@@ -12,14 +12,20 @@ Published figures and where they are stated (docs/models.md has the table of mea
 * gpt-oss-120b: "117B parameters with 5.1B active parameters" (huggingface.co/openai/gpt-oss-120b README).
 * DeepSeek-V2-Lite: "15.7B total parameters, of which 2.4B are activated for each token" (its README, section 5).
 * Kimi K2: "Total Parameters 1T", "Activated Parameters 32B" (github.com/MoonshotAI/Kimi-K2 README).
+* GLM-4.5: "355 billion total parameters with 32 billion active parameters", GLM-4.5-Air "106 billion total
+  parameters and 12 billion active parameters" (the Model Introduction of huggingface.co/zai-org/GLM-4.5 and
+  zai-org/GLM-4.5-Air, the same words in github.com/zai-org/GLM-4.5's README).
 """
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from demos.zoo.models.hf_config import load_config
 from demos.zoo.models.params import ParamCount, attention_params, count_params, expert_params
-from demos.zoo.models.presets import get_preset
+from demos.zoo.models.presets import get_preset, preset_config
 from demos.zoo.models.spec import GQAAttention, MLAAttention, ModelSpec, ModelSpecError, MoESpec
 
 B = 1e9
@@ -63,6 +69,7 @@ def test_mla_model_counted_by_hand():
     assert c.total == 80 + 80 + 822 + 56 + 288 + 960 + 240 + 72 == 2598
     assert c.active == 822 + 56 + 288 + 480 + 240 + 72 + 80 == 2038  # LM head in, input table out
     assert c.active_with_embedding == 2038 + 80
+    assert c.active_non_embedding == 2038 - 80  # neither table
     assert c.non_embedding == 2598 - 160
     assert c.mtp == 0 and c.checkpoint_total == c.total
 
@@ -80,6 +87,7 @@ def test_gqa_with_biases_norms_sinks_counted_by_hand():
     assert c.total == 80 + 3 * 224 + (3 * 16 + 8) + 3 * 4 * 86 + 3 * 36
     assert c.active == c.total - 3 * 3 * 86  # every parameter but 3 unchosen experts per layer: the table is the head
     assert c.active_with_embedding == c.active  # nothing left to add when the table is tied
+    assert c.active_non_embedding == c.active - 80  # the one table is the head, out
 
 
 def test_dense_model():
@@ -101,6 +109,7 @@ def test_mtp_modules_are_outside_the_total():
 def test_as_dict_has_parts_and_sums():
     d = count_params(tiny()).as_dict()
     assert d["total"] == 2598 and d["active"] == 2038 and set(ParamCount.__dataclass_fields__) <= set(d)
+    assert d["active_non_embedding"] == 1958
 
 
 def test_count_params_wants_a_spec():
@@ -171,6 +180,37 @@ def test_kimi_k2_rounds_to_its_stated_1t_and_32b():
     assert round(c.active_with_embedding / B) == 33
 
 
+GLM = {"glm-4.5": (355, 32), "glm-4.5-air": (106, 12)}
+"""Published total and active parameters, in billions (module docstring)."""
+
+
+def _glm_spec(name: str, source: str, tmp_path) -> ModelSpec:
+    if source == "preset":
+        return get_preset(name)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(preset_config(name)))
+    return load_config(path)
+
+
+@pytest.mark.parametrize("source", ["preset", "config.json"])
+@pytest.mark.parametrize("name", sorted(GLM))
+def test_glm_4_5_totals_and_active_within_2_percent(name, source, tmp_path):
+    total, active = GLM[name]
+    c = count_params(_glm_spec(name, source, tmp_path))
+    assert within(c.total, total * B, 0.02)  # MTP out, as DeepSeek counts
+    assert within(c.active_non_embedding, active * B, 0.02)  # Z.ai's count leaves out both tables
+    # ... and only that convention fits both models: with the head in, GLM-4.5-Air's 12.80B is 6.7% over 12B.
+    assert not within(count_params(get_preset("glm-4.5-air")).active, 12 * B, 0.05)
+
+
+def test_glm_4_5_published_totals_exclude_the_mtp_layer():
+    air = count_params(get_preset("glm-4.5-air"))
+    assert air.mtp_modules == 1 and within(air.mtp, 2.375 * B, 0.001)
+    assert within(air.total, 106 * B, 0.01) and not within(air.total + air.mtp, 106 * B, 0.02)
+    big = count_params(get_preset("glm-4.5"))
+    assert big.mtp_modules == 1 and within(big.mtp, 3.988 * B, 0.001)
+
+
 def test_the_models_page_quotes_these_counts():
     """docs/models.md's table of measured agreement: its computed columns are what count_params gives
     (to the page's two decimals, in billions), so the table cannot go stale."""
@@ -186,6 +226,8 @@ def test_the_models_page_quotes_these_counts():
         "Qwen3-235B-A22B": "qwen3-235b-a22b",
         "Mixtral 8x7B": "mixtral-8x7b",
         "gpt-oss-120b": "gpt-oss-120b",
+        "GLM-4.5": "glm-4.5",
+        "GLM-4.5-Air": "glm-4.5-air",
     }
     text = (REPO / "docs" / "models.md").read_text()
     rows = re.findall(r"^\| ([^|]+?) \| [^|]+ \| ([\d.]+) \| [^|]+ \| [^|]+ \| ([\d.]+) \| ([\d.]+) \|", text, re.M)

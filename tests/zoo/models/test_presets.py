@@ -15,12 +15,14 @@ REPOS = {
     "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
     "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
     "gpt-oss-120b": "openai/gpt-oss-120b",
+    "glm-4.5": "zai-org/GLM-4.5",
+    "glm-4.5-air": "zai-org/GLM-4.5-Air",
 }
 
 
 def test_the_preset_names():
     assert sorted(PRESET_NAMES) == sorted(REPOS)
-    assert ALIASES == {"deepseek-r1": "deepseek-v3"}
+    assert ALIASES == {"deepseek-r1": "deepseek-v3", "glm-4.6": "glm-4.5"}
 
 
 @pytest.mark.parametrize("name", PRESET_NAMES)
@@ -45,6 +47,7 @@ def test_presets_go_through_the_loader(monkeypatch):
 
 def test_alias_and_case():
     assert get_preset("deepseek-r1") == get_preset("deepseek-v3")
+    assert get_preset("GLM-4.6") == get_preset("glm-4.5")
     assert get_preset(" Mixtral-8x7B ") == get_preset("mixtral-8x7b")
 
 
@@ -102,3 +105,35 @@ def test_gpt_oss_alternates_sliding_and_full_attention():
     a = get_preset("gpt-oss-120b").attention
     assert a.layer_types == ("sliding_attention", "full_attention") * 18
     assert a.sliding_window == 128 and a.sinks and a.bias
+
+
+def test_glm_4_5_matches_its_published_architecture():
+    """The GLM-4.5 column of the architecture table of Z.ai's GLM-5 report, read as glennklockwood.com/garden/GLM-5
+    quotes it (3 dense and 89 MoE layers, 1 MTP layer, hidden 5120, dense 12288, MoE 1536, 96 heads and 8 KV heads
+    of 128, 160 experts, 8 routed, 1 shared, vocab 151552); NVIDIA's Megatron-Bridge GLM 4.5 page
+    (docs.nvidia.com/nemo/megatron-bridge) says the same and adds the QK layernorm and the 2.5 scaling."""
+    s = get_preset("glm-4.5")
+    assert (s.first_k_dense, s.moe_layers, s.mtp_layers, s.hidden_size, s.dense_intermediate_size) == (
+        3,
+        89,
+        1,
+        5120,
+        12288,
+    )
+    a, m = s.attention, s.moe
+    assert (a.heads, a.kv_heads, a.head_dim, a.qk_norm) == (96, 8, 128, True)
+    assert (m.intermediate_size, m.routed_experts, m.top_k, m.shared_experts) == (1536, 160, 8, 1)
+    assert s.vocab_size == 151552 and m.routed_scaling_factor == 2.5
+
+
+def test_glm_4_5_air_matches_its_training_arguments():
+    """The Megatron arguments of GLM-4.5-Air in THUDM/slime, Z.ai's RL framework, read in forks of it
+    (scripts/models/glm4.5-106B-A12B.sh):
+    1 dense + 45 MoE layers, hidden 4096, FFN 10944, 96 heads in 8 query groups of 128, q/k/v biases and no
+    QK layernorm flag, MoE FFN 1408 with a shared expert of 1408, 128 experts top-8, vocab 151552."""
+    s = get_preset("glm-4.5-air")
+    assert (s.first_k_dense, s.moe_layers, s.hidden_size, s.dense_intermediate_size) == (1, 45, 4096, 10944)
+    a, m = s.attention, s.moe
+    assert (a.heads, a.kv_heads, a.head_dim, a.bias, a.qk_norm) == (96, 8, 128, True, False)
+    assert (m.intermediate_size, m.shared_experts, m.routed_experts, m.top_k) == (1408, 1, 128, 8)
+    assert s.vocab_size == 151552

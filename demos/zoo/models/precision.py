@@ -1,0 +1,61 @@
+"""Precision as a choice: ``with_precision(spec, weights=, kv_cache=)`` -> the same model at other dtypes.
+
+A config.json fixes the dtypes a checkpoint ships (``demos.zoo.models.hf_config``); a deployment may run it
+otherwise (DeepSeek-V3 in BF16, GLM-4.5 from its FP8 repo, a model quantized to 4 bits). The two names:
+
+* ``weights`` (``WEIGHT_DTYPES``): ``bf16``: every weight BF16; ``fp8``: every weight FP8 E4M3 (the
+  non-expert ones too, as DeepSeek-V3's block-FP8 checkpoint); ``fp4``: the routed experts in a 4-bit block
+  format, stored as MXFP4 (``DTYPE_BYTES``: 17/32 bytes per value, the E8M0 scale of each 32 included, as
+  gpt-oss ships; NVFP4's FP8 scale per 16 would be 18/32), every other weight in the activation dtype (gpt-oss
+  keeps attention, router, embeddings and head in BF16). The dispatch payload follows the loader's rule: FP8
+  when the experts are FP8, else the activation dtype; the activation dtype (``precision.combine``) stays.
+* ``kv_cache`` (``KV_CACHE_DTYPES``): ``bf16`` or ``fp8`` (E4M3, vLLM's ``--kv-cache-dtype fp8``).
+
+None leaves a part as the spec has it. Contract: a pure function; the result is a new frozen spec (the same
+one when nothing changes); a bad value is a ``ModelSpecError`` naming ``with_precision.weights`` or
+``with_precision.kv_cache``, one line listing the choices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from demos.zoo.models.spec import ModelSpec, ModelSpecError
+
+__all__ = ["KV_CACHE_DTYPES", "WEIGHT_DTYPES", "with_precision"]
+
+WEIGHT_DTYPES: dict[str, tuple[str | None, str]] = {
+    "bf16": ("bfloat16", "bfloat16"),
+    "fp8": ("fp8_e4m3", "fp8_e4m3"),
+    "fp4": (None, "mxfp4"),
+}
+"""``--weights`` -> (non-expert weights, routed experts) as ``DTYPE_BYTES`` names; None: the activation dtype."""
+
+KV_CACHE_DTYPES: dict[str, str] = {"bf16": "bfloat16", "fp8": "fp8_e4m3"}
+"""``--kv-cache-dtype`` -> the ``DTYPE_BYTES`` name of the KV cache."""
+
+
+def _choice(name: str, value: Any, choices: dict) -> None:
+    if not isinstance(value, str) or value not in choices:
+        raise ModelSpecError(f"with_precision.{name}", f"must be one of {', '.join(choices)}; got {value!r}")
+
+
+def with_precision(spec: ModelSpec, *, weights: str | None = None, kv_cache: str | None = None) -> ModelSpec:
+    """``spec`` with its weights at ``weights`` and its KV cache at ``kv_cache`` (module docstring)."""
+    if not isinstance(spec, ModelSpec):
+        raise ModelSpecError("with_precision.spec", f"must be a ModelSpec, got {type(spec).__name__}")
+    if weights is not None:
+        _choice("weights", weights, WEIGHT_DTYPES)
+    if kv_cache is not None:
+        _choice("kv_cache", kv_cache, KV_CACHE_DTYPES)
+    p = spec.precision
+    act = p.combine
+    new = p
+    if weights is not None:
+        dense, experts = WEIGHT_DTYPES[weights]
+        dispatch = experts if experts.startswith("fp8") else act
+        new = replace(new, weights=dense or act, experts=experts, dispatch=dispatch)
+    if kv_cache is not None:
+        new = replace(new, kv_cache=KV_CACHE_DTYPES[kv_cache])
+    return spec if new == p else replace(spec, precision=new)

@@ -1,0 +1,120 @@
+"""What overlapping costs: the mechanisms that make an overlapped step slower than its kernels alone.
+
+DBO hides one ubatch's all-to-all behind the other's compute, but the kernels do not stay as fast as
+they run alone. Each mechanism below is charged by the cost model from a measured component or a
+stated mechanism, never fitted to a whole-step result (docs/predict.md, "What overlapping costs", has
+the sources and an ablation). ``Mechanisms`` holds one factor per mechanism (1: as modelled, 0: off),
+which ``--what-if`` sets:
+
+* ``ll_sm``: DeepEP's low-latency kernels are not free of SMs. Called with a receive hook (as DBO and
+  two-batch overlap call them), the send half runs on the compute stream until every message is handed
+  to its link, and the receive half copies the arrived tokens out; only the flight between them holds no
+  SM. The SM-held time of one dispatch or combine is the time the same kernel takes on one node, where
+  every message moves by the SMs' own NVLink stores (``FamilyFit.ll_sm``, fitted to the measured
+  single-node tables): an estimate that a multi-node send, which hands most messages to the NIC, spends
+  as long on the SMs per message (DeepEP's own hooked test prints send halves of tens of microseconds
+  for 128 tokens). The send half is what the SM-held time leaves after the receive half the model
+  already charges; the flight is the kernel's modelled time less the send half.
+* ``tile``: a grouped GEMM computes whole tiles. The masked layout the low-latency kernels feed
+  (DeepGEMM's) computes each expert's rows in blocks of ``BLOCK_M`` rows, so a split batch with few rows
+  per expert computes more padding (the contiguous layout of the normal kernels already pads to 128).
+* ``contention``: an all-to-all in flight moves bytes through HBM (the NIC or NVLink reading the send
+  buffer and writing the receive buffer), which compute running beside it does not get: its share of
+  HBM, ``2 x link rate / HBM bandwidth``, is taken from the compute that overlaps it. The link rate is
+  the one the all-to-all model reaches (``DEEPEP_H800``'s efficiency times NVLink's bandwidth when the
+  EP group is one NVLink domain, else the NIC's). An upper bound twice over: the link busy for the
+  whole kernel, and every overlapped kernel as starved as a memory-bound one.
+
+``overlap_share(cluster, sm_share, contention)`` is the share of the compute engine a comm kernel takes
+while it runs (the SMs a normal kernel holds, plus the HBM its traffic takes);
+``masked_rows(rows_per_expert, family, factor)`` the rows a masked grouped GEMM computes per expert;
+``ll_send_seconds`` the SM-held send half of one low-latency kernel; ``step_profile(workload)`` the GPU's
+device profile with that share (what every step of the zoo runs on).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from dbo.costs import DeviceProfile, HostCosts
+from demos.errors import ConfigError, field_ref
+from demos.zoo.hardware import DEEPEP_H800, ClusterSpec
+from demos.zoo.profile import EAGER_HOST, gpu_profile
+from demos.zoo.rooflines import family_fit
+from demos.zoo.rooflines_fit import ll_bytes
+
+__all__ = [
+    "BLOCK_M",
+    "MECHANISMS",
+    "Mechanisms",
+    "ll_send_seconds",
+    "masked_rows",
+    "overlap_share",
+    "step_profile",
+]
+
+MECHANISMS = {
+    "ll_sm": "the SM-held send and receive halves of DeepEP's low-latency kernels",
+    "tile": "the masked grouped GEMM's row block (rows per expert computed in whole blocks)",
+    "contention": "the HBM an all-to-all in flight takes from the compute beside it",
+}
+"""Each overlap mechanism's ``--what-if`` knob and what it scales (0 turns it off)."""
+
+BLOCK_M = {"hopper": 64, "blackwell": 128}
+"""Rows per block of the masked grouped GEMM per GPU family: Hopper's WGMMA kernels in DeepGEMM's masked
+layout use block_m 64 (SGLang and Ant Group, DeepSeek-R1 on H20, LMSYS blog 2025-09-26); Blackwell's
+128 is a guess from its 128-row UMMA tile (no published figure found)."""
+
+
+@dataclass(frozen=True)
+class Mechanisms:
+    """One factor per overlap mechanism (``MECHANISMS``): 1 as modelled, 0 off, other values scale it."""
+
+    ll_sm: float = 1.0
+    tile: float = 1.0
+    contention: float = 1.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ConfigError(f"{field_ref('what_if')} {f.name}={v!r}: the factor must be a number >= 0")
+
+
+def masked_rows(rows_per_expert: float, family: str, factor: float = 1.0) -> float:
+    """Rows a masked grouped GEMM computes for an expert that receives ``rows_per_expert`` rows: whole
+    blocks of ``BLOCK_M[family] x factor`` rows (``factor`` 0: no padding)."""
+    block = BLOCK_M[family] * factor
+    if block <= 1 or rows_per_expert <= 0:
+        return rows_per_expert
+    return math.ceil(rows_per_expert / block) * block
+
+
+def ll_send_seconds(
+    family: str, kernel: str, tokens: float, hidden: int, top_k: int, recv_s: float, factor=1.0, *, fp8: bool = True
+) -> float:
+    """The SM-held send half of one low-latency ``kernel`` ("dispatch" or "combine") of ``tokens``
+    tokens (an FP8 dispatch when ``fp8``): the family's single-node kernel time for those messages, less
+    the receive half ``recv_s`` the model charges already, times ``factor``; never negative."""
+    held = family_fit(family).ll_sm[kernel].seconds(ll_bytes(kernel, tokens, hidden, top_k, fp8))
+    return max(0.0, held - recv_s) * factor
+
+
+def overlap_share(cluster: ClusterSpec, sm_share: float, contention: float = 1.0) -> float:
+    """The share of the compute engine a comm kernel takes while it runs: the SMs it holds
+    (``sm_share``), plus, of the rest, the HBM its link traffic takes (module docstring) times
+    ``contention``. Below 1."""
+    g, p = cluster.gpu, DEEPEP_H800
+    one_domain = cluster.ep <= cluster.nvlink_domain
+    link = g.nvlink_bandwidth * p.nvlink_efficiency if one_domain else g.nic_bandwidth * p.rdma_efficiency
+    hbm = min(1.0, 2.0 * link / g.hbm_bandwidth) * contention
+    return min(0.95, sm_share + (1.0 - sm_share) * hbm)
+
+
+def step_profile(w: Any, *, gemm_scale: float = 1.0, host: HostCosts = EAGER_HOST) -> DeviceProfile:
+    """The device profile a step of workload ``w`` runs on: ``demos.zoo.profile.gpu_profile`` of its GPU
+    and comm SMs, with the comm kernels' share of compute from ``overlap_share``."""
+    p = gpu_profile(w.gpu, comm_sms=w.comm_sms, gemm_scale=gemm_scale, host=host)
+    return replace(p, comm_sm_share=overlap_share(w.cluster, p.comm_sm_share, w.mechanisms.contention))

@@ -1,0 +1,114 @@
+"""The overlap mechanisms (demos.zoo.overlap_costs): each one is charged where it belongs, each knob turns
+its mechanism off, and the no-DBO step keeps its all-to-all time."""
+
+from __future__ import annotations
+
+import pytest
+
+from demos.errors import ConfigError
+from demos.prediction.sweep import Sweep, what_if_workload
+from demos.zoo.costs import layer_costs
+from demos.zoo.hardware import DEEPEP_H800, deepep_low_latency
+from demos.zoo.measured import AllToAllRow
+from demos.zoo.models import get_preset
+from demos.zoo.overlap_costs import (
+    BLOCK_M,
+    MECHANISMS,
+    Mechanisms,
+    ll_send_seconds,
+    masked_rows,
+    overlap_share,
+    step_profile,
+)
+from demos.zoo.report import measure_point
+from demos.zoo.rooflines import family_fit
+from demos.zoo.rooflines_fit import fit_ll_sm, ll_bytes
+from demos.zoo.workload import Workload, cluster_for
+
+DSV3 = get_preset("deepseek-v3")
+
+
+def _lmsys(tokens: int = 32, **mech: float) -> Workload:
+    """LMSYS's decode cluster: 9 x 8 H100, EP 72, 2,000-token contexts."""
+    w = Workload(DSV3, cluster_for("h100", 9, None, 72), "decode", tokens, 2000)
+    return what_if_workload(w, mech) if mech else w
+
+
+@pytest.mark.parametrize("bad", [-0.5, float("nan"), True, "1"])
+def test_a_mechanism_factor_must_be_a_number_at_least_0(bad):
+    with pytest.raises(ConfigError, match="ll_sm"):
+        Mechanisms(ll_sm=bad)
+
+
+def test_the_masked_layout_computes_whole_blocks_per_expert():
+    assert masked_rows(4, "hopper") == 64
+    assert masked_rows(64, "hopper") == 64
+    assert masked_rows(65, "hopper") == 128
+    assert masked_rows(4, "blackwell") == BLOCK_M["blackwell"]
+    assert masked_rows(4, "hopper", 0.0) == 4  # the knob at 0: no padding
+    assert masked_rows(4, "hopper", 0.5) == 32
+
+
+def test_the_send_half_grows_with_the_messages_and_leaves_out_the_receive_half():
+    small = ll_send_seconds("hopper", "dispatch", 16, 7168, 8, 0.0)
+    big = ll_send_seconds("hopper", "dispatch", 128, 7168, 8, 0.0)
+    assert 0 < small < big
+    held = family_fit("hopper").ll_sm["dispatch"].seconds(ll_bytes("dispatch", 128, 7168, 8))
+    assert big == pytest.approx(held)
+    assert ll_send_seconds("hopper", "dispatch", 128, 7168, 8, 5e-6) == pytest.approx(held - 5e-6)
+    assert ll_send_seconds("hopper", "dispatch", 128, 7168, 8, 1.0) == 0.0  # never negative
+    assert ll_send_seconds("hopper", "combine", 128, 7168, 8, 0.0, 0.0) == 0.0
+
+
+def test_the_ll_fit_recovers_a_line():
+    rows = [AllToAllRow(8, t, 7168, 8, 256, 10e-6 + 3e-12 * ll_bytes("dispatch", t, 7168, 8), 0.0) for t in (1, 8, 64)]
+    line = fit_ll_sm(rows, "dispatch")
+    assert line.fixed == pytest.approx(10e-6, rel=1e-3)
+    assert line.per_byte == pytest.approx(3e-12, rel=1e-3)
+
+
+def test_the_send_half_moves_to_the_compute_stream_and_the_kernel_keeps_its_time():
+    """With ll_sm the low-latency kernel is its send half plus its flight, as long as DeepEP's modelled
+    kernel (the no-DBO step pays the same); without it the flight is the whole kernel."""
+    w = _lmsys(64)
+    p = step_profile(w)
+    on, off = layer_costs(w, 64, 3, p), layer_costs(_lmsys(64, ll_sm=0.0), 64, 3, p)
+    total = deepep_low_latency(w.cluster, w.routing(64), 64, DSV3.hidden_size, "dispatch", fp8=True).seconds
+    assert on.dispatch_send > 5e-6
+    assert on.dispatch_send + on.dispatch == pytest.approx(total)
+    assert off.dispatch_send == 0.0 and off.dispatch == pytest.approx(total)
+    assert on.combine_send > 0 and on.combine_send + on.combine == pytest.approx(off.combine)
+
+
+def test_the_sm_held_halves_cost_the_dbo_step_and_not_the_no_dbo_step():
+    """The bug this catches: a send half placed off the compute stream (overlapped for free)."""
+    on, off = (measure_point(_lmsys(32, **m), mode="graph") for m in ({}, {"ll_sm": 0.0}))
+    assert on.no_dbo.seconds == pytest.approx(off.no_dbo.seconds, rel=1e-6)
+    assert on.dbo.seconds > off.dbo.seconds * 1.03
+
+
+def test_contention_takes_the_link_traffic_share_of_hbm():
+    multi, single = cluster_for("h100", 9, None, 72), cluster_for("h100", 1, None, 8)
+    g, p = multi.gpu, DEEPEP_H800
+    assert overlap_share(multi, 0.0) == pytest.approx(2 * g.nic_bandwidth * p.rdma_efficiency / g.hbm_bandwidth)
+    nvl = 2 * g.nvlink_bandwidth * p.nvlink_efficiency / g.hbm_bandwidth
+    assert overlap_share(single, 0.0) == pytest.approx(nvl)
+    nvl72 = cluster_for("gb200", 18, None, 72)  # one NVLink domain of 72: no NIC in the path
+    assert overlap_share(nvl72, 0.0) == pytest.approx(
+        2 * nvl72.gpu.nvlink_bandwidth * p.nvlink_efficiency / nvl72.gpu.hbm_bandwidth
+    )
+    assert overlap_share(multi, 0.0, 0.0) == 0.0
+    assert overlap_share(multi, 0.2, 0.0) == pytest.approx(0.2)
+    assert step_profile(_lmsys()).comm_sm_share == pytest.approx(overlap_share(multi, 0.0))
+    assert step_profile(_lmsys(contention=0.0)).comm_sm_share == 0.0
+
+
+def test_each_mechanism_has_a_what_if_knob_that_takes_0_while_the_others_do_not():
+    base = _lmsys()
+    for k in MECHANISMS:
+        w = Sweep(base, (32,), ("graph",), what_if={k: 0}).workload(32, 2, None)
+        assert getattr(w.mechanisms, k) == 0.0
+    with pytest.raises(ConfigError, match=r"tile=-1.*>= 0"):
+        Sweep(base, (32,), ("graph",), what_if={"tile": -1})
+    with pytest.raises(ConfigError, match=r"link=0.*> 0"):
+        Sweep(base, (32,), ("graph",), what_if={"link": 0})
