@@ -69,6 +69,14 @@ def build_parser() -> cli_common.OneLineParser:
         metavar="KEY=FACTOR",
         help="multiply one figure: " + "; ".join(f"{k}: {v}" for k, v in WHAT_IF.items()),
     )
+    a(
+        "--overlap",
+        type=lambda text: tuple(x.strip() for x in text.split(",") if x.strip()),
+        default=None,
+        metavar="S,...",
+        help="the overlap strategies to compare, among none, dbo, sbo (default: every one that applies; "
+        "sbo needs the ll schedule, dbo and sbo an all-to-all)",
+    )
     a("--profile", default=None, metavar="PATH.json", help="with --model toy: the profile demos.calibrate measured")
     a("--json", dest="json_path", default=None, metavar="PATH", help="write the prediction as JSON")
     a("--csv", dest="csv_path", default=None, metavar="PATH", help="write the points as CSV")
@@ -120,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             what_if=ns.what_if,
             weights=ns.weights,
             kv_cache_dtype=ns.kv_cache_dtype,
+            overlap=ns.overlap,
             profile=ns.profile,
             progress=lambda d, t, w: bar(_bar(d, t, w)),
         )

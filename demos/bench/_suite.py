@@ -321,8 +321,8 @@ def section_simulation(cfg: Config) -> list[Record]:
     repeats. Targets: the DBO decode step under 0.1 s, the DBO prefill step under 0.5 s. Beside
     each: the simulated (virtual) step times, which do not depend on the machine. Last, `demos.predict`'s
     default decode sweep of DeepSeek-V3 on 9 x 8 H100 at EP 72 in both modes (8 token counts x graph and
-    eager, each point with and without DBO; target under 20 s) and one point (128 tokens, graph; under
-    1 s), once each, imports excluded."""
+    eager, each point with and without DBO and, on the ll schedule, with single-batch overlap; target
+    under 20 s) and one point (128 tokens, graph; under 1 s), once each, imports excluded."""
     from demos.toy.config import OverlapConfig, resolve
     from demos.toy.runner import Runner as _Runner
 

@@ -44,7 +44,7 @@ def zoo_step_records(cfg: Config, section: str, phase: str, tokens: int, target:
 
 def predict_sweep_records(cfg: Config, section: str) -> list[Record]:
     """The wall time of ``demos.predict``'s default decode sweep of DeepSeek-V3 on 72 H100 in both modes
-    (8 token counts x graph and eager, each point with and without DBO; target < 20 s) and of one point
+    (8 token counts x graph and eager, each point with and without DBO and with SBO; target < 20 s) and of one point
     (128 tokens, graph; target < 1 s), imports excluded, once each."""
     from demos.prediction.sweep import DEFAULT_TOKENS, Sweep, run_sweep
     from demos.zoo.models import get_preset

@@ -4,13 +4,11 @@ vLLM and SGLang, each with its main reason in one line.
 * ``crossover(points)``: the smallest swept token count from which DBO pays (speedup > 1 there and at
   every larger swept count), and where the speedup crosses 1 between that count and the one below it,
   interpolated linearly in log(tokens) and marked as such. None when DBO does not pay at the largest.
-* ``recommend(...)``: vLLM's DBO switches on when a step has at least the threshold's tokens
-  (``num_tokens >= dbo_decode_token_threshold``, per DP rank); vLLM needs data parallel > 1 with expert
-  parallelism for DBO. SGLang's two-batch overlap has no threshold: it is on or off. With attention TP
-  (``attention_tp`` > 1) the lines take the TP form: vLLM ``--tensor-parallel-size`` with the data
-  parallel size the rest of the GPUs (its DeepEP path under TP, the sequence-parallel MoE, needs data
-  parallel > 1); SGLang ``--tp`` over every GPU, its attention TP group ``tp / dp`` (with
-  ``--enable-dp-attention`` when that is less than every GPU).
+* ``recommend(...)``: the serve commands of the predicted cluster for vLLM and SGLang
+  (``demos.prediction.engines``: one pinned release each, every flag one that release defines), with
+  DBO on from the crossover's threshold where it pays (vLLM: ``num_tokens >= dbo_decode_token_threshold``
+  per DP rank, and it needs data parallel > 1 with expert parallelism; SGLang's two-batch overlap has no
+  threshold) and off, with why, where it does not.
 * ``reason_of(...)``: why DBO loses below the crossover (or everywhere), from the stage figures of the
   point just below it: what DBO adds (each ubatch reads the weights and pays the kernel floor again;
   on eager, twice the launches) against what it can hide (the all-to-all, at most the shorter of
@@ -23,9 +21,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from demos.prediction.engines import SGLANG_VERSION, VLLM_VERSION, serve_lines
 from demos.prediction.sweep import PointResult
 
-__all__ = ["Crossover", "best_setting", "crossover", "reason_of", "recommend", "why"]
+__all__ = ["Crossover", "best_setting", "crossover", "overlap_ranges", "reason_of", "recommend", "why"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +66,20 @@ def crossover(points: Sequence[PointResult]) -> Crossover:
     frac = (1.0 - s_b) / (s_at - s_b) if s_at != s_b else 1.0
     t = math.exp(math.log(t_b) + frac * (math.log(t_at) - math.log(t_b)))
     return Crossover(t, t_at, t_b, True)
+
+
+def overlap_ranges(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs of consecutive swept token counts (one mode's point records, with their ``overlap``) over
+    which one strategy is the fastest: ``{"overlap", "from", "to"}``, ``to`` None for the last run."""
+    out: list[dict[str, Any]] = []
+    for r in sorted(records, key=lambda r: r["tokens"]):
+        if out and out[-1]["overlap"] == r["overlap"]:
+            out[-1]["to"] = r["tokens"]
+        else:
+            out.append({"overlap": r["overlap"], "from": r["tokens"], "to": r["tokens"]})
+    if out:
+        out[-1]["to"] = None
+    return out
 
 
 def _log_mean(xs: Sequence[float]) -> float:
@@ -128,7 +141,7 @@ def reason_of(points: Sequence[PointResult], cross: Crossover) -> str:
 
 
 def recommend(
-    model: str,
+    model: str | None,
     phase: str,
     crossovers: dict[str, Crossover],
     reasons: dict[str, str],
@@ -137,66 +150,50 @@ def recommend(
     ep: int,
     default_mode: str,
     attention_tp: int = 1,
+    gpus_per_node: int | None = None,
+    nodes: int = 1,
+    schedule: str | None = None,
 ) -> dict[str, Any]:
-    """The vLLM and SGLang flags for ``phase`` from the crossover of the mode vLLM runs it in
-    (``default_mode``: graph for decode, eager for prefill), with the reason; the TP form of them
-    for ``attention_tp`` > 1 (module docstring)."""
+    """The vLLM and SGLang lines for ``phase`` from the crossover of the mode vLLM runs it in
+    (``default_mode``: graph for decode, eager for prefill), with the reason: the serve commands of the
+    predicted cluster (``demos.prediction.engines.serve_lines``, each engine's pinned release; ``model``
+    None: a placeholder the user fills), DBO on from the threshold where it pays, off (with why) where it
+    does not; ``notes``: what each placeholder and setting means; ``engines``: the releases."""
     mode = default_mode if default_mode in crossovers else next(iter(crossovers))
     c = crossovers[mode]
     reason = reasons[mode]
     out: dict[str, Any] = {"phase": phase, "mode": mode, "reason": reason}
-    flag = "--dbo-decode-token-threshold" if phase == "decode" else "--dbo-prefill-token-threshold"
-    other = "--dbo-prefill-token-threshold 512" if phase == "decode" else "--dbo-decode-token-threshold 32"
+    engines = {"vllm": VLLM_VERSION, "sglang": SGLANG_VERSION}
     if world < 2 or ep < 2:
         out.update(
             enable=False,
             threshold=None,
             vllm="do not enable DBO: vLLM's DBO needs data parallel > 1 with expert parallelism (--ep >= 2)",
             sglang="do not enable two-batch overlap: there is no expert-parallel all-to-all to overlap",
+            notes=(),
+            engines=engines,
         )
         return out
-    if c.threshold is None:
-        out.update(
-            enable=False,
-            threshold=None,
-            vllm=f"do not enable DBO for {phase}: {reason}",
-            sglang=f"do not pass --enable-two-batch-overlap: {reason}",
-        )
-        return out
-    approx = " (interpolated between swept points)" if c.interpolated else ""
-    if attention_tp > 1:
-        out.update(_tp_lines(model, phase, c.threshold, flag, other, world, attention_tp, approx))
-        return out
-    out.update(
-        enable=True,
+    enable = c.threshold is not None
+    lines = serve_lines(
+        model,
+        world=world,
+        ep=ep,
+        gpus_per_node=gpus_per_node or world,
+        nodes=nodes,
+        attention_tp=attention_tp,
+        phase=phase,
+        schedule=schedule or ("ll" if phase == "decode" else "ht"),
+        overlap="dbo" if enable else "none",
         threshold=c.threshold,
-        vllm=f"vllm serve {model} --data-parallel-size {world} --enable-expert-parallel --enable-dbo "
-        f"{flag} {c.threshold} {other}  # {other.split()[0]} left at vLLM's default: not swept here",
-        sglang=f"--enable-two-batch-overlap, if your {phase} batches carry at least {c.threshold} tokens per GPU "
-        f"(SGLang has no threshold: below it two-batch overlap slows the step){approx}",
     )
+    vllm, sglang, notes = lines.vllm, lines.sglang, list(lines.notes)
+    if not enable:
+        vllm = f"# do not enable DBO for {phase}: {reason}\n{vllm}"
+        sglang = f"# do not pass --enable-two-batch-overlap: {reason}\n{sglang}"
+    elif c.interpolated:
+        notes.append(
+            f"the threshold {c.threshold} is interpolated between the swept {c.below} and {c.at} tokens per GPU"
+        )
+    out.update(enable=enable, threshold=c.threshold, vllm=vllm, sglang=sglang, notes=tuple(notes), engines=engines)
     return out
-
-
-def _tp_lines(model: str, phase: str, threshold: int, flag: str, other: str, world: int, tp: int, approx: str) -> dict:
-    """The TP form of the recommendation (module docstring): DBO on from ``threshold`` tokens per attention
-    TP group (what vLLM counts per DP rank)."""
-    dp = world // tp
-    note = f"  # {other.split()[0]} left at vLLM's default: not swept here"
-    vllm = (
-        f"vllm serve {model} --tensor-parallel-size {tp} --data-parallel-size {dp} --enable-expert-parallel "
-        f"--enable-dbo {flag} {threshold} {other}{note}"
-        if dp > 1
-        else f"do not enable DBO in vLLM with attention TP over every GPU (--tensor-parallel-size {world}): its "
-        "MoE then runs without an all-to-all (an all-reduce), and DBO overlaps only DeepEP's; pass "
-        "--data-parallel-size > 1 (the sequence-parallel MoE sends each TP rank's share through DeepEP)"
-    )
-    dpa = f" --dp {dp} --enable-dp-attention" if dp > 1 else ""
-    return {
-        "enable": True,
-        "threshold": threshold,
-        "vllm": vllm,
-        "sglang": f"--tp {world}{dpa} --moe-a2a-backend deepep --enable-two-batch-overlap, if your {phase} batches "
-        f"carry at least {threshold} tokens per attention TP group of {tp} GPUs (SGLang has no threshold: below it "
-        f"two-batch overlap slows the step){approx}",
-    }

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
 from demos.errors import ConfigError, field_ref
-from demos.prediction.answer import best_setting, crossover, reason_of, recommend
+from demos.prediction.answer import best_setting, crossover, overlap_ranges, reason_of, recommend
 from demos.prediction.outputs import point_record
 from demos.prediction.result import Prediction, Recommendation, Setting, SweptPoint
 from demos.prediction.sweep import DEFAULT_TOKENS, Sweep, default_mode, run_sweep, sweep_kernels
@@ -54,6 +54,7 @@ def predict(
     kernels: str = "roofline",
     weights: str | None = None,
     kv_cache_dtype: str | None = None,
+    overlap: str | Sequence[str] | None = None,
 ) -> Prediction:
     """Sweep ``model`` on the cluster and answer whether DBO pays, from which tokens per GPU, and what
     to pass to vLLM and SGLang (docs/predict.md).
@@ -70,7 +71,8 @@ def predict(
     "auto"; ``what_if``: ``{knob: factor}`` (or pairs) with knobs link, rdma, nvlink, gemm, hbm, host and
     the overlap mechanisms ll_sm, tile, contention (0 turns one off; docs/predict.md). ``weights`` ("bf16",
     "fp8", "fp4") and ``kv_cache_dtype`` ("bf16", "fp8"): the precision, overriding the model's (None: as
-    the config says; ``demos.zoo.models.with_precision``).
+    the config says; ``demos.zoo.models.with_precision``). ``overlap``: the strategies to compare, among
+    "none", "dbo", "sbo" (one or a list; None: every one that applies, ``OVERLAPS``).
     ``kernels``: where kernel times come from, "roofline" (the curves fitted per GPU family) or
     "measured" (the tables, where they have the shape; needs the measured extra; docs/kernels.md).
     ``progress(done, total, what)`` is called after each point. The toy takes ``profile``, ``phase``,
@@ -87,6 +89,7 @@ def predict(
             ("kernels", kernels, "roofline"),
             ("weights", weights, None),
             ("kv_cache_dtype", kv_cache_dtype, None),
+            ("overlap", overlap, None),
         ):
             if value != unset:
                 raise ConfigError(f"{field_ref(name)} applies to real models, not to {field_ref('model')} toy")
@@ -127,8 +130,18 @@ def predict(
         weights=weights,
         kv_cache_dtype=kv_cache_dtype,
     )
-    sweep = Sweep(base, toks, modes, ubs, sms, _what_if(what_if), kernels)
+    sweep = Sweep(base, toks, modes, ubs, sms, _what_if(what_if), kernels, _overlaps(overlap))
     return _predict_sweep(sweep, _model_id(spec.source, model), progress)
+
+
+def _overlaps(value: Any) -> tuple[str, ...] | None:
+    """``overlap`` as a tuple of names (one name, or a list of them), None for the default."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(x, str) for x in items):
+        raise ConfigError(f"{field_ref('overlap')} must be a name or a list of names, got {value!r}")
+    return tuple(dict.fromkeys(items))
 
 
 def _modes(mode: Any, phase: Any) -> tuple[str, ...]:
@@ -183,11 +196,13 @@ def _what_if(what_if: Any) -> dict[str, Any]:
         ) from None
 
 
-def _model_id(source: str, given: Any) -> str:
-    """What ``vllm serve`` takes: the HuggingFace repo of a preset, else what ``model`` named."""
+def _model_id(source: str, given: Any) -> str | None:
+    """What ``vllm serve`` takes: the HuggingFace repo of a preset (by name or as its ``ModelSpec``); None
+    for a config.json or another spec (the serve lines then hold a placeholder the user fills: the folder
+    with the weights)."""
     if source.startswith("huggingface.co/") and " " in source:
         return source[len("huggingface.co/") :].split(" ", 1)[0]
-    return given.name if isinstance(given, ModelSpec) else os.fspath(given)
+    return None
 
 
 def _sources(sweep: Sweep) -> tuple[str, ...]:
@@ -228,9 +243,19 @@ def _predict_sweep(sweep: Sweep, model_id: str, progress: Progress | None) -> Pr
         ep=w.cluster.ep,
         default_mode=default_mode(w.phase),
         attention_tp=w.attention_tp,
+        gpus_per_node=w.cluster.gpus_per_node,
+        nodes=w.cluster.nodes,
+        schedule=w.schedule,
     )
     what = ", ".join(f"{k} x{v:g}" for k, v in sweep.what_if.items())
     c, pr = w.cluster, w.spec.precision
+    points = tuple(SweptPoint(**point_record(r, c.gpus_per_node, sweep.overlaps)) for r in results)
+    ranges = {
+        m: overlap_ranges(
+            [p.as_dict() for p in points if (p.mode, p.ubatches, p.comm_sms) == (m, best[m].ubatches, best[m].comm_sms)]
+        )
+        for m in sweep.modes
+    }
     return Prediction(
         title=f"{w.spec.name} {w.phase} on {c.nodes} x {c.gpus_per_node} {w.gpu.name}, EP {c.ep}"
         + (f", attention TP {w.attention_tp}" if w.attention_tp > 1 else "")
@@ -240,7 +265,7 @@ def _predict_sweep(sweep: Sweep, model_id: str, progress: Progress | None) -> Pr
         model=w.spec.name,
         phase=w.phase,
         schedule=w.schedule,
-        points=tuple(SweptPoint(**point_record(r, c.gpus_per_node)) for r in results),
+        points=points,
         crossovers=cross,
         recommendation=Recommendation(**rec, reasons=reasons),
         best=best,
@@ -254,6 +279,8 @@ def _predict_sweep(sweep: Sweep, model_id: str, progress: Progress | None) -> Pr
         imbalance=w.imbalance,
         what_if=dict(sweep.what_if),
         kernels={"source": kt.source, "fallbacks": dict(kt.fallbacks)},
+        overlaps=tuple(sweep.overlaps),
+        overlap=ranges,
         _sweep=sweep,
         _results=tuple(results),
     )

@@ -14,6 +14,7 @@ from typing import Any
 __all__ = [
     "CSV_COLUMNS",
     "NOT_MODELLED",
+    "OVERLAP_FLAGS",
     "detail_lines",
     "format_prediction",
     "point_record",
@@ -23,8 +24,8 @@ __all__ = [
 
 NOT_MODELLED = (
     "the scheduler and sampling between steps (each step is the model's forward and its LM head only)",
-    "the GEMMs' tile and wave quantization (smooth curves per GPU family; a GPU without measured tables "
-    "takes its family's curves over its own datasheet)",
+    "the GEMMs' wave quantization and their tiles beyond the grouped GEMMs' row blocks (smooth curves per GPU "
+    "family; a GPU without measured tables takes its family's curves over its own datasheet)",
     "per-GPU variation: every rank is the busiest one (the step waits for it), with the imbalance given",
     "DeepEP's SM count effect on its own bandwidth (the normal kernels run at the fitted bandwidth whatever "
     "--comm-sms is; only the SMs they take from compute are modelled)",
@@ -32,6 +33,12 @@ NOT_MODELLED = (
     "the host of a real serving engine: eager host costs are our H200 host's per-launch figures",
 )
 """What the prediction leaves out (also in docs/predict.md)."""
+
+OVERLAP_FLAGS = {
+    "dbo": "vLLM --enable-dbo with the threshold below; SGLang --enable-two-batch-overlap",
+    "sbo": "SGLang --enable-single-batch-overlap (with --moe-a2a-backend deepep); vLLM has no single-batch overlap",
+}
+"""The engine flags that select each overlap strategy (docs/predict.md, "Which overlap pays")."""
 
 CSV_COLUMNS = (
     "tokens",
@@ -51,12 +58,18 @@ CSV_COLUMNS = (
     "mlp_s",
     "combine_s",
     "fits",
+    "step_sbo_s",
+    "overlap",
 )
 
 
-def point_record(r: Any, gpus_per_node: int) -> dict[str, Any]:
-    """One swept point as ``points`` of the JSON holds it."""
+def point_record(r: Any, gpus_per_node: int, overlaps: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One swept point as ``points`` of the JSON holds it; ``overlaps``: the strategies compared, the
+    fastest of which is its ``overlap`` (None when none are)."""
     p = r.point
+    sbo = getattr(p, "sbo", None)  # the toy's points have no single-batch overlap
+    steps = {"none": p.no_dbo.seconds, "dbo": p.dbo.seconds, "sbo": None if sbo is None else sbo.seconds}
+    cands = [o for o in overlaps if steps.get(o) is not None]
     st = p.no_dbo.stages
     mem = p.memory
     return {
@@ -75,6 +88,8 @@ def point_record(r: Any, gpus_per_node: int) -> dict[str, Any]:
         "fits": None if mem is None else mem.fits,
         "fits_without_dbo": None if mem is None else mem.fits_without_dbo,
         "memory_total_bytes": None if mem is None else mem.total,
+        "step_sbo_s": steps["sbo"],
+        "overlap": min(cands, key=lambda o: steps[o]) if cands else None,
         "stages": {k: st.get(k, 0.0) for k in ("attention", "dispatch", "mlp", "combine", "other")},
         "moe_layer_s": None if p.moe_layer_s is None else dict(p.moe_layer_s),
         "dense_layer_s": None if p.dense_layer_s is None else dict(p.dense_layer_s),
@@ -164,12 +179,30 @@ def format_prediction(rep: dict[str, Any], *, detail: bool = False) -> str:
             lines.append(f"crossover ({mode}): DBO pays from the smallest swept count, {c['at']} tokens per GPU")
         lines.append(f"  why: {rep['reasons'][mode]}")
     b = rep["best"]
-    if b:
-        lines.append(
-            "best     " + "; ".join(f"{m}: --ubatches {v['ubatches']} --comm-sms {v['comm_sms']}" for m, v in b.items())
+    for m, ranges in (rep.get("overlap") or {}).items():
+        where = ", ".join(
+            f"{x['overlap']} from {x['from']}"
+            if x["to"] is None
+            else f"{x['overlap']} at {x['from']}" + ("" if x["to"] == x["from"] else f"-{x['to']}")
+            for x in ranges
         )
+        dbo = f"; DBO's best tool setting --ubatches {b[m]['ubatches']} --comm-sms {b[m]['comm_sms']}" if m in b else ""
+        lines.append(f"best     {m}: {where} (the fastest of {', '.join(rep['overlaps'])} at each swept count{dbo})")
+        flags = {x["overlap"] for x in ranges}
+        for o in (o for o in ("sbo", "dbo") if o in flags):
+            lines.append(f"         {o}: {OVERLAP_FLAGS[o]}")
     r = rep["recommendation"]
-    lines += ["", f"vLLM     {r['vllm']}", f"SGLang   {r['sglang']}", f"reason   {r['reason']}", ""]
+    lines.append("")
+    eng = r.get("engines") or {}
+    for name, key in (("vLLM", "vllm"), ("SGLang", "sglang")):
+        cmd = r[key].splitlines()
+        if len(cmd) == 1 and key not in eng:
+            lines.append(f"{name:<8} {cmd[0]}")
+            continue
+        lines.append(f"{name} {eng[key]}" if key in eng else name)
+        lines += [f"  {x}" for x in cmd]
+    lines += [("notes    " if i == 0 else "         ") + n for i, n in enumerate(r.get("notes") or ())]
+    lines += [f"reason   {r['reason']}", ""]
     k = rep.get("kernels")
     if k is not None:
         fell = "; ".join(f"{op}: {why}" for op, why in k["fallbacks"].items())

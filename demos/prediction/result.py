@@ -36,7 +36,9 @@ class SweptPoint:
     the toy); ``stages``: seconds per stage of the no-DBO step (attention, dispatch, mlp, combine,
     other); ``moe_layer_s`` and ``dense_layer_s``: the device seconds of each op of one MoE and one
     dense layer of the no-DBO step (``demos.zoo.breakdown``; None for the toy, and where the model has
-    no layer of that kind)."""
+    no layer of that kind); ``step_sbo_s``: the step with single-batch overlap (None where not swept or not
+    applicable); ``overlap``: the fastest of the strategies compared at this point ("none", "dbo", "sbo";
+    None for the toy)."""
 
     tokens: int
     mode: str
@@ -53,6 +55,8 @@ class SweptPoint:
     fits: bool | None
     fits_without_dbo: bool | None
     memory_total_bytes: float | None
+    step_sbo_s: float | None
+    overlap: str | None
     stages: dict[str, float]
     moe_layer_s: dict[str, float] | None = None
     dense_layer_s: dict[str, float] | None = None
@@ -80,7 +84,9 @@ class Setting:
 class Recommendation:
     """What to pass for ``phase``, from the crossover of ``mode`` (the mode vLLM runs that phase in):
     ``enable`` (None for the toy), the token ``threshold`` (None unless enabled), the ``vllm`` and
-    ``sglang`` lines and the main ``reason``; ``reasons``: the one-line reason of every swept mode."""
+    ``sglang`` lines (serve commands, one line each or several with ``#`` comment lines) and the main
+    ``reason``; ``reasons``: the one-line reason of every swept mode; ``notes``: what each placeholder of
+    the lines and each setting means; ``engines``: the engine release each line is for."""
 
     phase: str
     mode: str
@@ -90,11 +96,14 @@ class Recommendation:
     sglang: str
     reason: str
     reasons: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    engines: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON's ``recommendation`` (the per-mode reasons are its ``reasons``)."""
         keys = ("phase", "mode", "reason", "enable", "threshold", "vllm", "sglang")
-        return {k: getattr(self, k) for k in keys}
+        out = {k: getattr(self, k) for k in keys}
+        return {**out, "notes": list(self.notes), "engines": dict(self.engines)}
 
 
 _TOY_ORDER = ("phase", "mode", "enable", "threshold", "reason", "vllm", "sglang")
@@ -110,7 +119,9 @@ class Prediction:
     pay (``Crossover.tokens`` None: nowhere in the sweep); ``best``: per mode, the best setting;
     ``sources`` and ``not_modelled``: what the prediction rests on and what it leaves out; ``kernels``
     (real models): ``{"source": "roofline" or "measured", "fallbacks": {op: why}}``, each op the
-    measured source timed on the roofline instead, and why."""
+    measured source timed on the roofline instead, and why; ``overlaps`` (real models): the strategies
+    compared, and ``overlap``: per mode, the runs of swept token counts over which one strategy is the
+    fastest, ``[{"overlap", "from", "to"}]`` (``to`` None: to the largest swept count and beyond)."""
 
     title: str
     model: str
@@ -131,6 +142,8 @@ class Prediction:
     what_if: dict[str, float] = field(default_factory=dict)
     profile: str | None = None
     kernels: dict[str, Any] | None = None
+    overlaps: tuple[str, ...] = ()
+    overlap: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     not_modelled: tuple[str, ...] = NOT_MODELLED
     _sweep: Any = field(default=None, repr=False, compare=False)
     _results: tuple[Any, ...] = field(default=(), repr=False, compare=False)
@@ -171,10 +184,14 @@ class Prediction:
             "crossover": {m: (None if c.tokens is None else c.as_dict()) for m, c in self.crossovers.items()},
             "reasons": dict(self.recommendation.reasons),
             "best": {m: b.as_dict() for m, b in self.best.items()},
+            **({} if self.is_toy else {"overlaps": list(self.overlaps), "overlap": self._overlap()}),
             "recommendation": rec,
             "sources": list(self.sources),
             "not_modelled": list(self.not_modelled),
         }
+
+    def _overlap(self) -> dict[str, list[dict[str, Any]]]:
+        return {m: [dict(x) for x in ranges] for m, ranges in self.overlap.items()}
 
     def text(self, detail: bool = False) -> str:
         """Exactly the report the command prints on stdout (without the final newline); ``detail``: with

@@ -24,6 +24,7 @@ from demos.zoo.workload import Workload
 
 __all__ = [
     "DEFAULT_TOKENS",
+    "OVERLAPS",
     "WHAT_IF",
     "PointResult",
     "Sweep",
@@ -52,6 +53,20 @@ WHAT_IF = {
 overlap mechanisms' knobs (``demos.zoo.overlap_costs.MECHANISMS``) take 0, which turns one off."""
 
 
+OVERLAPS = ("none", "dbo", "sbo")
+"""The overlap strategies a sweep compares (``--overlap``): none (the plain step), DBO (two-batch overlap,
+the swept ubatches) and single-batch overlap (the shared expert beside the dispatch in flight, the combine
+beside the down GEMM: SGLang's with DeepEP's low-latency kernels)."""
+
+
+def applicable_overlaps(w: Workload) -> tuple[str, ...]:
+    """The strategies that apply to ``w``: none always; DBO and SBO with an all-to-all (EP > 1); SBO on the
+    low-latency schedule only (it rides DeepEP's receive hook and the masked GEMM's block signals)."""
+    if w.cluster.ep < 2:
+        return ("none",)
+    return OVERLAPS if w.schedule == "ll" else ("none", "dbo")
+
+
 def default_mode(phase: str) -> str:
     """Decode runs DBO in CUDA graphs in vLLM (it requires full graphs there); prefill runs eager."""
     return "graph" if phase == "decode" else "eager"
@@ -61,7 +76,8 @@ def default_mode(phase: str) -> str:
 class Sweep:
     """What ``run_sweep`` measures: ``base`` (the workload at its first token count; its tokens and
     ubatches are replaced per point), the ``tokens`` per GPU, the ``modes``, the DBO ``ubatches`` and
-    the ``comm_sms`` values (None: the schedule's default), and the ``what_if`` factors."""
+    the ``comm_sms`` values (None: the schedule's default), the ``what_if`` factors, the kernel source
+    and the ``overlaps`` compared (``OVERLAPS``; None: every one that applies, ``applicable_overlaps``)."""
 
     base: Workload
     tokens: tuple[int, ...]
@@ -70,8 +86,20 @@ class Sweep:
     comm_sms: tuple[int | None, ...] = (None,)
     what_if: dict[str, float] = field(default_factory=dict)
     kernels: str = "roofline"
+    overlaps: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        can = applicable_overlaps(self.base)
+        if self.overlaps is None:
+            object.__setattr__(self, "overlaps", can)
+        for o in self.overlaps:
+            if o not in OVERLAPS:
+                raise ConfigError(f"{field_ref('overlap')} must be among {', '.join(OVERLAPS)}, got {o!r}")
+            if o not in can:
+                why = "it needs an all-to-all (EP > 1)" if o == "dbo" else "it needs DeepEP's low-latency kernels (ll)"
+                raise ConfigError(f"{field_ref('overlap')} {o} does not apply here: {why}")
+        if not self.overlaps:
+            raise ConfigError(f"{field_ref('overlap')} needs at least one strategy")
         if self.kernels not in KERNEL_SOURCES:
             raise ConfigError(
                 f"{field_ref('kernels')} must be one of {', '.join(KERNEL_SOURCES)}, got {self.kernels!r}"
@@ -166,7 +194,7 @@ def run_sweep(
     out = []
     for i, (t, mode, n, sms) in enumerate(plan):
         w = sweep.workload(t, n, sms)
-        p = measure_point(w, mode=mode, profile=sweep.profile(w), kernels=kt)
+        p = measure_point(w, mode=mode, profile=sweep.profile(w), kernels=kt, sbo="sbo" in sweep.overlaps)
         out.append(PointResult(t, mode, n, w.comm_sms, p))
         if progress is not None:
             progress(i + 1, len(plan), f"{t} tokens, {mode}, {n} ubatches")

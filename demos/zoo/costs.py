@@ -28,6 +28,8 @@ tables themselves) and is folded into a Work the virtual backend charges on the 
   seconds on the compute stream, ``demos.zoo.overlap_costs.ll_send_seconds``), its flight on the link
   (``dispatch``, ``combine``: DeepEP's modelled time less the send half) and its receive half
   (``dispatch_recv``, ``combine_recv``).
+* Single-batch overlap (``experts_split``): the routed experts as two kernels' Works, the up GEMM with
+  the activation (and ht's permutes) and the down GEMM alone, each paying its own floor.
 * Norms, residual adds, activations, quantization: memory passes folded into the op that carries them
   (their kernel counts, which set the per-kernel floor, are in ``demos.zoo.gpu_profile.ZOO_OPS``).
 * Attention TP (``attention_tp`` > 1, docs/clusters.md): attention runs the group's ``t`` tokens with
@@ -170,6 +172,7 @@ class LayerCosts:
     moe_t: int | None = None
     dispatch_send: float | None = None
     combine_send: float | None = None
+    experts_split: tuple[Work, Work] | None = None
 
 
 def _mla(
@@ -298,12 +301,11 @@ def layer_costs(
     # (read each expert output, write the combine's input); the low-latency kernels deliver the
     # masked per-expert layout directly
     permute = Work(bytes=rows * 2 * msg + rows * 2 * H * _ACT) if w.schedule == "ht" else Work()
-    experts = _sum.named("experts")(
-        Work(flops=up.flops, bytes=up.bytes, dtype=up.dtype, shape=shape + up.shape[1:]),
-        Work(flops=down.flops, bytes=down.bytes, dtype=down.dtype, shape=shape + down.shape[1:]),
-        _pass(computed, inter, 1.5),
-        permute,
-    )
+    up_w = Work(flops=up.flops, bytes=up.bytes, dtype=up.dtype, shape=shape + up.shape[1:])
+    down_w = Work(flops=down.flops, bytes=down.bytes, dtype=down.dtype, shape=shape + down.shape[1:])
+    experts = _sum.named("experts")(up_w, down_w, _pass(computed, inter, 1.5), permute)
+    # single-batch overlap runs the down GEMM apart (the combine streams its blocks out as they finish)
+    split = (_sum.named("experts")(up_w, _pass(computed, inter, 1.5), permute), _sum.named("experts")(down_w))
     shared = None
     if moe.shared_experts:
         Is = inter * moe.shared_experts
@@ -331,7 +333,7 @@ def layer_costs(
     c = LayerCosts(
         t, proj, core, out, router, None, experts, shared, dispatch, combine, recv_d, recv_c, finalize, d_bytes, c_bytes
     )
-    c = replace(c, dispatch_send=send_d, combine_send=send_c)
+    c = replace(c, dispatch_send=send_d, combine_send=send_c, experts_split=split)
     if tp == 1:
         return c
     nbytes = t * tp * H * _ACT  # the group's tokens, padded to a multiple of the group

@@ -31,6 +31,7 @@ from demos.zoo.hardware import ll_buffer_bytes
 from demos.zoo.models import count_params
 from demos.zoo.models.params import expert_params
 from demos.zoo.models.spec import DTYPE_BYTES, MLAAttention
+from demos.zoo.overlap_costs import ubatch_sizes
 from demos.zoo.workload import Workload
 
 __all__ = ["MemoryEstimate", "RESERVE", "kv_bytes_per_token", "kv_cache_bytes", "memory_estimate"]
@@ -138,7 +139,7 @@ def memory_estimate(w: Workload, slot_bytes: list[int] | None = None) -> MemoryE
     one_comm = 0.0
     if s.moe is not None and w.cluster.ep > 1:
         if w.schedule == "ll":
-            per = -(-w.tokens // n)
+            per = max(ubatch_sizes(w.tokens, n, w.mechanisms.split))  # each ubatch's buffers fit the largest
             comm = n * ll_buffer_bytes(per, H, w.physical_experts)
             one_comm = ll_buffer_bytes(w.tokens, H, w.physical_experts)
         else:

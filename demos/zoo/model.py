@@ -22,6 +22,7 @@ Every launch declares its op (``ZOO_OPS`` in ``demos.zoo.profile``) and layer.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -60,16 +61,9 @@ class ZooModel:
     ``kernels``: where kernel times come from (``demos.zoo.costs.layer_costs``)."""
 
     def __init__(
-        self,
-        workload: Workload,
-        *,
-        num_ubatches: int,
-        device: str = "meta",
-        profile: Any,
-        seed: int = 0,
-        kernels: KernelTimes | None = None,
-        real_context: int = 16,
-    ):
+        self, workload: Workload, *, num_ubatches: int, device: str = "meta", profile: Any, seed: int = 0,
+        kernels: KernelTimes | None = None, real_context: int = 16,
+    ):  # fmt: skip
         self.w = workload
         self.spec = s = workload.spec
         self.device = torch.device(device)
@@ -79,6 +73,7 @@ class ZooModel:
         self.profile = profile
         self.schedule = workload.schedule
         self.comm = workload.cluster.ep > 1
+        self.sbo = False  # ZooRun sets it for the single-batch-overlap step (one ubatch, ll)
         T, H = workload.tokens, s.hidden_size
         self.mla = isinstance(s.attention, MLAAttention)
         self._costs: dict[tuple[int, tuple], LayerCosts] = {}
@@ -95,15 +90,9 @@ class ZooModel:
         self.x0 = self._rand((T, H), 1.0)
         self.hidden = torch.zeros((T, H), dtype=self.dtype)
         E = s.moe.routed_experts if s.moe is not None else 1
+        names = ("moe_in", "stage", "moe_out", "landing", "shared_out")
         self.buffers = [
-            SimpleNamespace(
-                moe_in=torch.zeros((T, H)),
-                stage=torch.zeros((T, H)),
-                moe_out=torch.zeros((T, H)),
-                landing=torch.zeros((T, H)),
-                shared_out=torch.zeros((T, H)),
-                gates=torch.zeros((T, E)),
-            )
+            SimpleNamespace(**{k: torch.zeros((T, H)) for k in names}, gates=torch.zeros((T, E)))
             for _ in range(num_ubatches)
         ]
 
@@ -342,10 +331,25 @@ class ZooModel:
         hook.__name__ = _name(op, i, ub)
         return hook
 
+    def _moe_sbo(self, i: int, h: torch.Tensor, mw: SimpleNamespace, ub: int, c: LayerCosts) -> None:
+        """Single-batch overlap (SGLang with DeepEP): the shared expert beside the dispatch in flight, the
+        combine in flight beside the down GEMM (its blocks sent as they finish), no split, no yield."""
+        stream, arrived = self._in_flight(mw.x, mw.stage, "dispatch_ll", i, ub, c.dispatch, c.dispatch_send)
+        self._shared(i, mw, ub, c)
+        self._hook(stream, arrived, mw.stage, mw.recv, "dispatch_recv", i, ub, c.dispatch_recv)()
+        up, down = c.experts_split
+        self._launch(K.meta_kernel, op="experts_up", layer=i, ub=ub, cost=up)
+        stream, arrived = self._in_flight(mw.y, mw.landing, "combine_ll", i, ub, c.combine, c.combine_send)
+        self._experts(i, mw, ub, replace(c, experts=down), "experts_down")  # the real math runs here, whole
+        self._hook(stream, arrived, mw.landing, mw.out, "combine_recv", i, ub, c.combine_recv)()
+        self._finalize(i, h, mw, ub, c)
+
     def _moe_ll(self, i: int, h: torch.Tensor, t: int, ub: int, c: LayerCosts, rows: range) -> None:
         """Low-latency style: one stream, send plus parked receive hook, 2 yields (DeepEP low-latency)."""
         dbo.dbo_maybe_run_recv_hook()  # the sibling's combine receive
         mw = self._moe_prepare(i, h, t, ub, c, rows)
+        if self.sbo and self.comm:
+            return self._moe_sbo(i, h, mw, ub, c)
         if self.comm:
             stream, arrived = self._in_flight(mw.x, mw.stage, "dispatch_ll", i, ub, c.dispatch, c.dispatch_send)
             dbo.dbo_register_recv_hook(

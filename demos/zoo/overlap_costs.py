@@ -25,6 +25,13 @@ which ``--what-if`` sets:
   EP group is one NVLink domain, else the NIC's). An upper bound twice over: the link busy for the
   whole kernel, and every overlapped kernel as starved as a memory-bound one.
 
+* ``split``: how the batch is cut. Decode has one token per request, so both ubatches are equal; vLLM
+  cuts a prefill batch at its token midpoint (a request may straddle the cut) and SGLang at a request
+  boundary unless a ubatch would hold under 48% of the tokens (``--tbo-token-distribution-threshold``,
+  0.48), so the default is balanced (0). A request-boundary split can leave one ubatch larger (AMD's
+  DeepSeek-V4 post: 9,381 against 7,003 tokens, 0.34 larger): ``split=0.34`` makes the first ubatch
+  ``1 + split`` times each other one (``ubatch_sizes``).
+
 ``overlap_share(cluster, sm_share, contention)`` is the share of the compute engine a comm kernel takes
 while it runs (the SMs a normal kernel holds, plus the HBM its traffic takes);
 ``masked_rows(rows_per_expert, family, factor)`` the rows a masked grouped GEMM computes per expert;
@@ -47,6 +54,8 @@ from demos.zoo.rooflines_fit import ll_bytes
 
 __all__ = [
     "BLOCK_M",
+    "SPLIT_DEFAULT_OFF",
+    "ubatch_sizes",
     "MECHANISMS",
     "Mechanisms",
     "ll_send_seconds",
@@ -59,8 +68,13 @@ MECHANISMS = {
     "ll_sm": "the SM-held send and receive halves of DeepEP's low-latency kernels",
     "tile": "the masked grouped GEMM's row block (rows per expert computed in whole blocks)",
     "contention": "the HBM an all-to-all in flight takes from the compute beside it",
+    "split": "how much larger the first ubatch is than the others (default 0: balanced, as vLLM and SGLang split)",
 }
-"""Each overlap mechanism's ``--what-if`` knob and what it scales (0 turns it off)."""
+"""Each overlap mechanism's ``--what-if`` knob and what it scales (0 turns it off; ``split`` is off by
+default, ``SPLIT_DEFAULT_OFF``)."""
+
+SPLIT_DEFAULT_OFF = ("split",)
+"""The mechanisms whose default is 0 (an ablation turns off only the others)."""
 
 BLOCK_M = {"hopper": 64, "blackwell": 128}
 """Rows per block of the masked grouped GEMM per GPU family: Hopper's WGMMA kernels in DeepGEMM's masked
@@ -75,6 +89,7 @@ class Mechanisms:
     ll_sm: float = 1.0
     tile: float = 1.0
     contention: float = 1.0
+    split: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -118,3 +133,17 @@ def step_profile(w: Any, *, gemm_scale: float = 1.0, host: HostCosts = EAGER_HOS
     and comm SMs, with the comm kernels' share of compute from ``overlap_share``."""
     p = gpu_profile(w.gpu, comm_sms=w.comm_sms, gemm_scale=gemm_scale, host=host)
     return replace(p, comm_sm_share=overlap_share(w.cluster, p.comm_sm_share, w.mechanisms.contention))
+
+
+def ubatch_sizes(tokens: int, ubatches: int, split: float = 0.0) -> list[int]:
+    """Tokens per ubatch: the first ``1 + split`` times each other one (``split`` 0: as even as whole
+    tokens allow, the remainder in the last, as ``dbo.split_tokens`` cuts), every ubatch at least one."""
+    if ubatches <= 1:
+        return [tokens]
+    if split <= 0:
+        base = tokens // ubatches
+        return [base] * (ubatches - 1) + [tokens - base * (ubatches - 1)]
+    first = round(tokens * (1.0 + split) / (ubatches + split))
+    first = min(max(first, 1), tokens - (ubatches - 1))
+    rest = ubatch_sizes(tokens - first, ubatches - 1)
+    return [first, *rest]

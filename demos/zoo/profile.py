@@ -42,6 +42,8 @@ ZOO_OPS: dict[str, int] = {
     "dispatch_recv": 1,
     "experts": 5,  # permute, two grouped GEMMs, activation+quant, un-permute
     "experts_ll": 3,  # two masked grouped GEMMs, activation+quant
+    "experts_up": 2,  # single-batch overlap: the up GEMM and activation+quant, then ...
+    "experts_down": 1,  # ... the down GEMM apart, the combine streaming its blocks out
     "combine": 1,
     "combine_ll": 1,
     "combine_send": 1,

@@ -1,7 +1,8 @@
 """The report of one zoo step with and without DBO: ``step_report`` (a JSON-ready dict, the keys
 docs/models.md lists) and ``format_step_report`` (the text ``demos.overlap --model`` prints).
 
-``measure_point(workload, backend=, mode=)`` runs the two steps (``demos.zoo.run.ZooRun``) and returns a
+``measure_point(workload, backend=, mode=, sbo=)`` runs the two steps (and, with ``sbo``, the step with
+single-batch overlap) (``demos.zoo.run.ZooRun``) and returns a
 ``Point``: both steps' times and stages, the speedup, the hidden fraction (the share of the hideable
 comm the DBO step hid, as the toy's report defines it: docs/overlap.md), the memory estimate, the
 seconds per op of one MoE and one dense layer of the no-DBO step (``demos.zoo.breakdown``) and, on
@@ -39,6 +40,7 @@ class Point:
     moe_layer_s: dict[str, float] | None = None
     dense_layer_s: dict[str, float] | None = None
     kernels: dict[str, Any] | None = None
+    sbo: StepTimes | None = None
 
     @property
     def speedup(self) -> float:
@@ -74,12 +76,15 @@ def measure_point(
     check: bool = False,
     profile: Any = None,
     kernels: Any = None,
+    sbo: bool = False,
 ) -> Point:
     """Both steps of ``w`` (module docstring); ``check``: also the bitwise check (real math only);
-    ``kernels``: where kernel times come from (``demos.zoo.kernel_times``; default the roofline)."""
+    ``kernels``: where kernel times come from (``demos.zoo.kernel_times``; default the roofline);
+    ``sbo``: also the step with single-batch overlap (``Point.sbo``; the ll schedule with EP > 1 only)."""
     with ZooRun(w, backend=backend, mode=mode, profile=profile, kernels=kernels) as r:
         no = r.step(False)
         yes = r.step(True)
+        single = r.step(False, sbo=True) if sbo else None
         slots = r.slot_sizes()
         exact = r.check_exact() if check else None
         ops = layer_breakdown(w, w.tokens, r.profile, r.kernels)
@@ -96,6 +101,7 @@ def measure_point(
         ops["moe_layer_s"],
         ops["dense_layer_s"],
         kernels,
+        single,
     )
 
 

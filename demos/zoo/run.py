@@ -18,6 +18,7 @@ after another, and compares the hidden states bitwise.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from demos.zoo.costs import gemm
 from demos.zoo.hardware.collectives import tp_collective
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.model import ZooModel
-from demos.zoo.overlap_costs import step_profile
+from demos.zoo.overlap_costs import step_profile, ubatch_sizes
 from demos.zoo.workload import Workload
 
 __all__ = ["MODES", "STAGES", "StepTimes", "ZooRun", "merged_trace", "stage_of", "stage_seconds"]
@@ -55,6 +56,8 @@ _STAGE_OF = {
     "dispatch_recv": "dispatch",
     "experts": "mlp",
     "experts_ll": "mlp",
+    "experts_up": "mlp",
+    "experts_down": "mlp",
     "shared": "mlp",
     "dense_mlp": "mlp",
     "combine": "combine",
@@ -172,8 +175,9 @@ class ZooRun:
             raise
         T = workload.tokens
         self.full = [range(0, T)]
-        self.split = list(dbo.split_tokens(T, n))
-        self._captured: dict[bool, Any] = {}
+        cuts = [0, *itertools.accumulate(ubatch_sizes(T, n, workload.mechanisms.split))]
+        self.split = [range(a, b) for a, b in zip(cuts, cuts[1:])]
+        self._captured: dict[tuple[bool, bool], Any] = {}
         self.warm = False
 
     def close(self) -> None:
@@ -226,26 +230,33 @@ class ZooRun:
         self.manager.lock()
         self.warm = True
 
-    def step(self, dbo_on: bool, *, tracer: Tracer | None = None) -> StepTimes:
-        """One timed step (eager run or graph replay) with or without DBO."""
+    def step(self, dbo_on: bool, *, sbo: bool = False, tracer: Tracer | None = None) -> StepTimes:
+        """One timed step (eager run or graph replay) with or without DBO; ``sbo`` (without DBO, on the
+        ll schedule): with single-batch overlap (``ZooModel._moe_sbo``)."""
+        if sbo and (dbo_on or self.w.schedule != "ll"):
+            raise ValueError("single-batch overlap is a step without DBO on the ll schedule")
         if not self.warm:
             self.warmup()
         orch, inputs = self._inputs(dbo_on)
         rec = tracer if tracer is not None else Tracer(enabled=True)
         first = len(rec.records)
-        if self.mode == "graph":
-            cap = self._captured.get(dbo_on)
-            if cap is None:
-                cap = self._captured[dbo_on] = orch.capture(self.model.forward, inputs)
-            self.backend.tracer = rec
-            t0 = self.backend.now()
-            cap.replay()
-        else:
-            self.backend.tracer = rec
-            t0 = self.backend.now()
-            orch.run(self.model.forward, inputs)
-        t1 = self.backend.now()
-        self.backend.tracer = None
+        self.model.sbo = sbo
+        try:
+            if self.mode == "graph":
+                cap = self._captured.get((dbo_on, sbo))
+                if cap is None:
+                    cap = self._captured[(dbo_on, sbo)] = orch.capture(self.model.forward, inputs)
+                self.backend.tracer = rec
+                t0 = self.backend.now()
+                cap.replay()
+            else:
+                self.backend.tracer = rec
+                t0 = self.backend.now()
+                orch.run(self.model.forward, inputs)
+            t1 = self.backend.now()
+        finally:
+            self.model.sbo = False
+            self.backend.tracer = None
         records = rec.records[first:]
         stages = stage_seconds(records)
         head = self.head_seconds()

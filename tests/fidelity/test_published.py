@@ -8,6 +8,7 @@ import pytest
 
 from demos.fidelity.published import CASES, Case, Quantity, compare, format_table
 from demos.validate import main
+from tests.support.paths import REPO
 
 
 def test_every_case_names_its_source_and_sweeps_what_it_quotes():
@@ -41,3 +42,21 @@ def test_a_quantity_outside_its_band_is_reported_not_hidden():
     rows = compare([far])
     assert rows[0]["within"] is False and rows[0]["error"] < -0.5
     assert "NO" in format_table(rows) and "0 of 1 quantities within their targets" in format_table(rows)
+
+
+@pytest.mark.slow
+def test_the_ablation_is_what_predict_md_quotes_and_none_is_the_model_without_the_mechanisms(tmp_path, capsys):
+    """``--ablation``: a row per variant, "none" the prediction with every mechanism off; docs/predict.md
+    quotes the printed table ("What overlapping costs"), line for line."""
+    out = tmp_path / "a.json"
+    assert main(["--published", "--ablation", "--no-progress", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    ab = json.loads(out.read_text())["ablation"]
+    labels = [r["mechanisms"] for r in ab]
+    assert labels == ["all", "without ll_sm", "without tile", "without contention", "none"]
+    assert ab[-1]["what_if"] == {"ll_sm": 0.0, "tile": 0.0, "contention": 0.0}
+    assert ab[0]["quantities"] != ab[-1]["quantities"]  # the mechanisms move the answer
+    page = (REPO / "docs" / "predict.md").read_text()
+    block = page.split("`python -m demos.validate --published --ablation`):\n\n```text\n", 1)[1].split("```", 1)[0]
+    quoted = [x for x in block.splitlines() if x.strip()]
+    assert quoted and all(q in printed for q in quoted), [q for q in quoted if q not in printed]

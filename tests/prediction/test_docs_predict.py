@@ -25,11 +25,13 @@ def _examples() -> list[tuple[list[str], list[str]]]:
     return out
 
 
-def test_the_page_has_its_three_examples():
-    assert len(_examples()) == 3
+def test_the_page_has_its_three_examples_and_the_overlap_answer():
+    assert len(_examples()) == 4
 
 
-@pytest.mark.parametrize("args, quoted", _examples(), ids=["decode-h100", "prefill-h100", "decode-gb200"])
+@pytest.mark.parametrize(
+    "args, quoted", _examples(), ids=["decode-h100", "prefill-h100", "decode-gb200", "overlap-h100"]
+)
 def test_every_quoted_line_is_what_the_command_prints(args, quoted, capsys, tmp_path):
     args = [str(tmp_path / "plot.png") if a.startswith("docs/img/") else a for a in args]
     assert main(args) == 0

@@ -9,6 +9,7 @@ import pytest
 
 from demos.zoo.breakdown import DENSE_OPS, MOE_OPS, TP_OPS, layer_breakdown
 from demos.zoo.models import get_preset
+from demos.zoo.overlap_costs import Mechanisms
 from demos.zoo.profile import gpu_profile
 from demos.zoo.run import ZooRun
 from demos.zoo.workload import Workload, cluster_for
@@ -56,10 +57,20 @@ NOT_A_LAYER = ("embed", "tp_embed_reduce")
 
 
 def _workload(name: str, phase: str, ep: int, schedule: str, tp: int = 1) -> Workload:
+    """The case's workload, without HBM contention: a kernel beside an all-to-all in flight (the shared
+    experts on ll) runs longer by the contention share, which is the overlap's cost, not the op's own time
+    (demos.zoo.overlap_costs)."""
     cluster = cluster_for("h100", 2 if ep > 1 else 1, 8 if ep > 1 else 1, ep)
     tokens = 64 if phase == "decode" else 2048
     return Workload(
-        get_preset(name), cluster, phase=phase, tokens=tokens, context=1024, schedule=schedule, attention_tp=tp
+        get_preset(name),
+        cluster,
+        phase=phase,
+        tokens=tokens,
+        context=1024,
+        schedule=schedule,
+        attention_tp=tp,
+        mechanisms=Mechanisms(contention=0.0),
     )
 
 

@@ -19,10 +19,12 @@ from demos.zoo.overlap_costs import (
     masked_rows,
     overlap_share,
     step_profile,
+    ubatch_sizes,
 )
 from demos.zoo.report import measure_point
 from demos.zoo.rooflines import family_fit
 from demos.zoo.rooflines_fit import fit_ll_sm, ll_bytes
+from demos.zoo.run import ZooRun
 from demos.zoo.workload import Workload, cluster_for
 
 DSV3 = get_preset("deepseek-v3")
@@ -112,3 +114,16 @@ def test_each_mechanism_has_a_what_if_knob_that_takes_0_while_the_others_do_not(
         Sweep(base, (32,), ("graph",), what_if={"tile": -1})
     with pytest.raises(ConfigError, match=r"link=0.*> 0"):
         Sweep(base, (32,), ("graph",), what_if={"link": 0})
+
+
+def test_the_split_knob_cuts_a_larger_first_ubatch_and_balanced_is_the_default():
+    assert ubatch_sizes(16384, 2) == [8192, 8192]
+    assert ubatch_sizes(7, 2) == [3, 4]  # as dbo.split_tokens cuts: the remainder in the last
+    assert ubatch_sizes(16384, 2, 0.34) == [9382, 7002]  # AMD's request-boundary split, 1.34x
+    assert ubatch_sizes(2, 2, 5.0) == [1, 1]  # every ubatch keeps a token
+    w = Workload(DSV3, cluster_for("h100", 4, None, 32), "prefill", 4096, 2048)
+    with ZooRun(what_if_workload(w, {"split": 0.34}), mode="eager") as r:
+        assert [len(x) for x in r.split] == ubatch_sizes(4096, 2, 0.34)
+        assert r.split[0].start == 0 and r.split[-1].stop == 4096
+    with ZooRun(w, mode="eager") as r:
+        assert [len(x) for x in r.split] == [2048, 2048]
