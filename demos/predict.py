@@ -11,6 +11,7 @@ its ``text()`` (``text(detail=True)`` with ``--detail``) and writes its ``to_dic
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from typing import Any, Sequence
@@ -109,6 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ns.model == TOY and ns.trace_path is not None:
             raise ConfigError(f"{field_ref('trace')} applies to real models, not to {field_ref('model')} toy")
         cli_common.check_output_paths(paths)
+        if ns.plot_path is not None and importlib.util.find_spec("matplotlib") is None:
+            raise cli_common.OutputPathError(
+                "--plot needs matplotlib (pip install -e '.[plot]'), which is not installed: nothing was run"
+            )
         pred = predict(
             ns.model,
             gpu=ns.gpu,
@@ -151,9 +156,8 @@ def _write_files(ns: Any, pred: Prediction) -> int:
     def plot(path: str) -> None:
         note = pred.write_plot(path)
         if note:
-            cli_common.say(f"note     {note}")
-        else:
-            rep["plot_path"] = path
+            raise OSError(note)
+        rep["plot_path"] = path
 
     def trace(path: str) -> None:
         rep["trace_path"] = pred.write_trace(path, ns.trace_tokens)

@@ -141,12 +141,14 @@ def check_output_paths(pairs: Sequence[tuple[str | None, str]]) -> None:
 
 
 def write_output(path: str, flag: str, write: Callable[[str], object], prog: str) -> bool:
-    """``write(path)``; True on success. An OSError becomes one line on stderr and False."""
+    """``write(path)``; True on success, confirmed by one line on stderr (``PROG: wrote PATH (--flag)``).
+    An OSError becomes one line on stderr and False."""
     try:
         write(path)
     except OSError as e:
         sys.stderr.write(f"{prog}: error: {flag} {path}: could not write: {e.strerror or e}\n")
         return False
+    sys.stderr.write(f"{prog}: wrote {path} ({flag})\n")
     return True
 
 

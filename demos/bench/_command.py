@@ -18,7 +18,7 @@ from typing import Any
 
 import demos._cli as cli_common
 from demos._cli import OutputPathError, check_output_paths, say, write_output
-from demos.bench._core import Config, progress
+from demos.bench._core import Config
 from demos.bench._merge import merge_sections
 from demos.bench._report import NOISY_SPREAD, Record, format_cell, machine, table
 from demos.bench._report import markdown as _markdown
@@ -106,9 +106,6 @@ def main(argv: list[str] | None = None) -> int:
         (args.markdown, "--markdown", lambda path: _write_markdown(path, mach, cmd, records, partial)),
     )
     for path, flag, write in writers:
-        if path:
-            if write_output(path, flag, write, parser.prog):
-                progress(f"wrote {path}")
-            else:
-                status = 1
+        if path and not write_output(path, flag, write, parser.prog):  # it says "wrote PATH" on success
+            status = 1
     return status

@@ -24,7 +24,20 @@ from typing import Any, Sequence
 from demos.prediction.engines import SGLANG_VERSION, VLLM_VERSION, serve_lines
 from demos.prediction.sweep import PointResult
 
-__all__ = ["Crossover", "best_setting", "crossover", "overlap_ranges", "reason_of", "recommend", "why"]
+__all__ = [
+    "Crossover",
+    "best_setting",
+    "crossover",
+    "memory_advice",
+    "overlap_ranges",
+    "reason_of",
+    "recommend",
+    "why",
+]
+
+MARGINAL = 1.05
+"""A best DBO speedup within memory below this is called marginal (a stated choice: 5%, about the
+spread between runs of a serving engine)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +93,41 @@ def overlap_ranges(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     if out:
         out[-1]["to"] = None
     return out
+
+
+def memory_advice(records: Sequence[dict[str, Any]], cross: Crossover) -> tuple[str, bool]:
+    """What memory leaves of one mode's answer (its point records, with ``fits`` for the DBO step and
+    ``fits_without_dbo``): one line, and whether DBO still pays within memory. Empty and True for the toy
+    (no memory model)."""
+    pts = sorted(records, key=lambda r: r["tokens"])
+    if not pts or all(r["fits"] is None for r in pts):
+        return "", True
+    top = pts[-1]["tokens"]
+    no_dbo = [r["tokens"] for r in pts if r["fits_without_dbo"]]
+    dbo = [r["tokens"] for r in pts if r["fits"]]
+    if not no_dbo:
+        return "the model fits at none of the swept token counts on this cluster, with or without DBO", False
+    fit = f"the step fits up to {max(no_dbo)} tokens per GPU" + (
+        (" with and without DBO" if max(dbo) == max(no_dbo) else f" without DBO and up to {max(dbo)} with DBO")
+        if dbo
+        else " without DBO, and at no swept count with DBO"
+    )
+    if max(no_dbo) == top and dbo and max(dbo) == top:
+        fit = f"both steps fit at every swept count (up to {top} tokens per GPU)"
+    if cross.at is None:
+        return fit, False
+    pays = [r for r in pts if r["tokens"] >= cross.at and r["fits"]]
+    if not pays:
+        return (
+            f"DBO pays from {cross.at} tokens per GPU, where its step does not fit: it does not pay within "
+            f"memory; {fit}",
+            False,
+        )
+    lo, hi = pays[0]["tokens"], pays[-1]["tokens"]
+    gain = max(r["speedup"] for r in pays)
+    where = f"at {lo}" if lo == hi else f"at {lo}-{hi}"
+    mark = ", marginal" if gain < MARGINAL else ""
+    return f"DBO pays and fits {where} tokens per GPU (up to x{gain:.2f}{mark}); {fit}", True
 
 
 def _log_mean(xs: Sequence[float]) -> float:
@@ -153,16 +201,21 @@ def recommend(
     gpus_per_node: int | None = None,
     nodes: int = 1,
     schedule: str | None = None,
+    memory: tuple[str, bool] = ("", True),
 ) -> dict[str, Any]:
     """The vLLM and SGLang lines for ``phase`` from the crossover of the mode vLLM runs it in
     (``default_mode``: graph for decode, eager for prefill), with the reason: the serve commands of the
     predicted cluster (``demos.prediction.engines.serve_lines``, each engine's pinned release; ``model``
     None: a placeholder the user fills), DBO on from the threshold where it pays, off (with why) where it
-    does not; ``notes``: what each placeholder and setting means; ``engines``: the releases."""
+    does not; ``notes``: what each placeholder and setting means; ``engines``: the releases; ``memory``:
+    ``memory_advice`` of that mode (DBO off where it pays only beyond memory)."""
     mode = default_mode if default_mode in crossovers else next(iter(crossovers))
     c = crossovers[mode]
     reason = reasons[mode]
-    out: dict[str, Any] = {"phase": phase, "mode": mode, "reason": reason}
+    text, in_memory = memory
+    if c.threshold is not None and not in_memory:
+        c, reason = Crossover(None, None, None, False), text
+    out: dict[str, Any] = {"phase": phase, "mode": mode, "reason": reason, "memory": text}
     engines = {"vllm": VLLM_VERSION, "sglang": SGLANG_VERSION}
     if world < 2 or ep < 2:
         out.update(
@@ -195,5 +248,7 @@ def recommend(
         notes.append(
             f"the threshold {c.threshold} is interpolated between the swept {c.below} and {c.at} tokens per GPU"
         )
+    elif c.below is None:
+        notes.append(f"DBO pays from the smallest swept count, {c.at}: the threshold is at most {c.at} (sweep lower)")
     out.update(enable=enable, threshold=c.threshold, vllm=vllm, sglang=sglang, notes=tuple(notes), engines=engines)
     return out

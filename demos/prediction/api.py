@@ -15,11 +15,12 @@ from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
 from demos.errors import ConfigError, field_ref
-from demos.prediction.answer import best_setting, crossover, overlap_ranges, reason_of, recommend
+from demos.prediction.answer import best_setting, crossover, memory_advice, overlap_ranges, reason_of, recommend
 from demos.prediction.outputs import point_record
 from demos.prediction.result import Prediction, Recommendation, Setting, SweptPoint
 from demos.prediction.sweep import DEFAULT_TOKENS, Sweep, default_mode, run_sweep, sweep_kernels
 from demos.zoo.flags import TOY, load_model, workload_for
+from demos.zoo.memory import memory_estimate
 from demos.zoo.models import ModelSpec
 from demos.zoo.rooflines import FITTED_WITH
 from demos.zoo.workload import PHASES, WORKLOAD_SCHEDULES
@@ -131,7 +132,23 @@ def predict(
         kv_cache_dtype=kv_cache_dtype,
     )
     sweep = Sweep(base, toks, modes, ubs, sms, _what_if(what_if), kernels, _overlaps(overlap))
+    _check_fits(sweep)
     return _predict_sweep(sweep, _model_id(spec.source, model), progress)
+
+
+def _check_fits(sweep: Sweep) -> None:
+    """One line, before any run, when the model fits nowhere: the step without DBO at the smallest swept
+    count exceeds the GPU's usable HBM (workspace aside, which only adds)."""
+    w = sweep.workload(min(sweep.tokens), 1, sweep.comm_sms[0])
+    mem = memory_estimate(w)
+    if not mem.fits_without_dbo:
+        c = w.cluster
+        raise ConfigError(
+            f"{field_ref('model')} {w.spec.name} does not fit on {c.nodes} x {c.gpus_per_node} {w.gpu.name} at EP "
+            f"{c.ep}: {mem.total_without_dbo / 1e9:.1f} GB per GPU at {w.tokens} tokens per GPU (weights "
+            f"{mem.weights / 1e9:.1f} GB) against {mem.usable / 1e9:.1f} GB usable; use more GPUs (--nodes, --ep) "
+            "or smaller weights (--weights)"
+        )
 
 
 def _overlaps(value: Any) -> tuple[str, ...] | None:
@@ -234,6 +251,10 @@ def _predict_sweep(sweep: Sweep, model_id: str, progress: Progress | None) -> Pr
         pts = [r for r in results if (r.mode, r.ubatches, r.comm_sms) == (mode, ub, sms)]
         cross[mode] = crossover(pts)
         reasons[mode] = reason_of(pts, cross[mode])
+    mode0 = default_mode(w.phase) if default_mode(w.phase) in cross else sweep.modes[0]
+    b0 = best[mode0]
+    mine = [r for r in results if (r.mode, r.ubatches, r.comm_sms) == (mode0, b0.ubatches, b0.comm_sms)]
+    memory = memory_advice([point_record(r, w.cluster.gpus_per_node) for r in mine], cross[mode0])
     rec = recommend(
         model_id,
         w.phase,
@@ -246,6 +267,7 @@ def _predict_sweep(sweep: Sweep, model_id: str, progress: Progress | None) -> Pr
         gpus_per_node=w.cluster.gpus_per_node,
         nodes=w.cluster.nodes,
         schedule=w.schedule,
+        memory=memory,
     )
     what = ", ".join(f"{k} x{v:g}" for k, v in sweep.what_if.items())
     c, pr = w.cluster, w.spec.precision

@@ -96,8 +96,11 @@ def point_record(r: Any, gpus_per_node: int, overlaps: tuple[str, ...] = ()) -> 
     }
 
 
-def _fmt_fit(v: Any) -> str:
-    return "-" if v is None else ("yes" if v else "NO")
+def _fmt_fit(p: dict[str, Any]) -> str:
+    """Both steps' fit: "yes" (both), "-DBO" (only the step without DBO), "NO" (neither), "-" (toy)."""
+    if p["fits"] is None:
+        return "-"
+    return "yes" if p["fits"] else ("-DBO" if p["fits_without_dbo"] else "NO")
 
 
 def _op_rows(points: list[dict[str, Any]], key: str) -> list[str]:
@@ -152,11 +155,11 @@ def format_prediction(rep: dict[str, Any], *, detail: bool = False) -> str:
             f"{p['tokens_per_s_gpu_dbo']:>13,.0f} {p['tokens_per_s_node_dbo']:>11,.0f} "
             f"{'-' if hf is None else f'{hf:.0%}':>6} "
             + " ".join(f"{st[k] * 1e3:>7.2f}" for k in ("attention", "dispatch", "mlp", "combine"))
-            + f" {_fmt_fit(p['fits']):>4}"
+            + f" {_fmt_fit(p):>4}"
         )
     lines.append(
         "(stages: busy ms of the no-DBO step's kernels per stage; hidden: the share of the hideable "
-        "all-to-all the DBO step hid)"
+        "all-to-all the DBO step hid; fits: yes both steps fit in HBM, -DBO only the step without DBO, NO neither)"
     )
     tp = rep.get("attention_tp") or 1
     if tp > 1:
@@ -202,6 +205,8 @@ def format_prediction(rep: dict[str, Any], *, detail: bool = False) -> str:
         lines.append(f"{name} {eng[key]}" if key in eng else name)
         lines += [f"  {x}" for x in cmd]
     lines += [("notes    " if i == 0 else "         ") + n for i, n in enumerate(r.get("notes") or ())]
+    if r.get("memory"):
+        lines.append(f"memory   {r['memory']}")
     lines += [f"reason   {r['reason']}", ""]
     k = rep.get("kernels")
     if k is not None:
@@ -225,8 +230,9 @@ def write_csv(rep: dict[str, Any], path: str) -> None:
 
 
 def write_plot(rep: dict[str, Any], path: str) -> str | None:
-    """Step time and speedup against tokens per GPU, each mode, the break-even marked; a note (str)
-    instead when matplotlib is missing."""
+    """Step time (log axis; with single-batch overlap where it ran) and speedup against tokens per GPU (the
+    swept counts as ticks), each mode, the break-even marked and each step that does not fit in HBM
+    crossed out in red; a note (str) instead when matplotlib is missing."""
     try:
         import matplotlib
 
@@ -240,7 +246,14 @@ def write_plot(rep: dict[str, Any], path: str) -> str | None:
         xs = [p["tokens"] for p in pts]
         ax1.plot(xs, [p["step_no_dbo_s"] * 1e3 for p in pts], "o--", label=f"no DBO ({mode})")
         ax1.plot(xs, [p["step_dbo_s"] * 1e3 for p in pts], "o-", label=f"DBO ({mode})")
+        if any(p["step_sbo_s"] is not None for p in pts):
+            ax1.plot(xs, [(p["step_sbo_s"] or math.nan) * 1e3 for p in pts], "s:", label=f"SBO ({mode})")
         ax2.plot(xs, [p["speedup"] for p in pts], "o-", label=mode)
+        for key, fit in (("step_no_dbo_s", "fits_without_dbo"), ("step_dbo_s", "fits")):
+            out = [p for p in pts if p[fit] is False]  # a step that does not fit in HBM: crossed out
+            ax1.plot([p["tokens"] for p in out], [p[key] * 1e3 for p in out], "x", color="red", markersize=10)
+        bad = [p for p in pts if p["fits"] is False]
+        ax2.plot([p["tokens"] for p in bad], [p["speedup"] for p in bad], "x", color="red", markersize=10)
         c = rep["crossover"].get(mode)
         if c is not None:
             ax2.axvline(c["tokens"], linestyle=":", color="gray")
@@ -252,12 +265,18 @@ def write_plot(rep: dict[str, Any], path: str) -> str | None:
             )
     ax2.axhline(1.0, color="black", linewidth=0.8)
     ax1.set_xscale("log", base=2)
-    ax1.set_ylabel("step time (ms)")
+    ax1.set_yscale("log")
+    ticks = sorted({p["tokens"] for p in rep["points"]})
+    ax2.set_xticks(ticks, [str(t) for t in ticks])
+    ax2.minorticks_off()
+    if any(p["fits"] is False for p in rep["points"]):
+        ax1.plot([], [], "x", color="red", label="does not fit in HBM")
+    ax1.set_ylabel("step time (ms, log)")
     ax2.set_ylabel("speedup (no DBO / DBO)")
     ax2.set_xlabel("tokens per GPU")
     ax1.legend(fontsize=8)
     ax2.legend(fontsize=8)
-    ax1.set_title(rep["title"], fontsize=9)
+    ax1.set_title(rep["title"].replace("; ", "\n"), fontsize=9)  # the dtypes on a line of their own
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -86,7 +86,8 @@ class Recommendation:
     ``enable`` (None for the toy), the token ``threshold`` (None unless enabled), the ``vllm`` and
     ``sglang`` lines (serve commands, one line each or several with ``#`` comment lines) and the main
     ``reason``; ``reasons``: the one-line reason of every swept mode; ``notes``: what each placeholder of
-    the lines and each setting means; ``engines``: the engine release each line is for."""
+    the lines and each setting means; ``engines``: the engine release each line is for; ``memory``: what
+    the memory model leaves of the answer (where DBO pays and fits, and the gain there; "" for the toy)."""
 
     phase: str
     mode: str
@@ -98,12 +99,13 @@ class Recommendation:
     reasons: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     engines: dict[str, str] = field(default_factory=dict)
+    memory: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON's ``recommendation`` (the per-mode reasons are its ``reasons``)."""
         keys = ("phase", "mode", "reason", "enable", "threshold", "vllm", "sglang")
         out = {k: getattr(self, k) for k in keys}
-        return {**out, "notes": list(self.notes), "engines": dict(self.engines)}
+        return {**out, "notes": list(self.notes), "engines": dict(self.engines), "memory": self.memory}
 
 
 _TOY_ORDER = ("phase", "mode", "enable", "threshold", "reason", "vllm", "sglang")

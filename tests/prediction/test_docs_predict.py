@@ -32,8 +32,10 @@ def test_the_page_has_its_three_examples_and_the_overlap_answer():
 @pytest.mark.parametrize(
     "args, quoted", _examples(), ids=["decode-h100", "prefill-h100", "decode-gb200", "overlap-h100"]
 )
-def test_every_quoted_line_is_what_the_command_prints(args, quoted, capsys, tmp_path):
-    args = [str(tmp_path / "plot.png") if a.startswith("docs/img/") else a for a in args]
+def test_every_quoted_line_is_what_the_command_prints(args, quoted, capsys):
+    if "--plot" in args:  # the page's plots are drawn with matplotlib, which the dev extra has not
+        i = args.index("--plot")
+        args = args[:i] + args[i + 2 :]
     assert main(args) == 0
     printed = set(capsys.readouterr().out.splitlines())
     missing = [q for q in quoted if q not in printed]
