@@ -157,7 +157,7 @@ def format_table(rows: Sequence[dict], params: DeepEPParams = DEEPEP_H800) -> st
         ),
     ]
     for r in rows:
-        tag = "" if r["source"] == SOURCE else "  (legacy)"
+        tag = "  (fitted)" if r["source"] == SOURCE else "  (held out)"
         lines.append(
             f"{r['mode']:<12}{r['kernel']:<10}{r['ep']:>5}  {r['links']:<12}{r['predicted']:>10.1f}"
             f"{r['published']:>10.1f}  {r['unit']:<5}{r['error'] * 100:>+7.1f}%  {r['bottleneck']}{tag}"
@@ -165,6 +165,10 @@ def format_table(rows: Sequence[dict], params: DeepEPParams = DEEPEP_H800) -> st
     lines.append("")
     for src in dict.fromkeys(r["source"] for r in rows):
         lines.append(f"max |error| {max_error(rows, src) * 100:.1f}% over {src}")
+    lines.append(
+        "fitted: the model's 4 parameters above were fitted to the current rows (fit()), so their errors "
+        "show the fit, not a prediction; held out: the earlier pure-RDMA rows, which no parameter saw"
+    )
     return "\n".join(lines)
 
 

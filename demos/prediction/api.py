@@ -10,6 +10,7 @@ get its answer, so both give the same figures, byte for byte.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from typing import Any, Callable, Sequence
@@ -19,6 +20,7 @@ from demos.prediction.answer import best_setting, crossover, memory_advice, over
 from demos.prediction.outputs import point_record
 from demos.prediction.result import Prediction, Recommendation, Setting, SweptPoint
 from demos.prediction.sweep import DEFAULT_TOKENS, Sweep, default_mode, run_sweep, sweep_kernels
+from demos.prediction.trust import checked_line
 from demos.zoo.flags import TOY, load_model, workload_for
 from demos.zoo.memory import memory_estimate
 from demos.zoo.models import ModelSpec
@@ -303,6 +305,8 @@ def _predict_sweep(sweep: Sweep, model_id: str, progress: Progress | None) -> Pr
         kernels={"source": kt.source, "fallbacks": dict(kt.fallbacks)},
         overlaps=tuple(sweep.overlaps),
         overlap=ranges,
+        checked=checked_line(w.gpu.name.rstrip("*"), w.gpu.family, w.phase),
+        precision=dict(dataclasses.asdict(pr)),
         _sweep=sweep,
         _results=tuple(results),
     )

@@ -137,6 +137,18 @@ def detail_lines(rep: dict[str, Any]) -> list[str]:
     return out
 
 
+def _no_difference(points: list[dict[str, Any]], mode: str) -> bool:
+    """Whether ``mode`` swept more than one (ubatches, comm SMs) setting and every token count gave them
+    all the same DBO step (a tie-break is not a finding)."""
+    mine = [p for p in points if p["mode"] == mode]
+    if len({(p["ubatches"], p["comm_sms"]) for p in mine}) < 2:
+        return False
+    by_t: dict[int, set] = {}
+    for p in mine:
+        by_t.setdefault(p["tokens"], set()).add(round(p["step_dbo_s"], 12))
+    return all(len(v) == 1 for v in by_t.values())
+
+
 def format_prediction(rep: dict[str, Any], *, detail: bool = False) -> str:
     """The text of a prediction's dict (``Prediction.to_dict()``); ``detail``: with ``detail_lines``."""
     lines = [rep["title"], ""]
@@ -190,6 +202,8 @@ def format_prediction(rep: dict[str, Any], *, detail: bool = False) -> str:
             for x in ranges
         )
         dbo = f"; DBO's best tool setting --ubatches {b[m]['ubatches']} --comm-sms {b[m]['comm_sms']}" if m in b else ""
+        if m in b and _no_difference(rep["points"], m):
+            dbo = "; the swept --ubatches and --comm-sms make no difference"
         lines.append(f"best     {m}: {where} (the fastest of {', '.join(rep['overlaps'])} at each swept count{dbo})")
         flags = {x["overlap"] for x in ranges}
         for o in (o for o in ("sbo", "dbo") if o in flags):
@@ -214,6 +228,8 @@ def format_prediction(rep: dict[str, Any], *, detail: bool = False) -> str:
         lines.append(f"kernels  {k['source']}" + (f" (fell back to the roofline: {fell})" if fell else ""))
     lines.append("rests on: " + "; ".join(rep["sources"]))
     lines.append("not modelled: " + "; ".join(rep["not_modelled"]))
+    if rep.get("checked"):
+        lines.append("checked: " + rep["checked"])
     return "\n".join(lines)
 
 

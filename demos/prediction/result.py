@@ -123,7 +123,11 @@ class Prediction:
     (real models): ``{"source": "roofline" or "measured", "fallbacks": {op: why}}``, each op the
     measured source timed on the roofline instead, and why; ``overlaps`` (real models): the strategies
     compared, and ``overlap``: per mode, the runs of swept token counts over which one strategy is the
-    fastest, ``[{"overlap", "from", "to"}]`` (``to`` None: to the largest swept count and beyond)."""
+    fastest, ``[{"overlap", "from", "to"}]`` (``to`` None: to the largest swept count and beyond);
+    ``precision`` (real models): the dtype of each part the prediction assumed (``weights``, ``experts``,
+    ``dispatch``, ``combine``, ``kv_cache``; ``--weights``, ``--kv-cache-dtype``); ``checked`` (real
+    models): how far a prediction of this kind has been checked
+    (``demos.prediction.trust``)."""
 
     title: str
     model: str
@@ -144,9 +148,11 @@ class Prediction:
     what_if: dict[str, float] = field(default_factory=dict)
     profile: str | None = None
     kernels: dict[str, Any] | None = None
+    precision: dict[str, str] | None = None
     overlaps: tuple[str, ...] = ()
     overlap: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     not_modelled: tuple[str, ...] = NOT_MODELLED
+    checked: str | None = None
     _sweep: Any = field(default=None, repr=False, compare=False)
     _results: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
@@ -166,10 +172,12 @@ class Prediction:
         else:
             keys = ("title", "model", "gpu", "nodes", "gpus_per_node", "ep", "attention_tp", "phase", "context")
             keys += ("schedule",)
-            keys += ("imbalance", "what_if", "kernels")
+            keys += ("imbalance", "what_if", "precision", "kernels")
         out = {k: getattr(self, k) for k in keys}
         if "what_if" in out:
             out["what_if"] = dict(self.what_if)
+        if out.get("precision") is not None:
+            out["precision"] = dict(self.precision)
         if out.get("kernels") is not None:
             out["kernels"] = {"source": self.kernels["source"], "fallbacks": dict(self.kernels["fallbacks"])}
         return out
@@ -190,6 +198,7 @@ class Prediction:
             "recommendation": rec,
             "sources": list(self.sources),
             "not_modelled": list(self.not_modelled),
+            **({} if self.is_toy else {"checked": self.checked}),
         }
 
     def _overlap(self) -> dict[str, list[dict[str, Any]]]:

@@ -70,3 +70,17 @@ def test_each_point_names_its_fastest_strategy_and_the_answer_its_runs():
     assert "best     graph: sbo at 16, dbo from 256" in pred.text()
     only = predict("deepseek-v3", tokens=[16], overlap=["none", "dbo"], **LMSYS).to_dict()
     assert only["points"][0]["step_sbo_s"] is None and only["points"][0]["overlap"] == "none"
+
+
+def test_a_swept_knob_that_changes_nothing_is_said_to_make_no_difference():
+    from demos.prediction.outputs import _no_difference
+
+    pts = [
+        {"mode": "graph", "tokens": t, "ubatches": n, "comm_sms": 0, "step_dbo_s": 0.01 * t}
+        for t in (16, 64)
+        for n in (2, 3)
+    ]
+    assert _no_difference(pts, "graph")
+    pts[-1] = {**pts[-1], "step_dbo_s": 0.5}
+    assert not _no_difference(pts, "graph")
+    assert not _no_difference([p for p in pts if p["ubatches"] == 2], "graph")  # one setting: nothing to say

@@ -81,7 +81,8 @@ def test_format_table_lists_every_row_and_the_worst_error():
     text = deepep.format_table(rows)
     assert text.count("\n") >= len(rows) + 4
     assert f"max |error| {deepep.max_error(rows) * 100:.1f}% over {deepep.SOURCE}" in text
-    assert text.count("(legacy)") == 8
+    assert text.count("(held out)") == 8  # the pure-RDMA rows no parameter saw
+    assert text.count("(fitted)") == len(rows) - 8 and "fitted to the current rows" in text
     with pytest.raises(ValueError, match="no rows from"):
         deepep.max_error([])
 
