@@ -37,7 +37,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from demos.zoo.rooflines_fit import nelder_mead
+from demos.zoo.rooflines_fit import minimize
 
 __all__ = [
     "AttentionFigure",
@@ -324,18 +324,7 @@ def fit_gemm(rows: Iterable[GemmRow], peak_flops: float, hbm_bandwidth: float) -
             for m, n, k, g, t in data
         )
 
-    best_u, best_v = None, math.inf
-    for s in _STARTS:
-        u, v = [math.log(x) for x in s], math.inf
-        for _ in range(4):
-            u, nv = nelder_mead(loss, u, iters=600)
-            if v - nv < 1e-10:
-                v = min(v, nv)
-                break
-            v = nv
-        if v < best_v:
-            best_u, best_v = u, v
-    return _unpack(best_u)
+    return _unpack(minimize(loss, _STARTS, restarts=4, iters=600, tol=1e-10))
 
 
 # fit_gemm(DEEPGEMM_H800, H800_FP8_PEAK, H800_HBM_BANDWIDTH), rounded to 3 significant figures

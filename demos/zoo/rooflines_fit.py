@@ -113,13 +113,22 @@ def nelder_mead(f: Callable[[np.ndarray], float], x0: Sequence[float], step: flo
     return pts[i], vals[i]
 
 
-def minimize(loss: Callable[[np.ndarray], float], starts: Sequence[Sequence[float]]) -> np.ndarray:
+def minimize(
+    loss: Callable[[np.ndarray], float],
+    starts: Sequence[Sequence[float]],
+    *,
+    restarts: int = 6,
+    iters: int = 2000,
+    tol: float = 1e-9,
+) -> np.ndarray:
+    """The best of ``nelder_mead`` runs in log coordinates from each of ``starts``, each restarted (at most
+    ``restarts`` times) until it improves by less than ``tol``."""
     best_u, best_v = None, math.inf
     for s in starts:
         u, v = np.log(np.array(s, dtype=float)), math.inf
-        for _ in range(6):  # restart until it stops improving
-            u, nv = nelder_mead(loss, u)
-            if v - nv < 1e-9:
+        for _ in range(restarts):  # restart until it stops improving
+            u, nv = nelder_mead(loss, u, iters=iters)
+            if v - nv < tol:
                 v = min(v, nv)
                 break
             v = nv
