@@ -46,6 +46,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from dbo.costs import DeviceProfile, HostCosts
+from dbo.split import split_tokens
 from demos.errors import ConfigError, field_ref
 from demos.zoo.hardware import DEEPEP_H800, ClusterSpec
 from demos.zoo.profile import EAGER_HOST, gpu_profile
@@ -136,14 +137,10 @@ def step_profile(w: Any, *, gemm_scale: float = 1.0, host: HostCosts = EAGER_HOS
 
 
 def ubatch_sizes(tokens: int, ubatches: int, split: float = 0.0) -> list[int]:
-    """Tokens per ubatch: the first ``1 + split`` times each other one (``split`` 0: as even as whole
-    tokens allow, the remainder in the last, as ``dbo.split_tokens`` cuts), every ubatch at least one."""
-    if ubatches <= 1:
-        return [tokens]
-    if split <= 0:
-        base = tokens // ubatches
-        return [base] * (ubatches - 1) + [tokens - base * (ubatches - 1)]
+    """Tokens per ubatch: the first ``1 + split`` times each other one, the rest cut as ``dbo.split_tokens``
+    cuts (``split`` 0: all of them so, the remainder in the last), every ubatch at least one."""
+    if ubatches <= 1 or split <= 0:
+        return [len(r) for r in split_tokens(tokens, ubatches)]
     first = round(tokens * (1.0 + split) / (ubatches + split))
     first = min(max(first, 1), tokens - (ubatches - 1))
-    rest = ubatch_sizes(tokens - first, ubatches - 1)
-    return [first, *rest]
+    return [first, *(len(r) for r in split_tokens(tokens - first, ubatches - 1))]
