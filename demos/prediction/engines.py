@@ -180,6 +180,15 @@ def _gpus(n: int) -> str:
     return f"{n} GPU" + ("s" if n != 1 else "")
 
 
+def _ep_below_world(engine: str, why: str, world: int, ep: int) -> str:
+    """The ``#`` line for an EP smaller than the GPUs it serves, which ``engine`` cannot express: ``why``,
+    and what the prediction is instead."""
+    return (
+        f"# not expressible in {engine}: {why}, not the predicted {ep}; the prediction is {world // ep} "
+        f"separate deployments of {ep} GPUs each, behind your own load balancer"
+    )
+
+
 def _vllm(
     model: str,
     world: int,
@@ -195,11 +204,8 @@ def _vllm(
 ) -> str:
     v = f"vLLM {VLLM_VERSION}"
     if ep < world:
-        return (
-            f"# not expressible in {v}: with --enable-expert-parallel its expert parallelism spans every GPU of "
-            f"the deployment (tensor x data parallel = {world} here), not the predicted {ep}; the prediction "
-            f"is {world // ep} separate deployments of {ep} GPUs each, behind your own load balancer"
-        )
+        why = "with --enable-expert-parallel its expert parallelism spans every GPU of the deployment (tensor x data"
+        return _ep_below_world(v, f"{why} parallel = {world} here)", world, ep)
     if nodes > 1 and gpn % tp:
         return (
             f"# not expressible in {v} as a multi-node data-parallel launch: each data-parallel rank's "
@@ -272,11 +278,8 @@ def _sglang(
 ) -> str:
     s = f"SGLang {SGLANG_VERSION}"
     if ep < world:
-        return (
-            f"# not expressible in {s}: with --moe-a2a-backend deepep it sets the expert-parallel size to "
-            f"--tp-size, every GPU of the deployment ({world} here), not the predicted {ep}; the prediction "
-            f"is {world // ep} separate deployments of {ep} GPUs each, behind your own load balancer"
-        )
+        why = "with --moe-a2a-backend deepep it sets the expert-parallel size to --tp-size, every GPU of the deployment"
+        return _ep_below_world(s, f"{why} ({world} here)", world, ep)
     groups = world // tp
     line = f"python -m sglang.launch_server --model-path {model} --tp-size {world}"
     if groups > 1:
