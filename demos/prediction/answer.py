@@ -201,18 +201,18 @@ def recommend(
     gpus_per_node: int | None = None,
     nodes: int = 1,
     schedule: str | None = None,
-    memory: tuple[str, bool] = ("", True),
+    memory: dict[str, tuple[str, bool]] | None = None,
 ) -> dict[str, Any]:
     """The vLLM and SGLang lines for ``phase`` from the crossover of the mode vLLM runs it in
     (``default_mode``: graph for decode, eager for prefill), with the reason: the serve commands of the
     predicted cluster (``demos.prediction.engines.serve_lines``, each engine's pinned release; ``model``
     None: a placeholder the user fills), DBO on from the threshold where it pays, off (with why) where it
     does not; ``notes``: what each placeholder and setting means; ``engines``: the releases; ``memory``:
-    ``memory_advice`` of that mode (DBO off where it pays only beyond memory)."""
+    ``memory_advice`` per mode, of which that mode's is taken (DBO off where it pays only beyond memory)."""
     mode = default_mode if default_mode in crossovers else next(iter(crossovers))
     c = crossovers[mode]
     reason = reasons[mode]
-    text, in_memory = memory
+    text, in_memory = (memory or {}).get(mode, ("", True))
     if c.threshold is not None and not in_memory:
         c, reason = Crossover(None, None, None, False), text
     out: dict[str, Any] = {"phase": phase, "mode": mode, "reason": reason, "memory": text}

@@ -241,22 +241,24 @@ def _sources(sweep: Sweep) -> tuple[str, ...]:
     )
 
 
-def _predict_sweep(sweep: Sweep, model_id: str, progress: Progress | None) -> Prediction:
-    """Run the checked ``sweep``: the points, then the crossover, reason and best setting of each mode."""
+def _predict_sweep(sweep: Sweep, model_id: str | None, progress: Progress | None) -> Prediction:
+    """Run the checked ``sweep``: the points, then the crossover, reason, best setting, strategy runs and
+    memory advice of each mode (each from the points of its best setting)."""
     kt = sweep_kernels(sweep)
     results = run_sweep(sweep, progress, kt)
     w = sweep.base
-    cross, reasons, best = {}, {}, {}
+    c, pr = w.cluster, w.spec.precision
+    points = tuple(SweptPoint(**point_record(r, c.gpus_per_node, sweep.overlaps)) for r in results)
+    cross, reasons, best, ranges, memory = {}, {}, {}, {}, {}
     for mode in sweep.modes:
         ub, sms = best_setting(results, mode)
         best[mode] = Setting(ub, sms)
         pts = [r for r in results if (r.mode, r.ubatches, r.comm_sms) == (mode, ub, sms)]
         cross[mode] = crossover(pts)
         reasons[mode] = reason_of(pts, cross[mode])
-    mode0 = default_mode(w.phase) if default_mode(w.phase) in cross else sweep.modes[0]
-    b0 = best[mode0]
-    mine = [r for r in results if (r.mode, r.ubatches, r.comm_sms) == (mode0, b0.ubatches, b0.comm_sms)]
-    memory = memory_advice([point_record(r, w.cluster.gpus_per_node) for r in mine], cross[mode0])
+        records = [p.as_dict() for p in points if (p.mode, p.ubatches, p.comm_sms) == (mode, ub, sms)]
+        ranges[mode] = overlap_ranges(records)
+        memory[mode] = memory_advice(records, cross[mode])
     rec = recommend(
         model_id,
         w.phase,
@@ -272,14 +274,6 @@ def _predict_sweep(sweep: Sweep, model_id: str, progress: Progress | None) -> Pr
         memory=memory,
     )
     what = ", ".join(f"{k} x{v:g}" for k, v in sweep.what_if.items())
-    c, pr = w.cluster, w.spec.precision
-    points = tuple(SweptPoint(**point_record(r, c.gpus_per_node, sweep.overlaps)) for r in results)
-    ranges = {
-        m: overlap_ranges(
-            [p.as_dict() for p in points if (p.mode, p.ubatches, p.comm_sms) == (m, best[m].ubatches, best[m].comm_sms)]
-        )
-        for m in sweep.modes
-    }
     return Prediction(
         title=f"{w.spec.name} {w.phase} on {c.nodes} x {c.gpus_per_node} {w.gpu.name}, EP {c.ep}"
         + (f", attention TP {w.attention_tp}" if w.attention_tp > 1 else "")

@@ -23,7 +23,7 @@ def test_dbo_that_pays_only_beyond_memory_is_not_recommended():
     text, ok = memory_advice(recs, cross)
     assert not ok and "does not pay within memory" in text and "up to 64" in text
     r = recommend("org/m", "decode", {"graph": cross}, {"graph": "x"}, world=16, ep=16, default_mode="graph",
-                  gpus_per_node=8, nodes=2, memory=(text, ok))  # fmt: skip
+                  gpus_per_node=8, nodes=2, memory={"graph": (text, ok)})  # fmt: skip
     assert r["enable"] is False and r["threshold"] is None and r["reason"] == text and r["memory"] == text
     assert all("--enable-dbo" not in x for x in r["vllm"].splitlines() if not x.startswith("#"))
 
