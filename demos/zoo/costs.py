@@ -28,8 +28,8 @@ tables themselves) and is folded into a Work the virtual backend charges on the 
   seconds on the compute stream, ``demos.zoo.overlap_costs.ll_send_seconds``), its flight on the link
   (``dispatch``, ``combine``: DeepEP's modelled time less the send half) and its receive half
   (``dispatch_recv``, ``combine_recv``).
-* Single-batch overlap (``experts_split``): the routed experts as two kernels' Works, the up GEMM with
-  the activation (and ht's permutes) and the down GEMM alone, each paying its own floor.
+* Single-batch overlap (``experts_split``, ll with EP > 1; None otherwise): the routed experts as two
+  kernels' Works, the up GEMM with the activation and the down GEMM alone, each paying its own floor.
 * Norms, residual adds, activations, quantization: memory passes folded into the op that carries them
   (their kernel counts, which set the per-kernel floor, are in ``demos.zoo.gpu_profile.ZOO_OPS``).
 * Attention TP (``attention_tp`` > 1, docs/clusters.md): attention runs the group's ``t`` tokens with
@@ -304,8 +304,11 @@ def layer_costs(
     up_w = Work(flops=up.flops, bytes=up.bytes, dtype=up.dtype, shape=shape + up.shape[1:])
     down_w = Work(flops=down.flops, bytes=down.bytes, dtype=down.dtype, shape=shape + down.shape[1:])
     experts = _sum.named("experts")(up_w, down_w, _pass(computed, inter, 1.5), permute)
-    # single-batch overlap runs the down GEMM apart (the combine streams its blocks out as they finish)
-    split = (_sum.named("experts")(up_w, _pass(computed, inter, 1.5), permute), _sum.named("experts")(down_w))
+    # single-batch overlap (ll with an all-to-all only) runs the down GEMM apart: the combine streams its
+    # blocks out as they finish
+    split = None
+    if w.schedule == "ll" and w.cluster.ep > 1:
+        split = (_sum.named("experts")(up_w, _pass(computed, inter, 1.5), permute), _sum.named("experts")(down_w))
     shared = None
     if moe.shared_experts:
         Is = inter * moe.shared_experts
