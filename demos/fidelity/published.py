@@ -142,9 +142,9 @@ def ablation(cases: Sequence[Case] = CASES, progress: Callable[[str], None] | No
     predicted quantities with every mechanism on ("all"), with each one off (its ``--what-if`` knob at 0),
     and with all of them off ("none"); the split, balanced by default, is not varied (decode ubatches
     are equal whatever the engine)."""
-    from demos.zoo.overlap_costs import MECHANISMS, SPLIT_DEFAULT_OFF
+    from demos.zoo.overlap_costs import MECHANISMS, OFF_BY_DEFAULT
 
-    on = [k for k in MECHANISMS if k not in SPLIT_DEFAULT_OFF]
+    on = [k for k in MECHANISMS if k not in OFF_BY_DEFAULT]
     variants = [("all", {})] + [(f"without {k}", {k: 0.0}) for k in on]
     variants.append(("none", dict.fromkeys(on, 0.0)))
     rows = []

@@ -112,9 +112,10 @@ class Sweep:
         for k, v in self.what_if.items():
             if k not in WHAT_IF:
                 raise ConfigError(f"{field_ref('what_if')} {k}: unknown knob; known: {', '.join(WHAT_IF)}")
-            low = 0 if k in MECHANISMS else None
-            if isinstance(v, bool) or not (isinstance(v, (int, float)) and (v >= 0 if low == 0 else v > 0)):
-                need = ">= 0" if low == 0 else "> 0"
+            zero_ok = k in MECHANISMS  # an overlap mechanism's knob at 0 turns it off
+            number = isinstance(v, (int, float)) and not isinstance(v, bool)
+            if not (number and (v >= 0 if zero_ok else v > 0)):
+                need = ">= 0" if zero_ok else "> 0"
                 raise ConfigError(f"{field_ref('what_if')} {k}={v!r}: the factor must be a number {need}")
         for t in self.tokens:
             for n in self.ubatches:

@@ -55,7 +55,7 @@ from demos.zoo.rooflines_fit import ll_bytes
 
 __all__ = [
     "BLOCK_M",
-    "SPLIT_DEFAULT_OFF",
+    "OFF_BY_DEFAULT",
     "ubatch_sizes",
     "MECHANISMS",
     "Mechanisms",
@@ -72,9 +72,9 @@ MECHANISMS = {
     "split": "how much larger the first ubatch is than the others (default 0: balanced, as vLLM and SGLang split)",
 }
 """Each overlap mechanism's ``--what-if`` knob and what it scales (0 turns it off; ``split`` is off by
-default, ``SPLIT_DEFAULT_OFF``)."""
+default, ``OFF_BY_DEFAULT``)."""
 
-SPLIT_DEFAULT_OFF = ("split",)
+OFF_BY_DEFAULT = ("split",)
 """The mechanisms whose default is 0 (an ablation turns off only the others)."""
 
 BLOCK_M = {"hopper": 64, "blackwell": 128}
