@@ -10,8 +10,14 @@ configuration's measured TTFT and TPOT. A row is predicted when the predictor ca
   = EP) or attention TP with expert-parallel MoE (TP = EP, MoE TP 1); MoE tensor parallelism is not
   modelled, and those rows are skipped with that reason;
 * decode: disaggregated decode workers (an aggregated worker's TPOT mixes prefill chunks into its
-  decode steps); ``batch`` is the tokens of each attention rank (the row's concurrency over its
-  attention DP ranks), the context the mean over the output, ``isl + osl / 2``. The predicted step
+  decode steps); the row's ``batch`` is the requests each attention rank is configured for (the
+  concurrency over the decode workers' attention DP ranks), the context the mean over the output,
+  ``isl + osl / 2``. The tokens predicted are the requests a rank decodes on average
+  (``decode_tokens``): the benchmark keeps ``batch`` requests per rank in flight, and each spends its
+  TTFT (queued for and in prefill) before it decodes for ``(osl - 1) x TPOT``, so by Little's law the
+  decode side holds ``batch x decode time / (TTFT + decode time)`` of them. Where prefill keeps up this
+  is most of ``batch``; where it does not (a TTFT longer than the decode), the decode batch is what
+  prefill feeds, not what was configured. The predicted step
   is the no-DBO forward in graph mode plus the LM head; the serving loop between forwards (scheduler,
   sampling, detokenization) is part of a measured TPOT and is not modelled: each row reports the
   forward and the ``gap_s`` (measured - predicted), so it is visible, not absorbed.
@@ -39,6 +45,7 @@ __all__ = [
     "MODELS",
     "SYSTEM_GPUS",
     "SiliconCheck",
+    "decode_tokens",
     "format_kernels",
     "format_silicon",
     "silicon_rows",
@@ -52,6 +59,9 @@ SYSTEM_GPUS = {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200", "gb20
 
 
 class SiliconCheck(NamedTuple):
+    """One measured row predicted: ``tokens`` predicted per attention rank (decode: ``decode_tokens``;
+    prefill: requests x prompt), ``batch`` the requests per rank the row was configured for."""
+
     id: str
     gpu: str
     engine: str
@@ -63,6 +73,7 @@ class SiliconCheck(NamedTuple):
     attention_tp: int
     predicted_s: float
     measured_s: float
+    batch: int = 0
 
     @property
     def error(self) -> float:
@@ -100,7 +111,17 @@ def _plan(r) -> dict | str:
     if isinstance(layout, str):
         return layout
     ep, tp = layout
-    return dict(preset=preset, gpu=gpu, ep=ep, tp=tp, tokens=r.batch, context=r.isl + r.osl // 2)
+    return dict(preset=preset, gpu=gpu, ep=ep, tp=tp, tokens=decode_tokens(r), context=r.isl + r.osl // 2)
+
+
+def decode_tokens(r) -> int:
+    """The requests each attention rank of measured row ``r`` decodes on average (module docstring):
+    ``batch x D / (TTFT + D)`` with ``D = (osl - 1) x TPOT``, rounded, at least 1; ``batch`` when the
+    row has no TTFT or TPOT."""
+    if r.tpot_s is None or r.ttft_s is None:
+        return r.batch
+    decode = (r.osl - 1) * r.tpot_s
+    return max(1, round(r.batch * decode / (decode + r.ttft_s)))
 
 
 def _prefill_plan(r) -> dict | str:
@@ -185,6 +206,7 @@ def silicon_rows(progress: Callable[[int, int, str], None] | None = None):
                     p["tp"],
                     got,
                     measured_s,
+                    r.batch if phase == "decode" else max(1, r.prefill[4]),
                 )
             )
         if progress is not None:

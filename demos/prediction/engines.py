@@ -282,6 +282,18 @@ def _sglang(
         return _ep_below_world(s, f"{why} ({world} here)", world, ep)
     groups = world // tp
     line = f"python -m sglang.launch_server --model-path {model} --tp-size {world}"
+    if groups == 1:  # no all-to-all (docs/clusters.md, "Attention tensor parallelism": the replicated path)
+        notes.append(
+            f"{s}: one attention group of {_gpus(tp)}: --ep-size {world} shards the experts over it and their "
+            "outputs are all-reduced, with no all-to-all (no --moe-a2a-backend, the path the prediction models)"
+        )
+        head = ""
+        if overlap in ("dbo", "sbo"):
+            head = (
+                f"# {s} overlaps micro-batches only around DeepEP's all-to-all, which one attention group of "
+                "every GPU does not run; the line without overlap:\n"
+            )
+        return f"{head}{line} --ep-size {world}" + _sglang_nodes(s, nodes, notes)
     if groups > 1:
         line += f" --attn-dp-size {groups}"
         notes.append(
@@ -302,12 +314,15 @@ def _sglang(
         )
     elif overlap == "sbo":
         line += " --enable-single-batch-overlap"
-    if nodes > 1:
-        line += f" --nnodes {nodes} --node-rank {NODE_RANK} --dist-init-addr {HEAD_IP}:{PORT}"
-        notes.append(
-            f"{NODE_RANK} (SGLang): the same line on each of the {nodes} nodes, 0 on the head node to {nodes - 1}"
-        )
-    return line
+    return line + _sglang_nodes(s, nodes, notes)
+
+
+def _sglang_nodes(s: str, nodes: int, notes: list[str]) -> str:
+    """SGLang's multi-node flags (nothing on one node), with their note."""
+    if nodes == 1:
+        return ""
+    notes.append(f"{NODE_RANK} (SGLang): the same line on each of the {nodes} nodes, 0 on the head node to {nodes - 1}")
+    return f" --nnodes {nodes} --node-rank {NODE_RANK} --dist-init-addr {HEAD_IP}:{PORT}"
 
 
 def serve_lines(

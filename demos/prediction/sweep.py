@@ -60,9 +60,10 @@ beside the down GEMM: SGLang's with DeepEP's low-latency kernels)."""
 
 
 def applicable_overlaps(w: Workload) -> tuple[str, ...]:
-    """The strategies that apply to ``w``: none always; DBO and SBO with an all-to-all (EP > 1); SBO on the
-    low-latency schedule only (it rides DeepEP's receive hook and the masked GEMM's block signals)."""
-    if w.cluster.ep < 2:
+    """The strategies that apply to ``w``: none always; DBO and SBO with an all-to-all (``Workload.alltoall``:
+    EP > 1 and attention TP below it); SBO on the low-latency schedule only (it rides DeepEP's receive hook
+    and the masked GEMM's block signals)."""
+    if not w.alltoall:
         return ("none",)
     return OVERLAPS if w.schedule == "ll" else ("none", "dbo")
 
@@ -96,7 +97,12 @@ class Sweep:
             if o not in OVERLAPS:
                 raise ConfigError(f"{field_ref('overlap')} must be among {', '.join(OVERLAPS)}, got {o!r}")
             if o not in can:
-                why = "it needs an all-to-all (EP > 1)" if o == "dbo" else "it needs DeepEP's low-latency kernels (ll)"
+                why = (
+                    "it needs an all-to-all (EP > 1, and attention TP below EP: with one attention group the MoE "
+                    "is all-reduced)"
+                    if not self.base.alltoall
+                    else "it needs DeepEP's low-latency kernels (ll)"
+                )
                 raise ConfigError(f"{field_ref('overlap')} {o} does not apply here: {why}")
         if not self.overlaps:
             raise ConfigError(f"{field_ref('overlap')} needs at least one strategy")

@@ -86,7 +86,7 @@ def layer_ops(w: Workload, c: LayerCosts, profile: DeviceProfile) -> dict[str, f
     tp = {op: op_seconds(op, getattr(c, op), profile) for op in TP_OPS if getattr(c, op, None) is not None}
     if c.experts is None:
         return {"attention": attention, "mlp": op_seconds("dense_mlp", c.dense_mlp, profile), **tp}
-    ll, comm = w.schedule == "ll", w.cluster.ep > 1
+    ll, comm = w.schedule == "ll", w.alltoall
     if comm:
         dispatch = op_seconds("dispatch_ll" if ll else "dispatch", c.dispatch, profile, "comm")
         combine = op_seconds("combine_ll" if ll else "combine", c.combine, profile, "comm")

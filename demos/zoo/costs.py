@@ -28,15 +28,18 @@ tables themselves) and is folded into a Work the virtual backend charges on the 
   seconds on the compute stream, ``demos.zoo.overlap_costs.ll_send_seconds``), its flight on the link
   (``dispatch``, ``combine``: DeepEP's modelled time less the send half) and its receive half
   (``dispatch_recv``, ``combine_recv``).
-* Single-batch overlap (``experts_split``, ll with EP > 1; None otherwise): the routed experts as two
+* Single-batch overlap (``experts_split``, ll with an all-to-all; None otherwise): the routed experts as two
   kernels' Works, the up GEMM with the activation and the down GEMM alone, each paying its own floor.
 * Norms, residual adds, activations, quantization: memory passes folded into the op that carries them
   (their kernel counts, which set the per-kernel floor, are in ``demos.zoo.gpu_profile.ZOO_OPS``).
 * Attention TP (``attention_tp`` > 1, docs/clusters.md): attention runs the group's ``t`` tokens with
-  ``heads / attention_tp`` heads per rank (the down-projections replicated), the MoE block its share,
-  ``ceil(t / attention_tp)``; the collectives (``LayerCosts.tp_*``, seconds,
-  ``demos.zoo.hardware.collectives``) reduce-scatter o_proj's sums and all-gather the MoE's output
-  (dense layers: all-reduce both).
+  ``heads / attention_tp`` heads per rank (the down-projections replicated). With an all-to-all
+  (``Workload.alltoall``: more than one attention group in the EP group) the MoE block runs its share,
+  ``ceil(t / attention_tp)``, and the collectives (``LayerCosts.tp_*``, seconds,
+  ``demos.zoo.hardware.collectives``) reduce-scatter o_proj's sums and all-gather the MoE's output;
+  without one (attention TP = EP) the MoE block runs all ``t``, its experts the copies routed to this
+  rank (``Workload.routed_tokens``), its shared experts TP-sharded, and both o_proj's and the MoE's
+  sums are all-reduced, as in a dense layer.
 
 Attention cores are timed on their own fitted curve (MLA decode and prefill, per GPU family), not the
 GEMMs'; a GQA attention core takes the MLA curve of its phase (an extrapolation, docs/kernels.md).
@@ -53,7 +56,7 @@ from demos.zoo.hardware.collectives import tp_collective
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.models import GQAAttention, MLAAttention
 from demos.zoo.models.spec import DTYPE_BYTES
-from demos.zoo.overlap_costs import ll_send_seconds, masked_rows
+from demos.zoo.overlap_costs import ll_node_seconds, ll_send_seconds, masked_rows
 from demos.zoo.profile import MIN_KERNEL
 from demos.zoo.workload import Workload
 
@@ -132,12 +135,14 @@ def attention_pairs(w: Workload, t: int) -> float:
     return full * w.context * (w.context + 1) / 2 + rest * (rest + 1) / 2
 
 
-def active_experts(w: Workload, t: int) -> float:
-    """Expected local experts of the busiest rank that receive at least one token copy."""
-    moe = w.spec.moe
-    slots = w.physical_experts
-    copies = w.cluster.ep * t * moe.top_k  # every rank's copies, spread over every expert slot
-    return w.experts_per_rank * (1.0 - (1.0 - 1.0 / slots) ** copies)
+def active_experts(w: Workload, t: float) -> float:
+    """Expected local experts of the busiest rank that receive at least one token copy, for ``t`` routed
+    tokens per rank (``Workload.routed_tokens``): its ``t x top_k x imbalance`` copies spread uniformly
+    over its expert slots. The busiest rank's copies, not the mean rank's: the step waits for the rank
+    with the most to do, and at a few copies per rank that is also the one reading the most weights."""
+    local = w.experts_per_rank
+    rows = t * w.spec.moe.top_k * w.imbalance_at(t)
+    return local * (1.0 - (1.0 - 1.0 / local) ** rows) if local > 1 else min(1.0, rows)
 
 
 @dataclass(frozen=True)
@@ -145,11 +150,12 @@ class LayerCosts:
     """The modelled cost of each kernel of one layer for a ubatch of ``t`` tokens (module docstring).
 
     Compute kernels hold a ``Work``; ``dispatch`` / ``combine`` hold seconds (the all-to-all's modelled
-    time on the busiest rank, None when EP is 1 and nothing crosses a link); ``layer`` is the layer
+    time on the busiest rank, None without an all-to-all: EP 1, or attention TP = EP); ``layer`` is the layer
     index the attention cost was taken for (sliding windows differ per layer). Under attention TP,
     ``tp_attn_reduce``, ``tp_moe_gather`` and ``tp_mlp_reduce`` hold the seconds of its collectives (None
-    where a layer has none, and without it) and ``moe_t`` the tokens of this rank's MLP (its share in an
-    MoE layer, all ``t`` in a dense one)."""
+    where a layer has none, and without it; ``tp_mlp_reduce`` is the MLP's all-reduce, dense or, without
+    an all-to-all, MoE) and ``moe_t`` the tokens of this rank's MLP (its share in an MoE layer with an
+    all-to-all, all ``t`` otherwise)."""
 
     t: int
     attn_proj: Work
@@ -232,6 +238,21 @@ def _recv_seconds(kt: KernelTimes, w: Work) -> float:
     return max(MIN_KERNEL, kt.memory(w.bytes, w.flops))
 
 
+def _ll_kernel(w: Workload, kind: str, modelled: float, t: int, imbalance: float, recv_s: float, fp8: bool):
+    """(flight, SM-held send half) seconds of one low-latency ``kind`` kernel of ``t`` tokens per rank whose
+    receive half takes ``recv_s``. Beyond one node the kernel takes DeepEP's ``modelled`` time and its
+    flight is that less the send half (``ll_send_seconds``). Within one node the SMs' own NVLink stores
+    move every message: the whole kernel is the family's single-node time (``FamilyFit.ll_sm``, measured
+    on one node) of the busiest rank's ``t x imbalance`` tokens, and its flight only what the ``ll_sm``
+    factor takes off the send half (docs/clusters.md, "Low-latency kernels on one node")."""
+    g, H, k, factor = w.gpu, w.spec.hidden_size, w.spec.moe.top_k, w.mechanisms.ll_sm
+    peers = min(w.cluster.ep, w.cluster.gpus_per_node) - 1  # the node's other ranks of the EP group
+    send = ll_send_seconds(g, kind, t, H, k, peers, recv_s, factor, fp8=fp8)
+    if w.cluster.ep <= w.cluster.gpus_per_node:
+        modelled = max(0.0, ll_node_seconds(g, kind, t * imbalance, H, k, peers, fp8=fp8) - recv_s)
+    return max(0.0, modelled - send), send
+
+
 def layer_costs(
     w: Workload,
     t: int,
@@ -274,16 +295,17 @@ def layer_costs(
             return c
         reduce = tp_collective(w.gpu, "all_reduce", t * H * _ACT, tp)  # o_proj's and down's partial sums
         return replace(c, tp_attn_reduce=reduce, tp_mlp_reduce=reduce, moe_t=t)
-    # attention TP: o_proj's partial sums are reduce-scattered over the group, the MoE block runs this
-    # rank's slice of the tokens, and an all-gather brings the layer's output back (docs/clusters.md)
-    t_attn, t = t, w.moe_tokens(t)
+    # attention TP with an all-to-all: o_proj's partial sums are reduce-scattered over the group, the MoE
+    # block runs this rank's slice of the tokens, and an all-gather brings the layer's output back; without
+    # one (TP = EP) every rank runs the group's tokens and the output is all-reduced (docs/clusters.md)
+    t_attn, t, rt = t, w.moe_tokens(t), w.routed_tokens(t)
     finalize = _pass(t, H, 1)
     E, k, inter = moe.routed_experts, moe.top_k, moe.intermediate_size
     estore = spec.precision.experts
     router = _sum.named("router")(gemm(t, E, H, "bfloat16"), _pass(t, H, 2), _pass(t, E, 4))
-    imb = w.imbalance_at(t)
-    rows = t * k * imb  # copies the busiest rank's experts receive
-    act = max(1.0, active_experts(w, t))
+    imb = w.imbalance_at(rt)
+    rows = rt * k * imb  # copies the busiest rank's experts receive
+    act = max(1.0, active_experts(w, rt))
     per = rows / act
     if w.schedule == "ht":
         per = math.ceil(per / _PAD) * _PAD
@@ -307,31 +329,31 @@ def layer_costs(
     # single-batch overlap (ll with an all-to-all only) runs the down GEMM apart: the combine streams its
     # blocks out as they finish
     split = None
-    if w.schedule == "ll" and w.cluster.ep > 1:
+    if w.schedule == "ll" and w.alltoall:
         split = (_sum.named("experts")(up_w, _pass(computed, inter, 1.5), permute), _sum.named("experts")(down_w))
     shared = None
     if moe.shared_experts:
         Is = inter * moe.shared_experts
+        if tp > 1 and not w.alltoall:  # the replicated tokens' shared experts are TP-sharded, as the dense MLP
+            Is = -(-Is // tp)
         shared = _sum.named("shared")(gemm(t, 2 * Is, H, estore), gemm(t, H, Is, estore), _pass(t, Is, 1))
     dispatch = combine = send_d = send_c = None
     d_bytes = c_bytes = 0.0
     recv_d = Work(flops=rows * H, bytes=rows * (msg + H * _ACT))
     recv_c = Work(flops=2.0 * rows * H, bytes=(rows + t) * H * _ACT)
-    if w.cluster.ep > 1:
+    if w.alltoall:
         routing = w.routing(t)
         if w.schedule == "ll":
             dsp = deepep_low_latency(w.cluster, routing, t, H, "dispatch", fp8=fp8)
             cmb = deepep_low_latency(w.cluster, routing, t, H, "combine", fp8=fp8)
-            send_d, send_c = (
-                ll_send_seconds(w.gpu.family, kind, t, H, k, _recv_seconds(kt, rw), w.mechanisms.ll_sm, fp8=fp8)
-                for kind, rw in (("dispatch", recv_d), ("combine", recv_c))
+            (dispatch, send_d), (combine, send_c) = (
+                _ll_kernel(w, kind, a2a.seconds, t, routing.imbalance, _recv_seconds(kt, rw), fp8)
+                for kind, a2a, rw in (("dispatch", dsp, recv_d), ("combine", cmb, recv_c))
             )
         else:
             dsp = deepep_normal(w.cluster, routing, t, H, "dispatch", fp8=fp8, comm_sms=w.comm_sms)
             cmb = deepep_normal(w.cluster, routing, t, H, "combine", fp8=fp8, comm_sms=w.comm_sms)
-        dispatch, combine = dsp.seconds, cmb.seconds
-        if send_d is not None:  # the flight: the kernel's time less its SM-held send half
-            dispatch, combine = max(0.0, dispatch - send_d), max(0.0, combine - send_c)
+            dispatch, combine = dsp.seconds, cmb.seconds
         d_bytes, c_bytes = dsp.rdma_bytes + dsp.nvlink_bytes, cmb.rdma_bytes + cmb.nvlink_bytes
     c = LayerCosts(
         t, proj, core, out, router, None, experts, shared, dispatch, combine, recv_d, recv_c, finalize, d_bytes, c_bytes
@@ -339,6 +361,9 @@ def layer_costs(
     c = replace(c, dispatch_send=send_d, combine_send=send_c, experts_split=split)
     if tp == 1:
         return c
+    if not w.alltoall:
+        reduce = tp_collective(w.gpu, "all_reduce", t * H * _ACT, tp)  # o_proj's and the MoE's partial sums
+        return replace(c, tp_attn_reduce=reduce, tp_mlp_reduce=reduce, moe_t=t)
     nbytes = t * tp * H * _ACT  # the group's tokens, padded to a multiple of the group
     return replace(
         c,

@@ -7,10 +7,13 @@ way the predictor times that kernel, and compared:
 * ``mla decode`` / ``mla prefill``: each MLA attention-core row with a BF16 cache (the engines'
   default) on its family's attention curve, its work counted as ``demos.zoo.rooflines_fit.mla_work``;
 * ``experts``: DeepEP MoE's expert compute (uniform routing rows) as ``demos.zoo.costs`` folds the
-  routed experts (two grouped GEMMs on the fitted curve, their weights once per active expert, the
-  activation pass), with the table's routing: ``tokens x top_k / ep`` copies per rank spread over
-  distinct experts (its "uniform" is an even spread, so ``min(local experts, copies)`` are active);
-* ``dispatch`` / ``combine``: DeepEP low-latency rows (one node) against ``deepep_low_latency``;
+  routed experts (``demos.zoo.rooflines_fit.experts_seconds``: two grouped GEMMs on the family's
+  grouped curve, their weights once per active expert, the activation pass), with the table's routing:
+  ``tokens x top_k / ep`` copies per rank spread over distinct experts (its "uniform" is an even
+  spread, so ``min(local experts, copies)`` are active);
+* ``dispatch`` / ``combine``: DeepEP low-latency rows (one node) against the family's single-node line
+  (``FamilyFit.ll_sm``, fitted to these rows of both GPUs of the family): how the predictor times a
+  low-latency kernel whose EP group is one node (``demos.zoo.costs``);
 * on ``h800`` (no tables): ``gemm fp8`` against DeepGEMM's published H800 rows (``demos.zoo.efficiency``),
   the check of the Hopper curve's extrapolation to a GPU it was not fitted on.
 
@@ -23,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from demos.zoo.hardware import ClusterSpec, Routing, deepep_low_latency, get_gpu
+from demos.zoo.hardware import get_gpu
 from demos.zoo.rooflines import FamilyFit, family_fit
-from demos.zoo.rooflines_fit import GEMM_DTYPES, MLA_KV, error_stats, gemm_work, mla_work
+from demos.zoo.rooflines_fit import GEMM_DTYPES, MLA_KV, error_stats, experts_seconds, gemm_work, ll_bytes, mla_work
 
 __all__ = ["OPS", "CheckRow", "cross_validation", "kernel_rows", "summaries"]
 
@@ -76,35 +79,21 @@ def _experts_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
     from demos.zoo import measured
 
     g = get_gpu(gpu)
-    curve, peak = fit.gemm["fp8"], g.flops("fp8")
-    mem_bw = g.hbm_bandwidth * curve.mem_efficiency
     for r in measured.moe_rows(gpu):
-        if r.distribution != "uniform":
-            continue
-        local = r.experts / r.ep
-        copies = r.tokens * r.top_k / r.ep
-        active = max(1.0, min(local, copies))
-        per = copies / active
-        t = 0.0
-        for n, k in ((2 * r.inter, r.hidden), (r.hidden, r.inter)):
-            flops = 2.0 * copies * n * k
-            nbytes = active * n * k + copies * k + copies * n * 2.0
-            t += curve.seconds(flops, nbytes, per, n, k, peak, g.hbm_bandwidth, g.sm_count)
-        t += 1.5 * 2 * 2.0 * copies * r.inter / mem_bw  # the activation pass (demos.zoo.costs)
-        yield CheckRow(gpu, "experts", f"tokens={r.tokens} ep={r.ep}", t, r.seconds)
+        if r.distribution == "uniform":
+            t = experts_seconds(fit.gemm["fp8"], fit.experts, g, r)
+            yield CheckRow(gpu, "experts", f"tokens={r.tokens} ep={r.ep}", t, r.seconds)
 
 
-def _alltoall_rows(gpu: str) -> Iterable[CheckRow]:
+def _alltoall_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
     from demos.zoo import measured
 
     for r in measured.alltoall_rows(gpu):
         if r.experts % r.gpus:
             continue
-        cluster = ClusterSpec(nodes=1, gpus_per_node=r.gpus, ep=r.gpus, gpu=gpu)
-        routing = Routing(r.experts, r.top_k)
         shape = f"tokens={r.tokens} hidden={r.hidden} topk={r.top_k} experts={r.experts}"
         for kernel, measured_s in (("dispatch", r.dispatch_s), ("combine", r.combine_s)):
-            pred = deepep_low_latency(cluster, routing, r.tokens, r.hidden, kernel, fp8=True).seconds
+            pred = fit.ll_sm[kernel].seconds(ll_bytes(kernel, r.tokens, r.hidden, r.top_k), r.gpus - 1)
             yield CheckRow(gpu, kernel, shape, pred, measured_s)
 
 
@@ -131,7 +120,7 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
     if "experts" in ops:
         out += list(_experts_rows(gpu, fit))
     if ops & {"dispatch", "combine"}:
-        out += [r for r in _alltoall_rows(gpu) if r.op in ops]
+        out += [r for r in _alltoall_rows(gpu, fit) if r.op in ops]
     return out
 
 

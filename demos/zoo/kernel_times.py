@@ -52,10 +52,15 @@ class KernelTimes:
         return self.gpu.hbm_bandwidth * self.fit.gemm["fp8"].mem_efficiency
 
     def gemm(self, op: str, m: float, n: int, k: int, dtype: str, flops: float, nbytes: float) -> float:
-        """Seconds of one GEMM part of ``op`` ((m, n, k): rows per group, n, k) of ``flops`` and ``nbytes``."""
+        """Seconds of one GEMM part of ``op`` ((m, n, k): rows per group, n, k) of ``flops`` and ``nbytes``;
+        the routed experts' grouped GEMMs (``op`` "experts") move their bytes at the family's grouped
+        share of bandwidth (``FamilyFit.experts``)."""
         curve = self.fit.gemm["fp8" if dtype == "fp8" else "bfloat16"]
-        peak = self.profile.flops_rate(dtype)
-        return max(curve.parts(flops, nbytes, m, n, k, peak, self.gpu.hbm_bandwidth, self.gpu.sm_count))
+        peak, hbm = self.profile.flops_rate(dtype), self.gpu.hbm_bandwidth
+        math_s, mem_s = curve.parts(flops, nbytes, m, n, k, peak, hbm, self.gpu.sm_count)
+        if op == "experts" and self.fit.experts is not None:
+            mem_s = nbytes / (hbm * self.fit.experts.mem_efficiency)
+        return max(math_s, mem_s)
 
     def memory(self, nbytes: float, flops: float = 0.0) -> float:
         """Seconds of a memory pass of ``nbytes`` folded into an op (its op pays the kernel floor)."""

@@ -137,7 +137,7 @@ def memory_estimate(w: Workload, slot_bytes: list[int] | None = None) -> MemoryE
     n = w.ubatches
     comm = 0.0
     one_comm = 0.0
-    if s.moe is not None and w.cluster.ep > 1:
+    if s.moe is not None and w.alltoall:
         if w.schedule == "ll":
             per = max(ubatch_sizes(w.tokens, n, w.mechanisms.split))  # each ubatch's buffers fit the largest
             comm = n * ll_buffer_bytes(per, H, w.physical_experts)

@@ -72,7 +72,7 @@ class ZooModel:
         self.kernels = kernels
         self.profile = profile
         self.schedule = workload.schedule
-        self.comm = workload.cluster.ep > 1
+        self.comm = workload.alltoall
         self.sbo = False  # ZooRun sets it for the single-batch-overlap step (one ubatch, ll)
         T, H = workload.tokens, s.hidden_size
         self.mla = isinstance(s.attention, MLAAttention)
@@ -186,7 +186,7 @@ class ZooModel:
                 self._tp(c.tp_moe_gather, "tp_moe_gather", i, ub)
             else:
                 self._dense(i, h, t, ub, c)
-                self._tp(c.tp_mlp_reduce, "tp_mlp_reduce", i, ub)
+            self._tp(c.tp_mlp_reduce, "tp_mlp_reduce", i, ub)
         return h
 
     def _tp(self, seconds: float | None, op: str, i: int, ub: int) -> None:
@@ -246,8 +246,8 @@ class ZooModel:
         m = s.moe
         inter, si = m.intermediate_size, m.intermediate_size * max(1, m.shared_experts)
         # rows the busiest rank's experts receive (meta: of its MoE tokens) or every token (real math, masked)
-        mt = self.w.moe_tokens(t) if self.meta else t
-        M = max(1, round(mt * m.top_k * self.w.imbalance_at(mt))) if self.meta else t
+        mt, rt = (self.w.moe_tokens(t), self.w.routed_tokens(t)) if self.meta else (t, t)
+        M = max(1, round(rt * m.top_k * self.w.imbalance_at(rt))) if self.meta else t
         ws13, ws2, recv, tmp, y, sh_h, sh_o = self._ws(
             ((M, max(2 * inter, H)), dt),
             ((M, inter), dt),

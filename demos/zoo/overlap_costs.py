@@ -35,8 +35,8 @@ which ``--what-if`` sets:
 ``overlap_share(cluster, sm_share, contention)`` is the share of the compute engine a comm kernel takes
 while it runs (the SMs a normal kernel holds, plus the HBM its traffic takes);
 ``masked_rows(rows_per_expert, family, factor)`` the rows a masked grouped GEMM computes per expert;
-``ll_send_seconds`` the SM-held send half of one low-latency kernel; ``step_profile(workload)`` the GPU's
-device profile with that share (what every step of the zoo runs on).
+``ll_node_seconds`` one low-latency kernel on one node, ``ll_send_seconds`` its SM-held send half;
+``step_profile(workload)`` the GPU's device profile with that share (what every step of the zoo runs on).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from typing import Any
 from dbo.costs import DeviceProfile, HostCosts
 from dbo.split import split_tokens
 from demos.errors import ConfigError, field_ref
-from demos.zoo.hardware import DEEPEP_H800, ClusterSpec
+from demos.zoo.hardware import DEEPEP_H800, ClusterSpec, get_gpu
 from demos.zoo.profile import EAGER_HOST, gpu_profile
 from demos.zoo.rooflines import family_fit
 from demos.zoo.rooflines_fit import ll_bytes
@@ -59,6 +59,7 @@ __all__ = [
     "ubatch_sizes",
     "MECHANISMS",
     "Mechanisms",
+    "ll_node_seconds",
     "ll_send_seconds",
     "masked_rows",
     "overlap_share",
@@ -108,14 +109,37 @@ def masked_rows(rows_per_expert: float, family: str, factor: float = 1.0) -> flo
     return math.ceil(rows_per_expert / block) * block
 
 
+def ll_node_seconds(
+    gpu: Any, kernel: str, tokens: float, hidden: int, top_k: int, peers: int, *, fp8: bool = True
+) -> float:
+    """One low-latency ``kernel`` ("dispatch" or "combine") of ``tokens`` tokens per rank on one node of
+    ``gpu`` (a ``GpuSpec``), whole (its send and receive halves, an FP8 dispatch when ``fp8``), with
+    ``peers`` other ranks: its family's line fitted to the measured single-node tables
+    (``FamilyFit.ll_sm``), the per-byte term scaled by the fitted GPUs' NVLink bandwidth over ``gpu``'s
+    (H800's 200 GB/s per direction takes 2.25 times Hopper's fitted 450)."""
+    fit = family_fit(gpu.family)
+    line = fit.ll_sm[kernel]
+    nbytes = ll_bytes(kernel, tokens, hidden, top_k, fp8) * get_gpu(fit.fitted_on[0]).nvlink_bandwidth
+    return line.seconds(nbytes / gpu.nvlink_bandwidth, peers)
+
+
 def ll_send_seconds(
-    family: str, kernel: str, tokens: float, hidden: int, top_k: int, recv_s: float, factor=1.0, *, fp8: bool = True
+    gpu: Any,
+    kernel: str,
+    tokens: float,
+    hidden: int,
+    top_k: int,
+    peers: int,
+    recv_s: float,
+    factor: float = 1.0,
+    *,
+    fp8: bool = True,
 ) -> float:
     """The SM-held send half of one low-latency ``kernel`` ("dispatch" or "combine") of ``tokens``
-    tokens (an FP8 dispatch when ``fp8``): the family's single-node kernel time for those messages, less
-    the receive half ``recv_s`` the model charges already, times ``factor``; never negative."""
-    held = family_fit(family).ll_sm[kernel].seconds(ll_bytes(kernel, tokens, hidden, top_k, fp8))
-    return max(0.0, held - recv_s) * factor
+    tokens on ``gpu`` (an FP8 dispatch when ``fp8``): the same kernel on one node of ``peers + 1`` ranks
+    (``ll_node_seconds``), less the receive half ``recv_s`` the model charges already, times ``factor``;
+    never negative."""
+    return max(0.0, ll_node_seconds(gpu, kernel, tokens, hidden, top_k, peers, fp8=fp8) - recv_s) * factor
 
 
 def overlap_share(cluster: ClusterSpec, sm_share: float, contention: float = 1.0) -> float:

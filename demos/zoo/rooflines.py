@@ -3,7 +3,7 @@
 A GEMM of ``groups`` x (``m`` x ``n`` x ``k``) in a dtype of dense peak ``R`` on HBM of bandwidth ``B``::
 
     time  = latency + max(2 groups m n k / (R * ceiling * eff),  bytes / (B * mem_efficiency * occ))
-    eff   = m / pad16(m) * m/(m+m0) * n/(n+n0) * k/(k+k0)
+    eff   = m / pad16(m) * M/(M+m0) * n/(n+n0) * k/(k+k0),   M = groups * m
     occ   = min(1, tiles / (mem_tiles * SMs)),   tiles = groups * ceil(m / 128) * ceil(n / 128)
     bytes = weights * n k * w_bytes + groups * (m k * a_bytes + m n * c_bytes)
 
@@ -19,8 +19,17 @@ kernels bounded by their bytes at the family's reach toward bandwidth, not by an
 Attention (``AttentionCurve``): ``latency + max(flops / (R_bf16 * ceiling), bytes / (B * mem_efficiency))``,
 one curve for MLA decode and one for MLA prefill per family.
 
+The routed experts (``GroupedCurve``, ``FamilyFit.experts``): each of their two grouped GEMMs over
+``active`` experts takes ``max(math, bytes / (B * mem_efficiency))``, the math on the FP8 ``GemmCurve``
+with the row knee on all ``active x m`` rows (a grouped kernel fills the GPU with every expert's tiles),
+the bytes every active expert's weights once plus the rows in and out; the op adds its activation pass
+and ``latency``. Fitted to the measured MoE tables (uniform routing) with the FP8 curve held, so that a
+grouped GEMM over many experts is not held to the share of bandwidth one dense GEMM reaches.
+
 DeepEP's low-latency kernels on one node (``LinearCost``, ``FamilyFit.ll_sm``): ``fixed + per_byte x
-bytes``, the bytes a rank's messages carry (``tokens x top_k`` messages), per dispatch and per combine.
+bytes + per_peer x peers``, the bytes a rank's messages carry (``tokens x top_k`` messages) and the other
+ranks of the node it exchanges counts and flags with, per dispatch and per combine (``per_peer`` is 0
+where the family's tables hold one node size only, Hopper's 8 GPUs: it cannot be told from ``fixed``).
 On one node every message crosses NVLink by the SMs' own loads and stores, so the whole kernel holds the
 SMs: this is the time the SMs take to send and receive that many messages, which
 ``demos.zoo.overlap_costs`` charges as the SM-held halves of a hooked low-latency kernel.
@@ -50,6 +59,7 @@ __all__ = [
     "AttentionCurve",
     "FamilyFit",
     "GemmCurve",
+    "GroupedCurve",
     "LinearCost",
     "family_fit",
     "load_fits",
@@ -74,8 +84,11 @@ class GemmCurve:
     latency: float
     mem_tiles: float
 
-    def eff(self, m: float, n: float, k: float) -> float:
-        return m / (math.ceil(m / ROW_TILE) * ROW_TILE) * m / (m + self.m0) * n / (n + self.n0) * k / (k + self.k0)
+    def eff(self, m: float, n: float, k: float, groups: float = 1.0) -> float:
+        """The share of the ceiling a GEMM of ``groups`` x (m x n x k) reaches: each group's rows padded to
+        ``ROW_TILE``, the row knee on the kernel's rows, ``groups x m`` (module docstring)."""
+        rows, pad = groups * m, m / (math.ceil(m / ROW_TILE) * ROW_TILE)
+        return pad * rows / (rows + self.m0) * n / (n + self.n0) * k / (k + self.k0)
 
     def occupancy(self, groups: float, m: float, n: float, sms: int) -> float:
         """The share of its bandwidth a GEMM of ``groups`` x (m x n) output reaches (module docstring)."""
@@ -87,7 +100,7 @@ class GemmCurve:
         its groups are ``flops / (2 m n k)``."""
         groups = max(1.0, flops / (2.0 * m * n * k))
         occ = self.occupancy(groups, m, n, sms)
-        return flops / (peak * self.ceiling * self.eff(m, n, k)), nbytes / (hbm * self.mem_efficiency * occ)
+        return flops / (peak * self.ceiling * self.eff(m, n, k, groups)), nbytes / (hbm * self.mem_efficiency * occ)
 
     def seconds(
         self, flops: float, nbytes: float, m: float, n: float, k: float, peak: float, hbm: float, sms: int
@@ -110,19 +123,31 @@ class AttentionCurve:
 
 @dataclass(frozen=True)
 class LinearCost:
-    """``fixed + per_byte x bytes`` seconds (module docstring)."""
+    """``fixed + per_byte x bytes + per_peer x peers`` seconds (module docstring)."""
 
     fixed: float
     per_byte: float
+    per_peer: float = 0.0
 
-    def seconds(self, nbytes: float) -> float:
-        return self.fixed + self.per_byte * nbytes
+    def seconds(self, nbytes: float, peers: int = 0) -> float:
+        return self.fixed + self.per_byte * nbytes + self.per_peer * peers
+
+
+@dataclass(frozen=True)
+class GroupedCurve:
+    """The routed experts' grouped GEMMs (module docstring): the share of HBM bandwidth their bytes move
+    at (``mem_efficiency``) and the fixed seconds of the MoE op as the tables' harness timed it alone
+    (``latency``); their math takes the family's FP8 ``GemmCurve``."""
+
+    mem_efficiency: float
+    latency: float
 
 
 @dataclass(frozen=True)
 class FamilyFit:
     """One GPU family's fitted curves: ``gemm`` per dtype ("fp8", "bfloat16"), ``mla_decode``,
-    ``mla_prefill``, ``ll_sm`` per kernel ("dispatch", "combine"); ``fitted_on`` the GPUs whose tables gave
+    ``mla_prefill``, ``ll_sm`` per kernel ("dispatch", "combine"), ``experts`` (the routed experts' grouped
+    GEMMs; None in a file written before they were fitted); ``fitted_on`` the GPUs whose tables gave
     them; ``source`` the tables' provenance."""
 
     family: str
@@ -132,6 +157,7 @@ class FamilyFit:
     ll_sm: dict
     fitted_on: tuple[str, ...]
     source: str
+    experts: GroupedCurve | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -140,6 +166,7 @@ class FamilyFit:
             "mla_decode": asdict(self.mla_decode),
             "mla_prefill": asdict(self.mla_prefill),
             "ll_sm": {k: asdict(v) for k, v in self.ll_sm.items()},
+            "experts": None if self.experts is None else asdict(self.experts),
             "fitted_on": list(self.fitted_on),
             "source": self.source,
         }
@@ -154,6 +181,7 @@ class FamilyFit:
             ll_sm={k: LinearCost(**v) for k, v in d["ll_sm"].items()},
             fitted_on=tuple(d["fitted_on"]),
             source=d["source"],
+            experts=GroupedCurve(**d["experts"]) if d.get("experts") else None,
         )
 
 

@@ -10,7 +10,8 @@ The work of a row is counted as the predictor counts it (docs/models.md, "What a
 ``gemm_work`` for a GEMM row, ``mla_work`` for an MLA attention-core row (decode absorbed into the
 512 + 64 latent space; prefill expanded, causal within each request), ``ll_bytes`` for a single-node
 DeepEP low-latency row (``fit_ll_sm``: a weighted least-squares line, each row's residual relative to
-its time, closed form).
+its time, closed form), and the routed experts of a MoE row as ``experts_seconds`` counts them
+(``fit_experts``: the grouped GEMMs' bandwidth share and the op's fixed time, the FP8 curve held).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 
 from demos.zoo.hardware import GpuSpec, get_gpu
 from demos.zoo.hardware.alltoall import message_bytes
-from demos.zoo.rooflines import OUT_TILE, ROW_TILE, AttentionCurve, FamilyFit, GemmCurve, LinearCost
+from demos.zoo.rooflines import OUT_TILE, ROW_TILE, AttentionCurve, FamilyFit, GemmCurve, GroupedCurve, LinearCost
 
 __all__ = [
     "FIT_GPUS",
@@ -31,7 +32,9 @@ __all__ = [
     "MLA_DIMS",
     "MLA_KV",
     "error_stats",
+    "experts_seconds",
     "fit_attention",
+    "fit_experts",
     "fit_family",
     "fit_gemm",
     "fit_ll_sm",
@@ -210,6 +213,49 @@ def fit_attention(rows_by_gpu: Sequence[tuple[GpuSpec, list]], phase: str) -> At
     return _round(_attn_curve(minimize(loss, _ATTN_STARTS)))
 
 
+def _experts_parts(gemm: GemmCurve, g: GpuSpec, r) -> tuple[float, list[tuple[float, float]]]:
+    """(the activation pass's seconds, [(math seconds, bytes)] of the two grouped GEMMs) of MoE row ``r``."""
+    local, copies = r.experts / r.ep, r.tokens * r.top_k / r.ep
+    active = max(1.0, min(local, copies))
+    per, peak = copies / active, g.flops("fp8")
+    act = 1.5 * 2 * 2.0 * copies * r.inter / (g.hbm_bandwidth * gemm.mem_efficiency)
+    gemms = []
+    for n, k in ((2 * r.inter, r.hidden), (r.hidden, r.inter)):
+        math_s = 2.0 * copies * n * k / (peak * gemm.ceiling * gemm.eff(per, n, k, active))
+        gemms.append((math_s, active * n * k + copies * k + copies * n * 2.0))
+    return act, gemms
+
+
+def experts_seconds(gemm: GemmCurve, grouped: GroupedCurve, g: GpuSpec, r) -> float:
+    """Seconds of the routed experts of a measured MoE row ``r`` (``demos.zoo.measured.MoeRow``, uniform
+    routing) on ``g``, counted as ``demos.zoo.costs`` counts them: ``tokens x top_k / ep`` copies per
+    rank spread evenly over its experts (``min(local experts, copies)`` active), two grouped GEMMs
+    (``demos.zoo.rooflines``, "The routed experts") and the activation pass (1.5 BF16 read-and-write
+    passes over the up GEMM's output at the FP8 curve's bandwidth), plus ``grouped.latency``."""
+    act, gemms = _experts_parts(gemm, g, r)
+    bw = g.hbm_bandwidth * grouped.mem_efficiency
+    return grouped.latency + act + sum(max(m, b / bw) for m, b in gemms)
+
+
+def fit_experts(rows_by_gpu: Sequence[tuple[GpuSpec, list]], gemm: GemmCurve) -> GroupedCurve:
+    """The ``GroupedCurve`` fitted to ``[(gpu, rows)]`` of uniform MoE rows with the FP8 ``gemm`` held."""
+    parts = [(g.hbm_bandwidth, *_experts_parts(gemm, g, r), r.seconds) for g, rs in rows_by_gpu for r in rs]
+    if len(parts) < 2:
+        raise ValueError(f"need at least 2 MoE rows to fit 2 parameters, got {len(parts)}")
+    hbm, act, logt = (np.array([p[i] for p in parts]) for i in (0, 1, 3))
+    logt = np.log(logt)
+    maths = [np.array([p[2][j][0] for p in parts]) for j in (0, 1)]
+    nbytes = [np.array([p[2][j][1] for p in parts]) for j in (0, 1)]
+
+    def loss(u: np.ndarray) -> float:
+        bw = hbm * min(1.0, math.exp(u[0]))
+        pred = math.exp(u[1]) + act + sum(np.maximum(m, b / bw) for m, b in zip(maths, nbytes))
+        return float(np.sum((np.log(pred) - logt) ** 2))
+
+    u = minimize(loss, ((0.7, 1e-5), (0.9, 3e-5)))
+    return _round(GroupedCurve(min(1.0, math.exp(u[0])), math.exp(u[1])))
+
+
 def _round(curve):
     """``curve`` with every figure rounded to 4 significant figures (what the data file stores)."""
     return type(curve)(**{k: float(f"{v:.4g}") for k, v in curve.__dict__.items()})
@@ -240,13 +286,17 @@ def ll_bytes(kernel: str, tokens: float, hidden: int, top_k: int, fp8: bool = Tr
 
 
 def fit_ll_sm(rows: Sequence, kernel: str) -> LinearCost:
-    """The line ``fixed + per_byte x ll_bytes`` through single-node DeepEP low-latency rows
-    (``demos.zoo.measured.AllToAllRow``) of ``kernel``, residuals relative to each row's time."""
+    """The line ``fixed + per_byte x ll_bytes + per_peer x (gpus - 1)`` through single-node DeepEP
+    low-latency rows (``demos.zoo.measured.AllToAllRow``) of ``kernel``, residuals relative to each row's
+    time; ``per_peer`` 0 when the rows hold one node size only."""
     x = np.array([ll_bytes(kernel, r.tokens, r.hidden, r.top_k) for r in rows], dtype=float)
+    peers = np.array([r.gpus - 1 for r in rows], dtype=float)
     y = np.array([r.dispatch_s if kernel == "dispatch" else r.combine_s for r in rows], dtype=float)
-    a = np.stack([np.ones_like(x), x], axis=1) / y[:, None]
-    (fixed, per_byte), *_ = np.linalg.lstsq(a, np.ones_like(y), rcond=None)
-    return LinearCost(float(f"{fixed:.4g}"), float(f"{per_byte:.4g}"))
+    cols = [np.ones_like(x), x] + ([peers] if len(set(peers.tolist())) > 1 else [])
+    a = np.stack(cols, axis=1) / y[:, None]
+    coef, *_ = np.linalg.lstsq(a, np.ones_like(y), rcond=None)
+    fixed, per_byte, per_peer = (*coef.tolist(), 0.0)[:3]
+    return LinearCost(float(f"{fixed:.4g}"), float(f"{per_byte:.4g}"), float(f"{per_peer:.4g}"))
 
 
 def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
@@ -264,12 +314,14 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         phase: fit_attention([(spec, measured.mla_rows(g, phase, MLA_KV)) for spec, g in specs], phase)
         for phase in PHASES
     }
+    moe = [(spec, [r for r in measured.moe_rows(g) if r.distribution == "uniform"]) for spec, g in specs]
+    experts = fit_experts(moe, gemm["fp8"])
     ll = [r for g in names for r in measured.alltoall_rows(g) if r.gpus <= get_gpu(g).gpus_per_node]
     ll_sm = {kernel: fit_ll_sm(ll, kernel) for kernel in ("dispatch", "combine")}
     tables = ", ".join(
         f"{t[3]} ({t[1]} {t[2]})"
         for k, t in measured.TABLES.items()
-        if k in ("gemm", "mla_decode", "mla_prefill", "deepep_ll")
+        if k in ("gemm", "mla_decode", "mla_prefill", "moe_decode", "deepep_ll")
     )
     source = f"aiconfigurator-core {measured.package_version()}: {tables} on {', '.join(names)}"
-    return FamilyFit(family, gemm, attn["decode"], attn["prefill"], ll_sm, names, source)
+    return FamilyFit(family, gemm, attn["decode"], attn["prefill"], ll_sm, names, source, experts)

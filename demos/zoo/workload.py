@@ -141,11 +141,32 @@ class Workload:
                 "over it nor replicate evenly"
             )
 
+    @property
+    def alltoall(self) -> bool:
+        """Whether the MoE block moves tokens over the EP group with DeepEP's all-to-all: EP > 1 and more
+        than one attention group in it. With one (attention TP = EP, no data parallelism), every rank
+        holds the group's tokens, its experts take the copies routed to them, and the MoE output is
+        all-reduced: vLLM turns its all-to-all kernels on only with DP > 1, and TRT-LLM's attention TP
+        runs the same way (docs/clusters.md, "Attention tensor parallelism")."""
+        return self.cluster.ep > 1 and self.attention_tp < self.cluster.ep
+
     def moe_tokens(self, t: int) -> int:
         """Tokens each rank's MoE block holds for a ubatch of ``t`` tokens of its attention TP group:
-        ``ceil(t / attention_tp)`` (the group's tokens reduce-scattered over it, padded to a multiple of
-        it as vLLM pads them); ``t`` without attention TP."""
+        ``ceil(t / attention_tp)`` with an all-to-all (the group's tokens reduce-scattered over it, padded
+        to a multiple of it as vLLM pads them); ``t`` without attention TP, or without an all-to-all
+        (``alltoall``: every rank holds the group's tokens)."""
+        if self.attention_tp > 1 and not self.alltoall:
+            return t
         return -(-t // self.attention_tp)
+
+    def routed_tokens(self, t: int) -> float:
+        """Tokens whose ``top_k`` copies each rank's experts receive on average, for a ubatch of ``t``
+        tokens of its attention TP group: ``moe_tokens(t)``, or ``t / attention_tp`` without an
+        all-to-all (the group's copies spread over its ``attention_tp`` ranks; a fraction when ``t`` is
+        smaller than the group)."""
+        if self.attention_tp > 1 and not self.alltoall:
+            return t / self.attention_tp
+        return self.moe_tokens(t)
 
     @property
     def tokens_per_gpu(self) -> float:

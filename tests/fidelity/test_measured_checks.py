@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from demos.fidelity.silicon import silicon_summaries
+from demos.fidelity.silicon import decode_tokens, silicon_summaries
 from demos.validate import main
 from demos.zoo import measured
 
@@ -63,3 +63,17 @@ def test_silicon_json_predicts_decode_rows_of_two_engines_on_each_gpu(tmp_path):
         assert decode[gpu]["rows"] >= 10 and len(decode[gpu]["engines"]) >= 2
     assert any("MoE tensor parallelism" in reason for reason in data["skipped"])
     assert silicon_summaries([]) == []
+
+
+def test_the_decode_batch_is_what_the_measured_ttft_leaves_of_the_configured_one():
+    """Little's law over a closed-loop run: each request spends its TTFT before it decodes for
+    ``(osl - 1) x TPOT``. The bug this catches: a prefill-starved run (TTFT 75 s against 21 s of decode)
+    predicted at the batch it was configured for, 192, when its decode side held about 42."""
+    row = measured.SiliconRow(
+        "x", "sglang", "m", "gb200", "fp8", "disagg", 8192, 1024, 192, 1, 32, 32, 1, None, 75.8, 0.0207
+    )
+    decode = 1023 * 0.0207
+    assert decode_tokens(row) == round(192 * decode / (decode + 75.8)) == 42
+    assert decode_tokens(row._replace(ttft_s=0.0)) == 192
+    assert decode_tokens(row._replace(ttft_s=None)) == 192  # no TTFT: the configured batch
+    assert decode_tokens(row._replace(batch=1, ttft_s=1e6)) == 1  # never below one request

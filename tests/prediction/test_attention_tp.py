@@ -31,10 +31,10 @@ def test_the_engine_lines_take_the_tp_form():
     assert f"vllm serve {MODEL} --tensor-parallel-size 8 --data-parallel-size 9 --enable-expert-parallel" in tp["vllm"]
     assert "--tp-size 72 --attn-dp-size 9 --moe-a2a-backend deepep" in tp["sglang"]
     assert "--enable-two-batch-overlap" in tp["sglang"]
-    whole = _rec(8, 8)  # TP over every GPU: vLLM's MoE has no all-to-all then, SGLang's still has DeepEP
+    whole = _rec(8, 8)  # TP over every GPU: no all-to-all (the replicated path), so no overlap in either engine
     commands = [x for x in whole["vllm"].splitlines() if not x.startswith("#")]
     assert commands and "--enable-dbo" not in commands[0] and "--data-parallel-size > 1" in whole["vllm"]
-    assert "--tp-size 8 --moe-a2a-backend deepep" in whole["sglang"] and "--enable-two-batch-overlap" in whole["sglang"]
+    assert whole["sglang"].endswith("--tp-size 8 --ep-size 8") and "--moe-a2a-backend" not in whole["sglang"]
 
 
 @pytest.mark.parametrize(

@@ -119,13 +119,15 @@ def test_the_overlap_flags_follow_the_overlap_and_the_phase():
             assert int(value(" ".join(v), flag)) == max(kw["threshold"], 2)  # vLLM refuses below 2 micro-batches
         else:
             assert flag not in v
-        assert ("--enable-two-batch-overlap" in s) is (kw["overlap"] == "dbo")
-        assert ("--enable-single-batch-overlap" in s) is (kw["overlap"] == "sbo")
+        assert ("--enable-two-batch-overlap" in s) is (kw["overlap"] == "dbo" and dp > 1)
+        assert ("--enable-single-batch-overlap" in s) is (kw["overlap"] == "sbo" and dp > 1)
+        if kw["overlap"] != "none" and dp == 1:  # one attention group: no all-to-all to overlap
+            assert r.sglang.startswith(f"# SGLang {SGLANG_VERSION} overlaps micro-batches only around DeepEP")
         if kw["overlap"] == "sbo":
             assert r.vllm.startswith(f"# vLLM {VLLM_VERSION} has no single-batch overlap")
         if kw["overlap"] == "dbo" and dp == 1:
             assert r.vllm.startswith(f"# vLLM {VLLM_VERSION} runs DBO only with --data-parallel-size > 1")
-        if kw["overlap"] == "dbo":
+        if kw["overlap"] == "dbo" and dp > 1:
             assert any("two-batch overlap has no token threshold" in n for n in r.notes)
 
 
@@ -134,8 +136,11 @@ def test_the_schedule_picks_deepep_kernels_in_both_engines():
         if kw["ep"] < kw["world"]:
             continue
         s = commands(r.sglang)[0]
-        assert value(s, "--moe-a2a-backend") == "deepep"
-        assert value(s, "--deepep-mode") == {"ll": "low_latency", "ht": "normal"}[kw["schedule"]]
+        if kw["ep"] // kw["attention_tp"] > 1:
+            assert value(s, "--moe-a2a-backend") == "deepep"
+            assert value(s, "--deepep-mode") == {"ll": "low_latency", "ht": "normal"}[kw["schedule"]]
+        else:  # one attention group: the experts sharded by --ep-size, their outputs all-reduced
+            assert "--moe-a2a-backend" not in s and int(value(s, "--ep-size")) == kw["world"]
         for line in commands(r.vllm):
             if kw["ep"] // kw["attention_tp"] > 1:
                 want = {"ll": "deepep_low_latency", "ht": "deepep_high_throughput"}[kw["schedule"]]

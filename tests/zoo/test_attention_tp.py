@@ -165,3 +165,36 @@ def test_the_real_math_with_attention_tp_stays_bitwise_exact_on_threads():
         ops = {k.op for k in r.step(True).records}
     assert same and diff == 0.0
     assert {"tp_attn_reduce", "tp_moe_gather"} <= ops
+
+
+def test_attention_tp_equal_to_ep_replicates_the_tokens_and_all_reduces_the_moe():
+    """One attention group per EP group (DP 1): no all-to-all (vLLM's all-to-all kernels need DP > 1; TRT-LLM's
+    attention TP runs so): every rank runs the group's tokens through the router, its experts take the copies
+    routed to them, the shared experts are TP-sharded, and o_proj's and the MoE's sums are all-reduced. The bug
+    this catches: DeepEP's kernels (and their fixed latency) charged where the engines run none."""
+    t, H, tp = 100, 7168, 8
+    node = cluster_for("h100", 1, 8, 8)
+    w = _w(tp, tokens=t, cluster=node)
+    assert not w.alltoall and w.moe_tokens(t) == t and w.routed_tokens(t) == t / tp
+    assert _w(tp, tokens=t).alltoall  # 9 groups of 8 in EP 72: the sequence-parallel path, as before
+    moe = layer_costs(w, t, 5, PROFILE)
+    ar = tp_collective(w.gpu, "all_reduce", t * H * 2, tp)
+    assert (moe.dispatch, moe.combine, moe.dispatch_send, moe.tp_moe_gather) == (None, None, None, None)
+    assert moe.tp_attn_reduce == moe.tp_mlp_reduce == ar and moe.moe_t == t == moe.t
+    dp = layer_costs(_w(1, tokens=t, cluster=node), t, 5, PROFILE)
+    assert moe.router.bytes == dp.router.bytes  # the router runs every token of the group
+    assert moe.shared.bytes < dp.shared.bytes / 4  # TP-sharded shared experts
+    # the routed experts take the group's copies spread over its ranks: 100 x 8 / 8 per rank, imbalanced
+    rows = t / tp * 8 * w.imbalance_at(t / tp)
+    assert moe.dispatch_recv.bytes == pytest.approx(rows * (H + H // 128 * 4 + 2 * H))
+
+
+def test_a_tp_equals_ep_step_runs_no_all_to_all_and_no_overlap_applies():
+    from demos.prediction.sweep import applicable_overlaps
+
+    w = _w(8, tokens=16, cluster=cluster_for("h200", 1, 8, 8))
+    with ZooRun(w, mode="graph") as r:
+        ops = {k.op for k in r.step(False).records if k.op}
+    assert not ops & {"dispatch_ll", "combine_ll", "dispatch_send", "combine_send", "tp_moe_gather"}
+    assert {"tp_attn_reduce", "tp_mlp_reduce", "experts_ll"} <= ops
+    assert applicable_overlaps(w) == ("none",)

@@ -18,8 +18,8 @@ from demos.zoo import measured
 from demos.zoo.hardware import get_gpu
 from demos.zoo.kernel_times import KernelTimes, kernel_times
 from demos.zoo.profile import gpu_profile
-from demos.zoo.rooflines import FITS, GemmCurve, family_fit
-from demos.zoo.rooflines_fit import fit_gemm
+from demos.zoo.rooflines import FITS, GemmCurve, GroupedCurve, family_fit
+from demos.zoo.rooflines_fit import experts_seconds, fit_experts, fit_gemm
 
 ROOT = Path(__file__).resolve().parents[2]
 _skip = pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
@@ -67,6 +67,26 @@ def test_fit_gemm_recovers_a_known_curve_from_its_own_rows():
         for r in rows
     ]
     assert np.max(np.abs(np.array(pred) / np.array([r.seconds for r in rows]) - 1)) < 0.02
+
+
+def test_fit_experts_recovers_a_known_grouped_curve_and_the_step_times_grouped_gemms_on_it():
+    """The grouped curve is fitted with the FP8 GEMM curve held; the step's routed experts (op "experts")
+    move their bytes at its share of bandwidth, every other GEMM at the dense curve's."""
+    g, gemm = get_gpu("h200"), family_fit("hopper").gemm["fp8"]
+    truth = GroupedCurve(mem_efficiency=0.8, latency=2e-5)
+    rows = [
+        measured.MoeRow(t, 7168, 2048, 8, 256, ep, "uniform", 0.0)
+        for ep in (4, 16, 64, 256)
+        for t in (ep // 2 or 1, 4 * ep, 64 * ep)
+    ]
+    rows = [r._replace(seconds=experts_seconds(gemm, truth, g, r)) for r in rows]
+    got = fit_experts([(g, rows)], gemm)
+    assert (got.mem_efficiency, got.latency) == pytest.approx((0.8, 2e-5), rel=1e-3)
+    kt = KernelTimes(g, gpu_profile("h200"))
+    args = (4.0, 4096, 7168, "fp8", 2.0 * 64 * 4 * 4096 * 7168, 64 * 4096 * 7168.0)  # 64 experts x 4 rows
+    grouped, dense = kt.gemm("experts", *args), kt.gemm("attn_proj", *args)
+    assert grouped == pytest.approx(args[-1] / (g.hbm_bandwidth * family_fit("hopper").experts.mem_efficiency))
+    assert grouped < dense  # the grouped share of bandwidth is above one dense GEMM's
 
 
 def test_measured_source_without_the_extra_is_one_line_naming_the_install(monkeypatch):

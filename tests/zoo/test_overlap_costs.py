@@ -8,19 +8,22 @@ import pytest
 from demos.errors import ConfigError
 from demos.prediction.sweep import Sweep, what_if_workload
 from demos.zoo.costs import layer_costs
-from demos.zoo.hardware import DEEPEP_H800, deepep_low_latency
+from demos.zoo.hardware import DEEPEP_H800, deepep_low_latency, get_gpu
+from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.measured import AllToAllRow
 from demos.zoo.models import get_preset
 from demos.zoo.overlap_costs import (
     BLOCK_M,
     MECHANISMS,
     Mechanisms,
+    ll_node_seconds,
     ll_send_seconds,
     masked_rows,
     overlap_share,
     step_profile,
     ubatch_sizes,
 )
+from demos.zoo.profile import MIN_KERNEL
 from demos.zoo.report import measure_point
 from demos.zoo.rooflines import family_fit
 from demos.zoo.rooflines_fit import fit_ll_sm, ll_bytes
@@ -28,6 +31,7 @@ from demos.zoo.run import ZooRun
 from demos.zoo.workload import Workload, cluster_for
 
 DSV3 = get_preset("deepseek-v3")
+H100 = get_gpu("h100")
 
 
 def _lmsys(tokens: int = 32, **mech: float) -> Workload:
@@ -52,21 +56,52 @@ def test_the_masked_layout_computes_whole_blocks_per_expert():
 
 
 def test_the_send_half_grows_with_the_messages_and_leaves_out_the_receive_half():
-    small = ll_send_seconds("hopper", "dispatch", 16, 7168, 8, 0.0)
-    big = ll_send_seconds("hopper", "dispatch", 128, 7168, 8, 0.0)
+    small = ll_send_seconds(H100, "dispatch", 16, 7168, 8, 7, 0.0)
+    big = ll_send_seconds(H100, "dispatch", 128, 7168, 8, 7, 0.0)
     assert 0 < small < big
-    held = family_fit("hopper").ll_sm["dispatch"].seconds(ll_bytes("dispatch", 128, 7168, 8))
-    assert big == pytest.approx(held)
-    assert ll_send_seconds("hopper", "dispatch", 128, 7168, 8, 5e-6) == pytest.approx(held - 5e-6)
-    assert ll_send_seconds("hopper", "dispatch", 128, 7168, 8, 1.0) == 0.0  # never negative
-    assert ll_send_seconds("hopper", "combine", 128, 7168, 8, 0.0, 0.0) == 0.0
+    held = family_fit("hopper").ll_sm["dispatch"].seconds(ll_bytes("dispatch", 128, 7168, 8), 7)
+    assert big == pytest.approx(held) == ll_node_seconds(H100, "dispatch", 128, 7168, 8, 7)
+    assert ll_send_seconds(H100, "dispatch", 128, 7168, 8, 7, 5e-6) == pytest.approx(held - 5e-6)
+    assert ll_send_seconds(H100, "dispatch", 128, 7168, 8, 7, 1.0) == 0.0  # never negative
+    assert ll_send_seconds(H100, "combine", 128, 7168, 8, 7, 0.0, 0.0) == 0.0
+    # H800's NVLink (200 GB/s per direction against the fitted GPUs' 450) stretches the per-byte term
+    h800 = ll_node_seconds(get_gpu("h800"), "dispatch", 128, 7168, 8, 7)
+    line = family_fit("hopper").ll_sm["dispatch"]
+    assert h800 - line.fixed == pytest.approx((held - line.fixed) * 450 / 200)
 
 
-def test_the_ll_fit_recovers_a_line():
-    rows = [AllToAllRow(8, t, 7168, 8, 256, 10e-6 + 3e-12 * ll_bytes("dispatch", t, 7168, 8), 0.0) for t in (1, 8, 64)]
-    line = fit_ll_sm(rows, "dispatch")
-    assert line.fixed == pytest.approx(10e-6, rel=1e-3)
+def test_the_ll_fit_recovers_a_line_and_a_per_peer_term_where_node_sizes_differ():
+    def row(gpus: int, t: int) -> AllToAllRow:
+        s = 10e-6 + 3e-12 * ll_bytes("dispatch", t, 7168, 8) + 1e-6 * (gpus - 1)
+        return AllToAllRow(gpus, t, 7168, 8, 256, s, 0.0)
+
+    line = fit_ll_sm([row(8, t) for t in (1, 8, 64)], "dispatch")  # one node size: no per-peer term
+    assert line.fixed == pytest.approx(17e-6, rel=1e-3) and line.per_peer == 0.0
     assert line.per_byte == pytest.approx(3e-12, rel=1e-3)
+    line = fit_ll_sm([row(g, t) for g in (4, 8) for t in (1, 8, 64)], "dispatch")
+    assert (line.fixed, line.per_byte, line.per_peer) == pytest.approx((10e-6, 3e-12, 1e-6), rel=1e-3)
+
+
+def test_on_one_node_the_low_latency_kernel_is_the_measured_single_node_line():
+    """Within one node the SMs move every message: send half, flight and receive half add up to the
+    family's single-node line for the busiest rank's tokens, not to DeepEP's multi-node model (25 us of
+    RDMA round trips); with ll_sm off the flight takes what the send half gave up. The bug this catches: a
+    one-node kernel timed as RDMA, or its receive half counted twice."""
+    w = Workload(DSV3, cluster_for("h200", 1, None, 8), tokens=64, imbalance=1.0)
+    p = step_profile(w)
+    kt = KernelTimes(w.gpu, p)
+    for ll_sm in (1.0, 0.0):
+        c = layer_costs(w.with_(mechanisms=Mechanisms(ll_sm=ll_sm)), 64, 3, p)
+        for kind, recv in (("dispatch", c.dispatch_recv), ("combine", c.combine_recv)):
+            whole = ll_node_seconds(H100, kind, 64, DSV3.hidden_size, 8, 7)
+            send, flight = getattr(c, f"{kind}_send"), getattr(c, kind)
+            recv_s = max(MIN_KERNEL, kt.memory(recv.bytes, recv.flops))  # one kernel: at least the floor
+            assert send + flight + recv_s == pytest.approx(whole)
+            assert (flight == pytest.approx(0.0, abs=1e-12)) == (ll_sm == 1.0)
+    multi = Workload(DSV3, cluster_for("h200", 2, None, 16), tokens=64, imbalance=1.0)
+    c = layer_costs(multi, 64, 3, p)
+    deepep = deepep_low_latency(multi.cluster, multi.routing(64), 64, DSV3.hidden_size, "dispatch").seconds
+    assert c.dispatch_send + c.dispatch == pytest.approx(deepep)
 
 
 def test_the_send_half_moves_to_the_compute_stream_and_the_kernel_keeps_its_time():

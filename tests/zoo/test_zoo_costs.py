@@ -63,6 +63,19 @@ def test_active_experts_grow_with_tokens_up_to_the_local_slots():
     assert big == pytest.approx(4, rel=1e-6)  # 288 slots / 72 ranks: every slot receives tokens
 
 
+def test_active_experts_are_the_busiest_ranks():
+    """The busiest rank's ``t x top_k x imbalance`` copies over its slots, not the mean rank's: at a few
+    copies per rank the step waits for the rank that reads the most expert weights. The bug this catches:
+    the mean rank's count (the imbalance left out), which reads fewer weights than the busiest rank."""
+    w = Workload(DSV3, cluster_for("h200", 1, None, 8), "decode", 4, 2048, imbalance="auto")
+    local, imb = w.experts_per_rank, w.imbalance_at(4)
+    assert imb > 1.3
+    busiest = local * (1 - (1 - 1 / local) ** (4 * 8 * imb))
+    mean = local * (1 - (1 - 1 / local) ** (4 * 8))
+    assert active_experts(w, 4) == pytest.approx(busiest) and busiest > mean * 1.1
+    assert active_experts(w.with_(imbalance=1.0), 4) == pytest.approx(mean)
+
+
 def test_decode_experts_read_every_active_experts_weights():
     w = _w(tokens=128)
     c = layer_costs(w, 128, 5, PROFILE)
