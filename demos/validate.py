@@ -7,6 +7,7 @@ profile, and print the errors (docs/fidelity.md, "Validating").
     python -m demos.validate --deepep      # DeepEP's published H800 all-to-all tables against the model
     python -m demos.validate --kernels     # the fitted roofline against measured kernel tables (extra: measured)
     python -m demos.validate --silicon     # predicted no-DBO steps against measured deployments (extra: measured)
+    python -m demos.validate --silicon --silicon-kernels measured   # the same, kernel times from the tables
     python -m demos.validate --published   # published overlap results (LMSYS's 96-H100 decode) against the predictor
     python -m demos.validate --published --ablation   # ... and what each overlap mechanism moves
     python -m demos.validate --profile my.json --quick --schedules ht --sizes 128 --ratios 0.5 --breakdown
@@ -158,6 +159,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="only compare predicted no-DBO steps with measured end-to-end deployments (needs the measured extra)",
     )
     p.add_argument(
+        "--silicon-kernels",
+        choices=("roofline", "measured"),
+        default="roofline",
+        help="with --silicon: where the predicted steps' kernel times come from, as demos.predict --kernels "
+        "(default roofline)",
+    )
+    p.add_argument(
         "--published",
         action="store_true",
         help="only compare the predictor with published whole-deployment overlap results (no runs here)",
@@ -211,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     checks = [f for f in ("deepep", "h200", "kernels", "silicon", "published") if getattr(ns, f)]
     if ns.ablation and not ns.published:
         return fail("--ablation goes with --published (it ablates the published cases)")
+    if ns.silicon_kernels != "roofline" and not ns.silicon:
+        return fail("--silicon-kernels goes with --silicon (it sets the kernel source of its predicted steps)")
     if len(checks) > 1:
         return fail(f"{' and '.join('--' + c for c in checks)} are separate checks: pass one of them")
     if ns.kernels or ns.silicon:
@@ -318,7 +328,9 @@ def _measured_check(ns: argparse.Namespace, prog: str, fail: Callable[[str], int
             summary = summaries(rows)
             cli_common.say(format_kernels(summary))
             return _write(ns.json, {"rows": [r._asdict() for r in rows], "summary": summary}, prog)
-        checks, skipped = silicon_rows(lambda d, n, what: progress(f"silicon: {d}/{n} {what}"))
+        checks, skipped = silicon_rows(
+            lambda d, n, what: progress(f"silicon: {d}/{n} {what}"), kernels=ns.silicon_kernels
+        )
     except MeasuredTablesError as e:
         progress.done()
         return fail(str(e))

@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 from demos.errors import ConfigError
 from demos.zoo.hardware import get_gpu
+from demos.zoo.kernel_times import kernel_times
 from demos.zoo.models import get_preset
 from demos.zoo.overlap_costs import step_profile
 from demos.zoo.rooflines_fit import error_stats
@@ -142,7 +143,7 @@ def _prefill_plan(r) -> dict | str:
     )
 
 
-def _step_seconds(phase: str, p: dict) -> float:
+def _step_seconds(phase: str, p: dict, kernels: str = "roofline") -> float:
     spec = get_preset(p["preset"])
     per_node = min(p["ep"], get_gpu(p["gpu"]).gpus_per_node)
     cluster = cluster_for(p["gpu"], p["ep"] // per_node, per_node, p["ep"])
@@ -157,13 +158,15 @@ def _step_seconds(phase: str, p: dict) -> float:
         attention_tp=p["tp"],
     )
     mode = "graph" if phase == "decode" else "eager"
-    with ZooRun(w, mode=mode, profile=step_profile(w)) as run:
+    profile = step_profile(w)
+    with ZooRun(w, mode=mode, profile=profile, kernels=kernel_times(kernels, w.gpu, profile)) as run:
         return run.step(False).seconds
 
 
-def silicon_rows(progress: Callable[[int, int, str], None] | None = None):
-    """(checks, skipped): every expressible measured row predicted (module docstring), and
-    ``{reason: rows}`` for the rest. Needs the ``measured`` extra."""
+def silicon_rows(progress: Callable[[int, int, str], None] | None = None, *, kernels: str = "roofline"):
+    """(checks, skipped): every expressible measured row predicted (module docstring), its kernel times
+    from ``kernels`` ("roofline" or "measured", ``demos.zoo.kernel_times``), and ``{reason: rows}`` for
+    the rest. Needs the ``measured`` extra."""
     from demos.zoo import measured
 
     plans, skipped = [], {}
@@ -185,7 +188,7 @@ def silicon_rows(progress: Callable[[int, int, str], None] | None = None):
         key = (phase, tuple(sorted(p.items())))
         if key not in cache:
             try:
-                cache[key] = _step_seconds(phase, p)
+                cache[key] = _step_seconds(phase, p, kernels)
             except ConfigError as e:
                 cache[key] = e
         got = cache[key]

@@ -77,3 +77,21 @@ def test_the_decode_batch_is_what_the_measured_ttft_leaves_of_the_configured_one
     assert decode_tokens(row._replace(ttft_s=0.0)) == 192
     assert decode_tokens(row._replace(ttft_s=None)) == 192  # no TTFT: the configured batch
     assert decode_tokens(row._replace(batch=1, ttft_s=1e6)) == 1  # never below one request
+
+
+def test_the_silicon_kernel_source_goes_with_silicon_only(capsys):
+    assert main(["--published", "--silicon-kernels", "measured"]) == 2
+    assert "--silicon-kernels goes with --silicon" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.measured
+@needs_tables
+def test_silicon_on_the_measured_source_predicts_the_same_rows_from_the_tables(tmp_path):
+    """The diagnostic fidelity.md quotes: the same rows, their GEMMs and MLA cores from the tables."""
+    curves = _checked_json("--silicon", tmp_path, {"predicted_s"})
+    out = tmp_path / "measured.json"
+    assert main(["--silicon", "--silicon-kernels", "measured", "--no-progress", "--json", str(out)]) == 0
+    tables = json.loads(out.read_text())
+    assert [r["id"] for r in tables["rows"]] == [r["id"] for r in curves["rows"]]
+    assert sum(a["predicted_s"] != b["predicted_s"] for a, b in zip(tables["rows"], curves["rows"])) > 10
