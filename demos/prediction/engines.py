@@ -294,13 +294,12 @@ def _sglang(
                 "every GPU does not run; the line without overlap:\n"
             )
         return f"{head}{line} --ep-size {world}" + _sglang_nodes(s, nodes, notes)
-    if groups > 1:
-        line += f" --attn-dp-size {groups}"
-        notes.append(
-            f"{s}: --tp-size {world} --attn-dp-size {groups} runs attention in {groups} data-parallel groups of "
-            f"{_gpus(tp)} (tensor parallel inside each); releases before the attn-dp-size flag spell it "
-            f"--dp-size {groups} --enable-dp-attention, which {s} still accepts with a deprecation warning"
-        )
+    line += f" --attn-dp-size {groups}"  # more than one attention group from here on
+    notes.append(
+        f"{s}: --tp-size {world} --attn-dp-size {groups} runs attention in {groups} data-parallel groups of "
+        f"{_gpus(tp)} (tensor parallel inside each); releases before the attn-dp-size flag spell it "
+        f"--dp-size {groups} --enable-dp-attention, which {s} still accepts with a deprecation warning"
+    )
     line += f" --moe-a2a-backend deepep --deepep-mode {SGLANG_DEEPEP_MODES[schedule]}"
     notes.append(f"{s}: --moe-a2a-backend deepep sets the expert-parallel size to --tp-size, {world} = the EP")
     if schedule == "ht":

@@ -334,7 +334,7 @@ def layer_costs(
     shared = None
     if moe.shared_experts:
         Is = inter * moe.shared_experts
-        if tp > 1 and not w.alltoall:  # the replicated tokens' shared experts are TP-sharded, as the dense MLP
+        if w.moe_replicated:  # the replicated tokens' shared experts are TP-sharded, as the dense MLP
             Is = -(-Is // tp)
         shared = _sum.named("shared")(gemm(t, 2 * Is, H, estore), gemm(t, H, Is, estore), _pass(t, Is, 1))
     dispatch = combine = send_d = send_c = None
@@ -361,7 +361,7 @@ def layer_costs(
     c = replace(c, dispatch_send=send_d, combine_send=send_c, experts_split=split)
     if tp == 1:
         return c
-    if not w.alltoall:
+    if w.moe_replicated:
         reduce = tp_collective(w.gpu, "all_reduce", t * H * _ACT, tp)  # o_proj's and the MoE's partial sums
         return replace(c, tp_attn_reduce=reduce, tp_mlp_reduce=reduce, moe_t=t)
     nbytes = t * tp * H * _ACT  # the group's tokens, padded to a multiple of the group

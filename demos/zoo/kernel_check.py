@@ -27,8 +27,9 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from demos.zoo.hardware import get_gpu
+from demos.zoo.overlap_costs import ll_node_seconds
 from demos.zoo.rooflines import FamilyFit, family_fit
-from demos.zoo.rooflines_fit import GEMM_DTYPES, MLA_KV, error_stats, experts_seconds, gemm_work, ll_bytes, mla_work
+from demos.zoo.rooflines_fit import GEMM_DTYPES, MLA_KV, error_stats, experts_seconds, gemm_work, mla_work
 
 __all__ = ["OPS", "CheckRow", "cross_validation", "kernel_rows", "summaries"]
 
@@ -88,12 +89,13 @@ def _experts_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
 def _alltoall_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
     from demos.zoo import measured
 
+    g = get_gpu(gpu)
     for r in measured.alltoall_rows(gpu):
         if r.experts % r.gpus:
             continue
         shape = f"tokens={r.tokens} hidden={r.hidden} topk={r.top_k} experts={r.experts}"
         for kernel, measured_s in (("dispatch", r.dispatch_s), ("combine", r.combine_s)):
-            pred = fit.ll_sm[kernel].seconds(ll_bytes(kernel, r.tokens, r.hidden, r.top_k), r.gpus - 1)
+            pred = ll_node_seconds(g, kernel, r.tokens, r.hidden, r.top_k, r.gpus - 1, fit=fit)
             yield CheckRow(gpu, kernel, shape, pred, measured_s)
 
 

@@ -110,14 +110,14 @@ def masked_rows(rows_per_expert: float, family: str, factor: float = 1.0) -> flo
 
 
 def ll_node_seconds(
-    gpu: Any, kernel: str, tokens: float, hidden: int, top_k: int, peers: int, *, fp8: bool = True
+    gpu: Any, kernel: str, tokens: float, hidden: int, top_k: int, peers: int, *, fp8: bool = True, fit: Any = None
 ) -> float:
     """One low-latency ``kernel`` ("dispatch" or "combine") of ``tokens`` tokens per rank on one node of
     ``gpu`` (a ``GpuSpec``), whole (its send and receive halves, an FP8 dispatch when ``fp8``), with
-    ``peers`` other ranks: its family's line fitted to the measured single-node tables
-    (``FamilyFit.ll_sm``), the per-byte term scaled by the fitted GPUs' NVLink bandwidth over ``gpu``'s
-    (H800's 200 GB/s per direction takes 2.25 times Hopper's fitted 450)."""
-    fit = family_fit(gpu.family)
+    ``peers`` other ranks: the line fitted to the measured single-node tables (``FamilyFit.ll_sm`` of
+    ``fit``, default its family's), the per-byte term scaled by the fitted GPUs' NVLink bandwidth over
+    ``gpu``'s (H800's 200 GB/s per direction takes 2.25 times Hopper's fitted 450)."""
+    fit = fit or family_fit(gpu.family)
     line = fit.ll_sm[kernel]
     nbytes = ll_bytes(kernel, tokens, hidden, top_k, fp8) * get_gpu(fit.fitted_on[0]).nvlink_bandwidth
     return line.seconds(nbytes / gpu.nvlink_bandwidth, peers)

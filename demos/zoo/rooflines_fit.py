@@ -189,14 +189,14 @@ def fit_gemm(rows_by_gpu: Sequence[tuple[GpuSpec, list]], dtype: str) -> GemmCur
     tiles = np.ceil(m / OUT_TILE) * np.ceil(n / OUT_TILE)
     logt = np.log(t)
 
-    def loss(u: np.ndarray) -> np.ndarray:
+    def residuals(u: np.ndarray) -> np.ndarray:
         c = _gemm_curve(u)
         eff = pad * m / (m + c.m0) * n / (n + c.n0) * k / (k + c.k0)
         occ = np.minimum(1.0, tiles / (c.mem_tiles * sms))
         pred = c.latency + np.maximum(flops / (peak * c.ceiling * eff), nbytes / (hbm * c.mem_efficiency * occ))
         return np.log(pred) - logt
 
-    return _round(_gemm_curve(fit_log(loss, _GEMM_STARTS)))
+    return _round(_gemm_curve(fit_log(residuals, _GEMM_STARTS)))
 
 
 _ATTN_STARTS = ((0.5, 0.7, 1e-5), (0.8, 0.9, 3e-6), (0.3, 0.5, 2e-5))
@@ -217,24 +217,25 @@ def fit_attention(rows_by_gpu: Sequence[tuple[GpuSpec, list]], phase: str) -> At
         nbytes = nbytes - np.where(kv == "fp8", data["batch"] * (data["kv_len"] + 1.0) * lat, 0.0)
     logt = np.log(t)
 
-    def loss(u: np.ndarray) -> np.ndarray:
+    def residuals(u: np.ndarray) -> np.ndarray:
         c = _attn_curve(u)
         pred = c.latency + np.maximum(flops / (peak * c.ceiling), nbytes / (hbm * c.mem_efficiency))
         return np.log(pred) - logt
 
-    return _round(_attn_curve(fit_log(loss, _ATTN_STARTS)))
+    return _round(_attn_curve(fit_log(residuals, _ATTN_STARTS)))
 
 
 def _experts_parts(gemm: GemmCurve, g: GpuSpec, r) -> tuple[float, list[tuple[float, float]]]:
     """(the activation pass's seconds, [(math seconds, bytes)] of the two grouped GEMMs) of MoE row ``r``."""
     local, copies = r.experts / r.ep, r.tokens * r.top_k / r.ep
     active = max(1.0, min(local, copies))
-    per, peak = copies / active, g.flops("fp8")
-    act = 1.5 * 2 * 2.0 * copies * r.inter / (g.hbm_bandwidth * gemm.mem_efficiency)
+    per, peak, hbm = copies / active, g.flops("fp8"), g.hbm_bandwidth
+    act = 1.5 * 2 * 2.0 * copies * r.inter / (hbm * gemm.mem_efficiency)
     gemms = []
     for n, k in ((2 * r.inter, r.hidden), (r.hidden, r.inter)):
-        math_s = 2.0 * copies * n * k / (peak * gemm.ceiling * gemm.eff(per, n, k, active))
-        gemms.append((math_s, active * n * k + copies * k + copies * n * 2.0))
+        nbytes = active * n * k + copies * k + copies * n * 2.0
+        math_s, _ = gemm.parts(2.0 * copies * n * k, nbytes, per, n, k, peak, hbm, g.sm_count)  # groups: active
+        gemms.append((math_s, nbytes))
     return act, gemms
 
 
@@ -259,12 +260,12 @@ def fit_experts(rows_by_gpu: Sequence[tuple[GpuSpec, list]], gemm: GemmCurve) ->
     maths = [np.array([p[2][j][0] for p in parts]) for j in (0, 1)]
     nbytes = [np.array([p[2][j][1] for p in parts]) for j in (0, 1)]
 
-    def loss(u: np.ndarray) -> np.ndarray:
+    def residuals(u: np.ndarray) -> np.ndarray:
         bw = hbm * min(1.0, math.exp(u[0]))
         pred = math.exp(u[1]) + act + sum(np.maximum(m, b / bw) for m, b in zip(maths, nbytes))
         return np.log(pred) - logt
 
-    u = fit_log(loss, ((0.7, 1e-5), (0.9, 3e-5)))
+    u = fit_log(residuals, ((0.7, 1e-5), (0.9, 3e-5)))
     return _round(GroupedCurve(min(1.0, math.exp(u[0])), math.exp(u[1])))
 
 

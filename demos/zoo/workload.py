@@ -150,12 +150,18 @@ class Workload:
         runs the same way (docs/clusters.md, "Attention tensor parallelism")."""
         return self.cluster.ep > 1 and self.attention_tp < self.cluster.ep
 
+    @property
+    def moe_replicated(self) -> bool:
+        """Attention TP over the whole EP group (``attention_tp`` > 1 without ``alltoall``): every rank's
+        MoE block holds the group's tokens, and its sums are all-reduced."""
+        return self.attention_tp > 1 and not self.alltoall
+
     def moe_tokens(self, t: int) -> int:
         """Tokens each rank's MoE block holds for a ubatch of ``t`` tokens of its attention TP group:
         ``ceil(t / attention_tp)`` with an all-to-all (the group's tokens reduce-scattered over it, padded
         to a multiple of it as vLLM pads them); ``t`` without attention TP, or without an all-to-all
         (``alltoall``: every rank holds the group's tokens)."""
-        if self.attention_tp > 1 and not self.alltoall:
+        if self.moe_replicated:
             return t
         return -(-t // self.attention_tp)
 
@@ -164,7 +170,7 @@ class Workload:
         tokens of its attention TP group: ``moe_tokens(t)``, or ``t / attention_tp`` without an
         all-to-all (the group's copies spread over its ``attention_tp`` ranks; a fraction when ``t`` is
         smaller than the group)."""
-        if self.attention_tp > 1 and not self.alltoall:
+        if self.moe_replicated:
             return t / self.attention_tp
         return self.moe_tokens(t)
 
