@@ -313,7 +313,7 @@ def _breakdowns(ns: argparse.Namespace, profile: Any, points: list, progress: Pr
 
 def _measured_check(ns: argparse.Namespace, prog: str, fail: Callable[[str], int]) -> int:
     """``--kernels`` / ``--silicon``: against the measured tables (``demos.zoo.measured``)."""
-    from demos.fidelity.silicon import format_kernels, format_silicon, silicon_rows, silicon_summaries
+    from demos.fidelity.silicon import format_kernels, format_silicon, gap_fits, silicon_rows, silicon_summaries
     from demos.zoo.kernel_check import kernel_rows, summaries
     from demos.zoo.measured import SYSTEMS, MeasuredTablesError
 
@@ -335,9 +335,10 @@ def _measured_check(ns: argparse.Namespace, prog: str, fail: Callable[[str], int
         progress.done()
         return fail(str(e))
     progress.done()
-    summary = silicon_summaries(checks)
-    cli_common.say(format_silicon(summary, skipped))
-    return _write(ns.json, {"rows": [c.to_dict() for c in checks], "summary": summary, "skipped": skipped}, prog)
+    summary, gaps = silicon_summaries(checks), gap_fits(checks)
+    cli_common.say(format_silicon(summary, skipped, gaps))
+    data = {"rows": [c.to_dict() for c in checks], "summary": summary, "gaps": gaps, "skipped": skipped}
+    return _write(ns.json, data, prog)
 
 
 def _write(path: str | None, obj: Any, prog: str) -> int:

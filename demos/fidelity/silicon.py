@@ -49,6 +49,7 @@ __all__ = [
     "decode_tokens",
     "format_kernels",
     "format_silicon",
+    "gap_fits",
     "silicon_rows",
     "silicon_summaries",
 ]
@@ -230,6 +231,40 @@ def silicon_summaries(rows: list[SiliconCheck]) -> list[dict]:
     return out
 
 
+def gap_fits(rows: list[SiliconCheck], min_batches: int = 3) -> list[dict]:
+    """The shape of the decode gap (measured - predicted): per class of rows (GPU, engine, attention TP,
+    EP, context) with at least ``min_batches`` distinct predicted batches, the least-squares line
+    ``gap = per_step_s + per_token_s x tokens``. A per-step term is time every step pays whatever its
+    batch (kernels or host work the model does not count); a per-token term grows with the requests a
+    rank decodes (docs/fidelity.md, "Real models")."""
+    groups: dict[tuple, list[SiliconCheck]] = {}
+    for r in rows:
+        if r.phase == "decode":
+            groups.setdefault((r.gpu, r.engine, r.attention_tp, r.ep, r.context), []).append(r)
+    out = []
+    for (gpu, engine, tp, ep, context), rs in sorted(groups.items()):
+        ts = [float(r.tokens) for r in rs]
+        if len(set(ts)) < min_batches:
+            continue
+        gaps = [r.measured_s - r.predicted_s for r in rs]
+        mt, mg = sum(ts) / len(ts), sum(gaps) / len(gaps)
+        slope = sum((t - mt) * (g - mg) for t, g in zip(ts, gaps)) / sum((t - mt) ** 2 for t in ts)
+        out.append(
+            {
+                "gpu": gpu,
+                "engine": engine,
+                "attention_tp": tp,
+                "ep": ep,
+                "context": context,
+                "rows": len(rs),
+                "tokens": [int(min(ts)), int(max(ts))],
+                "per_step_s": mg - slope * mt,
+                "per_token_s": slope,
+            }
+        )
+    return out
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
 
@@ -251,8 +286,9 @@ def format_kernels(summaries: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def format_silicon(summaries: list[dict], skipped: dict[str, int]) -> str:
-    """The ``--silicon`` table and the skipped rows with their reasons."""
+def format_silicon(summaries: list[dict], skipped: dict[str, int], gaps: list[dict] = ()) -> str:
+    """The ``--silicon`` table, the decode gap's shape per row class (``gap_fits``) and the skipped rows
+    with their reasons."""
     lines = [
         "No-DBO steps predicted against measured deployments (decode: TPOT; prefill: TTFT, reported only)",
         f"{'gpu':6} {'phase':8} {'rows':>5} {'median':>8} {'|median|':>9} {'max':>8}  engines",
@@ -262,6 +298,18 @@ def format_silicon(summaries: list[dict], skipped: dict[str, int]) -> str:
             f"{s['gpu']:6} {s['phase']:8} {s['rows']:5d} {_pct(s['median_error']):>8} {s['median_abs_error']:8.1%} "
             f"{_pct(s['max_error']):>8}  {', '.join(s['engines'])}"
         )
+    if gaps:
+        lines.append("decode gap (measured - predicted) = per step + per token x tokens, per row class:")
+        lines.append(
+            f"  {'gpu':6} {'engine':7} {'attention':9} {'ep':>3} {'context':>7} {'rows':>4} {'tokens':>8}  gap"
+        )
+        for g in gaps:
+            att = "dp" if g["attention_tp"] == 1 else f"tp {g['attention_tp']}"
+            lo, hi = g["tokens"]
+            lines.append(
+                f"  {g['gpu']:6} {g['engine']:7} {att:9} {g['ep']:3d} {g['context']:7d} {g['rows']:4d} "
+                f"{f'{lo}-{hi}':>8}  {g['per_step_s'] * 1e3:+.2f} ms {g['per_token_s'] * 1e6:+.0f} us per token"
+            )
     lines.append(f"skipped {sum(skipped.values())} rows:")
     for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
         lines.append(f"  {n:5d}  {reason}")

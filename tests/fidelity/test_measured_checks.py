@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from demos.fidelity.silicon import _step_seconds, decode_tokens, silicon_summaries
+from demos.fidelity.silicon import SiliconCheck, _step_seconds, decode_tokens, gap_fits, silicon_summaries
 from demos.validate import main
 from demos.zoo import measured
 
@@ -63,6 +63,39 @@ def test_silicon_json_predicts_decode_rows_of_two_engines_on_each_gpu(tmp_path):
         assert decode[gpu]["rows"] >= 10 and len(decode[gpu]["engines"]) >= 2
     assert any("MoE tensor parallelism" in reason for reason in data["skipped"])
     assert silicon_summaries([]) == []
+    for g in data["gaps"]:  # the gap's shape per row class, each class fitted on its own decode rows
+        rows = [
+            r
+            for r in data["rows"]
+            if r["phase"] == "decode"
+            and (r["gpu"], r["engine"], r["attention_tp"], r["ep"], r["context"])
+            == (g["gpu"], g["engine"], g["attention_tp"], g["ep"], g["context"])
+        ]
+        assert g["rows"] == len(rows) and g["tokens"] == [
+            min(r["tokens"] for r in rows),
+            max(r["tokens"] for r in rows),
+        ]
+    assert {g["gpu"] for g in data["gaps"]} >= {"h200", "b200", "gb200"}
+
+
+def _check(tokens: int, gap_s: float, *, context: int = 1536, tp: int = 1, phase: str = "decode") -> SiliconCheck:
+    return SiliconCheck("x", "h200", "sglang", phase, "m", tokens, context, 8, tp, 0.030, 0.030 + gap_s)
+
+
+def test_the_gap_fit_separates_a_per_step_term_from_a_per_token_one():
+    """The bug this catches: a fit that mixes row classes (here two contexts with different gaps) or
+    reads the gap with the wrong sign would report a per-token term where each class has a constant."""
+    line = [_check(t, 0.002 + 100e-6 * t) for t in (4, 16, 64)]
+    flat = [_check(t, 0.003, context=8704) for t in (8, 32, 96)]
+    two = [_check(t, 0.0, tp=8) for t in (4, 8)]  # two batches: too few to fit, left out
+    prefill = [_check(t, 1.0, phase="prefill") for t in (1024, 2048, 4096)]
+    fits = {g["context"]: g for g in gap_fits(line + flat + two + prefill)}
+    assert set(fits) == {1536, 8704}
+    assert fits[1536]["per_step_s"] == pytest.approx(0.002) and fits[1536]["per_token_s"] == pytest.approx(100e-6)
+    assert fits[8704]["per_step_s"] == pytest.approx(0.003) and fits[8704]["per_token_s"] == pytest.approx(
+        0.0, abs=1e-12
+    )
+    assert fits[1536]["tokens"] == [4, 64] and fits[1536]["rows"] == 3
 
 
 def test_the_decode_batch_is_what_the_measured_ttft_leaves_of_the_configured_one():
