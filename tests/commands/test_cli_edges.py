@@ -17,6 +17,7 @@ from demos._cli.commands import MODULES
 from demos.overlap import run_overlap
 from demos.toy.config import OverlapConfig
 from demos.toy.report import format_report
+from tests.support.cli_batch import run_batch
 from tests.support.paths import ROOT, python_env
 from tests.support.timing import slack
 
@@ -38,7 +39,11 @@ def _run(module: str, *args: str, timeout: float = 60) -> subprocess.CompletedPr
 
 def _refused(module: str, *args: str, code: int = 2) -> str:
     """Run the command; assert one line on stderr, the exit status, no traceback; the line."""
-    p = _run(module, *args)
+    return _one_line(module, _run(module, *args), code)
+
+
+def _one_line(module: str, p, code: int = 2) -> str:
+    """Of a finished invocation ``p``: assert one line on stderr, the exit status, no traceback; the line."""
     assert "Traceback" not in p.stderr, p.stderr
     lines = p.stderr.splitlines()
     assert len(lines) == 1, p.stderr
@@ -115,23 +120,35 @@ def test_ctrl_c_during_the_imports_is_one_line_and_130(module, delay):
 # --- our own words, one line, exit 2 ----------------------------------------------------------------------
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "fields, needles",
-    [
-        ({"name": "mine"}, ["missing field(s) peak_flops (a number)", "launch_overhead (a number)"]),
-        ({**PROFILE_FIELDS, "peak_flops": "fast"}, ["field peak_flops must be a number, got a string 'fast'"]),
-        ({**PROFILE_FIELDS, "host": {"launch": [1]}}, ["field host.launch must be a number, got a list"]),
-        ({**PROFILE_FIELDS, "host": 3}, ["field host must be a JSON object"]),
-        ({**PROFILE_FIELDS, "gemm_knee": 1}, ["field gemm_knee must be a list of numbers"]),
-    ],
+BAD_PROFILES = (
+    ({"name": "mine"}, ["missing field(s) peak_flops (a number)", "launch_overhead (a number)"]),
+    ({**PROFILE_FIELDS, "peak_flops": "fast"}, ["field peak_flops must be a number, got a string 'fast'"]),
+    ({**PROFILE_FIELDS, "host": {"launch": [1]}}, ["field host.launch must be a number, got a list"]),
+    ({**PROFILE_FIELDS, "host": 3}, ["field host must be a JSON object"]),
+    ({**PROFILE_FIELDS, "gemm_knee": 1}, ["field gemm_knee must be a list of numbers"]),
 )
-def test_a_profile_json_with_a_bad_field_names_the_field_and_its_type(tmp_path, fields, needles):
-    path = tmp_path / "p.json"
-    path.write_text(json.dumps(fields))
-    line = _refused(OVERLAP, "--backend", "virtual", "--profile", str(path), *SMALL)
+"""(profile JSON fields, what the refusal must say) for ``--profile PATH.json`` with a bad field."""
+
+
+@pytest.fixture(scope="module")
+def bad_profile_refusals(tmp_path_factory):
+    """Every ``BAD_PROFILES`` case run in one interpreter (``tests.support.cli_batch``): (path, invocation)."""
+    d = tmp_path_factory.mktemp("profiles")
+    paths = []
+    for i, (fields, _) in enumerate(BAD_PROFILES):
+        paths.append(d / f"p{i}.json")
+        paths[-1].write_text(json.dumps(fields))
+    cases = [["--backend", "virtual", "--profile", str(p), *SMALL] for p in paths]
+    return list(zip(paths, run_batch(OVERLAP, cases)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", range(len(BAD_PROFILES)))
+def test_a_profile_json_with_a_bad_field_names_the_field_and_its_type(bad_profile_refusals, case):
+    path, p = bad_profile_refusals[case]
+    line = _one_line(OVERLAP, p)
     assert f"--profile {path}: device profile: " in line
-    for needle in needles:
+    for needle in BAD_PROFILES[case][1]:
         assert needle in line
     assert "positional" not in line and "__init__" not in line
 
@@ -184,34 +201,60 @@ def test_validate_repeats_help_says_what_it_does():
 # --- more bad inputs -----------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "module, args, needle",
-    [
-        (OVERLAP, ["--layers", "-1"], "--layers must be a positive integer, got -1"),
-        (OVERLAP, ["--comm-ratio", "abc"], "argument --comm-ratio: not a number: 'abc'"),
-        (OVERLAP, ["--backend", "virtual", "--comm-ratio", "nan"], "--comm-ratio must be a positive number"),
-        (OVERLAP, ["--backend", "tpu"], "argument --backend: invalid choice: 'tpu'"),
-        (OVERLAP, ["--backend", "virtual", "--link", "fast"], "--link fast: unknown link profile 'fast'"),
-        (OVERLAP, ["--dist-timeout", "5"], "--dist-timeout bounds the collectives between ranks"),
-        (OVERLAP, ["--backend", "threads", "--meta"], "--meta skips the math"),
-        (OVERLAP, ["--backend", "virtual", "--graph", "--schedule", "ht"], "--graph cannot capture --schedule ht"),
-        (OVERLAP, ["--topk", "9"], "--topk (9) must not exceed --experts (8)"),
-        (OVERLAP, ["--backend", "virtual", "--json", "{d}/a.json", "--trace", "{d}/a.json"], "the same file as --json"),
-        (OVERLAP, ["--backend", "virtual", "--json", "{d}/no/r.json"], "the folder {d}/no does not exist"),
-        ("demos.scenarios", ["no-such-scenario"], "unknown scenario 'no-such-scenario'"),
-        ("demos.scenarios", ["--list", "late-event"], "--list takes no scenario names"),
-        ("demos.scenarios", ["--bogus"], "unrecognized arguments: --bogus"),
-        ("demos.validate", ["--repeats", "0"], "argument --repeats: expected a positive integer, got '0'"),
-        ("demos.validate", ["--ratios", "1,x"], "expected a comma-separated list of numbers"),
-        ("demos.calibrate", ["-o", "/proc/p.json"], "-o /proc/p.json: the folder /proc cannot be written"),
-        ("demos.calibrate", ["-o", "{d}/p.txt"], "must end in .json"),
-    ],
+BAD_INPUTS = (
+    (OVERLAP, ["--layers", "-1"], "--layers must be a positive integer, got -1"),
+    (OVERLAP, ["--comm-ratio", "abc"], "argument --comm-ratio: not a number: 'abc'"),
+    (OVERLAP, ["--backend", "virtual", "--comm-ratio", "nan"], "--comm-ratio must be a positive number"),
+    (OVERLAP, ["--backend", "tpu"], "argument --backend: invalid choice: 'tpu'"),
+    (OVERLAP, ["--backend", "virtual", "--link", "fast"], "--link fast: unknown link profile 'fast'"),
+    (OVERLAP, ["--dist-timeout", "5"], "--dist-timeout bounds the collectives between ranks"),
+    (OVERLAP, ["--backend", "threads", "--meta"], "--meta skips the math"),
+    (OVERLAP, ["--backend", "virtual", "--graph", "--schedule", "ht"], "--graph cannot capture --schedule ht"),
+    (OVERLAP, ["--topk", "9"], "--topk (9) must not exceed --experts (8)"),
+    (OVERLAP, ["--backend", "virtual", "--json", "{d}/a.json", "--trace", "{d}/a.json"], "the same file as --json"),
+    (OVERLAP, ["--backend", "virtual", "--json", "{d}/no/r.json"], "the folder {d}/no does not exist"),
+    ("demos.scenarios", ["no-such-scenario"], "unknown scenario 'no-such-scenario'"),
+    ("demos.scenarios", ["--list", "late-event"], "--list takes no scenario names"),
+    ("demos.scenarios", ["--bogus"], "unrecognized arguments: --bogus"),
+    ("demos.validate", ["--repeats", "0"], "argument --repeats: expected a positive integer, got '0'"),
+    ("demos.validate", ["--ratios", "1,x"], "expected a comma-separated list of numbers"),
+    ("demos.calibrate", ["-o", "/proc/p.json"], "-o /proc/p.json: the folder /proc cannot be written"),
+    ("demos.calibrate", ["-o", "{d}/p.txt"], "must end in .json"),
 )
-def test_a_bad_input_is_one_line_and_exit_2(tmp_path, module, args, needle):
-    d = str(tmp_path)
-    line = _refused(module, *(a.format(d=d) for a in args))
+"""(command, its arguments, what the refusal must say); ``{d}`` is a folder of the test's own."""
+
+
+@pytest.fixture(scope="module")
+def bad_input_refusals(tmp_path_factory):
+    """Every ``BAD_INPUTS`` case, each command's cases run in one interpreter (``tests.support.cli_batch``):
+    (the folder ``{d}`` names, {case index: invocation})."""
+    d = str(tmp_path_factory.mktemp("bad-inputs"))
+    out = {}
+    for module in dict.fromkeys(m for m, _, _ in BAD_INPUTS):
+        index = [i for i, (m, _, _) in enumerate(BAD_INPUTS) if m == module]
+        cases = [[a.format(d=d) for a in BAD_INPUTS[i][1]] for i in index]
+        out.update(zip(index, run_batch(module, cases)))
+    return d, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", range(len(BAD_INPUTS)), ids=[f"{m}-{' '.join(a)}" for m, a, _ in BAD_INPUTS])
+def test_a_bad_input_is_one_line_and_exit_2(bad_input_refusals, case):
+    d, done = bad_input_refusals
+    module, _, needle = BAD_INPUTS[case]
+    line = _one_line(module, done[case])
     assert needle.format(d=d) in line
+
+
+@pytest.mark.slow
+def test_a_batched_invocation_is_what_its_own_process_gives():
+    """The batch (one interpreter, the command run as ``__main__`` per case) against a process per case, on
+    one refusal and one success: the same status, stdout and stderr. The bug this catches: a batch that
+    loses the status (every case 0) or what the command wrote."""
+    cases = [["--layers", "-1"], ["--help"]]
+    for batched, args in zip(run_batch(OVERLAP, cases), cases):
+        own = _run(OVERLAP, *args)
+        assert (batched.returncode, batched.stdout, batched.stderr) == (own.returncode, own.stdout, own.stderr)
 
 
 # --- validate's separate checks and the bench's flags (issue 24) ------------------------------------------
