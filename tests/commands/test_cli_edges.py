@@ -1,6 +1,8 @@
 """The commands at their edges: no flag silently ignored or replaced, Ctrl-C during the imports,
 and a bad input of any kind answered with one line of our own words and exit 2 (never a
-traceback). Each command runs in a subprocess, as a user starts it."""
+traceback). Each command runs as ``python -m`` starts it: the lines that only print or refuse run
+batched, one interpreter per command (``tests.support.cli_batch``); signals, Ctrl-C during the imports
+and memory get a process each."""
 
 from __future__ import annotations
 
@@ -37,11 +39,6 @@ def _run(module: str, *args: str, timeout: float = 60) -> subprocess.CompletedPr
     )
 
 
-def _refused(module: str, *args: str, code: int = 2) -> str:
-    """Run the command; assert one line on stderr, the exit status, no traceback; the line."""
-    return _one_line(module, _run(module, *args), code)
-
-
 def _one_line(module: str, p, code: int = 2) -> str:
     """Of a finished invocation ``p``: assert one line on stderr, the exit status, no traceback; the line."""
     assert "Traceback" not in p.stderr, p.stderr
@@ -52,21 +49,68 @@ def _one_line(module: str, p, code: int = 2) -> str:
     return lines[0]
 
 
+INVOCATIONS: dict[str, tuple[str, list[str]]] = {
+    "profile-off-virtual-auto": (OVERLAP, ["--profile", "h200", *SMALL]),
+    "profile-off-virtual-threads": (OVERLAP, ["--backend", "threads", "--profile", "h200", *SMALL]),
+    "ep-off-virtual": (OVERLAP, ["--backend", "threads", "--ep", "2", *SMALL]),
+    "json-in-proc": (OVERLAP, ["--backend", "virtual", "--json", "/proc/r.json", *SMALL]),
+    "hidden-100": (OVERLAP, ["--backend", "virtual", "--hidden", "100"]),
+    "cannot-fit": (OVERLAP, ["--tokens", "100000000"]),
+    "overlap-help": (OVERLAP, ["--help"]),
+    "scenarios-list": ("demos.scenarios", ["--list"]),
+    "validate-help": ("demos.validate", ["--help"]),
+    "validate-h200-cpu": ("demos.validate", ["--h200", "--profile", "cpu"]),
+    "validate-deepep-profile": ("demos.validate", ["--deepep", "--profile", "h200"]),
+    "validate-deepep-h200": ("demos.validate", ["--deepep", "--h200"]),
+    "bench-bad-flag": ("demos.bench", ["--sectoin", "x"]),
+}
+"""The command lines the tests below check, by name; ``invocations`` runs them, each command's in one
+interpreter (``tests.support.cli_batch``; tests of the process itself, signals and memory, start their
+own)."""
+
+
+@pytest.fixture(scope="module")
+def invocations(tmp_path_factory):
+    """Every ``INVOCATIONS`` command line, every ``BAD_INPUTS`` case (keys ``("bad-input", i)``, ``{d}``
+    a folder of the module's own, under key ``"d"``) and every ``BAD_PROFILES`` case (keys
+    ``("bad-profile", i)``, the profile's path under ``("profile", i)``) run, each command's in one
+    interpreter: {key: ``Invocation``}."""
+    d = tmp_path_factory.mktemp("cli-edges")
+    lines = dict(INVOCATIONS)
+    for i, (module, args, _) in enumerate(BAD_INPUTS):
+        lines[("bad-input", i)] = (module, [a.format(d=d) for a in args])
+    paths = {}
+    for i, (fields, _) in enumerate(BAD_PROFILES):
+        paths[("profile", i)] = path = d / f"profile-{i}.json"
+        path.write_text(json.dumps(fields))
+        lines[("bad-profile", i)] = (OVERLAP, ["--backend", "virtual", "--profile", str(path), *SMALL])
+    out = {"d": str(d), **paths}
+    for module in dict.fromkeys(m for m, _ in lines.values()):
+        keys = [k for k, (m, _) in lines.items() if m == module]
+        out.update(zip(keys, run_batch(module, [lines[k][1] for k in keys])))
+    return out
+
+
+def _refusal(invocations, name: str) -> str:
+    """The one line the ``INVOCATIONS`` command line ``name`` was refused with (``_one_line``)."""
+    return _one_line(INVOCATIONS[name][0], invocations[name])
+
+
 # --- no silent substitutions ------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", [[], ["--backend", "threads"]])
-def test_a_profile_off_virtual_is_refused_in_one_line(backend):
-    line = _refused(OVERLAP, *backend, "--profile", "h200", *SMALL)
+@pytest.mark.parametrize("backend", ["auto", "threads"])
+def test_a_profile_off_virtual_is_refused_in_one_line(invocations, backend):
+    line = _refusal(invocations, f"profile-off-virtual-{backend}")
     assert "--profile" in line and "virtual" in line and "no profile is read" in line
-    if not backend:  # auto: the line says what auto chose
+    if backend == "auto":  # the line says what auto chose
         assert "--backend auto chose" in line
 
 
 @pytest.mark.slow
-def test_ep_off_virtual_in_one_process_is_refused():
-    line = _refused(OVERLAP, "--backend", "threads", "--ep", "2", *SMALL)
+def test_ep_off_virtual_in_one_process_is_refused(invocations):
+    line = _refusal(invocations, "ep-off-virtual")
     assert "--ep" in line and "--backend virtual" in line
 
 
@@ -130,23 +174,11 @@ BAD_PROFILES = (
 """(profile JSON fields, what the refusal must say) for ``--profile PATH.json`` with a bad field."""
 
 
-@pytest.fixture(scope="module")
-def bad_profile_refusals(tmp_path_factory):
-    """Every ``BAD_PROFILES`` case run in one interpreter (``tests.support.cli_batch``): (path, invocation)."""
-    d = tmp_path_factory.mktemp("profiles")
-    paths = []
-    for i, (fields, _) in enumerate(BAD_PROFILES):
-        paths.append(d / f"p{i}.json")
-        paths[-1].write_text(json.dumps(fields))
-    cases = [["--backend", "virtual", "--profile", str(p), *SMALL] for p in paths]
-    return list(zip(paths, run_batch(OVERLAP, cases)))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("case", range(len(BAD_PROFILES)))
-def test_a_profile_json_with_a_bad_field_names_the_field_and_its_type(bad_profile_refusals, case):
-    path, p = bad_profile_refusals[case]
-    line = _one_line(OVERLAP, p)
+def test_a_profile_json_with_a_bad_field_names_the_field_and_its_type(invocations, case):
+    path = invocations[("profile", case)]
+    line = _one_line(OVERLAP, invocations[("bad-profile", case)])
     assert f"--profile {path}: device profile: " in line
     for needle in BAD_PROFILES[case][1]:
         assert needle in line
@@ -154,21 +186,21 @@ def test_a_profile_json_with_a_bad_field_names_the_field_and_its_type(bad_profil
 
 
 @pytest.mark.slow
-def test_a_folder_that_takes_no_files_is_said_in_our_words():
-    line = _refused(OVERLAP, "--backend", "virtual", "--json", "/proc/r.json", *SMALL)
+def test_a_folder_that_takes_no_files_is_said_in_our_words(invocations):
+    line = _refusal(invocations, "json-in-proc")
     assert line.endswith("--json /proc/r.json: the folder /proc cannot be written (it takes no new files)")
     assert "No such file" not in line
 
 
 @pytest.mark.slow
-def test_a_hidden_size_the_heads_cannot_divide_is_refused():
-    line = _refused(OVERLAP, "--backend", "virtual", "--hidden", "100")
+def test_a_hidden_size_the_heads_cannot_divide_is_refused(invocations):
+    line = _refusal(invocations, "hidden-100")
     assert "--hidden 100 does not split into attention heads of 64" in line
 
 
 @pytest.mark.slow
-def test_scenarios_list_is_aligned():
-    p = _run("demos.scenarios", "--list")
+def test_scenarios_list_is_aligned(invocations):
+    p = invocations["scenarios-list"]
     assert p.returncode == 0 and p.stderr == ""
     rows = [re.match(r"(\S+)( +)(\S.*)", line) for line in p.stdout.splitlines()]
     assert rows and all(rows)
@@ -177,8 +209,8 @@ def test_scenarios_list_is_aligned():
     assert min(len(m.group(2)) for m in rows) >= 2  # and the longest name keeps a gap
 
 
-def _help_of(module: str, flag: str) -> str:
-    p = _run(module, "--help")
+def _help_of(p, flag: str) -> str:
+    """The 400 characters of help text ``p`` (a finished ``--help``) from ``flag``'s entry on."""
     assert p.returncode == 0
     text = " ".join(p.stdout.split())
     start = text.index(f" {flag} ", text.index("options:"))
@@ -186,15 +218,15 @@ def _help_of(module: str, flag: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module", [OVERLAP, "demos.validate"])
-def test_profile_help_says_a_name_or_a_json_file_from_calibrate(module):
-    text = _help_of(module, "--profile")
+@pytest.mark.parametrize("command", ["overlap", "validate"])
+def test_profile_help_says_a_name_or_a_json_file_from_calibrate(invocations, command):
+    text = _help_of(invocations[f"{command}-help"], "--profile")
     assert "NAME|PATH.json" in text and "built-in name" in text and "JSON file from python -m demos.calibrate" in text
 
 
 @pytest.mark.slow
-def test_validate_repeats_help_says_what_it_does():
-    text = _help_of("demos.validate", "--repeats")
+def test_validate_repeats_help_says_what_it_does(invocations):
+    text = _help_of(invocations["validate-help"], "--repeats")
     assert "run each grid point this many times" in text and "3 with --quick, 1 without" in text
 
 
@@ -221,29 +253,15 @@ BAD_INPUTS = (
     ("demos.calibrate", ["-o", "/proc/p.json"], "-o /proc/p.json: the folder /proc cannot be written"),
     ("demos.calibrate", ["-o", "{d}/p.txt"], "must end in .json"),
 )
-"""(command, its arguments, what the refusal must say); ``{d}`` is a folder of the test's own."""
-
-
-@pytest.fixture(scope="module")
-def bad_input_refusals(tmp_path_factory):
-    """Every ``BAD_INPUTS`` case, each command's cases run in one interpreter (``tests.support.cli_batch``):
-    (the folder ``{d}`` names, {case index: invocation})."""
-    d = str(tmp_path_factory.mktemp("bad-inputs"))
-    out = {}
-    for module in dict.fromkeys(m for m, _, _ in BAD_INPUTS):
-        index = [i for i, (m, _, _) in enumerate(BAD_INPUTS) if m == module]
-        cases = [[a.format(d=d) for a in BAD_INPUTS[i][1]] for i in index]
-        out.update(zip(index, run_batch(module, cases)))
-    return d, out
+"""(command, its arguments, what the refusal must say); ``{d}`` is a folder of the module's own."""
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", range(len(BAD_INPUTS)), ids=[f"{m}-{' '.join(a)}" for m, a, _ in BAD_INPUTS])
-def test_a_bad_input_is_one_line_and_exit_2(bad_input_refusals, case):
-    d, done = bad_input_refusals
+def test_a_bad_input_is_one_line_and_exit_2(invocations, case):
     module, _, needle = BAD_INPUTS[case]
-    line = _one_line(module, done[case])
-    assert needle.format(d=d) in line
+    line = _one_line(module, invocations[("bad-input", case)])
+    assert needle.format(d=invocations["d"]) in line
 
 
 @pytest.mark.slow
@@ -261,21 +279,21 @@ def test_a_batched_invocation_is_what_its_own_process_gives():
 
 
 @pytest.mark.slow
-def test_validate_h200_honours_profile():
-    p = _run("demos.validate", "--h200", "--profile", "cpu")
+def test_validate_h200_honours_profile(invocations):
+    p = invocations["validate-h200-cpu"]
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("--profile cpu profile vs the H200 measurements")
 
 
 @pytest.mark.slow
-def test_validate_deepep_refuses_a_profile_it_would_not_use():
-    assert "--profile" in _refused("demos.validate", "--deepep", "--profile", "h200")
-    assert "--h200" in _refused("demos.validate", "--deepep", "--h200")
+def test_validate_deepep_refuses_a_profile_it_would_not_use(invocations):
+    assert "--profile" in _refusal(invocations, "validate-deepep-profile")
+    assert "--h200" in _refusal(invocations, "validate-deepep-h200")
 
 
 @pytest.mark.slow
-def test_bench_bad_flag_is_one_line():
-    assert "--sectoin" in _refused("demos.bench", "--sectoin", "x")
+def test_bench_bad_flag_is_one_line(invocations):
+    assert "--sectoin" in _refusal(invocations, "bench-bad-flag")
 
 
 # --- resource limits known before the work (issue 24, item 2) ---------------------------------------------
@@ -306,8 +324,8 @@ def test_a_two_million_token_virtual_step_runs_in_bounded_memory():
 
 
 @pytest.mark.slow
-def test_a_run_that_cannot_fit_is_refused_with_the_estimate():
-    line = _refused(OVERLAP, "--tokens", "100000000")
+def test_a_run_that_cannot_fit_is_refused_with_the_estimate(invocations):
+    line = _refusal(invocations, "cannot-fit")
     assert "GiB" in line and "available" in line and "--tokens" in line
 
 
