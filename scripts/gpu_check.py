@@ -27,8 +27,9 @@ Targets (each PASS, FAIL or NOT RUN, with the figures behind it):
 
 A dry run on a CPU proves the plumbing: ``GPU_CHECK_BACKEND=threads`` runs the demos and the bench
 on threads; ``GPU_CHECK_BIG`` replaces the large shape's flags, ``GPU_CHECK_QUICK=1`` shortens the
-demo and bench runs, ``GPU_CHECK_SKIP`` (comma-separated step names: cuda-tests, demo-eager,
-demo-graph, demo-big, bench-host, suite) leaves steps out (NOT RUN).
+demo runs (``QUICK_DEMO``: 2 steps of 2 layers, named in the default config's title) and the bench's,
+``GPU_CHECK_SKIP`` (comma-separated step names: cuda-tests, demo-eager, demo-graph, demo-big,
+bench-host, suite) leaves steps out (NOT RUN).
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ OUTPUTS = (
     "log.txt",
     "summary.txt",
 )
+QUICK_DEMO = ["--steps", "2", "--layers", "2"]
+"""What ``GPU_CHECK_QUICK=1`` adds to every demo run (a dry run's shortening; the titles say so)."""
 STEPS = ("cuda-tests", "demo-eager", "demo-graph", "demo-big", "bench-host", "suite")
 
 
@@ -140,7 +143,7 @@ def plan(o: Options) -> list[tuple[str, list[str], str, float]]:
     py = sys.executable
     demo = [py, "-m", "demos.overlap", "--backend", o.backend, "--schedule", "ll", "--comm-ratio", "1"]
     if o.quick:
-        demo += ["--steps", "2"]
+        demo += QUICK_DEMO
     log = os.path.join(o.out, "log.txt")
     bench = [
         py,
@@ -242,8 +245,9 @@ def _times(rep: dict) -> str:
     return f"no DBO {rep['time_no_dbo_s'] * 1e3:.2f} ms, DBO {rep['time_dbo_s'] * 1e3:.2f} ms"
 
 
-def judge_graph(rep: dict | None, step: StepRun | None) -> Verdict:
-    t = f"--graph, default config: DBO beats no DBO and reaches >= {GRAPH_FRACTION:.0%} of the ideal speedup"
+def judge_graph(rep: dict | None, step: StepRun | None, quick: bool = False) -> Verdict:
+    shape = f" (quick: {' '.join(QUICK_DEMO)})" if quick else ""
+    t = f"--graph, default config{shape}: DBO beats no DBO and reaches >= {GRAPH_FRACTION:.0%} of the ideal speedup"
     if rep is None:
         return _not_run(t, step, ", no JSON")
     s, ideal = rep.get("speedup"), ideal_speedup(rep)
@@ -339,7 +343,7 @@ def judge(o: Options, runs: dict[str, StepRun]) -> list[Verdict]:
     p = lambda name: os.path.join(o.out, name)  # noqa: E731
     return [
         judge_sync(text(p("cuda-tests.txt")), runs.get("cuda-tests")),
-        judge_graph(_load(p("demo-graph.json")), runs.get("demo-graph")),
+        judge_graph(_load(p("demo-graph.json")), runs.get("demo-graph"), o.quick),
         judge_big(_load(p("demo-big.json")), runs.get("demo-big"), o.big),
         judge_host(_load(p("bench-host.json")), runs.get("bench-host")),
         judge_pytest("the cuda-marked tests", runs.get("cuda-tests")),

@@ -162,7 +162,7 @@ def test_dry_run_on_threads_writes_at_most_8_files_and_a_summary(tmp_path):
     lines = summary.splitlines()
     for target in (
         "0 host syncs",
-        "--graph, default config",
+        "--graph, default config (quick: --steps 2 --layers 2)",
         "--graph at --tokens 128 --hidden 64",
         "host us per kernel",
         "the cuda-marked tests pass",
