@@ -60,7 +60,8 @@ OUTPUTS = (
     "summary.txt",
 )
 QUICK_DEMO = ["--steps", "2", "--layers", "2"]
-"""What ``GPU_CHECK_QUICK=1`` adds to every demo run (a dry run's shortening; the titles say so)."""
+"""What ``GPU_CHECK_QUICK=1`` adds to every demo run (a dry run's shortening, named in the default
+config's title)."""
 STEPS = ("cuda-tests", "demo-eager", "demo-graph", "demo-big", "bench-host", "suite")
 
 

@@ -30,6 +30,7 @@ configuration's measured TTFT and TPOT. A row is predicted when the predictor ca
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -246,9 +247,7 @@ def gap_fits(rows: list[SiliconCheck], min_batches: int = 3) -> list[dict]:
         ts = [float(r.tokens) for r in rs]
         if len(set(ts)) < min_batches:
             continue
-        gaps = [r.measured_s - r.predicted_s for r in rs]
-        mt, mg = sum(ts) / len(ts), sum(gaps) / len(gaps)
-        slope = sum((t - mt) * (g - mg) for t, g in zip(ts, gaps)) / sum((t - mt) ** 2 for t in ts)
+        slope, per_step = statistics.linear_regression(ts, [r.measured_s - r.predicted_s for r in rs])
         out.append(
             {
                 "gpu": gpu,
@@ -258,7 +257,7 @@ def gap_fits(rows: list[SiliconCheck], min_batches: int = 3) -> list[dict]:
                 "context": context,
                 "rows": len(rs),
                 "tokens": [int(min(ts)), int(max(ts))],
-                "per_step_s": mg - slope * mt,
+                "per_step_s": per_step,
                 "per_token_s": slope,
             }
         )

@@ -253,6 +253,13 @@ def _ll_kernel(w: Workload, kind: str, modelled: float, t: int, imbalance: float
     return max(0.0, modelled - send), send
 
 
+def _all_reduced(w: Workload, c: LayerCosts, t: int) -> LayerCosts:
+    """``c`` of a layer whose MLP runs all ``t`` tokens of the attention TP group on every rank (a dense
+    layer, or an MoE layer without an all-to-all): o_proj's and the MLP's partial sums each all-reduced."""
+    reduce = tp_collective(w.gpu, "all_reduce", t * w.spec.hidden_size * _ACT, w.attention_tp)
+    return replace(c, tp_attn_reduce=reduce, tp_mlp_reduce=reduce, moe_t=t)
+
+
 def layer_costs(
     w: Workload,
     t: int,
@@ -293,8 +300,7 @@ def layer_costs(
         c = LayerCosts(t, proj, core, out, _pass(t, H, 1), dense, None, None, None, None, None, None, finalize)
         if tp == 1:
             return c
-        reduce = tp_collective(w.gpu, "all_reduce", t * H * _ACT, tp)  # o_proj's and down's partial sums
-        return replace(c, tp_attn_reduce=reduce, tp_mlp_reduce=reduce, moe_t=t)
+        return _all_reduced(w, c, t)
     # attention TP with an all-to-all: o_proj's partial sums are reduce-scattered over the group, the MoE
     # block runs this rank's slice of the tokens, and an all-gather brings the layer's output back; without
     # one (TP = EP) every rank runs the group's tokens and the output is all-reduced (docs/clusters.md)
@@ -362,8 +368,7 @@ def layer_costs(
     if tp == 1:
         return c
     if w.moe_replicated:
-        reduce = tp_collective(w.gpu, "all_reduce", t * H * _ACT, tp)  # o_proj's and the MoE's partial sums
-        return replace(c, tp_attn_reduce=reduce, tp_mlp_reduce=reduce, moe_t=t)
+        return _all_reduced(w, c, t)
     nbytes = t * tp * H * _ACT  # the group's tokens, padded to a multiple of the group
     return replace(
         c,
