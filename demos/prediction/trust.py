@@ -21,9 +21,9 @@ CHECKED_ON = "2026-12-03"
 
 SILICON = {
     # gpu: (family, rows, median error, max error), decode
-    "h200": ("hopper", 28, -0.106, -0.249),
-    "b200": ("blackwell", 22, -0.133, -0.342),
-    "gb200": ("blackwell", 20, -0.161, -0.390),
+    "h200": ("hopper", 28, -0.073, -0.228),
+    "b200": ("blackwell", 22, -0.084, -0.322),
+    "gb200": ("blackwell", 20, -0.086, -0.343),
 }
 
 PUBLISHED = {

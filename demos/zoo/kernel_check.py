@@ -6,6 +6,9 @@ way the predictor times that kernel, and compared:
 * ``gemm fp8`` / ``gemm bf16``: each GEMM row on its family's fitted curve (``demos.zoo.kernel_times``);
 * ``mla decode`` / ``mla prefill``: each MLA attention-core row with a BF16 cache (the engines'
   default) on its family's attention curve, its work counted as ``demos.zoo.rooflines_fit.mla_work``;
+* ``mla module``: TRT-LLM's whole MLA decode module (FP8 block GEMMs, BF16 cache, 16 to 128 heads per GPU)
+  against the predictor's attention op, its kernels composed as ``demos.zoo.costs`` composes them plus the
+  family's fitted module time (``demos.zoo.attention_module``);
 * ``experts``: DeepEP MoE's expert compute (uniform routing rows) as ``demos.zoo.costs`` folds the
   routed experts (``demos.zoo.rooflines_fit.experts_seconds``: two grouped GEMMs on the family's
   grouped curve, their weights once per active expert, the activation pass), with the table's routing:
@@ -33,7 +36,7 @@ from demos.zoo.rooflines_fit import GEMM_DTYPES, MLA_KV, error_stats, experts_se
 
 __all__ = ["OPS", "CheckRow", "cross_validation", "kernel_rows", "summaries"]
 
-OPS = ("gemm fp8", "gemm bf16", "mla decode", "mla prefill", "experts", "dispatch", "combine")
+OPS = ("gemm fp8", "gemm bf16", "mla decode", "mla prefill", "mla module", "experts", "dispatch", "combine")
 
 
 class CheckRow(NamedTuple):
@@ -74,6 +77,14 @@ def _mla_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
             flops, nbytes = mla_work(phase, r.batch, r.heads, r.kv_len, r.kv_dtype)
             pred = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
             yield CheckRow(gpu, f"mla {phase}", f"batch={r.batch} heads={r.heads} kv={r.kv_len}", pred, r.seconds)
+
+
+def _module_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
+    from demos.zoo.attention_module import composed_seconds, module_rows
+
+    for r in module_rows(gpu):
+        shape = f"batch={r.batch} heads={r.heads} kv={r.kv_len}"
+        yield CheckRow(gpu, "mla module", shape, composed_seconds(gpu, r, fit), r.seconds)
 
 
 def _experts_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
@@ -119,6 +130,8 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
         out += [r for r in _gemm_rows(gpu, fit) if r.op in ops]
     if ops & {"mla decode", "mla prefill"}:
         out += [r for r in _mla_rows(gpu, fit) if r.op in ops]
+    if "mla module" in ops:
+        out += list(_module_rows(gpu, fit))
     if "experts" in ops:
         out += list(_experts_rows(gpu, fit))
     if ops & {"dispatch", "combine"}:
@@ -140,8 +153,8 @@ def summaries(rows: Iterable[CheckRow]) -> list[dict]:
 
 
 def cross_validation() -> list[str]:
-    """Fit each GPU's GEMM and MLA curves on its own tables, predict every GPU with them: one line per
-    (fitted on, predicted) pair and op family."""
+    """Fit each GPU's GEMM and MLA curves (and the MLA decode module's fixed time) on its own tables,
+    predict every GPU with them: one line per (fitted on, predicted) pair and op family."""
     from demos.zoo.rooflines_fit import FIT_GPUS, fit_family
 
     lines = []
@@ -149,7 +162,7 @@ def cross_validation() -> list[str]:
     for source in gpus:
         fit = fit_family(get_gpu(source).family, (source,))
         for target in gpus:
-            rows = kernel_rows(target, fit, ("gemm fp8", "gemm bf16", "mla decode", "mla prefill"))
+            rows = kernel_rows(target, fit, ("gemm fp8", "gemm bf16", "mla decode", "mla prefill", "mla module"))
             for s in summaries(rows):
                 lines.append(
                     f"fit {source:5} -> {target:5} {s['op']:11} median |err| {s['median_abs_error']:6.1%}  "

@@ -27,7 +27,7 @@ import math
 from dbo.costs import DeviceProfile
 from demos.errors import ConfigError, field_ref
 from demos.zoo.hardware import GpuSpec
-from demos.zoo.rooflines import family_fit
+from demos.zoo.rooflines import FamilyFit, family_fit
 from demos.zoo.rooflines_fit import GEMM_DTYPES, MLA_KV
 
 __all__ = ["KERNEL_SOURCES", "KernelTimes", "MeasuredKernelTimes", "kernel_times"]
@@ -40,10 +40,10 @@ class KernelTimes:
 
     source = "roofline"
 
-    def __init__(self, gpu: GpuSpec, profile: DeviceProfile):
+    def __init__(self, gpu: GpuSpec, profile: DeviceProfile, fit: FamilyFit | None = None):
         self.gpu = gpu
         self.profile = profile
-        self.fit = family_fit(gpu.family)
+        self.fit = family_fit(gpu.family) if fit is None else fit
         self.fallbacks: dict[str, str] = {}
 
     @property
@@ -68,10 +68,18 @@ class KernelTimes:
 
     def attention(self, phase: str, flops: float, nbytes: float, shape: tuple | None = None) -> float:
         """Seconds of an attention core of ``flops`` and ``nbytes`` in ``phase``; ``shape`` (batch, heads,
-        kv_len) for MLA, None for other attention (timed on the MLA curve: a stated extrapolation)."""
+        kv_len) for MLA, None for other attention (timed on the MLA curve: a stated extrapolation). An MLA
+        decode core carries the module's fixed time too (``module_extra``)."""
         curve = self.fit.mla_decode if phase == "decode" else self.fit.mla_prefill
         peak = self.profile.flops_rate("bfloat16")
-        return curve.seconds(flops, nbytes, peak, self.gpu.hbm_bandwidth) - curve.latency
+        core = curve.seconds(flops, nbytes, peak, self.gpu.hbm_bandwidth) - curve.latency
+        return core + self.module_extra(phase, shape)
+
+    def module_extra(self, phase: str, shape: tuple | None) -> float:
+        """The seconds a whole MLA decode module takes beyond the kernels it is composed of
+        (``FamilyFit.mla_module``, fitted to TRT-LLM's measured modules: ``demos.zoo.attention_module``);
+        0 for prefill and for non-MLA attention, which no module table measures."""
+        return self.fit.mla_module if phase == "decode" and shape is not None else 0.0
 
 
 def _interp(xs: list[float], ys: list[float], x: float) -> float:
@@ -140,7 +148,8 @@ class MeasuredKernelTimes(KernelTimes):
         ts = [_interp(*grid[b], max(1.0, kv_len)) for b in batches]
         got = _interp([float(b) for b in batches], ts, max(1.0, batch))
         curve = self.fit.mla_decode if phase == "decode" else self.fit.mla_prefill
-        return max(super().attention(phase, flops, nbytes, shape), got - curve.latency)
+        measured_core = got - curve.latency + self.module_extra(phase, shape)
+        return max(super().attention(phase, flops, nbytes, shape), measured_core)
 
 
 def kernel_times(source: str, gpu: GpuSpec, profile: DeviceProfile) -> KernelTimes:

@@ -8,7 +8,8 @@ package's Python engine: the files are the measurements themselves, their column
 the engine's API changed between releases, and the predictor needs rows, not the package's own model of
 a deployment (docs/design.md, "Measured kernel tables"). An upstream layout change touches only this file.
 
-Every reader returns plain tuples (``GemmRow``, ``MlaRow``, ``MoeRow``, ``AllToAllRow``, ``SiliconRow``)
+Every reader returns plain tuples (``GemmRow``, ``MlaRow``, ``MlaModuleRow``, ``MoeRow``, ``AllToAllRow``,
+``SiliconRow``)
 in SI units (seconds), so no caller sees pandas. Which table version is read is pinned in ``TABLES``; a
 GPU without tables (h800, h20) -> ``MeasuredTablesError``.
 """
@@ -29,6 +30,7 @@ __all__ = [
     "AllToAllRow",
     "GemmRow",
     "MeasuredTablesError",
+    "MlaModuleRow",
     "MlaRow",
     "MoeRow",
     "SiliconRow",
@@ -36,6 +38,7 @@ __all__ = [
     "available",
     "data_root",
     "gemm_rows",
+    "mla_module_rows",
     "mla_rows",
     "moe_rows",
     "package_version",
@@ -54,9 +57,11 @@ TABLES = {
     "mla_prefill": ("mla", "sglang", "0.5.14", "context_mla_perf"),
     "moe_decode": ("moe", "sglang", "0.5.10", "wideep_generation_moe_perf"),
     "deepep_ll": ("comm", "sglang", "0.5.12", "wideep_deepep_ll_perf"),
+    "mla_module": ("mla", "trtllm", "1.3.0rc20", "mla_generation_module_perf"),
 }
 """Table -> (family, framework, version, file stem): the version of each table this project reads
-(the newest SGLang collection of each on every GPU in ``SYSTEMS``, aiconfigurator-core 0.12.0)."""
+(the newest SGLang collection of each on every GPU in ``SYSTEMS``, aiconfigurator-core 0.12.0; the whole
+MLA decode module, projections and all, only TRT-LLM's collection measures on every one of them)."""
 
 
 class MeasuredTablesError(ConfigError):
@@ -82,6 +87,20 @@ class MlaRow(NamedTuple):
     heads: int
     kv_len: int
     kv_dtype: str
+    seconds: float
+
+
+class MlaModuleRow(NamedTuple):
+    """MLA's whole decode module (the input norm to ``o_proj``: projections, absorptions, RoPE, cache
+    write, attention core and every small kernel between them) as an engine runs it: ``batch`` requests,
+    ``heads`` query heads on the GPU (128 / attention TP), ``kv_len`` cached tokens each, KV cache in
+    ``kv_dtype``, GEMMs in ``gemm_dtype``."""
+
+    batch: int
+    heads: int
+    kv_len: int
+    kv_dtype: str
+    gemm_dtype: str
     seconds: float
 
 
@@ -211,6 +230,14 @@ def mla_rows(gpu: str, phase: str, kv_dtype: str | None = None) -> list[MlaRow]:
     length = d.step if phase == "decode" else d.isl
     cols = zip(d.batch_size.tolist(), d.num_heads.tolist(), length.tolist(), d.kv_cache_dtype.tolist())
     return [MlaRow(b, h, s, kv, ms * 1e-3) for (b, h, s, kv), ms in zip(cols, d.latency.tolist())]
+
+
+def mla_module_rows(gpu: str) -> list[MlaModuleRow]:
+    """Whole MLA decode module rows (TRT-LLM's collection), latency in seconds."""
+    d = _frame(gpu, "mla_module")
+    names = ("batch_size", "num_heads", "step", "kv_cache_dtype", "gemm_type")
+    cols = zip(*(d[c].tolist() for c in names), d.latency.tolist())
+    return [MlaModuleRow(*row[:-1], row[-1] * 1e-3) for row in cols]
 
 
 def moe_rows(gpu: str) -> list[MoeRow]:

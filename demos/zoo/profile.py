@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from dbo.costs import DeviceProfile, HostCosts, OpCost
 from demos.zoo.hardware import H200_HOST, GpuSpec, get_gpu
-from demos.zoo.rooflines import family_fit
+from demos.zoo.rooflines import FamilyFit, family_fit
 
 __all__ = ["EAGER_HOST", "MIN_KERNEL", "ZOO_OPS", "gpu_profile"]
 
@@ -65,11 +65,19 @@ EAGER_HOST = replace(
 of a small eager op in place of the toy's own Python per kernel."""
 
 
-def gpu_profile(gpu: str | GpuSpec, *, comm_sms: int = 0, gemm_scale: float = 1.0, host: HostCosts = EAGER_HOST):
+def gpu_profile(
+    gpu: str | GpuSpec,
+    *,
+    comm_sms: int = 0,
+    gemm_scale: float = 1.0,
+    host: HostCosts = EAGER_HOST,
+    fit: FamilyFit | None = None,
+):
     """The ``DeviceProfile`` of ``gpu`` (module docstring). ``comm_sms``: SMs a comm kernel takes while it
-    runs; ``gemm_scale``: a what-if factor on every math rate (1: the datasheet's)."""
+    runs; ``gemm_scale``: a what-if factor on every math rate (1: the datasheet's); ``fit``: the family's
+    curves (default: ``rooflines.json``'s; a fit in progress passes its own)."""
     g = get_gpu(gpu)
-    fit = family_fit(g.family)
+    fit = family_fit(g.family) if fit is None else fit
     rates = {k: v * gemm_scale for k, v in g.dtype_flops.items()}
     curves = [*fit.gemm.values(), fit.mla_decode, fit.mla_prefill]
     fp8 = fit.gemm["fp8"]

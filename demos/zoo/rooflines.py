@@ -147,8 +147,10 @@ class GroupedCurve:
 class FamilyFit:
     """One GPU family's fitted curves: ``gemm`` per dtype ("fp8", "bfloat16"), ``mla_decode``,
     ``mla_prefill``, ``ll_sm`` per kernel ("dispatch", "combine"), ``experts`` (the routed experts' grouped
-    GEMMs; None in a file written before they were fitted); ``fitted_on`` the GPUs whose tables gave
-    them; ``source`` the tables' provenance."""
+    GEMMs; None in a file written before they were fitted); ``mla_module`` the seconds a whole MLA decode
+    module takes beyond the kernels the predictor composes it of (``demos.zoo.attention_module``; 0 in a
+    file written before it was fitted); ``fitted_on`` the GPUs whose tables gave them; ``source`` the
+    tables' provenance."""
 
     family: str
     gemm: dict
@@ -158,6 +160,7 @@ class FamilyFit:
     fitted_on: tuple[str, ...]
     source: str
     experts: GroupedCurve | None = None
+    mla_module: float = 0.0
 
     def to_dict(self) -> dict:
         return {
@@ -167,6 +170,7 @@ class FamilyFit:
             "mla_prefill": asdict(self.mla_prefill),
             "ll_sm": {k: asdict(v) for k, v in self.ll_sm.items()},
             "experts": None if self.experts is None else asdict(self.experts),
+            "mla_module": self.mla_module,
             "fitted_on": list(self.fitted_on),
             "source": self.source,
         }
@@ -182,6 +186,7 @@ class FamilyFit:
             fitted_on=tuple(d["fitted_on"]),
             source=d["source"],
             experts=GroupedCurve(**d["experts"]) if d.get("experts") else None,
+            mla_module=float(d.get("mla_module", 0.0)),
         )
 
 

@@ -15,12 +15,14 @@ The work of a row is counted as the predictor counts it (docs/models.md, "What a
 DeepEP low-latency row (``fit_ll_sm``: a weighted least-squares line, each row's residual relative to
 its time, closed form), and the routed experts of a MoE row as ``experts_seconds`` counts them
 (``fit_experts``: the grouped GEMMs' bandwidth share and the op's fixed time, the FP8 curve held).
+Last, with those curves, the MLA decode module's fixed time (``demos.zoo.attention_module``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -337,4 +339,9 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         if k in ("gemm", "mla_decode", "mla_prefill", "moe_decode", "deepep_ll")
     )
     source = f"aiconfigurator-core {measured.package_version()}: {tables} on {', '.join(names)}"
-    return FamilyFit(family, gemm, attn["decode"], attn["prefill"], ll_sm, names, source, experts)
+    fit = FamilyFit(family, gemm, attn["decode"], attn["prefill"], ll_sm, names, source, experts)
+    from demos.zoo.attention_module import fit_module_extra  # composes the zoo's attention op with ``fit``
+
+    module = measured.TABLES["mla_module"]
+    source += f"; the MLA decode module's fixed time: {module[3]} ({module[1]} {module[2]})"
+    return replace(fit, source=source, mla_module=fit_module_extra(fit, names))

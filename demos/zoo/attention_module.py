@@ -1,0 +1,99 @@
+"""The MLA decode module's fixed time: what an engine's whole attention module takes beyond its composed kernels.
+
+The predictor builds a layer's attention from its kernels (``demos.zoo.costs``): the projections and
+absorptions on the family's fitted GEMM curves, the core on its MLA curve, and every kernel of the op at
+least the per-kernel floor (``demos.zoo.profile``). Each of those curves is fitted to a table of one
+kernel. TRT-LLM's collection also measures the whole decode module as the engine runs it, from the input
+norm to ``o_proj`` (``demos.zoo.measured.MlaModuleRow``), on every GPU with tables; against it the
+composed op runs short at the batches decode serves, by a near-constant 15-40 us per layer (the
+module's small kernels, its quantizations and the gaps between its kernels cost more than the floors
+say; the composition cannot tell which).
+
+``fit_module_extra(fit, gpus)`` is that constant per GPU family, fitted as every curve is (the median row
+on the curve: ``median((composed + extra) / measured) = 1``) over the family's module rows (``FIT_ROWS``:
+FP8 block GEMMs and a BF16 cache, DeepSeek-V3's checkpoint and the predictor's default cache, at 16 to
+128 heads per GPU: attention TP 8 to 1). ``FamilyFit.mla_module``
+stores it, and ``KernelTimes.attention`` adds it to every MLA decode core, so each ubatch of a DBO step
+pays it again, as it pays each kernel's floor. ``composed_seconds(gpu, row, fit)`` is the composed op of
+one row (with ``fit``'s extra), ``module_rows(gpu)`` the rows fitted and checked (``validate --kernels``,
+op ``mla module``). Prefill modules, other attention and other engines' modules are not fitted (vLLM's
+measures 30-45 us longer at small batches on H100, H200 and GB200: docs/kernels.md).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import replace
+
+from demos.zoo.breakdown import layer_breakdown
+from demos.zoo.hardware import get_gpu
+from demos.zoo.kernel_times import KernelTimes
+from demos.zoo.models import get_preset, with_precision
+from demos.zoo.profile import gpu_profile
+from demos.zoo.rooflines import FamilyFit
+from demos.zoo.workload import Workload, cluster_for
+
+__all__ = ["FIT_ROWS", "composed_seconds", "fit_module_extra", "module_rows"]
+
+FIT_ROWS = {"gemm_dtype": "fp8_block", "kv_dtype": "bfloat16", "heads": (16, 32, 64, 128)}
+"""The module rows fitted and checked: FP8 block GEMMs, a BF16 cache, 16 to 128 query heads per GPU."""
+
+_MODEL = "deepseek-v3"  # the architecture every module table was measured on
+_HEADS = 128
+_EP = 8  # any EP group whose NVLink domain holds attention TP 8; the attention op does not depend on it
+
+
+def module_rows(gpu: str) -> list:
+    """``gpu``'s measured module rows of ``FIT_ROWS`` (needs the ``measured`` extra)."""
+    from demos.zoo import measured
+
+    return [
+        r
+        for r in measured.mla_module_rows(gpu)
+        if r.gemm_dtype == FIT_ROWS["gemm_dtype"]
+        and r.kv_dtype == FIT_ROWS["kv_dtype"]
+        and r.heads in FIT_ROWS["heads"]
+    ]
+
+
+def composed_seconds(gpu: str, row, fit: FamilyFit) -> float:
+    """The predictor's attention op (``moe_layer_s["attention"]``) for module row ``row`` on ``gpu``, its
+    kernels timed with ``fit`` (its ``mla_module`` included): DeepSeek-V3 with the row's cache dtype,
+    ``row.batch`` requests of ``row.kv_len`` cached tokens, attention TP ``128 / row.heads``."""
+    g = get_gpu(gpu)
+    kv = "fp8" if row.kv_dtype.startswith("fp8") else "bf16"
+    spec = with_precision(get_preset(_MODEL), kv_cache=kv)
+    per = min(_EP, g.gpus_per_node)
+    w = Workload(
+        spec,
+        cluster_for(gpu, _EP // per, per, _EP),
+        tokens=row.batch,
+        context=max(1, row.kv_len),
+        ubatches=1,
+        attention_tp=_HEADS // row.heads,
+    )
+    profile = gpu_profile(g, fit=fit)
+    ops = layer_breakdown(w, row.batch, profile, KernelTimes(g, profile, fit))["moe_layer_s"]
+    return ops["attention"]
+
+
+def fit_module_extra(fit: FamilyFit, gpus: Sequence[str]) -> float:
+    """The family's module extra (module docstring): the constant ``c`` that puts the median row of
+    ``gpus`` on the curve, ``median((composed + c) / measured) = 1``, the op composed with ``fit``'s curves and
+    ``c`` (which the per-kernel floors partly absorb at small shapes), as every curve is fitted (least
+    absolute log error, ``demos.zoo.rooflines_fit``); 0 when the op is not short; found by bisection,
+    rounded to 4 significant figures."""
+    rows = [(g, r) for g in gpus for r in module_rows(g)]
+
+    def median_ratio(extra: float) -> float:
+        f = replace(fit, mla_module=extra)
+        return statistics.median(composed_seconds(g, r, f) / r.seconds for g, r in rows)
+
+    lo, hi = 0.0, max(r.seconds for _, r in rows)
+    if median_ratio(lo) >= 1.0:
+        return 0.0
+    while hi - lo > 1e-4 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if median_ratio(mid) < 1.0 else (lo, mid)
+    return float(f"{0.5 * (lo + hi):.4g}")

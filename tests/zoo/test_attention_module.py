@@ -1,0 +1,97 @@
+"""The MLA decode module's fixed time (``demos.zoo.attention_module``, docs/kernels.md).
+
+The fast tests plant a known extra in a family's curves and check where the predictor charges it; the
+``measured`` ones read TRT-LLM's whole-module tables (CI installs the extra) and check the fit.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+import pytest
+
+from demos.zoo import measured
+from demos.zoo.breakdown import layer_breakdown
+from demos.zoo.hardware import get_gpu
+from demos.zoo.kernel_check import kernel_rows, summaries
+from demos.zoo.kernel_times import KernelTimes
+from demos.zoo.models import get_preset
+from demos.zoo.profile import gpu_profile
+from demos.zoo.rooflines import family_fit
+from demos.zoo.workload import Workload, cluster_for
+
+_skip = pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
+
+
+def needs_tables(f):
+    return pytest.mark.measured(pytest.mark.slow(_skip(f)))
+
+
+def _attention(model: str, phase: str, extra: float, tokens: int = 64, context: int = 4096, tp: int = 1) -> float:
+    """One layer's attention op (``moe_layer_s["attention"]``) on B200 with the family's module extra set."""
+    g = get_gpu("b200")
+    fit = replace(family_fit(g.family), mla_module=extra)
+    w = Workload(
+        get_preset(model), cluster_for("b200", 1, 8, 8), phase=phase, tokens=tokens, context=context, ubatches=1,
+        attention_tp=tp,
+    )  # fmt: skip
+    profile = gpu_profile(g, fit=fit)
+    return layer_breakdown(w, tokens, profile, KernelTimes(g, profile, fit))["moe_layer_s"]["attention"]
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_an_mla_decode_layer_pays_the_module_extra_once(tp):
+    base = _attention("deepseek-v3", "decode", 0.0, tp=tp)
+    assert _attention("deepseek-v3", "decode", 40e-6, tp=tp) - base == pytest.approx(40e-6, rel=1e-6)
+
+
+def test_each_ubatch_of_a_split_step_pays_the_module_extra_again():
+    halves = 2 * (
+        _attention("deepseek-v3", "decode", 40e-6, tokens=32) - _attention("deepseek-v3", "decode", 0.0, tokens=32)
+    )
+    assert halves == pytest.approx(80e-6, rel=1e-6)
+
+
+def test_prefill_and_attention_without_a_module_table_pay_no_extra():
+    assert _attention("deepseek-v3", "prefill", 40e-6, tokens=2048, context=2048) == pytest.approx(
+        _attention("deepseek-v3", "prefill", 0.0, tokens=2048, context=2048)
+    )
+    assert _attention("qwen3-235b-a22b", "decode", 40e-6) == pytest.approx(_attention("qwen3-235b-a22b", "decode", 0.0))
+
+
+def test_the_shipped_extra_is_a_few_kernels_worth_per_family():
+    hopper, blackwell = family_fit("hopper").mla_module, family_fit("blackwell").mla_module
+    assert 5e-6 < hopper < 40e-6 and 5e-6 < blackwell < 40e-6
+
+
+@needs_tables
+def test_the_adapter_reads_a_known_module_row_in_seconds():
+    rows = measured.mla_module_rows("gb200")
+    hit = [
+        r
+        for r in rows
+        if (r.batch, r.heads, r.kv_len, r.gemm_dtype, r.kv_dtype) == (1, 128, 2, "fp8_block", "bfloat16")
+    ]
+    assert len(hit) == 1 and hit[0].seconds == pytest.approx(76.7e-6, rel=1e-6)
+
+
+@needs_tables
+def test_the_fitted_extra_puts_the_median_module_row_on_the_curve_and_without_it_the_op_runs_short():
+    from demos.zoo.attention_module import composed_seconds, module_rows
+
+    fit = family_fit("blackwell")
+    rows = [(g, r) for g in ("b200", "gb200") for r in module_rows(g)]
+    assert len(rows) > 1000
+    with_extra = statistics.median(composed_seconds(g, r, fit) / r.seconds for g, r in rows)
+    bare = replace(fit, mla_module=0.0)
+    without = statistics.median(composed_seconds(g, r, bare) / r.seconds for g, r in rows)
+    assert with_extra == pytest.approx(1.0, abs=2e-3)
+    assert without < 0.9  # the composed kernels alone: B200 and GB200 22% short (docs/kernels.md)
+
+
+@needs_tables
+def test_validate_kernels_checks_the_module_on_every_gpu_with_tables():
+    for gpu in ("h100", "h200", "b200", "gb200"):
+        (s,) = summaries(kernel_rows(gpu, ops=("mla module",)))
+        assert s["op"] == "mla module" and s["rows"] > 700 and abs(s["median_error"]) <= 0.10
