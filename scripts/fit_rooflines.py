@@ -14,10 +14,11 @@ import json
 import sys
 from concurrent.futures import ProcessPoolExecutor
 
+from demos.zoo.attention_module import fitted_family
 from demos.zoo.kernel_check import cross_validation
 from demos.zoo.measured import MeasuredTablesError, package_version
 from demos.zoo.rooflines import FITS_PATH, load_fits
-from demos.zoo.rooflines_fit import FIT_GPUS, fit_family
+from demos.zoo.rooflines_fit import FIT_GPUS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         for family in FIT_GPUS:
             print(f"fitting {family} on {', '.join(FIT_GPUS[family])} ...", file=sys.stderr, flush=True)
         with ProcessPoolExecutor(max_workers=len(FIT_GPUS)) as pool:  # one process per family: deterministic
-            fits = dict(zip(FIT_GPUS, pool.map(fit_family, FIT_GPUS)))
+            fits = dict(zip(FIT_GPUS, pool.map(fitted_family, FIT_GPUS)))
     except MeasuredTablesError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

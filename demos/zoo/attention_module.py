@@ -15,7 +15,9 @@ FP8 block GEMMs and a BF16 cache, DeepSeek-V3's checkpoint and the predictor's d
 128 heads per GPU: attention TP 8 to 1). ``FamilyFit.mla_module``
 stores it, and ``KernelTimes.attention`` adds it to every MLA decode core, so each ubatch of a DBO step
 pays it again, as it pays each kernel's floor. ``composed_seconds(gpu, row, fit)`` is the composed op of
-one row (with ``fit``'s extra), ``module_rows(gpu)`` the rows fitted and checked (``validate --kernels``,
+one row (with ``fit``'s extra), ``fitted_family(family, gpus)`` the family's curves
+(``demos.zoo.rooflines_fit.fit_family``) with the extra fitted on top (what ``scripts/fit_rooflines.py``
+writes), ``module_rows(gpu)`` the rows fitted and checked (``validate --kernels``,
 op ``mla module``). Prefill modules, other attention and other engines' modules are not fitted (vLLM's
 measures 30-45 us longer at small batches on H100, H200 and GB200: docs/kernels.md).
 """
@@ -32,9 +34,10 @@ from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.models import get_preset, with_precision
 from demos.zoo.profile import gpu_profile
 from demos.zoo.rooflines import FamilyFit
+from demos.zoo.rooflines_fit import FIT_GPUS, fit_family
 from demos.zoo.workload import Workload, cluster_for
 
-__all__ = ["FIT_ROWS", "composed_seconds", "fit_module_extra", "module_rows"]
+__all__ = ["FIT_ROWS", "composed_seconds", "fit_module_extra", "fitted_family", "module_rows"]
 
 FIT_ROWS = {"gemm_dtype": "fp8_block", "kv_dtype": "bfloat16", "heads": (16, 32, 64, 128)}
 """The module rows fitted and checked: FP8 block GEMMs, a BF16 cache, 16 to 128 query heads per GPU."""
@@ -97,3 +100,15 @@ def fit_module_extra(fit: FamilyFit, gpus: Sequence[str]) -> float:
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if median_ratio(mid) < 1.0 else (lo, mid)
     return float(f"{0.5 * (lo + hi):.4g}")
+
+
+def fitted_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
+    """``family``'s curves fitted to the tables of ``gpus`` (default ``FIT_GPUS[family]``) and, composed
+    with them, the MLA decode module's fixed time; its table named in ``source``."""
+    from demos.zoo import measured
+
+    names = tuple(gpus or FIT_GPUS[family])
+    fit = fit_family(family, names)
+    module = measured.TABLES["mla_module"]
+    source = f"{fit.source}; the MLA decode module's fixed time: {module[3]} ({module[1]} {module[2]})"
+    return replace(fit, source=source, mla_module=fit_module_extra(fit, names))

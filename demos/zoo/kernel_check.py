@@ -155,12 +155,13 @@ def summaries(rows: Iterable[CheckRow]) -> list[dict]:
 def cross_validation() -> list[str]:
     """Fit each GPU's GEMM and MLA curves (and the MLA decode module's fixed time) on its own tables,
     predict every GPU with them: one line per (fitted on, predicted) pair and op family."""
-    from demos.zoo.rooflines_fit import FIT_GPUS, fit_family
+    from demos.zoo.attention_module import fitted_family
+    from demos.zoo.rooflines_fit import FIT_GPUS
 
     lines = []
     gpus = [g for family in FIT_GPUS.values() for g in family]
     for source in gpus:
-        fit = fit_family(get_gpu(source).family, (source,))
+        fit = fitted_family(get_gpu(source).family, (source,))
         for target in gpus:
             rows = kernel_rows(target, fit, ("gemm fp8", "gemm bf16", "mla decode", "mla prefill", "mla module"))
             for s in summaries(rows):

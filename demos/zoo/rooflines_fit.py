@@ -15,14 +15,14 @@ The work of a row is counted as the predictor counts it (docs/models.md, "What a
 DeepEP low-latency row (``fit_ll_sm``: a weighted least-squares line, each row's residual relative to
 its time, closed form), and the routed experts of a MoE row as ``experts_seconds`` counts them
 (``fit_experts``: the grouped GEMMs' bandwidth share and the op's fixed time, the FP8 curve held).
-Last, with those curves, the MLA decode module's fixed time (``demos.zoo.attention_module``).
+The MLA decode module's fixed time is fitted on top of these curves, by the module that composes the
+attention op (``demos.zoo.attention_module.fitted_family``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import numpy as np
 
@@ -315,8 +315,9 @@ def fit_ll_sm(rows: Sequence, kernel: str) -> LinearCost:
 
 
 def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
-    """``family``'s curves fitted to the measured tables of ``gpus`` (default ``FIT_GPUS[family]``);
-    needs the ``measured`` extra."""
+    """``family``'s curves fitted to the measured tables of ``gpus`` (default ``FIT_GPUS[family]``), the
+    MLA module's fixed time left at 0 (``demos.zoo.attention_module.fitted_family`` adds it); needs the
+    ``measured`` extra."""
     from demos.zoo import measured
 
     names = tuple(gpus or FIT_GPUS[family])
@@ -339,9 +340,4 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         if k in ("gemm", "mla_decode", "mla_prefill", "moe_decode", "deepep_ll")
     )
     source = f"aiconfigurator-core {measured.package_version()}: {tables} on {', '.join(names)}"
-    fit = FamilyFit(family, gemm, attn["decode"], attn["prefill"], ll_sm, names, source, experts)
-    from demos.zoo.attention_module import fit_module_extra  # composes the zoo's attention op with ``fit``
-
-    module = measured.TABLES["mla_module"]
-    source += f"; the MLA decode module's fixed time: {module[3]} ({module[1]} {module[2]})"
-    return replace(fit, source=source, mla_module=fit_module_extra(fit, names))
+    return FamilyFit(family, gemm, attn["decode"], attn["prefill"], ll_sm, names, source, experts)
