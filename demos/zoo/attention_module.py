@@ -19,7 +19,7 @@ one row (with ``fit``'s extra), ``fitted_family(family, gpus)`` the family's cur
 (``demos.zoo.rooflines_fit.fit_family``) with the extra fitted on top (what ``scripts/fit_rooflines.py``
 writes), ``module_rows(gpu)`` the rows fitted and checked (``validate --kernels``,
 op ``mla module``). Prefill modules, other attention and other engines' modules are not fitted (vLLM's
-measures 30-45 us longer at small batches on H100, H200 and GB200: docs/kernels.md).
+measures a median 46-55 us longer at up to 64 requests on H100, H200 and GB200: docs/kernels.md).
 """
 
 from __future__ import annotations
