@@ -85,20 +85,31 @@ def fit_module_extra(fit: FamilyFit, gpus: Sequence[str]) -> float:
     """The family's module extra (module docstring): the constant ``c`` that puts the median row of
     ``gpus`` on the curve, ``median((composed + c) / measured) = 1``, the op composed with ``fit``'s curves and
     ``c`` (which the per-kernel floors partly absorb at small shapes), as every curve is fitted (least
-    absolute log error, ``demos.zoo.rooflines_fit``); 0 when the op is not short; found by bisection,
-    rounded to 4 significant figures."""
+    absolute log error, ``demos.zoo.rooflines_fit``); 0 when the op is not short; found by regula falsi
+    (Illinois) to 1e-5 of itself, rounded to 4 significant figures."""
     rows = [(g, r) for g in gpus for r in module_rows(g)]
 
-    def median_ratio(extra: float) -> float:
+    def excess(extra: float) -> float:  # increasing in ``extra``; its root is the fit
         f = replace(fit, mla_module=extra)
-        return statistics.median(composed_seconds(g, r, f) / r.seconds for g, r in rows)
+        return statistics.median(composed_seconds(g, r, f) / r.seconds for g, r in rows) - 1.0
 
-    lo, hi = 0.0, max(r.seconds for _, r in rows)
-    if median_ratio(lo) >= 1.0:
+    lo, f_lo = 0.0, excess(0.0)
+    if f_lo >= 0.0:
         return 0.0
-    while hi - lo > 1e-4 * hi:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if median_ratio(mid) < 1.0 else (lo, mid)
+    hi = statistics.median(r.seconds for _, r in rows)  # an extra of a whole median module: long
+    f_hi = excess(hi)
+    side = 0
+    while hi - lo > 1e-5 * hi:  # regula falsi, Illinois: a few compositions of every row, not a dozen
+        c = hi - f_hi * (hi - lo) / (f_hi - f_lo)
+        f_c = excess(c)
+        if f_c == 0.0:
+            return float(f"{c:.4g}")
+        if f_c > 0.0:
+            hi, f_hi = c, f_c
+            f_lo, side = (f_lo / 2.0 if side == 1 else f_lo), 1
+        else:
+            lo, f_lo = c, f_c
+            f_hi, side = (f_hi / 2.0 if side == -1 else f_hi), -1
     return float(f"{0.5 * (lo + hi):.4g}")
 
 
