@@ -24,6 +24,7 @@ measures a median 46-55 us longer at up to 64 requests on H100, H200 and GB200: 
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Sequence
 from dataclasses import replace
@@ -43,7 +44,6 @@ FIT_ROWS = {"gemm_dtype": "fp8_block", "kv_dtype": "bfloat16", "heads": (16, 32,
 """The module rows fitted and checked: FP8 block GEMMs, a BF16 cache, 16 to 128 query heads per GPU."""
 
 _MODEL = "deepseek-v3"  # the architecture every module table was measured on
-_HEADS = 128
 _EP = 8  # any EP group whose NVLink domain holds attention TP 8; the attention op does not depend on it
 
 
@@ -60,13 +60,18 @@ def module_rows(gpu: str) -> list:
     ]
 
 
+@functools.lru_cache(maxsize=4)
+def _spec(kv_cache: str):
+    """DeepSeek-V3 with its KV cache in ``kv_cache`` (built once: a fit composes every row many times)."""
+    return with_precision(get_preset(_MODEL), kv_cache=kv_cache)
+
+
 def composed_seconds(gpu: str, row, fit: FamilyFit) -> float:
     """The predictor's attention op (``moe_layer_s["attention"]``) for module row ``row`` on ``gpu``, its
     kernels timed with ``fit`` (its ``mla_module`` included): DeepSeek-V3 with the row's cache dtype,
     ``row.batch`` requests of ``row.kv_len`` cached tokens, attention TP ``128 / row.heads``."""
     g = get_gpu(gpu)
-    kv = "fp8" if row.kv_dtype.startswith("fp8") else "bf16"
-    spec = with_precision(get_preset(_MODEL), kv_cache=kv)
+    spec = _spec("fp8" if row.kv_dtype.startswith("fp8") else "bf16")
     per = min(_EP, g.gpus_per_node)
     w = Workload(
         spec,
@@ -74,7 +79,7 @@ def composed_seconds(gpu: str, row, fit: FamilyFit) -> float:
         tokens=row.batch,
         context=max(1, row.kv_len),
         ubatches=1,
-        attention_tp=_HEADS // row.heads,
+        attention_tp=spec.attention.heads // row.heads,
     )
     profile = gpu_profile(g, fit=fit)
     ops = layer_breakdown(w, row.batch, profile, KernelTimes(g, profile, fit))["moe_layer_s"]

@@ -9,8 +9,7 @@ the engine's API changed between releases, and the predictor needs rows, not the
 a deployment (docs/design.md, "Measured kernel tables"). An upstream layout change touches only this file.
 
 Every reader returns plain tuples (``GemmRow``, ``MlaRow``, ``MlaModuleRow``, ``MoeRow``, ``AllToAllRow``,
-``SiliconRow``)
-in SI units (seconds), so no caller sees pandas. Which table version is read is pinned in ``TABLES``; a
+``SiliconRow``) in SI units (seconds), so no caller sees pandas. Which table version is read is pinned in ``TABLES``; a
 GPU without tables (h800, h20) -> ``MeasuredTablesError``.
 """
 
