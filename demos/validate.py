@@ -313,8 +313,8 @@ def _breakdowns(ns: argparse.Namespace, profile: Any, points: list, progress: Pr
 
 def _measured_check(ns: argparse.Namespace, prog: str, fail: Callable[[str], int]) -> int:
     """``--kernels`` / ``--silicon``: against the measured tables (``demos.zoo.measured``)."""
+    from demos.fidelity.kernels import kernel_rows, summaries
     from demos.fidelity.silicon import format_kernels, format_silicon, gap_fits, silicon_rows, silicon_summaries
-    from demos.zoo.kernel_check import kernel_rows, summaries
     from demos.zoo.measured import SYSTEMS, MeasuredTablesError
 
     progress = ProgressLine(enabled=not ns.no_progress)

@@ -35,11 +35,11 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from demos.errors import ConfigError
+from demos.fidelity.stats import error_stats
 from demos.zoo.hardware import get_gpu
 from demos.zoo.kernel_times import kernel_times
 from demos.zoo.models import get_preset
 from demos.zoo.overlap_costs import step_profile
-from demos.zoo.rooflines_fit import error_stats
 from demos.zoo.run import ZooRun
 from demos.zoo.workload import Workload, cluster_for
 
@@ -221,7 +221,7 @@ def silicon_rows(progress: Callable[[int, int, str], None] | None = None, *, ker
 
 def silicon_summaries(rows: list[SiliconCheck]) -> list[dict]:
     """Per (gpu, phase): rows, signed median and max error, median |error|
-    (``demos.zoo.rooflines_fit.error_stats``), and the engines seen."""
+    (``demos.fidelity.stats.error_stats``), and the engines seen."""
     groups: dict[tuple[str, str], list[SiliconCheck]] = {}
     for r in rows:
         groups.setdefault((r.gpu, r.phase), []).append(r)

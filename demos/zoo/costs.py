@@ -55,31 +55,27 @@ from demos.zoo.hardware import deepep_low_latency, deepep_normal
 from demos.zoo.hardware.collectives import tp_collective
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.models import GQAAttention, MLAAttention
-from demos.zoo.models.spec import DTYPE_BYTES
+from demos.zoo.models.dtypes import ACT_BYTES, dtype
 from demos.zoo.overlap_costs import ll_node_seconds, ll_send_seconds, masked_rows
 from demos.zoo.profile import MIN_KERNEL
+from demos.zoo.work import causal_pairs, decode_pairs, gemm_work, mla_core_work, pass_work
 from demos.zoo.workload import Workload
 
 __all__ = ["LayerCosts", "attention_pairs", "layer_costs", "math_dtype", "active_experts"]
 
-_ACT = 2  # bytes of a BF16 activation
+_ACT = ACT_BYTES  # bytes of a BF16 activation
 _PAD = 128  # DeepGEMM contiguous layout: each expert's rows padded to a multiple of 128
 
 
 def math_dtype(storage: str) -> str:
-    """The ``dbo.costs.DTYPES`` key a weight stored as ``storage`` multiplies in (module docstring)."""
-    return "fp8" if storage.startswith("fp8") else "bfloat16"
-
-
-def _act_bytes(storage: str) -> float:
-    return 1.0 if storage.startswith("fp8") else float(_ACT)
+    """The ``dbo.costs.DTYPES`` key a weight stored as ``storage`` multiplies in (``demos.zoo.models.dtypes``)."""
+    return dtype(storage).math
 
 
 def gemm(m: float, n: int, k: int, storage: str, *, weights: float = 1.0) -> Work:
-    """Work of ``m`` rows through a (k -> n) weight stored as ``storage``: weight bytes ``weights`` times."""
-    wb = DTYPE_BYTES[storage]
-    flops = 2.0 * m * n * k
-    nbytes = weights * n * k * wb + m * k * _act_bytes(storage) + m * n * _ACT
+    """Work of ``m`` rows through a (k -> n) weight stored as ``storage``: weight bytes ``weights`` times
+    (``demos.zoo.work.gemm_work``)."""
+    flops, nbytes = gemm_work(m, n, k, storage, weights=weights)
     return Work(flops=flops, bytes=nbytes, dtype=math_dtype(storage), shape=(max(1, round(m)), n, k))
 
 
@@ -122,17 +118,17 @@ def _bmm(batch: int, m: int, n: int, k: int) -> Work:
 
 
 def _pass(t: float, width: int, passes: float) -> Work:
-    """``passes`` BF16 read-and-write memory passes over ``t x width`` values."""
-    return Work(flops=passes * t * width, bytes=passes * 2 * t * width * _ACT)
+    """``passes`` BF16 read-and-write memory passes over ``t x width`` values (``demos.zoo.work.pass_work``)."""
+    flops, nbytes = pass_work(t, width, passes)
+    return Work(flops=flops, bytes=nbytes)
 
 
 def attention_pairs(w: Workload, t: int) -> float:
     """Query-key pairs of a ubatch of ``t`` tokens per head, before any sliding window: decode ``t x
-    (context + 1)``; prefill, causal within requests of ``context`` tokens."""
+    (context + 1)``; prefill, causal within requests of ``context`` tokens (``demos.zoo.work``)."""
     if w.phase == "decode":
-        return t * (w.context + 1.0)
-    full, rest = divmod(t, w.context)
-    return full * w.context * (w.context + 1) / 2 + rest * (rest + 1) / 2
+        return decode_pairs(t, w.context)
+    return causal_pairs(t, w.context)
 
 
 def active_experts(w: Workload, t: float) -> float:
@@ -191,7 +187,7 @@ def _mla(
     H = w.spec.hidden_size
     h, nope, rope, v, lat = a.heads, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, a.kv_lora_rank
     h //= w.attention_tp
-    kvb = DTYPE_BYTES[w.spec.precision.kv_cache]
+    kvb = w.spec.precision.bytes_of("kv_cache")
     if a.q_lora_rank is None:
         q = gemm(t, h * (nope + rope), H, store)
     else:
@@ -201,15 +197,12 @@ def _mla(
     if w.phase == "decode":
         absorb_k = _bmm(h, t, lat, nope)  # q_nope into the latent space (per-head bmm)
         proj = _sum(q, kv_a, absorb_k, norm)
-        flops = 2.0 * h * pairs * (lat + rope) + 2.0 * h * pairs * lat
-        nbytes = t * (w.context + 1.0) * (lat + rope) * kvb + t * h * (lat + rope + lat) * _ACT
         out = _sum(gemm(t, H, h * v, store), _bmm(h, t, v, lat))
     else:
         kv_b = gemm(t, h * (nope + v), lat, store)  # expand the latent into per-head keys and values
         proj = _sum(q, kv_a, kv_b, norm)
-        flops = 2.0 * h * pairs * (nope + rope) + 2.0 * h * pairs * v
-        nbytes = t * h * (2 * (nope + rope) + 2 * v) * _ACT + t * (lat + rope) * kvb
         out = _sum(gemm(t, H, h * v, store))
+    flops, nbytes = mla_core_work(w.phase, t, h, pairs, latent=lat, rope=rope, nope=nope, v=v, kv_bytes=kvb)
     return proj, Work(), out, flops, nbytes
 
 
@@ -219,7 +212,7 @@ def _gqa(w: Workload, a: GQAAttention, t: int, pairs: float, layer: int, store: 
     H = w.spec.hidden_size
     tp = w.attention_tp
     h, kvh, d = a.heads // tp, max(1, a.kv_heads // tp), a.head_dim
-    kvb = DTYPE_BYTES[w.spec.precision.kv_cache]
+    kvb = w.spec.precision.bytes_of("kv_cache")
     window = a.window_of(layer)
     proj = _sum(gemm(t, (h + 2 * kvh) * d, H, store), _pass(t, H, 2))
     if w.phase == "decode":

@@ -27,8 +27,7 @@ import math
 from dbo.costs import DeviceProfile
 from demos.errors import ConfigError, field_ref
 from demos.zoo.hardware import GpuSpec
-from demos.zoo.rooflines import FamilyFit, family_fit
-from demos.zoo.rooflines_fit import GEMM_DTYPES, MLA_KV
+from demos.zoo.rooflines import GEMM_DTYPES, MLA_KV, FamilyFit, family_fit
 
 __all__ = ["KERNEL_SOURCES", "KernelTimes", "MeasuredKernelTimes", "kernel_times"]
 

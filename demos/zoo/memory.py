@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from demos.zoo.hardware import ll_buffer_bytes
 from demos.zoo.models import count_params
 from demos.zoo.models.params import expert_params
-from demos.zoo.models.spec import DTYPE_BYTES, MLAAttention
+from demos.zoo.models.spec import MLAAttention
 from demos.zoo.overlap_costs import ubatch_sizes
 from demos.zoo.workload import Workload
 
@@ -46,7 +46,7 @@ def kv_bytes_per_token(w: Workload) -> float:
     a = s.attention
     kv_heads = max(1, a.kv_heads // w.attention_tp) if not isinstance(a, MLAAttention) else 0
     width = a.kv_cache_width if isinstance(a, MLAAttention) else 2 * kv_heads * a.head_dim
-    return width * DTYPE_BYTES[s.precision.kv_cache] * s.num_layers
+    return width * s.precision.bytes_of("kv_cache") * s.num_layers
 
 
 def kv_cache_bytes(w: Workload) -> float:
@@ -117,7 +117,7 @@ def memory_estimate(w: Workload, slot_bytes: list[int] | None = None) -> MemoryE
     (None: none measured, counted as 0)."""
     s, p = w.spec, w.spec.precision
     c = count_params(s)
-    wb, eb = DTYPE_BYTES[p.weights], DTYPE_BYTES[p.experts]
+    wb, eb = p.bytes_of("weights"), p.bytes_of("experts")
     tp = w.attention_tp
     a, H = s.attention, s.hidden_size
     replicated = 0

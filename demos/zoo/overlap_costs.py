@@ -48,10 +48,9 @@ from typing import Any
 from dbo.costs import DeviceProfile, HostCosts
 from dbo.split import split_tokens
 from demos.errors import ConfigError, field_ref
-from demos.zoo.hardware import DEEPEP_H800, ClusterSpec, get_gpu
+from demos.zoo.hardware import DEEPEP_H800, ClusterSpec, get_gpu, ll_bytes
 from demos.zoo.profile import EAGER_HOST, gpu_profile
 from demos.zoo.rooflines import family_fit
-from demos.zoo.rooflines_fit import ll_bytes
 
 __all__ = [
     "BLOCK_M",

@@ -35,8 +35,15 @@ SMs: this is the time the SMs take to send and receive that many messages, which
 ``demos.zoo.overlap_costs`` charges as the SM-held halves of a hooked low-latency kernel.
 
 ``FITS`` holds the fitted curves per family ("hopper", "blackwell"), loaded from ``rooflines.json``,
-which ``scripts/fit_rooflines.py`` writes from the measured tables (``demos.zoo.measured``) with the
-fitting code in ``demos.zoo.rooflines_fit``; each figure's provenance is in the file (docs/kernels.md).
+which ``python -m demos.fits`` writes from the measured tables (``demos.zoo.measured``); each figure's
+provenance is in the file (docs/kernels.md). The curves' vocabulary lives here too, for the simulator and
+the fitting alike: which measured tables each of our dtypes is fitted to (``GEMM_DTYPES``, ``MLA_KV``) and
+on which GPUs each family is fitted (``FIT_GPUS``). The fitting (``demos.fits``) imports this module; this
+module never imports the fitting.
+
+Every curve's formula takes numbers or numpy arrays alike (``_ceil``, ``_min``, ``_max`` pick the numpy
+function for an array), so the fitting evaluates the very formula the simulator runs, over all the rows at
+once, and a number in gives the same float out as a plain ``math`` formula would.
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+import numpy as np
+
 from demos.zoo.hardware import FAMILIES
 
 __all__ = [
@@ -54,6 +63,9 @@ __all__ = [
     "FITS",
     "FITS_PATH",
     "FITTED_WITH",
+    "FIT_GPUS",
+    "GEMM_DTYPES",
+    "MLA_KV",
     "OUT_TILE",
     "ROW_TILE",
     "AttentionCurve",
@@ -71,6 +83,32 @@ ROW_TILE = 16
 OUT_TILE = 128
 """The output tile edge ``GemmCurve.occupancy`` counts tiles in."""
 
+GEMM_DTYPES = {"fp8": "fp8_block", "bfloat16": "bfloat16"}
+"""Our math dtype -> the measured table's dtype its GEMM curve is fitted to (FP8: DeepGEMM with 128-block
+scales, what DeepSeek-style FP8 checkpoints run)."""
+
+MLA_KV = "bfloat16"
+"""The KV-cache dtype whose MLA rows the attention curves are fitted to: the engines' default ("auto")
+for the FP8 DeepSeek checkpoints, and the zoo's presets' (an FP8 cache takes another kernel path)."""
+
+FIT_GPUS = {"hopper": ("h100", "h200"), "blackwell": ("b200", "gb200")}
+"""The GPUs whose measured tables each family's curves are fitted to (every GPU with tables)."""
+
+
+def _ceil(x):
+    """``ceil`` of a number (an int, as ``math.ceil``) or of a numpy array (elementwise)."""
+    return np.ceil(x) if isinstance(x, np.ndarray) else math.ceil(x)
+
+
+def _min(a, b):
+    """The smaller of two numbers, or their elementwise minimum when either is a numpy array."""
+    return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
+
+
+def _max(a, b):
+    """The larger of two numbers, or their elementwise maximum when either is a numpy array."""
+    return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
+
 
 @dataclass(frozen=True)
 class GemmCurve:
@@ -87,18 +125,18 @@ class GemmCurve:
     def eff(self, m: float, n: float, k: float, groups: float = 1.0) -> float:
         """The share of the ceiling a GEMM of ``groups`` x (m x n x k) reaches: each group's rows padded to
         ``ROW_TILE``, the row knee on the kernel's rows, ``groups x m`` (module docstring)."""
-        rows, pad = groups * m, m / (math.ceil(m / ROW_TILE) * ROW_TILE)
+        rows, pad = groups * m, m / (_ceil(m / ROW_TILE) * ROW_TILE)
         return pad * rows / (rows + self.m0) * n / (n + self.n0) * k / (k + self.k0)
 
     def occupancy(self, groups: float, m: float, n: float, sms: int) -> float:
         """The share of its bandwidth a GEMM of ``groups`` x (m x n) output reaches (module docstring)."""
-        tiles = groups * math.ceil(m / OUT_TILE) * math.ceil(n / OUT_TILE)
-        return min(1.0, tiles / (self.mem_tiles * sms))
+        tiles = groups * _ceil(m / OUT_TILE) * _ceil(n / OUT_TILE)
+        return _min(1.0, tiles / (self.mem_tiles * sms))
 
     def parts(self, flops: float, nbytes: float, m: float, n: float, k: float, peak: float, hbm: float, sms: int):
         """(math seconds, memory seconds) of a GEMM part on a GPU of ``sms`` SMs, without the latency;
         its groups are ``flops / (2 m n k)``."""
-        groups = max(1.0, flops / (2.0 * m * n * k))
+        groups = _max(1.0, flops / (2.0 * m * n * k))
         occ = self.occupancy(groups, m, n, sms)
         return flops / (peak * self.ceiling * self.eff(m, n, k, groups)), nbytes / (hbm * self.mem_efficiency * occ)
 
@@ -106,7 +144,7 @@ class GemmCurve:
         self, flops: float, nbytes: float, m: float, n: float, k: float, peak: float, hbm: float, sms: int
     ) -> float:
         """Seconds of a GEMM of ``flops`` and ``nbytes`` whose (rows per group, n, k) is (m, n, k)."""
-        return self.latency + max(self.parts(flops, nbytes, m, n, k, peak, hbm, sms))
+        return self.latency + _max(*self.parts(flops, nbytes, m, n, k, peak, hbm, sms))
 
 
 @dataclass(frozen=True)
@@ -118,7 +156,7 @@ class AttentionCurve:
     latency: float
 
     def seconds(self, flops: float, nbytes: float, peak: float, hbm: float) -> float:
-        return self.latency + max(flops / (peak * self.ceiling), nbytes / (hbm * self.mem_efficiency))
+        return self.latency + _max(flops / (peak * self.ceiling), nbytes / (hbm * self.mem_efficiency))
 
 
 @dataclass(frozen=True)

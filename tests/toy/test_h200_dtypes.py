@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dbo.costs import get_profile
-from demos.zoo.efficiency import DTYPE_CEILING
+from demos.fits.h800 import DTYPE_CEILING
 
 
 def test_float32_is_its_gemms_at_the_sgemm_share_plus_the_mixs_memory_work_twice():

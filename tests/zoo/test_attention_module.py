@@ -11,10 +11,10 @@ from dataclasses import replace
 
 import pytest
 
+from demos.fidelity.kernels import kernel_rows, summaries
 from demos.zoo import measured
 from demos.zoo.breakdown import layer_breakdown
 from demos.zoo.hardware import get_gpu
-from demos.zoo.kernel_check import kernel_rows, summaries
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.models import get_preset
 from demos.zoo.profile import gpu_profile

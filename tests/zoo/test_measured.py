@@ -6,11 +6,6 @@ skipped without it; the rest need nothing beyond the default install.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-import numpy as np
 import pytest
 
 from demos.errors import ConfigError
@@ -18,10 +13,8 @@ from demos.zoo import measured
 from demos.zoo.hardware import get_gpu
 from demos.zoo.kernel_times import KernelTimes, kernel_times
 from demos.zoo.profile import gpu_profile
-from demos.zoo.rooflines import FITS, GemmCurve, GroupedCurve, family_fit
-from demos.zoo.rooflines_fit import experts_seconds, fit_experts, fit_gemm
+from demos.zoo.rooflines import FITS, family_fit
 
-ROOT = Path(__file__).resolve().parents[2]
 _skip = pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
 
 
@@ -40,53 +33,6 @@ def test_every_gpu_has_a_fitted_family():
             assert 0 < c.ceiling <= 1 and 0 < c.mem_efficiency <= 1 and c.latency > 0
     assert get_gpu("b200").family == get_gpu("gb200").family == "blackwell"
     assert get_gpu("h20").family == "hopper"
-
-
-def test_fit_gemm_recovers_a_known_curve_from_its_own_rows():
-    truth = GemmCurve(ceiling=0.8, m0=20.0, n0=900.0, k0=300.0, mem_efficiency=0.75, latency=4e-6, mem_tiles=0.2)
-    g = get_gpu("h100")
-    rows = []
-    for m in (1, 8, 64, 256, 1024, 4096, 16384):
-        for n in (512, 2048, 7168, 24576):
-            for k in (512, 2048, 7168):
-                flops, nbytes = 2.0 * m * n * k, n * k + m * k + 2.0 * m * n
-                t = truth.seconds(flops, nbytes, m, n, k, g.fp8, g.hbm_bandwidth, g.sm_count)
-                rows.append(measured.GemmRow(m, n, k, "fp8_block", t))
-    got = fit_gemm([(g, rows)], "fp8")
-    pred = [
-        got.seconds(
-            2.0 * r.m * r.n * r.k,
-            r.n * r.k + r.m * r.k + 2.0 * r.m * r.n,
-            r.m,
-            r.n,
-            r.k,
-            g.fp8,
-            g.hbm_bandwidth,
-            g.sm_count,
-        )
-        for r in rows
-    ]
-    assert np.max(np.abs(np.array(pred) / np.array([r.seconds for r in rows]) - 1)) < 0.02
-
-
-def test_fit_experts_recovers_a_known_grouped_curve_and_the_step_times_grouped_gemms_on_it():
-    """The grouped curve is fitted with the FP8 GEMM curve held; the step's routed experts (op "experts")
-    move their bytes at its share of bandwidth, every other GEMM at the dense curve's."""
-    g, gemm = get_gpu("h200"), family_fit("hopper").gemm["fp8"]
-    truth = GroupedCurve(mem_efficiency=0.8, latency=2e-5)
-    rows = [
-        measured.MoeRow(t, 7168, 2048, 8, 256, ep, "uniform", 0.0)
-        for ep in (4, 16, 64, 256)
-        for t in (ep // 2 or 1, 4 * ep, 64 * ep)
-    ]
-    rows = [r._replace(seconds=experts_seconds(gemm, truth, g, r)) for r in rows]
-    got = fit_experts([(g, rows)], gemm)
-    assert (got.mem_efficiency, got.latency) == pytest.approx((0.8, 2e-5), rel=1e-3)
-    kt = KernelTimes(g, gpu_profile("h200"))
-    args = (4.0, 4096, 7168, "fp8", 2.0 * 64 * 4 * 4096 * 7168, 64 * 4096 * 7168.0)  # 64 experts x 4 rows
-    grouped, dense = kt.gemm("experts", *args), kt.gemm("attn_proj", *args)
-    assert grouped == pytest.approx(args[-1] / (g.hbm_bandwidth * family_fit("hopper").experts.mem_efficiency))
-    assert grouped < dense  # the grouped share of bandwidth is above one dense GEMM's
 
 
 def test_measured_source_without_the_extra_is_one_line_naming_the_install(monkeypatch):
@@ -133,11 +79,3 @@ def test_measured_source_reproduces_a_table_row_and_names_what_fell_back():
     assert kt.fallbacks == {}
     kt.gemm("router", 8, 257, 7168, "bfloat16", 2.0 * 8 * 257 * 7168, 257 * 7168 * 2.0)
     assert "router" in kt.fallbacks and "n=257" in kt.fallbacks["router"]
-
-
-@needs_tables
-def test_rooflines_json_is_what_the_fitting_script_gives():
-    out = subprocess.run(
-        [sys.executable, "scripts/fit_rooflines.py", "--check"], cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
-    assert out.returncode == 0, out.stdout + out.stderr

@@ -8,9 +8,8 @@ import pytest
 from demos.errors import ConfigError
 from demos.prediction.sweep import Sweep, what_if_workload
 from demos.zoo.costs import layer_costs
-from demos.zoo.hardware import DEEPEP_H800, deepep_low_latency, get_gpu
+from demos.zoo.hardware import DEEPEP_H800, deepep_low_latency, get_gpu, ll_bytes
 from demos.zoo.kernel_times import KernelTimes
-from demos.zoo.measured import AllToAllRow
 from demos.zoo.models import get_preset
 from demos.zoo.overlap_costs import (
     BLOCK_M,
@@ -26,7 +25,6 @@ from demos.zoo.overlap_costs import (
 from demos.zoo.profile import MIN_KERNEL
 from demos.zoo.report import measure_point
 from demos.zoo.rooflines import family_fit
-from demos.zoo.rooflines_fit import fit_ll_sm, ll_bytes
 from demos.zoo.run import ZooRun
 from demos.zoo.workload import Workload, cluster_for
 
@@ -68,18 +66,6 @@ def test_the_send_half_grows_with_the_messages_and_leaves_out_the_receive_half()
     h800 = ll_node_seconds(get_gpu("h800"), "dispatch", 128, 7168, 8, 7)
     line = family_fit("hopper").ll_sm["dispatch"]
     assert h800 - line.fixed == pytest.approx((held - line.fixed) * 450 / 200)
-
-
-def test_the_ll_fit_recovers_a_line_and_a_per_peer_term_where_node_sizes_differ():
-    def row(gpus: int, t: int) -> AllToAllRow:
-        s = 10e-6 + 3e-12 * ll_bytes("dispatch", t, 7168, 8) + 1e-6 * (gpus - 1)
-        return AllToAllRow(gpus, t, 7168, 8, 256, s, 0.0)
-
-    line = fit_ll_sm([row(8, t) for t in (1, 8, 64)], "dispatch")  # one node size: no per-peer term
-    assert line.fixed == pytest.approx(17e-6, rel=1e-3) and line.per_peer == 0.0
-    assert line.per_byte == pytest.approx(3e-12, rel=1e-3)
-    line = fit_ll_sm([row(g, t) for g in (4, 8) for t in (1, 8, 64)], "dispatch")
-    assert (line.fixed, line.per_byte, line.per_peer) == pytest.approx((10e-6, 3e-12, 1e-6), rel=1e-3)
 
 
 def test_on_one_node_the_low_latency_kernel_is_the_measured_single_node_line():

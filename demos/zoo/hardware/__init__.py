@@ -16,6 +16,7 @@ from demos.zoo.hardware.alltoall import (
     deepep_low_latency,
     deepep_normal,
     ll_buffer_bytes,
+    ll_bytes,
     message_bytes,
     token_bytes,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "get_gpu",
     "gpus",
     "ll_buffer_bytes",
+    "ll_bytes",
     "message_bytes",
     "token_bytes",
 ]

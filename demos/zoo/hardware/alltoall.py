@@ -36,6 +36,7 @@ __all__ = [
     "AllToAll",
     "DeepEPParams",
     "ll_buffer_bytes",
+    "ll_bytes",
     "deepep_low_latency",
     "message_bytes",
     "deepep_normal",
@@ -126,6 +127,13 @@ def message_bytes(kernel: str, hidden: int, fp8: bool = True, *, low_latency: bo
     if _kernel(kernel) == "combine":
         return token_bytes(hidden, False)
     return token_bytes(hidden, fp8) + (_LL_HEADER if low_latency else 0)
+
+
+def ll_bytes(kernel: str, tokens: float, hidden: int, top_k: int, fp8: bool = True) -> float:
+    """Bytes one rank's low-latency ``kernel`` messages carry: ``tokens x top_k`` messages, FP8 for a
+    dispatch (``fp8``; the engines' default, and the measured tables'), BF16 for a combine
+    (``message_bytes``)."""
+    return tokens * top_k * message_bytes(kernel, hidden, fp8, low_latency=True)
 
 
 def _check(cluster: ClusterSpec, routing: Routing, tokens: int, params: DeepEPParams) -> Traffic:

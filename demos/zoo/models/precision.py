@@ -5,7 +5,7 @@ otherwise (DeepSeek-V3 in BF16, GLM-4.5 from its FP8 repo, a model quantized to 
 
 * ``weights`` (``WEIGHT_DTYPES``): ``bf16``: every weight BF16; ``fp8``: every weight FP8 E4M3 (the
   non-expert ones too, as DeepSeek-V3's block-FP8 checkpoint); ``fp4``: the routed experts in a 4-bit block
-  format, stored as MXFP4 (``DTYPE_BYTES``: 17/32 bytes per value, the E8M0 scale of each 32 included, as
+  format, stored as MXFP4 (``demos.zoo.models.dtypes``: 17/32 bytes per value, the E8M0 scale of each 32 included, as
   gpt-oss ships; NVFP4's FP8 scale per 16 would be 18/32), every other weight in the activation dtype (gpt-oss
   keeps attention, router, embeddings and head in BF16). The dispatch payload follows the loader's rule: FP8
   when the experts are FP8, else the activation dtype; the activation dtype (``precision.combine``) stays.
@@ -30,10 +30,11 @@ WEIGHT_DTYPES: dict[str, tuple[str | None, str]] = {
     "fp8": ("fp8_e4m3", "fp8_e4m3"),
     "fp4": (None, "mxfp4"),
 }
-"""``--weights`` -> (non-expert weights, routed experts) as ``DTYPE_BYTES`` names; None: the activation dtype."""
+"""``--weights`` -> (non-expert weights, routed experts) as ``demos.zoo.models.dtypes.DTYPES`` names; None:
+the activation dtype."""
 
 KV_CACHE_DTYPES: dict[str, str] = {"bf16": "bfloat16", "fp8": "fp8_e4m3"}
-"""``--kv-cache-dtype`` -> the ``DTYPE_BYTES`` name of the KV cache."""
+"""``--kv-cache-dtype`` -> the ``demos.zoo.models.dtypes.DTYPES`` name of the KV cache."""
 
 
 def _choice(name: str, value: Any, choices: dict) -> None:

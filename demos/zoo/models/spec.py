@@ -23,9 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from demos.zoo.models.dtypes import DTYPES, dtype
+
 __all__ = [
     "ATTENTION_LAYER_TYPES",
-    "DTYPE_BYTES",
     "SCORING_FUNCS",
     "GQAAttention",
     "MLAAttention",
@@ -34,16 +35,6 @@ __all__ = [
     "ModelSpecError",
     "Precision",
 ]
-
-DTYPE_BYTES: dict[str, float] = {
-    "float32": 4.0,
-    "bfloat16": 2.0,
-    "float16": 2.0,
-    "fp8_e4m3": 1.0,
-    "fp8_e5m2": 1.0,
-    "mxfp4": 17 / 32,  # 32 four-bit values share one 8-bit (E8M0) scale
-}
-"""Bytes per element of each dtype a part may use (block formats include their scales)."""
 
 SCORING_FUNCS = ("softmax", "sigmoid")
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -91,7 +82,7 @@ def _check_str(owner: str, name: str, value: Any) -> None:
 
 @dataclass(frozen=True)
 class Precision:
-    """The dtype of each part, by name in ``DTYPE_BYTES``.
+    """The dtype of each part, by name in ``demos.zoo.models.dtypes.DTYPES``.
 
     ``weights``: attention, dense MLPs, shared experts, router, embeddings; ``experts``: routed expert
     weights; ``dispatch`` / ``combine``: the all-to-all payloads towards / back from the experts;
@@ -106,13 +97,13 @@ class Precision:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            _check_choice("Precision", f.name, getattr(self, f.name), tuple(DTYPE_BYTES))
+            _check_choice("Precision", f.name, getattr(self, f.name), tuple(DTYPES))
 
     def bytes_of(self, part: str) -> float:
         """Bytes per element of ``part`` (a field name); any other name is a ModelSpecError."""
         if part not in {f.name for f in fields(self)}:
             raise ModelSpecError("Precision.part", f"must be a Precision field name, got {part!r}")
-        return DTYPE_BYTES[getattr(self, part)]
+        return dtype(getattr(self, part)).bytes
 
 
 @dataclass(frozen=True)

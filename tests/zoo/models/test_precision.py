@@ -7,10 +7,11 @@ import dataclasses
 import pytest
 
 from demos.zoo.models import with_precision
+from demos.zoo.models.dtypes import DTYPES
 from demos.zoo.models.params import count_params, expert_params
 from demos.zoo.models.precision import KV_CACHE_DTYPES, WEIGHT_DTYPES
 from demos.zoo.models.presets import get_preset
-from demos.zoo.models.spec import DTYPE_BYTES, ModelSpecError, Precision
+from demos.zoo.models.spec import ModelSpecError, Precision
 
 
 def expert_weight_bytes(spec) -> float:
@@ -26,7 +27,7 @@ def non_expert_weight_bytes(spec) -> float:
 def test_the_flag_values():
     assert tuple(WEIGHT_DTYPES) == ("bf16", "fp8", "fp4")
     assert tuple(KV_CACHE_DTYPES) == ("bf16", "fp8")
-    assert all(d in DTYPE_BYTES for pair in WEIGHT_DTYPES.values() for d in pair if d is not None)
+    assert all(d in DTYPES for pair in WEIGHT_DTYPES.values() for d in pair if d is not None)
 
 
 def test_fp8_halves_the_expert_weight_bytes_of_a_bf16_model():

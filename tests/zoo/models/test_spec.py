@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
+from demos.zoo.models.dtypes import DTYPES, dtype, storage_of
 from demos.zoo.models.spec import (
-    DTYPE_BYTES,
     GQAAttention,
     MLAAttention,
     ModelSpec,
@@ -80,9 +80,23 @@ def test_dense_model_and_no_dense_layers():
 def test_precision_bytes():
     p = Precision(experts="mxfp4", dispatch="fp8_e4m3")
     assert p.bytes_of("experts") == 17 / 32 and p.bytes_of("dispatch") == 1.0 and p.bytes_of("combine") == 2.0
-    assert set(DTYPE_BYTES) >= {"bfloat16", "fp8_e4m3", "mxfp4"}
+    assert set(DTYPES) >= {"bfloat16", "fp8_e4m3", "mxfp4"}
     with pytest.raises(ModelSpecError, match=r"^Precision\.part:"):
         p.bytes_of("activations")
+
+
+def test_the_dtype_table_gives_bytes_and_the_math_rate_of_each_storage():
+    """One table: FP8 weights multiply in FP8 with FP8 activations; every other storage at the BF16 rate
+    with BF16 activations (MXFP4: no FP4 tensor cores on Hopper, its scales in its bytes)."""
+    assert dtype("fp8_e4m3") == dtype("fp8_e4m3") and dtype("fp8_e4m3").math == "fp8"
+    assert (dtype("fp8_e5m2").bytes, dtype("fp8_e5m2").activation_bytes) == (1.0, 1.0)
+    assert (dtype("mxfp4").bytes, dtype("mxfp4").math, dtype("mxfp4").activation_bytes) == (17 / 32, "bfloat16", 2.0)
+    assert all(d.math == "bfloat16" and d.activation_bytes == 2.0 for n, d in DTYPES.items() if not n.startswith("fp8"))
+    assert storage_of("fp8") == "fp8_e4m3" and storage_of("bfloat16") == "bfloat16"
+    with pytest.raises(KeyError, match="unknown dtype 'fp6'; known: float32"):
+        dtype("fp6")
+    with pytest.raises(KeyError, match="no storage dtype multiplies at 'float32'"):
+        storage_of("float32")
 
 
 # (constructor, keyword overrides, the field the error must name, a fragment of the reason)

@@ -1,22 +1,30 @@
-"""Fitting ``demos.zoo.rooflines``' curves to measured kernel rows, and scoring a curve against rows.
+"""Fitting the kernel-time curves of ``demos.zoo.rooflines`` to measured kernel rows.
 
 Each fit (``fit_log``) minimizes the sum over rows of ``|log(predicted / measured)|`` (every row weighs
 the same whatever its size): the least-absolute fit puts the median row on the curve, which is what the
-checks report (``error_stats``), where a least-squares fit lets the tables' heavy tails (tile and wave
-jumps, shapes no engine runs) pull it off the bulk of the rows. It is found by a deterministic
-Nelder-Mead in log coordinates, least squares from fixed starts and then least absolute error from
-there (numpy only: the same rows give the same figures to the last bit). Rows come as ``demos.zoo.measured`` tuples with
-the GPU (``GpuSpec``) they ran on, so one family's curve can be fitted on several GPUs at once, each
-row against its own GPU's datasheet peak and bandwidth.
+checks report, where a least-squares fit lets the tables' heavy tails (tile and wave jumps, shapes no
+engine runs) pull it off the bulk of the rows. It is found by a deterministic Nelder-Mead in log
+coordinates, least squares from fixed starts and then least absolute error from there (numpy only: the
+same rows give the same figures on the same machine; another processor's vector units may move a figure
+in its last digits, which is why ``demos.fits.compare`` compares fits within a tolerance). Rows come as
+``demos.zoo.measured`` tuples with the GPU (``GpuSpec``) they ran on, so one family's curve can be fitted
+on several GPUs at once, each row against its own GPU's datasheet peak and bandwidth.
 
-The work of a row is counted as the predictor counts it (docs/models.md, "What a step costs"):
-``gemm_work`` for a GEMM row, ``mla_work`` for an MLA attention-core row (decode absorbed into the
-512 + 64 latent space; prefill expanded, causal within each request), ``ll_bytes`` for a single-node
-DeepEP low-latency row (``fit_ll_sm``: a weighted least-squares line, each row's residual relative to
-its time, closed form), and the routed experts of a MoE row as ``experts_seconds`` counts them
-(``fit_experts``: the grouped GEMMs' bandwidth share and the op's fixed time, the FP8 curve held).
-The MLA decode module's fixed time is fitted on top of these curves, by the module that composes the
-attention op (``demos.zoo.attention_module.fitted_family``).
+Nothing here counts work or evaluates a curve by a formula of its own: a row's work is counted by the
+predictor's formulas (``demos.zoo.work``: ``gemm_work`` for a GEMM row, ``mla_core_work`` for an MLA
+attention-core row, ``pass_work`` for the experts' activation pass; ``demos.zoo.hardware.ll_bytes`` for a
+single-node DeepEP low-latency row) and each candidate curve is evaluated by the curve's own method
+(``GemmCurve.seconds``, ``AttentionCurve.seconds``), which take the rows as numpy arrays. Fitted:
+
+* ``fit_gemm``: a ``GemmCurve`` per dtype to the GEMM tables;
+* ``fit_attention``: an MLA ``AttentionCurve`` per phase to the attention-core tables (BF16 cache);
+* ``fit_experts``: the routed experts' ``GroupedCurve`` (their grouped GEMMs' share of bandwidth and the
+  op's fixed time) to the uniform MoE rows, the FP8 GEMM curve held (``experts_seconds``);
+* ``fit_ll_sm``: a ``LinearCost`` per DeepEP low-latency kernel to the single-node rows (a weighted
+  least-squares line, each row's residual relative to its time, closed form).
+
+``fit_family`` fits every curve of a family; the MLA decode module's fixed time is fitted on top of these
+curves by ``demos.fits.module``.
 """
 
 from __future__ import annotations
@@ -26,17 +34,23 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from demos.zoo.hardware import GpuSpec, get_gpu
-from demos.zoo.hardware.alltoall import message_bytes
-from demos.zoo.rooflines import OUT_TILE, ROW_TILE, AttentionCurve, FamilyFit, GemmCurve, GroupedCurve, LinearCost
+from demos.zoo.hardware import GpuSpec, get_gpu, ll_bytes
+from demos.zoo.models.dtypes import dtype, storage_of
+from demos.zoo.rooflines import (
+    FIT_GPUS,
+    GEMM_DTYPES,
+    MLA_KV,
+    AttentionCurve,
+    FamilyFit,
+    GemmCurve,
+    GroupedCurve,
+    LinearCost,
+)
+from demos.zoo.work import causal_pairs, decode_pairs, gemm_work, mla_core_work, pass_work
 
 __all__ = [
-    "FIT_GPUS",
-    "GEMM_DTYPES",
-    "PHASES",
     "MLA_DIMS",
-    "MLA_KV",
-    "error_stats",
+    "PHASES",
     "experts_seconds",
     "fit_attention",
     "fit_experts",
@@ -44,50 +58,15 @@ __all__ = [
     "fit_gemm",
     "fit_ll_sm",
     "fit_log",
-    "gemm_work",
-    "ll_bytes",
     "minimize",
-    "mla_work",
+    "mla_row_work",
     "nelder_mead",
 ]
-
-GEMM_DTYPES = {"fp8": "fp8_block", "bfloat16": "bfloat16"}
-"""Our math dtype -> the measured table's dtype it is fitted to (FP8: DeepGEMM with 128-block scales,
-what DeepSeek-style FP8 checkpoints run)."""
 
 MLA_DIMS = {"latent": 512, "rope": 64, "nope": 128, "v": 128}
 """DeepSeek-V3's MLA dimensions, the shape every measured MLA table was taken at."""
 
-_BYTES = {"fp8": (1.0, 1.0), "bfloat16": (2.0, 2.0)}  # (weight bytes, activation-in bytes); out is BF16
-_KV = {"fp8": 1.0, "bfloat16": 2.0}
 PHASES = ("decode", "prefill")
-MLA_KV = "bfloat16"
-"""The KV-cache dtype whose MLA rows the attention curves are fitted to: the engines' default ("auto")
-for the FP8 DeepSeek checkpoints, and the zoo's presets' (an FP8 cache takes another kernel path)."""
-
-
-def gemm_work(m, n, k, dtype: str):
-    """(flops, bytes) of an m x n x k GEMM in our ``dtype`` (arrays or numbers): the weights once, the
-    activations in and the BF16 output."""
-    w, a = _BYTES[dtype]
-    return 2.0 * m * n * k, n * k * w + m * k * a + m * n * 2.0
-
-
-def mla_work(phase: str, batch, heads, kv_len, kv_dtype: str):
-    """(flops, bytes) of MLA's attention core (module docstring): decode reads each request's cached
-    latents once per kernel (``kv_len`` + 1 tokens); prefill is causal within each request."""
-    lat, rope, nope, v = MLA_DIMS["latent"], MLA_DIMS["rope"], MLA_DIMS["nope"], MLA_DIMS["v"]
-    kvb = _KV.get(kv_dtype, 2.0)
-    if phase == "decode":
-        pairs = batch * (kv_len + 1.0)
-        flops = 2.0 * heads * pairs * (lat + rope) + 2.0 * heads * pairs * lat
-        nbytes = batch * (kv_len + 1.0) * (lat + rope) * kvb + batch * heads * (lat + rope + lat) * 2.0
-    else:
-        pairs = batch * kv_len * (kv_len + 1.0) / 2.0
-        tokens = batch * kv_len
-        flops = 2.0 * heads * pairs * (nope + rope) + 2.0 * heads * pairs * v
-        nbytes = tokens * heads * (2 * (nope + rope) + 2 * v) * 2.0 + tokens * (lat + rope) * kvb
-    return flops, nbytes
 
 
 def nelder_mead(f: Callable[[np.ndarray], float], x0: Sequence[float], step: float = 0.5, iters: int = 2000):
@@ -155,6 +134,8 @@ def fit_log(residuals: Callable[[np.ndarray], np.ndarray], starts: Sequence[Sequ
 
 
 def _columns(rows_by_gpu, fields: Sequence[str]):
+    """The rows' ``fields`` as float arrays, with each row's GPU's SMs (``sms``), datasheet peak of the
+    rows' math dtype and HBM bandwidth, and the rows' seconds."""
     cols = {f: [] for f in (*fields, "sms")}
     peak, hbm, t = [], [], []
     for gpu, dtype_rate, rows in rows_by_gpu:
@@ -180,23 +161,18 @@ def _gemm_curve(u: np.ndarray) -> GemmCurve:
     return GemmCurve(min(1.0, e[0]), e[1], e[2], e[3], min(1.0, e[4]), e[5], e[6])
 
 
-def fit_gemm(rows_by_gpu: Sequence[tuple[GpuSpec, list]], dtype: str) -> GemmCurve:
-    """The ``GemmCurve`` of our ``dtype`` fitted to ``[(gpu, rows)]`` (``demos.zoo.measured.GemmRow``)."""
-    data, peak, hbm, t = _columns([(g, dtype, rows) for g, rows in rows_by_gpu], ("m", "n", "k"))
+def fit_gemm(rows_by_gpu: Sequence[tuple[GpuSpec, list]], math: str) -> GemmCurve:
+    """The ``GemmCurve`` of the ``math`` dtype ("fp8", "bfloat16") fitted to ``[(gpu, rows)]``
+    (``demos.zoo.measured.GemmRow``), each row's work that of ``storage_of(math)`` weights."""
+    data, peak, hbm, t = _columns([(g, math, rows) for g, rows in rows_by_gpu], ("m", "n", "k"))
     if len(t) < 7:
         raise ValueError(f"need at least 7 rows to fit 7 parameters, got {len(t)}")
     m, n, k, sms = data["m"], data["n"], data["k"], data["sms"]
-    flops, nbytes = gemm_work(m, n, k, dtype)
-    pad = m / (np.ceil(m / ROW_TILE) * ROW_TILE)
-    tiles = np.ceil(m / OUT_TILE) * np.ceil(n / OUT_TILE)
+    flops, nbytes = gemm_work(m, n, k, storage_of(math))
     logt = np.log(t)
 
     def residuals(u: np.ndarray) -> np.ndarray:
-        c = _gemm_curve(u)
-        eff = pad * m / (m + c.m0) * n / (n + c.n0) * k / (k + c.k0)
-        occ = np.minimum(1.0, tiles / (c.mem_tiles * sms))
-        pred = c.latency + np.maximum(flops / (peak * c.ceiling * eff), nbytes / (hbm * c.mem_efficiency * occ))
-        return np.log(pred) - logt
+        return np.log(_gemm_curve(u).seconds(flops, nbytes, m, n, k, peak, hbm, sms)) - logt
 
     return _round(_gemm_curve(fit_log(residuals, _GEMM_STARTS)))
 
@@ -209,44 +185,63 @@ def _attn_curve(u: np.ndarray) -> AttentionCurve:
     return AttentionCurve(min(1.0, e[0]), min(1.0, e[1]), e[2])
 
 
+def mla_row_work(phase: str, batch, heads, kv_len, kv_bytes):
+    """(flops, bytes) of an MLA attention-core row (arrays or numbers) as the predictor counts it
+    (``demos.zoo.work.mla_core_work`` at ``MLA_DIMS``): decode, ``batch`` tokens of ``kv_len`` cached
+    tokens each; prefill, ``batch`` requests of ``kv_len`` prompt tokens, causal within each."""
+    if phase == "decode":
+        tokens, pairs = batch, decode_pairs(batch, kv_len)
+    else:
+        tokens = batch * kv_len
+        pairs = causal_pairs(tokens, kv_len)
+    d = MLA_DIMS
+    return mla_core_work(
+        phase, tokens, heads, pairs, latent=d["latent"], rope=d["rope"], nope=d["nope"], v=d["v"], kv_bytes=kv_bytes
+    )
+
+
 def fit_attention(rows_by_gpu: Sequence[tuple[GpuSpec, list]], phase: str) -> AttentionCurve:
-    """The MLA ``AttentionCurve`` of ``phase`` fitted to ``[(gpu, rows)]`` (``demos.zoo.measured.MlaRow``)."""
+    """The MLA ``AttentionCurve`` of ``phase`` fitted to ``[(gpu, rows)]`` (``demos.zoo.measured.MlaRow``
+    with a ``MLA_KV`` cache)."""
+    kinds = {r.kv_dtype for _, rows in rows_by_gpu for r in rows}
+    if kinds - {MLA_KV}:
+        raise ValueError(f"the attention curves are fitted to {MLA_KV} caches, got {sorted(kinds)}")
     data, peak, hbm, t = _columns([(g, "bfloat16", rows) for g, rows in rows_by_gpu], ("batch", "heads", "kv_len"))
-    kv = np.array([r.kv_dtype for _, rows in rows_by_gpu for r in rows])
-    flops, nbytes = mla_work(phase, data["batch"], data["heads"], data["kv_len"], "bfloat16")
-    if phase == "decode":  # the KV bytes halve for an FP8 cache
-        lat = MLA_DIMS["latent"] + MLA_DIMS["rope"]
-        nbytes = nbytes - np.where(kv == "fp8", data["batch"] * (data["kv_len"] + 1.0) * lat, 0.0)
+    flops, nbytes = mla_row_work(phase, data["batch"], data["heads"], data["kv_len"], dtype(MLA_KV).bytes)
     logt = np.log(t)
 
     def residuals(u: np.ndarray) -> np.ndarray:
-        c = _attn_curve(u)
-        pred = c.latency + np.maximum(flops / (peak * c.ceiling), nbytes / (hbm * c.mem_efficiency))
-        return np.log(pred) - logt
+        return np.log(_attn_curve(u).seconds(flops, nbytes, peak, hbm)) - logt
 
     return _round(_attn_curve(fit_log(residuals, _ATTN_STARTS)))
 
 
+_EXPERTS_STORAGE = storage_of("fp8")  # the MoE tables' grouped GEMMs: FP8 block weights
+
+
 def _experts_parts(gemm: GemmCurve, g: GpuSpec, r) -> tuple[float, list[tuple[float, float]]]:
-    """(the activation pass's seconds, [(math seconds, bytes)] of the two grouped GEMMs) of MoE row ``r``."""
+    """(the activation pass's seconds, [(math seconds, bytes)] of the two grouped GEMMs) of MoE row ``r``:
+    the table's "uniform" routing spreads ``tokens x top_k / ep`` copies per rank evenly over distinct
+    experts, so ``min(local experts, copies)`` are active, each with ``copies / active`` rows."""
     local, copies = r.experts / r.ep, r.tokens * r.top_k / r.ep
     active = max(1.0, min(local, copies))
     per, peak, hbm = copies / active, g.flops("fp8"), g.hbm_bandwidth
-    act = 1.5 * 2 * 2.0 * copies * r.inter / (hbm * gemm.mem_efficiency)
+    _, act_bytes = pass_work(copies, r.inter, 1.5)
+    act = act_bytes / (hbm * gemm.mem_efficiency)
     gemms = []
     for n, k in ((2 * r.inter, r.hidden), (r.hidden, r.inter)):
-        nbytes = active * n * k + copies * k + copies * n * 2.0
-        math_s, _ = gemm.parts(2.0 * copies * n * k, nbytes, per, n, k, peak, hbm, g.sm_count)  # groups: active
+        flops, nbytes = gemm_work(copies, n, k, _EXPERTS_STORAGE, weights=active)
+        math_s, _ = gemm.parts(flops, nbytes, per, n, k, peak, hbm, g.sm_count)  # groups: active
         gemms.append((math_s, nbytes))
     return act, gemms
 
 
 def experts_seconds(gemm: GemmCurve, grouped: GroupedCurve, g: GpuSpec, r) -> float:
     """Seconds of the routed experts of a measured MoE row ``r`` (``demos.zoo.measured.MoeRow``, uniform
-    routing) on ``g``, counted as ``demos.zoo.costs`` counts them: ``tokens x top_k / ep`` copies per
-    rank spread evenly over its experts (``min(local experts, copies)`` active), two grouped GEMMs
-    (``demos.zoo.rooflines``, "The routed experts") and the activation pass (1.5 BF16 read-and-write
-    passes over the up GEMM's output at the FP8 curve's bandwidth), plus ``grouped.latency``."""
+    routing) on ``g``, counted as ``demos.zoo.costs`` counts them: two grouped GEMMs (``demos.zoo.rooflines``,
+    "The routed experts": the math on the FP8 curve, the bytes at the grouped share of bandwidth) and the
+    activation pass (1.5 BF16 read-and-write passes over the up GEMM's output at the FP8 curve's
+    bandwidth), plus ``grouped.latency``, the op's fixed time as the table's harness timed it alone."""
     act, gemms = _experts_parts(gemm, g, r)
     bw = g.hbm_bandwidth * grouped.mem_efficiency
     return grouped.latency + act + sum(max(m, b / bw) for m, b in gemms)
@@ -276,30 +271,6 @@ def _round(curve):
     return type(curve)(**{k: float(f"{v:.4g}") for k, v in curve.__dict__.items()})
 
 
-def error_stats(rows: Sequence) -> tuple[dict, object]:
-    """``({"rows", "median_error", "median_abs_error", "max_error"}, worst row)`` of ``rows``, each with an
-    ``error`` (predicted / measured - 1): the median of the signed errors, the median of their sizes, and
-    the signed error of the row whose size is largest. ``rows`` must not be empty."""
-    errs = sorted(r.error for r in rows)
-    mid = len(errs) // 2
-    median = errs[mid] if len(errs) % 2 else 0.5 * (errs[mid - 1] + errs[mid])
-    worst = max(rows, key=lambda r: abs(r.error))
-    sizes = sorted(abs(e) for e in errs)
-    stats = {"rows": len(errs), "median_error": median, "median_abs_error": sizes[mid], "max_error": worst.error}
-    return stats, worst
-
-
-FIT_GPUS = {"hopper": ("h100", "h200"), "blackwell": ("b200", "gb200")}
-"""The GPUs whose measured tables each family's curves are fitted to (every GPU with tables)."""
-
-
-def ll_bytes(kernel: str, tokens: float, hidden: int, top_k: int, fp8: bool = True) -> float:
-    """Bytes one rank's low-latency ``kernel`` messages carry: ``tokens x top_k`` messages, FP8 for a
-    dispatch (``fp8``; the engines' default, and the tables'), BF16 for a combine
-    (``demos.zoo.hardware.alltoall.message_bytes``)."""
-    return tokens * top_k * message_bytes(kernel, hidden, fp8, low_latency=True)
-
-
 def fit_ll_sm(rows: Sequence, kernel: str) -> LinearCost:
     """The line ``fixed + per_byte x ll_bytes + per_peer x (gpus - 1)`` through single-node DeepEP
     low-latency rows (``demos.zoo.measured.AllToAllRow``) of ``kernel``, residuals relative to each row's
@@ -316,7 +287,7 @@ def fit_ll_sm(rows: Sequence, kernel: str) -> LinearCost:
 
 def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     """``family``'s curves fitted to the measured tables of ``gpus`` (default ``FIT_GPUS[family]``), the
-    MLA module's fixed time left at 0 (``demos.zoo.attention_module.fitted_family`` adds it); needs the
+    MLA module's fixed time left at 0 (``demos.fits.module.fitted_family`` adds it); needs the
     ``measured`` extra."""
     from demos.zoo import measured
 

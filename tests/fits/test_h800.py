@@ -1,4 +1,4 @@
-"""The published kernel tables and the GEMM efficiency fit (demos.zoo.efficiency, docs/kernels.md).
+"""The published H800 tables and the legacy GEMM efficiency fit (demos.fits.h800, docs/kernels.md).
 
 Measured with the stored constants on the 28 DeepGEMM rows: median |error| 4.8%, max 26.8% (dense
 64 x 2112 x 7168); the bounds below are those figures rounded up a little, so a changed formula,
@@ -9,12 +9,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-import time
 
 import pytest
 
-from demos.zoo import efficiency as eff
-from demos.zoo.efficiency import (
+from demos.fits import h800 as eff
+from demos.fits.h800 import (
     ATTENTION_COMPUTE_CEILING,
     ATTENTION_MEM_EFFICIENCY,
     DEEPGEMM_FP8_FIT,
@@ -34,7 +33,6 @@ from demos.zoo.efficiency import (
     predict_gemm_seconds,
     residuals,
 )
-from tests.support.timing import slack
 
 MAX_ERROR = 0.27  # measured 0.268
 MEDIAN_ERROR = 0.05  # measured 0.048
@@ -61,11 +59,20 @@ def test_stored_constants_have_three_significant_figures():
         assert float(f"{v:.3g}") == v, f.name
 
 
-def test_fit_is_deterministic_and_fast(refit):
-    t0 = time.perf_counter()
-    again = fit_gemm(DEEPGEMM_H800, PEAK, HBM)
-    assert time.perf_counter() - t0 < slack(1.0)
-    assert again == refit
+def test_fit_is_deterministic(refit):
+    """The same rows give the same fit on one machine (no timed assertion here: speed is the bench's)."""
+    assert fit_gemm(DEEPGEMM_H800, PEAK, HBM) == refit
+
+
+def test_the_published_rows_are_read_from_the_data_file_with_their_sources():
+    import json
+
+    data = json.loads(eff.PUBLISHED_PATH.read_text())
+    assert len(DEEPGEMM_H800) == len(data["deepgemm"]["final"]["rows"]) == 28
+    assert {r.source for r in DEEPGEMM_H800} == {data["deepgemm"]["final"]["source"]}
+    first = DEEPGEMM_H800[0]
+    got = (first.layout, first.groups, first.m, first.n, first.k, first.tflops, first.gbps)
+    assert got == ("dense", 1, 64, 2112, 7168, 206.0, 1688.0)
 
 
 def test_every_row_within_the_measured_bound():

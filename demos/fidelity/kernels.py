@@ -5,23 +5,25 @@ way the predictor times that kernel, and compared:
 
 * ``gemm fp8`` / ``gemm bf16``: each GEMM row on its family's fitted curve (``demos.zoo.kernel_times``);
 * ``mla decode`` / ``mla prefill``: each MLA attention-core row with a BF16 cache (the engines'
-  default) on its family's attention curve, its work counted as ``demos.zoo.rooflines_fit.mla_work``;
+  default) on its family's attention curve, its work counted as the predictor counts it
+  (``demos.fits.rooflines.mla_row_work``: ``demos.zoo.work.mla_core_work``);
 * ``mla module``: TRT-LLM's whole MLA decode module (FP8 block GEMMs, BF16 cache, 16 to 128 heads per GPU)
   against the predictor's attention op, its kernels composed as ``demos.zoo.costs`` composes them plus the
   family's fitted module time (``demos.zoo.attention_module``);
 * ``experts``: DeepEP MoE's expert compute (uniform routing rows) as ``demos.zoo.costs`` folds the
-  routed experts (``demos.zoo.rooflines_fit.experts_seconds``: two grouped GEMMs on the family's
+  routed experts (``demos.fits.rooflines.experts_seconds``: two grouped GEMMs on the family's
   grouped curve, their weights once per active expert, the activation pass), with the table's routing:
   ``tokens x top_k / ep`` copies per rank spread over distinct experts (its "uniform" is an even
   spread, so ``min(local experts, copies)`` are active);
 * ``dispatch`` / ``combine``: DeepEP low-latency rows (one node) against the family's single-node line
   (``FamilyFit.ll_sm``, fitted to these rows of both GPUs of the family): how the predictor times a
   low-latency kernel whose EP group is one node (``demos.zoo.costs``);
-* on ``h800`` (no tables): ``gemm fp8`` against DeepGEMM's published H800 rows (``demos.zoo.efficiency``),
+* on ``h800`` (no tables): ``gemm fp8`` against DeepGEMM's published H800 rows (``demos.fits.h800``),
   the check of the Hopper curve's extrapolation to a GPU it was not fitted on.
 
-``kernel_rows(gpu, fit)`` gives ``CheckRow``s; ``summaries`` the per (gpu, op) statistics;
-``cross_validation`` fits on one GPU and predicts the others (what ``scripts/fit_rooflines.py`` prints).
+``kernel_rows(gpu, fit)`` gives ``CheckRow``s; ``summaries`` the per (gpu, op) statistics
+(``demos.fidelity.stats.error_stats``); ``cross_validation`` fits on one GPU (``demos.fits``) and predicts
+the others.
 """
 
 from __future__ import annotations
@@ -29,10 +31,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from demos.fidelity.stats import error_stats
+from demos.fits.rooflines import experts_seconds, mla_row_work
 from demos.zoo.hardware import get_gpu
+from demos.zoo.models.dtypes import dtype, storage_of
 from demos.zoo.overlap_costs import ll_node_seconds
-from demos.zoo.rooflines import FamilyFit, family_fit
-from demos.zoo.rooflines_fit import GEMM_DTYPES, MLA_KV, error_stats, experts_seconds, gemm_work, mla_work
+from demos.zoo.rooflines import FIT_GPUS, GEMM_DTYPES, MLA_KV, FamilyFit, family_fit
+from demos.zoo.work import gemm_work
 
 __all__ = ["OPS", "CheckRow", "cross_validation", "kernel_rows", "summaries"]
 
@@ -62,7 +67,7 @@ def _gemm_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
         curve, peak = fit.gemm[ours], g.flops(ours)
         op = "gemm fp8" if ours == "fp8" else "gemm bf16"
         for r in measured.gemm_rows(gpu, theirs):
-            flops, nbytes = gemm_work(r.m, r.n, r.k, ours)
+            flops, nbytes = gemm_work(r.m, r.n, r.k, storage_of(ours))
             pred = curve.seconds(flops, nbytes, r.m, r.n, r.k, peak, g.hbm_bandwidth, g.sm_count)
             yield CheckRow(gpu, op, f"m={r.m} n={r.n} k={r.k}", pred, r.seconds)
 
@@ -74,7 +79,7 @@ def _mla_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
     for phase in ("decode", "prefill"):
         curve = fit.mla_decode if phase == "decode" else fit.mla_prefill
         for r in measured.mla_rows(gpu, phase, MLA_KV):
-            flops, nbytes = mla_work(phase, r.batch, r.heads, r.kv_len, r.kv_dtype)
+            flops, nbytes = mla_row_work(phase, r.batch, r.heads, r.kv_len, dtype(MLA_KV).bytes)
             pred = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
             yield CheckRow(gpu, f"mla {phase}", f"batch={r.batch} heads={r.heads} kv={r.kv_len}", pred, r.seconds)
 
@@ -111,7 +116,7 @@ def _alltoall_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
 
 
 def _h800_rows(fit: FamilyFit) -> Iterable[CheckRow]:
-    from demos.zoo.efficiency import DEEPGEMM_H800
+    from demos.fits.h800 import DEEPGEMM_H800
 
     g = get_gpu("h800")
     for r in DEEPGEMM_H800:
@@ -141,7 +146,7 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
 
 def summaries(rows: Iterable[CheckRow]) -> list[dict]:
     """Per (gpu, op), in order of appearance: ``{"gpu", "op", "rows", "median_error", "median_abs_error",
-    "max_error", "worst"}`` (``demos.zoo.rooflines_fit.error_stats``; ``worst``: the worst row)."""
+    "max_error", "worst"}`` (``demos.fidelity.stats.error_stats``; ``worst``: the worst row)."""
     groups: dict[tuple[str, str], list[CheckRow]] = {}
     for r in rows:
         groups.setdefault((r.gpu, r.op), []).append(r)
@@ -155,8 +160,7 @@ def summaries(rows: Iterable[CheckRow]) -> list[dict]:
 def cross_validation() -> list[str]:
     """Fit each GPU's GEMM and MLA curves (and the MLA decode module's fixed time) on its own tables,
     predict every GPU with them: one line per (fitted on, predicted) pair and op family."""
-    from demos.zoo.attention_module import fitted_family
-    from demos.zoo.rooflines_fit import FIT_GPUS
+    from demos.fits.module import fitted_family
 
     lines = []
     gpus = [g for family in FIT_GPUS.values() for g in family]

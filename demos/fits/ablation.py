@@ -1,22 +1,28 @@
 """Ablation of the GEMM curve's form: what each part of it does (docs/kernels.md, "Ablation").
 
     python -m pip install -e '.[measured]'
-    python scripts/ablate_rooflines.py
+    python -m demos.fits ablate
 
 Fits five forms of the FP8 GEMM curve to the H100 + H200 tables and prints, per form, the median
 |error| and signed median error on H100, H200 and B200 (B200 with the Hopper curve), and the time of one
 8-row GEMM through a 4096 x 7168 FP8 weight on H20 over H100 (the extrapolation to a GPU without tables).
-The kept form is demos.zoo.rooflines.GemmCurve; this script does not change it.
+The kept form is demos.zoo.rooflines.GemmCurve; the ablation does not change it. Each form's work is the
+predictor's (``demos.zoo.work.gemm_work``); only the curve's form varies (``FORMS``), so the forms other
+than the kept one are written here on purpose. ``ablation_lines()`` returns the printed table.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from demos.fits.rooflines import minimize
 from demos.zoo import measured
 from demos.zoo.hardware import get_gpu
+from demos.zoo.models.dtypes import storage_of
 from demos.zoo.rooflines import OUT_TILE, ROW_TILE
-from demos.zoo.rooflines_fit import minimize
+from demos.zoo.work import gemm_work
+
+__all__ = ["FORMS", "ablation_lines"]
 
 FORMS = {
     "hyperbolic M knee only (the old form)": ("knee",),
@@ -50,13 +56,14 @@ def _time(parts, u, m, n, k, peak, hbm, sms):
     occ = 1.0
     if "occ" in parts:
         occ = np.minimum(1.0, np.ceil(m / OUT_TILE) * np.ceil(n / OUT_TILE) / (e[6] * sms))
-    flops, nbytes = 2.0 * m * n * k, n * k + m * k + 2.0 * m * n
+    flops, nbytes = gemm_work(m, n, k, storage_of("fp8"))
     return e[5] + np.maximum(flops / (peak * ceiling * eff), nbytes / (hbm * mem_eff * occ))
 
 
-def main() -> int:
+def ablation_lines() -> list[str]:
+    """The ablation's table: a header, then one line per form (module docstring)."""
     m, n, k, t, peak, hbm, sms = _rows(("h100", "h200"))
-    print(f"{'form':44} {'H100':>16} {'H200':>16} {'B200 (Hopper curve)':>20} {'H20/H100':>9}")
+    lines = [f"{'form':44} {'H100':>16} {'H200':>16} {'B200 (Hopper curve)':>20} {'H20/H100':>9}"]
     for label, parts in FORMS.items():
         u = minimize(
             lambda u: float(np.sum((np.log(_time(parts, u, m, n, k, peak, hbm, sms)) - np.log(t)) ** 2)), STARTS
@@ -79,9 +86,5 @@ def main() -> int:
             )[0]
             for g in (get_gpu("h100"), get_gpu("h20"))
         ]
-        print(f"{label:44} {cells[0]:>16} {cells[1]:>16} {cells[2]:>20} {one[1] / one[0]:9.2f}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        lines.append(f"{label:44} {cells[0]:>16} {cells[1]:>16} {cells[2]:>20} {one[1] / one[0]:9.2f}")
+    return lines

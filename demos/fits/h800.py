@@ -1,4 +1,6 @@
-"""Published Hopper kernel benchmarks and the GEMM efficiency curve fitted to them (docs/kernels.md).
+"""The legacy H800 fit: DeepGEMM's and FlashMLA's published H800 figures and the GEMM curve fitted to them
+(docs/kernels.md). The published rows are data (``h800_published.json`` beside this module, each table's
+source in it); the H800 kernel check (``demos.fidelity.kernels``) reads them from here.
 
 What is modelled. A GEMM of shape (M, N, K) repeated over G groups, in a dtype with datasheet dense
 peak ``R`` (FLOP/s), on HBM of bandwidth ``B`` (bytes/s), takes::
@@ -33,11 +35,13 @@ benchmark; see docs/kernels.md for what each number is and how sure it is.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from demos.zoo.rooflines_fit import minimize
+from demos.fits.rooflines import minimize
 
 __all__ = [
     "AttentionFigure",
@@ -148,108 +152,31 @@ class GemmFit:
     mem_efficiency: float
 
 
-# --- published tables ---------------------------------------------------------------------------
+# --- published tables (h800_published.json) -----------------------------------------------------
 
-_DG_FINAL = (
-    "deepseek-ai/DeepGEMM README.md @ 327ec92f6977e7fee022cb76a8f273b75483c3d8 (2025-04-09; "
-    "last version with the tables, removed in 37aa1274 on 2025-04-14); H800 SXM5, NVCC 12.8, FP8"
-)
-_DG_INITIAL = (
-    "deepseek-ai/DeepGEMM README.md @ a6d97a1c1b48a7a9d7994d0e155ee6f11d0a3f07 (2025-02-25, initial); H800, FP8"
-)
-
-# (groups, m per group, n, k, TFLOPS, GB/s), copied from the README tables.
-_DENSE_COMMON = (
-    (1, 64, 2112, 7168, 206, 1688),
-    (1, 64, 24576, 1536, 289, 2455),
-    (1, 64, 32768, 512, 219, 2143),
-    (1, 64, 7168, 16384, 336, 2668),
-    (1, 64, 4096, 7168, 287, 2320),
-    (1, 64, 7168, 2048, 295, 2470),
-    (1, 128, 2112, 7168, 352, 1509),
-    (1, 128, 24576, 1536, 535, 2448),
-    (1, 128, 32768, 512, 358, 2103),
-    (1, 128, 7168, 16384, 645, 2604),
-    (1, 128, 4096, 7168, 533, 2221),
-    (1, 128, 7168, 2048, 510, 2277),
-)
-_DENSE_4096_FINAL = (
-    (1, 4096, 2112, 7168, 1127, 562),
-    (1, 4096, 24576, 1536, 1212, 962),
-    (1, 4096, 32768, 512, 775, 1620),
-    (1, 4096, 7168, 16384, 1520, 384),
-    (1, 4096, 4096, 7168, 1410, 541),
-    (1, 4096, 7168, 2048, 1168, 794),
-)
-_DENSE_4096_INITIAL = (
-    (1, 4096, 2112, 7168, 1058, 527),
-    (1, 4096, 24576, 1536, 990, 786),
-    (1, 4096, 32768, 512, 590, 1232),
-    (1, 4096, 7168, 16384, 1358, 343),
-    (1, 4096, 4096, 7168, 1304, 500),
-    (1, 4096, 7168, 2048, 1025, 697),
-)
-_CONTIGUOUS_FINAL = (
-    (4, 8192, 4096, 7168, 1346, 434),
-    (4, 8192, 7168, 2048, 1214, 752),
-    (8, 4096, 4096, 7168, 1346, 516),
-    (8, 4096, 7168, 2048, 1214, 826),
-)
-_CONTIGUOUS_INITIAL = (
-    (4, 8192, 4096, 7168, 1297, 418),
-    (4, 8192, 7168, 2048, 1099, 681),
-    (8, 4096, 4096, 7168, 1288, 494),
-    (8, 4096, 7168, 2048, 1093, 743),
-)
-_MASKED = (  # unchanged between the two versions
-    (1, 1024, 4096, 7168, 1233, 924),
-    (1, 1024, 7168, 2048, 925, 968),
-    (2, 512, 4096, 7168, 1040, 1288),
-    (2, 512, 7168, 2048, 916, 1405),
-    (4, 256, 4096, 7168, 932, 2064),
-    (4, 256, 7168, 2048, 815, 2047),
-)
+PUBLISHED_PATH = Path(__file__).with_name("h800_published.json")
+_DATA = json.loads(PUBLISHED_PATH.read_text())
 
 
-def _rows(layout: str, source: str, table: Iterable[tuple]) -> tuple[GemmRow, ...]:
-    return tuple(GemmRow(m, n, k, g, float(t), float(bw), layout, source) for g, m, n, k, t, bw in table)
+def _rows(table: dict) -> tuple[GemmRow, ...]:
+    cols = table["columns"]
+    assert cols == ["layout", "groups", "m", "n", "k", "tflops", "gbps"], cols
+    return tuple(
+        GemmRow(m, n, k, g, float(t), float(bw), layout, table["source"]) for layout, g, m, n, k, t, bw in table["rows"]
+    )
 
 
-DEEPGEMM_H800: tuple[GemmRow, ...] = (
-    _rows("dense", _DG_FINAL, _DENSE_COMMON + _DENSE_4096_FINAL)
-    + _rows("contiguous", _DG_FINAL, _CONTIGUOUS_FINAL)
-    + _rows("masked", _DG_FINAL, _MASKED)
-)
-DEEPGEMM_H800_INITIAL: tuple[GemmRow, ...] = (
-    _rows("dense", _DG_INITIAL, _DENSE_COMMON + _DENSE_4096_INITIAL)
-    + _rows("contiguous", _DG_INITIAL, _CONTIGUOUS_INITIAL)
-    + _rows("masked", _DG_INITIAL, _MASKED)
-)
+DEEPGEMM_H800: tuple[GemmRow, ...] = _rows(_DATA["deepgemm"]["final"])
+"""DeepGEMM's FP8 tables on H800 SXM5, their last published version."""
+DEEPGEMM_H800_INITIAL: tuple[GemmRow, ...] = _rows(_DATA["deepgemm"]["initial"])
+"""The same tables as first published (slower 4096-row and contiguous rows; the masked rows unchanged)."""
 
-_FM_V1 = "deepseek-ai/FlashMLA README.md @ 414a2f3eedeb5ad3c4a6e89d8641e059519cacc9 (2025-02-21, initial)"
-_FM_V2 = "deepseek-ai/FlashMLA README.md @ c2067be3eaa0f2e98e10854c30898139d5d01d36 (2025-04-22, performance update)"
-_FM_V3 = "deepseek-ai/FlashMLA README.md @ 1408756a88e52a25196b759eaf8db89d2b51b5a1 (2025-10-01)"
-_H800 = "H800 SXM5"
-FLASHMLA_H800: tuple[AttentionFigure, ...] = (
-    AttentionFigure("dense MLA decode, BF16", "memory", 3000.0, "GB/s", _H800, "12.6", "2025-02-21", _FM_V1),
-    AttentionFigure("dense MLA decode, BF16", "compute", 580.0, "TFLOPS", _H800, "12.6", "2025-02-21", _FM_V1),
-    AttentionFigure("dense MLA decode, BF16", "memory", 3000.0, "GB/s", _H800, "12.8", "2025-04-22", _FM_V2),
-    AttentionFigure("dense MLA decode, BF16", "compute", 660.0, "TFLOPS", _H800, "12.8", "2025-04-22", _FM_V2),
-    AttentionFigure("sparse MLA decode, FP8 KV", "compute", 410.0, "TFLOPS", _H800, "12.8", "2025-09-29", _FM_V3),
-    AttentionFigure("sparse MLA prefill", "compute", 640.0, "TFLOPS", _H800, "12.8", "2025-09-29", _FM_V3),
-)
+FLASHMLA_H800: tuple[AttentionFigure, ...] = tuple(AttentionFigure(**f) for f in _DATA["flashmla"])
 _FM_DENSE = [f for f in FLASHMLA_H800 if f.kernel.startswith("dense") and f.date == "2025-04-22"]
 ATTENTION_MEM_EFFICIENCY = next(f.value for f in _FM_DENSE if f.bound == "memory") * 1e9 / H800_HBM_BANDWIDTH
 ATTENTION_COMPUTE_CEILING = next(f.value for f in _FM_DENSE if f.bound == "compute") * 1e12 / H800_BF16_PEAK
 
-_MAMF = "stas00/ml-engineering compute/accelerator/README.md @ 744d01e18b79512572f64a6bbd8b5f4a725203a7, MAMF table"
-_WAYNE = "waynehacking8/blackwell-tensorcore-kernels results/bench.csv @ c289bdedb5f256fdf1351de3cacf7757564a0dd0"
-REFERENCE_GEMMS: tuple[ReferenceGemm, ...] = (
-    ReferenceGemm("H100 SXM", "bfloat16", 2048, 2048, 13312, 794.5, "torch 2.7.0+cu126 matmul (MAMF)", _MAMF),
-    ReferenceGemm("H100 SXM", "fp8", 1024, 9216, 14336, 1402.6, "torch 2.7.0+cu126 FP8 matmul (MAMF)", _MAMF),
-    ReferenceGemm("H100 80GB HBM3", "float16", 8192, 8192, 8192, 761.71, "cublasGemmEx FP16 in, FP32 acc", _WAYNE),
-    ReferenceGemm("H100 80GB HBM3", "float32", 8192, 8192, 8192, 47.33, "cublasSgemm (SIMT)", _WAYNE),
-)
+REFERENCE_GEMMS: tuple[ReferenceGemm, ...] = tuple(ReferenceGemm(**r) for r in _DATA["reference_gemms"])
 
 
 # --- the model ----------------------------------------------------------------------------------
@@ -328,7 +255,7 @@ def fit_gemm(rows: Iterable[GemmRow], peak_flops: float, hbm_bandwidth: float) -
 
 
 # fit_gemm(DEEPGEMM_H800, H800_FP8_PEAK, H800_HBM_BANDWIDTH), rounded to 3 significant figures
-# (tests/zoo/test_efficiency.py checks the fit still gives these within 2%).
+# (tests/fits/test_h800.py checks the fit still gives these within 2%).
 DEEPGEMM_FP8_FIT = GemmFit(ceiling=1.0, m0=203.0, n0=1430.0, k0=591.0, mem_efficiency=0.741)
 
 

@@ -1,0 +1,88 @@
+"""The ``python -m demos.fits`` command (needs the ``measured`` extra):
+
+    python -m demos.fits write     # fit every family, print how far it moved from the file, write the file
+    python -m demos.fits check     # fit every family and compare with the file within FIT_TOLERANCE; exit 1 if not
+    python -m demos.fits ablate    # what each part of the GEMM curve's form buys (the kept form is unchanged)
+
+Each family is fitted in a process of its own (they run side by side on two cores; each fit is
+deterministic on one machine). ``check`` compares by ``demos.fits.compare``: every curve's times on a
+fixed grid of shapes within ``FIT_TOLERANCE`` of the file's, and the non-numeric fields equal.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+
+from demos._cli import OneLineParser, say
+from demos.fits.compare import FIT_TOLERANCE, compare_fits
+from demos.fits.module import fitted_family
+from demos.zoo.measured import MeasuredTablesError, package_version
+from demos.zoo.rooflines import FIT_GPUS, FITS_PATH, FamilyFit, load_fits
+
+PROG = "python -m demos.fits"
+
+
+def build_parser() -> OneLineParser:
+    p = OneLineParser(
+        prog=PROG,
+        description="Fit the kernel-time curves per GPU family to the measured tables (the measured extra) and "
+        "write or check demos/zoo/rooflines.json (docs/kernels.md).",
+    )
+    sub = p.add_subparsers(dest="action", metavar="write|check|ablate", required=True)
+    sub.add_parser("write", help="fit, print how far each curve moved from the file, and write the file")
+    sub.add_parser(
+        "check",
+        help=f"fit and compare with the file: every curve's times on a fixed grid within {FIT_TOLERANCE:.1%}, "
+        "the sources equal (exit 1 if not)",
+    )
+    sub.add_parser("ablate", help="fit five forms of the FP8 GEMM curve and print what each part buys")
+    return p
+
+
+def fit_all() -> dict[str, FamilyFit]:
+    """Every family of ``FIT_GPUS`` fitted, one process per family (``demos.fits.module.fitted_family``)."""
+    for family, gpus in FIT_GPUS.items():
+        print(f"{PROG}: fitting {family} on {', '.join(gpus)} ...", file=sys.stderr, flush=True)
+    with ProcessPoolExecutor(max_workers=len(FIT_GPUS)) as pool:
+        return dict(zip(FIT_GPUS, pool.map(fitted_family, FIT_GPUS)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; the exit status (0 ok, 1 the file differs from the fit, 2 bad input)."""
+    parser = build_parser()
+    try:
+        ns = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        package_version()  # the measured extra, or one line saying how to install it
+        if ns.action == "ablate":
+            from demos.fits.ablation import ablation_lines
+
+            for line in ablation_lines():
+                say(line)
+            return 0
+        fits = fit_all()
+    except MeasuredTablesError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    stored = load_fits() if FITS_PATH.exists() else {}
+    comparison = compare_fits(stored, fits)
+    say(f"the fit against {FITS_PATH.name} (each curve's largest relative difference on the grid):")
+    for line in comparison.lines():
+        say("  " + line)
+    if ns.action == "check":
+        verdict = "matches" if comparison.same else "differs from"
+        say(f"{FITS_PATH.name} {verdict} the fit (tolerance {FIT_TOLERANCE:.1%} on every grid time)")
+        return 0 if comparison.same else 1
+    data = {
+        "about": "Kernel-time curves fitted per GPU family by python -m demos.fits (docs/kernels.md)",
+        "aiconfigurator_core": package_version(),
+        "families": {name: f.to_dict() for name, f in fits.items()},
+    }
+    FITS_PATH.write_text(json.dumps(data, indent=2) + "\n")
+    say(f"wrote {FITS_PATH}")
+    return 0

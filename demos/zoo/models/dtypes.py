@@ -1,0 +1,75 @@
+"""The dtypes a model's parts are stored in: one table of their bytes and of the math each multiplies in.
+
+``DTYPES`` maps a storage name (what ``Precision``'s fields hold) to a ``DType``:
+
+* ``bytes``: bytes per element, a block format's scales included (MXFP4: 32 four-bit values share one
+  8-bit E8M0 scale, 17/32 bytes per value);
+* ``math``: the ``dbo.costs.DTYPES`` key of the math rate a GEMM over such weights runs at. FP8 weights
+  multiply in FP8 (their activations quantized to FP8); every other weight in BF16: MXFP4 because Hopper
+  has no FP4 tensor cores (on Blackwell this is pessimistic, a modelling choice), FP16 at the same rate as
+  BF16, and FP32 weights, which no preset ships, at the BF16 rate too (a modelling choice);
+* ``activation_bytes``: bytes of one activation value such a GEMM reads (1 when it runs in FP8, else a
+  BF16 activation's 2).
+
+``ACTIVATION`` is the activation dtype of every model in the zoo (BF16; ``ACT_BYTES`` its bytes), and
+``storage_of(math)`` the storage name whose GEMMs run at ``math`` (the measured tables' FP8 GEMMs are
+E4M3 weights). ``dtype(name)`` looks one up; an unknown name is a ``KeyError`` naming the choices.
+Nothing here imports torch or the runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+__all__ = ["ACTIVATION", "ACT_BYTES", "DTYPES", "DType", "dtype", "storage_of"]
+
+
+@dataclass(frozen=True)
+class DType:
+    """One storage dtype (module docstring)."""
+
+    name: str
+    bytes: float
+    math: str
+    activation_bytes: float
+
+
+ACT_BYTES = 2
+"""Bytes of one BF16 activation value."""
+
+ACTIVATION = "bfloat16"
+"""The activation dtype of every model in the zoo."""
+
+DTYPES = MappingProxyType(
+    {
+        d.name: d
+        for d in (
+            DType("float32", 4.0, "bfloat16", 2.0),
+            DType("bfloat16", 2.0, "bfloat16", 2.0),
+            DType("float16", 2.0, "bfloat16", 2.0),
+            DType("fp8_e4m3", 1.0, "fp8", 1.0),
+            DType("fp8_e5m2", 1.0, "fp8", 1.0),
+            DType("mxfp4", 17 / 32, "bfloat16", 2.0),
+        )
+    }
+)
+"""Every storage dtype a part may use, by name (module docstring)."""
+
+_STORAGE_OF_MATH = {"fp8": "fp8_e4m3", "bfloat16": "bfloat16"}
+
+
+def dtype(name: str) -> DType:
+    """The ``DType`` named ``name``; ``KeyError`` naming the choices for any other name."""
+    try:
+        return DTYPES[name]
+    except (KeyError, TypeError):
+        raise KeyError(f"unknown dtype {name!r}; known: {', '.join(DTYPES)}") from None
+
+
+def storage_of(math: str) -> str:
+    """The storage dtype whose GEMMs run at the ``math`` rate ("fp8" -> "fp8_e4m3", "bfloat16")."""
+    try:
+        return _STORAGE_OF_MATH[math]
+    except KeyError:
+        raise KeyError(f"no storage dtype multiplies at {math!r}; known: {', '.join(_STORAGE_OF_MATH)}") from None

@@ -1,0 +1,65 @@
+"""The work of a kernel the zoo counts: floating-point operations and bytes, from its shape.
+
+One copy of each formula, for the simulator (``demos.zoo.costs`` folds them into a layer's ops) and for
+the fitting (``demos.fits`` counts every measured row's work with them before it fits a curve to the
+row's time), so that a curve is fitted to the very work the predictor later asks it to time. Each takes
+numbers or numpy arrays alike (plain arithmetic; ``divmod`` works on both).
+
+* ``gemm_work(m, n, k, storage, weights=)``: ``m`` rows through a (k -> n) weight stored as ``storage``
+  (``demos.zoo.models.dtypes``): ``2 m n k`` flops; the weight's bytes ``weights`` times (once per kernel:
+  a decode GEMM reads all its weights whatever its rows; a grouped GEMM once per active expert), the
+  activations in (FP8 when the weights are FP8) and the BF16 activations out.
+* ``decode_pairs`` / ``causal_pairs``: the query-key pairs per head of ``tokens`` tokens: decode, each
+  token attends to its request's ``context`` cached tokens and itself; prefill, causal within requests of
+  ``context`` tokens (the last one shorter).
+* ``mla_core_work``: MLA's attention core on one rank (DeepSeek's decode path absorbed: the latent cache
+  read once per kernel, scores and values in the latent + RoPE space; prefill expanded: per-head keys and
+  values, causal).
+* ``pass_work(tokens, width, passes)``: ``passes`` BF16 read-and-write memory passes over ``tokens x
+  width`` values (norms, activations, residual adds).
+"""
+
+from __future__ import annotations
+
+from demos.zoo.models.dtypes import ACT_BYTES, dtype
+
+__all__ = ["causal_pairs", "decode_pairs", "gemm_work", "mla_core_work", "pass_work"]
+
+
+def gemm_work(m, n, k, storage: str, *, weights=1.0):
+    """(flops, bytes) of ``m`` rows through a (k -> n) weight stored as ``storage``, its bytes read
+    ``weights`` times (module docstring)."""
+    d = dtype(storage)
+    flops = 2.0 * m * n * k
+    nbytes = weights * n * k * d.bytes + m * k * d.activation_bytes + m * n * ACT_BYTES
+    return flops, nbytes
+
+
+def decode_pairs(tokens, context):
+    """Query-key pairs per head of ``tokens`` decode tokens, each with ``context`` cached tokens."""
+    return tokens * (context + 1.0)
+
+
+def causal_pairs(tokens, context):
+    """Query-key pairs per head of ``tokens`` prompt tokens in requests of ``context`` tokens, causal
+    within each request (the last request holds the remainder)."""
+    full, rest = divmod(tokens, context)
+    return full * context * (context + 1) / 2 + rest * (rest + 1) / 2
+
+
+def mla_core_work(phase: str, tokens, heads, pairs, *, latent: int, rope: int, nope: int, v: int, kv_bytes):
+    """(flops, bytes) of MLA's attention core for ``tokens`` tokens of ``heads`` heads on one rank and
+    ``pairs`` query-key pairs per head (``decode_pairs`` / ``causal_pairs``), its cache ``kv_bytes`` per
+    value (module docstring)."""
+    if phase == "decode":
+        flops = 2.0 * heads * pairs * (latent + rope) + 2.0 * heads * pairs * latent
+        nbytes = pairs * (latent + rope) * kv_bytes + tokens * heads * (latent + rope + latent) * ACT_BYTES
+    else:
+        flops = 2.0 * heads * pairs * (nope + rope) + 2.0 * heads * pairs * v
+        nbytes = tokens * heads * (2 * (nope + rope) + 2 * v) * ACT_BYTES + tokens * (latent + rope) * kv_bytes
+    return flops, nbytes
+
+
+def pass_work(tokens, width, passes):
+    """(flops, bytes) of ``passes`` BF16 read-and-write passes over ``tokens x width`` values."""
+    return passes * tokens * width, passes * 2 * tokens * width * ACT_BYTES
