@@ -1,5 +1,5 @@
 """The legacy H800 fit: DeepGEMM's and FlashMLA's published H800 figures and the GEMM curve fitted to them
-(docs/kernels.md). The published rows are data (``h800_published.json`` beside this module, each table's
+(docs/results/h800-legacy-fit.md). The published rows are data (``h800_published.json`` beside this module, each table's
 source in it); the H800 kernel check (``demos.fidelity.kernels``) reads them from here.
 
 What is modelled. A GEMM of shape (M, N, K) repeated over G groups, in a dtype with datasheet dense
@@ -21,7 +21,7 @@ and promotion cost apart from what the fitted ceiling absorbs, and ragged group 
 is taken at the same M). The fit cannot tell ``ceiling`` from ``n0`` well: the published N span
 (2112..32768) is explained as well by a high ceiling with a large n0 as by a lower one with a small
 n0, and the least-squares optimum sits on the bound ``ceiling = 1``; only the product
-``ceiling * eff`` over the published shapes is well determined (docs/kernels.md, "The fit").
+``ceiling * eff`` over the published shapes is well determined (docs/results/h800-legacy-fit.md, "The fit").
 
 Attention: FlashMLA's headline figures (``FLASHMLA_H800``) give ``ATTENTION_MEM_EFFICIENCY`` (its
 memory-bound GB/s over HBM bandwidth) and ``ATTENTION_COMPUTE_CEILING`` (its compute-bound TFLOPS
@@ -30,7 +30,7 @@ over the BF16 dense peak); they are maxima quoted in prose, not tables.
 Per-dtype ceilings (``DTYPE_CEILING``): FP8 is the fit's. BF16 and FP32 are the ceilings that make the
 formula, with the FP8 knees, reproduce one published cuBLAS measurement on H100 SXM (same SMs, clock
 and HBM as H800 SXM5), capped at 1 (``implied_ceiling``). The FP32 figure rests on one third-party
-benchmark; see docs/kernels.md for what each number is and how sure it is.
+benchmark; see docs/results/h800-legacy-fit.md for what each number is and how sure it is.
 """
 
 from __future__ import annotations

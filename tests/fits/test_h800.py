@@ -1,4 +1,4 @@
-"""The published H800 tables and the legacy GEMM efficiency fit (demos.fits.h800, docs/kernels.md).
+"""The published H800 tables and the legacy GEMM efficiency fit (demos.fits.h800, docs/results/h800-legacy-fit.md).
 
 Measured with the stored constants on the 28 DeepGEMM rows: median |error| 4.8%, max 26.8% (dense
 64 x 2112 x 7168); the bounds below are those figures rounded up a little, so a changed formula,
@@ -109,7 +109,7 @@ def test_a_mistyped_row_breaks_the_bound():
 
 def test_the_initial_tables_fit_too():
     """The 2025-02 tables (before DeepGEMM's March and April speed-ups) give other constants, to the
-    same median error: the published numbers, not the model, moved (docs/kernels.md)."""
+    same median error: the published numbers, not the model, moved (docs/results/h800-legacy-fit.md)."""
     fit = fit_gemm(DEEPGEMM_H800_INITIAL, PEAK, HBM)
     errors = [abs(e) for _, _, e in residuals(fit, DEEPGEMM_H800_INITIAL, PEAK, HBM)]
     assert statistics.median(errors) <= MEDIAN_ERROR
@@ -248,15 +248,15 @@ def test_module_all_is_complete():
     assert set(eff.__all__) <= set(dir(eff))
 
 
-def test_the_kernels_page_table_is_the_fit_against_the_published_rows():
-    """docs/kernels.md's "published against predicted" table: every row is a published row of
+def test_the_h800_page_table_is_the_fit_against_the_published_rows():
+    """docs/results/h800-legacy-fit.md's "published against predicted" table: every row is a published row of
     ``DEEPGEMM_H800`` and its predicted TFLOPS and error are what ``DEEPGEMM_FP8_FIT`` gives (to the
     page's rounding), in the same order."""
     import re
 
     from tests.support.paths import REPO
 
-    text = (REPO / "docs" / "kernels.md").read_text()
+    text = (REPO / "docs" / "results" / "h800-legacy-fit.md").read_text()
     cells = r" \| ".join([r"([^|]+?)"] * 9)  # groups, M, N, K, published x2, predicted, error, bound
     rows = re.findall(r"^\| (dense|contiguous|masked) \| " + cells + r" \|$", text, re.M)
     want = [
