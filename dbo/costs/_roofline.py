@@ -49,16 +49,26 @@ class Work:
     Optional: ``dtype`` of the math (a torch.dtype or a ``DTYPES`` key; else the backend infers it
     from the kernel's tensor arguments) and ``shape`` (M, N, K) when the work is one GEMM, which
     selects the GEMM efficiency curve. A sum of works keeps no shape.
+
+    ``seconds``: the kernel's math time when the caller has it already (a curve fitted to measured
+    kernels, or a measured table) instead of its flops: it stands where ``flops / rate`` would, and the
+    roofline's other terms still apply (the per-kernel floor, the memory time of ``bytes``). A Work
+    carries ``flops`` or ``seconds``, not both; works of the two kinds do not add.
     """
 
     flops: float = 0
     bytes: float = 0
     dtype: Any = None
     shape: tuple | None = None
+    seconds: float | None = None
 
     def __post_init__(self) -> None:
         _check_number("Work.flops", self.flops)
         _check_number("Work.bytes", self.bytes)
+        if self.seconds is not None:
+            _check_number("Work.seconds", self.seconds)
+            if self.flops:
+                raise ValueError("Work takes flops or seconds, not both")
         if self.shape is not None:
             if len(self.shape) != 3:
                 raise ValueError(f"Work.shape must be (M, N, K), got {self.shape!r}")
@@ -67,16 +77,20 @@ class Work:
     def __add__(self, other: "Work") -> "Work":
         if not isinstance(other, Work):
             return NotImplemented
+        if (self.seconds is None) != (other.seconds is None):
+            raise TypeError("a Work of seconds and a Work of flops do not add")
         dt = (
             self.dtype
             if self.dtype == other.dtype or other.dtype is None
             else (other.dtype if self.dtype is None else None)
         )
-        return Work(self.flops + other.flops, self.bytes + other.bytes, dt)
+        seconds = None if self.seconds is None else self.seconds + other.seconds
+        return Work(self.flops + other.flops, self.bytes + other.bytes, dt, seconds=seconds)
 
     def __mul__(self, factor: float) -> "Work":
         f = _check_number("factor", factor)
-        return Work(self.flops * f, self.bytes * f, self.dtype)
+        seconds = None if self.seconds is None else self.seconds * f
+        return Work(self.flops * f, self.bytes * f, self.dtype, seconds=seconds)
 
     __rmul__ = __mul__
 
@@ -180,7 +194,8 @@ def links() -> dict[str, LinkProfile]:
 def kernel_time(work: Work, profile: DeviceProfile | str, dtype: Any = None, kernels: int = 1) -> float:
     """Device seconds of ``work`` issued as ``kernels`` device kernels:
     ``launch_overhead + max(kernels * min_kernel, math, memory)`` with
-    math = flops / (rate(dtype) * efficiency) and memory = (bytes + bytes_knee) / mem_bandwidth.
+    math = flops / (rate(dtype) * efficiency) (or ``work.seconds`` where it is given) and memory =
+    (bytes + bytes_knee) / mem_bandwidth.
     Efficiency: ``M/(M+m0) * N/(N+n0) * K/(K+k0)`` for a GEMM ``shape``, else ``F/(F+flops_knee)``.
     ``work.dtype`` wins over ``dtype``. With the default fields this is the plain roofline."""
     if not isinstance(work, Work):
@@ -192,7 +207,9 @@ def kernel_time(work: Work, profile: DeviceProfile | str, dtype: Any = None, ker
 def _device_seconds(work: Work, p: DeviceProfile, dtype: Any, kernels: int) -> float:
     f, b = work.flops, work.bytes
     math_t = 0.0
-    if f > 0:
+    if work.seconds is not None:
+        math_t = work.seconds
+    elif f > 0:
         rate = p.flops_rate(work.dtype if work.dtype is not None else dtype)
         if work.shape is not None:
             eff = 1.0

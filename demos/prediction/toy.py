@@ -18,8 +18,9 @@ from demos.fidelity.validation import grid
 from demos.prediction.answer import crossover, reason_of
 from demos.prediction.outputs import point_record
 from demos.prediction.result import Prediction, Recommendation, SweptPoint
+from demos.toy.ops import stage_of
 from demos.toy.run import run
-from demos.zoo.run import stage_seconds
+from demos.zoo.ops import stage_seconds
 
 __all__ = ["ToyResult", "toy_prediction", "toy_sweep"]
 
@@ -72,8 +73,8 @@ def toy_sweep(
     for i, pt in enumerate(points):
         res = run(pt.config(backend="virtual", profile=profile, steps=1, warmup=1, meta=True, dtype="float32"))
         p = _ToyPoint(
-            _Step(res.time_no_dbo_s, stage_seconds(res.records_no_dbo), len(res.records_no_dbo)),
-            _Step(res.time_dbo_s, stage_seconds(res.records_dbo), len(res.records_dbo)),
+            _Step(res.time_no_dbo_s, stage_seconds(res.records_no_dbo, stage_of), len(res.records_no_dbo)),
+            _Step(res.time_dbo_s, stage_seconds(res.records_dbo, stage_of), len(res.records_dbo)),
             res.engine,
             res.hidden_fraction,
             tokens=pt.tokens,

@@ -14,7 +14,9 @@ dispatch and combine), each is an op of its own: ``experts`` and ``experts_ll``,
 
 from __future__ import annotations
 
-__all__ = ["OPS", "OP_LETTERS", "TRANSFER_OPS", "kernel_name"]
+from demos.vocabulary import Stage
+
+__all__ = ["OPS", "OP_LETTERS", "STAGES", "TRANSFER_OPS", "kernel_name", "stage_of"]
 
 OP_LETTERS = {
     "load_input": "i",
@@ -39,6 +41,36 @@ OP_LETTERS = {
 
 OPS = tuple(OP_LETTERS)
 """Every op a kernel of the model or of its transports declares."""
+
+STAGES: dict[str, Stage] = {
+    "load_input": Stage.OTHER,
+    "attn_qkv": Stage.ATTENTION,
+    "attn_context": Stage.ATTENTION,
+    "attn_query": Stage.ATTENTION,
+    "attn_out": Stage.ATTENTION,
+    "router": Stage.ATTENTION,
+    "dispatch": Stage.DISPATCH,
+    "dispatch_ll": Stage.DISPATCH,
+    "dispatch_recv": Stage.DISPATCH,
+    "experts": Stage.MLP,
+    "experts_ll": Stage.MLP,
+    "combine": Stage.COMBINE,
+    "combine_ll": Stage.COMBINE,
+    "combine_recv": Stage.COMBINE,
+    "shared": Stage.MLP,
+    "moe_copy": Stage.COMBINE,
+    "finalize": Stage.OTHER,
+}
+"""The stage of DeepSeek's stage figures each op's time counts under (the zoo's ops use the same words)."""
+
+
+def stage_of(op: str) -> Stage:
+    """The stage of op ``op``; a ``KeyError`` naming the op for one that is not in ``OPS``."""
+    try:
+        return STAGES[op]
+    except KeyError:
+        raise KeyError(f"op {op!r} is not one of the toy's ops (demos.toy.ops.OPS)") from None
+
 
 TRANSFER_OPS = ("dispatch", "dispatch_ll", "combine", "combine_ll")
 """The ops that are link transfers (the comm kernels whose time the link model sets)."""

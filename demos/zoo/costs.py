@@ -1,21 +1,19 @@
 """The generic transformer's cost model: what each kernel of one layer does for a ubatch of ``t`` tokens.
 
 ``layer_costs(workload, t, layer, profile, kernels)`` returns a ``LayerCosts``: the ``dbo.costs.Work`` of every
-compute kernel of a dense and of an MoE layer, and the seconds of the all-to-all kernels from DeepEP's
-model (``demos.zoo.hardware.deepep_low_latency`` / ``deepep_normal``). Each kernel's time comes from
+compute op of a dense and of an MoE layer, and the seconds of the all-to-all kernels from DeepEP's
+model (``demos.zoo.hardware.deepep_low_latency`` / ``deepep_normal``). Each part of an op is timed by
 ``kernels`` (``demos.zoo.kernel_times``: the GPU family's curves fitted to measured tables, or the
-tables themselves) and is folded into a Work the virtual backend charges on the GPU's profile
-(``demos.zoo.gpu_profile``). Everything is counted from first principles (docs/models.md, "What a step costs"):
+tables themselves) and the parts are folded into one Work of seconds (``demos.zoo.fold``) the virtual
+backend charges on the GPU's profile (``demos.zoo.profile``). Everything is counted from first
+principles (docs/models.md, "What a step costs"; the flops and bytes formulas are ``demos.zoo.work``):
 
 * GEMMs: ``2 M N K`` flops; the weight bytes once per kernel (a decode GEMM reads all its weights
-  whatever its rows) plus the activations in and out. Weights in FP8 multiply in FP8 with their
-  activations quantized to FP8 (one byte each); BF16 weights in BF16. MXFP4 weights (gpt-oss) are
-  read at 17/32 bytes per value and multiply at the BF16 rate (Hopper has no FP4 tensor cores; on
-  Blackwell this is pessimistic: a modelling choice).
-* Attention, decode: every token reads its request's KV cache of ``context`` tokens (a sliding-window
-  layer at most the window); MLA absorbed (DeepSeek's decode path: the latent cache is read once per
-  head group, scores and values in the 512+64 latent space). Prefill: causal attention within each
-  request (MLA not absorbed: ``kv_b_proj`` expands the latent), compute-bound.
+  whatever its rows) plus the activations in and out; each storage dtype's bytes and math rate are
+  ``demos.zoo.models.dtypes``'s (FP8 weights multiply in FP8 with FP8 activations; MXFP4 at the BF16
+  rate: a modelling choice).
+* Attention, by kind (``demos.zoo.attention``: MLA absorbed in decode and expanded in prefill, GQA with
+  its sliding windows), each core timed on its family's attention curve.
 * Routed experts: the busiest rank receives ``t x top_k x imbalance`` token copies for its
   ``experts / ep`` experts; every expert that receives a token reads its weights once. The expected
   number of active local experts follows from uniform routing. The grouped GEMM's efficiency is taken
@@ -31,7 +29,7 @@ tables themselves) and is folded into a Work the virtual backend charges on the 
 * Single-batch overlap (``experts_split``, ll with an all-to-all; None otherwise): the routed experts as two
   kernels' Works, the up GEMM with the activation and the down GEMM alone, each paying its own floor.
 * Norms, residual adds, activations, quantization: memory passes folded into the op that carries them
-  (their kernel counts, which set the per-kernel floor, are in ``demos.zoo.gpu_profile.ZOO_OPS``).
+  (their kernel counts, which set the per-kernel floor, are in ``demos.zoo.ops``).
 * Attention TP (``attention_tp`` > 1, docs/clusters.md): attention runs the group's ``t`` tokens with
   ``heads / attention_tp`` heads per rank (the down-projections replicated). With an all-to-all
   (``Workload.alltoall``: more than one attention group in the EP group) the MoE block runs its share,
@@ -41,8 +39,7 @@ tables themselves) and is folded into a Work the virtual backend charges on the 
   rank (``Workload.routed_tokens``), its shared experts TP-sharded, and both o_proj's and the MoE's
   sums are all-reduced, as in a dense layer.
 
-Attention cores are timed on their own fitted curve (MLA decode and prefill, per GPU family), not the
-GEMMs'; a GQA attention core takes the MLA curve of its phase (an extrapolation, docs/kernels.md).
+Which of these ops a step launches, in which schedule, is the step's plan (``demos.zoo.plan``).
 """
 
 from __future__ import annotations
@@ -51,84 +48,21 @@ import math
 from dataclasses import dataclass, replace
 
 from dbo.costs import DeviceProfile, Work
+from demos.zoo.attention import attention_kind
+from demos.zoo.fold import Folder, gemm
+from demos.zoo.fold import memory_pass as _pass
 from demos.zoo.hardware import deepep_low_latency, deepep_normal
 from demos.zoo.hardware.collectives import tp_collective
 from demos.zoo.kernel_times import KernelTimes
-from demos.zoo.models import GQAAttention, MLAAttention
-from demos.zoo.models.dtypes import ACT_BYTES, dtype
+from demos.zoo.models.dtypes import ACT_BYTES
 from demos.zoo.overlap_costs import ll_node_seconds, ll_send_seconds, masked_rows
 from demos.zoo.profile import MIN_KERNEL
-from demos.zoo.work import causal_pairs, decode_pairs, gemm_work, mla_core_work, pass_work
 from demos.zoo.workload import Workload
 
-__all__ = ["LayerCosts", "attention_pairs", "layer_costs", "math_dtype", "active_experts"]
+__all__ = ["LayerCosts", "active_experts", "layer_costs"]
 
 _ACT = ACT_BYTES  # bytes of a BF16 activation
 _PAD = 128  # DeepGEMM contiguous layout: each expert's rows padded to a multiple of 128
-
-
-def math_dtype(storage: str) -> str:
-    """The ``dbo.costs.DTYPES`` key a weight stored as ``storage`` multiplies in (``demos.zoo.models.dtypes``)."""
-    return dtype(storage).math
-
-
-def gemm(m: float, n: int, k: int, storage: str, *, weights: float = 1.0) -> Work:
-    """Work of ``m`` rows through a (k -> n) weight stored as ``storage``: weight bytes ``weights`` times
-    (``demos.zoo.work.gemm_work``)."""
-    flops, nbytes = gemm_work(m, n, k, storage, weights=weights)
-    return Work(flops=flops, bytes=nbytes, dtype=math_dtype(storage), shape=(max(1, round(m)), n, k))
-
-
-class Folder:
-    """Folds the kernels of one op (its GEMMs and memory passes) into one ``Work`` for ``profile``.
-
-    Each part is a kernel of its own and takes its own time from ``kernels``
-    (``demos.zoo.kernel_times.KernelTimes``: the GPU family's fitted curves, or measured tables): a GEMM
-    part (a Work with a shape) its GEMM time, a memory pass its bytes at a streaming kernel's bandwidth;
-    the op takes their sum. The folded Work carries that sum as flops at the first part's rate
-    (``seconds x rate``) and the parts' bytes summed (which the profile's bandwidth, the largest share
-    any curve reaches, never makes longer), so the virtual backend's roofline of it is the sum."""
-
-    def __init__(self, profile: DeviceProfile, kernels: KernelTimes, op: str = ""):
-        self.p = profile
-        self.kernels = kernels
-        self.op = op
-
-    def seconds(self, w: Work) -> float:
-        """One part's time (the per-kernel floor and launch overhead are the op's, paid once)."""
-        if w.shape is not None:
-            m, n, k = w.shape
-            return self.kernels.gemm(self.op, m, n, k, w.dtype, w.flops, w.bytes)
-        return self.kernels.memory(w.bytes, w.flops)
-
-    def __call__(self, *works: Work) -> Work:
-        dtype = next((x.dtype for x in works if x.dtype is not None), None)
-        t = sum(self.seconds(x) for x in works)
-        return Work(flops=t * self.p.flops_rate(dtype), bytes=sum(x.bytes for x in works), dtype=dtype)
-
-    def named(self, op: str) -> Folder:
-        """This folder for the parts of ``op`` (named in a measured source's fallbacks)."""
-        return Folder(self.p, self.kernels, op)
-
-
-def _bmm(batch: int, m: int, n: int, k: int) -> Work:
-    """A BF16 batched GEMM of ``batch`` (m, k) x (k, n) products (MLA's per-head absorptions)."""
-    g = gemm(m, n, k, "bfloat16")
-    return Work(flops=batch * g.flops, bytes=batch * g.bytes, dtype="bfloat16", shape=g.shape)
-
-
-def _pass(t: float, width: int, passes: float) -> Work:
-    """``passes`` BF16 read-and-write memory passes over ``t x width`` values (``demos.zoo.work.pass_work``)."""
-    flops, nbytes = pass_work(t, width, passes)
-    return Work(flops=flops, bytes=nbytes)
-
-
-def attention_pairs(w: Workload, t: int) -> float:
-    """Query-key pairs of a ubatch of ``t`` tokens per head, before any sliding window: decode ``t x
-    (context + 1)``; prefill, causal within requests of ``context`` tokens (``demos.zoo.work``)."""
-    if w.phase == "decode":
-        return decode_pairs(t, w.context)
-    return causal_pairs(t, w.context)
 
 
 def active_experts(w: Workload, t: float) -> float:
@@ -177,55 +111,6 @@ class LayerCosts:
     experts_split: tuple[Work, Work] | None = None
 
 
-def _mla(
-    w: Workload, a: MLAAttention, t: int, pairs: float, store: str, _sum: Folder
-) -> tuple[Work, Work, Work, float, float]:
-    """(proj, core, out, core flops, core bytes) of MLA on one rank; decode absorbed, prefill expanded.
-    Attention TP (vLLM's DeepseekV2MLAAttention): the down-projections ``q_a`` and ``kv_a`` are
-    replicated, ``q_b`` (or ``q_proj``), ``kv_b`` and ``o_proj`` and the absorptions are split by heads,
-    ``heads / attention_tp`` per rank, and every rank reads the whole latent cache (the one KV head)."""
-    H = w.spec.hidden_size
-    h, nope, rope, v, lat = a.heads, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, a.kv_lora_rank
-    h //= w.attention_tp
-    kvb = w.spec.precision.bytes_of("kv_cache")
-    if a.q_lora_rank is None:
-        q = gemm(t, h * (nope + rope), H, store)
-    else:
-        q = _sum(gemm(t, a.q_lora_rank, H, store), gemm(t, h * (nope + rope), a.q_lora_rank, store))
-    kv_a = gemm(t, lat + rope, H, store)
-    norm = _pass(t, H, 2)
-    if w.phase == "decode":
-        absorb_k = _bmm(h, t, lat, nope)  # q_nope into the latent space (per-head bmm)
-        proj = _sum(q, kv_a, absorb_k, norm)
-        out = _sum(gemm(t, H, h * v, store), _bmm(h, t, v, lat))
-    else:
-        kv_b = gemm(t, h * (nope + v), lat, store)  # expand the latent into per-head keys and values
-        proj = _sum(q, kv_a, kv_b, norm)
-        out = _sum(gemm(t, H, h * v, store))
-    flops, nbytes = mla_core_work(w.phase, t, h, pairs, latent=lat, rope=rope, nope=nope, v=v, kv_bytes=kvb)
-    return proj, Work(), out, flops, nbytes
-
-
-def _gqa(w: Workload, a: GQAAttention, t: int, pairs: float, layer: int, store: str, _sum: Folder):
-    """GQA on one rank; attention TP splits the query heads and the KV heads (vLLM's QKVParallelLinear:
-    ``max(1, kv_heads / attention_tp)`` KV heads per rank, replicated when fewer than the group)."""
-    H = w.spec.hidden_size
-    tp = w.attention_tp
-    h, kvh, d = a.heads // tp, max(1, a.kv_heads // tp), a.head_dim
-    kvb = w.spec.precision.bytes_of("kv_cache")
-    window = a.window_of(layer)
-    proj = _sum(gemm(t, (h + 2 * kvh) * d, H, store), _pass(t, H, 2))
-    if w.phase == "decode":
-        seen = min(w.context + 1.0, window) if window else w.context + 1.0
-        p = t * seen
-        nbytes = t * seen * 2 * kvh * d * kvb + 2 * t * h * d * _ACT
-    else:
-        p = pairs if not window else min(pairs, t * float(window))
-        nbytes = t * (2 * h + 2 * kvh) * d * _ACT + t * 2 * kvh * d * kvb
-    flops = 4.0 * h * d * p
-    return proj, Work(), _sum(gemm(t, H, h * d, store)), flops, nbytes
-
-
 def _recv_seconds(kt: KernelTimes, w: Work) -> float:
     """Device seconds of one receive half (a memory pass, one kernel)."""
     return max(MIN_KERNEL, kt.memory(w.bytes, w.flops))
@@ -267,20 +152,8 @@ def layer_costs(
     kt = KernelTimes(w.gpu, profile) if kernels is None else kernels
     _sum = Folder(profile, kt)
     store = spec.precision.weights
-    pairs = attention_pairs(w, t)
-    a = spec.attention
-    if isinstance(a, MLAAttention):
-        proj, _, out, af, ab = _mla(w, a, t, pairs, store, _sum.named("attn_proj"))
-        heads = a.heads // w.attention_tp  # per rank under attention TP
-        if w.phase == "decode":
-            shape = (t, heads, w.context)
-        else:
-            shape = (max(1.0, t / w.context), heads, min(t, w.context))
-    else:
-        proj, _, out, af, ab = _gqa(w, a, t, pairs, layer, store, _sum.named("attn_proj"))
-        shape = None
-    attn_s = kt.attention(w.phase, af, ab, shape)
-    core = Work(flops=attn_s * profile.flops_rate("bfloat16"), bytes=ab, dtype="bfloat16")
+    attn = attention_kind(spec.attention).costs(w, spec.attention, t, layer, _sum)
+    proj, core, out = attn.proj, attn.core, attn.out
     finalize = _pass(t, H, 1)
     moe = spec.moe
     dense = None

@@ -9,8 +9,8 @@ family's kernel curves fitted to measured tables (``demos.zoo.rooflines``, docs/
 * memory bandwidth: the largest share of HBM any of the family's curves reaches, so that no folded op
   is made longer by its bytes, and unfolded memory-bound kernels (receive, finalize) stream at it;
 * ``min_kernel``: 3 us per device kernel, the floor our H200 measurements of small torch kernels gave
-  (docs/fidelity.md); ``ZOO_OPS`` says how many device kernels each op of the model issues, counts
-  estimated from vLLM's DeepSeek/Qwen layers (a guess, docs/models.md);
+  (docs/fidelity.md); the op table (``demos.zoo.ops``) says how many device kernels each op of the model
+  issues, counts estimated from vLLM's DeepSeek/Qwen layers (a guess, docs/models.md);
 * ``comm_sm_share``: ``comm_sms / sm_count``, the compute a DeepEP normal kernel takes while it runs;
 * host costs of an eager step (``EAGER_HOST``): the per-launch, stream-switch, handoff, event and sync
   costs measured on our H200 host (docs/fidelity.md). A CUDA-graph replay has no per-kernel host cost
@@ -23,42 +23,18 @@ from dataclasses import replace
 
 from dbo.costs import DeviceProfile, HostCosts, OpCost
 from demos.zoo.hardware import H200_HOST, GpuSpec, get_gpu
+from demos.zoo.ops import OPS
 from demos.zoo.rooflines import FamilyFit, family_fit
 
-__all__ = ["EAGER_HOST", "MIN_KERNEL", "ZOO_OPS", "gpu_profile"]
+__all__ = ["EAGER_HOST", "MIN_KERNEL", "gpu_profile"]
 
 MIN_KERNEL = 3.0e-6
-
-ZOO_OPS: dict[str, int] = {
-    "embed": 1,
-    "attn_proj": 8,  # input norm, fused q_a/kv_a GEMM, two latent norms, q_b, RoPE, cache write, quant
-    "attn_core": 3,  # metadata, attention, split-KV combine
-    "attn_out": 3,  # value un-absorb, quant, o_proj
-    "router": 3,  # fused add+norm, gate GEMM, top-k
-    "dense_mlp": 4,  # gate/up GEMM, activation+quant, down GEMM, add
-    "dispatch": 2,
-    "dispatch_ll": 1,
-    "dispatch_send": 1,  # a low-latency kernel's SM-held send half (demos.zoo.overlap_costs)
-    "dispatch_recv": 1,
-    "experts": 5,  # permute, two grouped GEMMs, activation+quant, un-permute
-    "experts_ll": 3,  # two masked grouped GEMMs, activation+quant
-    "experts_up": 2,  # single-batch overlap: the up GEMM and activation+quant, then ...
-    "experts_down": 1,  # ... the down GEMM apart, the combine streaming its blocks out
-    "combine": 1,
-    "combine_ll": 1,
-    "combine_send": 1,
-    "combine_recv": 1,
-    "shared": 3,
-    "moe_copy": 1,
-    "finalize": 1,
-}
-"""Device kernels per op of ``demos.zoo.model.ZooModel`` (each pays ``MIN_KERNEL`` at least)."""
 
 EAGER_HOST = replace(
     H200_HOST,
     launch=0.0,
     kernel=6.0e-6,  # one eager launch of a small op on our H200 host (the toy's Python per kernel aside)
-    ops={op: OpCost(kernels=n) for op, n in ZOO_OPS.items()},
+    ops={name: OpCost(kernels=o.kernels) for name, o in OPS.items()},
 )
 """The host of an eager step (module docstring): the host costs measured on our H200 host
 (``demos.zoo.hardware.hosts``: stream switch, handoff, sync, event, threaded), with the per-launch cost

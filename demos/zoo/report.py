@@ -16,9 +16,10 @@ from typing import Any
 
 from dbo.trace import engine_sums, overlap_seconds
 from demos.engine_times import EngineTimes, overlap_hidden_fraction
-from demos.zoo.breakdown import DENSE_OPS, MOE_OPS, layer_breakdown
+from demos.zoo.breakdown import layer_breakdown
 from demos.zoo.memory import MemoryEstimate, memory_estimate
 from demos.zoo.models import count_params
+from demos.zoo.ops import DENSE_GROUPS, MOE_GROUPS
 from demos.zoo.run import StepTimes, ZooRun
 from demos.zoo.workload import Workload
 
@@ -164,7 +165,7 @@ def _ms(x: float) -> str:
 def layer_table(moe: dict[str, float] | None, dense: dict[str, float] | None) -> list[str]:
     """``--detail``'s lines: the device ms of each op of one MoE and one dense layer of the no-DBO step."""
     lines = [f"  {'op':<14} {'MoE layer':>10} {'dense layer':>12}"]
-    for op in dict.fromkeys([*MOE_OPS, *DENSE_OPS, *(moe or {}), *(dense or {})]):
+    for op in dict.fromkeys([*MOE_GROUPS, *DENSE_GROUPS, *(moe or {}), *(dense or {})]):
         a = "-" if moe is None or op not in moe else f"{moe[op] * 1e3:.4f}"
         b = "-" if dense is None or op not in dense else f"{dense[op] * 1e3:.4f}"
         lines.append(f"  {op:<14} {a:>10} {b:>12}")

@@ -7,10 +7,11 @@ step of each: eager (``orchestrator.run``) or graph (captured once, then replaye
 clock is the modelled device and host, so one step is the answer (it is deterministic).
 
 The LM head runs after the ubatched forward on the whole batch in both steps (vLLM computes logits
-outside the model's forward and its CUDA graph): its modelled time (one GEMM of the batch's logit rows
-through ``vocab x hidden``, plus one eager launch) is added to both step times as ``head_s``. Under
-attention TP the head is vocab-parallel, as vLLM's ``ParallelLMHead``: ``vocab / attention_tp`` columns
-per rank, then the BF16 logits all-gathered over the group.
+outside the model's forward and its CUDA graph): its modelled time (the plan's head, ``demos.zoo.plan``:
+one GEMM of the batch's logit rows through ``vocab x hidden``, vocab-parallel under attention TP with its
+all-gather; plus one eager launch) is added to both step times as ``head_s``. A step's busy seconds per
+stage come from its kernel records and the op table (``demos.zoo.ops.stage_seconds``), the head's under
+"other".
 
 ``check_exact()`` (real math, ``threads``/``inline``) runs the DBO step, then the same split one ubatch
 after another, and compares the hidden states bitwise.
@@ -19,7 +20,6 @@ after another, and compares the hidden states bitwise.
 from __future__ import annotations
 
 import itertools
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,61 +28,18 @@ import torch
 
 import dbo
 import workspace
-from dbo.costs import DeviceProfile, kernel_time
+from dbo.costs import DeviceProfile
 from dbo.trace import Tracer
-from demos.zoo.costs import gemm
-from demos.zoo.hardware.collectives import tp_collective
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.model import ZooModel
+from demos.zoo.ops import stage_seconds
 from demos.zoo.overlap_costs import step_profile, ubatch_sizes
+from demos.zoo.plan import launch_seconds
 from demos.zoo.workload import Workload
 
-__all__ = ["MODES", "STAGES", "StepTimes", "ZooRun", "merged_trace", "stage_of", "stage_seconds"]
+__all__ = ["MODES", "StepTimes", "ZooRun", "merged_trace"]
 
 MODES = ("graph", "eager")
-STAGES = ("attention", "dispatch", "mlp", "combine", "other")
-
-_STAGE_OF = {
-    "attn_proj": "attention",
-    "attn_qkv": "attention",  # the toy's attention ops (demos.toy.ops)
-    "attn_context": "attention",
-    "attn_query": "attention",
-    "attn_core": "attention",
-    "attn_out": "attention",
-    "router": "attention",
-    "dispatch": "dispatch",
-    "dispatch_ll": "dispatch",
-    "dispatch_send": "dispatch",
-    "dispatch_recv": "dispatch",
-    "experts": "mlp",
-    "experts_ll": "mlp",
-    "experts_up": "mlp",
-    "experts_down": "mlp",
-    "shared": "mlp",
-    "dense_mlp": "mlp",
-    "combine": "combine",
-    "combine_ll": "combine",
-    "combine_send": "combine",
-    "combine_recv": "combine",
-    "moe_copy": "combine",
-    "tp_attn_reduce": "attention",  # attention TP's collectives: o_proj's reduction (all-reduce or reduce-scatter)
-    "tp_moe_gather": "combine",  # the MoE output all-gathered back over the group
-    "tp_mlp_reduce": "mlp",  # the TP-sharded dense MLP's all-reduce
-}
-
-
-def stage_of(op: str | None) -> str:
-    """The stage of DeepSeek's stage figures an op of the zoo's or the toy's model belongs to
-    (attention, dispatch, mlp, combine, other)."""
-    return _STAGE_OF.get(op or "", "other")
-
-
-def stage_seconds(records: Any) -> dict[str, float]:
-    """Busy seconds per stage (``STAGES``) of kernel records."""
-    out = dict.fromkeys(STAGES, 0.0)
-    for r in records:
-        out[stage_of(r.op)] += r.duration
-    return out
 
 
 def merged_trace(parts: Any) -> Tracer:
@@ -210,14 +167,15 @@ class ZooRun:
 
     # -- steps --------------------------------------------------------------------------------------
     def head_seconds(self) -> float:
-        """The LM head's modelled seconds (module docstring)."""
-        w, s = self.w, self.w.spec
-        tp = w.attention_tp
-        rows = w.tokens if w.phase == "decode" else max(1, math.ceil(w.requests))
-        work = gemm(rows, -(-s.vocab_size // tp), s.hidden_size, s.precision.weights)  # vocab-parallel under TP
+        """The LM head's modelled seconds (module docstring): its device ops from the plan
+        (``demos.zoo.plan.StepPlan.head``: the GEMM, then under attention TP the logits' all-gather) and,
+        eager, one host launch."""
+        head = self.model.plan.head
         host = self.profile.host.kernel if self.mode == "eager" else 0.0
-        gather = tp_collective(w.gpu, "all_gather", 2.0 * rows * s.vocab_size, tp) if tp > 1 else 0.0  # BF16 logits
-        return kernel_time(work, self.profile) + host + gather
+        seconds = launch_seconds("lm_head", head["lm_head"], self.profile) + host
+        if "tp_lm_head_gather" in head:
+            seconds += launch_seconds("tp_lm_head_gather", head["tp_lm_head_gather"], self.profile)
+        return seconds
 
     def _inputs(self, dbo_on: bool) -> tuple[Any, list[range]]:
         return (self.orch_n, self.split) if dbo_on else (self.orch1, self.full)

@@ -13,7 +13,7 @@ from tests.runtime.test_imports import _modules, import_graph
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runtime", ("dbo", "workspace")),
-    ("shared", ("demos", "demos._cli", "demos.errors", "demos.engine_times")),
+    ("shared", ("demos", "demos._cli", "demos.errors", "demos.engine_times", "demos.vocabulary")),
     ("zoo", ("demos.zoo",)),
     ("fits", ("demos.fits",)),
     ("toy", ("demos.toy", "demos.ranks")),

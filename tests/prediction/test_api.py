@@ -15,10 +15,10 @@ import demos.prediction as prediction
 from demos.errors import ConfigError
 from demos.predict import PROG, main
 from demos.prediction import Crossover, Prediction, Recommendation, Setting, SweptPoint, predict
-from demos.zoo.breakdown import DENSE_OPS, MOE_OPS
 from demos.zoo.flags import flag_of
 from demos.zoo.models import get_preset
 from demos.zoo.models.presets import preset_config
+from demos.zoo.ops import DENSE_GROUPS, MOE_GROUPS
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.timeout(180)
@@ -171,7 +171,7 @@ def test_detail_prints_each_points_ops_of_one_layer(capsys):
     assert pred.text(detail=True) + "\n" == printed
     assert "per op" not in pred.text()
     lines = printed.splitlines()
-    for key, ops in (("moe_layer_s", MOE_OPS), ("dense_layer_s", DENSE_OPS)):
+    for key, ops in (("moe_layer_s", MOE_GROUPS), ("dense_layer_s", DENSE_GROUPS)):
         i = next(i for i, line in enumerate(lines) if line.startswith("per op") and f"({key})" in line)
         assert lines[i + 1].split() == ["tokens", "mode", "ub", "sms", *ops, "total"]
         for p, row in zip(pred.points, lines[i + 2 : i + 4]):

@@ -7,8 +7,9 @@ from collections import defaultdict
 
 import pytest
 
-from demos.zoo.breakdown import DENSE_OPS, MOE_OPS, TP_OPS, layer_breakdown
+from demos.zoo.breakdown import layer_breakdown
 from demos.zoo.models import get_preset
+from demos.zoo.ops import DENSE_GROUPS, MOE_GROUPS, TP_GROUPS
 from demos.zoo.overlap_costs import Mechanisms
 from demos.zoo.profile import gpu_profile
 from demos.zoo.run import ZooRun
@@ -91,14 +92,14 @@ def test_each_op_is_what_the_virtual_backend_charged_its_kernels(case):
     w = _workload(*case)
     _, ops, per_layer = _measured(w)
     s = w.spec
-    for key, moe, names in (("moe_layer_s", True, MOE_OPS), ("dense_layer_s", False, DENSE_OPS)):
+    for key, moe, names in (("moe_layer_s", True, MOE_GROUPS), ("dense_layer_s", False, DENSE_GROUPS)):
         layers = [i for i in range(s.num_layers) if s.is_moe_layer(i) == moe]
         if not layers:
             assert ops[key] is None
             continue
         assert list(ops[key])[: len(names)] == list(names)
         extra = list(ops[key])[len(names) :]
-        assert set(extra) <= set(TP_OPS) and bool(extra) == (w.attention_tp > 1)
+        assert set(extra) <= set(TP_GROUPS) and bool(extra) == (w.attention_tp > 1)
         assert all(set(per_layer[i]) <= set(ops[key]) for i in layers)  # no kernel of a layer left out
         mean = {op: sum(per_layer[i].get(op, 0.0) for i in layers) / len(layers) for op in ops[key]}
         assert ops[key] == pytest.approx(mean, rel=1e-9, abs=1e-15), key

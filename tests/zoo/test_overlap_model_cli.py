@@ -8,8 +8,8 @@ import json
 import pytest
 
 from demos.overlap import main
-from demos.zoo.breakdown import DENSE_OPS, MOE_OPS
 from demos.zoo.models.presets import preset_config
+from demos.zoo.ops import DENSE_GROUPS, MOE_GROUPS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -39,7 +39,7 @@ def test_the_json_report_has_the_issue_fields(tmp_path, capsys):
     assert set(rep["stages"]) >= {"attention", "dispatch", "mlp", "combine"}
     assert rep["memory"]["fits"] is True and rep["memory"]["weights"] > 0
     assert "speedup" in out and "memory" in out
-    assert list(rep["moe_layer_s"]) == list(MOE_OPS) and list(rep["dense_layer_s"]) == list(DENSE_OPS)
+    assert list(rep["moe_layer_s"]) == list(MOE_GROUPS) and list(rep["dense_layer_s"]) == list(DENSE_GROUPS)
     assert rep["moe_layer_s"]["dispatch"] > 0 and rep["moe_layer_s"]["shared"] > 0
     assert "per op" not in out  # the table is --detail's
 
@@ -54,8 +54,8 @@ def test_detail_prints_the_ops_of_one_moe_and_one_dense_layer(tmp_path, capsys):
     assert moe["dispatch"] == moe["combine"] == 0.0 and moe["shared"] == 0.0  # EP 1; no shared experts
     i = out.index(next(line for line in out if line.startswith("per op")))
     rows = {line.split()[0]: line.split()[1:] for line in out[i + 2 :]}
-    assert list(rows) == [*MOE_OPS, "mlp", "total"]
-    assert all(float(rows[op][0]) == pytest.approx(moe[op] * 1e3, abs=1e-4) and rows[op][1] == "-" for op in MOE_OPS)
+    assert list(rows) == [*MOE_GROUPS, "mlp", "total"]
+    assert all(float(rows[op][0]) == pytest.approx(moe[op] * 1e3, abs=1e-4) and rows[op][1] == "-" for op in MOE_GROUPS)
     assert float(rows["total"][0]) == pytest.approx(sum(moe.values()) * 1e3, abs=1e-4)
 
 

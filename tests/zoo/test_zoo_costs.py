@@ -7,7 +7,9 @@ import math
 import pytest
 
 from dbo.costs import Work, kernel_time
-from demos.zoo.costs import Folder, active_experts, attention_pairs, gemm, layer_costs
+from demos.zoo.attention import attention_pairs
+from demos.zoo.costs import active_experts, layer_costs
+from demos.zoo.fold import Folder, gemm
 from demos.zoo.hardware import get_gpu
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.models import get_preset
@@ -86,7 +88,7 @@ def test_decode_experts_read_every_active_experts_weights():
 def test_ht_pads_each_experts_rows_to_128():
     ll = layer_costs(_w(phase="prefill", tokens=130, schedule="ll"), 130, 5, PROFILE)
     ht = layer_costs(_w(phase="prefill", tokens=130, schedule="ht"), 130, 5, PROFILE)
-    assert ht.experts.flops > ll.experts.flops
+    assert ht.experts.seconds > ll.experts.seconds  # the 128-row padding (and the permute) computed
 
 
 def test_dense_layers_have_no_all_to_all_and_moe_layers_do():

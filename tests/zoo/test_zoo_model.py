@@ -37,7 +37,7 @@ def test_every_preset_runs_at_full_size_on_virtual(name, phase):
     w = Workload(get_preset(name), CLUSTER, phase=phase, tokens=64 if phase == "decode" else 2048, context=1024)
     with ZooRun(w) as r:
         no, yes = r.step(False), r.step(True)
-        assert r.model.meta and r.model.buffers == [None, None]
+        assert r.model.meta and r.model.moe.buffers == [None, None]
         slots = r.slot_sizes()
     for s in (no, yes):
         assert math.isfinite(s.seconds) and s.seconds > 0
@@ -91,7 +91,7 @@ def test_ubatches_sharing_their_buffers_are_caught():
     interleaves their writes, and the exactness check sees it."""
     w = Workload(shrunk_spec(get_preset("mixtral-8x7b"), 32), CLUSTER, tokens=16, context=8)
     with ZooRun(w, backend="threads") as r:
-        r.model.buffers[1] = r.model.buffers[0]
+        r.model.moe.buffers[1] = r.model.moe.buffers[0]
         same, diff = r.check_exact()
     assert not same and diff > 0
 

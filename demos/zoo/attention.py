@@ -1,0 +1,214 @@
+"""Attention by kind: what each kind's ops cost, its real-math weights, and how it launches them.
+
+Every kind issues the same three ops (``demos.zoo.ops``): ``attn_proj`` (the input norm and the
+projections), ``attn_core`` (the attention itself) and ``attn_out`` (back to the hidden size). An
+``AttentionKind`` says, for the spec class it serves (``ATTENTION_KINDS``, keyed by that class):
+
+* ``costs(w, a, t, layer, fold)``: the three ops' ``Work`` on one rank for a ubatch of ``t`` tokens, their
+  parts folded by ``fold`` (``demos.zoo.fold.Folder``) and the core timed on its family's attention curve
+  (``KernelTimes.attention``, with the core's (batch, heads, context) shape where a measured table is
+  keyed on it);
+* ``cost_key(a, layer)``: what makes two layers' attention cost the same (a sliding window), so that a
+  plan costs each kind of layer once;
+* ``weights(a, hidden, context, rand)``: a layer's real-math weights at a shrunken size;
+* ``launch(run, a, weights, h, t, costs, layer, ub, dtype)``: the three launches of one ubatch, its
+  workspace requested with the real shapes (meta views at full size).
+
+The kinds:
+
+* ``MLA`` (DeepSeek's multi-head latent attention): decode absorbed (the latent cache read once per
+  kernel, scores and values in the 512 + 64 latent space), prefill expanded (``kv_b_proj`` expands the
+  latent; causal within each request, compute-bound). Attention TP (vLLM's DeepseekV2MLAAttention): the
+  down-projections ``q_a`` and ``kv_a`` are replicated, ``q_b`` (or ``q_proj``), ``kv_b``, ``o_proj`` and the
+  absorptions split by heads, and every rank reads the whole latent cache (the one KV head).
+* ``GQA`` (grouped-query, MHA when ``kv_heads == heads``): decode reads each request's KV cache of
+  ``context`` tokens (a sliding-window layer at most its window); attention TP splits the query and the
+  KV heads (vLLM's QKVParallelLinear: ``max(1, kv_heads / attention_tp)`` KV heads per rank, replicated
+  when fewer than the group). Its core is timed on the MLA curve of its phase (an extrapolation,
+  docs/kernels.md).
+
+A new kind of attention (compressed, sparse, linear) is one class here and one entry in
+``ATTENTION_KINDS``: the plan, the breakdown and the model take it from there (docs/design.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from dbo.costs import Work
+from demos.zoo import kernels as K
+from demos.zoo.fold import Folder, bmm, gemm, memory_pass
+from demos.zoo.launch import Launcher
+from demos.zoo.models import GQAAttention, MLAAttention
+from demos.zoo.models.dtypes import ACT_BYTES
+from demos.zoo.work import causal_pairs, decode_pairs, mla_core_work
+from demos.zoo.workload import Workload
+
+__all__ = ["ATTENTION_KINDS", "GQA", "MLA", "AttentionCosts", "AttentionKind", "attention_kind", "attention_pairs"]
+
+
+@dataclass(frozen=True)
+class AttentionCosts:
+    """The three attention ops' costs on one rank for one ubatch, and the core's work as counted
+    (``core_work``: its flops and bytes, before its time was taken from the attention curve)."""
+
+    proj: Work
+    core: Work
+    out: Work
+    core_work: tuple[float, float]
+
+
+def attention_pairs(w: Workload, t: int) -> float:
+    """Query-key pairs of a ubatch of ``t`` tokens per head, before any sliding window: decode ``t x
+    (context + 1)``; prefill, causal within requests of ``context`` tokens (``demos.zoo.work``)."""
+    if w.phase == "decode":
+        return decode_pairs(t, w.context)
+    return causal_pairs(t, w.context)
+
+
+class AttentionKind:
+    """What a kind of attention costs and launches (module docstring); subclasses fill it in."""
+
+    spec_type: type = object
+
+    def costs(self, w: Workload, a: Any, t: int, layer: int, fold: Folder) -> AttentionCosts:
+        raise NotImplementedError
+
+    def cost_key(self, a: Any, layer: int) -> Hashable:
+        return None
+
+    def weights(self, a: Any, hidden: int, context: int, rand: Callable) -> SimpleNamespace:
+        raise NotImplementedError
+
+    def launch(
+        self, run: Launcher, a: Any, L: Any, h: torch.Tensor, t: int, costs: Mapping, layer: int, ub: int, dt: Any
+    ) -> None:
+        raise NotImplementedError
+
+
+def _core(w: Workload, fold: Folder, flops: float, nbytes: float, shape: tuple | None) -> Work:
+    """The attention core's Work: its time on the family's attention curve (``KernelTimes.attention``)."""
+    seconds = fold.kernels.attention(w.phase, flops, nbytes, shape)
+    return Work(seconds=seconds, bytes=nbytes, dtype="bfloat16")
+
+
+class MLA(AttentionKind):
+    """Multi-head latent attention (module docstring)."""
+
+    spec_type = MLAAttention
+
+    def costs(self, w: Workload, a: MLAAttention, t: int, layer: int, fold: Folder) -> AttentionCosts:
+        H, store = w.spec.hidden_size, w.spec.precision.weights
+        nope, rope, v, lat = a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, a.kv_lora_rank
+        h = a.heads // w.attention_tp
+        _sum = fold.named("attn_proj")
+        if a.q_lora_rank is None:
+            q = gemm(t, h * (nope + rope), H, store)
+        else:
+            q = _sum(gemm(t, a.q_lora_rank, H, store), gemm(t, h * (nope + rope), a.q_lora_rank, store))
+        kv_a = gemm(t, lat + rope, H, store)
+        norm = memory_pass(t, H, 2)
+        if w.phase == "decode":
+            absorb_k = bmm(h, t, lat, nope)  # q_nope into the latent space (per-head bmm)
+            proj = _sum(q, kv_a, absorb_k, norm)
+            out = _sum(gemm(t, H, h * v, store), bmm(h, t, v, lat))
+            shape = (t, h, w.context)
+        else:
+            kv_b = gemm(t, h * (nope + v), lat, store)  # expand the latent into per-head keys and values
+            proj = _sum(q, kv_a, kv_b, norm)
+            out = _sum(gemm(t, H, h * v, store))
+            shape = (max(1.0, t / w.context), h, min(t, w.context))
+        kvb = w.spec.precision.bytes_of("kv_cache")
+        pairs = attention_pairs(w, t)
+        flops, nbytes = mla_core_work(w.phase, t, h, pairs, latent=lat, rope=rope, nope=nope, v=v, kv_bytes=kvb)
+        return AttentionCosts(proj, _core(w, fold, flops, nbytes, shape), out, (flops, nbytes))
+
+    def weights(self, a: MLAAttention, H: int, C: int, rand: Callable) -> SimpleNamespace:
+        L = SimpleNamespace()
+        qd = a.qk_nope_head_dim + a.qk_rope_head_dim
+        L.w_q = (
+            (rand((H, a.heads * qd), H**-0.5),)
+            if a.q_lora_rank is None
+            else (rand((H, a.q_lora_rank), H**-0.5), rand((a.q_lora_rank, a.heads * qd), 1.0))
+        )
+        L.w_kv_a = rand((H, a.kv_cache_width), H**-0.5)
+        L.w_uk = rand((a.heads, a.qk_nope_head_dim, a.kv_lora_rank), a.qk_nope_head_dim**-0.5)
+        L.w_uv = rand((a.heads, a.kv_lora_rank, a.v_head_dim), a.kv_lora_rank**-0.5)
+        L.kv_ctx = rand((C, a.kv_cache_width), 1.0)
+        L.w_o = rand((a.heads * a.v_head_dim, H), (a.heads * a.v_head_dim) ** -0.5)
+        return L
+
+    def launch(self, run, a: MLAAttention, L, h, t, costs, layer, ub, dt) -> None:
+        lat, rope = a.kv_lora_rank, a.qk_rope_head_dim
+        q_lat, q_rope, kv_self, o_lat = run.workspace(
+            ((t, a.heads, lat), dt), ((t, a.heads, rope), dt), ((t, lat + rope), dt), ((t, a.heads, lat), dt)
+        )
+        w = () if L is None else (L.w_q, L.w_kv_a, L.w_uk, a.qk_nope_head_dim)
+        run(costs, "attn_proj", K.mla_proj_kernel, h, *w, q_lat, q_rope, kv_self, layer=layer, ub=ub)
+        ctx = None if L is None else L.kv_ctx
+        run(costs, "attn_core", K.mla_core_kernel, q_lat, q_rope, kv_self, ctx, o_lat, layer=layer, ub=ub)
+        w = () if L is None else (L.w_uv, L.w_o)
+        run(costs, "attn_out", K.mla_out_kernel, o_lat, *w, h, layer=layer, ub=ub)
+
+
+class GQA(AttentionKind):
+    """Grouped-query attention (module docstring)."""
+
+    spec_type = GQAAttention
+
+    def costs(self, w: Workload, a: GQAAttention, t: int, layer: int, fold: Folder) -> AttentionCosts:
+        H, store, tp = w.spec.hidden_size, w.spec.precision.weights, w.attention_tp
+        h, kvh, d = a.heads // tp, max(1, a.kv_heads // tp), a.head_dim
+        kvb = w.spec.precision.bytes_of("kv_cache")
+        window = a.window_of(layer)
+        _sum = fold.named("attn_proj")
+        proj = _sum(gemm(t, (h + 2 * kvh) * d, H, store), memory_pass(t, H, 2))
+        if w.phase == "decode":
+            seen = min(w.context + 1.0, window) if window else w.context + 1.0
+            p = t * seen
+            nbytes = t * seen * 2 * kvh * d * kvb + 2 * t * h * d * ACT_BYTES
+        else:
+            pairs = attention_pairs(w, t)
+            p = pairs if not window else min(pairs, t * float(window))
+            nbytes = t * (2 * h + 2 * kvh) * d * ACT_BYTES + t * 2 * kvh * d * kvb
+        flops = 4.0 * h * d * p
+        out = _sum(gemm(t, H, h * d, store))
+        return AttentionCosts(proj, _core(w, fold, flops, nbytes, None), out, (flops, nbytes))
+
+    def cost_key(self, a: GQAAttention, layer: int) -> Hashable:
+        return a.window_of(layer)
+
+    def weights(self, a: GQAAttention, H: int, C: int, rand: Callable) -> SimpleNamespace:
+        d = a.head_dim
+        L = SimpleNamespace()
+        L.w_qkv = rand((H, (a.heads + 2 * a.kv_heads) * d), H**-0.5)
+        L.k_ctx = rand((a.kv_heads, C, d), 1.0)
+        L.v_ctx = rand((a.kv_heads, C, d), 1.0)
+        L.w_o = rand((a.heads * d, H), (a.heads * d) ** -0.5)
+        return L
+
+    def launch(self, run, a: GQAAttention, L, h, t, costs, layer, ub, dt) -> None:
+        d = a.head_dim
+        qkv, out = run.workspace(((t, (a.heads + 2 * a.kv_heads) * d), dt), ((t, a.heads * d), dt))
+        run(costs, "attn_proj", K.gqa_proj_kernel, h, None if L is None else L.w_qkv, qkv, layer=layer, ub=ub)
+        ctx = (None, None) if L is None else (L.k_ctx, L.v_ctx)
+        run(costs, "attn_core", K.gqa_core_kernel, qkv, *ctx, a.heads, a.kv_heads, out, layer=layer, ub=ub)
+        run(costs, "attn_out", K.out_kernel, out, None if L is None else L.w_o, h, layer=layer, ub=ub)
+
+
+ATTENTION_KINDS: dict[type, AttentionKind] = {k.spec_type: k for k in (MLA(), GQA())}
+"""Every kind of attention the zoo runs, keyed by its spec class (``demos.zoo.models``)."""
+
+
+def attention_kind(a: Any) -> AttentionKind:
+    """The ``AttentionKind`` of attention spec ``a``; a spec class without one is a ``TypeError`` naming it."""
+    try:
+        return ATTENTION_KINDS[type(a)]
+    except KeyError:
+        known = ", ".join(t.__name__ for t in ATTENTION_KINDS)
+        raise TypeError(f"no attention kind for {type(a).__name__}; known: {known} (demos.zoo.attention)") from None

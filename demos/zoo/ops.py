@@ -1,0 +1,140 @@
+"""Every op a step of the generic transformer can launch, in one table: ``OPS``.
+
+An op is one launch through ``dbo`` (``launch(..., op=)``): what it issues on the device and where its
+time is reported. Each entry (``Op``) says
+
+* ``kernels``: the device kernels it issues, each paying the profile's per-kernel floor
+  (``demos.zoo.profile.MIN_KERNEL``) and, eager, one host launch. The counts are read from vLLM's
+  DeepSeek and Qwen layers (a guess, docs/models.md: the fused norms, quantizations and the gaps between
+  them are where they are uncertain);
+* ``stage``: the stage of DeepSeek's stage figures its time counts under (``demos.vocabulary.Stage``);
+* ``stream``: the stream kind it runs on, "compute" (the SMs) or "comm" (a link kernel);
+* ``group``: the key of the per-layer breakdown its seconds are summed into (``demos.zoo.breakdown``:
+  ``MOE_GROUPS``, ``DENSE_GROUPS``, ``TP_GROUPS``, and ``embed`` / ``lm_head`` outside the layers).
+
+``op(name)`` looks one up: an op missing from the table is an ``UnknownOpError``, never counted as a
+kernel of stage "other". The step's plan (``demos.zoo.plan``) gives each op its cost, the model
+(``demos.zoo.model``, ``demos.zoo.moe``) launches the plan's ops by name, the breakdown and the stage
+figures read this table: one list of ops for all of them.
+
+A new op is one entry here plus its cost in the plan; ``tests/zoo/test_plan.py`` fails when a step
+launches an op the plan does not hold, or the plan holds one the step does not launch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from demos.vocabulary import Stage
+
+__all__ = [
+    "DENSE_GROUPS",
+    "MOE_GROUPS",
+    "OPS",
+    "TP_GROUPS",
+    "Op",
+    "UnknownOpError",
+    "op",
+    "stage_seconds",
+]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One op of the table (module docstring)."""
+
+    name: str
+    kernels: int
+    stage: Stage
+    group: str
+    stream: str = "compute"
+
+
+_A, _D, _M, _C, _O = Stage.ATTENTION, Stage.DISPATCH, Stage.MLP, Stage.COMBINE, Stage.OTHER
+
+OPS = MappingProxyType(
+    {
+        o.name: o
+        for o in (
+            Op("embed", 1, _O, "embed"),
+            Op("tp_embed_reduce", 1, _O, "embed"),  # the vocab-parallel embedding's rows, all-reduced
+            Op("attn_proj", 8, _A, "attention"),  # input norm, fused q_a/kv_a GEMM, two latent norms, q_b, RoPE,
+            #                                       cache write, quant
+            Op("attn_core", 3, _A, "attention"),  # metadata, attention, split-KV combine
+            Op("attn_out", 3, _A, "attention"),  # value un-absorb, quant, o_proj
+            Op("tp_attn_reduce", 1, _A, "tp_attn_reduce"),  # o_proj's partial sums (all-reduce or reduce-scatter)
+            Op("router", 3, _A, "router"),  # fused add+norm, gate GEMM, top-k
+            Op("dense_mlp", 4, _M, "mlp"),  # gate/up GEMM, activation+quant, down GEMM, add
+            Op("dispatch", 2, _D, "dispatch", "comm"),  # DeepEP's normal dispatch (ht)
+            Op("dispatch_send", 1, _D, "dispatch"),  # a low-latency kernel's SM-held send half
+            Op("dispatch_ll", 1, _D, "dispatch", "comm"),  # its flight on the link
+            Op("dispatch_recv", 1, _D, "dispatch_recv"),  # its receive half (ll), or the local copy (EP 1)
+            Op("experts", 5, _M, "experts"),  # permute, two grouped GEMMs, activation+quant, un-permute
+            Op("experts_ll", 3, _M, "experts"),  # two masked grouped GEMMs, activation+quant
+            Op("experts_up", 2, _M, "experts"),  # single-batch overlap: the up GEMM and activation+quant, then
+            Op("experts_down", 1, _M, "experts"),  # the down GEMM apart, the combine streaming its blocks out
+            Op("combine", 1, _C, "combine", "comm"),
+            Op("combine_send", 1, _C, "combine"),
+            Op("combine_ll", 1, _C, "combine", "comm"),
+            Op("combine_recv", 1, _C, "combine_recv"),
+            Op("moe_copy", 1, _C, "combine_recv", "comm"),  # ht: the copy out of the combine's landing buffer
+            Op("shared", 3, _M, "shared"),
+            Op("finalize", 1, _O, "finalize"),  # the routed and shared outputs added into the residual
+            Op("tp_moe_gather", 1, _C, "tp_moe_gather"),  # the MoE output all-gathered back over the group
+            Op("tp_mlp_reduce", 1, _M, "tp_mlp_reduce"),  # the TP-sharded MLP's all-reduce
+            Op("lm_head", 1, _O, "lm_head"),  # the logits, after the forward (outside its ubatches and graph)
+            Op("tp_lm_head_gather", 1, _O, "lm_head"),  # the vocab-parallel logits, all-gathered
+        )
+    }
+)
+"""Every op a step can launch, by name (module docstring)."""
+
+MOE_GROUPS = (
+    "attention",
+    "router",
+    "dispatch",
+    "dispatch_recv",
+    "experts",
+    "combine",
+    "combine_recv",
+    "shared",
+    "finalize",
+)
+"""The keys of an MoE layer's breakdown (``moe_layer_s``), in order; a group no op of the layer fills is 0."""
+
+DENSE_GROUPS = ("attention", "mlp")
+"""The keys of a dense layer's breakdown (``dense_layer_s``)."""
+
+TP_GROUPS = ("tp_attn_reduce", "tp_moe_gather", "tp_mlp_reduce")
+"""The attention-TP collectives' keys: each one a layer launches is one more key, after the others."""
+
+
+class UnknownOpError(KeyError):
+    """An op that is not in ``OPS`` (one line naming it and where the table is)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def op(name: str) -> Op:
+    """The table's entry for ``name``; ``UnknownOpError`` for an op missing from it."""
+    try:
+        return OPS[name]
+    except (KeyError, TypeError):
+        raise UnknownOpError(
+            f"op {name!r} is not in demos.zoo.ops.OPS: add it there with its kernels and stage"
+        ) from None
+
+
+def stage_seconds(records: Iterable[Any], stage_of=None) -> dict[str, float]:
+    """Busy seconds per stage (every ``Stage``, in order) of kernel records, each record's stage its op's
+    (``stage_of(op)``: default this table's; the toy passes its own, ``demos.toy.ops.stage_of``). A
+    record whose op no table holds is an error."""
+    find = stage_of or (lambda name: op(name).stage)
+    out = dict.fromkeys((s.value for s in Stage), 0.0)
+    for r in records:
+        out[find(r.op)] += r.duration
+    return out

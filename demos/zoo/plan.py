@@ -1,0 +1,203 @@
+"""The step's plan: every op one ubatch of a step launches, each with its cost, and the LM head after it.
+
+One function builds what a step costs, from one table of ops (``demos.zoo.ops``):
+``StepPlan(workload, profile, kernels).ubatch(t)`` is a ``UbatchPlan`` for a ubatch of ``t`` tokens:
+
+* ``embed``: the embedding (one BF16 pass over the ubatch's rows) and, under attention TP, the
+  vocab-parallel embedding's all-reduce (``tp_embed_reduce``);
+* ``layers``: one ``LayerPlan`` per layer, the ops the layer launches in a plain step (no DBO split
+  needed: a DBO step launches the same ops per ubatch, with yields between them) in their order, each with
+  its cost (``demos.zoo.costs.layer_costs``: a ``Work`` for compute, seconds for a link kernel or a
+  collective), and for a step with single-batch overlap (``LayerPlan.sbo``) the same with the routed
+  experts split in two (``experts_up``, ``experts_down``);
+
+and ``StepPlan.head`` is the LM head's ops, after the forward on the whole batch (vLLM computes logits
+outside the model's forward and its CUDA graph): one GEMM of the batch's logit rows through
+``vocab x hidden`` (vocab-parallel under attention TP, as vLLM's ``ParallelLMHead``: ``vocab / attention_tp``
+columns per rank, then the BF16 logits all-gathered over the group, ``tp_lm_head_gather``).
+
+Which ops a MoE layer launches is decided here and only here, by its schedule and whether the MoE
+block moves tokens over a link (``Workload.alltoall``):
+
+=====================  ==========================================================================
+ll, all-to-all         router, dispatch_send, dispatch_ll, dispatch_recv, experts_ll, combine_send,
+                       combine_ll, shared, combine_recv, finalize (a send half only where it is > 0)
+ht, all-to-all         router, dispatch, experts, combine, shared, moe_copy, finalize
+no all-to-all          router, dispatch_recv, experts (ll: experts_ll), combine_recv, shared, finalize
+=====================  ==========================================================================
+
+(``shared`` only with shared experts), between the attention's ops (and ``tp_attn_reduce``) and the
+attention-TP collectives after the MLP (``tp_moe_gather``, ``tp_mlp_reduce``); a dense layer is the
+attention's ops, ``dense_mlp`` and its collectives. The model (``demos.zoo.model``, ``demos.zoo.moe``)
+launches these ops by name with these costs, and the breakdown (``demos.zoo.breakdown``) sums the same
+plan (``launch_seconds``: what the virtual backend charges each launch), so the two cannot disagree about
+which ops run; ``tests/zoo/test_plan.py`` holds the launched ops to the plan's.
+
+Layers that cost the same (``layer_key``: MoE or dense, and what the attention kind says makes its cost
+differ, a sliding window) share one ``LayerPlan``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from dbo.costs import DeviceProfile, OpCost, Work, kernel_time, memory_seconds
+from demos.zoo.attention import attention_kind
+from demos.zoo.costs import LayerCosts, layer_costs
+from demos.zoo.fold import gemm, memory_pass
+from demos.zoo.hardware.collectives import tp_collective
+from demos.zoo.kernel_times import KernelTimes
+from demos.zoo.ops import op
+from demos.zoo.workload import Workload
+
+__all__ = ["LayerPlan", "StepPlan", "UbatchPlan", "launch_seconds", "layer_key", "layer_launches"]
+
+Cost = Work | float
+_NO_CORRECTION = OpCost()
+
+
+def launch_seconds(name: str, cost: Cost | None, profile: DeviceProfile) -> float:
+    """Device seconds the virtual backend charges one launch of op ``name`` costing ``cost`` on
+    ``profile`` (outside a DBO step): ``kernel_time`` with the op's kernel count (``demos.zoo.ops``) for a
+    ``Work``, seconds as given for a number, corrected by the op's ``OpCost`` in the profile's host (none
+    on the zoo's profiles); 0.0 for None (a kernel that does not run)."""
+    if cost is None:
+        return 0.0
+    info = op(name)
+    oc = profile.host.ops.get(name) or _NO_CORRECTION
+    _, kernels = profile.host.launch_cost(name)
+    model = kernel_time(cost, profile, kernels=kernels) if isinstance(cost, Work) else float(cost)
+    memory = memory_seconds(info.stream, cost, (), profile) if oc.memory_scale else 0.0
+    return oc.seconds(model, memory)
+
+
+def layer_key(w: Workload, layer: int) -> Hashable:
+    """What makes two layers of ``w`` cost the same: MoE or dense, and the attention kind's key."""
+    a = w.spec.attention
+    return w.spec.is_moe_layer(layer), attention_kind(a).cost_key(a, layer)
+
+
+def _ordered(pairs: list[tuple[str, Cost | None]]) -> Mapping[str, Cost]:
+    """The launches among ``pairs`` that run (cost not None), in order, each op checked against the table."""
+    out: dict[str, Cost] = {}
+    for name, cost in pairs:
+        op(name)  # an op missing from the table is an error here, before any launch
+        if cost is not None:
+            out[name] = cost
+    return MappingProxyType(out)
+
+
+def _send(seconds: float | None) -> Work | None:
+    """A low-latency kernel's SM-held send half as a launch: ``seconds`` on the compute stream (None or 0:
+    no launch)."""
+    return Work(seconds=seconds, dtype="bfloat16") if seconds else None
+
+
+def layer_launches(w: Workload, c: LayerCosts, *, sbo: bool = False) -> Mapping[str, Cost]:
+    """The ops a layer whose costs are ``c`` launches, in order, with their costs (module docstring);
+    ``sbo``: the step with single-batch overlap (ll with an all-to-all only)."""
+    head = [("attn_proj", c.attn_proj), ("attn_core", c.attn_core), ("attn_out", c.attn_out)]
+    head.append(("tp_attn_reduce", c.tp_attn_reduce))
+    tail = [("tp_moe_gather", c.tp_moe_gather), ("tp_mlp_reduce", c.tp_mlp_reduce)]
+    if c.experts is None:
+        return _ordered(head + [("dense_mlp", c.dense_mlp)] + tail)
+    if not w.alltoall:
+        experts = "experts_ll" if w.schedule == "ll" else "experts"
+        moe = [("router", c.router), ("dispatch_recv", c.dispatch_recv), (experts, c.experts)]
+        moe += [("combine_recv", c.combine_recv), ("shared", c.shared), ("finalize", c.finalize)]
+    elif w.schedule == "ht":
+        moe = [("router", c.router), ("dispatch", c.dispatch), ("experts", c.experts), ("combine", c.combine)]
+        moe += [("shared", c.shared), ("moe_copy", c.finalize), ("finalize", c.finalize)]
+    elif sbo:  # the shared expert beside the dispatch in flight, the combine beside the down GEMM
+        up, down = c.experts_split
+        moe = [("router", c.router), ("dispatch_send", _send(c.dispatch_send)), ("dispatch_ll", c.dispatch)]
+        moe += [("shared", c.shared), ("dispatch_recv", c.dispatch_recv), ("experts_up", up)]
+        moe += [("combine_send", _send(c.combine_send)), ("combine_ll", c.combine), ("experts_down", down)]
+        moe += [("combine_recv", c.combine_recv), ("finalize", c.finalize)]
+    else:
+        moe = [("router", c.router), ("dispatch_send", _send(c.dispatch_send)), ("dispatch_ll", c.dispatch)]
+        moe += [("dispatch_recv", c.dispatch_recv), ("experts_ll", c.experts)]
+        moe += [("combine_send", _send(c.combine_send)), ("combine_ll", c.combine), ("shared", c.shared)]
+        moe += [("combine_recv", c.combine_recv), ("finalize", c.finalize)]
+    return _ordered(head + moe + tail)
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """One layer's launches (module docstring): ``plain`` (the step without single-batch overlap, with or
+    without DBO) and ``sbo`` (None where single-batch overlap cannot run), both op -> cost; ``costs`` the
+    kernels' ``LayerCosts`` they come from."""
+
+    moe: bool
+    costs: LayerCosts
+    plain: Mapping[str, Cost]
+    sbo: Mapping[str, Cost] | None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.plain
+
+
+@dataclass(frozen=True)
+class UbatchPlan:
+    """The launches of one ubatch of ``tokens`` tokens (module docstring)."""
+
+    tokens: int
+    embed: Mapping[str, Cost]
+    layers: tuple[LayerPlan, ...]
+
+
+class StepPlan:
+    """The plans of ``workload``'s ubatches (``ubatch(t)``, built once per size) and its LM head
+    (``head``); every op costed for ``profile`` with ``kernels`` (None: the roofline of the workload's GPU)."""
+
+    def __init__(self, workload: Workload, profile: DeviceProfile, kernels: KernelTimes | None = None):
+        self.w = workload
+        self.profile = profile
+        self.kernels = KernelTimes(workload.gpu, profile) if kernels is None else kernels
+        self._ubatches: dict[int, UbatchPlan] = {}
+        self._keys = [layer_key(workload, i) for i in range(workload.spec.num_layers)]
+
+    def layer(self, t: int, layer: int) -> LayerPlan:
+        """The plan of ``layer`` for a ubatch of ``t`` tokens."""
+        return self.ubatch(t).layers[layer]
+
+    def ubatch(self, t: int) -> UbatchPlan:
+        """The plan of a ubatch of ``t`` tokens."""
+        plan = self._ubatches.get(t)
+        if plan is None:
+            plan = self._ubatches[t] = self._build(t)
+        return plan
+
+    def _build(self, t: int) -> UbatchPlan:
+        w, H = self.w, self.w.spec.hidden_size
+        by_key: dict[Hashable, LayerPlan] = {}
+        layers = []
+        for i, key in enumerate(self._keys):
+            lp = by_key.get(key)
+            if lp is None:
+                c = layer_costs(w, t, i, self.profile, self.kernels)
+                sbo = layer_launches(w, c, sbo=True) if c.experts_split is not None else None
+                lp = by_key[key] = LayerPlan(c.experts is not None, c, layer_launches(w, c), sbo)
+            layers.append(lp)
+        tp = w.attention_tp
+        reduce = tp_collective(w.gpu, "all_reduce", 2.0 * t * H, tp) if tp > 1 else None  # BF16 partial rows
+        embed = _ordered([("embed", memory_pass(t, H, 1)), ("tp_embed_reduce", reduce)])
+        return UbatchPlan(t, embed, tuple(layers))
+
+    @property
+    def head(self) -> Mapping[str, Cost]:
+        """The LM head's launches on the step's whole batch (module docstring): its logit rows are the
+        batch's tokens in decode, one per request (the last prompt token) in prefill."""
+        w, s = self.w, self.w.spec
+        tp = w.attention_tp
+        rows = w.tokens if w.phase == "decode" else max(1, math.ceil(w.requests))
+        work = gemm(rows, -(-s.vocab_size // tp), s.hidden_size, s.precision.weights)
+        gather = tp_collective(w.gpu, "all_gather", 2.0 * rows * s.vocab_size, tp) if tp > 1 else None
+        return _ordered([("lm_head", work), ("tp_lm_head_gather", gather)])
+
+    def seconds(self, costs: Mapping[str, Cost]) -> dict[str, float]:
+        """The device seconds of each launch of ``costs`` (``launch_seconds``), in order."""
+        return {name: launch_seconds(name, cost, self.profile) for name, cost in costs.items()}

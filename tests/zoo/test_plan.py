@@ -1,0 +1,138 @@
+"""The step as one op list (``demos.zoo.ops``, ``demos.zoo.plan``): the ops a step launches are the plan's,
+layer by layer, in every schedule, with and without DBO and single-batch overlap; the breakdown sums the
+same plan; an op missing from the table is an error, never a kernel of stage "other".
+
+The bug these catch: the model launching an op the plan (and so the breakdown) does not hold, or the
+plan holding one the model never launches, after a change to one and not the other."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from dbo.costs import Work
+from dbo.trace import KernelRecord
+from demos.zoo.breakdown import layer_breakdown
+from demos.zoo.models import get_preset
+from demos.zoo.ops import OPS, UnknownOpError, op, stage_seconds
+from demos.zoo.overlap_costs import step_profile
+from demos.zoo.plan import StepPlan, launch_seconds
+from demos.zoo.run import ZooRun
+from demos.zoo.workload import Workload, cluster_for
+
+pytestmark = pytest.mark.timeout(120)
+
+DSV3 = get_preset("deepseek-v3")
+CASES = {
+    "ll, all-to-all": Workload(DSV3, cluster_for("h100", 2, 8, 16), tokens=32, context=1024),
+    "ht, all-to-all": Workload(DSV3, cluster_for("h100", 2, 8, 16), phase="prefill", tokens=2048, context=1024),
+    "ll, EP 1": Workload(get_preset("qwen3-30b-a3b"), cluster_for("h100", 1, 1, 1), tokens=16, context=512),
+    "ht, EP 1": Workload(get_preset("qwen3-30b-a3b"), cluster_for("h100", 1, 1, 1), tokens=16, schedule="ht"),
+    "attention TP with an all-to-all": Workload(DSV3, cluster_for("h200", 2, 8, 16), tokens=64, attention_tp=4),
+    "attention TP = EP": Workload(DSV3, cluster_for("h200", 1, 8, 8), tokens=64, attention_tp=8),
+    "sliding windows": Workload(get_preset("gpt-oss-120b"), cluster_for("h100", 2, 8, 16), tokens=16, context=4096),
+}
+
+
+def _launched(records: list[KernelRecord], ubatch: int | None = None) -> tuple[Counter, dict[int, Counter]]:
+    """(the embedding's ops, {layer: ops}) the records of one step (one ubatch's) launched."""
+    embed, layers = Counter(), {}
+    for r in records:
+        if ubatch is not None and r.ubatch != ubatch:
+            continue
+        if op(r.op).group == "embed":
+            embed[r.op] += 1
+        else:
+            layers.setdefault(r.layer, Counter())[r.op] += 1
+    return embed, layers
+
+
+def _expected(plan, t: int, sbo: bool = False) -> tuple[Counter, dict[int, Counter]]:
+    ub = plan.ubatch(t)
+    layers = {i: Counter(list(lp.sbo if sbo and lp.moe else lp.plain)) for i, lp in enumerate(ub.layers)}
+    return Counter(list(ub.embed)), layers
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_step_launches_exactly_the_plans_ops_layer_by_layer(case):
+    w = CASES[case]
+    with ZooRun(w) as r:
+        no, yes = r.step(False), r.step(True)
+        plan, sizes = r.model.plan, [len(rows) for rows in r.split]
+    assert _launched(no.records) == _expected(plan, w.tokens)
+    for ub, t in enumerate(sizes):  # each ubatch of the DBO step launches its own size's plan
+        assert _launched(yes.records, ub) == _expected(plan, t)
+
+
+def test_the_single_batch_overlap_step_launches_the_plans_split_experts():
+    w = CASES["ll, all-to-all"]
+    with ZooRun(w) as r:
+        sbo = r.step(False, sbo=True)
+        plan = r.model.plan
+    assert _launched(sbo.records) == _expected(plan, w.tokens, sbo=True)
+    moe = next(lp for lp in plan.ubatch(w.tokens).layers if lp.moe)
+    assert {"experts_up", "experts_down"} <= set(moe.sbo) and "experts_ll" not in moe.sbo
+    assert all(lp.sbo is None for lp in plan.ubatch(w.tokens).layers if not lp.moe)
+
+
+def test_which_ops_an_moe_layer_launches_by_schedule():
+    def moe_ops(w: Workload) -> list[str]:
+        plan = StepPlan(w, step_profile(w))
+        return list(next(lp for lp in plan.ubatch(w.tokens).layers if lp.moe).plain)
+
+    ll = moe_ops(CASES["ll, all-to-all"])
+    assert ll[3:] == [
+        "router",
+        "dispatch_send",
+        "dispatch_ll",
+        "dispatch_recv",
+        "experts_ll",
+        "combine_send",
+        "combine_ll",
+        "shared",
+        "combine_recv",
+        "finalize",
+    ]
+    ht = moe_ops(CASES["ht, all-to-all"])
+    assert ht[3:] == ["router", "dispatch", "experts", "combine", "shared", "moe_copy", "finalize"]
+    local = moe_ops(CASES["ht, EP 1"])  # Qwen3-30B-A3B has no shared experts
+    assert local[3:] == ["router", "dispatch_recv", "experts", "combine_recv", "finalize"]
+    tp = moe_ops(CASES["attention TP with an all-to-all"])
+    assert tp[3] == "tp_attn_reduce" and tp[-1] == "tp_moe_gather"
+
+
+@pytest.mark.parametrize("case", ["ll, all-to-all", "ht, all-to-all", "attention TP = EP"])
+def test_the_breakdown_is_the_plans_launches_summed_by_group(case):
+    w = CASES[case]
+    with ZooRun(w) as r:
+        plan, profile, kernels = r.model.plan, r.profile, r.kernels
+    got = layer_breakdown(w, w.tokens, profile, kernels)
+    layers = plan.ubatch(w.tokens).layers
+    for key, moe in (("moe_layer_s", True), ("dense_layer_s", False)):
+        mine = [lp for lp in layers if lp.moe == moe]
+        total = sum(launch_seconds(n, c, profile) for lp in mine for n, c in lp.plain.items()) / len(mine)
+        assert sum(got[key].values()) == pytest.approx(total, rel=1e-12)
+
+
+def test_every_op_has_a_stage_and_a_group_and_an_unknown_op_is_an_error():
+    assert all(o.kernels >= 1 and o.stream in ("compute", "comm") for o in OPS.values())
+    with pytest.raises(UnknownOpError, match="op 'attn_nope' is not in demos.zoo.ops.OPS"):
+        op("attn_nope")
+    rec = KernelRecord("compute", "x", "compute", 0, 0.0, 1e-6, op="attn_nope", layer=0)
+    with pytest.raises(UnknownOpError):
+        stage_seconds([rec])  # never counted as "other"
+    ok = KernelRecord("compute", "x", "compute", 0, 0.0, 1e-6, op="router", layer=0)
+    assert stage_seconds([ok])["attention"] == 1e-6
+
+
+def test_a_work_of_seconds_is_charged_its_seconds_and_the_floor():
+    """What was fitted is seconds, and a launch carries seconds: no flops stand in for them."""
+    profile = step_profile(CASES["ll, all-to-all"])
+    floor = profile.min_kernel * op("attn_core").kernels
+    assert launch_seconds("attn_core", Work(seconds=40e-6), profile) == 40e-6
+    assert launch_seconds("attn_core", Work(seconds=1e-6), profile) == floor
+    with pytest.raises(ValueError, match="flops or seconds, not both"):
+        Work(flops=1.0, seconds=1.0)
+    with pytest.raises(TypeError, match="do not add"):
+        Work(seconds=1.0) + Work(flops=1.0)
