@@ -9,7 +9,6 @@ a record holds, are in ``demos.bench._suite``.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import shlex
@@ -47,7 +46,7 @@ def _write_markdown(path: str, mach: dict[str, Any], command: str, records: list
         with open(path) as f:
             old = f.read()
         stamp = (
-            f"Measured on {datetime.date.today().isoformat()} with `{command}` on {mach['platform']}, "
+            f"Measured with `{command}` on {mach['platform']}, "
             f"{mach['cpu_count']} CPUs, torch {mach['torch']} (CUDA available: {'yes' if mach['cuda'] else 'no'}); "
             f"1-minute load average when the run started: {format_cell(mach['load_avg_1min'], 2)}."
         )

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import datetime
 import os
 import platform
 from typing import Any, Callable
@@ -113,7 +112,7 @@ def markdown(records: list[Record], command: str, m: dict[str, Any], sections: l
         command,
         "```",
         "",
-        f"Run on {datetime.date.today().isoformat()}: {m['platform']}, {m['processor']}, {m['cpu_count']} CPUs, "
+        f"Run on {m['platform']}, {m['processor']}, {m['cpu_count']} CPUs, "
         f"Python {m['python']}, torch {m['torch']} (CUDA available: {'yes' if m['cuda'] else 'no'}, "
         f"{m['torch_threads']} intra-op threads); 1-minute load average when the run started: "
         f"{format_cell(m['load_avg_1min'], 2)}.",

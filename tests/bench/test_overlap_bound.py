@@ -9,7 +9,7 @@ import pytest
 import demos.toy.experiment as experiment
 from dbo.trace import KernelRecord
 from demos.bench import Config, table_rows
-from demos.bench._suite import OVERLAP_TOLERANCE, overlap_bound, overlap_record, section_overlap
+from demos.bench._overlap import OVERLAP_TOLERANCE, overlap_bound, overlap_record, section_overlap
 
 MS = 1e-3
 
