@@ -17,9 +17,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("zoo", ("demos.zoo",)),
     ("toy", ("demos.toy", "demos.ranks")),
     ("products", ("demos.prediction", "demos.fidelity", "demos.failures", "demos.bench")),
-    ("commands", tuple(MODULES) + ("demos._overlap_flags", "demos._zoo_overlap")),
+    ("commands", tuple(MODULES) + ("demos._overlap_flags", "demos._zoo_overlap", "demos._cli.model_flags")),
 )
-"""Each layer and the module prefixes it holds (the longest matching prefix decides)."""
+"""Each layer and the module prefixes it holds (the longest matching prefix decides): the model flags
+(``demos._cli.model_flags``) are the command line's, not shared with the library, which calls
+``demos.zoo.loading``."""
 
 MAY_IMPORT: dict[str, set[str]] = {
     "runtime": {"runtime"},
@@ -88,6 +90,9 @@ def test_no_library_module_imports_a_command():
         ("demos.prediction.sweep", "demos.predict", False),
         ("demos.predict", "demos.prediction.sweep", True),
         ("demos.errors", "demos.toy.config", False),
+        ("demos.prediction.api", "demos._cli.model_flags", False),  # the flags are the command line's
+        ("demos.prediction.api", "demos.zoo.loading", True),
+        ("demos._cli._early", "demos._cli.model_flags", False),  # the shared helpers stay below the zoo
     ],
 )
 def test_the_rules_themselves(importer, imported, ok):

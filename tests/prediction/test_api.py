@@ -12,11 +12,11 @@ import re
 import pytest
 
 import demos.prediction as prediction
+from demos._cli.model_flags import flag_of
 from demos.errors import ConfigError
 from demos.predict import PROG, main
 from demos.prediction import Crossover, Prediction, Recommendation, Setting, SweptPoint, predict
 from demos.zoo.breakdown import DENSE_OPS, MOE_OPS
-from demos.zoo.flags import flag_of
 from demos.zoo.models import get_preset
 from demos.zoo.models.presets import preset_config
 from tests.support.paths import REPO
