@@ -17,11 +17,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("zoo", ("demos.zoo",)),
     ("toy", ("demos.toy", "demos.ranks")),
     ("products", ("demos.prediction", "demos.fidelity", "demos.failures", "demos.bench")),
-    ("commands", tuple(MODULES) + ("demos._overlap_flags", "demos._zoo_overlap", "demos._cli.model_flags")),
+    (
+        "commands",
+        tuple(MODULES)
+        + ("demos.bench.__main__", "demos._overlap_flags", "demos._zoo_overlap", "demos._cli.model_flags"),
+    ),
 )
 """Each layer and the module prefixes it holds (the longest matching prefix decides): the model flags
 (``demos._cli.model_flags``) are the command line's, not shared with the library, which calls
-``demos.zoo.loading``."""
+``demos.zoo.loading``; the bench's command line is its ``__main__``, the rest of ``demos.bench`` a product."""
 
 MAY_IMPORT: dict[str, set[str]] = {
     "runtime": {"runtime"},
@@ -93,6 +97,7 @@ def test_no_library_module_imports_a_command():
         ("demos.prediction.api", "demos._cli.model_flags", False),  # the flags are the command line's
         ("demos.prediction.api", "demos.zoo.loading", True),
         ("demos._cli._early", "demos._cli.model_flags", False),  # the shared helpers stay below the zoo
+        ("demos.bench._suite", "demos.bench.__main__", False),  # the bench's library under its command line
     ],
 )
 def test_the_rules_themselves(importer, imported, ok):
