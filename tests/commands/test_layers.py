@@ -161,3 +161,37 @@ def test_a_private_cross_import_is_caught():
     assert private_cross_imports(graph) == ["demos.toy.model imports dbo.costs._fit"]
     shared = {"workspace.manager": {"dbo._sites"}, "demos.toy.model": {"dbo._sites"}}
     assert private_cross_imports(shared) == ["demos.toy.model imports dbo._sites"]
+
+
+FLAG_PARSING = {"demos._cli"}
+"""Outside the commands layer, the one module that may import argparse: the commands' shared
+``OneLineParser``."""
+
+
+def modules_importing(name: str, mods: dict) -> set[str]:
+    """The modules of ``mods`` (module -> path) with an ``import name`` or ``from name import ...``."""
+    import ast
+
+    out = set()
+    for mod, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import) and any(a.name == name for a in node.names):
+                out.add(mod)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == name:
+                out.add(mod)
+    return out
+
+
+def test_only_the_commands_parse_flags():
+    """A flag belongs to a command line: a library module with argparse would parse or name flags
+    (docs/design.md, "Packages")."""
+    bad = sorted(m for m in modules_importing("argparse", _modules()) if layer_of(m) != "commands")
+    assert [m for m in bad if m not in FLAG_PARSING] == [], bad
+
+
+def test_a_library_module_with_argparse_is_caught(tmp_path):
+    (tmp_path / "loading.py").write_text("from __future__ import annotations\n\nimport argparse\n")
+    (tmp_path / "costs.py").write_text("from argparse import ArgumentTypeError\n")
+    (tmp_path / "other.py").write_text("import json  # argparse in a comment\n")
+    mods = {f"demos.zoo.{p.stem}": p for p in tmp_path.glob("*.py")}
+    assert modules_importing("argparse", mods) == {"demos.zoo.loading", "demos.zoo.costs"}
