@@ -35,15 +35,17 @@ bench-host, suite) leaves steps out (NOT RUN).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import demos._cli as cli_common
 
@@ -128,6 +130,22 @@ class Options:
 # ---------------------------------------------------------------------- running the steps
 
 
+@contextlib.contextmanager
+def _signals_held() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM recorded, not handled, inside the block (the main thread's handlers are back
+    after it; elsewhere nothing is held): the list of the signals that came."""
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+    old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield held
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
 def _run(cmd: list[str], out_path: str, mode: str, limit_s: float) -> tuple[int, bool, str]:
     """Run ``cmd`` in its own process group, output to ``out_path``; kill the group past ``limit_s``, and on
     Ctrl-C or SIGTERM (the group does not get the terminal's signal: it is killed, then the interrupt goes
@@ -136,9 +154,12 @@ def _run(cmd: list[str], out_path: str, mode: str, limit_s: float) -> tuple[int,
     with open(out_path, mode) as f:
         f.write(f"\n$ {' '.join(cmd)}   (limit {limit_s:.0f} s)\n")
         f.flush()
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        with _signals_held() as held:  # an interrupt inside Popen would leave the started step unkilled
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         timed_out = False
         try:
+            if held:
+                signal.raise_signal(held[0])  # now that the step can be killed: its handler raises here
             rc = proc.wait(timeout=limit_s)
         except subprocess.TimeoutExpired:
             timed_out = True
