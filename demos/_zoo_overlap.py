@@ -10,9 +10,10 @@ import sys
 from typing import Sequence
 
 import demos._cli as cli_common
+from demos._cli.model_flags import add_model_flags, flag_of, workload_of
 from demos.errors import ConfigError
-from demos.zoo.flags import add_model_flags, flag_of, load_model, shrunk_spec, workload_of
 from demos.zoo.kernel_times import kernel_times
+from demos.zoo.loading import load_model, shrunk_spec
 from demos.zoo.overlap_costs import step_profile
 from demos.zoo.report import format_step_report, measure_point, step_report
 from demos.zoo.run import merged_trace

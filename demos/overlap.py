@@ -28,7 +28,7 @@ from demos.toy.experiment import output_files, report_of, run_overlap
 from demos.toy.plot import plot_path_problem
 from demos.toy.report import format_output_line, format_report
 from demos.toy.run import reference_outputs, run
-from demos.zoo.flags import TOY
+from demos.zoo.loading import TOY
 
 __all__ = [
     "OverlapConfig",

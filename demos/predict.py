@@ -17,10 +17,11 @@ import sys
 from typing import Any, Sequence
 
 import demos._cli as cli_common
+from demos._cli.model_flags import add_model_flags, flag_of, int_list
 from demos.errors import ConfigError, field_ref
 from demos.prediction import Prediction, predict
 from demos.prediction.sweep import DEFAULT_TOKENS, WHAT_IF
-from demos.zoo.flags import TOY, add_model_flags, flag_of, int_list
+from demos.zoo.loading import TOY
 
 __all__ = ["PROG", "build_parser", "main"]
 

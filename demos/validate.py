@@ -1,54 +1,51 @@
-"""``python -m demos.validate``: run a grid for real, predict it with the virtual backend and a
-profile, and print the errors (docs/fidelity.md, "Validating").
+"""``python -m demos.validate CHECK``: how far the simulator's predictions can be trusted, one check per run
+(docs/fidelity.md, "Validating").
 
     python -m demos.calibrate --quick -o my.json
-    python -m demos.validate --profile my.json --quick
-    python -m demos.validate --h200        # the toy's h200 profile against the H200 measurements
-    python -m demos.validate --deepep      # DeepEP's published H800 all-to-all tables against the model
-    python -m demos.validate --kernels     # the fitted roofline against measured kernel tables (extra: measured)
-    python -m demos.validate --silicon     # predicted no-DBO steps against measured deployments (extra: measured)
-    python -m demos.validate --silicon --silicon-kernels measured   # the same, kernel times from the tables
-    python -m demos.validate --published   # published overlap results (LMSYS's 96-H100 decode) against the predictor
-    python -m demos.validate --published --ablation   # ... and what each overlap mechanism moves
-    python -m demos.validate --profile my.json --quick --schedules ht --sizes 128 --ratios 0.5 --breakdown
+    python -m demos.validate --profile my.json --quick     # the grid (the default check: grid may be left out)
+    python -m demos.validate grid --profile my.json --quick --schedules ht --sizes 128 --ratios 0.5 --breakdown
+    python -m demos.validate h200          # the toy's h200 profile against the H200 measurements
+    python -m demos.validate deepep        # DeepEP's published H800 all-to-all tables against the model
+    python -m demos.validate kernels       # the fitted roofline against measured kernel tables (extra: measured)
+    python -m demos.validate silicon       # predicted no-DBO steps against measured deployments (extra: measured)
+    python -m demos.validate silicon --kernels measured   # the same, kernel times from the tables
+    python -m demos.validate published     # published overlap results (LMSYS's 96-H100 decode) against the predictor
+    python -m demos.validate published --ablation   # ... and what each overlap mechanism moves
 
-The work lives in ``demos.fidelity.validation`` (``--breakdown``: ``demos.fidelity.breakdown``).
+Each check takes only its own flags (``python -m demos.validate CHECK --help``) and is one library call
+(``demos.fidelity.checks``) whose result the command prints (``text()``) and writes (``--json``:
+``to_dict()``). The old spellings, ``--h200``, ``--deepep``, ``--kernels``, ``--silicon [--silicon-kernels
+K]`` and ``--published [--ablation]``, still run the same check and say the new one on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import sys
-from typing import Any, Callable, Sequence
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, NamedTuple, NoReturn, Sequence
 
 import torch
 
 import demos._cli as cli_common
 from dbo.costs import get_profile
 from demos._cli import ProgressLine
-from demos.fidelity import deepep, published
-from demos.fidelity.breakdown import breakdown, format_breakdown
-from demos.fidelity.calibration import BACKENDS, CalibrationError, calibrate
-from demos.fidelity.machine import LoadMeter, limits_text, read_cpu_times
-from demos.fidelity.validation import (
-    MAX_STEPS,
-    RATIOS,
-    SCHEDULES,
-    compare_h200,
-    format_h200,
-    format_table,
-    graph_supported,
-    grid,
-    held_out_points,
-    to_dict,
-    validate,
-)
+from demos.fidelity import checks
+from demos.fidelity.breakdown import format_breakdown
+from demos.fidelity.calibration import BACKENDS, CalibrationError
+from demos.fidelity.machine import limits_text
+from demos.fidelity.validation import MAX_STEPS, RATIOS, SCHEDULES
 from demos.toy.config import ConfigError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["CHECKS", "PROG", "build_parser", "main", "new_spelling"]
+
+PROG = "python -m demos.validate"
+CHECKS = ("grid", "h200", "deepep", "kernels", "silicon", "published")
+"""The checks, each a subcommand; ``grid`` is the default (a command line that names none runs it)."""
+OLD_FLAGS = {f"--{c}": c for c in CHECKS if c != "grid"}
+"""The old spelling of each check but the grid: a flag (``--kernels`` is now ``kernels``)."""
 
 
 def _list(kind: type):
@@ -93,13 +90,30 @@ _steps = _number(int, lambda v: v >= 1, "a positive integer")
 _seconds = _number(float, lambda v: v >= 0 and math.isfinite(v), "a number of seconds >= 0")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = cli_common.OneLineParser(
-        prog="python -m demos.validate",
-        description="Run a grid of the toy MoE (schedules x sizes x comm ratios, without and with DBO) for real, "
-        "predict each point with the virtual backend and a profile, and print predicted vs measured step times, "
-        "speedups, hidden fractions, their errors and the crossover (where DBO starts to pay).",
-    )
+class _CheckParser(cli_common.OneLineParser):
+    """A check's parser: its refusals are the command's one line (``python -m demos.validate: error: ...``),
+    in the old spelling's words when the command line used it (``renamed``: new flag -> old flag)."""
+
+    def __init__(self, *args: Any, renamed: Mapping[str, str] = MappingProxyType({}), **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.renamed = renamed
+
+    def error(self, message: str) -> NoReturn:
+        for new, old in self.renamed.items():
+            message = message.replace(f"argument {new}:", f"argument {old}:")
+        sys.stderr.write(f"{PROG}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def _json_flag(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--json", default=None, metavar="PATH", help=f"also write {what} as JSON")
+
+
+def _progress_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-progress", action="store_true", help="no progress line (shown only on a terminal)")
+
+
+def _grid_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="threads", help="what to measure (default threads)")
     p.add_argument(
         "--profile",
@@ -109,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         "default: calibrate this machine first (--quick sweep)",
     )
     p.add_argument("--quick", action="store_true", help="a smaller grid (under 5 minutes on a 2-core machine)")
-    p.add_argument("--json", default=None, metavar="PATH", help="also write the table as JSON")
+    _json_flag(p, "the table")
     p.add_argument("--sizes", type=_list(int), default=None, metavar="T1,T2,...", help="token counts of the grid")
     p.add_argument(
         "--ratios",
@@ -138,44 +152,6 @@ def build_parser() -> argparse.ArgumentParser:
         "once per repeat, point after point (default: 3 with --quick, 1 without)",
     )
     p.add_argument(
-        "--h200",
-        action="store_true",
-        help="only compare a profile with the H200 measurements: the toy's h200, or --profile (no runs here)",
-    )
-    p.add_argument(
-        "--deepep",
-        action="store_true",
-        help="only compare the EP all-to-all model with DeepEP's published H800 tables (no runs here)",
-    )
-    p.add_argument(
-        "--kernels",
-        action="store_true",
-        help="only compare the fitted roofline with the measured kernel tables of H100, H200, B200 and GB200 "
-        "(needs the measured extra; no runs here)",
-    )
-    p.add_argument(
-        "--silicon",
-        action="store_true",
-        help="only compare predicted no-DBO steps with measured end-to-end deployments (needs the measured extra)",
-    )
-    p.add_argument(
-        "--silicon-kernels",
-        choices=("roofline", "measured"),
-        default="roofline",
-        help="with --silicon: where the predicted steps' kernel times come from, as demos.predict --kernels "
-        "(default roofline)",
-    )
-    p.add_argument(
-        "--published",
-        action="store_true",
-        help="only compare the predictor with published whole-deployment overlap results (no runs here)",
-    )
-    p.add_argument(
-        "--ablation",
-        action="store_true",
-        help="with --published: also predict each case with each overlap mechanism turned off in turn",
-    )
-    p.add_argument(
         "--no-held-out",
         action="store_true",
         help="leave out the held-out points (shapes off the grid: other top-k, expert counts and hidden sizes)",
@@ -193,155 +169,307 @@ def build_parser() -> argparse.ArgumentParser:
         "one run, and each op's kernel time in the no-DBO and the DBO step, measured against predicted "
         "(graph points as their eager steps)",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress line (shown only on a terminal)")
+    _progress_flag(p)
+
+
+def build_parser(renamed: Mapping[str, str] = MappingProxyType({})) -> argparse.ArgumentParser:
+    """The command's parser: one subcommand per check (``CHECKS``), each with only its own flags. ``main``
+    names the grid when a command line names no check (``new_spelling``); ``renamed``: the flags the old
+    spelling named otherwise (new -> old), for the refusals' words."""
+    p = cli_common.OneLineParser(
+        prog=PROG,
+        usage=f"{PROG} [CHECK] [its flags]",
+        description="How far the simulator's predictions can be trusted, one check per run. grid is the default "
+        f"check: {PROG} [grid flags] runs it, as {PROG} grid [grid flags] does. {PROG} CHECK --help lists "
+        "a check's flags.",
+        epilog="The old spellings still work and print the new one on stderr: --h200, --deepep, --kernels, "
+        "--silicon [--silicon-kernels K], --published [--ablation].",
+    )
+    sub = p.add_subparsers(dest="check", metavar="CHECK", title="checks", required=True, parser_class=_CheckParser)
+    grid = sub.add_parser(
+        "grid",
+        prog=f"{PROG} grid",
+        renamed=renamed,
+        help="(the default) run a grid of the toy MoE for real, predict it with the virtual backend and a profile, "
+        "print the errors and the crossovers",
+        description="Run a grid of the toy MoE (schedules x sizes x comm ratios, without and with DBO) for real, "
+        "predict each point with the virtual backend and a profile, and print predicted vs measured step times, "
+        "speedups, hidden fractions, their errors and the crossover (where DBO starts to pay). The default "
+        f"check: {PROG} [these flags] runs it too.",
+    )
+    _grid_flags(grid)
+    h200 = sub.add_parser(
+        "h200",
+        prog=f"{PROG} h200",
+        renamed=renamed,
+        help="a profile (default: the toy's h200) against the H200 measurements (no runs here)",
+        description="Predict the configs measured on one H200 with a profile and print the errors (no runs here).",
+    )
+    h200.add_argument(
+        "--profile",
+        default=None,
+        metavar="NAME|PATH.json",
+        help="the profile to compare: a built-in name (cpu, h200) or a JSON file from python -m demos.calibrate "
+        "(default: the toy's h200)",
+    )
+    _json_flag(h200, "the rows")
+    deepep = sub.add_parser(
+        "deepep",
+        prog=f"{PROG} deepep",
+        renamed=renamed,
+        help="the EP all-to-all model against DeepEP's published H800 tables (no runs here)",
+        description="Compare the EP all-to-all model with DeepEP's published H800 tables (no runs here).",
+    )
+    _json_flag(deepep, "the records")
+    kernels = sub.add_parser(
+        "kernels",
+        prog=f"{PROG} kernels",
+        renamed=renamed,
+        help="the fitted roofline against the measured kernel tables of H100, H200, B200 and GB200 "
+        "(needs the measured extra)",
+        description="Compare the fitted roofline with the measured kernel tables of H100, H200, B200 and GB200, "
+        "and H800's published figures (needs the measured extra; no runs here).",
+    )
+    kernels.add_argument(
+        "--cross-validation",
+        action="store_true",
+        help="also refit the curves on each GPU's tables alone and predict every GPU with them (python -m "
+        "demos.fits; several minutes)",
+    )
+    _json_flag(kernels, "the rows and their summaries")
+    _progress_flag(kernels)
+    silicon = sub.add_parser(
+        "silicon",
+        prog=f"{PROG} silicon",
+        renamed=renamed,
+        help="predicted no-DBO steps against measured end-to-end deployments (needs the measured extra)",
+        description="Compare predicted no-DBO steps with measured end-to-end deployments (needs the measured "
+        "extra; no runs here).",
+    )
+    silicon.add_argument(
+        "--kernels",
+        choices=("roofline", "measured"),
+        default="roofline",
+        help="where the predicted steps' kernel times come from, as demos.predict --kernels (default roofline)",
+    )
+    _json_flag(silicon, "the rows, their summaries and the gap's fits")
+    _progress_flag(silicon)
+    pub = sub.add_parser(
+        "published",
+        prog=f"{PROG} published",
+        renamed=renamed,
+        help="the predictor against published whole-deployment overlap results (no runs here)",
+        description="Compare the predictor with published whole-deployment overlap results (no runs here).",
+    )
+    pub.add_argument(
+        "--ablation",
+        action="store_true",
+        help="also predict each case with each overlap mechanism turned off in turn",
+    )
+    _json_flag(pub, "the records")
+    _progress_flag(pub)
     return p
+
+
+class _Refused(Exception):
+    """A command line refused: one line, exit status 2."""
+
+
+class Spelling(NamedTuple):
+    """A command line in the new spelling (``new_spelling``)."""
+
+    args: list[str]
+    """The arguments: a check first."""
+    note: str | None = None
+    """The line to print when the old spelling was used (None: it was not)."""
+    renamed: Mapping[str, str] = MappingProxyType({})
+    """The flags renamed on the way (new -> old), so that a refusal names the flag as it was given."""
+
+
+def new_spelling(argv: Sequence[str]) -> Spelling:
+    """``argv`` in the new spelling. A command line that starts with a check or a word is the new spelling
+    already (argparse judges the word); one that starts with a flag (or is empty) names the grid, unless it
+    holds an old check flag (``OLD_FLAGS``): then that check, with ``--silicon-kernels`` as silicon's
+    ``--kernels``, and a note. Two old check flags are refused (``_Refused``)."""
+    args = list(argv)
+    if args and (not args[0].startswith("-") or args[0] in ("-h", "--help")):
+        return Spelling(args)
+    found = list(dict.fromkeys(a for a in args if a in OLD_FLAGS))
+    if not found:
+        return Spelling(["grid", *args])
+    if len(found) > 1:
+        raise _Refused(f"{' and '.join(found)} are separate checks: pass one of them")
+    (flag,) = found
+    check = OLD_FLAGS[flag]
+    rest = [a for a in args if a != flag]
+    old, new, renamed = [flag], [check], {}
+    if check == "silicon":
+        for i, a in enumerate(rest):
+            name, eq, value = a.partition("=")
+            if name != "--silicon-kernels":
+                continue
+            rest[i] = "--kernels" + eq + value
+            renamed["--kernels"] = "--silicon-kernels"
+            given = [a] if eq or i + 1 >= len(rest) else [a, rest[i + 1]]
+            old += given
+            new += [rest[i], *given[1:]]
+    if check == "published" and "--ablation" in rest:
+        old.append("--ablation")
+        new.append("--ablation")
+    note = f"{PROG}: note: {' '.join(old)} is now '{PROG} {' '.join(new)}'"
+    return Spelling([check, *rest], note, renamed)
+
+
+_NO_PROFILE = {
+    "deepep": "deepep checks the all-to-all model against DeepEP's tables; it uses no device profile",
+    "kernels": "kernels uses the zoo's GPU profiles, not a device profile",
+    "silicon": "silicon uses the zoo's GPU profiles, not a device profile",
+    "published": "published uses the zoo's GPU profiles, not a device profile",
+}
+
+
+def _unrecognized(check: str, extras: list[str]) -> str:
+    """The refusal of the arguments ``check`` does not take, with what to do instead where we know it."""
+    names = [a.partition("=")[0] for a in extras]
+    why = f"{PROG} {check} --help lists its flags"
+    if "--silicon-kernels" in names:
+        why = f"--silicon-kernels is silicon's --kernels now: {PROG} silicon --kernels K"
+    elif "--kernels" in names:
+        why = f"--kernels roofline|measured goes with silicon; the kernel tables' check is {PROG} kernels"
+    elif "--ablation" in names:
+        why = f"--ablation goes with the published check: {PROG} published --ablation"
+    elif "--profile" in names and check in _NO_PROFILE:
+        why = _NO_PROFILE[check]
+    elif any(a in CHECKS or a in OLD_FLAGS for a in extras):
+        why = f"one check per run, named first: {PROG} CHECK [its flags]"
+    elif "--no-progress" in names:
+        why = f"{check} shows no progress line"
+    return f"{check} takes no {' '.join(extras)} ({why})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (0 ok, 2 bad arguments, 1 failure)."""
-    parser = build_parser()
     try:
-        ns = parser.parse_args(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
+        spelling = new_spelling(sys.argv[1:] if argv is None else argv)
+        try:
+            ns, extras = build_parser(spelling.renamed).parse_known_args(spelling.args)
+        except SystemExit as e:
+            return int(e.code or 0)
+        if extras:
+            raise _Refused(_unrecognized(ns.check, extras))
+        if ns.json is not None:
+            try:
+                cli_common.check_output_path(ns.json, "--json")
+            except cli_common.OutputPathError as e:
+                raise _Refused(str(e)) from None
+        result = _RUN[ns.check](ns)
+    except _Refused as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
+        return cli_common.EXIT_USAGE
+    code = _write(ns.json, result.to_dict())
+    if code == 0 and spelling.note is not None:
+        sys.stderr.write(spelling.note + "\n")
+    return code
 
-    def fail(msg: str, code: int = 2) -> int:
-        sys.stderr.write(f"{parser.prog}: error: {msg}\n")
-        return code
 
-    if ns.backend == "cuda" and not ns.h200 and not ns.deepep and not torch.cuda.is_available():
-        return fail("--backend cuda needs a CUDA GPU, and torch.cuda.is_available() is False here")
-    if ns.json is not None:
-        try:
-            cli_common.check_output_path(ns.json, "--json")
-        except cli_common.OutputPathError as e:
-            return fail(str(e))
-    checks = [f for f in ("deepep", "h200", "kernels", "silicon", "published") if getattr(ns, f)]
-    if ns.ablation and not ns.published:
-        return fail("--ablation goes with --published (it ablates the published cases)")
-    if ns.silicon_kernels != "roofline" and not ns.silicon:
-        return fail("--silicon-kernels goes with --silicon (it sets the kernel source of its predicted steps)")
-    if len(checks) > 1:
-        return fail(f"{' and '.join('--' + c for c in checks)} are separate checks: pass one of them")
-    if ns.kernels or ns.silicon:
-        if ns.profile is not None:
-            return fail(f"--{checks[0]} uses the zoo's GPU profiles, not a device profile (--profile)")
-        return _measured_check(ns, parser.prog, fail)
-    if ns.deepep and ns.profile is not None:
-        return fail(
-            "--deepep checks the all-to-all model against DeepEP's tables; it uses no device profile (--profile)"
-        )
-    if ns.published:
-        if ns.profile is not None:
-            return fail("--published uses the zoo's GPU profiles, not a device profile (--profile)")
-        progress = ProgressLine(enabled=not ns.no_progress)
-        rows = published.compare(progress=progress)
-        cli_common.say(published.format_table(rows))
-        out: dict[str, Any] = {"rows": rows}
-        if ns.ablation:
-            out["ablation"] = published.ablation(progress=progress)
-            cli_common.say("\n" + published.format_ablation(out["ablation"]))
-        return _write(ns.json, out, parser.prog)
-    if ns.deepep:
-        records = deepep.compare()
-        cli_common.say(deepep.format_table(records))
-        return _write(ns.json, {"deepep": records}, parser.prog)
-    if ns.h200:
-        try:
-            h200_profile = "h200" if ns.profile is None else get_profile(ns.profile)
-        except (ValueError, TypeError) as e:
-            return fail(f"--profile: {e}")
-        rows = compare_h200(h200_profile)
-        cli_common.say(format_h200(rows, "h200" if ns.profile is None else f"--profile {ns.profile}"))
-        return _write(ns.json, {"h200": rows}, parser.prog)
-    profile: Any = ns.profile
-    if profile is not None:
-        try:
-            profile = get_profile(profile)
-        except (ValueError, TypeError) as e:
-            return fail(f"--profile: {e}")
+def _profile(name: str) -> Any:
+    """``--profile NAME|PATH.json`` read (``_Refused``: one line naming the flag)."""
+    try:
+        return get_profile(name)
+    except (ValueError, TypeError) as e:
+        raise _Refused(f"--profile: {e}") from None
+
+
+def _grid(ns: argparse.Namespace) -> Any:
+    """The grid, or with ``--breakdown`` each selected point's ops (printed as each is done)."""
+    if ns.backend == "cuda" and not torch.cuda.is_available():
+        raise _Refused("--backend cuda needs a CUDA GPU, and torch.cuda.is_available() is False here")
+    profile = None if ns.profile is None else _profile(ns.profile)
     progress = ProgressLine(enabled=not ns.no_progress)
-    notes = []
-    meter = LoadMeter().start()
-    try:
-        if profile is None:
-            progress("no --profile: calibrating this machine first (quick sweep)")
-            profile, _ = calibrate(ns.backend, quick=True, progress=progress)
-            notes.append(f"profile calibrated just now on {ns.backend} (quick sweep)")
-        points = grid(ns.quick, sizes=ns.sizes, ratios=ns.ratios, schedules=ns.schedules, backend=ns.backend)
-        if not ns.no_held_out:
-            points += held_out_points(ns.quick, backend=ns.backend)
-        if ns.breakdown:
-            return _breakdowns(ns, profile, points, progress, parser.prog)
-        repeats = ns.repeats if ns.repeats is not None else (3 if ns.quick else 1)
-        v = validate(
-            ns.backend,
-            profile,
-            points,
-            steps=ns.steps,
-            repeats=repeats,
-            min_time=ns.min_time,
-            progress=progress,
-            machine=None if ns.no_rerun else read_cpu_times,
-        )
-    except (CalibrationError, ConfigError) as e:
-        progress.done()
-        return fail(str(e))
-    progress.done()
-    v.machine = meter.stop()
-    if v.machine is None:
-        notes.append(f"the machine's load was not measured: {meter.missing}")
-    v.notes.extend(notes)
-    if not graph_supported():
-        v.notes.append("eager only: this demo has no CUDA-graph mode to validate")
-    cli_common.say(format_table(v))
-    return _write(ns.json, to_dict(v), parser.prog)
+    kw: dict[str, Any] = dict(
+        quick=ns.quick,
+        sizes=ns.sizes,
+        ratios=ns.ratios,
+        schedules=ns.schedules,
+        steps=ns.steps,
+        min_time=ns.min_time,
+        held_out=not ns.no_held_out,
+        progress=progress,
+    )
 
-
-def _breakdowns(ns: argparse.Namespace, profile: Any, points: list, progress: ProgressLine, prog: str) -> int:
-    """``--breakdown``: one run of each selected point (graph points as their eager steps, once)."""
-    eager = list(dict.fromkeys(dataclasses.replace(pt, mode="eager") for pt in points))
-    out = []
-    for i, pt in enumerate(eager):
-        progress(f"point {i + 1}/{len(eager)}: {pt.label()}")
-        b = breakdown(ns.backend, profile, pt, steps=ns.steps, min_time=ns.min_time)
+    def each(b: Any) -> None:
         progress.done()
         cli_common.say(format_breakdown(b))
-        out.append(dataclasses.asdict(b))
-    return _write(ns.json, {"breakdowns": out}, prog)
+
+    try:
+        if ns.breakdown:
+            return checks.breakdown_check(ns.backend, profile, each=each, **kw)
+        result = checks.grid_check(ns.backend, profile, repeats=ns.repeats, rerun=not ns.no_rerun, **kw)
+    except (CalibrationError, ConfigError) as e:
+        raise _Refused(str(e)) from None
+    finally:
+        progress.done()
+    cli_common.say(result.text())
+    return result
 
 
-def _measured_check(ns: argparse.Namespace, prog: str, fail: Callable[[str], int]) -> int:
-    """``--kernels`` / ``--silicon``: against the measured tables (``demos.zoo.measured``)."""
-    from demos.fidelity.kernels import kernel_rows, summaries
-    from demos.fidelity.silicon import format_kernels, format_silicon, gap_fits, silicon_rows, silicon_summaries
-    from demos.zoo.measured import SYSTEMS, MeasuredTablesError
+def _h200(ns: argparse.Namespace) -> Any:
+    if ns.profile is None:
+        result = checks.h200_check()
+    else:
+        result = checks.h200_check(_profile(ns.profile), f"--profile {ns.profile}")
+    cli_common.say(result.text())
+    return result
+
+
+def _deepep(ns: argparse.Namespace) -> Any:
+    result = checks.deepep_check()
+    cli_common.say(result.text())
+    return result
+
+
+def _measured(ns: argparse.Namespace) -> Any:
+    """``kernels`` and ``silicon``: against the measured tables (``demos.zoo.measured``); without them, one
+    line naming the install."""
+    from demos.zoo.measured import MeasuredTablesError
 
     progress = ProgressLine(enabled=not ns.no_progress)
     try:
-        if ns.kernels:
-            rows = []
-            for gpu in (*SYSTEMS, "h800"):
-                progress(f"kernels: {gpu}")
-                rows += kernel_rows(gpu)
-            progress.done()
-            summary = summaries(rows)
-            cli_common.say(format_kernels(summary))
-            return _write(ns.json, {"rows": [r._asdict() for r in rows], "summary": summary}, prog)
-        checks, skipped = silicon_rows(
-            lambda d, n, what: progress(f"silicon: {d}/{n} {what}"), kernels=ns.silicon_kernels
-        )
+        if ns.check == "kernels":
+            result = checks.kernels_check(progress, cross_validation=ns.cross_validation)
+        else:
+            result = checks.silicon_check(ns.kernels, progress)
     except MeasuredTablesError as e:
+        raise _Refused(str(e)) from None
+    finally:
         progress.done()
-        return fail(str(e))
-    progress.done()
-    summary, gaps = silicon_summaries(checks), gap_fits(checks)
-    cli_common.say(format_silicon(summary, skipped, gaps))
-    data = {"rows": [c.to_dict() for c in checks], "summary": summary, "gaps": gaps, "skipped": skipped}
-    return _write(ns.json, data, prog)
+    cli_common.say(result.text())
+    return result
 
 
-def _write(path: str | None, obj: Any, prog: str) -> int:
+def _published(ns: argparse.Namespace) -> Any:
+    progress = ProgressLine(enabled=not ns.no_progress)
+    try:
+        result = checks.published_check(ablation=ns.ablation, progress=progress)
+    finally:
+        progress.done()
+    cli_common.say(result.text())
+    return result
+
+
+_RUN: dict[str, Callable[[argparse.Namespace], Any]] = {
+    "grid": _grid,
+    "h200": _h200,
+    "deepep": _deepep,
+    "kernels": _measured,
+    "silicon": _measured,
+    "published": _published,
+}
+"""Each check's run: its one library call (``demos.fidelity.checks``), its text printed; the result, whose
+``to_dict()`` ``main`` writes (``--json``). A refusal raises ``_Refused``."""
+
+
+def _write(path: str | None, obj: Any) -> int:
     """Write ``obj`` as JSON to ``path`` (if any); the exit status."""
     if not path:
         return 0
@@ -350,11 +478,11 @@ def _write(path: str | None, obj: Any, prog: str) -> int:
         with open(p, "w", encoding="utf-8") as f:
             json.dump(obj, f, indent=2)
 
-    if not cli_common.write_output(path, "--json", write, prog):
+    if not cli_common.write_output(path, "--json", write, PROG):
         return cli_common.EXIT_FAILED
     cli_common.say(f"json: {path}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(cli_common.run_main(main, "python -m demos.validate"))
+    raise SystemExit(cli_common.run_main(main, PROG))

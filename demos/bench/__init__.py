@@ -1,12 +1,11 @@
 """``python -m demos.bench``: micro-benchmarks with baselines and targets (docs/performance.md).
 
-Parts: ``_command`` (the command line and the files it writes), ``_suite`` (the sections),
+Parts: ``_output`` (the files a run writes; the command line is ``__main__``), ``_suite`` (the sections),
 ``_core`` (what every section uses: config, timing loop, records), ``_handoff``, ``_host`` (the
 handoff and host sections' measurements), ``_report`` (verdicts, tables, the markdown page) and
 ``_merge`` (a ``--section`` run merged into an existing page).
 """
 
-from demos.bench._command import main
 from demos.bench._core import Config, Timing, progress, samples_timing, time_together, timing_record, value_record
 from demos.bench._host import COMM_PER_LAYER, COMPUTE_PER_LAYER, DEMO_SHAPES, host_records, resolve_backend
 from demos.bench._merge import merge_sections, split_sections
@@ -14,7 +13,6 @@ from demos.bench._report import check_target, format_cell, format_checked, table
 from demos.bench._suite import SECTIONS, reference_views
 
 __all__ = [
-    "main",
     "SECTIONS",
     "reference_views",
     "Config",

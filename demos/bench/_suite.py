@@ -1,5 +1,5 @@
 """The bench's sections (``SECTIONS``), each a function ``(Config) -> list of records`` whose
-docstring explains the section in the markdown report. ``demos.bench._command`` runs them.
+docstring explains the section in the markdown report. ``python -m demos.bench`` (its ``__main__``) runs them.
 
 A record is a dict:
 

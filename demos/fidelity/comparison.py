@@ -134,6 +134,14 @@ class Validation:
     notes: list[str] = field(default_factory=list)
     machine: Any = None  # demos.fidelity.machine.MachineLoad over the run (None: not measured)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON record (``to_dict`` below)."""
+        return to_dict(self)
+
+    def text(self) -> str:
+        """The printed table (``format_table`` below)."""
+        return format_table(self)
+
 
 def crossover(
     rows: Sequence[Row], schedule: str, which: str, comm_ratio: float = 1.0, mode: str = "eager"

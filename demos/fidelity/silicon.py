@@ -1,4 +1,4 @@
-"""Predicted no-DBO steps against measured end-to-end steps (``python -m demos.validate --silicon``).
+"""Predicted no-DBO steps against measured end-to-end steps (``python -m demos.validate silicon``).
 
 The measured deployments are ``aiconfigurator-core``'s ``silicon_sample.csv`` (``demos.zoo.measured``):
 SGLang, vLLM and TRT-LLM serving real models on H100, H200, B200 and GB200, each row one

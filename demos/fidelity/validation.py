@@ -30,7 +30,7 @@ from demos.fidelity.comparison import (
     crossover,
     format_table,
     summarize,
-    to_dict,  # noqa: F401 (re-exported: demos.validate writes its JSON with it)
+    to_dict,  # noqa: F401 (re-exported: the JSON of a validation, Validation.to_dict)
 )
 from demos.fidelity.h200 import H200_MEASURED, compare_h200, format_h200
 from demos.fidelity.machine import CpuTimes, Reruns, run_undisturbed

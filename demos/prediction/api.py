@@ -21,7 +21,7 @@ from demos.prediction.outputs import point_record
 from demos.prediction.result import Prediction, Recommendation, Setting, SweptPoint
 from demos.prediction.sweep import DEFAULT_TOKENS, Sweep, default_mode, run_sweep, sweep_kernels
 from demos.prediction.trust import checked_line
-from demos.zoo.flags import TOY, load_model, workload_for
+from demos.zoo.loading import TOY, load_model, workload_for
 from demos.zoo.memory import memory_estimate
 from demos.zoo.models import ModelSpec
 from demos.zoo.rooflines import FITTED_WITH

@@ -13,11 +13,11 @@ from demos.bench import (
     SECTIONS,
     Config,
     host_records,
-    main,
     merge_sections,
     resolve_backend,
     split_sections,
 )
+from demos.bench.__main__ import main
 from demos.bench._host import LAYERS  # the synthetic step's layer count: no public name
 from tests.support.timing import slack
 

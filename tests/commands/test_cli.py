@@ -138,7 +138,7 @@ def test_files_are_written_after_the_report_and_named_in_it(tmp_path, capsys):
 
 
 def test_bench_checks_its_paths_before_running(tmp_path):
-    from demos import bench
+    from demos.bench import __main__ as bench
 
     with pytest.raises(SystemExit) as e:
         bench.main(["--quick", "--json", str(tmp_path / "nope" / "b.json")])

@@ -59,8 +59,11 @@ INVOCATIONS: dict[str, tuple[str, list[str]]] = {
     "overlap-help": (OVERLAP, ["--help"]),
     "scenarios-list": ("demos.scenarios", ["--list"]),
     "validate-help": ("demos.validate", ["--help"]),
-    "validate-h200-cpu": ("demos.validate", ["--h200", "--profile", "cpu"]),
-    "validate-deepep-profile": ("demos.validate", ["--deepep", "--profile", "h200"]),
+    "validate-grid-help": ("demos.validate", ["grid", "--help"]),
+    "validate-h200-cpu": ("demos.validate", ["h200", "--profile", "cpu"]),
+    "validate-old-h200-cpu": ("demos.validate", ["--h200", "--profile", "cpu"]),
+    "validate-deepep-profile": ("demos.validate", ["deepep", "--profile", "h200"]),
+    "validate-old-deepep-profile": ("demos.validate", ["--deepep", "--profile", "h200"]),
     "validate-deepep-h200": ("demos.validate", ["--deepep", "--h200"]),
     "bench-bad-flag": ("demos.bench", ["--sectoin", "x"]),
 }
@@ -141,8 +144,10 @@ def test_a_link_on_threads_is_honoured_with_a_note_saying_how():
 
 @pytest.mark.parametrize(
     "module, delay",
-    # every command of the one registry (demos._cli.commands), and the overlap command at two moments
-    [(OVERLAP, 0.1), (OVERLAP, 0.3)] + [(m, 0.15) for m in MODULES if m != OVERLAP],
+    # every command of the one registry (demos._cli.commands) that imports torch, and the overlap command at
+    # two moments; demos.gpu_check imports only the standard library (its --help is done before 0.15 s: there
+    # is no import to interrupt), and tests/commands/test_gpu_check.py interrupts its run instead
+    [(OVERLAP, 0.1), (OVERLAP, 0.3)] + [(m, 0.15) for m in MODULES if m not in (OVERLAP, "demos.gpu_check")],
 )
 def test_ctrl_c_during_the_imports_is_one_line_and_130(module, delay):
     proc = subprocess.Popen(
@@ -218,7 +223,7 @@ def _help_of(p, flag: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", ["overlap", "validate"])
+@pytest.mark.parametrize("command", ["overlap", "validate-grid"])
 def test_profile_help_says_a_name_or_a_json_file_from_calibrate(invocations, command):
     text = _help_of(invocations[f"{command}-help"], "--profile")
     assert "NAME|PATH.json" in text and "built-in name" in text and "JSON file from python -m demos.calibrate" in text
@@ -226,8 +231,17 @@ def test_profile_help_says_a_name_or_a_json_file_from_calibrate(invocations, com
 
 @pytest.mark.slow
 def test_validate_repeats_help_says_what_it_does(invocations):
-    text = _help_of(invocations["validate-help"], "--repeats")
+    text = _help_of(invocations["validate-grid-help"], "--repeats")
     assert "run each grid point this many times" in text and "3 with --quick, 1 without" in text
+
+
+@pytest.mark.slow
+def test_validate_help_lists_the_checks_and_the_default(invocations):
+    p = invocations["validate-help"]
+    assert p.returncode == 0 and p.stderr == ""
+    text = " ".join(p.stdout.split())
+    assert "grid is the default check" in text and "CHECK --help lists a check's flags" in text
+    assert all(f" {c} " in text for c in ("grid", "h200", "deepep", "kernels", "silicon", "published"))
 
 
 # --- more bad inputs -----------------------------------------------------------------------------------
@@ -250,6 +264,19 @@ BAD_INPUTS = (
     ("demos.scenarios", ["--bogus"], "unrecognized arguments: --bogus"),
     ("demos.validate", ["--repeats", "0"], "argument --repeats: expected a positive integer, got '0'"),
     ("demos.validate", ["--ratios", "1,x"], "expected a comma-separated list of numbers"),
+    ("demos.validate", ["grid", "--steps", "0"], "argument --steps: expected a positive integer, got '0'"),
+    ("demos.validate", ["bogus"], "argument CHECK: invalid choice: 'bogus'"),
+    ("demos.validate", ["kernels", "--quick"], "kernels takes no --quick (python -m demos.validate kernels --help"),
+    ("demos.validate", ["silicon", "--kernels", "bogus"], "argument --kernels: invalid choice: 'bogus'"),
+    ("demos.validate", ["--silicon", "--silicon-kernels", "bogus"], "argument --silicon-kernels: invalid choice"),
+    ("demos.validate", ["grid", "--ablation"], "grid takes no --ablation (--ablation goes with the published check"),
+    ("demos.validate", ["--ablation"], "grid takes no --ablation (--ablation goes with the published check"),
+    ("demos.validate", ["published", "--profile", "h200"], "published uses the zoo's GPU profiles"),
+    ("demos.validate", ["h200", "--no-progress"], "h200 takes no --no-progress (h200 shows no progress line)"),
+    ("demos.validate", ["h200", "--profile", "nope"], "--profile: unknown device profile 'nope'"),
+    ("demos.validate", ["deepep", "kernels"], "deepep takes no kernels (one check per run, named first"),
+    ("demos.validate", ["--kernels", "--json", "{d}/no/k.json"], "the folder {d}/no does not exist"),  # no note
+    ("demos.validate", ["published", "--json", "{d}"], "is a folder"),
     ("demos.calibrate", ["-o", "/proc/p.json"], "-o /proc/p.json: the folder /proc cannot be written"),
     ("demos.calibrate", ["-o", "{d}/p.txt"], "must end in .json"),
 )
@@ -275,20 +302,39 @@ def test_a_batched_invocation_is_what_its_own_process_gives():
         assert (batched.returncode, batched.stdout, batched.stderr) == (own.returncode, own.stdout, own.stderr)
 
 
-# --- validate's separate checks and the bench's flags (issue 24) ------------------------------------------
+# --- validate's checks (subcommands, the old flags as aliases) and the bench's flags (issue 24) -----------
 
 
 @pytest.mark.slow
 def test_validate_h200_honours_profile(invocations):
     p = invocations["validate-h200-cpu"]
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 0 and p.stderr == "", p.stderr
     assert p.stdout.startswith("--profile cpu profile vs the H200 measurements")
 
 
 @pytest.mark.slow
-def test_validate_deepep_refuses_a_profile_it_would_not_use(invocations):
-    assert "--profile" in _refusal(invocations, "validate-deepep-profile")
-    assert "--h200" in _refusal(invocations, "validate-deepep-h200")
+def test_validate_old_spelling_is_the_same_run_and_one_note(invocations):
+    """``--h200`` as ``python -m`` runs it: the same stdout as ``h200``, and one line on stderr naming the new
+    spelling (written after the run, so that a refusal stays one line)."""
+    new, old = invocations["validate-h200-cpu"], invocations["validate-old-h200-cpu"]
+    assert old.returncode == 0 and old.stdout == new.stdout
+    assert old.stderr.splitlines() == ["python -m demos.validate: note: --h200 is now 'python -m demos.validate h200'"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spelling", ["", "old-"])
+def test_validate_deepep_refuses_a_profile_it_would_not_use(invocations, spelling):
+    line = _refusal(invocations, f"validate-{spelling}deepep-profile")
+    assert line.endswith(
+        "deepep takes no --profile h200 (deepep checks the all-to-all model against DeepEP's "
+        "tables; it uses no device profile)"
+    )
+
+
+@pytest.mark.slow
+def test_validate_old_check_flags_together_are_refused(invocations):
+    line = _refusal(invocations, "validate-deepep-h200")
+    assert line.endswith("--deepep and --h200 are separate checks: pass one of them")
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
-"""The commands are listed once (``demos._cli.commands``): every entry in it runs, and the pages that
-list the commands name exactly these (README.md's command table and docs/design.md's layout)."""
+"""The commands are listed once (``demos._cli.commands``): every entry in it runs, every ``python -m`` entry
+point of the project is in it, and the pages that list the commands name exactly these (README.md's
+command table, with each one's audience, and docs/design.md's layout)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 
 import pytest
 
-from demos._cli.commands import COMMANDS, MODULES
+from demos._cli.commands import AUDIENCES, COMMANDS, MODULES
 from tests.support.paths import REPO
 
 _MENTION = re.compile(r"python -m (demos\.[a-z_]+)")
@@ -26,6 +27,26 @@ def test_every_command_has_an_entry_point_and_a_page(command):
         assert importlib.util.find_spec(command.module + ".__main__") is not None, command.module
     assert (REPO / command.doc).is_file(), command.doc
     assert command.answers and "\n" not in command.answers
+    assert command.audience in AUDIENCES, command
+
+
+def _entry_points() -> set[str]:
+    """Every module of ``demos`` that runs as ``python -m``: a ``__main__.py`` (its package) or a module with
+    an ``if __name__ == "__main__":`` block."""
+    out = set()
+    for path in (REPO / "demos").rglob("*.py"):
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        if path.name == "__main__.py":
+            out.add(module.removesuffix(".__main__"))
+        elif re.search(r"^if __name__ == .__main__.:", path.read_text(encoding="utf-8"), re.M):
+            out.add(module)
+    return out
+
+
+def test_every_entry_point_is_registered():
+    """The registry is the whole list: a ``python -m`` entry point missing from it would escape the
+    Ctrl-C guard, its test and the README's table."""
+    assert _entry_points() == set(MODULES)
 
 
 def test_the_readme_command_table_names_exactly_the_registry():
@@ -35,13 +56,15 @@ def test_the_readme_command_table_names_exactly_the_registry():
 
 
 def test_the_readme_command_table_says_what_the_registry_says():
-    """Each command's row carries the registry's one line and page, so the table is the registry's."""
-    rows = {
-        m: row for row in _table_rows((REPO / "README.md").read_text(encoding="utf-8")) for m in _MENTION.findall(row)
-    }
+    """Each command's row carries the registry's audience, one line and page, in the registry's order, so
+    the table is the registry's."""
+    rows = _table_rows((REPO / "README.md").read_text(encoding="utf-8"))
+    assert [c.strip() for c in rows[0].strip("|").split("|")] == ["command", "for", "answers", "page"]
+    by_module = {m: row for row in rows for m in _MENTION.findall(row)}
+    assert list(by_module) == list(MODULES)
     for c in COMMANDS:
-        cells = [cell.strip() for cell in rows[c.module].strip("|").split("|")]
-        assert cells[1] == c.answers and f"({c.doc})" in cells[2], (c.module, cells)
+        cells = [cell.strip() for cell in by_module[c.module].strip("|").split("|")]
+        assert cells[1] == c.audience and cells[2] == c.answers and f"({c.doc})" in cells[3], (c.module, cells)
 
 
 def test_design_md_places_every_command():

@@ -1,26 +1,23 @@
-"""scripts/gpu_check.py: the verdicts it draws from its outputs, its bounded steps, and one dry run
-of the whole script on the threads backend (the GPU run itself has not happened yet)."""
+"""``python -m demos.gpu_check`` (and scripts/gpu_check.sh, its wrapper): the verdicts it draws from its
+outputs, its bounded steps, its refusals, Ctrl-C during a step, and one dry run of the whole check on the
+threads backend (the GPU run itself has not happened yet)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.support.paths import ROOT
+import demos.gpu_check as gc
+from tests.support.paths import ROOT, python_env
 from tests.support.timing import slack
 
 pytestmark = pytest.mark.slow  # subprocesses or whole runs (the fast tier leaves it out: testing.md)
-
-_spec = importlib.util.spec_from_file_location("gpu_check", os.path.join(ROOT, "scripts", "gpu_check.py"))
-gc = importlib.util.module_from_spec(_spec)
-sys.modules["gpu_check"] = gc
-_spec.loader.exec_module(gc)
 
 
 def ran(name="x", rc=0, tail="", timed_out=False):
@@ -113,10 +110,105 @@ def test_pytest_verdicts():
 
 
 def test_options_refuse_unknown_step_names():
-    with pytest.raises(SystemExit, match="unknown steps"):
+    with pytest.raises(ValueError, match="unknown steps"):
         gc.Options.from_env("/tmp/x", {"GPU_CHECK_SKIP": "suite,bogus"})
+    with pytest.raises(ValueError, match="GPU_CHECK_BUDGET_S must be a number of seconds, got 'soon'"):
+        gc.Options.from_env("/tmp/x", {"GPU_CHECK_BUDGET_S": "soon"})
     o = gc.Options.from_env("/tmp/x", {"GPU_CHECK_SKIP": "suite", "GPU_CHECK_BIG": "--tokens 64"})
     assert o.skip == {"suite"} and o.big == ["--tokens", "64"] and o.backend == "cuda"
+
+
+@pytest.mark.parametrize(
+    "args, env, needle",
+    [
+        ([], {}, "the following arguments are required: OUT"),
+        (["a", "b"], {}, "unrecognized arguments: b"),
+        (["{d}/out"], {"GPU_CHECK_SKIP": "bogus"}, "GPU_CHECK_SKIP names unknown steps ['bogus']"),
+        (["{d}/file"], {}, "OUT {d}/file: not a folder; give a folder"),
+    ],
+)
+def test_a_bad_command_line_is_one_line_and_exit_2_before_any_step(args, env, needle, tmp_path, monkeypatch, capsys):
+    """The bug this catches: ``--help`` or a second argument taken for the folder and the whole check run."""
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(gc, "run_steps", lambda o: pytest.fail("ran a step despite a bad command line"))
+    for k in ("GPU_CHECK_SKIP", "GPU_CHECK_BUDGET_S"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert gc.main([a.format(d=tmp_path) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("python -m demos.gpu_check: error: ")
+    assert needle.format(d=tmp_path) in err
+
+
+def _alive_with(text: str) -> list[int]:
+    """The pids of the processes whose command line holds ``text``."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    out.append(int(pid))
+        except OSError:
+            pass
+    return out
+
+
+def test_ctrl_c_while_a_step_starts_still_stops_the_step(tmp_path, monkeypatch):
+    """Ctrl-C that lands inside ``Popen``, after the step's process exists and before ``_run`` holds it: the
+    interrupt waits until the step can be killed. The bug this catches: the step left running (the
+    Ctrl-C test below met it once in about fifty runs)."""
+    started = []
+    real = subprocess.Popen
+
+    def popen_then_ctrl_c(*args, **kwargs):
+        started.append(real(*args, **kwargs))
+        os.kill(os.getpid(), signal.SIGINT)  # as if the terminal's Ctrl-C came now
+        return started[-1]
+
+    monkeypatch.setattr(gc.subprocess, "Popen", popen_then_ctrl_c)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            gc._run([sys.executable, "-c", "import time; time.sleep(60)"], str(tmp_path / "log.txt"), "w", 60)
+        assert started and started[0].poll() == -signal.SIGKILL
+    finally:
+        for p in started:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@pytest.mark.timeout(slack(120))
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc for the step's process")
+def test_ctrl_c_during_a_step_stops_the_step_and_is_one_line_and_130(tmp_path):
+    """A step runs in its own process group, which the terminal's Ctrl-C does not reach: the check kills it
+    and leaves with the command's one line and 130. The bug this catches: the demo left running after the
+    check exited (or a traceback)."""
+    out = tmp_path / "out"
+    env = dict(
+        python_env(), GPU_CHECK_BACKEND="threads", GPU_CHECK_SKIP="cuda-tests,demo-graph,demo-big,bench-host,suite"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "demos.gpu_check", str(out)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    step = str(out / "demo-eager.json")
+    deadline = time.monotonic() + slack(60)
+    while not _alive_with(step) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert _alive_with(step), "the demo-eager step never started"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=slack(30))
+    left = _alive_with(step)
+    for pid in left:  # a failing check leaves nothing running behind it
+        os.kill(pid, signal.SIGKILL)
+    assert err.splitlines() == ["python -m demos.gpu_check: interrupted"], err
+    assert proc.returncode == 130
+    assert left == []
 
 
 def test_a_step_past_its_limit_is_killed_with_its_children(tmp_path):

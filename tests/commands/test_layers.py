@@ -18,9 +18,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("fits", ("demos.fits",)),
     ("toy", ("demos.toy", "demos.ranks")),
     ("products", ("demos.prediction", "demos.fidelity", "demos.failures", "demos.bench")),
-    ("commands", tuple(MODULES) + ("demos._overlap_flags", "demos._zoo_overlap")),
+    (
+        "commands",
+        tuple(MODULES)
+        + ("demos.bench.__main__", "demos._overlap_flags", "demos._zoo_overlap", "demos._cli.model_flags"),
+    ),
 )
-"""Each layer and the module prefixes it holds (the longest matching prefix decides)."""
+"""Each layer and the module prefixes it holds (the longest matching prefix decides): the model flags
+(``demos._cli.model_flags``) are the command line's, not shared with the library, which calls
+``demos.zoo.loading``; the bench's command line is its ``__main__``, the rest of ``demos.bench`` a product."""
 
 MAY_IMPORT: dict[str, set[str]] = {
     "runtime": {"runtime"},
@@ -97,6 +103,10 @@ def test_no_library_module_imports_a_command():
         ("demos.fits.rooflines", "demos.fidelity.kernels", False),  # the fitting imports no check
         ("demos.fidelity.kernels", "demos.fits.module", True),  # a check may refit (cross-validation)
         ("demos.fits.rooflines", "demos.zoo.work", True),  # the fit counts work with the predictor's formulas
+        ("demos.prediction.api", "demos._cli.model_flags", False),  # the flags are the command line's
+        ("demos.prediction.api", "demos.zoo.loading", True),
+        ("demos._cli._early", "demos._cli.model_flags", False),  # the shared helpers stay below the zoo
+        ("demos.bench._suite", "demos.bench.__main__", False),  # the bench's library under its command line
     ],
 )
 def test_the_rules_themselves(importer, imported, ok):
@@ -160,3 +170,37 @@ def test_a_private_cross_import_is_caught():
     assert private_cross_imports(graph) == ["demos.toy.model imports dbo.costs._fit"]
     shared = {"workspace.manager": {"dbo._sites"}, "demos.toy.model": {"dbo._sites"}}
     assert private_cross_imports(shared) == ["demos.toy.model imports dbo._sites"]
+
+
+FLAG_PARSING = {"demos._cli"}
+"""Outside the commands layer, the one module that may import argparse: the commands' shared
+``OneLineParser``."""
+
+
+def modules_importing(name: str, mods: dict) -> set[str]:
+    """The modules of ``mods`` (module -> path) with an ``import name`` or ``from name import ...``."""
+    import ast
+
+    out = set()
+    for mod, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import) and any(a.name == name for a in node.names):
+                out.add(mod)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == name:
+                out.add(mod)
+    return out
+
+
+def test_only_the_commands_parse_flags():
+    """A flag belongs to a command line: a library module with argparse would parse or name flags
+    (docs/design.md, "Packages")."""
+    bad = sorted(m for m in modules_importing("argparse", _modules()) if layer_of(m) != "commands")
+    assert [m for m in bad if m not in FLAG_PARSING] == [], bad
+
+
+def test_a_library_module_with_argparse_is_caught(tmp_path):
+    (tmp_path / "loading.py").write_text("from __future__ import annotations\n\nimport argparse\n")
+    (tmp_path / "costs.py").write_text("from argparse import ArgumentTypeError\n")
+    (tmp_path / "other.py").write_text("import json  # argparse in a comment\n")
+    mods = {f"demos.zoo.{p.stem}": p for p in tmp_path.glob("*.py")}
+    assert modules_importing("argparse", mods) == {"demos.zoo.loading", "demos.zoo.costs"}

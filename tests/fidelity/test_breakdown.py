@@ -1,4 +1,4 @@
-"""``demos.fidelity.breakdown`` and ``python -m demos.validate --breakdown``: each op's kernel time
+"""``demos.fidelity.breakdown`` and ``python -m demos.validate grid --breakdown``: each op's kernel time
 in a step, measured against predicted, on virtual machines whose truth is known."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dbo.costs import OpCost
 from dbo.trace import KernelRecord
 from demos import validate as cli
 from demos.fidelity import breakdown as bd
+from demos.fidelity import checks
 from demos.fidelity.comparison import Point
 from tests.support.profiles import validation_machine
 
@@ -89,11 +90,11 @@ def test_cli_breakdown_prints_each_selected_point_once_and_writes_json(tmp_path,
         seen.append(pt)
         return real("virtual", profile, replace(pt, shapes=SHAPES), steps=1, min_time=0, truth=MACHINE)
 
-    monkeypatch.setattr(cli, "breakdown", on_virtual)
+    monkeypatch.setattr(checks, "breakdown", on_virtual)
     path = tmp_path / "m.json"
     MACHINE.to_json(path)
     out = tmp_path / "b.json"
-    argv = ["--profile", str(path), "--sizes", "16", "--ratios", "1", "--schedules", "ll", "--breakdown"]
+    argv = ["grid", "--profile", str(path), "--sizes", "16", "--ratios", "1", "--schedules", "ll", "--breakdown"]
     assert cli.main(argv + ["--json", str(out), "--no-progress", "--no-held-out"]) == 0
     text = capsys.readouterr().out
     assert len(seen) == 1 and seen[0].mode == "eager"  # eager and graph of one point: one run

@@ -10,6 +10,7 @@ import pytest
 
 import demos.calibrate as cal_cli
 import demos.validate as val_cli
+from demos.fidelity import checks
 from demos.fidelity.comparison import Figures, Point, Row, Validation, format_table, to_dict
 from demos.fidelity.machine import DISTURBED, CpuTimes, LoadMeter, MachineLoad, parse_proc_stat, read_cpu_times
 
@@ -119,15 +120,15 @@ def test_validate_reports_the_load_of_its_run(monkeypatch, capsys):
         seen["ran"] = True
         return Validation(backend, "p", [])
 
-    monkeypatch.setattr(val_cli, "validate", fake_validate)
+    monkeypatch.setattr(checks, "validate", fake_validate)
     same = _times(0.0, 100.0, 50.0, 3.0, 5.0)  # no CPU time passes between the two readings
-    monkeypatch.setattr(val_cli, "LoadMeter", lambda: LoadMeter(read=lambda: same))
+    monkeypatch.setattr(checks, "LoadMeter", lambda: LoadMeter(read=lambda: same))
     assert val_cli.main(["--profile", "cpu", "--quick", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert seen["ran"]
     assert "the machine's load was not measured: the run was too short" in out
     readings = iter([_times(0.0, 100.0, 50.0, 3.0, 5.0), _times(10.0, 120.0, 52.0, 3.1, 22.5)])
-    monkeypatch.setattr(val_cli, "LoadMeter", lambda: LoadMeter(read=lambda: next(readings)))
+    monkeypatch.setattr(checks, "LoadMeter", lambda: LoadMeter(read=lambda: next(readings)))
     assert val_cli.main(["--profile", "cpu", "--quick", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert (
@@ -202,7 +203,7 @@ def test_the_cli_reruns_disturbed_runs_unless_told_not_to(monkeypatch):
         seen.append(kw["machine"])
         return Validation(backend, "p", [])
 
-    monkeypatch.setattr(val_cli, "validate", fake_validate)
+    monkeypatch.setattr(checks, "validate", fake_validate)
     assert val_cli.main(["--profile", "cpu", "--quick", "--no-progress"]) == 0
     assert val_cli.main(["--profile", "cpu", "--quick", "--no-progress", "--no-rerun"]) == 0
     assert seen[0] is read_cpu_times and seen[1] is None

@@ -1,4 +1,4 @@
-"""``python -m demos.validate --kernels`` and ``--silicon``: their JSON as the issue fixes it, their skip
+"""``python -m demos.validate kernels`` and ``silicon``: their JSON as the issue fixes it, their skip
 reasons, and one line without the measured extra."""
 
 from __future__ import annotations
@@ -19,21 +19,23 @@ def test_without_the_extra_both_checks_are_one_line_naming_the_install(monkeypat
         raise measured.MeasuredTablesError(measured.INSTALL_HINT)
 
     monkeypatch.setattr(measured, "_modules", missing)
-    for flag in ("--kernels", "--silicon"):
-        assert main([flag, "--no-progress"]) == 2
+    for check in ("kernels", "--kernels", "silicon", "--silicon"):  # the old spelling's note is no second line
+        assert main([check, "--no-progress"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "pip install -e '.[measured]'" in err[0]
 
 
 def test_two_checks_at_once_are_refused(capsys):
     assert main(["--kernels", "--silicon"]) == 2
-    assert "are separate checks" in capsys.readouterr().err
+    assert "--kernels and --silicon are separate checks" in capsys.readouterr().err
+    assert main(["kernels", "silicon"]) == 2
+    assert "kernels takes no silicon (one check per run" in capsys.readouterr().err
 
 
-def _checked_json(flag: str, tmp_path, row_keys: set[str]) -> dict:
-    """The JSON ``validate flag --json`` writes, its first row holding at least ``row_keys``."""
+def _checked_json(check: str, tmp_path, row_keys: set[str]) -> dict:
+    """The JSON ``validate check --json`` writes, its first row holding at least ``row_keys``."""
     out = tmp_path / "check.json"
-    assert main([flag, "--no-progress", "--json", str(out)]) == 0
+    assert main([check, "--no-progress", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert row_keys <= set(data["rows"][0])
     return data
@@ -43,7 +45,7 @@ def _checked_json(flag: str, tmp_path, row_keys: set[str]) -> dict:
 @pytest.mark.measured
 @needs_tables
 def test_kernels_json_has_rows_and_summaries_per_gpu_and_op(tmp_path):
-    data = _checked_json("--kernels", tmp_path, {"gpu", "op", "shape", "predicted_s", "measured_s"})
+    data = _checked_json("kernels", tmp_path, {"gpu", "op", "shape", "predicted_s", "measured_s"})
     pairs = {(s["gpu"], s["op"]) for s in data["summary"]}
     for gpu in ("h100", "h200", "b200", "gb200"):
         for op in ("gemm fp8", "gemm bf16", "mla decode", "mla prefill", "experts", "dispatch", "combine"):
@@ -57,7 +59,7 @@ def test_kernels_json_has_rows_and_summaries_per_gpu_and_op(tmp_path):
 @needs_tables
 def test_silicon_json_predicts_decode_rows_of_two_engines_on_each_gpu(tmp_path):
     keys = {"gpu", "engine", "phase", "model", "tokens", "predicted_s", "measured_s", "gap_s"}
-    data = _checked_json("--silicon", tmp_path, keys)
+    data = _checked_json("silicon", tmp_path, keys)
     decode = {s["gpu"]: s for s in data["summary"] if s["phase"] == "decode"}
     for gpu in ("h200", "b200", "gb200"):
         assert decode[gpu]["rows"] >= 10 and len(decode[gpu]["engines"]) >= 2
@@ -114,7 +116,13 @@ def test_the_decode_batch_is_what_the_measured_ttft_leaves_of_the_configured_one
 
 def test_the_silicon_kernel_source_goes_with_silicon_only(capsys):
     assert main(["--published", "--silicon-kernels", "measured"]) == 2
-    assert "--silicon-kernels goes with --silicon" in capsys.readouterr().err
+    assert "published takes no --silicon-kernels measured (--silicon-kernels is silicon's --kernels now" in (
+        capsys.readouterr().err
+    )
+    assert main(["published", "--kernels", "measured"]) == 2
+    assert "published takes no --kernels measured (--kernels roofline|measured goes with silicon" in (
+        capsys.readouterr().err
+    )
 
 
 def test_the_silicon_kernel_source_reaches_the_predicted_steps(monkeypatch):
@@ -125,9 +133,11 @@ def test_the_silicon_kernel_source_reaches_the_predicted_steps(monkeypatch):
         return [], {}
 
     monkeypatch.setattr("demos.fidelity.silicon.silicon_rows", rows)
+    assert main(["silicon", "--kernels", "measured", "--no-progress"]) == 0
     assert main(["--silicon", "--silicon-kernels", "measured", "--no-progress"]) == 0
-    assert main(["--silicon", "--no-progress"]) == 0
-    assert seen == ["measured", "roofline"]
+    assert main(["--silicon", "--silicon-kernels=measured", "--no-progress"]) == 0
+    assert main(["silicon", "--no-progress"]) == 0
+    assert seen == ["measured", "measured", "measured", "roofline"]
 
 
 @pytest.mark.slow

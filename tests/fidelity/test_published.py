@@ -1,4 +1,4 @@
-"""``python -m demos.validate --published``: every published quantity predicted, judged against its band."""
+"""``python -m demos.validate published``: every published quantity predicted, judged against its band."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_every_case_names_its_source_and_sweeps_what_it_quotes():
 @pytest.mark.slow
 def test_the_lmsys_case_is_predicted_quantity_by_quantity(tmp_path):
     out = tmp_path / "p.json"
-    assert main(["--published", "--no-progress", "--json", str(out)]) == 0
+    assert main(["published", "--no-progress", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [r["quantity"] for r in rows] == ["speedup @32", "break_even", "speedup @256", "tok_s_gpu @256"]
     for r in rows:
@@ -49,7 +49,7 @@ def test_the_ablation_is_what_predict_md_quotes_and_none_is_the_model_without_th
     """``--ablation``: a row per variant, "none" the prediction with every mechanism off; docs/predict.md
     quotes the printed table ("What overlapping costs"), line for line."""
     out = tmp_path / "a.json"
-    assert main(["--published", "--ablation", "--no-progress", "--json", str(out)]) == 0
+    assert main(["published", "--ablation", "--no-progress", "--json", str(out)]) == 0
     printed = capsys.readouterr().out.splitlines()
     ab = json.loads(out.read_text())["ablation"]
     labels = [r["mechanisms"] for r in ab]

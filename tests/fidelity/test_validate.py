@@ -14,6 +14,7 @@ from dbo.costs import LinkProfile, scale_profile
 from dbo.trace import KernelRecord, engine_sums, overlap_seconds
 from demos import validate as cli
 from demos.engine_times import EngineTimes, overlap_hidden_fraction
+from demos.fidelity import checks
 from demos.fidelity import validation as val
 from demos.fidelity.validation import Figures, Point, Row, Validation, crossover, format_table, summarize
 from demos.toy.results import past_ideal_note
@@ -337,10 +338,11 @@ def test_validate_times_short_steps_for_the_minimum_time(monkeypatch):
         (["--backend", "inline"], "invalid choice"),
     ],
 )
-def test_cli_bad_arguments_are_one_line_and_exit_2(argv, needle, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "validate", lambda *a, **k: pytest.fail("ran despite a bad argument"))
-    monkeypatch.setattr(cli, "calibrate", lambda *a, **k: pytest.fail("calibrated despite a bad argument"))
-    assert cli.main(argv) == 2
+@pytest.mark.parametrize("spelling", [[], ["grid"]], ids=["default", "grid"])
+def test_cli_bad_arguments_are_one_line_and_exit_2(argv, needle, spelling, capsys, monkeypatch):
+    monkeypatch.setattr(checks, "validate", lambda *a, **k: pytest.fail("ran despite a bad argument"))
+    monkeypatch.setattr(checks, "calibrate", lambda *a, **k: pytest.fail("calibrated despite a bad argument"))
+    assert cli.main(spelling + argv) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1
 
@@ -348,7 +350,7 @@ def test_cli_bad_arguments_are_one_line_and_exit_2(argv, needle, capsys, monkeyp
 def test_cli_runs_a_grid_and_writes_json(tmp_path, capsys, monkeypatch):
     real = val.validate
     monkeypatch.setattr(
-        cli,
+        checks,
         "validate",
         lambda backend, profile, points, **kw: real(
             "virtual",
@@ -511,7 +513,7 @@ def test_the_cli_leaves_the_held_out_points_out_when_asked(monkeypatch):
         seen.append(points)
         return Validation(backend, "p", [])
 
-    monkeypatch.setattr(cli, "validate", fake_validate)
+    monkeypatch.setattr(checks, "validate", fake_validate)
     assert cli.main(["--profile", "cpu", "--quick", "--no-progress"]) == 0
     assert cli.main(["--profile", "cpu", "--quick", "--no-progress", "--no-held-out"]) == 0
     assert sum(p.held_out for p in seen[0]) == len(val.HELD_OUT) and not any(p.held_out for p in seen[1])

@@ -12,10 +12,10 @@ import re
 import pytest
 
 import demos.prediction as prediction
+from demos._cli.model_flags import flag_of
 from demos.errors import ConfigError
 from demos.predict import PROG, main
 from demos.prediction import Crossover, Prediction, Recommendation, Setting, SweptPoint, predict
-from demos.zoo.flags import flag_of
 from demos.zoo.models import get_preset
 from demos.zoo.models.presets import preset_config
 from demos.zoo.ops import DENSE_GROUPS, MOE_GROUPS

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from demos._cli.model_flags import flag_of
 from demos.errors import ConfigError
 from demos.predict import PROG, main
 from demos.prediction import predict
 from demos.prediction.answer import Crossover, recommend
-from demos.zoo.flags import flag_of
 
 MODEL = "deepseek-ai/DeepSeek-V3"
 

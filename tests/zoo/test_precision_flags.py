@@ -1,5 +1,5 @@
 """``--weights`` and ``--kv-cache-dtype``: the shared model flags that put the model at another precision
-(``demos.zoo.flags``: parsed, applied by ``workload_of`` and ``workload_for``, refused in one line)."""
+(``demos._cli.model_flags``: parsed, applied by ``workload_of`` and ``workload_for``, refused in one line)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import json
 import pytest
 
 from demos._cli import OneLineParser
+from demos._cli.model_flags import add_model_flags, flag_of, workload_of
 from demos.errors import ConfigError
 from demos.overlap import main
-from demos.zoo.flags import add_model_flags, flag_of, precise_spec, workload_for, workload_of
+from demos.zoo.loading import precise_spec, workload_for
 from demos.zoo.memory import memory_estimate
 from demos.zoo.models import get_preset
 

@@ -10,7 +10,7 @@ import tracemalloc
 
 import pytest
 
-from demos.zoo.flags import shrunk_spec
+from demos.zoo.loading import shrunk_spec
 from demos.zoo.models import PRESET_NAMES, get_preset, load_config
 from demos.zoo.models.presets import preset_config
 from demos.zoo.run import ZooRun

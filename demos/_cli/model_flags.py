@@ -1,85 +1,30 @@
 """The model, GPU and cluster flags that ``demos.overlap --model`` and ``demos.predict`` share.
 
 ``add_model_flags(parser)`` adds ``--model --weights --kv-cache-dtype --gpu --nodes --gpus-per-node --ep
---attention-tp --phase --context --imbalance --comm-sms --schedule --shrink``; ``load_model(text)`` turns
-``--model`` into a ``ModelSpec`` (a preset name, or a HuggingFace config.json path); ``workload_of(ns,
-tokens=, ubatches=)`` builds the ``Workload`` from the parsed flags, ``workload_for(spec, gpu=, nodes=, ...)``
-from keyword arguments of the same names (``demos.prediction.predict``); both apply ``--weights`` and
-``--kv-cache-dtype`` (``weights``, ``kv_cache_dtype``) to the spec (``precise_spec``, through
-``demos.zoo.models.with_precision``). Every bad value is a ``ConfigError`` whose fields are the flags' names
-with underscores (``flag_of`` spells them as flags), rendered as one line.
+--attention-tp --kernels --phase --context --imbalance --comm-sms --schedule --shrink``; ``workload_of(ns,
+tokens=, ubatches=)`` builds the ``Workload`` from the parsed flags (``demos.zoo.loading.workload_for``, with
+``--model`` loaded by ``load_model``). A ``ConfigError`` names its fields as the flags' names with
+underscores; ``flag_of`` spells them as flags. This module is the command line's (the commands layer,
+docs/design.md "Packages"): the library it calls is ``demos.zoo.loading``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-from typing import Any
 
-from demos.errors import ConfigError, field_ref
 from demos.zoo.hardware import GPUS
 from demos.zoo.kernel_times import KERNEL_SOURCES
-from demos.zoo.models import (
-    ALIASES,
-    PRESET_NAMES,
-    ModelConfigError,
-    ModelSpec,
-    ModelSpecError,
-    UnknownPresetError,
-    get_preset,
-    load_config,
-    shrink,
-    with_precision,
-)
+from demos.zoo.loading import TOY, load_model, workload_for
+from demos.zoo.models import ALIASES, PRESET_NAMES, ModelSpec
 from demos.zoo.models.precision import KV_CACHE_DTYPES, WEIGHT_DTYPES
-from demos.zoo.workload import PHASES, WORKLOAD_SCHEDULES, Workload, cluster_for
+from demos.zoo.workload import PHASES, WORKLOAD_SCHEDULES, Workload
 
-__all__ = [
-    "TOY",
-    "add_model_flags",
-    "flag_of",
-    "int_list",
-    "is_config_path",
-    "load_model",
-    "parse_imbalance",
-    "precise_spec",
-    "shrunk_spec",
-    "workload_for",
-    "workload_of",
-]
-
-TOY = "toy"
-"""``--model toy``: the toy MoE of ``demos.toy`` (the default of ``demos.overlap``)."""
+__all__ = ["add_model_flags", "flag_of", "int_list", "parse_imbalance", "workload_of"]
 
 
 def flag_of(field: str) -> str:
     """The flag of a field named in a ConfigError (``gpus_per_node`` -> ``--gpus-per-node``)."""
     return "--" + field.replace("_", "-")
-
-
-def is_config_path(text: str) -> bool:
-    """Whether ``--model`` names a file (ends in .json or holds a path separator) rather than a preset."""
-    return text.endswith(".json") or os.sep in text or (os.altsep is not None and os.altsep in text)
-
-
-def load_model(text: str | os.PathLike | ModelSpec) -> ModelSpec:
-    """The ``ModelSpec`` ``--model`` names: a preset (``PRESET_NAMES``, ``ALIASES``) or a config.json
-    (a path-like object always is one); a ``ModelSpec`` passes through. Errors are ``ConfigError`` naming
-    ``--model`` and, for a file, the file and its field."""
-    if isinstance(text, ModelSpec):
-        return text
-    if not isinstance(text, (str, os.PathLike)):
-        raise ConfigError(
-            f"{field_ref('model')} must be a preset name, a path to a config.json or a ModelSpec, got {text!r}"
-        )
-    try:
-        if isinstance(text, os.PathLike) or is_config_path(text):
-            return load_config(text)
-        return get_preset(text)
-    except UnknownPresetError as e:
-        raise ConfigError(f"{field_ref('model')}: {e}; or {TOY}, or a path to a config.json") from None
-    except (ModelConfigError, ModelSpecError) as e:
-        raise ConfigError(f"{field_ref('model')}: {e}") from None
 
 
 def parse_imbalance(text: str) -> float | str:
@@ -206,12 +151,6 @@ def add_model_flags(parser: argparse.ArgumentParser, *, model_default: str | Non
     )
 
 
-def _int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{field_ref(name)} must be an int >= {low}, got {value!r}")
-    return value
-
-
 def workload_of(ns: argparse.Namespace, *, tokens: int, ubatches: int, spec: ModelSpec | None = None) -> Workload:
     """The ``Workload`` of the parsed flags at ``tokens`` per rank and ``ubatches`` (``spec``: the model
     already loaded, shrunk or not)."""
@@ -232,60 +171,3 @@ def workload_of(ns: argparse.Namespace, *, tokens: int, ubatches: int, spec: Mod
         weights=getattr(ns, "weights", None),
         kv_cache_dtype=getattr(ns, "kv_cache_dtype", None),
     )
-
-
-def workload_for(
-    spec: ModelSpec,
-    *,
-    gpu: Any,
-    nodes: int,
-    gpus_per_node: int | None,
-    ep: int | None,
-    phase: str,
-    context: int,
-    imbalance: float | str,
-    comm_sms: int | None,
-    schedule: str | None,
-    tokens: int,
-    ubatches: int,
-    attention_tp: int = 1,
-    weights: str | None = None,
-    kv_cache_dtype: str | None = None,
-) -> Workload:
-    """The ``Workload`` of ``spec`` at the precision ``weights`` and ``kv_cache_dtype`` ask (``precise_spec``)
-    with the flags' values given by name (``workload_of``'s checks, in its order: the precision, the cluster,
-    then tokens, context and ubatches, then the rest)."""
-    spec = precise_spec(spec, weights=weights, kv_cache_dtype=kv_cache_dtype)
-    cluster = cluster_for(gpu, nodes, gpus_per_node, ep)
-    return Workload(
-        spec,
-        cluster,
-        phase=phase,
-        tokens=_int("tokens", tokens, 1),
-        context=_int("context", context, 1),
-        schedule=schedule,
-        ubatches=_int("ubatches", ubatches, 1),
-        imbalance=imbalance,
-        comm_sms=comm_sms,
-        attention_tp=attention_tp,
-    )
-
-
-def shrunk_spec(spec: ModelSpec, factor: int | None) -> ModelSpec:
-    """``spec`` shrunk by ``factor`` (None or 1: as it is), keeping at least 8 routed experts."""
-    if factor is None or factor == 1:
-        return spec
-    _int("shrink", factor, 1)
-    return shrink(spec, factor, min_experts=min(8, spec.moe.routed_experts) if spec.moe is not None else 1)
-
-
-def precise_spec(spec: ModelSpec, *, weights: str | None, kv_cache_dtype: str | None) -> ModelSpec:
-    """``spec`` at ``--weights`` and ``--kv-cache-dtype`` (None: the config's), by ``with_precision``; a bad
-    value is a ConfigError naming the flag and listing the choices."""
-    try:
-        return with_precision(spec, weights=weights, kv_cache=kv_cache_dtype)
-    except ModelSpecError as e:
-        name = {"with_precision.weights": "weights", "with_precision.kv_cache": "kv_cache_dtype"}.get(e.field)
-        if name is None:
-            raise ConfigError(f"{field_ref('model')}: {e}") from None
-        raise ConfigError(f"{field_ref(name)} {e.reason}") from None

@@ -1,6 +1,7 @@
-"""The GPU check: one bounded run of everything that needs a GPU, and a summary of the targets.
+"""``python -m demos.gpu_check OUT``: one bounded run of everything that needs a GPU, and a summary of
+the targets (docs/gpu.md, "The GPU check: one call").
 
-    PYTHONPATH=. bash scripts/gpu_check.sh OUT        (or: python scripts/gpu_check.py OUT)
+    bash scripts/gpu_check.sh OUT        (the same under an outer timeout; or: python -m demos.gpu_check OUT)
 
 Runs, in this order, each under its own time limit and all under one budget (``GPU_CHECK_BUDGET_S``,
 default 480 s; a step that would start with under ``MIN_STEP_S`` left is NOT RUN):
@@ -34,14 +35,21 @@ bench-host, suite) leaves steps out (NOT RUN).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import demos._cli as cli_common
+
+PROG = "python -m demos.gpu_check"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIN_STEP_S = 20.0
@@ -103,37 +111,65 @@ class Options:
         skip = {s.strip() for s in env.get("GPU_CHECK_SKIP", "").split(",") if s.strip()}
         unknown = skip - set(STEPS)
         if unknown:
-            raise SystemExit(
-                f"gpu_check: GPU_CHECK_SKIP names unknown steps {sorted(unknown)}; known: {', '.join(STEPS)}"
-            )
+            raise ValueError(f"GPU_CHECK_SKIP names unknown steps {sorted(unknown)}; known: {', '.join(STEPS)}")
         opts = cls(
             out=out, backend=env.get("GPU_CHECK_BACKEND", "cuda"), quick=env.get("GPU_CHECK_QUICK") == "1", skip=skip
         )
         if env.get("GPU_CHECK_BIG"):
             opts.big = env["GPU_CHECK_BIG"].split()
         if env.get("GPU_CHECK_BUDGET_S"):
-            opts.budget_s = float(env["GPU_CHECK_BUDGET_S"])
+            try:
+                opts.budget_s = float(env["GPU_CHECK_BUDGET_S"])
+            except ValueError:
+                raise ValueError(
+                    f"GPU_CHECK_BUDGET_S must be a number of seconds, got {env['GPU_CHECK_BUDGET_S']!r}"
+                ) from None
         return opts
 
 
 # ---------------------------------------------------------------------- running the steps
 
 
+@contextlib.contextmanager
+def _signals_held() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM recorded, not handled, inside the block (the main thread's handlers are back
+    after it; elsewhere nothing is held): the list of the signals that came."""
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+    old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield held
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
 def _run(cmd: list[str], out_path: str, mode: str, limit_s: float) -> tuple[int, bool, str]:
-    """Run ``cmd`` in its own process group, output to ``out_path``; kill the group past ``limit_s``."""
+    """Run ``cmd`` in its own process group, output to ``out_path``; kill the group past ``limit_s``, and on
+    Ctrl-C or SIGTERM (the group does not get the terminal's signal: it is killed, then the interrupt goes
+    on)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     with open(out_path, mode) as f:
         f.write(f"\n$ {' '.join(cmd)}   (limit {limit_s:.0f} s)\n")
         f.flush()
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        with _signals_held() as held:  # an interrupt inside Popen would leave the started step unkilled
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         timed_out = False
         try:
+            if held:
+                signal.raise_signal(held[0])  # now that the step can be killed: its handler raises here
             rc = proc.wait(timeout=limit_s)
         except subprocess.TimeoutExpired:
             timed_out = True
             os.killpg(proc.pid, signal.SIGKILL)
             rc = proc.wait()
             f.write(f"\n[gpu_check] killed after {limit_s:.0f} s\n")
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
     with open(out_path, errors="replace") as f:
         tail = "".join(f.readlines()[-5:])
     return rc, timed_out, tail
@@ -374,13 +410,37 @@ def summary(o: Options, runs: dict[str, StepRun], verdicts: list[Verdict]) -> st
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python scripts/gpu_check.py OUT_DIR", file=sys.stderr)
-        return 2
-    o = Options.from_env(os.path.abspath(args[0]), dict(os.environ))
-    os.makedirs(o.out, exist_ok=True)
+def build_parser() -> cli_common.OneLineParser:
+    p = cli_common.OneLineParser(
+        prog=PROG,
+        description="Run everything that needs a GPU, each step under its own time limit and all under one budget, "
+        "and print each target's PASS, FAIL or NOT RUN (docs/gpu.md). The environment sets the rest: "
+        "GPU_CHECK_BUDGET_S, GPU_CHECK_BACKEND (threads: a dry run on a CPU), GPU_CHECK_QUICK=1, GPU_CHECK_BIG, "
+        f"GPU_CHECK_SKIP (steps: {', '.join(STEPS)}).",
+    )
+    p.add_argument("out", metavar="OUT", help=f"the folder of its files (at most {len(OUTPUTS)}; made if missing)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the steps, write the summary; exit status 1 if a target FAILed, 2 for bad arguments, else 0."""
+    parser = build_parser()
+    try:
+        ns = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        o = Options.from_env(os.path.abspath(ns.out), dict(os.environ))
+    except ValueError as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
+        return cli_common.EXIT_USAGE
+    try:
+        if os.path.exists(o.out) and not os.path.isdir(o.out):
+            raise NotADirectoryError(0, "not a folder")
+        os.makedirs(o.out, exist_ok=True)
+    except OSError as e:
+        sys.stderr.write(f"{PROG}: error: OUT {ns.out}: {e.strerror or e}; give a folder (made if missing)\n")
+        return cli_common.EXIT_USAGE
     for name in OUTPUTS:  # a folder used before: no stale result may pass for this run's
         path = os.path.join(o.out, name)
         if os.path.exists(path):
@@ -395,4 +455,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli_common.run_main(main, PROG))

@@ -1,0 +1,129 @@
+"""Loading a real model and building its workload from values given by name: the library behind the
+model, GPU and cluster flags of ``demos.overlap --model`` and ``demos.predict`` (their flags are
+``demos._cli.model_flags``).
+
+``load_model(text)`` turns a model name into a ``ModelSpec`` (a preset name, or a HuggingFace config.json
+path); ``workload_for(spec, gpu=, nodes=, ...)`` builds the ``Workload`` from keyword arguments named as the
+flags with underscores (``demos.prediction.predict``), applying ``weights`` and ``kv_cache_dtype`` to the
+spec (``precise_spec``, through ``demos.zoo.models.with_precision``); ``shrunk_spec`` makes the small spec
+of a real-math run. Every bad value is a ``ConfigError`` whose fields are those names (the command line
+spells them as its flags), rendered as one line.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from demos.errors import ConfigError, field_ref
+from demos.zoo.models import (
+    ModelConfigError,
+    ModelSpec,
+    ModelSpecError,
+    UnknownPresetError,
+    get_preset,
+    load_config,
+    shrink,
+    with_precision,
+)
+from demos.zoo.workload import Workload, cluster_for
+
+__all__ = [
+    "TOY",
+    "is_config_path",
+    "load_model",
+    "precise_spec",
+    "shrunk_spec",
+    "workload_for",
+]
+
+TOY = "toy"
+"""``--model toy``: the toy MoE of ``demos.toy`` (the default of ``demos.overlap``)."""
+
+
+def is_config_path(text: str) -> bool:
+    """Whether a model name is a file (ends in .json or holds a path separator) rather than a preset."""
+    return text.endswith(".json") or os.sep in text or (os.altsep is not None and os.altsep in text)
+
+
+def load_model(text: str | os.PathLike | ModelSpec) -> ModelSpec:
+    """The ``ModelSpec`` ``text`` names: a preset (``PRESET_NAMES``, ``ALIASES``) or a config.json
+    (a path-like object always is one); a ``ModelSpec`` passes through. Errors are ``ConfigError`` naming
+    the field ``model`` and, for a file, the file and its field."""
+    if isinstance(text, ModelSpec):
+        return text
+    if not isinstance(text, (str, os.PathLike)):
+        raise ConfigError(
+            f"{field_ref('model')} must be a preset name, a path to a config.json or a ModelSpec, got {text!r}"
+        )
+    try:
+        if isinstance(text, os.PathLike) or is_config_path(text):
+            return load_config(text)
+        return get_preset(text)
+    except UnknownPresetError as e:
+        raise ConfigError(f"{field_ref('model')}: {e}; or {TOY}, or a path to a config.json") from None
+    except (ModelConfigError, ModelSpecError) as e:
+        raise ConfigError(f"{field_ref('model')}: {e}") from None
+
+
+def _int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{field_ref(name)} must be an int >= {low}, got {value!r}")
+    return value
+
+
+def workload_for(
+    spec: ModelSpec,
+    *,
+    gpu: Any,
+    nodes: int,
+    gpus_per_node: int | None,
+    ep: int | None,
+    phase: str,
+    context: int,
+    imbalance: float | str,
+    comm_sms: int | None,
+    schedule: str | None,
+    tokens: int,
+    ubatches: int,
+    attention_tp: int = 1,
+    weights: str | None = None,
+    kv_cache_dtype: str | None = None,
+) -> Workload:
+    """The ``Workload`` of ``spec`` at the precision ``weights`` and ``kv_cache_dtype`` ask (``precise_spec``)
+    with the other values given by name, checked in this order: the precision, the cluster, then tokens,
+    context and ubatches, then the rest."""
+    spec = precise_spec(spec, weights=weights, kv_cache_dtype=kv_cache_dtype)
+    cluster = cluster_for(gpu, nodes, gpus_per_node, ep)
+    return Workload(
+        spec,
+        cluster,
+        phase=phase,
+        tokens=_int("tokens", tokens, 1),
+        context=_int("context", context, 1),
+        schedule=schedule,
+        ubatches=_int("ubatches", ubatches, 1),
+        imbalance=imbalance,
+        comm_sms=comm_sms,
+        attention_tp=attention_tp,
+    )
+
+
+def shrunk_spec(spec: ModelSpec, factor: int | None) -> ModelSpec:
+    """``spec`` shrunk by ``factor`` (None or 1: as it is), keeping at least 8 routed experts."""
+    if factor is None or factor == 1:
+        return spec
+    _int("shrink", factor, 1)
+    return shrink(spec, factor, min_experts=min(8, spec.moe.routed_experts) if spec.moe is not None else 1)
+
+
+def precise_spec(spec: ModelSpec, *, weights: str | None, kv_cache_dtype: str | None) -> ModelSpec:
+    """``spec`` at ``weights`` and ``kv_cache_dtype`` (None: the config's), by ``with_precision``; a bad
+    value is a ConfigError naming the field and listing the choices."""
+    try:
+        return with_precision(spec, weights=weights, kv_cache=kv_cache_dtype)
+    except ModelSpecError as e:
+        name = {"with_precision.weights": "weights", "with_precision.kv_cache": "kv_cache_dtype"}.get(e.field)
+        if name is None:
+            raise ConfigError(f"{field_ref('model')}: {e}") from None
+        raise ConfigError(f"{field_ref(name)} {e.reason}") from None
