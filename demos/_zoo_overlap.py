@@ -12,6 +12,7 @@ from typing import Sequence
 import demos._cli as cli_common
 from demos._cli.model_flags import add_model_flags, flag_of, workload_of
 from demos.errors import ConfigError
+from demos.vocabulary import Mode, Phase
 from demos.zoo.kernel_times import kernel_times
 from demos.zoo.loading import load_model, shrunk_spec
 from demos.zoo.overlap_costs import step_profile
@@ -96,7 +97,7 @@ def main(argv: Sequence[str]) -> int:
             raise ConfigError("--shrink does the real math: use it with --backend threads or inline")
         if ns.backend != "virtual":
             spec = shrunk_spec(spec, 32 if ns.shrink is None else ns.shrink)
-        tokens = ns.tokens if ns.tokens is not None else (128 if ns.phase == "decode" else 4096)
+        tokens = ns.tokens if ns.tokens is not None else (128 if ns.phase == Phase.DECODE else 4096)
         w = workload_of(ns, tokens=tokens, ubatches=ns.ubatches, spec=spec)
         if ns.backend != "virtual" and w.tokens > 4096:
             raise ConfigError("--tokens above 4096 on real math is slow on a CPU: use --backend virtual")
@@ -109,7 +110,7 @@ def main(argv: Sequence[str]) -> int:
     except cli_common.OutputPathError as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return 2
-    mode = "graph" if ns.graph else "eager"
+    mode = Mode.GRAPH if ns.graph else Mode.EAGER
     cli_common.progress(PROG, f"simulating {w.spec.name} on {w.cluster.world} {w.gpu.name} ({ns.backend}, {mode})")
     point = measure_point(
         w, backend=ns.backend, mode=mode, check=ns.backend != "virtual", profile=profile, kernels=kernels

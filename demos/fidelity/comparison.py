@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 
 from dbo.trace import fmt_seconds
 from demos.toy.config import OverlapConfig
+from demos.vocabulary import Mode
 
 __all__ = ["Point", "Figures", "Row", "Validation", "TARGETS", "crossover", "summarize", "format_table", "to_dict"]
 
@@ -52,7 +53,7 @@ class Point:
 
     def config(self, **kw: Any) -> OverlapConfig:
         extra = dict(self.shapes)
-        if self.mode == "graph":
+        if self.mode == Mode.GRAPH:
             extra["graph"] = True
         return OverlapConfig(schedule=self.schedule, tokens=self.tokens, comm_ratio=self.comm_ratio, **{**extra, **kw})
 

@@ -13,6 +13,7 @@ from typing import Any, Iterator
 from dbo.trace import fmt_seconds
 from demos.toy.config import OverlapConfig
 from demos.toy.run import run
+from demos.vocabulary import Schedule
 
 __all__ = ["H200_MEASURED", "compare_h200", "format_h200"]
 
@@ -70,7 +71,7 @@ def compare_h200(profile: Any = "h200") -> list[dict[str, Any]]:
             **{"dtype": "float32", **kw},
         )
         now = run(cfg)
-        if kw.get("schedule") == "ll":
+        if kw.get("schedule") == Schedule.LL:
             with _ll_experts_as_measured():
                 res = run(cfg)
         else:

@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 from demos.fidelity.stats import error_stats
 from demos.fits.rooflines import experts_seconds, mla_row_work
+from demos.vocabulary import Phase
 from demos.zoo.hardware import get_gpu
 from demos.zoo.models.dtypes import dtype, storage_of
 from demos.zoo.overlap_costs import ll_node_seconds
@@ -76,8 +77,8 @@ def _mla_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
     from demos.zoo import measured
 
     g = get_gpu(gpu)
-    for phase in ("decode", "prefill"):
-        curve = fit.mla_decode if phase == "decode" else fit.mla_prefill
+    for phase in Phase:
+        curve = fit.mla_decode if phase == Phase.DECODE else fit.mla_prefill
         for r in measured.mla_rows(gpu, phase, MLA_KV):
             flops, nbytes = mla_row_work(phase, r.batch, r.heads, r.kv_len, dtype(MLA_KV).bytes)
             pred = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)

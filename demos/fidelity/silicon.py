@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 from demos.errors import ConfigError
 from demos.fidelity.stats import error_stats
+from demos.vocabulary import Mode, Phase
 from demos.zoo.hardware import get_gpu
 from demos.zoo.kernel_times import kernel_times
 from demos.zoo.models import get_preset
@@ -159,7 +160,7 @@ def _step_seconds(phase: str, p: dict, kernels: str = "roofline") -> float:
         imbalance="auto",
         attention_tp=p["tp"],
     )
-    mode = "graph" if phase == "decode" else "eager"
+    mode = Mode.GRAPH if phase == Phase.DECODE else Mode.EAGER
     profile = step_profile(w)
     with ZooRun(w, mode=mode, profile=profile, kernels=kernel_times(kernels, w.gpu, profile)) as run:
         return run.step(False).seconds
@@ -178,12 +179,12 @@ def silicon_rows(progress: Callable[[int, int, str], None] | None = None, *, ker
             skipped[plan] = skipped.get(plan, 0) + 1
             continue
         if r.tpot_s is not None:
-            plans.append((r, "decode", plan, r.tpot_s))
+            plans.append((r, Phase.DECODE, plan, r.tpot_s))
         pre = _prefill_plan(r)
         if isinstance(pre, str):
             skipped[f"prefill: {pre}"] = skipped.get(f"prefill: {pre}", 0) + 1
         else:
-            plans.append((r, "prefill", pre, r.ttft_s))
+            plans.append((r, Phase.PREFILL, pre, r.ttft_s))
     cache: dict[tuple, float] = {}
     out = []
     for i, (r, phase, p, measured_s) in enumerate(plans):
@@ -211,7 +212,7 @@ def silicon_rows(progress: Callable[[int, int, str], None] | None = None, *, ker
                     p["tp"],
                     got,
                     measured_s,
-                    r.batch if phase == "decode" else max(1, r.prefill[4]),
+                    r.batch if phase == Phase.DECODE else max(1, r.prefill[4]),
                 )
             )
         if progress is not None:
@@ -240,7 +241,7 @@ def gap_fits(rows: list[SiliconCheck], min_batches: int = 3) -> list[dict]:
     rank decodes (docs/fidelity.md, "Real models")."""
     groups: dict[tuple, list[SiliconCheck]] = {}
     for r in rows:
-        if r.phase == "decode":
+        if r.phase == Phase.DECODE:
             groups.setdefault((r.gpu, r.engine, r.attention_tp, r.ep, r.context), []).append(r)
     out = []
     for (gpu, engine, tp, ep, context), rs in sorted(groups.items()):

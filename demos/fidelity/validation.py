@@ -36,6 +36,7 @@ from demos.fidelity.h200 import H200_MEASURED, compare_h200, format_h200
 from demos.fidelity.machine import CpuTimes, Reruns, run_undisturbed
 from demos.toy.config import ConfigError, OverlapConfig
 from demos.toy.run import run
+from demos.vocabulary import Mode, Schedule
 
 __all__ = [
     "Point",
@@ -62,7 +63,7 @@ __all__ = [
 ]
 
 RATIOS = (0.5, 1.0, 2.0)
-SCHEDULES = ("ht", "ll")
+SCHEDULES = (Schedule.HT, Schedule.LL)
 
 
 class ValidationError(ValueError):
@@ -71,7 +72,7 @@ class ValidationError(ValueError):
 
 def graph_supported() -> bool:
     """Whether the demo's run API takes a ``graph`` option (CUDA-graph replay of the DBO step)."""
-    return any(f.name == "graph" for f in dataclasses.fields(OverlapConfig))
+    return any(f.name == Mode.GRAPH for f in dataclasses.fields(OverlapConfig))  # its flag is named after the mode
 
 
 def _grid_shapes(quick: bool, backend: str) -> dict[str, Any]:
@@ -99,7 +100,7 @@ def grid(
         else:
             sizes = (16, 128, 1024) if quick else (8, 32, 128, 512, 2048)
     if modes is None:
-        modes = ("eager", "graph") if graph_supported() else ("eager",)
+        modes = (Mode.EAGER, Mode.GRAPH) if graph_supported() else (Mode.EAGER,)
     sh = tuple(sorted({**_grid_shapes(quick, backend), **shapes}.items()))
     # a graph cannot hold ht's host sync (the demo refuses --graph with ht): graph rows are ll only
     return [
@@ -108,7 +109,7 @@ def grid(
         for t in sizes
         for r in ratios
         for m in modes
-        if not (m == "graph" and s == "ht")
+        if not (m == Mode.GRAPH and s == Schedule.HT)
     ]
 
 

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from demos.vocabulary import Phase
 from demos.zoo.hardware import GpuSpec, get_gpu, ll_bytes
 from demos.zoo.models.dtypes import dtype, storage_of
 from demos.zoo.rooflines import (
@@ -66,7 +67,7 @@ __all__ = [
 MLA_DIMS = {"latent": 512, "rope": 64, "nope": 128, "v": 128}
 """DeepSeek-V3's MLA dimensions, the shape every measured MLA table was taken at."""
 
-PHASES = ("decode", "prefill")
+PHASES = tuple(Phase)
 
 
 def nelder_mead(f: Callable[[np.ndarray], float], x0: Sequence[float], step: float = 0.5, iters: int = 2000):
@@ -189,7 +190,7 @@ def mla_row_work(phase: str, batch, heads, kv_len, kv_bytes):
     """(flops, bytes) of an MLA attention-core row (arrays or numbers) as the predictor counts it
     (``demos.zoo.work.mla_core_work`` at ``MLA_DIMS``): decode, ``batch`` tokens of ``kv_len`` cached
     tokens each; prefill, ``batch`` requests of ``kv_len`` prompt tokens, causal within each."""
-    if phase == "decode":
+    if phase == Phase.DECODE:
         tokens, pairs = batch, decode_pairs(batch, kv_len)
     else:
         tokens = batch * kv_len
@@ -311,4 +312,4 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         if k in ("gemm", "mla_decode", "mla_prefill", "moe_decode", "deepep_ll")
     )
     source = f"aiconfigurator-core {measured.package_version()}: {tables} on {', '.join(names)}"
-    return FamilyFit(family, gemm, attn["decode"], attn["prefill"], ll_sm, names, source, experts)
+    return FamilyFit(family, gemm, attn[Phase.DECODE], attn[Phase.PREFILL], ll_sm, names, source, experts)

@@ -4,7 +4,7 @@ vLLM and SGLang, each with its main reason in one line.
 * ``crossover(points)``: the smallest swept token count from which DBO pays (speedup > 1 there and at
   every larger swept count), and where the speedup crosses 1 between that count and the one below it,
   interpolated linearly in log(tokens) and marked as such. None when DBO does not pay at the largest.
-* ``recommend(...)``: the serve commands of the predicted cluster for vLLM and SGLang
+* ``recommend(deployment, ...) -> Recommendation``: the serve commands of the predicted deployment for vLLM and SGLang
   (``demos.prediction.engines``: one pinned release each, every flag one that release defines), with
   DBO on from the crossover's threshold where it pays (vLLM: ``num_tokens >= dbo_decode_token_threshold``
   per DP rank, and it needs data parallel > 1 with expert parallelism; SGLang's two-batch overlap has no
@@ -18,14 +18,16 @@ vLLM and SGLang, each with its main reason in one line.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from demos.prediction.engines import SGLANG_VERSION, VLLM_VERSION, serve_lines
+from demos.prediction.engines import Deployment, serve_lines
 from demos.prediction.sweep import PointResult
+from demos.vocabulary import Mode, Overlap
 
 __all__ = [
     "Crossover",
+    "Recommendation",
     "best_setting",
     "crossover",
     "memory_advice",
@@ -165,7 +167,7 @@ def why(r: PointResult) -> str:
     )
     if extra_comm > 0.1 * max(added, 1e-12):
         text += f" and {_ms(extra_comm)} of all-to-all (each ubatch's kernels pay their fixed latency again)"
-    if r.mode == "eager" and (host > 0.2 * p.dbo.seconds or hidden >= added):
+    if r.mode == Mode.EAGER and (host > 0.2 * p.dbo.seconds or hidden >= added):
         text += (
             f", and the eager DBO step waits on its host ({_ms(host)} beyond its device work: twice the launches, "
             "plus the handoffs); vLLM runs DBO decode in CUDA graphs (--mode graph)"
@@ -188,58 +190,72 @@ def reason_of(points: Sequence[PointResult], cross: Crossover) -> str:
     return f"below {cross.at} tokens per GPU DBO loses: {why(by_t[cross.below])}"
 
 
+@dataclass(frozen=True)
+class Recommendation:
+    """What to pass for ``phase``, from the crossover of ``mode`` (the mode vLLM runs that phase in):
+    ``enable`` (None for the toy), the token ``threshold`` (None unless enabled), the ``vllm`` and
+    ``sglang`` lines (serve commands, one line each or several with ``#`` comment lines) and the main
+    ``reason``; ``reasons``: the one-line reason of every swept mode; ``notes``: what each placeholder of
+    the lines and each setting means; ``engines``: the engine release each line is for; ``memory``: what
+    the memory model leaves of the answer (where DBO pays and fits, and the gain there; "" for the toy)."""
+
+    phase: str
+    mode: str
+    enable: bool | None
+    threshold: int | None
+    vllm: str
+    sglang: str
+    reason: str
+    reasons: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    engines: dict[str, str] = field(default_factory=dict)
+    memory: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON's ``recommendation`` (the per-mode reasons are its ``reasons``)."""
+        keys = ("phase", "mode", "reason", "enable", "threshold", "vllm", "sglang")
+        out = {k: getattr(self, k) for k in keys}
+        return {**out, "notes": list(self.notes), "engines": dict(self.engines), "memory": self.memory}
+
+
 def recommend(
-    model: str | None,
-    phase: str,
+    deployment: Deployment,
     crossovers: dict[str, Crossover],
     reasons: dict[str, str],
     *,
-    world: int,
-    ep: int,
     default_mode: str,
-    attention_tp: int = 1,
-    gpus_per_node: int | None = None,
-    nodes: int = 1,
-    schedule: str | None = None,
     memory: dict[str, tuple[str, bool]] | None = None,
-) -> dict[str, Any]:
-    """The vLLM and SGLang lines for ``phase`` from the crossover of the mode vLLM runs it in
+) -> Recommendation:
+    """The vLLM and SGLang lines for ``deployment``'s phase from the crossover of the mode vLLM runs it in
     (``default_mode``: graph for decode, eager for prefill), with the reason: the serve commands of the
-    predicted cluster (``demos.prediction.engines.serve_lines``, each engine's pinned release; ``model``
+    deployment (``demos.prediction.engines.serve_lines``, each engine's pinned release; its ``model_id``
     None: a placeholder the user fills), DBO on from the threshold where it pays, off (with why) where it
     does not; ``notes``: what each placeholder and setting means; ``engines``: the releases; ``memory``:
     ``memory_advice`` per mode, of which that mode's is taken (DBO off where it pays only beyond memory)."""
+    d, phase = deployment, deployment.phase
     mode = default_mode if default_mode in crossovers else next(iter(crossovers))
     c = crossovers[mode]
     reason = reasons[mode]
     text, in_memory = (memory or {}).get(mode, ("", True))
     if c.threshold is not None and not in_memory:
         c, reason = Crossover(None, None, None, False), text
-    out: dict[str, Any] = {"phase": phase, "mode": mode, "reason": reason, "memory": text}
-    engines = {"vllm": VLLM_VERSION, "sglang": SGLANG_VERSION}
-    if world < 2 or ep < 2:
-        out.update(
-            enable=False,
-            threshold=None,
-            vllm="do not enable DBO: vLLM's DBO needs data parallel > 1 with expert parallelism (--ep >= 2)",
-            sglang="do not enable two-batch overlap: there is no expert-parallel all-to-all to overlap",
-            notes=(),
-            engines=engines,
+    engines = d.engines.as_dict()
+    if d.world < 2 or d.ep < 2:
+        return Recommendation(
+            phase,
+            mode,
+            False,
+            None,
+            "do not enable DBO: vLLM's DBO needs data parallel > 1 with expert parallelism (--ep >= 2)",
+            "do not enable two-batch overlap: there is no expert-parallel all-to-all to overlap",
+            reason,
+            dict(reasons),
+            (),
+            engines,
+            text,
         )
-        return out
     enable = c.threshold is not None
-    lines = serve_lines(
-        model,
-        world=world,
-        ep=ep,
-        gpus_per_node=gpus_per_node or world,
-        nodes=nodes,
-        attention_tp=attention_tp,
-        phase=phase,
-        schedule=schedule or ("ll" if phase == "decode" else "ht"),
-        overlap="dbo" if enable else "none",
-        threshold=c.threshold,
-    )
+    lines = serve_lines(d, Overlap.DBO if enable else Overlap.NONE, c.threshold)
     vllm, sglang, notes = lines.vllm, lines.sglang, list(lines.notes)
     if not enable:
         vllm = f"# do not enable DBO for {phase}: {reason}\n{vllm}"
@@ -250,5 +266,6 @@ def recommend(
         )
     elif c.below is None:
         notes.append(f"DBO pays from the smallest swept count, {c.at}: the threshold is at most {c.at} (sweep lower)")
-    out.update(enable=enable, threshold=c.threshold, vllm=vllm, sglang=sglang, notes=tuple(notes), engines=engines)
-    return out
+    return Recommendation(
+        phase, mode, enable, c.threshold, vllm, sglang, reason, dict(reasons), tuple(notes), engines, text
+    )

@@ -17,10 +17,12 @@ from typing import Any, Callable, Sequence
 
 from demos.errors import ConfigError, field_ref
 from demos.prediction.answer import best_setting, crossover, memory_advice, overlap_ranges, reason_of, recommend
+from demos.prediction.engines import Deployment
 from demos.prediction.outputs import point_record
-from demos.prediction.result import Prediction, Recommendation, Setting, SweptPoint
+from demos.prediction.result import ClusterSetup, Prediction, Setting, SweptPoint
 from demos.prediction.sweep import DEFAULT_TOKENS, Sweep, default_mode, run_sweep, sweep_kernels
 from demos.prediction.trust import checked_line
+from demos.vocabulary import KernelSource, Mode, Phase, Schedule
 from demos.zoo.loading import TOY, load_model, workload_for
 from demos.zoo.memory import memory_estimate
 from demos.zoo.models import ModelSpec
@@ -43,7 +45,7 @@ def predict(
     gpus_per_node: int | None = None,
     ep: int | None = None,
     attention_tp: int = 1,
-    phase: str = "decode",
+    phase: str = Phase.DECODE,
     context: int = 2048,
     imbalance: float | str = "auto",
     comm_sms: int | Sequence[int] | None = None,
@@ -54,7 +56,7 @@ def predict(
     what_if: Mapping[str, float] | Sequence[tuple[str, float]] | None = None,
     profile: Any = None,
     progress: Progress | None = None,
-    kernels: str = "roofline",
+    kernels: str = KernelSource.ROOFLINE,
     weights: str | None = None,
     kv_cache_dtype: str | None = None,
     overlap: str | Sequence[str] | None = None,
@@ -85,11 +87,12 @@ def predict(
     if progress is not None and not callable(progress):
         raise ConfigError(f"{field_ref('progress')} must be a callable (done, total, what) or None, got {progress!r}")
     modes = _modes(mode, phase)
+    phase = Phase(phase)
     if isinstance(model, str) and model == TOY:
         if isinstance(attention_tp, bool) or attention_tp != 1:
             raise ConfigError(f"{field_ref('attention_tp')} applies to real models, not to {field_ref('model')} toy")
         for name, value, unset in (
-            ("kernels", kernels, "roofline"),
+            ("kernels", kernels, KernelSource.ROOFLINE),
             ("weights", weights, None),
             ("kv_cache_dtype", kv_cache_dtype, None),
             ("overlap", overlap, None),
@@ -167,12 +170,12 @@ def _modes(mode: Any, phase: Any) -> tuple[str, ...]:
     if phase not in PHASES:
         raise ConfigError(f"{field_ref('phase')} must be one of {', '.join(PHASES)}, got {phase!r}")
     if mode == "both":
-        return ("graph", "eager")
+        return tuple(Mode)
     if mode is None:
         return (default_mode(phase),)
-    if mode not in ("graph", "eager"):
+    if mode not in Mode.choices():
         raise ConfigError(f"{field_ref('mode')} must be graph, eager or both, got {mode!r}")
-    return (mode,)
+    return (Mode(mode),)
 
 
 def _ints(name: str, value: Any, default: tuple, what: str, low: int | None = 1) -> tuple:
@@ -259,20 +262,7 @@ def _predict_sweep(sweep: Sweep, model_id: str | None, progress: Progress | None
         records = [p.as_dict() for p in points if (p.mode, p.ubatches, p.comm_sms) == (mode, ub, sms)]
         ranges[mode] = overlap_ranges(records)
         memory[mode] = memory_advice(records, cross[mode])
-    rec = recommend(
-        model_id,
-        w.phase,
-        cross,
-        reasons,
-        world=w.cluster.world,
-        ep=w.cluster.ep,
-        default_mode=default_mode(w.phase),
-        attention_tp=w.attention_tp,
-        gpus_per_node=w.cluster.gpus_per_node,
-        nodes=w.cluster.nodes,
-        schedule=w.schedule,
-        memory=memory,
-    )
+    rec = recommend(Deployment.of(w, model_id), cross, reasons, default_mode=default_mode(w.phase), memory=memory)
     what = ", ".join(f"{k} x{v:g}" for k, v in sweep.what_if.items())
     return Prediction(
         title=f"{w.spec.name} {w.phase} on {c.nodes} x {c.gpus_per_node} {w.gpu.name}, EP {c.ep}"
@@ -283,24 +273,26 @@ def _predict_sweep(sweep: Sweep, model_id: str | None, progress: Progress | None
         model=w.spec.name,
         phase=w.phase,
         schedule=w.schedule,
+        setup=ClusterSetup(
+            gpu=w.gpu.name,
+            nodes=c.nodes,
+            gpus_per_node=c.gpus_per_node,
+            ep=c.ep,
+            attention_tp=w.attention_tp,
+            context=w.context,
+            imbalance=w.imbalance,
+            what_if=dict(sweep.what_if),
+            precision=dict(dataclasses.asdict(pr)),
+            kernels={"source": kt.source, "fallbacks": dict(kt.fallbacks)},
+            overlaps=tuple(sweep.overlaps),
+            overlap=ranges,
+            checked=checked_line(w.gpu.name.rstrip("*"), w.gpu.family, w.phase),
+        ),
         points=points,
         crossovers=cross,
-        recommendation=Recommendation(**rec, reasons=reasons),
+        recommendation=rec,
         best=best,
         sources=_sources(sweep),
-        gpu=w.gpu.name,
-        nodes=c.nodes,
-        gpus_per_node=c.gpus_per_node,
-        ep=c.ep,
-        attention_tp=w.attention_tp,
-        context=w.context,
-        imbalance=w.imbalance,
-        what_if=dict(sweep.what_if),
-        kernels={"source": kt.source, "fallbacks": dict(kt.fallbacks)},
-        overlaps=tuple(sweep.overlaps),
-        overlap=ranges,
-        checked=checked_line(w.gpu.name.rstrip("*"), w.gpu.family, w.phase),
-        precision=dict(dataclasses.asdict(pr)),
         _sweep=sweep,
         _results=tuple(results),
     )
@@ -339,10 +331,11 @@ def _predict_toy(
         device = get_profile(profile)
     except (ValueError, TypeError, OSError) as e:
         raise ConfigError(f"{field_ref('profile')} {profile}: {e}") from None
-    sched = schedule or "ll"
+    sched = schedule or Schedule.LL
     if sched not in WORKLOAD_SCHEDULES:
         raise ConfigError(f"{field_ref('schedule')} must be one of {', '.join(WORKLOAD_SCHEDULES)}, got {sched!r}")
-    if sched == "ht" and "graph" in modes:
+    sched = Schedule(sched)
+    if sched == Schedule.HT and Mode.GRAPH in modes:
         raise ConfigError(
             f"{field_ref('mode')} graph: the toy's ht schedule cannot be captured (its host sync); "
             f"use {field_ref('mode')} eager"

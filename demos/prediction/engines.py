@@ -2,11 +2,12 @@
 cluster so that they run as printed on one pinned release of each engine, every flag one that the
 release defines (issue 35).
 
-``serve_lines(model_id, world=, ep=, gpus_per_node=, nodes=, attention_tp=, phase=, schedule=,
-overlap=, threshold=) -> EngineLines``: each engine's line (one command per kind of node, with a
-``#`` comment line above each where there are several; a ``#`` line alone where the engine cannot run
-the predicted cluster), the two versions, and ``notes``: every ``<PLACEHOLDER>`` explained and what
-each engine does with the setting.
+``serve_lines(deployment, overlap, threshold) -> EngineLines``: each engine's line (one command per kind
+of node, with a ``#`` comment line above each where there are several; a ``#`` line alone where the
+engine cannot run the predicted cluster), the two versions, and ``notes``: every ``<PLACEHOLDER>``
+explained and what each engine does with the setting. A ``Deployment`` is what the lines are written
+for, passed whole: the model's repository, the cluster (its GPUs, nodes and EP), the attention TP
+group, the phase and the schedule, and the engine releases (``Engines``, the pinned ones).
 
 Pinned: vLLM 0.34.0 and SGLang 0.5.23 (their PyPI releases; the flags below are every flag the lines
 can print, and more of the same argument groups, read from these files of those releases):
@@ -32,11 +33,14 @@ can print, and more of the same argument groups, read from these files of those 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+from demos.vocabulary import Overlap, Phase, Schedule
 
 __all__ = [
-    "OVERLAPS",
-    "SCHEDULES",
+    "Deployment",
+    "Engines",
     "SGLANG_FLAGS",
     "SGLANG_VERSION",
     "VLLM_FLAGS",
@@ -89,7 +93,7 @@ VLLM_FLAGS = frozenset(
 )
 """The vLLM 0.34.0 flags read (module docstring); every flag ``serve_lines`` prints is one of them."""
 
-VLLM_DEEPEP_BACKENDS = {"ll": "deepep_low_latency", "ht": "deepep_high_throughput"}
+VLLM_DEEPEP_BACKENDS = {Schedule.LL: "deepep_low_latency", Schedule.HT: "deepep_high_throughput"}
 """``--all2all-backend`` per schedule: values of ``All2AllBackend`` (vllm/config/parallel.py 0.34.0)."""
 
 SGLANG_FLAGS = frozenset(
@@ -128,13 +132,10 @@ SGLANG_FLAGS = frozenset(
 )
 """The SGLang 0.5.23 flags read (module docstring); every flag ``serve_lines`` prints is one of them."""
 
-SGLANG_DEEPEP_MODES = {"ll": "low_latency", "ht": "normal"}
+SGLANG_DEEPEP_MODES = {Schedule.LL: "low_latency", Schedule.HT: "normal"}
 """``--deepep-mode`` per schedule: its choices are auto, normal, low_latency (fields/exec_.py 0.5.23)."""
 
-SCHEDULES = tuple(VLLM_DEEPEP_BACKENDS)
-OVERLAPS = ("none", "dbo", "sbo")
-PHASES = ("decode", "prefill")
-VLLM_DEFAULT_THRESHOLDS = {"decode": 32, "prefill": 512}
+VLLM_DEFAULT_THRESHOLDS = {Phase.DECODE: 32, Phase.PREFILL: 512}
 """``ParallelConfig.dbo_decode_token_threshold`` / ``dbo_prefill_token_threshold`` defaults (0.34.0)."""
 VLLM_MIN_THRESHOLD = 2
 """vLLM 0.34.0 refuses DBO thresholds below the number of micro-batches, 2 (ParallelConfig's check)."""
@@ -159,21 +160,66 @@ class EngineLines:
     notes: tuple[str, ...]
 
 
-def _check(world: int, ep: int, gpus_per_node: int, nodes: int, tp: int, phase: str, schedule: str, overlap: str):
-    for name, v in (("world", world), ("ep", ep), ("gpus_per_node", gpus_per_node), ("nodes", nodes), ("tp", tp)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    if world != nodes * gpus_per_node:
-        raise ValueError(f"world ({world}) must be nodes x gpus_per_node ({nodes} x {gpus_per_node})")
-    if world % ep or world % tp:
-        raise ValueError(f"ep ({ep}) and attention_tp ({tp}) must divide the {world} GPUs")
-    for name, v, allowed in (
-        ("phase", phase, PHASES),
-        ("schedule", schedule, SCHEDULES),
-        ("overlap", overlap, OVERLAPS),
-    ):
-        if v not in allowed:
-            raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {v!r}")
+@dataclass(frozen=True)
+class Engines:
+    """The engine releases the lines are written and checked for: the pinned ones (module docstring); any
+    other is refused, since no other release's flags were read."""
+
+    vllm: str = VLLM_VERSION
+    sglang: str = SGLANG_VERSION
+
+    def __post_init__(self) -> None:
+        for name, pinned in (("vllm", VLLM_VERSION), ("sglang", SGLANG_VERSION)):
+            if getattr(self, name) != pinned:
+                raise ValueError(
+                    f"engines.{name}: the lines are checked against {pinned} only, got {getattr(self, name)!r}"
+                )
+
+    def as_dict(self) -> dict[str, str]:
+        return {"vllm": self.vllm, "sglang": self.sglang}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What the engine lines are written for (module docstring): ``model_id`` (a Hugging Face repo id, or
+    None for ``<MODEL>``), ``world`` GPUs on ``nodes`` nodes of ``gpus_per_node``, the experts over ``ep``
+    of them, attention tensor parallel over ``attention_tp``, the ``phase`` (decode or prefill), the
+    ``schedule`` (ll: DeepEP low-latency, ht: normal) and the ``engines``' releases. A bad field is a
+    ``ValueError`` naming it."""
+
+    model_id: str | None
+    world: int
+    ep: int
+    gpus_per_node: int
+    nodes: int
+    attention_tp: int
+    phase: Phase
+    schedule: Schedule
+    engines: Engines = field(default_factory=Engines)
+
+    def __post_init__(self) -> None:
+        for name in ("world", "ep", "gpus_per_node", "nodes", "attention_tp"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.world != self.nodes * self.gpus_per_node:
+            raise ValueError(
+                f"world ({self.world}) must be nodes x gpus_per_node ({self.nodes} x {self.gpus_per_node})"
+            )
+        if self.world % self.ep or self.world % self.attention_tp:
+            raise ValueError(f"ep ({self.ep}) and attention_tp ({self.attention_tp}) must divide the {self.world} GPUs")
+        object.__setattr__(self, "phase", Phase.parse(self.phase, "phase"))
+        object.__setattr__(self, "schedule", Schedule.parse(self.schedule, "schedule"))
+        if not isinstance(self.engines, Engines):
+            raise ValueError(f"engines must be Engines, got {self.engines!r}")
+
+    @classmethod
+    def of(cls, workload: Any, model_id: str | None) -> Deployment:
+        """The deployment of a ``demos.zoo.workload.Workload``: its cluster, attention TP, phase and schedule."""
+        c = workload.cluster
+        return cls(
+            model_id, c.world, c.ep, c.gpus_per_node, c.nodes, workload.attention_tp, workload.phase, workload.schedule
+        )
 
 
 def _gpus(n: int) -> str:
@@ -189,20 +235,17 @@ def _ep_below_world(engine: str, why: str, world: int, ep: int) -> str:
     )
 
 
-def _vllm(
-    model: str,
-    world: int,
-    ep: int,
-    gpn: int,
-    nodes: int,
-    tp: int,
-    phase: str,
-    schedule: str,
-    overlap: str,
-    threshold: int | None,
-    notes: list[str],
-) -> str:
-    v = f"vLLM {VLLM_VERSION}"
+def _vllm(model: str, d: Deployment, overlap: Overlap, threshold: int | None, notes: list[str]) -> str:
+    world, ep, gpn, nodes, tp, phase, schedule = (
+        d.world,
+        d.ep,
+        d.gpus_per_node,
+        d.nodes,
+        d.attention_tp,
+        d.phase,
+        d.schedule,
+    )
+    v = f"vLLM {d.engines.vllm}"
     if ep < world:
         why = "with --enable-expert-parallel its expert parallelism spans every GPU of the deployment (tensor x data"
         return _ep_below_world(v, f"{why} parallel = {world} here)", world, ep)
@@ -216,7 +259,7 @@ def _vllm(
     sharded = f"{v}: with --enable-expert-parallel the experts are sharded over tensor x data parallel, {tp} x {dp}"
     if dp > 1:
         base += f" --all2all-backend {VLLM_DEEPEP_BACKENDS[schedule]}"
-        kind = "low-latency" if schedule == "ll" else "high-throughput (normal)"
+        kind = "low-latency" if schedule == Schedule.LL else "high-throughput (normal)"
         notes.append(
             f"{sharded} = {ep} GPUs; --all2all-backend {VLLM_DEEPEP_BACKENDS[schedule]}: DeepEP's {kind} kernels"
         )
@@ -226,15 +269,15 @@ def _vllm(
             "so no --all2all-backend: DeepEP's would go unused"
         )
     head = ""
-    if overlap == "sbo":
+    if overlap == Overlap.SBO:
         head = f"# {v} has no single-batch overlap (no such flag or ParallelConfig field); the line without it:\n"
-    elif overlap == "dbo" and dp == 1:
+    elif overlap == Overlap.DBO and dp == 1:
         head = (
             f"# {v} runs DBO only with --data-parallel-size > 1 (its micro-batch runner needs the DP "
             "handshake), and here attention tensor parallelism takes every GPU; the line without DBO:\n"
         )
     dbo = ""
-    if overlap == "dbo" and dp > 1:
+    if overlap == Overlap.DBO and dp > 1:
         dbo = " --enable-dbo"
         flag = f"--dbo-{phase}-token-threshold"
         if threshold is None:
@@ -264,19 +307,9 @@ def _vllm(
     )
 
 
-def _sglang(
-    model: str,
-    world: int,
-    ep: int,
-    nodes: int,
-    tp: int,
-    phase: str,
-    schedule: str,
-    overlap: str,
-    threshold: int | None,
-    notes: list[str],
-) -> str:
-    s = f"SGLang {SGLANG_VERSION}"
+def _sglang(model: str, d: Deployment, overlap: Overlap, threshold: int | None, notes: list[str]) -> str:
+    world, ep, nodes, tp, phase, schedule = d.world, d.ep, d.nodes, d.attention_tp, d.phase, d.schedule
+    s = f"SGLang {d.engines.sglang}"
     if ep < world:
         why = "with --moe-a2a-backend deepep it sets the expert-parallel size to --tp-size, every GPU of the deployment"
         return _ep_below_world(s, f"{why} ({world} here)", world, ep)
@@ -288,7 +321,7 @@ def _sglang(
             "outputs are all-reduced, with no all-to-all (no --moe-a2a-backend, the path the prediction models)"
         )
         head = ""
-        if overlap in ("dbo", "sbo"):
+        if overlap in (Overlap.DBO, Overlap.SBO):
             head = (
                 f"# {s} overlaps micro-batches only around DeepEP's all-to-all, which one attention group of "
                 "every GPU does not run; the line without overlap:\n"
@@ -302,16 +335,16 @@ def _sglang(
     )
     line += f" --moe-a2a-backend deepep --deepep-mode {SGLANG_DEEPEP_MODES[schedule]}"
     notes.append(f"{s}: --moe-a2a-backend deepep sets the expert-parallel size to --tp-size, {world} = the EP")
-    if schedule == "ht":
+    if schedule == Schedule.HT:
         notes.append(f"{s}: --deepep-mode normal turns off CUDA graphs (its server_args warn so)")
-    if overlap == "dbo":
+    if overlap == Overlap.DBO:
         line += " --enable-two-batch-overlap"
         below = f"below {threshold} tokens per attention group" if threshold is not None else "below the crossover"
         notes.append(
             f"{s}: two-batch overlap has no token threshold (it is on or off; --tbo-token-distribution-threshold "
             f"is the share of tokens between the two micro-batches, not a count): {below} it slows the {phase} step"
         )
-    elif overlap == "sbo":
+    elif overlap == Overlap.SBO:
         line += " --enable-single-batch-overlap"
     return line + _sglang_nodes(s, nodes, notes)
 
@@ -324,44 +357,31 @@ def _sglang_nodes(s: str, nodes: int, notes: list[str]) -> str:
     return f" --nnodes {nodes} --node-rank {NODE_RANK} --dist-init-addr {HEAD_IP}:{PORT}"
 
 
-def serve_lines(
-    model_id: str | None,
-    *,
-    world: int,
-    ep: int,
-    gpus_per_node: int,
-    nodes: int,
-    attention_tp: int,
-    phase: str,
-    schedule: str,
-    overlap: str,
-    threshold: int | None,
-) -> EngineLines:
-    """Both engines' lines for the predicted cluster (module docstring): ``world`` GPUs on ``nodes``
-    nodes of ``gpus_per_node``, experts over ``ep`` of them, attention tensor parallel over
-    ``attention_tp``; ``phase`` decode or prefill; ``schedule`` ll (DeepEP low-latency) or ht (normal);
-    ``overlap`` none, dbo (vLLM's DBO, SGLang's two-batch overlap) or sbo (SGLang's single-batch
-    overlap); ``threshold``: tokens per attention TP group from which DBO pays (None: the default).
-    ``model_id``: a Hugging Face repo id, or None for ``<MODEL>``."""
-    _check(world, ep, gpus_per_node, nodes, attention_tp, phase, schedule, overlap)
+def serve_lines(deployment: Deployment, overlap: Overlap | str, threshold: int | None) -> EngineLines:
+    """Both engines' lines for ``deployment`` (module docstring) with ``overlap`` none, dbo (vLLM's DBO,
+    SGLang's two-batch overlap) or sbo (SGLang's single-batch overlap) on; ``threshold``: tokens per
+    attention TP group from which DBO pays (None: the engine's default)."""
+    if not isinstance(deployment, Deployment):
+        raise ValueError(f"deployment must be a Deployment, got {deployment!r}")
+    overlap = Overlap.parse(overlap, "overlap")
     if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1):
         raise ValueError(f"threshold must be a positive integer or None, got {threshold!r}")
     notes: list[str] = []
-    if model_id is None:
+    if deployment.model_id is None:
         model = MODEL
         notes.append(
             f"{MODEL}: fill in the model: a folder holding its config.json and its weights (the same path on "
             "every node), or its Hugging Face repo id"
         )
     else:
-        model = shlex.quote(model_id)
-    args = (world, ep, gpus_per_node, nodes, attention_tp, phase, schedule, overlap, threshold, notes)
-    vllm = _vllm(model, *args)
-    sglang = _sglang(model, world, ep, nodes, attention_tp, phase, schedule, overlap, threshold, notes)
+        model = shlex.quote(deployment.model_id)
+    vllm = _vllm(model, deployment, overlap, threshold, notes)
+    sglang = _sglang(model, deployment, overlap, threshold, notes)
     head = [
         f"{HEAD_IP}: the address of the head node (node 0), reachable from every node",
         f"{PORT}: a free TCP port on the head node, the same on every node (vLLM: its data-parallel RPC port; "
         "SGLang: its distributed init port)",
     ]
-    notes[1 if model_id is None else 0 : 0] = [n for n in head if n.split(":")[0] in vllm + sglang]
-    return EngineLines(vllm, sglang, VLLM_VERSION, SGLANG_VERSION, tuple(notes))
+    notes[1 if deployment.model_id is None else 0 : 0] = [n for n in head if n.split(":")[0] in vllm + sglang]
+    e = deployment.engines
+    return EngineLines(vllm, sglang, e.vllm, e.sglang, tuple(notes))

@@ -3,16 +3,19 @@ prints and writes (docs/predict.md, "Outputs"; docs/python.md, "Predicting from 
 
 * ``SweptPoint``: one swept point, the fields of a record of the JSON's ``points``.
 * ``Setting``: the best ``ubatches`` and ``comm_sms`` of one mode (the JSON's ``best``).
-* ``Recommendation``: what to pass to vLLM and SGLang, why, and the reason of each mode.
-* ``Prediction``: the setup, the points, the crossover per mode (``demos.prediction.answer.Crossover``),
-  the recommendation, the best settings and what the prediction rests on. ``to_dict()`` is exactly the
-  dict ``--json`` writes, ``text()`` exactly what the command prints; ``write_csv``, ``write_plot`` and
-  ``write_trace`` write the command's other files.
+* ``Recommendation`` (``demos.prediction.answer``): what to pass to vLLM and SGLang, why, and the reason
+  of each mode.
+* ``ClusterSetup``: what a real model's prediction was asked and assumed (the cluster, the context, the
+  imbalance, the what-if factors, the precision, the kernel source, the overlap strategies compared) and
+  how far a prediction of its kind was checked; ``ToySetup``: the calibrated profile the toy ran on.
+* ``Prediction``: the question (model, phase, schedule), its setup (one of the two), the points, the
+  crossover per mode (``demos.prediction.answer.Crossover``), the recommendation, the best settings and
+  what the prediction rests on. ``to_dict()`` is exactly the dict ``--json`` writes, ``text()`` exactly
+  what the command prints; ``write_csv``, ``write_plot`` and ``write_trace`` write the command's other
+  files.
 
-For the toy (``predict("toy", profile=...)``) the setup fields of a real cluster (``gpu``, ``nodes``,
-``gpus_per_node``, ``ep``, ``context``, ``imbalance``) are None, ``what_if`` and ``best`` are empty,
-``profile`` names the calibrated profile, and the recommendation's ``enable`` and ``threshold`` are
-None: no serving-engine flags follow from the toy.
+For the toy (``predict("toy", profile=...)``) the setup is a ``ToySetup``, ``best`` is empty and the
+recommendation's ``enable`` and ``threshold`` are None: no serving-engine flags follow from the toy.
 """
 
 from __future__ import annotations
@@ -21,10 +24,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from demos.errors import ConfigError, field_ref
-from demos.prediction.answer import Crossover
+from demos.prediction.answer import Crossover, Recommendation
 from demos.prediction.outputs import NOT_MODELLED, format_prediction, write_csv, write_plot
 
-__all__ = ["Prediction", "Recommendation", "Setting", "SweptPoint"]
+__all__ = ["ClusterSetup", "Prediction", "Setting", "SweptPoint", "ToySetup"]
 
 
 @dataclass(frozen=True)
@@ -80,86 +83,72 @@ class Setting:
         return {"ubatches": self.ubatches, "comm_sms": self.comm_sms}
 
 
-@dataclass(frozen=True)
-class Recommendation:
-    """What to pass for ``phase``, from the crossover of ``mode`` (the mode vLLM runs that phase in):
-    ``enable`` (None for the toy), the token ``threshold`` (None unless enabled), the ``vllm`` and
-    ``sglang`` lines (serve commands, one line each or several with ``#`` comment lines) and the main
-    ``reason``; ``reasons``: the one-line reason of every swept mode; ``notes``: what each placeholder of
-    the lines and each setting means; ``engines``: the engine release each line is for; ``memory``: what
-    the memory model leaves of the answer (where DBO pays and fits, and the gain there; "" for the toy)."""
-
-    phase: str
-    mode: str
-    enable: bool | None
-    threshold: int | None
-    vllm: str
-    sglang: str
-    reason: str
-    reasons: dict[str, str] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-    engines: dict[str, str] = field(default_factory=dict)
-    memory: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        """The JSON's ``recommendation`` (the per-mode reasons are its ``reasons``)."""
-        keys = ("phase", "mode", "reason", "enable", "threshold", "vllm", "sglang")
-        out = {k: getattr(self, k) for k in keys}
-        return {**out, "notes": list(self.notes), "engines": dict(self.engines), "memory": self.memory}
-
-
 _TOY_ORDER = ("phase", "mode", "enable", "threshold", "reason", "vllm", "sglang")
 """The toy's ``recommendation`` has always listed its keys in this order: kept, so that its --json is
 the same, byte for byte."""
 
 
 @dataclass(frozen=True)
+class ClusterSetup:
+    """What a real model's prediction was asked and assumed: the cluster (``gpu``, ``nodes``,
+    ``gpus_per_node``, ``ep``, ``attention_tp``), ``context`` and ``imbalance``; ``what_if``: the factors
+    applied; ``precision``: the dtype of each part (``weights``, ``experts``, ``dispatch``, ``combine``,
+    ``kv_cache``; ``--weights``, ``--kv-cache-dtype``); ``kernels``: ``{"source": "roofline" or
+    "measured", "fallbacks": {op: why}}``, each op the measured source timed on the roofline instead, and
+    why; ``overlaps``: the strategies compared, and ``overlap``: per mode, the runs of swept token counts
+    over which one strategy is the fastest, ``[{"overlap", "from", "to"}]`` (``to`` None: to the largest
+    swept count and beyond); ``checked``: how far a prediction of this kind has been checked
+    (``demos.prediction.trust``)."""
+
+    gpu: str
+    nodes: int
+    gpus_per_node: int
+    ep: int
+    attention_tp: int
+    context: int
+    imbalance: float | str
+    what_if: dict[str, float]
+    precision: dict[str, str]
+    kernels: dict[str, Any]
+    overlaps: tuple[str, ...]
+    overlap: dict[str, list[dict[str, Any]]]
+    checked: str
+
+
+@dataclass(frozen=True)
+class ToySetup:
+    """What the toy's prediction ran on: ``profile``, the calibrated profile's name."""
+
+    profile: str
+
+
+@dataclass(frozen=True)
 class Prediction:
     """A prediction (module docstring). ``title``: the report's first line; ``model``: the model's
-    name ("toy" for the toy); ``schedule``: "ll" or "ht"; ``what_if``: the factors applied;
-    ``points``: every swept point in the order it ran; ``crossovers``: per mode, where DBO starts to
-    pay (``Crossover.tokens`` None: nowhere in the sweep); ``best``: per mode, the best setting;
-    ``sources`` and ``not_modelled``: what the prediction rests on and what it leaves out; ``kernels``
-    (real models): ``{"source": "roofline" or "measured", "fallbacks": {op: why}}``, each op the
-    measured source timed on the roofline instead, and why; ``overlaps`` (real models): the strategies
-    compared, and ``overlap``: per mode, the runs of swept token counts over which one strategy is the
-    fastest, ``[{"overlap", "from", "to"}]`` (``to`` None: to the largest swept count and beyond);
-    ``precision`` (real models): the dtype of each part the prediction assumed (``weights``, ``experts``,
-    ``dispatch``, ``combine``, ``kv_cache``; ``--weights``, ``--kv-cache-dtype``); ``checked`` (real
-    models): how far a prediction of this kind has been checked
-    (``demos.prediction.trust``)."""
+    name ("toy" for the toy); ``phase`` and ``schedule`` ("ll" or "ht"); ``setup``: a ``ClusterSetup``
+    (a real model) or a ``ToySetup`` (the toy); ``points``: every swept point in the order it ran;
+    ``crossovers``: per mode, where DBO starts to pay (``Crossover.tokens`` None: nowhere in the sweep);
+    ``best``: per mode, the best setting; ``sources`` and ``not_modelled``: what the prediction rests on and
+    what it leaves out."""
 
     title: str
     model: str
     phase: str
     schedule: str
+    setup: ClusterSetup | ToySetup
     points: tuple[SweptPoint, ...]
     crossovers: dict[str, Crossover]
     recommendation: Recommendation
     best: dict[str, Setting]
     sources: tuple[str, ...]
-    gpu: str | None = None
-    nodes: int | None = None
-    gpus_per_node: int | None = None
-    ep: int | None = None
-    attention_tp: int | None = None
-    context: int | None = None
-    imbalance: float | str | None = None
-    what_if: dict[str, float] = field(default_factory=dict)
-    profile: str | None = None
-    kernels: dict[str, Any] | None = None
-    precision: dict[str, str] | None = None
-    overlaps: tuple[str, ...] = ()
-    overlap: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     not_modelled: tuple[str, ...] = NOT_MODELLED
-    checked: str | None = None
     _sweep: Any = field(default=None, repr=False, compare=False)
     _results: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def is_toy(self) -> bool:
-        """Whether this is the toy swept with a calibrated profile (``profile`` set)."""
-        return self.profile is not None
+        """Whether this is the toy swept with a calibrated profile (its setup a ``ToySetup``)."""
+        return isinstance(self.setup, ToySetup)
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -167,42 +156,42 @@ class Prediction:
         return tuple(self.crossovers)
 
     def _setup(self) -> dict[str, Any]:
-        if self.is_toy:
-            keys = ("title", "model", "profile", "schedule", "phase")
-        else:
-            keys = ("title", "model", "gpu", "nodes", "gpus_per_node", "ep", "attention_tp", "phase", "context")
-            keys += ("schedule",)
-            keys += ("imbalance", "what_if", "precision", "kernels")
-        out = {k: getattr(self, k) for k in keys}
-        if "what_if" in out:
-            out["what_if"] = dict(self.what_if)
-        if out.get("precision") is not None:
-            out["precision"] = dict(self.precision)
-        if out.get("kernels") is not None:
-            out["kernels"] = {"source": self.kernels["source"], "fallbacks": dict(self.kernels["fallbacks"])}
-        return out
+        head = {"title": self.title, "model": self.model}
+        if isinstance(self.setup, ToySetup):
+            return {**head, "profile": self.setup.profile, "schedule": self.schedule, "phase": self.phase}
+        c = self.setup
+        cluster = ("gpu", "nodes", "gpus_per_node", "ep", "attention_tp")
+        return {
+            **head,
+            **{k: getattr(c, k) for k in cluster},
+            "phase": self.phase,
+            "context": c.context,
+            "schedule": self.schedule,
+            "imbalance": c.imbalance,
+            "what_if": dict(c.what_if),
+            "precision": dict(c.precision),
+            "kernels": {"source": c.kernels["source"], "fallbacks": dict(c.kernels["fallbacks"])},
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """Exactly the dict ``python -m demos.predict --json`` writes (docs/predict.md, "Outputs"); the
         command adds ``plot_path`` and ``trace_path`` when it wrote those files."""
         rec = self.recommendation.as_dict()
+        c = self.setup
         if self.is_toy:
             rec = {k: rec[k] for k in _TOY_ORDER}
         return {
             **self._setup(),
             "points": [p.as_dict() for p in self.points],
-            "crossover": {m: (None if c.tokens is None else c.as_dict()) for m, c in self.crossovers.items()},
+            "crossover": {m: (None if x.tokens is None else x.as_dict()) for m, x in self.crossovers.items()},
             "reasons": dict(self.recommendation.reasons),
             "best": {m: b.as_dict() for m, b in self.best.items()},
-            **({} if self.is_toy else {"overlaps": list(self.overlaps), "overlap": self._overlap()}),
+            **({} if self.is_toy else {"overlaps": list(c.overlaps), "overlap": _overlap(c.overlap)}),
             "recommendation": rec,
             "sources": list(self.sources),
             "not_modelled": list(self.not_modelled),
-            **({} if self.is_toy else {"checked": self.checked}),
+            **({} if self.is_toy else {"checked": c.checked}),
         }
-
-    def _overlap(self) -> dict[str, list[dict[str, Any]]]:
-        return {m: [dict(x) for x in ranges] for m, ranges in self.overlap.items()}
 
     def text(self, detail: bool = False) -> str:
         """Exactly the report the command prints on stdout (without the final newline); ``detail``: with
@@ -226,3 +215,7 @@ class Prediction:
         from demos.prediction.trace import write_trace
 
         return write_trace(self.to_dict(), self._sweep, self._results, path, tokens)
+
+
+def _overlap(overlap: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    return {m: [dict(x) for x in ranges] for m, ranges in overlap.items()}

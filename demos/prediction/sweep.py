@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from dbo.costs import HostCosts
 from demos.errors import ConfigError, field_ref
+from demos.vocabulary import KernelSource, Mode, Overlap, Phase, Schedule
 from demos.zoo.hardware import ClusterSpec
 from demos.zoo.kernel_times import KERNEL_SOURCES, KernelTimes, kernel_times
 from demos.zoo.overlap_costs import MECHANISMS, step_profile
@@ -35,8 +36,8 @@ __all__ = [
 ]
 
 DEFAULT_TOKENS = {
-    "decode": (8, 16, 32, 64, 128, 256, 512, 1024),
-    "prefill": (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
+    Phase.DECODE: (8, 16, 32, 64, 128, 256, 512, 1024),
+    Phase.PREFILL: (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
 }
 """The default sweep of tokens per GPU per phase: decode batches, prefill chunks."""
 
@@ -53,7 +54,7 @@ WHAT_IF = {
 overlap mechanisms' knobs (``demos.zoo.overlap_costs.MECHANISMS``) take 0, which turns one off."""
 
 
-OVERLAPS = ("none", "dbo", "sbo")
+OVERLAPS = tuple(Overlap)
 """The overlap strategies a sweep compares (``--overlap``): none (the plain step), DBO (two-batch overlap,
 the swept ubatches) and single-batch overlap (the shared expert beside the dispatch in flight, the combine
 beside the down GEMM: SGLang's with DeepEP's low-latency kernels)."""
@@ -64,13 +65,13 @@ def applicable_overlaps(w: Workload) -> tuple[str, ...]:
     EP > 1 and attention TP below it); SBO on the low-latency schedule only (it rides DeepEP's receive hook
     and the masked GEMM's block signals)."""
     if not w.alltoall:
-        return ("none",)
-    return OVERLAPS if w.schedule == "ll" else ("none", "dbo")
+        return (Overlap.NONE,)
+    return OVERLAPS if w.schedule == Schedule.LL else (Overlap.NONE, Overlap.DBO)
 
 
-def default_mode(phase: str) -> str:
+def default_mode(phase: str) -> Mode:
     """Decode runs DBO in CUDA graphs in vLLM (it requires full graphs there); prefill runs eager."""
-    return "graph" if phase == "decode" else "eager"
+    return Mode.GRAPH if phase == Phase.DECODE else Mode.EAGER
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class Sweep:
     ubatches: tuple[int, ...] = (2,)
     comm_sms: tuple[int | None, ...] = (None,)
     what_if: dict[str, float] = field(default_factory=dict)
-    kernels: str = "roofline"
+    kernels: KernelSource = KernelSource.ROOFLINE
     overlaps: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -106,15 +107,18 @@ class Sweep:
                 raise ConfigError(f"{field_ref('overlap')} {o} does not apply here: {why}")
         if not self.overlaps:
             raise ConfigError(f"{field_ref('overlap')} needs at least one strategy")
+        object.__setattr__(self, "overlaps", tuple(Overlap(o) for o in self.overlaps))
         if self.kernels not in KERNEL_SOURCES:
             raise ConfigError(
                 f"{field_ref('kernels')} must be one of {', '.join(KERNEL_SOURCES)}, got {self.kernels!r}"
             )
+        object.__setattr__(self, "kernels", KernelSource(self.kernels))
         if not self.tokens:
             raise ConfigError(f"{field_ref('tokens')} needs at least one token count")
         for m in self.modes:
             if m not in MODES:
                 raise ConfigError(f"{field_ref('mode')} must be graph, eager or both, got {m!r}")
+        object.__setattr__(self, "modes", tuple(Mode(m) for m in self.modes))
         for k, v in self.what_if.items():
             if k not in WHAT_IF:
                 raise ConfigError(f"{field_ref('what_if')} {k}: unknown knob; known: {', '.join(WHAT_IF)}")
@@ -201,7 +205,7 @@ def run_sweep(
     out = []
     for i, (t, mode, n, sms) in enumerate(plan):
         w = sweep.workload(t, n, sms)
-        p = measure_point(w, mode=mode, profile=sweep.profile(w), kernels=kt, sbo="sbo" in sweep.overlaps)
+        p = measure_point(w, mode=mode, profile=sweep.profile(w), kernels=kt, sbo=Overlap.SBO in sweep.overlaps)
         out.append(PointResult(t, mode, n, w.comm_sms, p))
         if progress is not None:
             progress(i + 1, len(plan), f"{t} tokens, {mode}, {n} ubatches")

@@ -15,9 +15,9 @@ from typing import Any, Callable, Sequence
 
 from demos.engine_times import EngineTimes
 from demos.fidelity.validation import grid
-from demos.prediction.answer import crossover, reason_of
+from demos.prediction.answer import Recommendation, crossover, reason_of
 from demos.prediction.outputs import point_record
-from demos.prediction.result import Prediction, Recommendation, SweptPoint
+from demos.prediction.result import Prediction, SweptPoint, ToySetup
 from demos.toy.ops import stage_of
 from demos.toy.run import run
 from demos.zoo.ops import stage_seconds
@@ -109,11 +109,11 @@ def toy_prediction(
         model="toy",
         phase=phase,
         schedule=schedule,
+        setup=ToySetup(profile.name),
         points=tuple(SweptPoint(**point_record(r, 1)) for r in results),
         crossovers=cross,
         recommendation=rec,
         best={},
         sources=(f"device and host: the profile {named} (python -m demos.calibrate)",),
-        profile=profile.name,
         _results=tuple(results),
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from demos.vocabulary import Mode
 from demos.zoo.run import ZooRun, merged_trace
 
 __all__ = ["trace_tokens", "write_trace"]
@@ -29,7 +30,7 @@ def write_trace(rep: dict[str, Any], sweep: Any, results: Sequence[Any], path: s
     t = trace_tokens(rep, sweep.tokens, chosen)
     best = next(iter(rep["best"].values()), {"ubatches": sweep.ubatches[0], "comm_sms": sweep.comm_sms[0]})
     w = sweep.workload(t, best["ubatches"], best["comm_sms"])
-    with ZooRun(w, mode="eager", profile=sweep.profile(w)) as r:
+    with ZooRun(w, mode=Mode.EAGER, profile=sweep.profile(w)) as r:
         no = r.step(False)
         shift = no.seconds * 1.05  # the DBO step drawn after the no-DBO one
         yes = r.step(True)

@@ -15,6 +15,8 @@ TTFT rows hold more than a forward: fidelity.md, "Real models").
 
 from __future__ import annotations
 
+from demos.vocabulary import Phase
+
 __all__ = ["CHECKED_ON", "PUBLISHED", "SILICON", "checked_line"]
 
 CHECKED_ON = "2026-12-03"
@@ -28,7 +30,7 @@ SILICON = {
 
 PUBLISHED = {
     # case: (family, phase, quantities within target, quantities)
-    "lmsys-dsv3-decode-h100-ep72": ("hopper", "decode", 4, 4),
+    "lmsys-dsv3-decode-h100-ep72": ("hopper", Phase.DECODE, 4, 4),
 }
 
 
@@ -44,7 +46,7 @@ def _silicon(gpu: str, family: str) -> str:
 def checked_line(gpu: str, family: str, phase: str) -> str:
     """The report's ``checked`` line for a prediction of ``phase`` on ``gpu`` of ``family`` (module
     docstring)."""
-    if phase == "decode":
+    if phase == Phase.DECODE:
         steps = _silicon(gpu, family)
     else:
         steps = "prefill steps: not checked against measured deployments (their TTFT holds more than a forward)"

@@ -19,6 +19,7 @@ from dbo.costs import get_link, get_profile
 from demos.errors import ConfigError, field_ref
 from demos.toy.footprint import choose_meta
 from demos.toy.model import SCHEDULES, ModelConfig
+from demos.vocabulary import Schedule
 
 __all__ = [
     "BACKEND_CHOICES",
@@ -220,7 +221,7 @@ def _check_fields(cfg: OverlapConfig) -> None:
 
 
 def _check_graph(cfg: OverlapConfig) -> None:
-    if cfg.graph and cfg.schedule == "ht":
+    if cfg.graph and cfg.schedule == Schedule.HT:
         raise ConfigError(
             f"{field_ref('graph')} cannot capture {field_ref('schedule')} ht: it keeps host-known expert counts "
             f"(like DeepEP's normal mode), a host sync a graph cannot hold; use {field_ref('schedule')} ll"

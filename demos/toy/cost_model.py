@@ -10,6 +10,7 @@ import torch
 
 from dbo.costs import Work
 from demos.toy.kernels import expert_gemm_rows
+from demos.vocabulary import Schedule
 
 __all__ = ["KernelCosts", "kernel_costs", "itemsize"]
 
@@ -66,8 +67,8 @@ def kernel_costs(c: Any, wire: torch.dtype, schedule: str, t: int, *, ll_rows: s
     nh = c.heads
     isz, wsz = itemsize(c.dtype), itemsize(wire)
     M = t * K
-    ht = schedule == "ht"
-    if schedule == "ll" and ll_rows == "padded":
+    ht = schedule == Schedule.HT
+    if schedule == Schedule.LL and ll_rows == "padded":
         local = c.experts_per_rank
         g = float(t * c.ep)  # each expert's rows: the layout's capacity
         R = local * t * c.ep  # rows the batched GEMMs and the receive touch

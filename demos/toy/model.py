@@ -56,6 +56,7 @@ from demos.toy.ops import kernel_name
 from demos.toy.shapes import ModelConfig
 from demos.toy.state import LayerWeights, UbatchBuffers
 from demos.toy.transport import Transport
+from demos.vocabulary import Schedule
 from workspace import current_workspace_manager
 
 __all__ = [
@@ -66,8 +67,8 @@ __all__ = [
     "MIN_GEMM_ROWS",
 ]
 
-SCHEDULES = ("ll", "ht")
-YIELDS_PER_LAYER = {"ll": 2, "ht": 3}
+SCHEDULES = Schedule.choices()
+YIELDS_PER_LAYER = {Schedule.LL: 2, Schedule.HT: 3}
 
 
 # Each writes only into tensors it is given; small per-row temporaries come from the workspace too.
@@ -162,7 +163,7 @@ class ToyMoE:
             cost=cost.load_input,
             op="load_input",
         )
-        moe = self._moe_ll if self.schedule == "ll" else self._moe_ht
+        moe = self._moe_ll if self.schedule == Schedule.LL else self._moe_ht
         beat = self.on_layer
         for i, layer in enumerate(self.layers):
             if beat is not None:

@@ -16,6 +16,7 @@ import torch
 from dbo.trace import HandoffRecord, KernelRecord, SpanRecord, Window, fmt_seconds
 from demos.engine_times import EngineTimes, overlap_hidden_fraction
 from demos.toy.config import OverlapConfig, Resolved
+from demos.vocabulary import Schedule
 
 __all__ = [
     "Calibration",
@@ -210,7 +211,7 @@ def host_bound_note(result: "OverlapResult") -> str | None:
     launches = sum(host.launch_cost(r.op)[0] for r in result.records_dbo) * host.threaded
     if launches < 0.8 * t_dbo:
         return None
-    how = "--graph" if result.config.schedule == "ll" else "--schedule ll --graph"
+    how = "--graph" if result.config.schedule == Schedule.LL else "--schedule ll --graph"
     return (
         f"eager DBO loses here because the DBO step is host-bound: its launches cost the host about "
         f"{launches / t_dbo:.0%} of the step (each ubatch launches every kernel again); vLLM runs DBO decode in "

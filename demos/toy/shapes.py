@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from demos.toy.cost_model import itemsize
+from demos.vocabulary import Schedule
 
 __all__ = ["ModelConfig"]
 
@@ -90,7 +91,7 @@ class ModelConfig:
         per_ubatch = T * (7 * H + c.heads) * isz + T * H * wire_itemsize + T * K * (2 * isz + 5 * i64)
         transport = T * K * H * (wire_itemsize + isz) + T * H * isz + E * T * H * wire_itemsize + 2 * T * K * i64
         chunk = min(c.shared_chunk, T)
-        rows = E * T if schedule == "ll" else T * K
+        rows = E * T if schedule == Schedule.LL else T * K
         slot = rows * (3 * F + 2 * H) * isz + T * 4 * H * isz + chunk * 3 * Fs * isz
         return model + ubatches * (per_ubatch + transport + slot)
 

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from dbo.costs import Work
+from demos.vocabulary import Phase
 from demos.zoo import kernels as K
 from demos.zoo.fold import Folder, bmm, gemm, memory_pass
 from demos.zoo.launch import Launcher
@@ -66,7 +67,7 @@ class AttentionCosts:
 def attention_pairs(w: Workload, t: int) -> float:
     """Query-key pairs of a ubatch of ``t`` tokens per head, before any sliding window: decode ``t x
     (context + 1)``; prefill, causal within requests of ``context`` tokens (``demos.zoo.work``)."""
-    if w.phase == "decode":
+    if w.phase == Phase.DECODE:
         return decode_pairs(t, w.context)
     return causal_pairs(t, w.context)
 
@@ -113,7 +114,7 @@ class MLA(AttentionKind):
             q = _sum(gemm(t, a.q_lora_rank, H, store), gemm(t, h * (nope + rope), a.q_lora_rank, store))
         kv_a = gemm(t, lat + rope, H, store)
         norm = memory_pass(t, H, 2)
-        if w.phase == "decode":
+        if w.phase == Phase.DECODE:
             absorb_k = bmm(h, t, lat, nope)  # q_nope into the latent space (per-head bmm)
             proj = _sum(q, kv_a, absorb_k, norm)
             out = _sum(gemm(t, H, h * v, store), bmm(h, t, v, lat))
@@ -168,7 +169,7 @@ class GQA(AttentionKind):
         window = a.window_of(layer)
         _sum = fold.named("attn_proj")
         proj = _sum(gemm(t, (h + 2 * kvh) * d, H, store), memory_pass(t, H, 2))
-        if w.phase == "decode":
+        if w.phase == Phase.DECODE:
             seen = min(w.context + 1.0, window) if window else w.context + 1.0
             p = t * seen
             nbytes = t * seen * 2 * kvh * d * kvb + 2 * t * h * d * ACT_BYTES

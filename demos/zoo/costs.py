@@ -48,6 +48,7 @@ import math
 from dataclasses import dataclass, replace
 
 from dbo.costs import DeviceProfile, Work
+from demos.vocabulary import Schedule
 from demos.zoo.attention import attention_kind
 from demos.zoo.fold import Folder, gemm
 from demos.zoo.fold import memory_pass as _pass
@@ -179,7 +180,7 @@ def layer_costs(
     rows = rt * k * imb  # copies the busiest rank's experts receive
     act = max(1.0, active_experts(w, rt))
     per = rows / act
-    if w.schedule == "ht":
+    if w.schedule == Schedule.HT:
         per = math.ceil(per / _PAD) * _PAD
     else:
         per = masked_rows(per, w.gpu.family, w.mechanisms.tile)
@@ -194,14 +195,14 @@ def layer_costs(
     # contiguous layout needs a permute in (read and write each received copy) and an un-permute out
     # (read each expert output, write the combine's input); the low-latency kernels deliver the
     # masked per-expert layout directly
-    permute = Work(bytes=rows * 2 * msg + rows * 2 * H * _ACT) if w.schedule == "ht" else Work()
+    permute = Work(bytes=rows * 2 * msg + rows * 2 * H * _ACT) if w.schedule == Schedule.HT else Work()
     up_w = Work(flops=up.flops, bytes=up.bytes, dtype=up.dtype, shape=shape + up.shape[1:])
     down_w = Work(flops=down.flops, bytes=down.bytes, dtype=down.dtype, shape=shape + down.shape[1:])
     experts = _sum.named("experts")(up_w, down_w, _pass(computed, inter, 1.5), permute)
     # single-batch overlap (ll with an all-to-all only) runs the down GEMM apart: the combine streams its
     # blocks out as they finish
     split = None
-    if w.schedule == "ll" and w.alltoall:
+    if w.schedule == Schedule.LL and w.alltoall:
         split = (_sum.named("experts")(up_w, _pass(computed, inter, 1.5), permute), _sum.named("experts")(down_w))
     shared = None
     if moe.shared_experts:
@@ -215,7 +216,7 @@ def layer_costs(
     recv_c = Work(flops=2.0 * rows * H, bytes=(rows + t) * H * _ACT)
     if w.alltoall:
         routing = w.routing(t)
-        if w.schedule == "ll":
+        if w.schedule == Schedule.LL:
             dsp = deepep_low_latency(w.cluster, routing, t, H, "dispatch", fp8=fp8)
             cmb = deepep_low_latency(w.cluster, routing, t, H, "combine", fp8=fp8)
             (dispatch, send_d), (combine, send_c) = (

@@ -26,18 +26,19 @@ import math
 
 from dbo.costs import DeviceProfile
 from demos.errors import ConfigError, field_ref
+from demos.vocabulary import KernelSource, Phase
 from demos.zoo.hardware import GpuSpec
 from demos.zoo.rooflines import GEMM_DTYPES, MLA_KV, FamilyFit, family_fit
 
 __all__ = ["KERNEL_SOURCES", "KernelTimes", "MeasuredKernelTimes", "kernel_times"]
 
-KERNEL_SOURCES = ("roofline", "measured")
+KERNEL_SOURCES = KernelSource.choices()
 
 
 class KernelTimes:
     """Roofline kernel times on ``gpu`` (module docstring)."""
 
-    source = "roofline"
+    source = KernelSource.ROOFLINE
 
     def __init__(self, gpu: GpuSpec, profile: DeviceProfile, fit: FamilyFit | None = None):
         self.gpu = gpu
@@ -69,7 +70,7 @@ class KernelTimes:
         """Seconds of an attention core of ``flops`` and ``nbytes`` in ``phase``; ``shape`` (batch, heads,
         kv_len) for MLA, None for other attention (timed on the MLA curve: a stated extrapolation). An MLA
         decode core carries the module's fixed time too (``module_extra``)."""
-        curve = self.fit.mla_decode if phase == "decode" else self.fit.mla_prefill
+        curve = self.fit.mla_decode if phase == Phase.DECODE else self.fit.mla_prefill
         peak = self.profile.flops_rate("bfloat16")
         core = curve.seconds(flops, nbytes, peak, self.gpu.hbm_bandwidth) - curve.latency
         return core + self.module_extra(phase, shape)
@@ -78,7 +79,7 @@ class KernelTimes:
         """The seconds a whole MLA decode module takes beyond the kernels it is composed of
         (``FamilyFit.mla_module``, fitted to TRT-LLM's measured modules: ``demos.zoo.attention_module``);
         0 for prefill and for non-MLA attention, which no module table measures."""
-        return self.fit.mla_module if phase == "decode" and shape is not None else 0.0
+        return self.fit.mla_module if phase == Phase.DECODE and shape is not None else 0.0
 
 
 def _interp(xs: list[float], ys: list[float], x: float) -> float:
@@ -96,7 +97,7 @@ def _interp(xs: list[float], ys: list[float], x: float) -> float:
 class MeasuredKernelTimes(KernelTimes):
     """Kernel times from the tables measured on ``gpu`` where they have the shape (module docstring)."""
 
-    source = "measured"
+    source = KernelSource.MEASURED
 
     def __init__(self, gpu: GpuSpec, profile: DeviceProfile, table_gpu: str):
         super().__init__(gpu, profile)
@@ -112,7 +113,7 @@ class MeasuredKernelTimes(KernelTimes):
                 pts.sort()
                 self._gemm[key] = ([float(m) for m, _ in pts], [s for _, s in pts])
         self._mla: dict[tuple, dict[int, tuple[list, list]]] = {}
-        for phase in ("decode", "prefill"):
+        for phase in Phase:
             grid: dict[tuple, dict[int, list]] = {}
             for r in measured.mla_rows(table_gpu, phase, MLA_KV):
                 grid.setdefault((phase, r.heads), {}).setdefault(r.batch, []).append((r.kv_len, r.seconds))
@@ -146,7 +147,7 @@ class MeasuredKernelTimes(KernelTimes):
         batches = sorted(grid)
         ts = [_interp(*grid[b], max(1.0, kv_len)) for b in batches]
         got = _interp([float(b) for b in batches], ts, max(1.0, batch))
-        curve = self.fit.mla_decode if phase == "decode" else self.fit.mla_prefill
+        curve = self.fit.mla_decode if phase == Phase.DECODE else self.fit.mla_prefill
         measured_core = got - curve.latency + self.module_extra(phase, shape)
         return max(super().attention(phase, flops, nbytes, shape), measured_core)
 
@@ -154,9 +155,9 @@ class MeasuredKernelTimes(KernelTimes):
 def kernel_times(source: str, gpu: GpuSpec, profile: DeviceProfile) -> KernelTimes:
     """A ``KernelTimes`` of ``source`` ("roofline" or "measured") for ``gpu``; a bad source, a GPU without
     tables, or the measured extra missing -> one-line ``ConfigError``."""
-    if source == "roofline":
+    if source == KernelSource.ROOFLINE:
         return KernelTimes(gpu, profile)
-    if source != "measured":
+    if source != KernelSource.MEASURED:
         raise ConfigError(f"{field_ref('kernels')} must be one of {', '.join(KERNEL_SOURCES)}, got {source!r}")
     from demos.zoo import measured
 

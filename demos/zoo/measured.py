@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from demos.errors import ConfigError
+from demos.vocabulary import Phase
 from demos.zoo.hardware import get_gpu
 
 __all__ = [
@@ -221,12 +222,12 @@ def gemm_rows(gpu: str, dtype: str | None = None) -> list[GemmRow]:
 def mla_rows(gpu: str, phase: str, kv_dtype: str | None = None) -> list[MlaRow]:
     """MLA attention-core rows of ``phase`` ("decode": generation, kv_len = the cached tokens;
     "prefill": context, kv_len = the prompt length)."""
-    if phase not in ("decode", "prefill"):
+    if phase not in Phase.choices():
         raise ValueError(f"phase must be 'decode' or 'prefill', got {phase!r}")
-    d = _frame(gpu, "mla_decode" if phase == "decode" else "mla_prefill")
+    d = _frame(gpu, "mla_decode" if phase == Phase.DECODE else "mla_prefill")
     if kv_dtype is not None:
         d = d[d.kv_cache_dtype == kv_dtype]
-    length = d.step if phase == "decode" else d.isl
+    length = d.step if phase == Phase.DECODE else d.isl
     cols = zip(d.batch_size.tolist(), d.num_heads.tolist(), length.tolist(), d.kv_cache_dtype.tolist())
     return [MlaRow(b, h, s, kv, ms * 1e-3) for (b, h, s, kv), ms in zip(cols, d.latency.tolist())]
 

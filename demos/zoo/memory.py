@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from demos.vocabulary import Phase, Schedule
 from demos.zoo.hardware import ll_buffer_bytes
 from demos.zoo.models import count_params
 from demos.zoo.models.params import expert_params
@@ -55,7 +56,7 @@ def kv_cache_bytes(w: Workload) -> float:
     s = w.spec
     a = s.attention
     per_layer = kv_bytes_per_token(w) / s.num_layers
-    if w.phase == "decode":
+    if w.phase == Phase.DECODE:
         requests, length = float(w.tokens), float(w.context)
     else:
         requests, length = w.requests, float(min(w.context, w.tokens))
@@ -138,7 +139,7 @@ def memory_estimate(w: Workload, slot_bytes: list[int] | None = None) -> MemoryE
     comm = 0.0
     one_comm = 0.0
     if s.moe is not None and w.alltoall:
-        if w.schedule == "ll":
+        if w.schedule == Schedule.LL:
             per = max(ubatch_sizes(w.tokens, n, w.mechanisms.split))  # each ubatch's buffers fit the largest
             comm = n * ll_buffer_bytes(per, H, w.physical_experts)
             one_comm = ll_buffer_bytes(w.tokens, H, w.physical_experts)

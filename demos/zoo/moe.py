@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 import dbo
+from demos.vocabulary import Schedule
 from demos.zoo import kernels as K
 from demos.zoo.launch import LINK_STREAM, Launcher, kernel_name, record_event
 from demos.zoo.models import ModelSpec
@@ -99,7 +100,7 @@ class MoEBlock:
     def forward(self, i: int, h: torch.Tensor, t: int, ub: int, lp: LayerPlan) -> None:
         """MoE layer ``i`` of the ubatch ``ub`` of ``t`` tokens whose hidden rows are ``h``."""
         w = self.w
-        if w.schedule == "ll":
+        if w.schedule == Schedule.LL:
             dbo.dbo_maybe_run_recv_hook()  # the sibling's combine receive
         if self.sbo and w.alltoall:
             costs = lp.sbo
@@ -110,7 +111,7 @@ class MoEBlock:
         v = self._views(i, h, t, ub, costs)
         if not w.alltoall:
             self._local(i, h, ub, v, costs)
-        elif w.schedule == "ht":
+        elif w.schedule == Schedule.HT:
             self._ht(i, h, ub, v, costs)
         elif self.sbo:
             self._sbo(i, h, ub, v, costs)

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from dbo.costs import DeviceProfile, OpCost, Work, kernel_time, memory_seconds
+from demos.vocabulary import Phase, Schedule
 from demos.zoo.attention import attention_kind
 from demos.zoo.costs import LayerCosts, layer_costs
 from demos.zoo.fold import gemm, memory_pass
@@ -105,10 +106,10 @@ def layer_launches(w: Workload, c: LayerCosts, *, sbo: bool = False) -> Mapping[
     if c.experts is None:
         return _ordered(head + [("dense_mlp", c.dense_mlp)] + tail)
     if not w.alltoall:
-        experts = "experts_ll" if w.schedule == "ll" else "experts"
+        experts = "experts_ll" if w.schedule == Schedule.LL else "experts"
         moe = [("router", c.router), ("dispatch_recv", c.dispatch_recv), (experts, c.experts)]
         moe += [("combine_recv", c.combine_recv), ("shared", c.shared), ("finalize", c.finalize)]
-    elif w.schedule == "ht":
+    elif w.schedule == Schedule.HT:
         moe = [("router", c.router), ("dispatch", c.dispatch), ("experts", c.experts), ("combine", c.combine)]
         moe += [("shared", c.shared), ("moe_copy", c.finalize), ("finalize", c.finalize)]
     elif sbo:  # the shared expert beside the dispatch in flight, the combine beside the down GEMM
@@ -193,7 +194,7 @@ class StepPlan:
         batch's tokens in decode, one per request (the last prompt token) in prefill."""
         w, s = self.w, self.w.spec
         tp = w.attention_tp
-        rows = w.tokens if w.phase == "decode" else max(1, math.ceil(w.requests))
+        rows = w.tokens if w.phase == Phase.DECODE else max(1, math.ceil(w.requests))
         work = gemm(rows, -(-s.vocab_size // tp), s.hidden_size, s.precision.weights)
         gather = tp_collective(w.gpu, "all_gather", 2.0 * rows * s.vocab_size, tp) if tp > 1 else None
         return _ordered([("lm_head", work), ("tp_lm_head_gather", gather)])

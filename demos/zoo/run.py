@@ -30,6 +30,7 @@ import dbo
 import workspace
 from dbo.costs import DeviceProfile
 from dbo.trace import Tracer
+from demos.vocabulary import Mode, Schedule
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.model import ZooModel
 from demos.zoo.ops import stage_seconds
@@ -39,7 +40,7 @@ from demos.zoo.workload import Workload
 
 __all__ = ["MODES", "StepTimes", "ZooRun", "merged_trace"]
 
-MODES = ("graph", "eager")
+MODES = Mode.choices()
 
 
 def merged_trace(parts: Any) -> Tracer:
@@ -94,7 +95,7 @@ class ZooRun:
         workload: Workload,
         *,
         backend: str = "virtual",
-        mode: str = "eager",
+        mode: Mode | str = Mode.EAGER,
         profile: DeviceProfile | None = None,
         kernels: KernelTimes | None = None,
         shrunk: bool | None = None,
@@ -102,6 +103,7 @@ class ZooRun:
     ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        mode = Mode(mode)
         self.w, self.mode = workload, mode
         self.profile = profile if profile is not None else step_profile(workload)
         self.kernels = kernels if kernels is not None else KernelTimes(workload.gpu, self.profile)
@@ -171,7 +173,7 @@ class ZooRun:
         (``demos.zoo.plan.StepPlan.head``: the GEMM, then under attention TP the logits' all-gather) and,
         eager, one host launch."""
         head = self.model.plan.head
-        host = self.profile.host.kernel if self.mode == "eager" else 0.0
+        host = self.profile.host.kernel if self.mode == Mode.EAGER else 0.0
         seconds = launch_seconds("lm_head", head["lm_head"], self.profile) + host
         if "tp_lm_head_gather" in head:
             seconds += launch_seconds("tp_lm_head_gather", head["tp_lm_head_gather"], self.profile)
@@ -191,7 +193,7 @@ class ZooRun:
     def step(self, dbo_on: bool, *, sbo: bool = False, tracer: Tracer | None = None) -> StepTimes:
         """One timed step (eager run or graph replay) with or without DBO; ``sbo`` (without DBO, on the
         ll schedule): with single-batch overlap (``ZooModel._moe_sbo``)."""
-        if sbo and (dbo_on or self.w.schedule != "ll"):
+        if sbo and (dbo_on or self.w.schedule != Schedule.LL):
             raise ValueError("single-batch overlap is a step without DBO on the ll schedule")
         if not self.warm:
             self.warmup()
@@ -200,7 +202,7 @@ class ZooRun:
         first = len(rec.records)
         self.model.sbo = sbo
         try:
-            if self.mode == "graph":
+            if self.mode == Mode.GRAPH:
                 cap = self._captured.get((dbo_on, sbo))
                 if cap is None:
                     cap = self._captured[(dbo_on, sbo)] = orch.capture(self.model.forward, inputs)

@@ -21,6 +21,7 @@ numbers or numpy arrays alike (plain arithmetic; ``divmod`` works on both).
 
 from __future__ import annotations
 
+from demos.vocabulary import Phase
 from demos.zoo.models.dtypes import ACT_BYTES, dtype
 
 __all__ = ["causal_pairs", "decode_pairs", "gemm_work", "mla_core_work", "pass_work"]
@@ -51,7 +52,7 @@ def mla_core_work(phase: str, tokens, heads, pairs, *, latent: int, rope: int, n
     """(flops, bytes) of MLA's attention core for ``tokens`` tokens of ``heads`` heads on one rank and
     ``pairs`` query-key pairs per head (``decode_pairs`` / ``causal_pairs``), its cache ``kv_bytes`` per
     value (module docstring)."""
-    if phase == "decode":
+    if phase == Phase.DECODE:
         flops = 2.0 * heads * pairs * (latent + rope) + 2.0 * heads * pairs * latent
         nbytes = pairs * (latent + rope) * kv_bytes + tokens * heads * (latent + rope + latent) * ACT_BYTES
     else:

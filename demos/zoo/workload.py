@@ -31,19 +31,20 @@ import math
 from dataclasses import dataclass, replace
 
 from demos.errors import ConfigError, field_ref
+from demos.vocabulary import Phase, Schedule
 from demos.zoo.hardware import DEFAULT_COMM_SMS, ClusterSpec, Routing, get_gpu
 from demos.zoo.models import ModelSpec
 from demos.zoo.overlap_costs import Mechanisms
 
 __all__ = ["PHASES", "WORKLOAD_SCHEDULES", "Workload", "auto_imbalance", "cluster_for", "default_schedule"]
 
-PHASES = ("decode", "prefill")
-WORKLOAD_SCHEDULES = ("ll", "ht")
+PHASES = Phase.choices()
+WORKLOAD_SCHEDULES = Schedule.choices()
 
 
-def default_schedule(phase: str) -> str:
+def default_schedule(phase: str) -> Schedule:
     """The schedule each phase runs as DeepEP deploys it: low-latency for decode, normal for prefill."""
-    return "ll" if phase == "decode" else "ht"
+    return Schedule.LL if phase == Phase.DECODE else Schedule.HT
 
 
 def auto_imbalance(tokens: int, top_k: int, ep: int) -> float:
@@ -68,10 +69,10 @@ class Workload:
 
     spec: ModelSpec
     cluster: ClusterSpec
-    phase: str = "decode"
+    phase: Phase = Phase.DECODE
     tokens: int = 128
     context: int = 2048
-    schedule: str | None = None
+    schedule: Schedule | None = None
     ubatches: int = 2
     imbalance: float | str = 1.0
     comm_sms: int | None = None
@@ -85,6 +86,7 @@ class Workload:
             raise ConfigError(f"{field_ref('gpu')}: the cluster must be a ClusterSpec, got {type(self.cluster)}")
         if self.phase not in PHASES:
             raise ConfigError(f"{field_ref('phase')} must be one of {', '.join(PHASES)}, got {self.phase!r}")
+        object.__setattr__(self, "phase", Phase(self.phase))
         _int("tokens", self.tokens, 1)
         _int("context", self.context, 1)
         _int("ubatches", self.ubatches, 1)
@@ -95,24 +97,25 @@ class Workload:
         sched = default_schedule(self.phase) if self.schedule is None else self.schedule
         if sched not in WORKLOAD_SCHEDULES:
             raise ConfigError(f"{field_ref('schedule')} must be one of {', '.join(WORKLOAD_SCHEDULES)}, got {sched!r}")
+        sched = Schedule(sched)
         object.__setattr__(self, "schedule", sched)
         imb = self.imbalance
         if imb != "auto":
             if isinstance(imb, bool) or not isinstance(imb, (int, float)) or not math.isfinite(imb) or imb < 1:
                 raise ConfigError(f"{field_ref('imbalance')} must be a number >= 1 or 'auto', got {imb!r}")
         sms = self.comm_sms
-        if sched == "ll" and sms not in (None, 0):
+        if sched == Schedule.LL and sms not in (None, 0):
             raise ConfigError(
                 f"{field_ref('comm_sms')} {sms!r}: DeepEP's low-latency kernels (schedule ll) take no SMs from compute"
             )
         if sms is None:
-            sms = DEFAULT_COMM_SMS if sched == "ht" else 0
+            sms = DEFAULT_COMM_SMS if sched == Schedule.HT else 0
         gpu = self.cluster.gpu
         if isinstance(sms, bool) or not isinstance(sms, int) or not 0 <= sms < gpu.sm_count:
             raise ConfigError(
                 f"{field_ref('comm_sms')} must be an int in [0, {gpu.sm_count}) on {gpu.name}, got {sms!r}"
             )
-        if sched == "ht" and sms == 0 and self.cluster.ep > 1:
+        if sched == Schedule.HT and sms == 0 and self.cluster.ep > 1:
             raise ConfigError(f"{field_ref('comm_sms')}: DeepEP's normal kernels (schedule ht) need at least 1 SM")
         object.__setattr__(self, "comm_sms", sms)
         self._check_attention_tp()
@@ -188,7 +191,7 @@ class Workload:
     def requests(self) -> float:
         """Requests the rank runs: ``tokens`` in decode; ``tokens / context`` in prefill (a fraction: the
         last request may be partial)."""
-        return float(self.tokens) if self.phase == "decode" else self.tokens / self.context
+        return float(self.tokens) if self.phase == Phase.DECODE else self.tokens / self.context
 
     @property
     def experts_per_rank(self) -> int:

@@ -15,7 +15,16 @@ import demos.prediction as prediction
 from demos._cli.model_flags import flag_of
 from demos.errors import ConfigError
 from demos.predict import PROG, main
-from demos.prediction import Crossover, Prediction, Recommendation, Setting, SweptPoint, predict
+from demos.prediction import (
+    ClusterSetup,
+    Crossover,
+    Prediction,
+    Recommendation,
+    Setting,
+    SweptPoint,
+    ToySetup,
+    predict,
+)
 from demos.zoo.models import get_preset
 from demos.zoo.models.presets import preset_config
 from demos.zoo.ops import DENSE_GROUPS, MOE_GROUPS
@@ -95,7 +104,8 @@ def test_to_dict_holds_the_documented_keys_filled_from_the_typed_fields():
     got = pred.to_dict()
     assert list(got) == list(doc)
     setup = list(doc)[: list(doc).index("points")]
-    assert setup[0] == "title" and all(got[k] == getattr(pred, k) for k in setup)
+    typed = {**{f.name: getattr(pred.setup, f.name) for f in dataclasses.fields(pred.setup)}, **vars(pred)}
+    assert setup[0] == "title" and all(got[k] == typed[k] for k in setup)
     assert got["sources"] == list(pred.sources) and got["not_modelled"] == list(pred.not_modelled)
     assert got["points"] == [dataclasses.asdict(p) for p in pred.points]
     assert list(got["points"][0]) == doc["points"]
@@ -127,7 +137,9 @@ def test_the_prediction_is_typed_and_read_only():
     rec = pred.recommendation
     assert isinstance(rec, Recommendation) and rec.mode == "graph" and set(rec.reasons) == {"graph", "eager"}
     assert "vllm serve deepseek-ai/DeepSeek-V3 " in rec.vllm
-    assert (pred.gpu, pred.nodes, pred.gpus_per_node, pred.ep, pred.profile) == ("h800", 9, 8, 72, None)
+    setup = pred.setup
+    assert isinstance(setup, ClusterSetup) and not pred.is_toy
+    assert (setup.gpu, setup.nodes, setup.gpus_per_node, setup.ep, setup.attention_tp) == ("h800", 9, 8, 72, 1)
     assert pred.points[0].speedup == pytest.approx(pred.points[0].step_no_dbo_s / pred.points[0].step_dbo_s)
     with pytest.raises(dataclasses.FrozenInstanceError):
         pred.title = "x"  # type: ignore[misc]
@@ -152,9 +164,9 @@ def test_a_model_spec_a_config_path_and_a_preset_name_give_the_same_points(tmp_p
 
 def test_the_toy_has_no_cluster_and_no_serving_flags():
     pred = predict("toy", profile="cpu", tokens=[8], mode="eager")
-    assert isinstance(pred, Prediction) and pred.is_toy and pred.model == "toy" and pred.profile == "cpu"
-    assert (pred.gpu, pred.nodes, pred.ep, pred.context, pred.imbalance) == (None, None, None, None, None)
-    assert pred.best == {} and pred.what_if == {}
+    assert isinstance(pred, Prediction) and pred.is_toy and pred.model == "toy"
+    assert pred.setup == ToySetup("cpu")  # no cluster, context, imbalance or what-if: the toy has none
+    assert pred.best == {}
     assert pred.recommendation.enable is None and pred.recommendation.threshold is None
     assert [p.tokens for p in pred.points] == [8] and pred.points[0].fits is None
     assert pred.points[0].moe_layer_s is None and pred.points[0].dense_layer_s is None  # not the zoo's layers
@@ -246,12 +258,15 @@ def test_a_model_of_the_wrong_type_is_a_config_error():
 def test_the_public_surface_is_pinned():
     assert sorted(prediction.__all__) == prediction.__all__
     assert prediction.__all__ == [
+        "ClusterSetup",
         "ConfigError",
         "Crossover",
+        "Deployment",
         "Prediction",
         "Recommendation",
         "Setting",
         "SweptPoint",
+        "ToySetup",
         "predict",
     ]
     for name in prediction.__all__:

@@ -10,15 +10,15 @@ from demos.errors import ConfigError
 from demos.predict import PROG, main
 from demos.prediction import predict
 from demos.prediction.answer import Crossover, recommend
+from demos.prediction.engines import Deployment
 
 MODEL = "deepseek-ai/DeepSeek-V3"
 
 
 def _rec(world: int, tp: int, threshold: float = 100.0) -> dict:
     c = Crossover(threshold, 128, 64, True)
-    return recommend(
-        MODEL, "decode", {"graph": c}, {"graph": "r"}, world=world, ep=world, default_mode="graph", attention_tp=tp
-    )
+    d = Deployment(MODEL, world, world, world, 1, tp, "decode", "ll")  # one node of every GPU, as before
+    return recommend(d, {"graph": c}, {"graph": "r"}, default_mode="graph").as_dict()
 
 
 def test_the_engine_lines_take_the_tp_form():

@@ -14,7 +14,9 @@ from demos.prediction.engines import (
     SGLANG_VERSION,
     VLLM_FLAGS,
     VLLM_VERSION,
+    Deployment,
     EngineLines,
+    Engines,
     serve_lines,
 )
 
@@ -40,7 +42,12 @@ def _grid():
         yield model, dict(kw, phase=phase, schedule=schedule, overlap=overlap, threshold=threshold)
 
 
-GRID = [(m, kw, serve_lines(m, **kw)) for m, kw in _grid()]
+def _lines(model, *, overlap, threshold, **deployment) -> EngineLines:
+    """``serve_lines`` of the ``Deployment`` of ``model`` and ``deployment``'s fields."""
+    return serve_lines(Deployment(model, **deployment), overlap, threshold)
+
+
+GRID = [(m, kw, _lines(m, **kw)) for m, kw in _grid()]
 
 
 def unknown_flags(text: str, known: frozenset[str]) -> list[str]:
@@ -184,7 +191,7 @@ def test_every_placeholder_is_explained_and_the_model_filled_when_given():
 
 
 def test_the_result_is_typed_and_bad_input_is_refused():
-    r = serve_lines(
+    r = _lines(
         MODEL,
         world=8,
         ep=8,
@@ -216,11 +223,11 @@ def test_the_result_is_typed_and_bad_input_is_refused():
         dict(threshold=0),
     ):
         with pytest.raises(ValueError):
-            serve_lines(MODEL, **{**good, "overlap": "dbo", "threshold": 10, **bad})
+            _lines(MODEL, **{**good, "overlap": "dbo", "threshold": 10, **bad})
 
 
 def test_a_tp_group_wider_than_a_node_is_refused_for_vllms_multi_node_launch():
-    r = serve_lines(
+    r = _lines(
         None,
         world=72,
         ep=72,
@@ -234,3 +241,16 @@ def test_a_tp_group_wider_than_a_node_is_refused_for_vllms_multi_node_launch():
     )
     assert r.vllm.startswith("# not expressible in vLLM") and commands(r.vllm) == []
     assert commands(r.sglang)  # SGLang's --tp-size is the whole world: its line stands
+
+
+def test_a_deployment_is_passed_whole_and_holds_the_pinned_engines():
+    """The lines take one object: the cluster, attention TP, phase, schedule and the engines' releases;
+    another release than the pinned one is refused (its flags were never read)."""
+    d = Deployment(MODEL, 16, 16, 8, 2, 1, "decode", "ll")
+    assert (d.phase, d.schedule, d.engines) == ("decode", "ll", Engines())
+    r = serve_lines(d, "dbo", 64)
+    assert (r.vllm_version, r.sglang_version) == (VLLM_VERSION, SGLANG_VERSION)
+    with pytest.raises(ValueError, match="engines.vllm: the lines are checked against 0.34.0 only"):
+        Engines(vllm="0.35.0")
+    with pytest.raises(ValueError, match="schedule must be one of ll, ht, got 'normal'"):
+        Deployment(MODEL, 16, 16, 8, 2, 1, "decode", "normal")

@@ -11,6 +11,7 @@ from demos.errors import ConfigError
 from demos.predict import main
 from demos.prediction import predict
 from demos.prediction.answer import Crossover, memory_advice, recommend
+from demos.prediction.engines import Deployment
 
 
 def _rec(t: int, speedup: float, fits: bool, fits_without: bool = True) -> dict:
@@ -22,10 +23,10 @@ def test_dbo_that_pays_only_beyond_memory_is_not_recommended():
     cross = Crossover(100.0, 128, 64, True)
     text, ok = memory_advice(recs, cross)
     assert not ok and "does not pay within memory" in text and "up to 64" in text
-    r = recommend("org/m", "decode", {"graph": cross}, {"graph": "x"}, world=16, ep=16, default_mode="graph",
-                  gpus_per_node=8, nodes=2, memory={"graph": (text, ok)})  # fmt: skip
-    assert r["enable"] is False and r["threshold"] is None and r["reason"] == text and r["memory"] == text
-    assert all("--enable-dbo" not in x for x in r["vllm"].splitlines() if not x.startswith("#"))
+    d = Deployment("org/m", 16, 16, 8, 2, 1, "decode", "ll")
+    r = recommend(d, {"graph": cross}, {"graph": "x"}, default_mode="graph", memory={"graph": (text, ok)})
+    assert r.enable is False and r.threshold is None and r.reason == text and r.memory == text
+    assert all("--enable-dbo" not in x for x in r.vllm.splitlines() if not x.startswith("#"))
 
 
 def test_the_range_where_dbo_pays_and_fits_and_a_marginal_gain_are_named():

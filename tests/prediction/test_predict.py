@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from demos.predict import main
-from demos.prediction.answer import Crossover, crossover, recommend
-from demos.prediction.engines import SGLANG_VERSION, VLLM_VERSION
+from demos.prediction.answer import Crossover, Recommendation, crossover, recommend
+from demos.prediction.engines import SGLANG_VERSION, VLLM_VERSION, Deployment
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -45,27 +45,27 @@ def test_crossover_none_when_dbo_never_pays_and_smallest_when_it_always_does():
 
 def test_recommend_says_no_without_ep_and_without_a_crossover():
     cross = {"graph": Crossover(None, None, None, False)}
-    r = recommend(None, "decode", cross, {"graph": "why"}, world=8, ep=8, default_mode="graph")
-    assert r["enable"] is False and "do not enable" in r["vllm"] and "why" in r["vllm"]
-    cmds = [x for x in (r["vllm"] + "\n" + r["sglang"]).splitlines() if not x.startswith("#")]
+    r = recommend(_one_node(None, 8), cross, {"graph": "why"}, default_mode="graph")
+    assert isinstance(r, Recommendation)
+    assert r.enable is False and "do not enable" in r.vllm and "why" in r.vllm
+    cmds = [x for x in (r.vllm + "\n" + r.sglang).splitlines() if not x.startswith("#")]
     assert cmds and not any("--enable-dbo" in x or "--enable-two-batch-overlap" in x for x in cmds)
-    assert r["vllm"].splitlines()[1].startswith("vllm serve <MODEL> ")  # the plain line still runs
+    assert r.vllm.splitlines()[1].startswith("vllm serve <MODEL> ")  # the plain line still runs
     one = recommend(
-        "m", "decode", {"graph": Crossover(32.0, 32, None, False)}, {"graph": "x"}, world=1, ep=1, default_mode="graph"
+        _one_node("m", 1), {"graph": Crossover(32.0, 32, None, False)}, {"graph": "x"}, default_mode="graph"
     )
-    assert one["enable"] is False and "data parallel" in one["vllm"]
+    assert one.enable is False and "data parallel" in one.vllm
     yes = recommend(
-        "org/m",
-        "decode",
-        {"graph": Crossover(40.5, 64, 32, True)},
-        {"graph": "x"},
-        world=72,
-        ep=72,
-        default_mode="graph",
+        _one_node("org/m", 72), {"graph": Crossover(40.5, 64, 32, True)}, {"graph": "x"}, default_mode="graph"
     )
-    assert yes["enable"] and "--dbo-decode-token-threshold 41" in yes["vllm"] and "--enable-dbo" in yes["vllm"]
-    assert "--enable-two-batch-overlap" in yes["sglang"] and any("41" in n for n in yes["notes"])
-    assert yes["engines"] == {"vllm": VLLM_VERSION, "sglang": SGLANG_VERSION}
+    assert yes.enable and "--dbo-decode-token-threshold 41" in yes.vllm and "--enable-dbo" in yes.vllm
+    assert "--enable-two-batch-overlap" in yes.sglang and any("41" in n for n in yes.notes)
+    assert yes.engines == {"vllm": VLLM_VERSION, "sglang": SGLANG_VERSION}
+
+
+def _one_node(model, world: int) -> Deployment:
+    """A decode deployment of ``world`` GPUs on one node, EP over all of them, DP attention, ll."""
+    return Deployment(model, world, world, world, 1, 1, "decode", "ll")
 
 
 @pytest.mark.slow

@@ -33,9 +33,9 @@ def test_every_recorded_gpu_and_case_exists():
 
 def test_a_prediction_ends_with_its_checked_line():
     pred = predict("deepseek-v3", gpu="h100", nodes=9, ep=72, tokens=[64], what_if={"link": 2})
-    assert pred.checked == checked_line("h100", "hopper", "decode")  # a what-if GPU is still an h100
-    assert pred.text().splitlines()[-1] == "checked: " + pred.checked
-    assert pred.to_dict()["checked"] == pred.checked
+    assert pred.setup.checked == checked_line("h100", "hopper", "decode")  # a what-if GPU is still an h100
+    assert pred.text().splitlines()[-1] == "checked: " + pred.setup.checked
+    assert pred.to_dict()["checked"] == pred.setup.checked
 
 
 @pytest.mark.slow
