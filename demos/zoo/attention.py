@@ -4,15 +4,15 @@ Every kind issues the same three ops (``demos.zoo.ops``): ``attn_proj`` (the inp
 projections), ``attn_core`` (the attention itself) and ``attn_out`` (back to the hidden size). An
 ``AttentionKind`` says, for the spec class it serves (``ATTENTION_KINDS``, keyed by that class):
 
-* ``costs(w, a, t, layer, fold)``: the three ops' ``Work`` on one rank for a ubatch of ``t`` tokens, their
-  parts folded by ``fold`` (``demos.zoo.fold.Folder``) and the core timed on its family's attention curve
-  (``KernelTimes.attention``, with the core's (batch, heads, context) shape where a measured table is
-  keyed on it);
+* ``costs(w, a, t, layer, fold)``: its ops' ``Work`` on one rank for a ubatch of ``t`` tokens
+  (``AttentionCosts``: the three, and any of its own in ``extra``), their parts folded by ``fold``
+  (``demos.zoo.fold.Folder``) and the core timed on its family's attention curve (``KernelTimes.attention``,
+  with the core's (batch, heads, context) shape where a measured table is keyed on it);
 * ``cost_key(a, layer)``: what makes two layers' attention cost the same (a sliding window), so that a
   plan costs each kind of layer once;
 * ``weights(a, hidden, context, rand)``: a layer's real-math weights at a shrunken size;
-* ``launch(run, a, weights, h, t, costs, layer, ub, dtype)``: the three launches of one ubatch, its
-  workspace requested with the real shapes (meta views at full size).
+* ``launch(run, a, weights, h, t, costs, layer, ub, dtype)``: its launches of one ubatch, its workspace
+  requested with the real shapes (meta views at full size).
 
 The kinds:
 
@@ -28,7 +28,8 @@ The kinds:
   docs/kernels.md).
 
 A new kind of attention (compressed, sparse, linear) is one class here and one entry in
-``ATTENTION_KINDS``: the plan, the breakdown and the model take it from there (docs/design.md).
+``ATTENTION_KINDS``, plus an entry in ``demos.zoo.ops.OPS`` for each op of its own: the plan, the
+breakdown and the model take it from there (docs/design.md, "The step as one op list", has an example).
 """
 
 from __future__ import annotations
@@ -55,13 +56,21 @@ __all__ = ["ATTENTION_KINDS", "GQA", "MLA", "AttentionCosts", "AttentionKind", "
 
 @dataclass(frozen=True)
 class AttentionCosts:
-    """The three attention ops' costs on one rank for one ubatch, and the core's work as counted
-    (``core_work``: its flops and bytes, before its time was taken from the attention curve)."""
+    """The attention ops' costs on one rank for one ubatch: the three every kind issues, and the core's
+    work as counted (``core_work``: its flops and bytes, before its time was taken from the attention
+    curve); ``extra``: the ops of a kind beyond the three, ``(op, Work)`` in launch order, each an entry of
+    ``demos.zoo.ops.OPS``, launched between the projections and the core (a sparse attention's indexer)."""
 
     proj: Work
     core: Work
     out: Work
     core_work: tuple[float, float]
+    extra: tuple[tuple[str, Work], ...] = ()
+
+    @property
+    def ops(self) -> tuple[tuple[str, Work], ...]:
+        """Every attention op with its cost, in launch order (what the step's plan launches)."""
+        return (("attn_proj", self.proj), *self.extra, ("attn_core", self.core), ("attn_out", self.out))
 
 
 def attention_pairs(w: Workload, t: int) -> float:

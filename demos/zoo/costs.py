@@ -82,7 +82,9 @@ class LayerCosts:
 
     Compute kernels hold a ``Work``; ``dispatch`` / ``combine`` hold seconds (the all-to-all's modelled
     time on the busiest rank, None without an all-to-all: EP 1, or attention TP = EP); ``layer`` is the layer
-    index the attention cost was taken for (sliding windows differ per layer). Under attention TP,
+    index the attention cost was taken for (sliding windows differ per layer); ``attention_ops``: every
+    attention op with its cost in launch order (``demos.zoo.attention.AttentionCosts.ops``: ``attn_proj``,
+    ``attn_core`` and ``attn_out`` are its three). Under attention TP,
     ``tp_attn_reduce``, ``tp_moe_gather`` and ``tp_mlp_reduce`` hold the seconds of its collectives (None
     where a layer has none, and without it; ``tp_mlp_reduce`` is the MLP's all-reduce, dense or, without
     an all-to-all, MoE) and ``moe_t`` the tokens of this rank's MLP (its share in an MoE layer with an
@@ -110,6 +112,7 @@ class LayerCosts:
     dispatch_send: float | None = None
     combine_send: float | None = None
     experts_split: tuple[Work, Work] | None = None
+    attention_ops: tuple[tuple[str, Work], ...] = ()
 
 
 def _recv_seconds(kt: KernelTimes, w: Work) -> float:
@@ -165,6 +168,7 @@ def layer_costs(
             gemm(t, 2 * inter, H, store), gemm(t, H, inter, store), _pass(t, H, 2), _pass(t, inter, 1)
         )
         c = LayerCosts(t, proj, core, out, _pass(t, H, 1), dense, None, None, None, None, None, None, finalize)
+        c = replace(c, attention_ops=attn.ops)
         if tp == 1:
             return c
         return _all_reduced(w, c, t)
@@ -231,7 +235,7 @@ def layer_costs(
     c = LayerCosts(
         t, proj, core, out, router, None, experts, shared, dispatch, combine, recv_d, recv_c, finalize, d_bytes, c_bytes
     )
-    c = replace(c, dispatch_send=send_d, combine_send=send_c, experts_split=split)
+    c = replace(c, dispatch_send=send_d, combine_send=send_c, experts_split=split, attention_ops=attn.ops)
     if tp == 1:
         return c
     if w.moe_replicated:

@@ -100,8 +100,7 @@ def _send(seconds: float | None) -> Work | None:
 def layer_launches(w: Workload, c: LayerCosts, *, sbo: bool = False) -> Mapping[str, Cost]:
     """The ops a layer whose costs are ``c`` launches, in order, with their costs (module docstring);
     ``sbo``: the step with single-batch overlap (ll with an all-to-all only)."""
-    head = [("attn_proj", c.attn_proj), ("attn_core", c.attn_core), ("attn_out", c.attn_out)]
-    head.append(("tp_attn_reduce", c.tp_attn_reduce))
+    head = [*c.attention_ops, ("tp_attn_reduce", c.tp_attn_reduce)]
     tail = [("tp_moe_gather", c.tp_moe_gather), ("tp_mlp_reduce", c.tp_mlp_reduce)]
     if c.experts is None:
         return _ordered(head + [("dense_mlp", c.dense_mlp)] + tail)

@@ -136,3 +136,45 @@ def test_a_work_of_seconds_is_charged_its_seconds_and_the_floor():
         Work(flops=1.0, seconds=1.0)
     with pytest.raises(TypeError, match="do not add"):
         Work(seconds=1.0) + Work(flops=1.0)
+
+
+def test_a_new_attention_kind_is_one_class_one_entry_and_its_costs(monkeypatch):
+    """What design.md promises: a kind with an op of its own (an indexer, as a sparse attention has) is a
+    spec class, an ``AttentionKind`` in ``ATTENTION_KINDS`` and its op in ``OPS``; the plan launches its op,
+    the step launches it, and the breakdown counts it under attention, with nothing else changed."""
+    import dataclasses
+    from types import MappingProxyType
+
+    from demos.vocabulary import Stage
+    from demos.zoo import attention, ops
+    from demos.zoo.kernels import meta_kernel
+    from demos.zoo.models import MLAAttention
+
+    @dataclasses.dataclass(frozen=True)
+    class IndexedMLA(MLAAttention):  # the spec class: DeepSeek's MLA with an indexer before its core
+        index_seconds: float = 20e-6
+
+    class IndexedKind(attention.MLA):
+        spec_type = IndexedMLA
+
+        def costs(self, w, a, t, layer, fold):
+            c = super().costs(w, a, t, layer, fold)
+            return dataclasses.replace(c, extra=(("attn_index", Work(seconds=a.index_seconds)),))
+
+        def launch(self, run, a, L, h, t, costs, layer, ub, dt):
+            run(costs, "attn_index", meta_kernel, layer=layer, ub=ub)
+            super().launch(run, a, L, h, t, costs, layer, ub, dt)
+
+    table = {**ops.OPS, "attn_index": ops.Op("attn_index", 2, Stage.ATTENTION, "attention")}
+    monkeypatch.setattr(ops, "OPS", MappingProxyType(table))
+    monkeypatch.setitem(attention.ATTENTION_KINDS, IndexedMLA, IndexedKind())
+    spec = dataclasses.replace(DSV3, attention=IndexedMLA(**dataclasses.asdict(DSV3.attention)))
+    w = Workload(spec, cluster_for("h100", 2, 8, 16), tokens=32, context=1024)
+    plain = Workload(DSV3, w.cluster, tokens=32, context=1024)
+    with ZooRun(w) as r:
+        step, plan, profile, kernels = r.step(False), r.model.plan, r.profile, r.kernels
+    assert list(plan.ubatch(32).layers[5].plain)[:4] == ["attn_proj", "attn_index", "attn_core", "attn_out"]
+    assert _launched(step.records) == _expected(plan, 32)
+    base = layer_breakdown(plain, 32, profile, kernels)["moe_layer_s"]["attention"]
+    got = layer_breakdown(w, 32, profile, kernels)["moe_layer_s"]["attention"]
+    assert got - base == pytest.approx(20e-6)  # above the floor of its 2 kernels (6 us): its seconds
