@@ -228,6 +228,17 @@ class StepState:
             if self._done_count == self.num_ubatches:
                 self.all_done.set()
 
+    def release_unstarted(self) -> None:
+        """After a failure in the loop that starts the threads (Ctrl-C lands there too): count each
+        thread that never started as done, since it never will mark itself (else the step's join
+        waits for it until the join grace runs out, and raises StepHung). A thread is started once
+        ``start()`` has handed it to the OS: it is then listed by ``threading.enumerate()`` (before
+        it runs) or has an ident (after), and it ends on the abort by itself."""
+        alive = set(threading.enumerate())
+        for t in self.threads:
+            if t.ident is None and t not in alive:
+                self.mark_done()
+
     def parked(self) -> dict[int, str]:
         """Where each ubatch thread is now (for timeout messages)."""
         out = {}

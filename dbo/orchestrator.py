@@ -313,6 +313,7 @@ class UBatchOrchestrator:
                 step.give_turn(0)
         except BaseException as exc:  # the orchestrator itself failed (or was interrupted)
             step.abort(None, exc)
+            step.release_unstarted()  # interrupted while starting them: no wait for those never started
         try:
             self._wait_for_threads(step, started)
         except StepHung:
@@ -379,5 +380,7 @@ class UBatchOrchestrator:
                 raise err from cause
             step.all_done.wait(0.1 if aborted_at is None else 0.02)
         for t in step.threads:  # they have all returned from their target; reap them
+            if t.ident is None:  # never started (release_unstarted)
+                continue
             t.join(self.join_grace)
             self.backend.host_event("thread_join")

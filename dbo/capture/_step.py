@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 from dbo._context import UBatchContext, ubatch_main
 from dbo._sites import user_site
 from dbo.capture._guard import HostSyncGuard, Recorder, RecordingEvent, RecordingStream
-from dbo.errors import CaptureError, DBOError, HandoffTimeout, UBatchFailed
+from dbo.errors import CaptureError, DBOError, HandoffTimeout, StepHung, UBatchFailed
 from dbo.streams import Stream, use_stream
 
 _STREAM_OPS = ("launch", "wait_event", "synchronize", "query")
@@ -199,14 +199,17 @@ def _drive(orch: Any, plan: Any, pairs: list, rec: Recorder, region: Any) -> lis
         for i in range(n)
     ]
     started = time.monotonic()
-    for t in step.threads:
-        t.start()
     try:
+        for t in step.threads:
+            t.start()
         step.barrier.wait()
     except threading.BrokenBarrierError:
         if not step.aborted:
             msg = f"the start barrier was not reached within {orch.handoff_timeout:g} s"
             step.abort(None, HandoffTimeout(msg, step.parked()))
+    except BaseException as exc:  # Ctrl-C while starting the threads or at the barrier: end the step
+        step.abort(None, exc)
+        step.release_unstarted()
     else:
         try:
             with enter():
@@ -216,7 +219,14 @@ def _drive(orch: Any, plan: Any, pairs: list, rec: Recorder, region: Any) -> lis
                     raise HandoffTimeout(msg, step.parked())
         except BaseException as exc:
             step.abort(None, exc)
-    plan.wait_for_threads(step, started)
+    try:
+        plan.wait_for_threads(step, started)
+    except StepHung:
+        raise
+    except BaseException as exc:  # Ctrl-C in this thread while it waits: end the step before leaving
+        step.abort(None, exc)
+        step.all_done.wait(orch.join_grace)
+        raise
     if step.failure is not None:
         uid, exc = step.failure
         step.failure, step.contexts, step.threads = None, [], []
