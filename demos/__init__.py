@@ -1,3 +1,3 @@
-from demos._cli._early import guard_imports as _guard_imports
+import demos._guard as _guard
 
-_guard_imports()  # python -m demos.<command>: Ctrl-C during the imports is one line (demos._cli._early)
+_guard.install()  # python -m demos.<command>: SIGINT and SIGTERM are ours from here to the exit (demos._guard)

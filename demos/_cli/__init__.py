@@ -22,10 +22,14 @@ written after the report, and how a command ends on Ctrl-C, SIGTERM or a closed 
   130 and 143 are the shell's 128 + signal number. A closed stdout exits 141 (128 + SIGPIPE), as
   a C program killed by SIGPIPE does, so ``set -o pipefail`` still sees that the output was cut
   short; stdout is pointed at /dev/null first, so the interpreter's final flush cannot raise again.
-  SIGTERM is turned into an exception (``Terminated``, a KeyboardInterrupt) in the main thread,
-  so every ``finally`` runs: temporary folders are removed and child processes stopped, as on
-  Ctrl-C. The runtime wraps an interrupt that lands inside a step (``UBatchFailed`` from a
-  ``KeyboardInterrupt``); the cause chain is searched, so that is an interrupt too.
+  Both signals become an exception in the main thread (KeyboardInterrupt, ``Terminated`` for
+  SIGTERM), so every ``finally`` runs: temporary folders are removed and child processes stopped.
+  ``demos._guard`` owns the handlers from the first import to the exit: a signal that came is
+  honoured even where its exception was swallowed or replaced, and it is sent again while the run
+  goes on (docs/overlap.md, "Exit status and signals"). The runtime wraps an interrupt that lands
+  inside a step (``UBatchFailed`` from a ``KeyboardInterrupt``); the cause chain is searched, so
+  that is an interrupt too. Run as the command itself (``python -m demos.X``), ``run_main`` ends
+  the process (``demos._guard.finish``); called from Python it returns the status.
 """
 
 from __future__ import annotations
@@ -37,8 +41,9 @@ import signal
 import sys
 from typing import Callable, Sequence
 
-from demos._cli._early import release_imports
+import demos._guard as _guard
 from demos._cli._progress import ProgressLine
+from demos._guard import Terminated
 
 __all__ = [
     "ProgressLine",
@@ -79,11 +84,6 @@ EXIT_BROKEN_PIPE = 128 + 13  # 141: SIGPIPE (a constant: Windows has no signal.S
 
 class OutputPathError(ValueError):
     """An output path that cannot be written; the message is one line that names the flag."""
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread (a KeyboardInterrupt, so code that cleans up on Ctrl-C
-    cleans up on SIGTERM too)."""
 
 
 _WHY = {
@@ -213,10 +213,6 @@ def _in_chain(exc: BaseException | None, kind: type | Callable[[BaseException], 
     return None
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise Terminated()
-
-
 def _quiet_stdout() -> None:
     """Point stdout at /dev/null so that the interpreter's last flush cannot fail again."""
     try:
@@ -227,42 +223,61 @@ def _quiet_stdout() -> None:
         pass
 
 
+def _call_main(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None) -> int:
+    """The command's main: a signal raises KeyboardInterrupt only below this frame (``demos._guard``);
+    in ``run_main``'s own code before and after it, it is recorded and decides the status."""
+    return main(argv)
+
+
 def run_main(main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[str] | None = None) -> int:
-    """``main(argv)`` with the signal and closed-stdout handling above; returns the exit status.
+    """``main(argv)`` with the signal and closed-stdout handling above; returns the exit status
+    (run as the command itself, ``python -m demos.X``, it ends the process with it instead).
 
-    Installs the SIGTERM handler only in the main thread, and restores the old one afterwards.
-    Ctrl-C before this (while the command imports torch) is ``demos._cli._early``'s one line; from
-    here on it is a KeyboardInterrupt again, so that every ``finally`` of the run runs."""
-    old = None
-    import threading
-
-    release_imports()
-
-    if threading.current_thread() is threading.main_thread():
-        old = signal.signal(signal.SIGTERM, _on_sigterm)
+    ``demos._guard`` holds SIGINT and SIGTERM in the main thread (elsewhere nothing is installed):
+    a signal raises in ``main``, every ``finally`` of the run runs, and the status is 130/143 with
+    one line whenever a signal came, also one whose exception was swallowed on the way."""
+    global _closed
+    held = _guard.enter_main(prog, _call_main.__code__, run_main.__code__)
+    code: object = 0
+    outcome: BaseException | None = None
     try:
-        try:
-            code = main(argv)
-            sys.stdout.flush()
-            return EXIT_BROKEN_PIPE if _closed and code == 0 else code
-        finally:
-            if old is not None:
-                signal.signal(signal.SIGTERM, old)
-    except BaseException as e:  # noqa: BLE001 - an interrupt may be wrapped in any exception
-        intr = interrupt_of(e)
-        if intr is None:
-            if _in_chain(e, BrokenPipeError) is not None:  # stdout closed, also from a ubatch thread's print
-                _quiet_stdout()
-                return EXIT_BROKEN_PIPE
-            raise
-        term = isinstance(intr, Terminated)
-        try:
-            sys.stdout.flush()
-        except (BrokenPipeError, OSError, ValueError):
+        code = _call_main(main, argv)
+    except BaseException as e:  # noqa: BLE001 - sorted below: an interrupt may be wrapped in any exception
+        outcome = e
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError, ValueError):
+        _closed = True
+        _quiet_stdout()
+    signum = _guard.pending()
+    if outcome is not None and not signum:
+        intr = interrupt_of(outcome)
+        if intr is not None:  # raised by code, not by a signal (KeyboardInterrupt from a test, interrupt_main)
+            signum = signal.SIGTERM if isinstance(intr, Terminated) else signal.SIGINT
+        elif isinstance(outcome, SystemExit):  # parser.exit(), sys.exit() in main: its status
+            code = outcome.code
+            outcome = None
+        elif _in_chain(outcome, BrokenPipeError) is not None:  # stdout closed, also from a ubatch thread's print
             _quiet_stdout()
-        try:
-            sys.stderr.write(f"{prog}: {'terminated' if term else 'interrupted'}\n")
-            sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
-        return EXIT_TERMINATED if term else EXIT_INTERRUPTED
+            code, outcome = EXIT_BROKEN_PIPE, None
+        else:  # a failure of the command's own: the traceback, as Python prints it, and status 1
+            _guard.finish(EXIT_FAILED, held, failure=outcome)
+            raise outcome
+    if signum:
+        status = _guard.status_of(int(signum))
+    elif isinstance(code, int):
+        status = EXIT_BROKEN_PIPE if _closed and code == 0 else code
+    elif code is None:
+        status = 0
+    else:  # sys.exit("message"): the message on stderr, status 1
+        _say_line(str(code))
+        status = EXIT_FAILED
+    return _guard.finish(status, held)
+
+
+def _say_line(text: str) -> None:
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass

@@ -7,15 +7,19 @@ and memory get a process each."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import select
 import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 
 from demos._cli.commands import MODULES
+from demos._guard import READY_ENV
 from demos.overlap import run_overlap
 from demos.toy.config import OverlapConfig
 from demos.toy.report import format_report
@@ -142,28 +146,68 @@ def test_a_link_on_threads_is_honoured_with_a_note_saying_how():
 # --- Ctrl-C during the imports ----------------------------------------------------------------------------
 
 
+def start_guarded(module: str, *args: str, **popen: Any) -> subprocess.Popen:
+    """``python -m module args``, returned once its signal guard is installed (``demos._guard``'s test
+    seam: the pipe named by DEMOS_GUARD_READY_FD gets one byte then). What comes before cannot be
+    guarded (the interpreter's own start); waiting for the byte, not a fixed sleep, is what makes a
+    signal sent next land in the guarded imports on a loaded machine too."""
+    r, w = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            cwd=ROOT,
+            env=python_env(**{READY_ENV: str(w)}),
+            pass_fds=(w,),
+            **popen,
+        )
+    finally:
+        os.close(w)
+    try:
+        ready, _, _ = select.select([r], [], [], slack(60))
+        got = os.read(r, 1) if ready else b""
+    finally:
+        os.close(r)
+    if got != b"1":
+        proc.kill()
+        proc.communicate(timeout=slack(30))
+        raise AssertionError(f"python -m {module}: the signal guard did not say it was installed")
+    return proc
+
+
 @pytest.mark.parametrize(
-    "module, delay",
-    # every command of the one registry (demos._cli.commands) that imports torch, and the overlap command at
-    # two moments; demos.gpu_check imports only the standard library (its --help is done before 0.15 s: there
+    "module, sig, after",
+    # every command of the one registry (demos._cli.commands) that imports torch: SIGINT as soon as the
+    # guard is in place; the overlap command also later in the torch imports, and with SIGTERM.
+    # demos.gpu_check imports only the standard library (its --help may be done before any signal: there
     # is no import to interrupt), and tests/commands/test_gpu_check.py interrupts its run instead
-    [(OVERLAP, 0.1), (OVERLAP, 0.3)] + [(m, 0.15) for m in MODULES if m not in (OVERLAP, "demos.gpu_check")],
+    [(m, signal.SIGINT, 0.0) for m in MODULES if m != "demos.gpu_check"]
+    + [(OVERLAP, signal.SIGINT, 0.3), (OVERLAP, signal.SIGTERM, 0.0), (OVERLAP, signal.SIGTERM, 0.3)],
 )
-def test_ctrl_c_during_the_imports_is_one_line_and_130(module, delay):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", module, "--help"],
-        cwd=ROOT,
-        env=python_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    time.sleep(delay)  # past the interpreter's start (~40 ms), inside the ~1 s of torch imports
-    proc.send_signal(signal.SIGINT)
+def test_ctrl_c_during_the_imports_is_one_line_and_130(module, sig, after):
+    proc = start_guarded(module, "--help", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(after)  # 0: right after the guard; 0.3 s: inside the ~1-3 s of torch imports
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=slack(30))
+    word, code = ("interrupted", 130) if sig == signal.SIGINT else ("terminated", 143)
     assert "Traceback" not in err, err
-    assert err.splitlines() == [f"python -m {module}: interrupted"], err
-    assert proc.returncode == 130 and out == ""
+    assert err.splitlines() == [f"python -m {module}: {word}"], err
+    assert proc.returncode == code and out == ""
+
+
+def test_the_guard_seam_writes_nothing_into_an_fd_that_is_not_a_pipe(tmp_path):
+    """DEMOS_GUARD_READY_FD naming a file (or nothing open) is left alone: the byte goes only to a pipe."""
+    path = tmp_path / "f"
+    with open(path, "wb") as f:
+        p = subprocess.run(
+            [sys.executable, "-m", "demos.gpu_check", "--help"],
+            cwd=ROOT,
+            env=python_env(**{READY_ENV: str(f.fileno())}),
+            pass_fds=(f.fileno(),),
+            capture_output=True,
+            timeout=slack(60),
+        )
+    assert p.returncode == 0, p.stderr
+    assert path.read_bytes() == b""
 
 
 # --- our own words, one line, exit 2 ----------------------------------------------------------------------

@@ -13,7 +13,7 @@ from tests.runtime.test_imports import _modules, import_graph
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runtime", ("dbo", "workspace")),
-    ("shared", ("demos", "demos._cli", "demos.errors", "demos.engine_times", "demos.vocabulary")),
+    ("shared", ("demos", "demos._guard", "demos._cli", "demos.errors", "demos.engine_times", "demos.vocabulary")),
     ("zoo", ("demos.zoo",)),
     ("fits", ("demos.fits",)),
     ("toy", ("demos.toy", "demos.ranks")),
@@ -105,7 +105,7 @@ def test_no_library_module_imports_a_command():
         ("demos.fits.rooflines", "demos.zoo.work", True),  # the fit counts work with the predictor's formulas
         ("demos.prediction.api", "demos._cli.model_flags", False),  # the flags are the command line's
         ("demos.prediction.api", "demos.zoo.loading", True),
-        ("demos._cli._early", "demos._cli.model_flags", False),  # the shared helpers stay below the zoo
+        ("demos._guard", "demos._cli.model_flags", False),  # the shared helpers stay below the zoo
         ("demos.bench._suite", "demos.bench.__main__", False),  # the bench's library under its command line
     ],
 )
@@ -165,7 +165,7 @@ def test_a_private_cross_import_is_caught():
     graph = {
         "demos.toy.model": {"dbo.costs._fit"},
         "dbo.costs": {"dbo.costs._fit"},
-        "demos._cli": {"demos._cli._early"},
+        "demos._cli": {"demos._guard"},
     }
     assert private_cross_imports(graph) == ["demos.toy.model imports dbo.costs._fit"]
     shared = {"workspace.manager": {"dbo._sites"}, "demos.toy.model": {"dbo._sites"}}

@@ -1,0 +1,146 @@
+"""Every signal honoured (docs/overlap.md, "Exit status and signals"): ``run_main`` and ``demos._guard``
+in this process, with real signals sent to it.
+
+A signal whose KeyboardInterrupt is swallowed (an ``except BaseException`` that goes on, a ``__del__`` or
+weakref callback where Python prints "Exception ignored") must still end the command with 130/143 and one
+line: the watchdog sends it again until it sticks. Without the guard each of these mains runs to its end
+and returns 0. The run of the real commands under random signals is tests/stress/test_signal_storm.py.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import time
+
+import pytest
+
+import demos._guard as guard
+from demos._cli import run_main
+from tests.support.timing import slack
+
+PROG = "python -m demos.test"
+RUN_FOR = 10.0  # a swallowed interrupt would let these mains run this long, then return 0
+CLEANUP_S = 0.6
+assert CLEANUP_S > 3 * guard.REDELIVER_AFTER_S
+
+
+def _until(cond, seconds: float) -> None:
+    deadline = time.monotonic() + slack(seconds)
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def _line(capsys) -> list[str]:
+    return capsys.readouterr().err.splitlines()
+
+
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_a_signal_in_main_is_the_status_and_one_line(capsys, sig, code, word):
+    done = []
+
+    def main(argv):
+        os.kill(os.getpid(), sig)
+        _until(lambda: False, 2.0)
+        done.append(True)
+        return 0
+
+    assert run_main(main, PROG, []) == code
+    assert done == []
+    assert _line(capsys) == [f"{PROG}: {word}"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_an_interrupt_swallowed_by_an_except_is_sent_again(capsys):
+    swallowed, done = [], []
+
+    def main(argv):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            _until(lambda: False, 2.0)
+        except BaseException as e:  # noqa: BLE001 - the bug this test plants
+            swallowed.append(type(e).__name__)
+        _until(lambda: False, RUN_FOR)  # the run goes on...
+        done.append(True)
+        return 0
+
+    assert run_main(main, PROG, []) == 143
+    assert swallowed == ["Terminated"] and done == [], (swallowed, done)
+    assert guard.redelivered() >= 1
+    assert _line(capsys) == [f"{PROG}: terminated"]
+
+
+class _SignalsWhenCollected:
+    def __init__(self, sig: int, landed: list):
+        self.sig, self.landed = sig, landed
+
+    def __del__(self):
+        os.kill(os.getpid(), self.sig)  # the handler raises here, in a __del__: Python ignores it
+        self.landed.append(True)
+
+
+def test_an_interrupt_raised_in_a_del_is_not_lost_nor_printed(capsys):
+    landed, done = [], []
+
+    def main(argv):
+        obj = _SignalsWhenCollected(signal.SIGINT, landed)
+        del obj  # __del__ runs now, and the KeyboardInterrupt raised in it is "ignored" by Python
+        _until(lambda: False, RUN_FOR)
+        done.append(True)
+        return 0
+
+    assert run_main(main, PROG, []) == 130
+    assert done == []
+    assert _line(capsys) == [f"{PROG}: interrupted"]  # no "Exception ignored in: ..." either
+
+
+def test_an_interrupt_raised_in_a_gc_finalizer_is_not_lost(capsys):
+    """The loss of issue 47: the signal lands in a weakref callback (a WeakSet's ``_remove``, run when the
+    workspace manager of a swept point dies) or a finalizer the cyclic GC runs."""
+    done = []
+
+    def main(argv):
+        a = _SignalsWhenCollected(signal.SIGTERM, [])
+        a.cycle = a
+        del a
+        gc.collect()
+        _until(lambda: False, RUN_FOR)
+        done.append(True)
+        return 0
+
+    assert run_main(main, PROG, []) == 143
+    assert done == []
+    assert _line(capsys) == [f"{PROG}: terminated"]
+
+
+def test_a_signal_while_the_interrupt_unwinds_is_not_sent_again(capsys):
+    """A cleanup that takes a while on the interrupt's way out (a ``finally`` joining threads) is left
+    to finish: the watchdog sends nothing while a KeyboardInterrupt is being handled."""
+    cleaned = []
+
+    def main(argv):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            _until(lambda: False, 2.0)
+        finally:
+            time.sleep(CLEANUP_S)  # longer than the watchdog waits before it sends a signal again
+            cleaned.append(True)
+        return 0
+
+    assert run_main(main, PROG, []) == 130
+    assert cleaned == [True] and guard.redelivered() == 0
+    assert _line(capsys) == [f"{PROG}: interrupted"]
+
+
+def test_other_endings_are_unchanged(capsys):
+    def boom(argv):
+        raise ValueError("a bug")
+
+    with pytest.raises(ValueError):
+        run_main(boom, PROG, [])
+    assert run_main(lambda argv: (_ for _ in ()).throw(SystemExit(2)), PROG, []) == 2
+    assert run_main(lambda argv: 0, PROG, []) == 0
+    assert run_main(lambda argv: (_ for _ in ()).throw(KeyboardInterrupt()), PROG, []) == 130
+    assert _line(capsys) == [f"{PROG}: interrupted"]
