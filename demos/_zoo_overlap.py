@@ -121,7 +121,7 @@ def main(argv: Sequence[str]) -> int:
 
     def trace(path: str) -> None:
         merged_trace((step.tracer, 0.0) for step in (point.no_dbo, point.dbo)).to_chrome(path)
-        rep["trace_path"] = path
+        rep["trace_path"] = ns.trace_path  # path is a temporary file (cli_common.write_whole)
 
     def json_file(path: str) -> None:
         with open(path, "w", encoding="utf-8") as f:

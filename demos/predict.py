@@ -154,14 +154,16 @@ def _write_files(ns: Any, pred: Prediction) -> int:
     status = 0
     rep = pred.to_dict()
 
+    # each writer gets a temporary path (cli_common.write_whole): the report names the one asked for
     def plot(path: str) -> None:
         note = pred.write_plot(path)
         if note:
             raise OSError(note)
-        rep["plot_path"] = path
+        rep["plot_path"] = ns.plot_path
 
     def trace(path: str) -> None:
-        rep["trace_path"] = pred.write_trace(path, ns.trace_tokens)
+        pred.write_trace(path, ns.trace_tokens)
+        rep["trace_path"] = ns.trace_path
 
     def json_file(path: str) -> None:
         with open(path, "w", encoding="utf-8") as f:

@@ -4,10 +4,12 @@ written after the report, and how a command ends on Ctrl-C, SIGTERM or a closed 
 * ``check_output_path(path, flag)``: raises ``OutputPathError`` (one line naming the flag) when
   ``path`` cannot be written: a missing folder, a folder in place of a file, no permission. A
   command checks all its paths before any work and exits 2 on the first bad one.
-* ``write_output(path, flag, write)``: calls ``write(path)``; a failure (the disk filled up, the
-  folder vanished during the run) becomes one line on stderr and False, never a traceback. The
-  command prints its report first and writes its files after, so a failed write loses nothing
-  that was printed; it then exits 1.
+* ``write_output(path, flag, write)``: calls ``write(tmp)`` on a temporary file in the same folder,
+  then renames it to ``path`` (``write_whole``): a file is complete or not there (an existing one is
+  left as it was), whenever a signal lands. A failure (the disk filled up, the folder vanished
+  during the run) becomes one line on stderr and False, never a traceback. The command prints its
+  report first and writes its files after, so a failed write loses nothing that was printed; it
+  then exits 1.
 * ``run_main(main, prog, argv)``: runs ``main(argv)`` and turns the ways a command can be stopped
   into an exit status and at most one line on stderr:
 
@@ -38,6 +40,7 @@ import argparse
 import errno
 import os
 import signal
+import stat
 import sys
 from typing import Callable, Sequence
 
@@ -58,6 +61,7 @@ __all__ = [
     "check_output_path",
     "check_output_paths",
     "write_output",
+    "write_whole",
     "say",
     "progress",
     "stdout_closed",
@@ -119,11 +123,12 @@ def check_output_path(path: str, flag: str) -> None:
         where = "the file cannot be written" if existed else f"the folder {folder} cannot be written"
         why = _WHY.get(e.errno or 0, "the system refused to open it")
         raise OutputPathError(f"{flag} {path}: {where} ({why})") from None
-    if not existed:
-        try:
-            os.remove(path)
-        except OSError:
-            pass
+    finally:  # a new file is removed again, also when a signal lands between the two
+        if not existed:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
 
 
 def check_output_paths(pairs: Sequence[tuple[str | None, str]]) -> None:
@@ -140,11 +145,64 @@ def check_output_paths(pairs: Sequence[tuple[str | None, str]]) -> None:
         seen[key] = flag
 
 
-def write_output(path: str, flag: str, write: Callable[[str], object], prog: str) -> bool:
-    """``write(path)``; True on success, confirmed by one line on stderr (``PROG: wrote PATH (--flag)``).
-    An OSError becomes one line on stderr and False."""
+def _partial_path(path: str) -> tuple[str, str, int | None] | None:
+    """``(temporary, target, mode)``: a free name beside ``path``'s target (the file a link points
+    to) that keeps its name as a suffix (matplotlib picks the format from it), the target, and the
+    target's permission bits if it exists; None where a rename cannot stand for the write (a device
+    or a pipe: /dev/null, a FIFO) or the folder takes no new files."""
+    target = os.path.realpath(path)
     try:
+        mode: int | None = os.stat(target).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        return None
+    folder, name = os.path.split(target)
+    tmp = os.path.join(folder, f".partial-{os.getpid()}-{name}")
+    try:
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+    except OSError:  # a writable file in a folder that takes no new files: written in place
+        return None
+    finally:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+    return tmp, target, None if mode is None else stat.S_IMODE(mode)
+
+
+def write_whole(path: str, write: Callable[[str], object]) -> None:
+    """``write(tmp)`` on a temporary file in ``path``'s folder, then rename it to ``path``: the file
+    at ``path`` is the old one (or none) until the new one is complete, whatever stops the write (a
+    signal, an error, a full disk). ``write`` gets the temporary path: a writer that records where
+    it wrote records the path its caller asked for, not its argument; one that writes nothing
+    leaves ``path`` as it was. Where no temporary file can stand for ``path`` (a device, a FIFO, a
+    folder that takes no new files) it writes in place. An existing file keeps its permissions."""
+    where = _partial_path(path)
+    if where is None:
         write(path)
+        return
+    tmp, target, mode = where
+    try:
+        write(tmp)
+        if os.path.exists(tmp):
+            if mode is not None:
+                os.chmod(tmp, mode)
+            os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_output(path: str, flag: str, write: Callable[[str], object], prog: str) -> bool:
+    """``write_whole(path, write)``: ``write`` gets a temporary path in the same folder and the file
+    is renamed to ``path`` once complete; True on success, confirmed by one line on stderr
+    (``PROG: wrote PATH (--flag)``). An OSError becomes one line on stderr and False."""
+    try:
+        write_whole(path, write)
     except OSError as e:
         sys.stderr.write(f"{prog}: error: {flag} {path}: could not write: {e.strerror or e}\n")
         return False

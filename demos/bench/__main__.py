@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd, partial = command.strip(), bool(args.section)
     writers = (
         (args.json, "--json", lambda path: write_json(path, mach, cmd, records)),
-        (args.markdown, "--markdown", lambda path: write_markdown(path, mach, cmd, records, partial)),
+        (args.markdown, "--markdown", lambda path: write_markdown(path, mach, cmd, records, partial, args.markdown)),
     )
     for path, flag, write in writers:
         if path and not write_output(path, flag, write, parser.prog):  # it says "wrote PATH" on success

@@ -32,12 +32,16 @@ def write_json(path: str, mach: dict[str, Any], command: str, records: list[Reco
         json.dump({"machine": mach, "command": command, "records": records}, f, indent=2)
 
 
-def write_markdown(path: str, mach: dict[str, Any], command: str, records: list[Record], partial: bool) -> None:
-    """The report page at ``path``; a ``partial`` run (``--section``) into an existing page replaces
-    only its own sections and stamps them with this run's machine."""
+def write_markdown(
+    path: str, mach: dict[str, Any], command: str, records: list[Record], partial: bool, page: str | None = None
+) -> None:
+    """The report page at ``path``; a ``partial`` run (``--section``) into an existing page (``page``,
+    default ``path``: the command writes to a temporary file that becomes ``page``) replaces only its
+    own sections and stamps them with this run's machine."""
     text = markdown(records, command, mach)
-    if partial and os.path.exists(path):
-        with open(path) as f:
+    page = path if page is None else page
+    if partial and os.path.exists(page):
+        with open(page) as f:
             old = f.read()
         stamp = (
             f"Measured with `{command}` on {mach['platform']}, "

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 
-from demos._cli import OneLineParser, say
+from demos._cli import OneLineParser, say, write_whole
 from demos.fits.compare import FIT_TOLERANCE, compare_fits
 from demos.fits.module import fitted_family
 from demos.zoo.measured import MeasuredTablesError, package_version
@@ -83,6 +83,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "aiconfigurator_core": package_version(),
         "families": {name: f.to_dict() for name, f in fits.items()},
     }
-    FITS_PATH.write_text(json.dumps(data, indent=2) + "\n")
+    text = json.dumps(data, indent=2) + "\n"
+
+    def write(path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    write_whole(str(FITS_PATH), write)  # the old file or the new one, never half of it
     say(f"wrote {FITS_PATH}")
     return 0

@@ -63,13 +63,14 @@ def output_files(result: OverlapResult, report: dict) -> list[tuple[str, str, Ca
     """``(flag, path, write)`` for each file the result's config names, in the order they are
     written: ``--trace``, ``--plot``, then ``--json`` (last, so that it holds ``trace_path`` and
     ``plot_path`` of the files written before it). ``write(path)`` raises OSError on failure and
-    records what it wrote in ``report``."""
+    records what it wrote in ``report``: the config's path, also when ``path`` is a temporary file
+    that becomes it (``demos._cli.write_whole``)."""
     cfg = result.config
     out: list[tuple[str, str, Callable[[str], None]]] = []
 
     def trace(path: str) -> None:
         trace_of(result).to_chrome(path)
-        report["trace_path"] = path
+        report["trace_path"] = cfg.trace_path
 
     def plot(path: str) -> None:
         w = result.window
@@ -80,7 +81,7 @@ def output_files(result: OverlapResult, report: dict) -> list[tuple[str, str, Ca
             f"DBO ({cfg.schedule}, {cfg.ubatches} ubatches, {result.resolved.backend}): layer {w.layer}",
         )
         if msg is None:
-            report["plot_path"] = path
+            report["plot_path"] = cfg.plot_path
         else:
             report["notes"].append(msg)
             report["plot_error"] = msg

@@ -1,5 +1,5 @@
 """Every signal honoured (docs/overlap.md, "Exit status and signals"): ``run_main`` and ``demos._guard``
-in this process, with real signals sent to it.
+in this process, with real signals sent to it, and whole-file writes.
 
 A signal whose KeyboardInterrupt is swallowed (an ``except BaseException`` that goes on, a ``__del__`` or
 weakref callback where Python prints "Exception ignored") must still end the command with 130/143 and one
@@ -12,12 +12,13 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import stat
 import time
 
 import pytest
 
 import demos._guard as guard
-from demos._cli import run_main
+from demos._cli import run_main, write_output, write_whole
 from tests.support.timing import slack
 
 PROG = "python -m demos.test"
@@ -144,3 +145,61 @@ def test_other_endings_are_unchanged(capsys):
     assert run_main(lambda argv: 0, PROG, []) == 0
     assert run_main(lambda argv: (_ for _ in ()).throw(KeyboardInterrupt()), PROG, []) == 130
     assert _line(capsys) == [f"{PROG}: interrupted"]
+
+
+# --- whole files ------------------------------------------------------------------------------------------
+
+
+def _partials(folder) -> list[str]:
+    return [n for n in os.listdir(folder) if n.startswith(".partial-")]
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_write_stopped_halfway_leaves_the_old_file_or_none(tmp_path, existed):
+    path = tmp_path / "out.json"
+    if existed:
+        path.write_text("old\n")
+
+    def write(p):
+        with open(p, "w") as f:
+            f.write("half")
+            f.flush()
+            raise KeyboardInterrupt  # a signal lands in the middle of the write
+
+    with pytest.raises(KeyboardInterrupt):
+        write_whole(str(path), write)
+    assert (path.read_text() == "old\n") if existed else not path.exists()
+    assert _partials(tmp_path) == []
+
+
+def test_a_whole_write_keeps_the_name_the_mode_and_the_link(tmp_path, capsys):
+    target = tmp_path / "real.png"
+    target.write_text("old")
+    os.chmod(target, 0o640)
+    link = tmp_path / "link.png"
+    link.symlink_to(target)
+    seen = []
+
+    def write(p):
+        seen.append(os.path.basename(p))
+        with open(p, "w") as f:
+            f.write("new")
+
+    assert write_output(str(link), "--plot", write, PROG)
+    assert seen[0].endswith("real.png") and seen[0] != "real.png"  # a temporary name, the format's suffix kept
+    assert link.is_symlink() and target.read_text() == "new"
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o640
+    assert _partials(tmp_path) == []
+    assert capsys.readouterr().err == f"{PROG}: wrote {link} (--plot)\n"
+
+
+def test_a_writer_that_writes_nothing_leaves_the_path_alone(tmp_path):
+    path = tmp_path / "plot.png"
+    write_whole(str(path), lambda p: None)  # the toy's --plot without matplotlib: a note, no file
+    assert not path.exists() and _partials(tmp_path) == []
+
+
+def test_a_device_is_written_in_place():
+    seen = []
+    write_whole(os.devnull, lambda p: seen.append(p))
+    assert seen == [os.devnull]
