@@ -12,6 +12,7 @@ fixed grid of shapes within ``FIT_TOLERANCE`` of the file's, and the non-numeric
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -42,12 +43,39 @@ def build_parser() -> OneLineParser:
     return p
 
 
+def _worker_leaves_signals_to_the_command() -> None:
+    """A fitting process ignores Ctrl-C (a terminal sends it to the whole group; the command stops
+    its workers) and dies of SIGTERM as a plain process does."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate the pool's processes: a fit runs about a minute, which Ctrl-C must not wait for
+    (the pool's own shutdown waits for the running fits)."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
+    if terminate is not None:
+        terminate()
+        return
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            proc.terminate()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
 def fit_all() -> dict[str, FamilyFit]:
     """Every family of ``FIT_GPUS`` fitted, one process per family (``demos.fits.module.fitted_family``)."""
     for family, gpus in FIT_GPUS.items():
         print(f"{PROG}: fitting {family} on {', '.join(gpus)} ...", file=sys.stderr, flush=True)
-    with ProcessPoolExecutor(max_workers=len(FIT_GPUS)) as pool:
+    pool = ProcessPoolExecutor(max_workers=len(FIT_GPUS), initializer=_worker_leaves_signals_to_the_command)
+    try:
         return dict(zip(FIT_GPUS, pool.map(fitted_family, FIT_GPUS)))
+    except BaseException:
+        _stop_workers(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
