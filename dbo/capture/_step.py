@@ -336,7 +336,7 @@ def _clear_refusals(b: Any) -> None:
             continue
         try:
             s.synchronize()  # let the skipped tail drain; it raises the sticky error
-        except BaseException:
+        except Exception:  # that error; a KeyboardInterrupt landing here goes on (it ends the command)
             pass
         s._error = None
         s._error_note = ""
