@@ -34,8 +34,11 @@ traceback, or death by SIGTERM with no line).
 Only the standard library is imported at module level, and only what the interpreter has already
 loaded (``_signal``, not ``signal``, which imports ``enum``): this runs before anything else.
 
-Test seam: with ``DEMOS_GUARD_READY_FD`` naming an inherited pipe, ``install()`` writes one byte to it
-once the handlers are in place and closes it (and removes the variable, so that no child sees it).
+Test seam: with ``DEMOS_GUARD_READY_FD`` naming an inherited pipe (and nothing else: another kind of
+file is left alone), ``install()`` writes ``1`` to it once the handlers are in place, and ``finish``
+writes ``0`` when the process has decided its status and calls ``os._exit``: a signal sent after that
+lands in the kernel's teardown of the process (a few milliseconds with torch's memory mapped) and
+cannot change the status, in any program. The variable is removed, so that no child sees it.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ _wake_r = _wake_w = -1
 _watchdog: Any = None
 _stop = False
 _hook_before: Any = None  # sys.unraisablehook before enter_main's
+_seam = -1  # the test seam's pipe (READY_ENV)
 
 
 def line(signum: int, prog: str | None = None) -> str:
@@ -238,7 +242,8 @@ def _give_back() -> None:
 
 def _forked() -> None:
     """In a forked child (a process pool's worker): Python's defaults back, nothing of the parent's state."""
-    global _prog, _phase, _owned, _pending, _wake_r, _wake_w, _watchdog
+    global _prog, _phase, _owned, _pending, _wake_r, _wake_w, _watchdog, _seam
+    _seam = -1
     for sig, default in ((SIGINT, _signal.default_int_handler), (SIGTERM, _signal.SIG_DFL)):
         try:
             if _signal.getsignal(sig) is _on_signal:
@@ -255,7 +260,8 @@ def _forked() -> None:
 
 
 def _ready() -> None:
-    """The test seam (module docstring): one byte to the pipe ``DEMOS_GUARD_READY_FD`` names."""
+    """The test seam (module docstring): ``1`` to the pipe ``DEMOS_GUARD_READY_FD`` names."""
+    global _seam
     value = os.environ.pop(READY_ENV, None)
     if not value:
         return
@@ -264,10 +270,20 @@ def _ready() -> None:
         import stat
 
         if stat.S_ISFIFO(os.fstat(fd).st_mode):  # never a byte into a file that happens to have that number
+            os.set_inheritable(fd, False)
             os.write(fd, b"1")
-            os.close(fd)
+            _seam = fd
     except (ValueError, OSError):
         pass
+
+
+def _leaving() -> None:
+    """The test seam: ``0``, the status is decided and the process leaves now."""
+    if _seam >= 0:
+        try:
+            os.write(_seam, b"0")
+        except OSError:  # nobody reads it any more
+            pass
 
 
 # --- main ---------------------------------------------------------------------------------------------------
@@ -356,6 +372,7 @@ def finish(status: int, held: bool, failure: BaseException | None = None) -> int
     if _pending and not signum:  # a signal during the exit: it wins over the status
         status = status_of(_pending)
         _say(_pending)
+    _leaving()
     os._exit(status)
 
 

@@ -127,7 +127,9 @@ def _exit_on_timeout(config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    """Re-arm pytest's faulthandler backstop at ``faulthandler_timeout`` x count for scaled tests.
+    """Re-arm pytest's faulthandler backstop at ``faulthandler_timeout`` x count for scaled tests, and at
+    1.5 x a test's own ``@pytest.mark.timeout`` where that is longer (else a test allowed 600 s is ended
+    by the backstop at 180 s).
 
     pytest arms ``faulthandler.dump_traceback_later`` around each test (its runtest_protocol
     wrapper, which also cancels it at the end); this runs inside that wrapper, so arming again
@@ -136,15 +138,29 @@ def pytest_runtest_setup(item):
     docs/testing.md, "Timeouts and the segfault").
     """
     count = _scaled(item)
-    if count == 1 or not item.config.pluginmanager.hasplugin("faulthandler"):  # -p no:faulthandler
-        return
+    own = _own_timeout(item)
     fh_timeout = float(item.config.getini("faulthandler_timeout") or 0.0)
-    if fh_timeout > 0:
+    if fh_timeout <= 0 or not item.config.pluginmanager.hasplugin("faulthandler"):  # -p no:faulthandler
+        return
+    later = max(fh_timeout * count, own * 1.5)  # a test's own longer pytest-timeout moves the backstop too
+    if later > fh_timeout:
         faulthandler.dump_traceback_later(
-            fh_timeout * count,
+            later,
             file=_faulthandler_fd(item.config),
             exit=_exit_on_timeout(item.config),
         )
+
+
+def _own_timeout(item) -> float:
+    """The seconds of a test's own ``@pytest.mark.timeout(...)`` (0 without one)."""
+    marker = item.get_closest_marker("timeout")
+    if marker is None:
+        return 0.0
+    value = marker.args[0] if marker.args else marker.kwargs.get("timeout", 0)
+    try:
+        return float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 @pytest.fixture

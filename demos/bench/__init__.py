@@ -2,7 +2,8 @@
 
 Parts: ``_output`` (the files a run writes; the command line is ``__main__``), ``_suite`` (the sections),
 ``_core`` (what every section uses: config, timing loop, records), ``_handoff``, ``_host`` (the
-handoff and host sections' measurements), ``_report`` (verdicts, tables, the markdown page) and
+handoff and host sections' measurements), ``_signals`` (the signals section's trials: SIGINT and SIGTERM
+at random moments into real command runs), ``_report`` (verdicts, tables, the markdown page) and
 ``_merge`` (a ``--section`` run merged into an existing page).
 """
 

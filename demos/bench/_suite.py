@@ -283,10 +283,42 @@ def section_host(cfg: Config) -> list[Record]:
     return host_records(cfg)
 
 
+def section_signals(cfg: Config) -> list[Record]:
+    """SIGINT and SIGTERM sent at random moments (seeded) into short runs of `demos.predict`, `demos.overlap`,
+    `demos.validate deepep` and `demos.bench --section workspace`, each with a `--json` file
+    (`demos.bench._signals`): per command 1 run started as its own process (`--quick`: none), so that a
+    signal can land in its imports, and 6 (`--quick`: 2) forked from a runner that imported the commands,
+    four at a time on the machine's cores. A trial whose run ends before its moment is not counted. Figures:
+    the trials, the signals lost (exit status 0 or no one-line message; target 0), those that ended their
+    command wrong in any other way (a status other than 130/143, other lines or a traceback on stderr, a
+    half-written file; target 0), and the seconds from the signal to the command's exit: median, p99 and
+    max, and how many took over a second (no target: it depends on how busy the machine is). The storm of
+    200+ trials that asserts none is lost is tests/stress/test_signal_storm.py."""
+    from demos.bench._signals import COMMANDS, LATE_S, lost, problems, run_storm, summary
+
+    section = "signals"
+    progress("signals: " + ("8 forked runs" if cfg.quick else "4 runs from the start, 24 forked"))
+    _, trials = run_storm(exec_trials=0 if cfg.quick else 1, fork_trials=2 if cfg.quick else 6, seed=47)
+    s = summary(trials)
+    modules = {c.name: c.module for c in COMMANDS}
+    wrong = sum(1 for t in trials if t.sent and not lost(t) and problems(t, modules[t.command]))
+    records = [
+        value_record(section, "trials (signal sent)", s["trials"], "count"),
+        value_record(section, "signals lost", s["lost"], "count", "<= 0"),
+        value_record(section, "commands ended wrong otherwise", wrong, "count", "<= 0"),
+        value_record(section, f"late (over {LATE_S:g} s)", s["late"], "count"),
+    ]
+    for key, label in (("median_s", "median"), ("p99_s", "p99"), ("max_s", "max")):
+        if s[key] is not None:
+            records.append(value_record(section, f"signal to exit, {label}", s[key], "s"))
+    return records
+
+
 SECTIONS: list[Callable[[Config], list[Record]]] = [
     section_workspace,
     section_handoff,
     section_overlap,
     section_simulation,
     section_host,
+    section_signals,
 ]
