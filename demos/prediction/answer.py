@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from demos.prediction.engines import Deployment, serve_lines
+from demos.prediction.engines import Deployment, overlap_flags, serve_lines
 from demos.prediction.sweep import PointResult
 from demos.vocabulary import Mode, Overlap
 
@@ -197,7 +197,9 @@ class Recommendation:
     ``sglang`` lines (serve commands, one line each or several with ``#`` comment lines) and the main
     ``reason``; ``reasons``: the one-line reason of every swept mode; ``notes``: what each placeholder of
     the lines and each setting means; ``engines``: the engine release each line is for; ``memory``: what
-    the memory model leaves of the answer (where DBO pays and fits, and the gain there; "" for the toy)."""
+    the memory model leaves of the answer (where DBO pays and fits, and the gain there; "" for the toy);
+    ``overlap_flags``: what selects each overlap strategy in each engine for this model (``dbo``, ``sbo``;
+    empty for the toy)."""
 
     phase: str
     mode: str
@@ -210,12 +212,14 @@ class Recommendation:
     notes: tuple[str, ...] = ()
     engines: dict[str, str] = field(default_factory=dict)
     memory: str = ""
+    overlap_flags: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON's ``recommendation`` (the per-mode reasons are its ``reasons``)."""
         keys = ("phase", "mode", "reason", "enable", "threshold", "vllm", "sglang")
         out = {k: getattr(self, k) for k in keys}
-        return {**out, "notes": list(self.notes), "engines": dict(self.engines), "memory": self.memory}
+        out.update(notes=list(self.notes), engines=dict(self.engines), memory=self.memory)
+        return {**out, "overlap_flags": dict(self.overlap_flags)}
 
 
 def recommend(
@@ -253,6 +257,7 @@ def recommend(
             (),
             engines,
             text,
+            overlap_flags(d),
         )
     enable = c.threshold is not None
     lines = serve_lines(d, Overlap.DBO if enable else Overlap.NONE, c.threshold)
@@ -267,5 +272,16 @@ def recommend(
     elif c.below is None:
         notes.append(f"DBO pays from the smallest swept count, {c.at}: the threshold is at most {c.at} (sweep lower)")
     return Recommendation(
-        phase, mode, enable, c.threshold, vllm, sglang, reason, dict(reasons), tuple(notes), engines, text
+        phase,
+        mode,
+        enable,
+        c.threshold,
+        vllm,
+        sglang,
+        reason,
+        dict(reasons),
+        tuple(notes),
+        engines,
+        text,
+        overlap_flags(d),
     )

@@ -252,6 +252,7 @@ SURFACE = {
     ],
     "demos.zoo.models": [
         "ALIASES",
+        "CHECKPOINTS",
         "GQAAttention",
         "MLAAttention",
         "MoESpec",
@@ -263,11 +264,14 @@ SURFACE = {
         "Precision",
         "SUPPORTED_MODEL_TYPES",
         "UnknownPresetError",
+        "checkpoints",
         "count_params",
         "get_preset",
+        "kv_cache_name",
         "load_config",
         "shrink",
         "spec_from_config",
+        "weights_name",
         "with_precision",
     ],
     "demos.bench": [
