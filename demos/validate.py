@@ -32,6 +32,7 @@ import torch
 import demos._cli as cli_common
 from dbo.costs import get_profile
 from demos._cli import ProgressLine
+from demos._cli.values import EmptyItemError, float_list, name_list, token_list
 from demos.fidelity import checks
 from demos.fidelity.breakdown import format_breakdown
 from demos.fidelity.calibration import BACKENDS, CalibrationError
@@ -48,13 +49,18 @@ OLD_FLAGS = {f"--{c}": c for c in CHECKS if c != "grid"}
 """The old spelling of each check but the grid: a flag (``--kernels`` is now ``kernels``)."""
 
 
-def _list(kind: type):
+def _list(kind: Callable[[str], tuple]):
+    """A list flag of positive values, the list parsed by ``kind`` (a list parser of ``demos._cli.values``,
+    which refuses an empty item in its own words)."""
+
     def parse(text: str) -> list:
         try:
-            out = [kind(x) for x in text.split(",") if x.strip()]
-        except ValueError:
+            out = list(kind(text))
+        except EmptyItemError:
+            raise
+        except argparse.ArgumentTypeError:
             raise argparse.ArgumentTypeError(f"expected a comma-separated list of numbers, got {text!r}") from None
-        if not out or any(x <= 0 for x in out):
+        if any(x <= 0 for x in out):
             raise argparse.ArgumentTypeError(f"expected positive values, got {text!r}")
         return out
 
@@ -62,9 +68,9 @@ def _list(kind: type):
 
 
 def _schedules(text: str) -> list[str]:
-    out = [x.strip() for x in text.split(",") if x.strip()]
+    out = list(name_list(text))
     bad = [x for x in out if x not in SCHEDULES]
-    if not out or bad:
+    if bad:
         raise argparse.ArgumentTypeError(
             f"unknown schedule(s) {', '.join(bad) or text!r}; choose from {', '.join(SCHEDULES)}"
         )
@@ -124,10 +130,16 @@ def _grid_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--quick", action="store_true", help="a smaller grid (under 5 minutes on a 2-core machine)")
     _json_flag(p, "the table")
-    p.add_argument("--sizes", type=_list(int), default=None, metavar="T1,T2,...", help="token counts of the grid")
+    p.add_argument(
+        "--sizes",
+        type=_list(token_list),
+        default=None,
+        metavar="T1,T2,...",
+        help="token counts of the grid (k = 1024: 1k,2k)",
+    )
     p.add_argument(
         "--ratios",
-        type=_list(float),
+        type=_list(float_list),
         default=list(RATIOS),
         metavar="R1,R2,...",
         help="comm ratios of the grid (default 0.5,1,2)",

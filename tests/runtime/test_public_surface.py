@@ -245,9 +245,11 @@ SURFACE = {
         "deepep_normal",
         "get_gpu",
         "gpus",
+        "host_layout",
         "ll_buffer_bytes",
         "ll_bytes",
         "message_bytes",
+        "oversized_host",
         "token_bytes",
     ],
     "demos.zoo.models": [
