@@ -223,13 +223,15 @@ def _served(given: Any, native: ModelSpec, predicted: ModelSpec) -> tuple[str | 
     """What the engine lines serve: the model's own repository and ``ServedModel`` (the weights and KV
     cache predicted, the checkpoint's own weights, the published checkpoints, the architecture). A preset
     or alias (by name or as its ``ModelSpec``) has its repository and checkpoints
-    (``demos.zoo.models.checkpoints``: an alias has its own, DeepSeek-R1 is not DeepSeek-V3); a config.json
-    or another spec has neither (the lines then hold a placeholder the user fills: the folder with the
-    weights)."""
+    (``demos.zoo.models.checkpoints``: an alias has its own, DeepSeek-R1 is not DeepSeek-V3); a model folder
+    (a HuggingFace snapshot) is served from that folder as given; a config.json or another spec has neither
+    (the lines then hold a placeholder the user fills: the folder with the weights)."""
     source = native.source
     repo = None
     if source.startswith("huggingface.co/") and " " in source:
         repo = source[len("huggingface.co/") :].split(" ", 1)[0]
+    elif isinstance(given, (str, os.PathLike)) and os.path.isdir(given):
+        repo = os.fspath(given)
     nat = weights_name(native.precision)
     found: dict[str, str] = {}
     if repo is not None:

@@ -28,6 +28,7 @@ from demos.prediction.engines import (
 )
 from demos.zoo.memory import ServingLimit, ServingLimits
 from demos.zoo.models import ALIASES, PRESET_NAMES, checkpoints, get_preset, weights_name
+from demos.zoo.models.presets import preset_config
 from tests.prediction.test_engines import commands, unknown_flags, value
 
 QWEN = {"bf16": "Qwen/Qwen3-235B-A22B", "fp8": "Qwen/Qwen3-235B-A22B-FP8", "fp4": "nvidia/Qwen3-235B-A22B-NVFP4"}
@@ -233,3 +234,15 @@ def test_predict_serves_the_predicted_precision_of_the_model_named():
     assert all(shlex.split(line)[2] == "deepseek-ai/DeepSeek-R1" for line in commands(r1.vllm))
     glm = predict("glm-4.5", gpu="h200", nodes=2, tokens=[64]).recommendation
     assert glm.overlap_flags["dbo"].endswith("SGLang 0.5.23 has no two-batch overlap for glm4_moe")
+
+
+def test_a_model_folder_is_served_from_that_folder(tmp_path):
+    """A HuggingFace snapshot folder holds the weights beside its config.json: the lines serve it."""
+    folder = tmp_path / "Qwen3-30B-A3B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(preset_config("qwen3-30b-a3b")))
+    rec = predict(str(folder), gpu="h100", tokens=[64]).recommendation
+    assert all(shlex.split(line)[2] == str(folder) for line in commands(rec.vllm))
+    assert not any(n.startswith("<MODEL>") for n in rec.notes)
+    alone = predict(str(folder / "config.json"), gpu="h100", tokens=[64]).recommendation
+    assert all(shlex.split(line)[2] == "<MODEL>" for line in commands(alone.vllm))
