@@ -17,7 +17,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("zoo", ("demos.zoo",)),
     ("fits", ("demos.fits",)),
     ("toy", ("demos.toy", "demos.ranks")),
-    ("products", ("demos.prediction", "demos.fidelity", "demos.failures", "demos.bench")),
+    ("products", ("demos.prediction", "demos.fidelity", "demos.failures", "demos.bench", "demos.serving")),
     (
         "commands",
         tuple(MODULES)
