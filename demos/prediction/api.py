@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 from demos.errors import ConfigError, field_ref
 from demos.prediction.answer import best_setting, crossover, memory_advice, overlap_ranges, reason_of, recommend
-from demos.prediction.engines import Deployment, ServedModel
+from demos.prediction.engines import Deployment, ServedModel, served_model
 from demos.prediction.outputs import point_record
 from demos.prediction.result import ClusterSetup, Prediction, Setting, SweptPoint
 from demos.prediction.sweep import DEFAULT_TOKENS, PointResult, Sweep, default_mode, run_sweep, sweep_kernels
@@ -25,7 +25,7 @@ from demos.prediction.trust import checked_line
 from demos.vocabulary import KernelSource, Mode, Phase, Schedule
 from demos.zoo.loading import TOY, load_model, workload_for
 from demos.zoo.memory import ServingLimits, memory_estimate, serving_limits
-from demos.zoo.models import ModelSpec, checkpoints, kv_cache_name, weights_name
+from demos.zoo.models import ModelSpec
 from demos.zoo.rooflines import FITTED_WITH
 from demos.zoo.workload import PHASES, WORKLOAD_SCHEDULES
 
@@ -138,7 +138,7 @@ def predict(
     )
     sweep = Sweep(base, toks, modes, ubs, sms, _what_if(what_if), kernels, _overlaps(overlap))
     _check_fits(sweep)
-    model_id, served = _served(model, spec, base.spec)
+    model_id, served = served_model(model, spec, base.spec)
     return _predict_sweep(sweep, model_id, served, progress)
 
 
@@ -217,34 +217,6 @@ def _what_if(what_if: Any) -> dict[str, Any]:
             f"{field_ref('what_if')} must map each knob to its factor ({{'link': 2.0}}) or list (knob, factor) "
             f"pairs, got {what_if!r}"
         ) from None
-
-
-def _served(given: Any, native: ModelSpec, predicted: ModelSpec) -> tuple[str | None, ServedModel]:
-    """What the engine lines serve: the model's own repository and ``ServedModel`` (the weights and KV
-    cache predicted, the checkpoint's own weights, the published checkpoints, the architecture). A preset
-    or alias (by name or as its ``ModelSpec``) has its repository and checkpoints
-    (``demos.zoo.models.checkpoints``: an alias has its own, DeepSeek-R1 is not DeepSeek-V3); a model folder
-    (a HuggingFace snapshot) is served from that folder as given; a config.json or another spec has neither
-    (the lines then hold a placeholder the user fills: the folder with the weights)."""
-    source = native.source
-    repo = None
-    if source.startswith("huggingface.co/") and " " in source:
-        repo = source[len("huggingface.co/") :].split(" ", 1)[0]
-    elif isinstance(given, (str, os.PathLike)) and os.path.isdir(given):
-        repo = os.fspath(given)
-    nat = weights_name(native.precision)
-    found: dict[str, str] = {}
-    if repo is not None:
-        names = ((given,) if isinstance(given, str) else ()) + (native.name,)
-        found = next((c for c in map(checkpoints, names) if c), {})
-    served = ServedModel(
-        weights=weights_name(predicted.precision),
-        native=nat,
-        kv_cache=kv_cache_name(predicted.precision),
-        checkpoints=tuple(found.items()),
-        model_type=native.model_type,
-    )
-    return found.get(nat, repo), served
 
 
 def _limits(sweep: Sweep, results: Sequence[PointResult], best: dict[str, Setting]) -> ServingLimits:

@@ -69,12 +69,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from demos.vocabulary import Overlap, Phase, Schedule
 from demos.zoo.memory import ServingLimits
+from demos.zoo.models import checkpoints, kv_cache_name, weights_name
 
 __all__ = [
     "EPLB_MODEL_TYPES",
@@ -91,6 +93,7 @@ __all__ = [
     "ServedModel",
     "overlap_flags",
     "serve_lines",
+    "served_model",
 ]
 
 VLLM_VERSION = "0.34.0"
@@ -373,6 +376,36 @@ class Deployment:
             limits=limits,
             experts=ExpertBalance(workload.redundant_experts, imbalance),
         )
+
+
+def served_model(given: Any, native: Any, predicted: Any) -> tuple[str | None, ServedModel]:
+    """What the engine lines serve of ``given`` (the model as the user named it: a preset, an alias, a path
+    or a ``ModelSpec``), loaded as ``native`` and predicted as ``predicted`` (``ModelSpec``s): the model's
+    own repository and ``ServedModel`` (the weights and KV cache predicted, the checkpoint's own weights,
+    the published checkpoints, the architecture). A preset
+    or alias (by name or as its ``ModelSpec``) has its repository and checkpoints
+    (``demos.zoo.models.checkpoints``: an alias has its own, DeepSeek-R1 is not DeepSeek-V3); a model folder
+    (a HuggingFace snapshot) is served from that folder as given; a config.json or another spec has neither
+    (the lines then hold a placeholder the user fills: the folder with the weights)."""
+    source = native.source
+    repo = None
+    if source.startswith("huggingface.co/") and " " in source:
+        repo = source[len("huggingface.co/") :].split(" ", 1)[0]
+    elif isinstance(given, (str, os.PathLike)) and os.path.isdir(given):
+        repo = os.fspath(given)
+    nat = weights_name(native.precision)
+    found: dict[str, str] = {}
+    if repo is not None:
+        names = ((given,) if isinstance(given, str) else ()) + (native.name,)
+        found = next((c for c in map(checkpoints, names) if c), {})
+    served = ServedModel(
+        weights=weights_name(predicted.precision),
+        native=nat,
+        kv_cache=kv_cache_name(predicted.precision),
+        checkpoints=tuple(found.items()),
+        model_type=native.model_type,
+    )
+    return found.get(nat, repo), served
 
 
 def _gpus(n: int) -> str:
