@@ -195,15 +195,14 @@ class VLLMRank(RankScheduler):
             i += 1
         while not preempted and budget > 0 and self.waiting and len(self.running) < self.max_seqs:
             live = self.waiting[0]
-            n = min(live.target - live.computed, budget)
+            n = min(live.target - live.computed, budget) if live.prefilling else 1  # a transferred one decodes
             if self.kv_used + live.cached + n > self.kv_tokens:
                 break
             self.waiting.popleft()
             self.running.append(live)
             self.kv_used += live.cached + n  # a transferred request arrives with its prompt's cache
-            if n:
-                entries[live] = n
-                budget -= n
+            entries[live] = n
+            budget -= n
         return _plan(list(entries.items()))
 
 
