@@ -10,8 +10,10 @@ busiest rank's step is what the predictor prices, every rank waiting for it). Pe
   from a CUDA graph where the engine replays one (``SplitDecision.graph``), else eager;
 * **with prefill chunks** (a prefill step, or vLLM's mixed step): the prefill step of the busiest rank's
   tokens, eager, in requests as long as its chunks end (a chunk's tokens and the tokens cached before
-  it); a decode token in a mixed step is priced as one more prompt token (a stated approximation: its
-  attention over its whole context is not charged);
+  it), at most the step's tokens: a chunk after cached tokens is priced as a prompt of the step's
+  tokens, its attention to the cached ones not charged, and a decode token in a mixed step as one more
+  prompt token, its attention over its whole context not charged (two stated approximations, which
+  under-price long-context chunked prefill);
 * split (``SplitDecision.split``): the DBO step of the same batch; single-batch overlap where the run
   asks for it and it applies (the low-latency schedule, EP > 1).
 
