@@ -18,8 +18,8 @@ among the runs within ``FLOOR`` of the best throughput) with the engine lines th
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from demos.errors import ConfigError, field_ref
 from demos.prediction.engines import (
@@ -34,7 +34,7 @@ from demos.serving import arrivals, split_rules
 from demos.serving.run import OverlapRun, Pool, PoolKind, ServingError, metrics, serve
 from demos.serving.schedulers import make_rank, make_router
 from demos.serving.step_times import StepPricer, kv_capacity_tokens
-from demos.vocabulary import Overlap, Phase, Schedule
+from demos.vocabulary import Overlap, Phase
 from demos.zoo.loading import load_model, workload_for
 from demos.zoo.memory import serving_limits
 
@@ -66,6 +66,7 @@ class ServingRun:
     best: dict[str, Any] = field(default_factory=dict)
     pricer: dict[str, Any] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
+    _raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in ("title", "model", "engine", "pool", "workload")}
@@ -73,6 +74,34 @@ class ServingRun:
         out["runs"] = [r.as_dict() for r in self.runs]
         out.update(best=dict(self.best), pricer=dict(self.pricer), sources=list(self.sources))
         return out
+
+    def write_plot(self, path: str) -> None:
+        """Two panels: each strategy's inter-token latency CDF, and the busiest rank's tokens per step over
+        time with the split steps marked (the first strategy that splits). Needs matplotlib."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+        for name, (lives, rec) in self._raw.items():
+            gaps = sorted(1e3 * (b - a) for x in lives for a, b in zip(x.token_s, x.token_s[1:]))
+            if gaps:
+                left.plot(gaps, [(i + 1) / len(gaps) for i in range(len(gaps))], label=name)
+        left.set_xscale("log")
+        left.set(xlabel="inter-token latency (ms)", ylabel="share of gaps", title="ITL CDF")
+        left.legend()
+        name = next((n for n, (_, rec) in self._raw.items() if any(d.split for d in rec.decisions)), None)
+        name = name or next(iter(self._raw), None)
+        if name is not None:
+            _, rec = self._raw[name]
+            split = [d.split for d in rec.decisions]
+            right.scatter(rec.ends, rec.tokens, s=2, c=["tab:red" if x else "tab:blue" for x in split])
+            right.set(xlabel="time (s)", ylabel="tokens on the busiest rank", title=f"steps ({name}; red: split)")
+        fig.suptitle(self.title, fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
 
     def text(self) -> str:
         lines = [self.title, f"workload {self.workload}", ""]
@@ -133,9 +162,7 @@ def _positive(name: str, value: Any, kind: type = int) -> Any:
     return value
 
 
-def _source(
-    *, concurrency, isl, osl, rate, trace, trace_format, requests, warmup, seed
-) -> arrivals.ArrivalSource:
+def _source(*, concurrency, isl, osl, rate, trace, trace_format, requests, warmup, seed) -> arrivals.ArrivalSource:
     """The arrival source the arguments name (module docstring), checked."""
     for name, v in (("concurrency", concurrency), ("isl", isl), ("osl", osl), ("requests", requests)):
         _positive(name, v)
@@ -159,8 +186,8 @@ def _source(
     n = requests or 1000
     if concurrency is not None and rate is not None:
         raise ConfigError(f"{field_ref('concurrency')} (a closed loop) and {field_ref('rate')} (an open one): give one")
-    if concurrency is not None:
-        return arrivals.ClosedLoop(concurrency, isl, osl, n, concurrency if warmup is None else warmup)
+    if concurrency is not None:  # aiperf's default warm-up, as aiconfigurator's benchmark script runs it: 2C
+        return arrivals.ClosedLoop(concurrency, isl, osl, n, 2 * concurrency if warmup is None else warmup)
     if rate is not None:
         return arrivals.Poisson(rate, isl, osl, n, seed)
     raise ConfigError(f"give {field_ref('concurrency')} (a closed loop) or {field_ref('rate')} (an open loop)")
@@ -280,7 +307,9 @@ def simulate(
     total = len(source) * (len(overlaps) + (len(THRESHOLDS) if search and engine == "vllm" else 0))
     done = [0]
 
-    def run(o: Overlap, decode_threshold: int) -> OverlapRun:
+    raw: dict[str, Any] = {}
+
+    def run(o: Overlap, decode_threshold: int, keep: bool = False) -> OverlapRun:
         ranks = [make_rank(engine, kv, hbm_gb=hbm_gb, dp=dp, max_seqs=max_seqs) for _ in range(dp)]
         p = Pool(pool_kind, ranks, make_router(engine, dp), engine, c.world)
         decide = _rule(engine, o, decode_threshold, thresholds[1])
@@ -303,9 +332,11 @@ def simulate(
             )
         except ServingError as e:
             raise ConfigError(f"{field_ref('model')} {native.name}: {e}") from None
+        if keep:
+            raw[str(o)] = (lives, rec)
         return metrics(str(o), lives, rec, gpus=c.world, warmup=source.warmup)
 
-    runs = tuple(run(o, thresholds[0]) for o in overlaps)
+    runs = tuple(run(o, thresholds[0], keep=True) for o in overlaps)
     best: dict[str, Any] = {}
     if search and engine == "vllm" and Overlap.DBO in overlaps:
         best = _best(lambda t: run(Overlap.DBO, t), model, native, base)
@@ -334,6 +365,7 @@ def simulate(
         runs=runs,
         best=best,
         pricer={"grid_points": pricer.runs, "interpolation": interp},
+        _raw=raw,
         sources=(
             f"model: {native.source}",
             f"step times: python -m demos.predict's model ({kernels} kernels), interpolated over a grid",
@@ -384,7 +416,3 @@ def _probe(pricer: StepPricer) -> list[tuple]:
         if nxt[0] == ph and nxt[2] == ctx and nxt[3] == mode and nxt[1] > t + 1:
             out.append((ph, (t + nxt[1]) // 2, ctx + ctx // 2, mode))
     return out[:4] or [(Phase.DECODE, 40, 1500, next(iter(used))[3] if used else "graph")]
-
-
-def _unused(*_: Sequence) -> None:  # pragma: no cover
-    asdict, Schedule
