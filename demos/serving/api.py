@@ -130,7 +130,7 @@ class ServingRun:
             )
             lines += ["vLLM", *(f"  {x}" for x in b["vllm"].splitlines())]
         p = self.pricer
-        if p:
+        if p and p["interpolation"]["samples"]:
             lines.append(
                 f"pricer   {p['grid_points']} predicted points; interpolation |error| median "
                 f"{p['interpolation']['median']:.1%}, max {p['interpolation']['max']:.1%} over "
@@ -340,7 +340,8 @@ def simulate(
     best: dict[str, Any] = {}
     if search and engine == "vllm" and Overlap.DBO in overlaps:
         best = _best(lambda t: run(Overlap.DBO, t), model, native, base)
-    interp = pricer.interpolation_error(_probe(pricer))
+    probes = _probe(pricer)
+    interp = pricer.interpolation_error(probes) if probes else {"samples": 0, "median": None, "max": None}
     title = (
         f"{native.name} serving on {engine}, {pool} pool, {c.nodes} x {c.gpus_per_node} {base.gpu.name}, EP {c.ep}"
         + (f", attention TP {base.attention_tp}" if base.attention_tp > 1 else "")
@@ -408,11 +409,14 @@ def _best(run_at: Callable[[int], OverlapRun], given: Any, native: Any, base: An
     }
 
 
-def _probe(pricer: StepPricer) -> list[tuple]:
-    """Midpoints between the decode grid points the run used, to check the interpolation against."""
-    used = sorted({(k[0], k[1], k[2], k[3]) for k in pricer._points})
+def _probe(pricer: StepPricer, most: int = 4) -> list[tuple]:
+    """Up to ``most`` points between the grid points the run used (the middle of two neighbouring token
+    counts, half-way to the next context), to check the interpolation against direct runs."""
+    by: dict[tuple, list[int]] = {}
+    for phase, t, c, mode in pricer._points:
+        by.setdefault((phase, c, mode), []).append(t)
     out = []
-    for (ph, t, ctx, mode), nxt in zip(used, used[1:]):
-        if nxt[0] == ph and nxt[2] == ctx and nxt[3] == mode and nxt[1] > t + 1:
-            out.append((ph, (t + nxt[1]) // 2, ctx + ctx // 2, mode))
-    return out[:4] or [(Phase.DECODE, 40, 1500, next(iter(used))[3] if used else "graph")]
+    for (phase, c, mode), ts in sorted(by.items()):
+        ts = sorted(ts)
+        out += [(phase, (a + b) // 2, c + c // 2, mode) for a, b in zip(ts, ts[1:]) if b > a + 1]
+    return out[:most]

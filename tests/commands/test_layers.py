@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         tuple(MODULES)
         + (
             "demos.bench.__main__",
+            "demos.serving.__main__",
             "demos._overlap_flags",
             "demos._zoo_overlap",
             "demos._cli.model_flags",
