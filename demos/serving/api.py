@@ -247,8 +247,10 @@ def simulate(
     search: bool = True,
     seed: int = 0,
     progress: Callable[[int, int, str], None] | None = None,
+    pricers: dict | None = None,
 ) -> ServingRun:
-    """The serving run (module docstring)."""
+    """The serving run (module docstring). ``pricers``: a dict the step pricers are kept in by deployment,
+    so runs of one deployment share their grid points (None: one pricer for this run)."""
     if engine not in ENGINES:
         raise ConfigError(f"{field_ref('engine')} must be one of {', '.join(ENGINES)}, got {engine!r}")
     if pool not in PoolKind.choices():
@@ -299,7 +301,12 @@ def simulate(
             f"{field_ref('model')} {native.name} leaves no room for a KV cache on {c.nodes} x {c.gpus_per_node} "
             f"{base.gpu.name} at EP {c.ep}: use more GPUs (--nodes, --ep) or smaller weights (--weights)"
         )
-    pricer = StepPricer(base, kernels)
+    key = (base, kernels)
+    pricer = pricers.get(key) if pricers is not None else None
+    if pricer is None:
+        pricer = StepPricer(base, kernels)
+        if pricers is not None:
+            pricers[key] = pricer
     thresholds = (
         dbo_decode_token_threshold or VLLM_DEFAULT_THRESHOLDS[Phase.DECODE],
         dbo_prefill_token_threshold or VLLM_DEFAULT_THRESHOLDS[Phase.PREFILL],
