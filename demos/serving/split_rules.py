@@ -68,7 +68,8 @@ SGLang 0.5.23 (``sglang_tbo_plan``): ``python/sglang/srt/batch_overlap/two_batch
 * With TBO on, decode CUDA graphs are captured only split (``TboCudaGraphRunnerPlugin``,
   ``capture_one_batch_size``; ``model_executor/runner/decode_cuda_graph_runner.py``,
   ``DecodeCudaGraphRunner.can_run_graph`` requires the step to split): a decode step that does not split
-  runs eager; prefill CUDA graphs are off with TBO (``arg_groups/cuda_graph_hook.py``).
+  runs eager; the breakable prefill CUDA graph is off with TBO (``arg_groups/cuda_graph_hook.py``,
+  ``disable_breakable_cudagraph_if_incompatible``), so prompt steps run eager here.
 * Single-batch overlap (``--enable-single-batch-overlap``, ``batch_overlap/single_batch_overlap.py``) has
   no per-step rule: it is a server flag applied inside every MoE forward that has tokens.
 """
