@@ -68,7 +68,8 @@ SGLang 0.5.23 (``sglang_tbo_plan``): ``python/sglang/srt/batch_overlap/two_batch
 * With TBO on, decode CUDA graphs are captured only split (``TboCudaGraphRunnerPlugin``,
   ``capture_one_batch_size``; ``model_executor/runner/decode_cuda_graph_runner.py``,
   ``DecodeCudaGraphRunner.can_run_graph`` requires the step to split): a decode step that does not split
-  runs eager; prefill CUDA graphs are off with TBO (``arg_groups/cuda_graph_hook.py``).
+  runs eager; the breakable prefill CUDA graph is off with TBO (``arg_groups/cuda_graph_hook.py``,
+  ``disable_breakable_cudagraph_if_incompatible``), so prompt steps run eager here.
 * Single-batch overlap (``--enable-single-batch-overlap``, ``batch_overlap/single_batch_overlap.py``) has
   no per-step rule: it is a server flag applied inside every MoE forward that has tokens.
 """
@@ -83,8 +84,10 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from demos.serving.batch import RankBatch, SplitDecision, SplitReason
+from demos.vocabulary import Word
 
 __all__ = [
+    "CudaGraph",
     "StepPlan",
     "VllmGraphs",
     "sglang_decode_graph_bs",
@@ -110,7 +113,18 @@ SGLANG_TOKEN_DISTRIBUTION_THRESHOLD = 0.48
 
 # CUDA graph levels as vLLM orders them (CUDAGraphMode NONE=0, PIECEWISE=1, FULL=2; ranks take the minimum).
 _NONE, _PIECEWISE, _FULL = 0, 1, 2
-_KIND = {_NONE: "none", _PIECEWISE: "piecewise", _FULL: "full"}
+
+
+class CudaGraph(Word):
+    """How a rank runs its step: a FULL CUDA graph (the whole forward), PIECEWISE graphs (the forward
+    between attention layers; vLLM only), or none (eager, kernel by kernel)."""
+
+    FULL = "full"
+    PIECEWISE = "piecewise"
+    NONE = "none"
+
+
+_KIND = {_NONE: CudaGraph.NONE, _PIECEWISE: CudaGraph.PIECEWISE, _FULL: CudaGraph.FULL}
 
 # vLLM's graph modes: (graphs of uniform decodes, graphs of the other batches); a mode with one routine
 # for every batch (full, piecewise) captures token-keyed graphs only.
@@ -128,14 +142,14 @@ class StepPlan:
     """What a step runs on every rank, one entry per rank in each tuple.
 
     ``decision``: the engine's ``SplitDecision`` for the step. ``run_tokens``: the tokens each rank runs,
-    padding and a vLLM idle rank's dummy tokens included. ``graph_kinds``: each rank's CUDA graph, ``"full"``,
-    ``"piecewise"`` or ``"none"`` (eager). ``halves``: each rank's two micro-batches' real work when the
+    padding and a vLLM idle rank's dummy tokens included. ``graph_kinds``: each rank's ``CudaGraph`` (full,
+    piecewise, or none: eager). ``halves``: each rank's two micro-batches' real work when the
     step splits (padding is not work; an idle rank's halves are empty), None when it does not.
     """
 
     decision: SplitDecision
     run_tokens: tuple[int, ...]
-    graph_kinds: tuple[str, ...]
+    graph_kinds: tuple[CudaGraph, ...]
     halves: tuple[tuple[RankBatch, RankBatch], ...] | None = None
 
 
@@ -241,7 +255,7 @@ class VllmGraphs:
         if mode not in _VLLM_MODES:
             raise ValueError(f"mode must be one of {', '.join(_VLLM_MODES)}, got {mode!r}")
         q = 1 + num_speculative_tokens
-        if mode == "none":
+        if _VLLM_MODES[mode] == (None, _NONE):
             return cls(mode, (), (), max_num_seqs, q)
         ceiling = 1024 if sm100 else 512
         cap = min(max_num_seqs * q * 2, ceiling)
@@ -435,7 +449,7 @@ def vllm_dbo_plan(
     decode_threshold, prefill_threshold = _vllm_thresholds(enabled, decode_threshold, prefill_threshold, q)
     if all(r.idle for r in ranks):
         # No rank has work: the engines pause their busy loop, no dummy batch runs.
-        return StepPlan(SplitDecision(False, SplitReason.EMPTY_STEP), (0,) * len(ranks), ("none",) * len(ranks))
+        return StepPlan(SplitDecision(False, SplitReason.EMPTY_STEP), (0,) * len(ranks), (CudaGraph.NONE,) * len(ranks))
     views = [_vllm_rank(r, q) for r in ranks]
     if len(ranks) == 1:
         # Data parallel 1: no micro-batch runner, no agreement; the rank replays the graph its batch fits.
@@ -469,7 +483,7 @@ def vllm_dbo_plan(
         reason = SplitReason.DISABLED
     level = min(_dispatch(graphs, ubatch_threshold, v.reqs, v.tokens, v.uniform, 1).level for v in views)
     if level == _NONE:
-        return StepPlan(SplitDecision(False, reason), tuple(tokens), ("none",) * len(ranks))
+        return StepPlan(SplitDecision(False, reason), tuple(tokens), (CudaGraph.NONE,) * len(ranks))
     d = _dispatch(graphs, ubatch_threshold, reqs, hi, synced_uniform, 1)
     return StepPlan(
         SplitDecision(False, reason, d.tokens, d.level != _NONE),
@@ -544,9 +558,9 @@ def vllm_legacy_dbo_decision(
 
 def _vllm_order(batch: RankBatch, q: int) -> list[tuple[str, int, int]]:
     """The runner's request order (``GPUModelRunner`` V2, ``sort_batch_req_ids``): decode-length requests
-    first, then the rest by ascending query length (a stable sort). Entries: (kind, tokens, context)."""
-    decodes = [("decode", q, ctx) for ctx in batch.decode]
-    prefills = sorted((("prefill", c, cached) for c, cached in batch.prefill), key=lambda e: (e[1] != q, e[1]))
+    first, then the rest by ascending query length (a stable sort). Entries: (is a decode, tokens, context)."""
+    decodes = [(True, q, ctx) for ctx in batch.decode]
+    prefills = sorted(((False, c, cached) for c, cached in batch.prefill), key=lambda e: (e[1] != q, e[1]))
     return decodes + prefills
 
 
@@ -573,7 +587,7 @@ def vllm_split(
         raise ValueError(f"batch must be a RankBatch, got {batch!r}")
     q = 1 + _count(num_speculative_tokens, "num_speculative_tokens", 0)
     order = (
-        [("decode", q, c) for c in batch.decode] + [("prefill", c, k) for c, k in batch.prefill]
+        [(True, q, c) for c in batch.decode] + [(False, c, k) for c, k in batch.prefill]
         if keep_order
         else _vllm_order(batch, q)
     )
@@ -586,9 +600,9 @@ def vllm_split(
     _count(split_point, "split_point", 0)
     halves: tuple[tuple[list, list], tuple[list, list]] = (([], []), ([], []))
     start = 0
-    for kind, n, ctx in order:
+    for is_decode, n, ctx in order:
         end = start + n
-        if kind == "decode":
+        if is_decode:
             halves[0 if start < split_point else 1][0].append(ctx)
         elif end <= split_point:
             halves[0][1].append((n, ctx))
@@ -605,6 +619,15 @@ def vllm_split(
 # --- SGLang 0.5.23 ------------------------------------------------------------------------------------
 
 _SGLANG_DEEPEP_MODES = ("auto", "normal", "low_latency")
+
+
+class _Forward(Word):
+    """A rank's forward mode (SGLang's ``ForwardMode``, the ones a ``RankBatch`` can be)."""
+
+    IDLE = "idle"
+    DECODE = "decode"
+    EXTEND = "extend"
+    MIXED = "mixed"
 
 
 def _split_balanced(lens: Sequence[int]) -> int:
@@ -667,14 +690,14 @@ def sglang_split_index(
     return i, sum(lens[:i])
 
 
-def _sglang_mode(batch: RankBatch) -> str:
+def _sglang_mode(batch: RankBatch) -> _Forward:
     """A rank's forward mode: idle, decode, extend (prompt chunks only) or mixed (prompt chunks and decodes
     in one batch, which SGLang forms with ``--enable-mixed-chunk``)."""
     if batch.idle:
-        return "idle"
+        return _Forward.IDLE
     if not batch.prefill:
-        return "decode"
-    return "mixed" if batch.decode else "extend"
+        return _Forward.DECODE
+    return _Forward.MIXED if batch.decode else _Forward.EXTEND
 
 
 def sglang_split(
@@ -692,19 +715,19 @@ def sglang_split(
     if not isinstance(batch, RankBatch):
         raise ValueError(f"batch must be a RankBatch, got {batch!r}")
     mode = _sglang_mode(batch)
-    if mode == "idle":
+    if mode is _Forward.IDLE:
         return RankBatch(), RankBatch()
-    if mode == "decode":
+    if mode is _Forward.DECODE:
         bs = len(batch.decode)
         cut = bs // 2 if graph_bs is None else min(bs, _count(graph_bs, "graph_bs", bs) // 2)
         return RankBatch(decode=batch.decode[:cut]), RankBatch(decode=batch.decode[cut:])
-    items = [("prefill", c, k) for c, k in batch.prefill] + [("decode", 1, ctx) for ctx in batch.decode]
+    items = [(False, c, k) for c, k in batch.prefill] + [(True, 1, ctx) for ctx in batch.decode]
     _, cut = sglang_split_index([n for _, n, _ in items], token_distribution_threshold=token_distribution_threshold)
     halves: tuple[tuple[list, list], tuple[list, list]] = (([], []), ([], []))
     start = 0
-    for kind, n, ctx in items:
+    for is_decode, n, ctx in items:
         end = start + n
-        if kind == "decode":
+        if is_decode:
             halves[0 if start < cut else 1][0].append(ctx)
         elif end <= cut:
             halves[0][1].append((n, ctx))
@@ -766,13 +789,13 @@ def sglang_tbo_plan(
         raise ValueError(f"graph_bs must be positive batch sizes, got {graph_bs!r}")
     n = len(ranks)
     modes = [_sglang_mode(r) for r in ranks]
-    if all(m == "idle" for m in modes):
-        return StepPlan(SplitDecision(False, SplitReason.EMPTY_STEP), (0,) * n, ("none",) * n)
-    busy = [m for m in modes if m != "idle"]
+    if all(m is _Forward.IDLE for m in modes):
+        return StepPlan(SplitDecision(False, SplitReason.EMPTY_STEP), (0,) * n, (CudaGraph.NONE,) * n)
+    busy = [m for m in modes if m is not _Forward.IDLE]
     agree = all(m == busy[0] for m in busy)
     # An extend batch cannot split through DeepEP's low-latency kernels (auto resolves extend to normal).
     blocked = moe_a2a and deepep_mode == "low_latency"
-    can_split = [not (blocked and m in ("extend", "mixed")) for m in modes]
+    can_split = [not (blocked and m in (_Forward.EXTEND, _Forward.MIXED)) for m in modes]
     if not enabled:
         reason = SplitReason.DISABLED
     elif not agree:
@@ -783,25 +806,26 @@ def sglang_tbo_plan(
         reason = SplitReason.SPLIT
     split = reason == SplitReason.SPLIT
     # Decode graphs: every rank decodes or idles (a min-reduced vote), and with TBO on the step splits.
-    graph_step = cuda_graph and all(m in ("decode", "idle") for m in modes) and (split or not enabled)
+    graph_step = cuda_graph and all(m in (_Forward.DECODE, _Forward.IDLE) for m in modes) and (split or not enabled)
     sizes = [len(r.decode) for r in ranks]
-    run, kinds = [], []
+    run: list[int] = []
+    kinds: list[CudaGraph] = []
     for r, bs in zip(ranks, sizes):
         want = max(sizes) if gathered_bs else bs
         if graph_step and want <= buckets[-1]:
             run.append(buckets[bisect.bisect_left(buckets, want)])
-            kinds.append("full")
+            kinds.append(CudaGraph.FULL)
         else:
             run.append(r.tokens)
-            kinds.append("none")
-    graph = all(k == "full" for k in kinds)
+            kinds.append(CudaGraph.NONE)
+    graph = all(k is CudaGraph.FULL for k in kinds)
     padded = run[0] if graph and gathered_bs else None
     halves = None
     if split:
         halves = tuple(
             sglang_split(
                 r,
-                graph_bs=p if k == "full" else None,
+                graph_bs=p if k is CudaGraph.FULL else None,
                 token_distribution_threshold=token_distribution_threshold,
             )
             for r, p, k in zip(ranks, run, kinds)
