@@ -67,6 +67,7 @@ __all__ = [
     "peer_estimate",
     "peer_rows",
     "peer_summary",
+    "reason_kind",
     "silicon_records",
 ]
 
@@ -464,13 +465,30 @@ def no_estimate_reasons(checks: Iterable[PeerCheck]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+_DETAIL = (
+    (re.compile(r"\{[^{}]*\}"), "{...}"),  # a table key's fields
+    (re.compile(r" at \S*aiconfigurator_core/systems/\S*"), ""),  # the table's folder
+    (re.compile(r"<urlopen error [^>]*>"), "offline"),
+)
+
+
+def reason_kind(reason: str, width: int = 110) -> str:
+    """``reason`` without its "no estimate: " and with its row-specific details folded (a table key's
+    fields, the table's folder, the download error), cut to ``width``: rows missing the same kind of
+    data count as one line."""
+    reason = reason.removeprefix("no estimate: ")
+    for pattern, repl in _DETAIL:
+        reason = pattern.sub(repl, reason)
+    return reason if len(reason) <= width else reason[: width - 3] + "..."
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
 
 
 def format_peer(summaries: list[dict], reasons: Mapping[str, int] | None = None, top: int = 10) -> str:
     """The summary as a table (one line per gpu, engine, mode and phase) and the ``top`` most common
-    reasons rows got no estimate."""
+    reasons rows got no estimate (``no_estimate_reasons``, folded by ``reason_kind``)."""
     lines = [
         "aiconfigurator's own estimate against the measured deployments (error: estimate / measured - 1)",
         f"{'gpu':6} {'engine':7} {'mode':6} {'phase':5} {'rows':>5} {'est':>5} "
@@ -483,7 +501,13 @@ def format_peer(summaries: list[dict], reasons: Mapping[str, int] | None = None,
             f"{_pct(s['median_error']):>8} {size:>9} {_pct(s['max_error']):>9}"
         )
     if reasons:
-        lines.append(f"no estimate for {sum(reasons.values())} rows; the most common reasons:")
-        for reason, n in list(reasons.items())[:top]:
+        kinds: dict[str, int] = {}
+        for reason, n in reasons.items():
+            kinds[reason_kind(reason)] = kinds.get(reason_kind(reason), 0) + n
+        ranked = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))
+        lines.append(f"no estimate for {sum(reasons.values())} rows; the most common reasons (no estimate: ...):")
+        for reason, n in ranked[:top]:
             lines.append(f"  {n:5d}  {reason}")
+        if len(ranked) > top:
+            lines.append(f"  {sum(n for _, n in ranked[top:]):5d}  {len(ranked) - top} other reasons")
     return "\n".join(lines)

@@ -373,7 +373,25 @@ def test_the_summary_groups_by_gpu_engine_mode_and_phase_with_signed_and_absolut
     text = P.format_peer(P.peer_summary(checks), P.no_estimate_reasons(checks))
     assert "h200   sglang  agg    ttft      4     3    +5.0%     10.0%    -20.0%" in text
     assert "b200   trtllm  disagg tpot      1     0        -         -         -" in text
-    assert "no estimate for 2 rows" in text and "      2  no estimate: x" in text
+    assert "no estimate for 2 rows" in text and "      2  x" in text
+
+
+def test_reasons_that_differ_only_in_a_rows_details_are_one_line():
+    moe = "no estimate: PerfDataNotAvailableError: perf database error: MoE data missing for MoeKey {{ tp: {} }} at "
+    folder = "aiconfigurator_core/systems/data/b200_sxm/vllm/0.24.0"
+    reasons = {moe.format(1) + folder: 3, moe.format(2) + folder: 2, "no estimate: a": 1, "no estimate: b": 1}
+    folded = "PerfDataNotAvailableError: perf database error: MoE data missing for MoeKey {...}"
+    assert P.reason_kind(moe.format(1) + folder) == folded
+    offline = "no estimate: HuggingFaceDownloadError: Failed to download m's config.json: <urlopen error [Errno -2] x>"
+    assert P.reason_kind(offline) == "HuggingFaceDownloadError: Failed to download m's config.json: offline"
+    assert len(P.reason_kind("no estimate: " + "x" * 300)) == 110
+    text = P.format_peer([], reasons, top=2)
+    assert text.splitlines()[2:] == [
+        "no estimate for 7 rows; the most common reasons (no estimate: ...):",
+        "      5  " + folded,
+        "      1  a",
+        "      1  1 other reasons",
+    ]
 
 
 def test_a_phase_without_a_measured_value_is_not_counted():
