@@ -428,7 +428,7 @@ class _Phase(NamedTuple):
 
 
 def peer_summary(checks: Iterable[PeerCheck]) -> list[dict]:
-    """Per (gpu, engine, mode, phase "ttft"/"tpot"): ``rows`` (measured in that phase), ``estimated``
+    """Per (gpu, engine, mode, phase "ttft" then "tpot"): ``rows`` (measured in that phase), ``estimated``
     (with an estimate), and of the estimated ones the signed median error, the median |error| and the
     signed error of the largest (``demos.fidelity.stats.error_stats``; None when none was estimated)."""
     groups: dict[tuple[str, str, str, str], tuple[list, list]] = {}
@@ -444,7 +444,9 @@ def peer_summary(checks: Iterable[PeerCheck]) -> list[dict]:
             if err is not None:
                 errs.append(_Phase(c.id, err))
     out = []
-    for (gpu, engine, mode, phase), (rows, errs) in sorted(groups.items()):
+    for (gpu, engine, mode, phase), (rows, errs) in sorted(
+        groups.items(), key=lambda kv: (*kv[0][:3], kv[0][3] != "ttft")
+    ):
         stats = {"median_error": None, "median_abs_error": None, "max_error": None, "worst": None}
         if errs:
             s, worst = error_stats(errs)

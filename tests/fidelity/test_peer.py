@@ -358,7 +358,7 @@ def test_the_summary_groups_by_gpu_engine_mode_and_phase_with_signed_and_absolut
         _check("f", gpu="b200", engine="trtllm", mode="disagg"),
     ]
     s = {(x["gpu"], x["engine"], x["mode"], x["phase"]): x for x in P.peer_summary(checks)}
-    assert list(s) == sorted(s)
+    assert list(s)[:2] == [("b200", "trtllm", "disagg", "ttft"), ("b200", "trtllm", "disagg", "tpot")]
     ttft = s["h200", "sglang", "agg", "ttft"]
     assert (ttft["rows"], ttft["estimated"]) == (4, 3)
     assert ttft["median_error"] == pytest.approx(0.05)  # of +10%, -20%, +5%
