@@ -33,7 +33,7 @@ class SplitReason(Word):
     IDLE_RANK = "idle_rank"  # a rank with nothing scheduled votes no (its dummy step is below threshold)
     EMPTY_UBATCH = "empty_ubatch"  # vLLM: the least-loaded rank would leave its second micro-batch empty
     MODE_DISAGREEMENT = "mode_disagreement"  # SGLang: the ranks' forward modes differ
-    CANNOT_SPLIT = "cannot_split"  # SGLang: a rank's batch cannot split (one decode request)
+    CANNOT_SPLIT = "cannot_split"  # SGLang: an extend batch under DeepEP's low-latency mode cannot split
     EMPTY_STEP = "empty_step"  # no rank has work
 
 
