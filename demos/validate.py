@@ -9,6 +9,7 @@
     python -m demos.validate kernels       # the fitted roofline against measured kernel tables (extra: measured)
     python -m demos.validate silicon       # predicted no-DBO steps against measured deployments (extra: measured)
     python -m demos.validate silicon --kernels measured   # the same, kernel times from the tables
+    python -m demos.validate serving [--quick] [--peer]   # simulated serving runs against measured ones
     python -m demos.validate published     # published overlap results (LMSYS's 96-H100 decode) against the predictor
     python -m demos.validate published --ablation   # ... and what each overlap mechanism moves
 
@@ -43,7 +44,7 @@ from demos.toy.config import ConfigError
 __all__ = ["CHECKS", "PROG", "build_parser", "main", "new_spelling"]
 
 PROG = "python -m demos.validate"
-CHECKS = ("grid", "h200", "deepep", "kernels", "silicon", "published")
+CHECKS = ("grid", "h200", "deepep", "kernels", "silicon", "serving", "published")
 """The checks, each a subcommand; ``grid`` is the default (a command line that names none runs it)."""
 OLD_FLAGS = {f"--{c}": c for c in CHECKS if c != "grid"}
 """The old spelling of each check but the grid: a flag (``--kernels`` is now ``kernels``)."""
@@ -266,6 +267,21 @@ def build_parser(renamed: Mapping[str, str] = MappingProxyType({})) -> argparse.
     )
     _json_flag(silicon, "the rows, their summaries and the gap's fits")
     _progress_flag(silicon)
+    serving = sub.add_parser(
+        "serving",
+        prog=f"{PROG} serving",
+        renamed=renamed,
+        help="simulated serving runs against measured ones: TTFT and TPOT (needs the measured extra)",
+        description="Simulate every measured serving run the predictor can express, as its benchmark ran, and "
+        "compare TTFT and TPOT (needs the measured extra; docs/serving.md).",
+    )
+    serving.add_argument("--quick", action="store_true", help="one row per deployment and lengths (a sample)")
+    serving.add_argument("--full", action="store_true", help="aiperf's request counts (20 x concurrency; slow)")
+    serving.add_argument(
+        "--peer", action="store_true", help="aiconfigurator's own estimate of the same rows beside ours (extra: peer)"
+    )
+    _json_flag(serving, "the rows, their summaries and the side-by-side figures")
+    _progress_flag(serving)
     pub = sub.add_parser(
         "published",
         prog=f"{PROG} published",
@@ -469,12 +485,28 @@ def _published(ns: argparse.Namespace) -> Any:
     return result
 
 
+def _serving(ns: argparse.Namespace) -> Any:
+    from demos.fidelity.peer import PeerError
+    from demos.zoo.measured import MeasuredTablesError
+
+    progress = ProgressLine(enabled=not ns.no_progress)
+    try:
+        result = checks.serving_check(quick=ns.quick, full=ns.full, peer=ns.peer, progress=progress)
+    except (MeasuredTablesError, PeerError) as e:
+        raise _Refused(str(e)) from None
+    finally:
+        progress.done()
+    cli_common.say(result.text())
+    return result
+
+
 _RUN: dict[str, Callable[[argparse.Namespace], Any]] = {
     "grid": _grid,
     "h200": _h200,
     "deepep": _deepep,
     "kernels": _measured,
     "silicon": _measured,
+    "serving": _serving,
     "published": _published,
 }
 """Each check's run: its one library call (``demos.fidelity.checks``), its text printed; the result, whose

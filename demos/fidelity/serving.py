@@ -35,7 +35,15 @@ from demos.fidelity.stats import error_stats
 from demos.zoo.hardware import get_gpu, host_layout
 from demos.zoo.models import CHECKPOINTS, get_preset, weights_name
 
-__all__ = ["SERVED", "ServingCheck", "format_serving", "serving_rows", "serving_summaries"]
+__all__ = [
+    "SERVED",
+    "ServingCheck",
+    "format_serving",
+    "format_side_by_side",
+    "serving_rows",
+    "serving_summaries",
+    "side_by_side",
+]
 
 
 def _served() -> dict[tuple[str, str], tuple[str, str | None]]:
@@ -102,9 +110,7 @@ def _plan(r) -> dict | str:
         return f"no scheduler for {r.engine}"
     ep, tp = layout
     hosts, per = host_layout(get_gpu(gpu), ep)
-    return dict(
-        model=served[0], weights=served[1], gpu=gpu, ep=ep, attention_tp=tp, nodes=hosts, gpus_per_node=per
-    )
+    return dict(model=served[0], weights=served[1], gpu=gpu, ep=ep, attention_tp=tp, nodes=hosts, gpus_per_node=per)
 
 
 def serving_rows(
@@ -226,3 +232,50 @@ def format_serving(summaries: list[dict], skipped: dict[str, int]) -> str:
         lines.append("skipped rows:")
         lines += [f"  {n:>5}  {why}" for why, n in skipped.items()]
     return "\n".join(lines) + "\n"
+
+
+def side_by_side(rows: list[ServingCheck], progress: Callable[[int, int, str], None] | None = None) -> list[dict]:
+    """aiconfigurator's estimate of the rows simulated (``demos.fidelity.peer``, cached), beside ours: per
+    GPU, engine and mode, the rows both estimated, and for TTFT and TPOT both median |errors| on them."""
+    from demos.fidelity.peer import load_peer, peer_rows
+    from demos.zoo import measured
+
+    ours = {r.id: r for r in rows}
+    measured_rows = [m for m in measured.silicon_rows() if m.id in ours]
+    theirs = {c.id: c for c in peer_rows(measured_rows, progress, peer=load_peer())}
+    out = []
+    for key in sorted({(r.gpu, r.engine, r.mode) for r in rows}):
+        both = [(r, theirs[r.id]) for r in rows if (r.gpu, r.engine, r.mode) == key and r.id in theirs]
+        d = {"gpu": key[0], "engine": key[1], "mode": key[2], "rows": len(both)}
+        for what in ("ttft", "tpot"):
+            pairs = [
+                (getattr(r, f"{what}_error"), getattr(c, f"{what}_error"))
+                for r, c in both
+                if getattr(r, f"{what}_error") is not None and getattr(c, f"{what}_error") is not None
+            ]
+            d[what] = {
+                "rows": len(pairs),
+                "ours": statistics.median(abs(a) for a, _ in pairs) if pairs else None,
+                "aiconfigurator": statistics.median(abs(b) for _, b in pairs) if pairs else None,
+            }
+        out.append(d)
+    return out
+
+
+def format_side_by_side(groups: list[dict]) -> str:
+    lines = [
+        "Beside aiconfigurator's own estimate of the same rows (median |error| on the rows both estimated)",
+        f"{'gpu':<6} {'engine':<7} {'mode':<6} {'TTFT rows':>9} {'ours':>7} {'aic':>7}  {'TPOT rows':>9} "
+        f"{'ours':>7} {'aic':>7}",
+    ]
+    for g in groups:
+        t, p = g["ttft"], g["tpot"]
+        lines.append(
+            f"{g['gpu']:<6} {g['engine']:<7} {g['mode']:<6} {t['rows']:>9} {_abs(t['ours']):>7} "
+            f"{_abs(t['aiconfigurator']):>7}  {p['rows']:>9} {_abs(p['ours']):>7} {_abs(p['aiconfigurator']):>7}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _abs(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
