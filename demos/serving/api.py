@@ -315,11 +315,16 @@ def simulate(
     done = [0]
 
     raw: dict[str, Any] = {}
+    graphs = split_rules.VllmGraphs.defaults(
+        max_num_seqs=getattr(budget, "max_seqs", 1024),
+        max_num_batched_tokens=step_tokens,
+        sm100=base.gpu.family == "blackwell",
+    )
 
     def run(o: Overlap, decode_threshold: int, keep: bool = False) -> OverlapRun:
         ranks = [make_rank(engine, kv, hbm_gb=hbm_gb, dp=dp, max_seqs=max_seqs) for _ in range(dp)]
         p = Pool(pool_kind, ranks, make_router(engine, dp), engine, c.world)
-        decide = _rule(engine, o, decode_threshold, thresholds[1])
+        decide = _rule(engine, o, decode_threshold, thresholds[1], graphs)
         sbo = o == Overlap.SBO
 
         def tick(finished: int, _: int) -> None:
@@ -382,15 +387,17 @@ def simulate(
     )
 
 
-def _rule(engine: str, o: Overlap, decode_threshold: int, prefill_threshold: int):
+def _rule(engine: str, o: Overlap, decode_threshold: int, prefill_threshold: int, graphs: Any):
+    """The engine's per-step split rule (``demos.serving.split_rules``) for overlap ``o``; ``graphs``: the
+    CUDA graphs vLLM captured (built once per run: the rule reads them every step)."""
     on = o == Overlap.DBO
     if engine == "vllm":
         return lambda b: split_rules.vllm_dbo_decision(
-            b, enabled=on, decode_threshold=decode_threshold, prefill_threshold=prefill_threshold
+            b, enabled=on, decode_threshold=decode_threshold, prefill_threshold=prefill_threshold, graphs=graphs
         )
     if engine == "sglang":
         return lambda b: split_rules.sglang_tbo_decision(b, enabled=on)
-    return lambda b: split_rules.vllm_dbo_decision(b, enabled=False)  # TRT-LLM: no micro-batch split
+    return lambda b: split_rules.vllm_dbo_decision(b, enabled=False, graphs=graphs)  # TRT-LLM: no DBO split
 
 
 def _best(run_at: Callable[[int], OverlapRun], given: Any, native: Any, base: Any) -> dict[str, Any]:

@@ -53,6 +53,15 @@ class RankBatch:
             if len(p) != 2 or any(isinstance(x, bool) or not isinstance(x, int) for x in p) or p[0] < 1 or p[1] < 0:
                 raise ValueError(f"prefill must be (chunk >= 1, cached >= 0) pairs, got {self.prefill!r}")
 
+    @classmethod
+    def trusted(cls, decode: tuple[int, ...], prefill: tuple[tuple[int, int], ...]) -> RankBatch:
+        """A batch of values the caller guarantees (a scheduler's own counts), built without the checks:
+        the serving loop builds one per rank per step."""
+        b = object.__new__(cls)
+        object.__setattr__(b, "decode", decode)
+        object.__setattr__(b, "prefill", prefill)
+        return b
+
     @property
     def tokens(self) -> int:
         """The tokens the rank schedules this step: one per decode request plus every prefill chunk's."""

@@ -172,6 +172,15 @@ class VLLMRank(RankScheduler):
 
     def plan(self) -> Plan:
         budget = self.budget
+        running = self.running
+        if (
+            not self.waiting
+            and len(running) <= budget
+            and self.kv_used + len(running) <= self.kv_tokens
+            and all(x.computed >= x.target for x in running)
+        ):  # every request decodes one token and the cache holds them: the loop below, without its checks
+            self.kv_used += len(running)
+            return _plan([(x, 1) for x in running])
         entries: dict[Live, int] = {}  # insertion-ordered; a Live hashes by identity
         preempted = False
         i = 0
@@ -257,9 +266,13 @@ class SGLangRank(RankScheduler):
 
 
 def _plan(entries: list[tuple[Live, int]]) -> Plan:
-    decode = tuple(x.cached for x, _ in entries if not x.prefilling)
-    prefill = tuple((n, x.computed) for x, n in entries if x.prefilling)
-    return Plan(RankBatch(decode, prefill), entries)
+    decode, prefill = [], []
+    for x, n in entries:
+        if x.computed < x.target:
+            prefill.append((n, x.computed))
+        else:
+            decode.append(x.cached)
+    return Plan(RankBatch.trusted(tuple(decode), tuple(prefill)), entries)
 
 
 class Router:
