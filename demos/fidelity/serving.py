@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from demos.errors import ConfigError
-from demos.fidelity.silicon import SYSTEM_GPUS, _layout
+from demos.fidelity.silicon import SYSTEM_GPUS, worker_layout
 from demos.fidelity.stats import error_stats
 from demos.zoo.hardware import get_gpu, host_layout
 from demos.zoo.models import CHECKPOINTS, get_preset, weights_name
@@ -103,7 +103,7 @@ def _plan(r) -> dict | str:
         return "disaggregated: the coupled prefill and decode pools are not simulated yet"
     if r.batch < 1:
         return "no concurrency recorded"
-    layout = _layout(r.tp, r.attention_dp, r.moe_ep, r.moe_tp)
+    layout = worker_layout(r.tp, r.attention_dp, r.moe_ep, r.moe_tp)
     if isinstance(layout, str):
         return layout
     if r.engine not in ("vllm", "sglang", "trtllm"):
