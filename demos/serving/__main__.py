@@ -22,8 +22,6 @@ from demos.zoo.hardware import GPUS
 from demos.zoo.models import ALIASES, PRESET_NAMES
 from demos.zoo.models.precision import KV_CACHE_DTYPES, WEIGHT_DTYPES
 
-__all__ = ["PROG", "build_parser", "main"]
-
 PROG = "python -m demos.serving"
 
 
