@@ -11,6 +11,7 @@ from typing import Sequence
 
 import demos._cli as cli_common
 from demos._cli.model_flags import add_model_flags, flag_of, workload_of
+from demos._cli.values import token_count
 from demos.errors import ConfigError
 from demos.vocabulary import Mode, Phase
 from demos.zoo.kernel_times import kernel_times
@@ -53,7 +54,12 @@ def build_zoo_parser() -> cli_common.OneLineParser:
     )
     add_model_flags(p, model_default=None)
     a = p.add_argument
-    a("--tokens", type=int, default=None, help="tokens per GPU in the step (default 128 decode, 4096 prefill)")
+    a(
+        "--tokens",
+        type=token_count,
+        default=None,
+        help="tokens per GPU in the step (default 128 decode, 4096 prefill; k = 1024: 4k = 4096)",
+    )
     a("--ubatches", type=int, default=2, help="ubatches with DBO (default 2)")
     a(
         "--backend",

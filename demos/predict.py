@@ -17,7 +17,8 @@ import sys
 from typing import Any, Sequence
 
 import demos._cli as cli_common
-from demos._cli.model_flags import add_model_flags, flag_of, int_list
+from demos._cli.model_flags import add_model_flags, flag_of
+from demos._cli.values import int_list, name_list, token_count, token_list
 from demos.errors import ConfigError, field_ref
 from demos.prediction import Prediction, predict
 from demos.prediction.sweep import DEFAULT_TOKENS, WHAT_IF
@@ -49,10 +50,10 @@ def build_parser() -> cli_common.OneLineParser:
     a = p.add_argument
     a(
         "--tokens",
-        type=int_list,
+        type=token_list,
         default=None,
         metavar="N,...",
-        help="tokens per GPU to sweep (default: "
+        help="tokens per GPU to sweep; k = 1024, M = 1024 x 1024 (1k,2k) (default: "
         + "; ".join(f"{k} {','.join(map(str, v))}" for k, v in DEFAULT_TOKENS.items())
         + ")",
     )
@@ -73,7 +74,7 @@ def build_parser() -> cli_common.OneLineParser:
     )
     a(
         "--overlap",
-        type=lambda text: tuple(x.strip() for x in text.split(",") if x.strip()),
+        type=name_list,
         default=None,
         metavar="S,...",
         help="the overlap strategies to compare, among none, dbo, sbo (default: every one that applies; "
@@ -84,7 +85,13 @@ def build_parser() -> cli_common.OneLineParser:
     a("--csv", dest="csv_path", default=None, metavar="PATH", help="write the points as CSV")
     a("--plot", dest="plot_path", default=None, metavar="PATH.png", help="step time and speedup against tokens")
     a("--trace", dest="trace_path", default=None, metavar="PATH", help="a Perfetto trace of one point's steps")
-    a("--trace-tokens", type=int, default=None, metavar="N", help="the point --trace shows (default: the crossover)")
+    a(
+        "--trace-tokens",
+        type=token_count,
+        default=None,
+        metavar="N",
+        help="the point --trace shows (default: the crossover)",
+    )
     a(
         "--detail",
         action="store_true",

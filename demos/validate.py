@@ -9,6 +9,7 @@
     python -m demos.validate kernels       # the fitted roofline against measured kernel tables (extra: measured)
     python -m demos.validate silicon       # predicted no-DBO steps against measured deployments (extra: measured)
     python -m demos.validate silicon --kernels measured   # the same, kernel times from the tables
+    python -m demos.validate serving [--quick] [--peer]   # simulated serving runs against measured ones
     python -m demos.validate published     # published overlap results (LMSYS's 96-H100 decode) against the predictor
     python -m demos.validate published --ablation   # ... and what each overlap mechanism moves
 
@@ -32,6 +33,7 @@ import torch
 import demos._cli as cli_common
 from dbo.costs import get_profile
 from demos._cli import ProgressLine
+from demos._cli.values import EmptyItemError, float_list, name_list, token_list
 from demos.fidelity import checks
 from demos.fidelity.breakdown import format_breakdown
 from demos.fidelity.calibration import BACKENDS, CalibrationError
@@ -42,19 +44,24 @@ from demos.toy.config import ConfigError
 __all__ = ["CHECKS", "PROG", "build_parser", "main", "new_spelling"]
 
 PROG = "python -m demos.validate"
-CHECKS = ("grid", "h200", "deepep", "kernels", "silicon", "published")
+CHECKS = ("grid", "h200", "deepep", "kernels", "silicon", "serving", "published")
 """The checks, each a subcommand; ``grid`` is the default (a command line that names none runs it)."""
 OLD_FLAGS = {f"--{c}": c for c in CHECKS if c != "grid"}
 """The old spelling of each check but the grid: a flag (``--kernels`` is now ``kernels``)."""
 
 
-def _list(kind: type):
+def _list(kind: Callable[[str], tuple]):
+    """A list flag of positive values, the list parsed by ``kind`` (a list parser of ``demos._cli.values``,
+    which refuses an empty item in its own words)."""
+
     def parse(text: str) -> list:
         try:
-            out = [kind(x) for x in text.split(",") if x.strip()]
-        except ValueError:
+            out = list(kind(text))
+        except EmptyItemError:
+            raise
+        except argparse.ArgumentTypeError:
             raise argparse.ArgumentTypeError(f"expected a comma-separated list of numbers, got {text!r}") from None
-        if not out or any(x <= 0 for x in out):
+        if any(x <= 0 for x in out):
             raise argparse.ArgumentTypeError(f"expected positive values, got {text!r}")
         return out
 
@@ -62,9 +69,9 @@ def _list(kind: type):
 
 
 def _schedules(text: str) -> list[str]:
-    out = [x.strip() for x in text.split(",") if x.strip()]
+    out = list(name_list(text))
     bad = [x for x in out if x not in SCHEDULES]
-    if not out or bad:
+    if bad:
         raise argparse.ArgumentTypeError(
             f"unknown schedule(s) {', '.join(bad) or text!r}; choose from {', '.join(SCHEDULES)}"
         )
@@ -124,10 +131,16 @@ def _grid_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--quick", action="store_true", help="a smaller grid (under 5 minutes on a 2-core machine)")
     _json_flag(p, "the table")
-    p.add_argument("--sizes", type=_list(int), default=None, metavar="T1,T2,...", help="token counts of the grid")
+    p.add_argument(
+        "--sizes",
+        type=_list(token_list),
+        default=None,
+        metavar="T1,T2,...",
+        help="token counts of the grid (k = 1024: 1k,2k)",
+    )
     p.add_argument(
         "--ratios",
-        type=_list(float),
+        type=_list(float_list),
         default=list(RATIOS),
         metavar="R1,R2,...",
         help="comm ratios of the grid (default 0.5,1,2)",
@@ -254,6 +267,21 @@ def build_parser(renamed: Mapping[str, str] = MappingProxyType({})) -> argparse.
     )
     _json_flag(silicon, "the rows, their summaries and the gap's fits")
     _progress_flag(silicon)
+    serving = sub.add_parser(
+        "serving",
+        prog=f"{PROG} serving",
+        renamed=renamed,
+        help="simulated serving runs against measured ones: TTFT and TPOT (needs the measured extra)",
+        description="Simulate every measured serving run the predictor can express, as its benchmark ran, and "
+        "compare TTFT and TPOT (needs the measured extra; docs/serving.md).",
+    )
+    serving.add_argument("--quick", action="store_true", help="one row per deployment and lengths (a sample)")
+    serving.add_argument("--full", action="store_true", help="aiperf's request counts (20 x concurrency; slow)")
+    serving.add_argument(
+        "--peer", action="store_true", help="aiconfigurator's own estimate of the same rows beside ours (extra: peer)"
+    )
+    _json_flag(serving, "the rows, their summaries and the side-by-side figures")
+    _progress_flag(serving)
     pub = sub.add_parser(
         "published",
         prog=f"{PROG} published",
@@ -457,12 +485,28 @@ def _published(ns: argparse.Namespace) -> Any:
     return result
 
 
+def _serving(ns: argparse.Namespace) -> Any:
+    from demos.fidelity.peer import PeerError
+    from demos.zoo.measured import MeasuredTablesError
+
+    progress = ProgressLine(enabled=not ns.no_progress)
+    try:
+        result = checks.serving_check(quick=ns.quick, full=ns.full, peer=ns.peer, progress=progress)
+    except (MeasuredTablesError, PeerError) as e:
+        raise _Refused(str(e)) from None
+    finally:
+        progress.done()
+    cli_common.say(result.text())
+    return result
+
+
 _RUN: dict[str, Callable[[argparse.Namespace], Any]] = {
     "grid": _grid,
     "h200": _h200,
     "deepep": _deepep,
     "kernels": _measured,
     "silicon": _measured,
+    "serving": _serving,
     "published": _published,
 }
 """Each check's run: its one library call (``demos.fidelity.checks``), its text printed; the result, whose

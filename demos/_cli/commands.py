@@ -39,6 +39,12 @@ COMMANDS: tuple[Command, ...] = (
         "docs/predict.md",
         "users",
     ),
+    Command(
+        "demos.serving",
+        "a serving run with and without each overlap: throughput, TTFT, TPOT, which steps split and why",
+        "docs/serving.md",
+        "users",
+    ),
     Command("demos.calibrate", "measure this machine and write a device profile", "docs/fidelity.md", "users"),
     Command(
         "demos.validate",

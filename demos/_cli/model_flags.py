@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from demos._cli.values import int_list, token_count
 from demos.zoo.hardware import GPUS
 from demos.zoo.kernel_times import KERNEL_SOURCES
 from demos.zoo.loading import TOY, load_model, workload_for
@@ -19,7 +20,7 @@ from demos.zoo.models import ALIASES, PRESET_NAMES, ModelSpec
 from demos.zoo.models.precision import KV_CACHE_DTYPES, WEIGHT_DTYPES
 from demos.zoo.workload import PHASES, WORKLOAD_SCHEDULES, Workload
 
-__all__ = ["add_model_flags", "flag_of", "int_list", "parse_imbalance", "workload_of"]
+__all__ = ["add_model_flags", "flag_of", "gpu_name", "int_list", "parse_imbalance", "workload_of"]
 
 
 def flag_of(field: str) -> str:
@@ -37,15 +38,9 @@ def parse_imbalance(text: str) -> float | str:
         raise argparse.ArgumentTypeError(f"not a number or 'auto': {text!r}") from None
 
 
-def int_list(text: str) -> tuple[int, ...]:
-    """A comma-separated list of ints (``8,16,32``)."""
-    try:
-        out = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of ints: {text!r}") from None
-    if not out:
-        raise argparse.ArgumentTypeError(f"an empty list: {text!r}")
-    return out
+def gpu_name(text: str) -> str:
+    """``--gpu``: a GPU name in any case (``H200``, ``GB200``), as the built-ins spell it."""
+    return text.strip().lower()
 
 
 def add_model_flags(parser: argparse.ArgumentParser, *, model_default: str | None, sweep: bool = False) -> None:
@@ -57,7 +52,8 @@ def add_model_flags(parser: argparse.ArgumentParser, *, model_default: str | Non
         default=model_default,
         required=model_default is None,
         metavar="NAME|PATH",
-        help=f"a preset ({', '.join((*PRESET_NAMES, *ALIASES))}) or a HuggingFace config.json of those families"
+        help=f"a preset ({', '.join((*PRESET_NAMES, *ALIASES))}) or a HuggingFace config.json of those families, "
+        "or the snapshot folder holding one (a path that exists is always read as one)"
         + (f"; {TOY}: the toy MoE (default)" if model_default == TOY else ""),
     )
     a(
@@ -77,11 +73,17 @@ def add_model_flags(parser: argparse.ArgumentParser, *, model_default: str | Non
     a(
         "--gpu",
         default="h100",
+        type=gpu_name,
         choices=tuple(GPUS),
-        help="GPU profile (datasheet figures, docs/clusters.md; default h100)",
+        help="GPU profile, in any case (datasheet figures, docs/clusters.md; default h100)",
     )
-    a("--nodes", type=int, default=1, help="nodes in the cluster (default 1)")
-    a("--gpus-per-node", type=int, default=None, help="GPUs per node (default: the GPU's: 8, gb200 4)")
+    a("--nodes", type=int, default=1, help="hosts in the cluster (default 1; one GB200 NVL72 rack is 18 of 4)")
+    a(
+        "--gpus-per-node",
+        type=int,
+        default=None,
+        help="GPUs per host, at most the GPU's server (default: the GPU's: 8, gb200 4)",
+    )
     a(
         "--ep",
         type=int,
@@ -113,9 +115,10 @@ def add_model_flags(parser: argparse.ArgumentParser, *, model_default: str | Non
     )
     a(
         "--context",
-        type=int,
+        type=token_count,
         default=2048,
-        help="decode: cached tokens per request; prefill: tokens per prompt (default 2048)",
+        help="decode: cached tokens per request; prefill: tokens per prompt (default 2048; k = 1024, "
+        "M = 1024 x 1024: 4k = 4096)",
     )
     a(
         "--imbalance",

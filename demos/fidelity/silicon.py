@@ -54,6 +54,7 @@ __all__ = [
     "gap_fits",
     "silicon_rows",
     "silicon_summaries",
+    "worker_layout",
 ]
 
 MODELS = {("deepseek-ai/DeepSeek-V3", "fp8"): "deepseek-v3", ("deepseek-ai/DeepSeek-R1", "fp8"): "deepseek-v3"}
@@ -87,7 +88,7 @@ class SiliconCheck(NamedTuple):
         return {**self._asdict(), "error": self.error, "gap_s": self.measured_s - self.predicted_s}
 
 
-def _layout(tp: int, dp: int, ep: int, moe_tp: int) -> tuple[int, int] | str:
+def worker_layout(tp: int, dp: int, ep: int, moe_tp: int) -> tuple[int, int] | str:
     """(ep, attention_tp) of a worker, or why it cannot be expressed."""
     if moe_tp not in (0, 1):
         return "MoE tensor parallelism (moe_tp > 1) is not modelled"
@@ -111,7 +112,7 @@ def _plan(r) -> dict | str:
         return "aggregated worker (its TPOT mixes prefill chunks into decode steps)"
     if r.batch < 1:
         return "no decode batch size recorded"
-    layout = _layout(r.tp, r.attention_dp, r.moe_ep, r.moe_tp)
+    layout = worker_layout(r.tp, r.attention_dp, r.moe_ep, r.moe_tp)
     if isinstance(layout, str):
         return layout
     ep, tp = layout
@@ -132,7 +133,7 @@ def _prefill_plan(r) -> dict | str:
     if r.mode != "disagg" or r.prefill is None or r.ttft_s is None:
         return "no disaggregated prefill worker"
     tp, dp, ep, moe_tp, batch = r.prefill
-    layout = _layout(tp, dp, ep, moe_tp)
+    layout = worker_layout(tp, dp, ep, moe_tp)
     if isinstance(layout, str):
         return layout
     ep, tp = layout

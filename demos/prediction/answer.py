@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from demos.prediction.engines import Deployment, serve_lines
+from demos.prediction.engines import Deployment, overlap_flags, serve_lines
 from demos.prediction.sweep import PointResult
 from demos.vocabulary import Mode, Overlap
 
@@ -154,8 +154,22 @@ def why(r: PointResult) -> str:
     p = r.point
     e = p.engine
     t = r.tokens
-    if e.comm_s < 0.05 * p.no_dbo.seconds:
-        return f"at {t} tokens per GPU the all-to-all is {e.comm_s / p.no_dbo.seconds:.0%} of the step: nothing to hide"
+    step = p.no_dbo.seconds
+    if e.comm_s < 0.05 * step:
+        # the comm engine's kernels are the all-to-all's flight only; the table's dispatch and combine
+        # stages also hold its SM-held halves (the whole kernel within one node): say both, not 0%
+        st = p.no_dbo.stages
+        a2a = max(e.comm_s, st.get("dispatch", 0.0) + st.get("combine", 0.0))
+        if a2a < 0.05 * step:
+            return f"at {t} tokens per GPU the all-to-all is {a2a / step:.0%} of the step: nothing to hide"
+        c = getattr(getattr(p, "workload", None), "cluster", None)
+        node = c is not None and c.ep <= c.gpus_per_node
+        return (
+            f"at {t} tokens per GPU the all-to-all is {a2a / step:.0%} of the step ({_ms(a2a)}), but its kernels "
+            f"hold the SMs for all but {_ms(e.comm_s)} of it"
+            + (" (within one node the SMs move every message with their own NVLink stores)" if node else "")
+            + ": nothing in flight for DBO to hide"
+        )
     hidden = max(0.0, (e.dbo_overlapped_s or 0.0) - e.overlapped_s)
     added = max(0.0, e.dbo_compute_s - e.compute_s)
     busy = e.dbo_compute_s + e.dbo_comm_s - (e.dbo_overlapped_s or 0.0)  # some engine busy: the device's share
@@ -197,7 +211,9 @@ class Recommendation:
     ``sglang`` lines (serve commands, one line each or several with ``#`` comment lines) and the main
     ``reason``; ``reasons``: the one-line reason of every swept mode; ``notes``: what each placeholder of
     the lines and each setting means; ``engines``: the engine release each line is for; ``memory``: what
-    the memory model leaves of the answer (where DBO pays and fits, and the gain there; "" for the toy)."""
+    the memory model leaves of the answer (where DBO pays and fits, and the gain there; "" for the toy);
+    ``overlap_flags``: what selects each overlap strategy in each engine for this model (``dbo``, ``sbo``;
+    empty for the toy)."""
 
     phase: str
     mode: str
@@ -210,12 +226,14 @@ class Recommendation:
     notes: tuple[str, ...] = ()
     engines: dict[str, str] = field(default_factory=dict)
     memory: str = ""
+    overlap_flags: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON's ``recommendation`` (the per-mode reasons are its ``reasons``)."""
         keys = ("phase", "mode", "reason", "enable", "threshold", "vllm", "sglang")
         out = {k: getattr(self, k) for k in keys}
-        return {**out, "notes": list(self.notes), "engines": dict(self.engines), "memory": self.memory}
+        out.update(notes=list(self.notes), engines=dict(self.engines), memory=self.memory)
+        return {**out, "overlap_flags": dict(self.overlap_flags)}
 
 
 def recommend(
@@ -253,6 +271,7 @@ def recommend(
             (),
             engines,
             text,
+            overlap_flags(d),
         )
     enable = c.threshold is not None
     lines = serve_lines(d, Overlap.DBO if enable else Overlap.NONE, c.threshold)
@@ -267,5 +286,16 @@ def recommend(
     elif c.below is None:
         notes.append(f"DBO pays from the smallest swept count, {c.at}: the threshold is at most {c.at} (sweep lower)")
     return Recommendation(
-        phase, mode, enable, c.threshold, vllm, sglang, reason, dict(reasons), tuple(notes), engines, text
+        phase,
+        mode,
+        enable,
+        c.threshold,
+        vllm,
+        sglang,
+        reason,
+        dict(reasons),
+        tuple(notes),
+        engines,
+        text,
+        overlap_flags(d),
     )

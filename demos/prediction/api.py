@@ -17,14 +17,14 @@ from typing import Any, Callable, Sequence
 
 from demos.errors import ConfigError, field_ref
 from demos.prediction.answer import best_setting, crossover, memory_advice, overlap_ranges, reason_of, recommend
-from demos.prediction.engines import Deployment
+from demos.prediction.engines import Deployment, ServedModel, served_model
 from demos.prediction.outputs import point_record
 from demos.prediction.result import ClusterSetup, Prediction, Setting, SweptPoint
-from demos.prediction.sweep import DEFAULT_TOKENS, Sweep, default_mode, run_sweep, sweep_kernels
+from demos.prediction.sweep import DEFAULT_TOKENS, PointResult, Sweep, default_mode, run_sweep, sweep_kernels
 from demos.prediction.trust import checked_line
 from demos.vocabulary import KernelSource, Mode, Phase, Schedule
 from demos.zoo.loading import TOY, load_model, workload_for
-from demos.zoo.memory import memory_estimate
+from demos.zoo.memory import ServingLimits, memory_estimate, serving_limits
 from demos.zoo.models import ModelSpec
 from demos.zoo.rooflines import FITTED_WITH
 from demos.zoo.workload import PHASES, WORKLOAD_SCHEDULES
@@ -138,7 +138,8 @@ def predict(
     )
     sweep = Sweep(base, toks, modes, ubs, sms, _what_if(what_if), kernels, _overlaps(overlap))
     _check_fits(sweep)
-    return _predict_sweep(sweep, _model_id(spec.source, model), progress)
+    model_id, served = served_model(model, spec, base.spec)
+    return _predict_sweep(sweep, model_id, served, progress)
 
 
 def _check_fits(sweep: Sweep) -> None:
@@ -218,13 +219,14 @@ def _what_if(what_if: Any) -> dict[str, Any]:
         ) from None
 
 
-def _model_id(source: str, given: Any) -> str | None:
-    """What ``vllm serve`` takes: the HuggingFace repo of a preset (by name or as its ``ModelSpec``); None
-    for a config.json or another spec (the serve lines then hold a placeholder the user fills: the folder
-    with the weights)."""
-    if source.startswith("huggingface.co/") and " " in source:
-        return source[len("huggingface.co/") :].split(" ", 1)[0]
-    return None
+def _limits(sweep: Sweep, results: Sequence[PointResult], best: dict[str, Setting]) -> ServingLimits:
+    """The memory model's limits (``demos.zoo.memory.serving_limits``) at the best setting of the mode the
+    lines are written for, its workspace as measured at that setting's largest swept count."""
+    mode = default_mode(sweep.base.phase)
+    mode = mode if mode in best else next(iter(best))
+    ub, sms = best[mode].ubatches, best[mode].comm_sms
+    top = max((r for r in results if (r.mode, r.ubatches, r.comm_sms) == (mode, ub, sms)), key=lambda r: r.tokens)
+    return serving_limits(sweep.workload(top.tokens, ub, sms), top.point.slot_bytes, top.tokens)
 
 
 def _sources(sweep: Sweep) -> tuple[str, ...]:
@@ -244,7 +246,7 @@ def _sources(sweep: Sweep) -> tuple[str, ...]:
     )
 
 
-def _predict_sweep(sweep: Sweep, model_id: str | None, progress: Progress | None) -> Prediction:
+def _predict_sweep(sweep: Sweep, model_id: str | None, served: ServedModel, progress: Progress | None) -> Prediction:
     """Run the checked ``sweep``: the points, then the crossover, reason, best setting, strategy runs and
     memory advice of each mode (each from the points of its best setting)."""
     kt = sweep_kernels(sweep)
@@ -262,7 +264,8 @@ def _predict_sweep(sweep: Sweep, model_id: str | None, progress: Progress | None
         records = [p.as_dict() for p in points if (p.mode, p.ubatches, p.comm_sms) == (mode, ub, sms)]
         ranges[mode] = overlap_ranges(records)
         memory[mode] = memory_advice(records, cross[mode])
-    rec = recommend(Deployment.of(w, model_id), cross, reasons, default_mode=default_mode(w.phase), memory=memory)
+    deployment = Deployment.of(w, model_id, served=served, limits=_limits(sweep, results, best))
+    rec = recommend(deployment, cross, reasons, default_mode=default_mode(w.phase), memory=memory)
     what = ", ".join(f"{k} x{v:g}" for k, v in sweep.what_if.items())
     return Prediction(
         title=f"{w.spec.name} {w.phase} on {c.nodes} x {c.gpus_per_node} {w.gpu.name}, EP {c.ep}"

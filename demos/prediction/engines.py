@@ -7,7 +7,33 @@ of node, with a ``#`` comment line above each where there are several; a ``#`` l
 engine cannot run the predicted cluster), the two versions, and ``notes``: every ``<PLACEHOLDER>``
 explained and what each engine does with the setting. A ``Deployment`` is what the lines are written
 for, passed whole: the model's repository, the cluster (its GPUs, nodes and EP), the attention TP
-group, the phase and the schedule, and the engine releases (``Engines``, the pinned ones).
+group, the phase and the schedule, the engine releases (``Engines``, the pinned ones), and what the
+prediction assumed, which the lines carry (issue 47):
+
+* ``served`` (``ServedModel``): the weights and KV cache it ran. The checkpoint at the predicted weights
+  where the model's published ones include it (``demos.zoo.models.CHECKPOINTS``: Qwen3-235B at ``--weights
+  fp8`` serves ``Qwen/Qwen3-235B-A22B-FP8``); else FP8 from a BF16 checkpoint by ``--quantization fp8``
+  (both engines quantize as they load); else ``<MODEL>``, with a note on what to convert. An FP8 KV cache
+  is ``--kv-cache-dtype fp8`` (vLLM) / ``fp8_e4m3`` (SGLang); BF16 is both engines' default. The model's
+  architecture (``model_type``) decides the overlaps SGLang can run: its two-batch overlap only for the
+  decoder layers its operations strategy knows (DeepSeek-V2/V3 and Kimi K2's, Qwen3-MoE's; it raises
+  ``NotImplementedError`` for any other, ``batch_overlap/operations_strategy.py``), its single-batch
+  overlap only in DeepSeek-V2's MoE (``models/deepseek_v2.py``). vLLM 0.34.0 refuses DBO for multimodal,
+  encoder-decoder and hybrid (state-space) models (``VllmConfig._get_dbo_unsupported_features``), none of
+  the families the predictor loads.
+* ``limits`` (``demos.zoo.memory.ServingLimits``): where the memory model says the step stops fitting.
+  Decode: ``--max-num-seqs`` (vLLM, per data-parallel rank: one attention group) and
+  ``--max-running-requests`` (SGLang, over all attention groups; each worker takes its share,
+  ``model_executor/pool_configurator.py``) at the largest batch that fits; both phases:
+  ``--gpu-memory-utilization`` at the share of HBM the memory model lets a step use (its reserve left
+  out) and SGLang's ``--mem-fraction-static`` at the weights and KV cache that leaves at the cap.
+* ``experts`` (``ExpertBalance``): redundant expert slots (an EP that does not divide the routed
+  experts: the prediction shards ``ceil(experts / ep)`` slots per GPU) are vLLM's ``--enable-eplb
+  --eplb-config '{"num_redundant_experts": R}'`` (vLLM refuses redundant experts without EPLB) and
+  SGLang's ``--ep-num-redundant-experts R`` (its DeepEP dispatcher needs the slots to divide evenly) with
+  ``--enable-eplb``; an imbalance given as a number turns on both engines' EPLB (``--enable-eplb``), the
+  balancing the figure assumes; ``auto`` (uniform routing's fluctuation, which EPLB does not remove)
+  leaves it off.
 
 Pinned: vLLM 0.34.0 and SGLang 0.5.23 (their PyPI releases; the flags below are every flag the lines
 can print, and more of the same argument groups, read from these files of those releases):
@@ -28,25 +54,46 @@ can print, and more of the same argument groups, read from these files of those 
   ``--enable-single-batch-overlap``, ``--tbo-token-distribution-threshold``) and ``.../fields/model.py``
   (``--model-path``), and registers the deprecated ``--enable-dp-attention`` itself. SGLang has no
   ``--tp``/``--dp`` (argparse abbreviations of ``--tp-size``/``--dp-size`` only).
+* What the lines carry, read from the same releases: vLLM's ``--quantization`` (its ``fp8`` method
+  quantizes a BF16 checkpoint as it loads; ``model_executor/layers/quantization/__init__.py``),
+  ``--kv-cache-dtype`` and ``--gpu-memory-utilization`` (``CacheConfig``: the default is 1.0 with the
+  extensible KV cache sized from measured memory), ``--max-num-seqs`` (``SchedulerConfig``),
+  ``--enable-eplb`` and ``--eplb-config`` (``ParallelConfig``, ``EPLBConfig.num_redundant_experts``);
+  SGLang's ``--quantization`` (``fp8``: online, ``arg_groups/choices.py``), ``--kv-cache-dtype``
+  (``fields/model.py``), ``--mem-fraction-static`` and ``--max-running-requests`` (``fields/schedule.py``),
+  ``--enable-eplb`` and ``--ep-num-redundant-experts`` (``fields/exec_.py``). Neither quantizes to FP4 as
+  it loads with DeepEP's all-to-all (SGLang's ``nvfp4_online`` runs on Blackwell without it only).
 """
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from demos.vocabulary import Overlap, Phase, Schedule
+from demos.zoo.memory import ServingLimits
+from demos.zoo.models import checkpoints, kv_cache_name, weights_name
 
 __all__ = [
-    "Deployment",
-    "Engines",
+    "EPLB_MODEL_TYPES",
     "SGLANG_FLAGS",
+    "SGLANG_SBO_MODEL_TYPES",
+    "SGLANG_TBO_MODEL_TYPES",
     "SGLANG_VERSION",
     "VLLM_FLAGS",
     "VLLM_VERSION",
+    "Deployment",
     "EngineLines",
+    "Engines",
+    "ExpertBalance",
+    "ServedModel",
+    "overlap_flags",
     "serve_lines",
+    "served_model",
 ]
 
 VLLM_VERSION = "0.34.0"
@@ -86,6 +133,12 @@ VLLM_FLAGS = frozenset(
         # the ModelConfig group
         "--model",
         "--trust-remote-code",
+        "--quantization",
+        # the CacheConfig group
+        "--gpu-memory-utilization",
+        "--kv-cache-dtype",
+        # the SchedulerConfig group
+        "--max-num-seqs",
         # vllm/entrypoints/common/cli_args.py 0.34.0, make_arg_parser
         "--headless",
         "--api-server-count",
@@ -120,10 +173,17 @@ SGLANG_FLAGS = frozenset(
         "--enable-two-batch-overlap",
         "--enable-single-batch-overlap",
         "--tbo-token-distribution-threshold",
+        "--enable-eplb",
+        "--ep-num-redundant-experts",
+        # .../fields/schedule.py 0.5.23
+        "--mem-fraction-static",
+        "--max-running-requests",
         # .../fields/model.py and .../fields/serving.py 0.5.23
         "--model-path",
         "--model",
         "--trust-remote-code",
+        "--quantization",
+        "--kv-cache-dtype",
         "--host",
         "--port",
         # python/sglang/srt/server_args.py 0.5.23, registered there (deprecated for --attn-dp-size)
@@ -134,6 +194,28 @@ SGLANG_FLAGS = frozenset(
 
 SGLANG_DEEPEP_MODES = {Schedule.LL: "low_latency", Schedule.HT: "normal"}
 """``--deepep-mode`` per schedule: its choices are auto, normal, low_latency (fields/exec_.py 0.5.23)."""
+
+SGLANG_TBO_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "qwen3_moe"})
+"""The ``model_type``s whose decoder layers SGLang 0.5.23's two-batch overlap splits: DeepseekV2DecoderLayer
+(DeepSeek-V2/V3 and Kimi K2, which it serves as DeepseekV3ForCausalLM) and Qwen3MoeDecoderLayer, among the
+families the predictor loads (``batch_overlap/operations_strategy.py``, ``init_new_tbo``)."""
+
+SGLANG_SBO_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
+"""The ``model_type``s whose MoE runs SGLang 0.5.23's single-batch overlap (``compute_overlap_args`` is
+called in ``models/deepseek_v2.py`` only)."""
+
+EPLB_MODEL_TYPES = {
+    "vllm": frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "qwen3_moe", "glm4_moe", "mixtral"}),
+    "sglang": frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "qwen3_moe", "glm4_moe", "gpt_oss"}),
+}
+"""The ``model_type``s each engine balances experts for, among the families the predictor loads. vLLM 0.34.0:
+the model classes that implement its ``MixtureOfExperts`` interface (``model_executor/models/``; its EPLB
+registers nothing for ``GptOssForCausalLM``, ``v1/worker/gpu/eplb_utils.py``). SGLang 0.5.23: the model files
+that read ``ep_num_redundant_experts`` (``models/deepseek_v2.py``, ``qwen3_moe.py``, ``glm4_moe.py``,
+``gpt_oss.py``; not ``mixtral.py``)."""
+
+KV_CACHE_FLAGS = {"vllm": "fp8", "sglang": "fp8_e4m3"}
+"""``--kv-cache-dtype`` for an FP8 (E4M3) cache: vLLM's ``fp8`` is E4M3 (``CacheDType``), SGLang names it."""
 
 VLLM_DEFAULT_THRESHOLDS = {Phase.DECODE: 32, Phase.PREFILL: 512}
 """``ParallelConfig.dbo_decode_token_threshold`` / ``dbo_prefill_token_threshold`` defaults (0.34.0)."""
@@ -179,6 +261,55 @@ class Engines:
         return {"vllm": self.vllm, "sglang": self.sglang}
 
 
+WEIGHT_NAMES = ("bf16", "fp8", "fp4")
+KV_CACHE_NAMES = ("bf16", "fp8")
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """The model as the prediction ran it (module docstring): ``weights`` and ``native`` (the ``--weights``
+    names of the predicted weights and of the checkpoint ``Deployment.model_id`` names; None: as predicted),
+    ``kv_cache`` (the ``--kv-cache-dtype`` name), ``checkpoints`` (the published repositories by weights name,
+    as ``demos.zoo.models.checkpoints`` gives them) and ``model_type`` (the config's; None: not known, every
+    overlap taken as supported). A bad field is a ``ValueError`` naming it."""
+
+    weights: str = "bf16"
+    native: str | None = None
+    kv_cache: str = "bf16"
+    checkpoints: tuple[tuple[str, str], ...] = ()
+    model_type: str | None = None
+
+    def __post_init__(self) -> None:
+        for name, value, choices in (
+            ("weights", self.weights, WEIGHT_NAMES),
+            ("native", self.native or self.weights, WEIGHT_NAMES),
+            ("kv_cache", self.kv_cache, KV_CACHE_NAMES),
+        ):
+            if value not in choices:
+                raise ValueError(f"served.{name} must be one of {', '.join(choices)}, got {value!r}")
+        cps = dict(self.checkpoints) if not isinstance(self.checkpoints, str) else None
+        if cps is None or any(k not in WEIGHT_NAMES or not isinstance(v, str) or not v for k, v in cps.items()):
+            raise ValueError(f"served.checkpoints must map weights names to repository ids, got {self.checkpoints!r}")
+        object.__setattr__(self, "checkpoints", tuple(sorted(cps.items())))
+
+
+@dataclass(frozen=True)
+class ExpertBalance:
+    """How the experts are placed (module docstring): ``redundant`` expert slots beyond the routed experts
+    over the EP group, and the ``imbalance`` the prediction assumed when given as a number (None: not given,
+    or ``auto``)."""
+
+    redundant: int = 0
+    imbalance: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.redundant, bool) or not isinstance(self.redundant, int) or self.redundant < 0:
+            raise ValueError(f"experts.redundant must be an integer >= 0, got {self.redundant!r}")
+        i = self.imbalance
+        if i is not None and (isinstance(i, bool) or not isinstance(i, (int, float)) or not i >= 1):
+            raise ValueError(f"experts.imbalance must be a number >= 1 or None, got {i!r}")
+
+
 @dataclass(frozen=True)
 class Deployment:
     """What the engine lines are written for (module docstring): ``model_id`` (a Hugging Face repo id, or
@@ -196,6 +327,9 @@ class Deployment:
     phase: Phase
     schedule: Schedule
     engines: Engines = field(default_factory=Engines)
+    served: ServedModel = field(default_factory=ServedModel)
+    limits: ServingLimits | None = None
+    experts: ExpertBalance = field(default_factory=ExpertBalance)
 
     def __post_init__(self) -> None:
         for name in ("world", "ep", "gpus_per_node", "nodes", "attention_tp"):
@@ -210,16 +344,68 @@ class Deployment:
             raise ValueError(f"ep ({self.ep}) and attention_tp ({self.attention_tp}) must divide the {self.world} GPUs")
         object.__setattr__(self, "phase", Phase.parse(self.phase, "phase"))
         object.__setattr__(self, "schedule", Schedule.parse(self.schedule, "schedule"))
-        if not isinstance(self.engines, Engines):
-            raise ValueError(f"engines must be Engines, got {self.engines!r}")
+        for name, kind in (("engines", Engines), ("served", ServedModel), ("experts", ExpertBalance)):
+            if not isinstance(getattr(self, name), kind):
+                raise ValueError(f"{name} must be {kind.__name__}, got {getattr(self, name)!r}")
+        if self.limits is not None and not isinstance(self.limits, ServingLimits):
+            raise ValueError(f"limits must be ServingLimits or None, got {self.limits!r}")
 
     @classmethod
-    def of(cls, workload: Any, model_id: str | None) -> Deployment:
-        """The deployment of a ``demos.zoo.workload.Workload``: its cluster, attention TP, phase and schedule."""
+    def of(
+        cls,
+        workload: Any,
+        model_id: str | None,
+        *,
+        served: ServedModel | None = None,
+        limits: ServingLimits | None = None,
+    ) -> Deployment:
+        """The deployment of a ``demos.zoo.workload.Workload``: its cluster, attention TP, phase and schedule,
+        its redundant expert slots and its imbalance when a number; ``served`` and ``limits`` as given."""
         c = workload.cluster
+        imbalance = workload.imbalance if isinstance(workload.imbalance, (int, float)) else None
         return cls(
-            model_id, c.world, c.ep, c.gpus_per_node, c.nodes, workload.attention_tp, workload.phase, workload.schedule
+            model_id,
+            c.world,
+            c.ep,
+            c.gpus_per_node,
+            c.nodes,
+            workload.attention_tp,
+            workload.phase,
+            workload.schedule,
+            served=served or ServedModel(),
+            limits=limits,
+            experts=ExpertBalance(workload.redundant_experts, imbalance),
         )
+
+
+def served_model(given: Any, native: Any, predicted: Any) -> tuple[str | None, ServedModel]:
+    """What the engine lines serve of ``given`` (the model as the user named it: a preset, an alias, a path
+    or a ``ModelSpec``), loaded as ``native`` and predicted as ``predicted`` (``ModelSpec``s): the model's
+    own repository and ``ServedModel`` (the weights and KV cache predicted, the checkpoint's own weights,
+    the published checkpoints, the architecture). A preset
+    or alias (by name or as its ``ModelSpec``) has its repository and checkpoints
+    (``demos.zoo.models.checkpoints``: an alias has its own, DeepSeek-R1 is not DeepSeek-V3); a model folder
+    (a HuggingFace snapshot) is served from that folder as given; a config.json or another spec has neither
+    (the lines then hold a placeholder the user fills: the folder with the weights)."""
+    source = native.source
+    repo = None
+    if source.startswith("huggingface.co/") and " " in source:
+        repo = source[len("huggingface.co/") :].split(" ", 1)[0]
+    elif isinstance(given, (str, os.PathLike)) and os.path.isdir(given):
+        repo = os.fspath(given)
+    nat = weights_name(native.precision)
+    found: dict[str, str] = {}
+    if repo is not None:
+        names = ((given,) if isinstance(given, str) else ()) + (native.name,)
+        found = next((c for c in map(checkpoints, names) if c), {})
+    served = ServedModel(
+        weights=weights_name(predicted.precision),
+        native=nat,
+        kv_cache=kv_cache_name(predicted.precision),
+        checkpoints=tuple(found.items()),
+        model_type=native.model_type,
+    )
+    return found.get(nat, repo), served
 
 
 def _gpus(n: int) -> str:
@@ -235,7 +421,134 @@ def _ep_below_world(engine: str, why: str, world: int, ep: int) -> str:
     )
 
 
-def _vllm(model: str, d: Deployment, overlap: Overlap, threshold: int | None, notes: list[str]) -> str:
+PRECISION_WORDS = {"bf16": "BF16", "fp8": "FP8", "fp4": "FP4"}
+
+
+def _model_flags(d: Deployment, notes: list[str]) -> tuple[str, dict[str, str]]:
+    """The model argument of both lines and, per engine, the flags that load it as the prediction ran it
+    (the quantization, the KV cache dtype), with their notes (module docstring)."""
+    sv = d.served
+    pred, native = sv.weights, sv.native or sv.weights
+    word, was = PRECISION_WORDS[pred], PRECISION_WORDS[native]
+    repo = dict(sv.checkpoints).get(pred)
+    flags = {"vllm": "", "sglang": ""}
+    if repo is not None:
+        model = shlex.quote(repo)
+        if repo != d.model_id:
+            notes.append(
+                f"{repo}: the {word} checkpoint of the model, the weights the prediction ran (--weights {pred})"
+            )
+    elif pred == native or (pred == "fp8" and native == "bf16"):
+        model = MODEL if d.model_id is None else shlex.quote(d.model_id)
+        if pred != native:
+            flags = {"vllm": " --quantization fp8", "sglang": " --quantization fp8"}
+            notes.append(
+                f"--quantization fp8 (both engines): the {was} checkpoint quantized to FP8 as it loads, the weights "
+                f"the prediction ran (--weights fp8); no FP8 checkpoint of this model is known to the predictor"
+            )
+    else:
+        model = MODEL
+        how = (
+            "neither pinned engine quantizes to FP4 as it loads with DeepEP's all-to-all (SGLang's nvfp4_online "
+            "runs on Blackwell without it only): quantize it (NVIDIA's ModelOpt writes NVFP4)"
+            if pred == "fp4"
+            else f"neither pinned engine turns {was} weights into {word} as it loads: convert it"
+        )
+        notes.append(
+            f"{MODEL}: the prediction ran {word} weights (--weights {pred}), and no {word} checkpoint of this model "
+            f"is known to the predictor; {how}, and serve that folder"
+        )
+    if sv.kv_cache == "fp8":
+        for engine, value in KV_CACHE_FLAGS.items():
+            flags[engine] += f" --kv-cache-dtype {value}"
+        notes.append(
+            f"--kv-cache-dtype {KV_CACHE_FLAGS['vllm']} (vLLM) / {KV_CACHE_FLAGS['sglang']} (SGLang): the FP8 E4M3 KV "
+            "cache the prediction sized and timed (--kv-cache-dtype fp8); without it both engines keep it in BF16"
+        )
+    return model, flags
+
+
+def _expert_flags(d: Deployment, engine: str, name: str, notes: list[str]) -> str:
+    """``engine``'s expert-load balancing flags for ``d.experts`` (module docstring), with their note; none,
+    with a note, where the engine balances no expert of the model's architecture (``EPLB_MODEL_TYPES``)."""
+    r, imb = d.experts.redundant, d.experts.imbalance
+    if d.ep < 2 or (r == 0 and imb is None):
+        return ""
+    why = []
+    if r:
+        why.append(
+            f"{r} redundant expert slots (the prediction holds ceil(routed experts / EP) slots on each of the "
+            f"{d.ep} GPUs, the spare ones copies of the busiest experts)"
+        )
+    if imb is not None:
+        why.append(f"--imbalance {imb:g} (the busiest GPU's expert load over the mean, the load balanced)")
+    mt = d.served.model_type
+    if mt is not None and mt not in EPLB_MODEL_TYPES[engine]:
+        notes.append(
+            f"{name}: no expert-load balancing for {mt} (its model class has no expert-placement hooks in this "
+            f"release), so the line runs without the prediction's " + " and ".join(why)
+        )
+        return ""
+    if engine == "vllm":
+        flags = " --enable-eplb"
+        if r:
+            flags += " --eplb-config " + shlex.quote(json.dumps({"num_redundant_experts": r}))
+            why.append("vLLM takes redundant experts with EPLB only")
+    else:
+        flags = (f" --ep-num-redundant-experts {r}" if r else "") + " --enable-eplb"
+        if r:
+            why.append("SGLang's DeepEP dispatcher needs the expert slots to divide evenly over the EP")
+    notes.append(f"{name}:{flags} carries " + "; ".join(why))
+    return flags
+
+
+def _memory_flags(d: Deployment, engine: str, name: str, dbo: bool, notes: list[str]) -> str:
+    """``engine``'s request cap and memory share at the memory model's limit (module docstring; nothing
+    without ``d.limits``), with their note; ``dbo``: the line runs DBO (its step's limit)."""
+    if d.limits is None:
+        return ""
+    lim = d.limits.of(dbo)
+    util = d.limits.utilization
+    groups = d.world // d.attention_tp
+    step = "step with DBO" if dbo else "step"
+    flags, said = "", []
+    decode = d.phase == Phase.DECODE
+    if decode and lim.tokens > 0:
+        per = f"per data-parallel rank (one attention group of {_gpus(d.attention_tp)})"
+        if engine == "vllm":
+            flags += f" --max-num-seqs {lim.tokens}"
+            said.append(f"--max-num-seqs {lim.tokens}: the most decode requests {per} whose {step} fits in memory")
+        else:
+            total = lim.tokens * groups
+            flags += f" --max-running-requests {total}"
+            each = f" = {lim.tokens} per attention group x {groups} groups (each worker takes its share)"
+            said.append(
+                f"--max-running-requests {total}{each if groups > 1 else ''}: the most decode requests whose "
+                f"{step} fits in memory"
+            )
+    elif decode:
+        said.append(f"no request cap: the memory model fits no {step} here")
+    if engine == "vllm":
+        flags += f" --gpu-memory-utilization {util:g}"
+        said.append(
+            f"--gpu-memory-utilization {util:g}: the share of HBM the memory model lets a step use, keeping "
+            f"{1 - util:.0%} for the CUDA context, fragmentation and graph pools (a guess; vLLM's default, 1.0, "
+            "sizes its KV cache from measured memory instead)"
+        )
+    elif lim.tokens > 0:
+        frac = math.floor(lim.static_fraction * 1000) / 1000
+        flags += f" --mem-fraction-static {frac:.3f}"
+        at = "at that cap" if decode else f"of the largest {step} that fits ({lim.tokens} prompt tokens per GPU)"
+        said.append(
+            f"--mem-fraction-static {frac:.3f}: the share of HBM for the weights and KV cache {at}, the rest left "
+            f"for the step's activations, workspace and all-to-all buffers and the {1 - util:.0%} reserve"
+        )
+    if said:
+        notes.append(f"{name}, at the memory model's limit (docs/models.md): " + "; ".join(said))
+    return flags
+
+
+def _vllm(model: str, flags: str, d: Deployment, overlap: Overlap, threshold: int | None, notes: list[str]) -> str:
     world, ep, gpn, nodes, tp, phase, schedule = (
         d.world,
         d.ep,
@@ -268,6 +581,8 @@ def _vllm(model: str, d: Deployment, overlap: Overlap, threshold: int | None, no
             f"{sharded} = {ep} GPUs; with --data-parallel-size 1 its MoE has no all-to-all (an all-reduce), "
             "so no --all2all-backend: DeepEP's would go unused"
         )
+    base += flags + _expert_flags(d, "vllm", v, notes)
+    base += _memory_flags(d, "vllm", v, overlap == Overlap.DBO and dp > 1, notes)
     head = ""
     if overlap == Overlap.SBO:
         head = f"# {v} has no single-batch overlap (no such flag or ParallelConfig field); the line without it:\n"
@@ -307,14 +622,33 @@ def _vllm(model: str, d: Deployment, overlap: Overlap, threshold: int | None, no
     )
 
 
-def _sglang(model: str, d: Deployment, overlap: Overlap, threshold: int | None, notes: list[str]) -> str:
+def _sglang_refusal(d: Deployment, overlap: Overlap) -> str:
+    """The ``#`` line (ending in a newline) when SGLang cannot run ``overlap`` for the model's architecture
+    (``SGLANG_TBO_MODEL_TYPES``, ``SGLANG_SBO_MODEL_TYPES``); "" when it can or the type is not known."""
+    mt, s = d.served.model_type, f"SGLang {d.engines.sglang}"
+    if mt is None:
+        return ""
+    if overlap == Overlap.DBO and mt not in SGLANG_TBO_MODEL_TYPES:
+        return (
+            f"# {s} runs two-batch overlap only for DeepSeek-V2/V3, Kimi K2 and Qwen3-MoE decoder layers (for "
+            f"{mt}'s its operations strategy raises NotImplementedError); the line without it:\n"
+        )
+    if overlap == Overlap.SBO and mt not in SGLANG_SBO_MODEL_TYPES:
+        return (
+            f"# {s} runs single-batch overlap only in DeepSeek-V2/V3 and Kimi K2's MoE (not in {mt}'s); the line "
+            "without it:\n"
+        )
+    return ""
+
+
+def _sglang(model: str, flags: str, d: Deployment, overlap: Overlap, threshold: int | None, notes: list[str]) -> str:
     world, ep, nodes, tp, phase, schedule = d.world, d.ep, d.nodes, d.attention_tp, d.phase, d.schedule
     s = f"SGLang {d.engines.sglang}"
     if ep < world:
         why = "with --moe-a2a-backend deepep it sets the expert-parallel size to --tp-size, every GPU of the deployment"
         return _ep_below_world(s, f"{why} ({world} here)", world, ep)
     groups = world // tp
-    line = f"python -m sglang.launch_server --model-path {model} --tp-size {world}"
+    line = f"python -m sglang.launch_server --model-path {model} --tp-size {world}" + flags
     if groups == 1:  # no all-to-all (docs/clusters.md, "Attention tensor parallelism": the replicated path)
         notes.append(
             f"{s}: one attention group of {_gpus(tp)}: --ep-size {world} shards the experts over it and their "
@@ -326,7 +660,10 @@ def _sglang(model: str, d: Deployment, overlap: Overlap, threshold: int | None, 
                 f"# {s} overlaps micro-batches only around DeepEP's all-to-all, which one attention group of "
                 "every GPU does not run; the line without overlap:\n"
             )
-        return f"{head}{line} --ep-size {world}" + _sglang_nodes(s, nodes, notes)
+        line += (
+            f" --ep-size {world}" + _expert_flags(d, "sglang", s, notes) + _memory_flags(d, "sglang", s, False, notes)
+        )
+        return head + line + _sglang_nodes(s, nodes, notes)
     line += f" --attn-dp-size {groups}"  # more than one attention group from here on
     notes.append(
         f"{s}: --tp-size {world} --attn-dp-size {groups} runs attention in {groups} data-parallel groups of "
@@ -337,6 +674,10 @@ def _sglang(model: str, d: Deployment, overlap: Overlap, threshold: int | None, 
     notes.append(f"{s}: --moe-a2a-backend deepep sets the expert-parallel size to --tp-size, {world} = the EP")
     if schedule == Schedule.HT:
         notes.append(f"{s}: --deepep-mode normal turns off CUDA graphs (its server_args warn so)")
+    head = _sglang_refusal(d, overlap)
+    if head:
+        overlap = Overlap.NONE
+    line += _expert_flags(d, "sglang", s, notes) + _memory_flags(d, "sglang", s, overlap == Overlap.DBO, notes)
     if overlap == Overlap.DBO:
         line += " --enable-two-batch-overlap"
         below = f"below {threshold} tokens per attention group" if threshold is not None else "below the crossover"
@@ -346,7 +687,7 @@ def _sglang(model: str, d: Deployment, overlap: Overlap, threshold: int | None, 
         )
     elif overlap == Overlap.SBO:
         line += " --enable-single-batch-overlap"
-    return line + _sglang_nodes(s, nodes, notes)
+    return head + line + _sglang_nodes(s, nodes, notes)
 
 
 def _sglang_nodes(s: str, nodes: int, notes: list[str]) -> str:
@@ -355,6 +696,22 @@ def _sglang_nodes(s: str, nodes: int, notes: list[str]) -> str:
         return ""
     notes.append(f"{NODE_RANK} (SGLang): the same line on each of the {nodes} nodes, 0 on the head node to {nodes - 1}")
     return f" --nnodes {nodes} --node-rank {NODE_RANK} --dist-init-addr {HEAD_IP}:{PORT}"
+
+
+def overlap_flags(deployment: Deployment) -> dict[str, str]:
+    """What selects each overlap strategy in each engine, one line per strategy (``dbo``, ``sbo``), for the
+    model's architecture (``SGLANG_TBO_MODEL_TYPES``, ``SGLANG_SBO_MODEL_TYPES``)."""
+    d, sg = deployment, f"SGLang {deployment.engines.sglang}"
+    tbo = "SGLang --enable-two-batch-overlap"
+    sbo = "SGLang --enable-single-batch-overlap (with --moe-a2a-backend deepep)"
+    if _sglang_refusal(d, Overlap.DBO):
+        tbo = f"{sg} has no two-batch overlap for {d.served.model_type}"
+    if _sglang_refusal(d, Overlap.SBO):
+        sbo = f"{sg} has no single-batch overlap for {d.served.model_type}"
+    return {
+        "dbo": f"vLLM --enable-dbo with the threshold below; {tbo}",
+        "sbo": f"{sbo}; vLLM has no single-batch overlap",
+    }
 
 
 def serve_lines(deployment: Deployment, overlap: Overlap | str, threshold: int | None) -> EngineLines:
@@ -366,22 +723,22 @@ def serve_lines(deployment: Deployment, overlap: Overlap | str, threshold: int |
     overlap = Overlap.parse(overlap, "overlap")
     if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1):
         raise ValueError(f"threshold must be a positive integer or None, got {threshold!r}")
-    notes: list[str] = []
-    if deployment.model_id is None:
-        model = MODEL
-        notes.append(
+    first: list[str] = []  # the model's notes, then the placeholders', then each engine's
+    model, flags = _model_flags(deployment, first)
+    if model == MODEL and not any(n.startswith(MODEL) for n in first):
+        first.insert(
+            0,
             f"{MODEL}: fill in the model: a folder holding its config.json and its weights (the same path on "
-            "every node), or its Hugging Face repo id"
+            "every node), or its Hugging Face repo id",
         )
-    else:
-        model = shlex.quote(deployment.model_id)
-    vllm = _vllm(model, deployment, overlap, threshold, notes)
-    sglang = _sglang(model, deployment, overlap, threshold, notes)
+    notes: list[str] = []
+    vllm = _vllm(model, flags["vllm"], deployment, overlap, threshold, notes)
+    sglang = _sglang(model, flags["sglang"], deployment, overlap, threshold, notes)
     head = [
         f"{HEAD_IP}: the address of the head node (node 0), reachable from every node",
         f"{PORT}: a free TCP port on the head node, the same on every node (vLLM: its data-parallel RPC port; "
         "SGLang: its distributed init port)",
     ]
-    notes[1 if deployment.model_id is None else 0 : 0] = [n for n in head if n.split(":")[0] in vllm + sglang]
+    notes[0:0] = first + [n for n in head if n.split(":")[0] in vllm + sglang]
     e = deployment.engines
     return EngineLines(vllm, sglang, e.vllm, e.sglang, tuple(notes))

@@ -38,7 +38,8 @@ OVERLAP_FLAGS = {
     "dbo": "vLLM --enable-dbo with the threshold below; SGLang --enable-two-batch-overlap",
     "sbo": "SGLang --enable-single-batch-overlap (with --moe-a2a-backend deepep); vLLM has no single-batch overlap",
 }
-"""The engine flags that select each overlap strategy (docs/predict.md, "Which overlap pays")."""
+"""The engine flags that select each overlap strategy (docs/predict.md, "Which overlap pays"), where the
+recommendation does not say them for its model (``demos.prediction.engines.overlap_flags``)."""
 
 CSV_COLUMNS = (
     "tokens",
@@ -206,8 +207,9 @@ def format_prediction(rep: dict[str, Any], *, detail: bool = False) -> str:
             dbo = "; the swept --ubatches and --comm-sms make no difference"
         lines.append(f"best     {m}: {where} (the fastest of {', '.join(rep['overlaps'])} at each swept count{dbo})")
         flags = {x["overlap"] for x in ranges}
+        says = rep["recommendation"].get("overlap_flags") or OVERLAP_FLAGS
         for o in (o for o in ("sbo", "dbo") if o in flags):
-            lines.append(f"         {o}: {OVERLAP_FLAGS[o]}")
+            lines.append(f"         {o}: {says[o]}")
     r = rep["recommendation"]
     lines.append("")
     eng = r.get("engines") or {}

@@ -1,9 +1,9 @@
 """How far a prediction's kind has been checked: the one recorded list of the validation figures the
 report's ``checked`` line quotes.
 
-``SILICON``: ``python -m demos.validate --silicon`` (no-DBO decode steps against measured deployments of
+``SILICON``: ``python -m demos.validate silicon`` (no-DBO decode steps against measured deployments of
 ``aiconfigurator-core``'s ``silicon_sample.csv``), per GPU: rows, signed median error, the error of the
-row furthest off. ``PUBLISHED``: ``python -m demos.validate --published`` (DBO answers against published
+row furthest off. ``PUBLISHED``: ``python -m demos.validate published`` (DBO answers against published
 deployments), per case: its GPU family and phase, and how many of its quantities fell within target.
 Both as of ``CHECKED_ON``; ``tests/prediction/test_trust.py`` reruns both commands and fails when a
 figure here is no longer what they print, so the list cannot go stale unseen.
@@ -19,13 +19,13 @@ from demos.vocabulary import Phase
 
 __all__ = ["CHECKED_ON", "PUBLISHED", "SILICON", "checked_line"]
 
-CHECKED_ON = "2026-12-03"
+CHECKED_ON = "2026-12-04"
 
 SILICON = {
     # gpu: (family, rows, median error, max error), decode
-    "h200": ("hopper", 28, -0.073, -0.228),
-    "b200": ("blackwell", 22, -0.084, -0.322),
-    "gb200": ("blackwell", 20, -0.086, -0.343),
+    "h200": ("hopper", 28, -0.055, -0.236),
+    "b200": ("blackwell", 22, -0.092, -0.335),
+    "gb200": ("blackwell", 20, -0.099, -0.351),
 }
 
 PUBLISHED = {
@@ -56,4 +56,4 @@ def checked_line(gpu: str, family: str, phase: str) -> str:
         if cases
         else f"not checked against published {phase} deployments on {family} GPUs"
     )
-    return f"{steps} (validate --silicon); DBO answers: {answers} (validate --published); as of {CHECKED_ON}"
+    return f"{steps} (validate silicon); DBO answers: {answers} (validate published); as of {CHECKED_ON}"

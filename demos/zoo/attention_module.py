@@ -5,7 +5,7 @@ absorptions on the family's fitted GEMM curves, the core on its MLA curve, and e
 least the per-kernel floor (``demos.zoo.profile``). Each of those curves is fitted to a table of one
 kernel. TRT-LLM's collection also measures the whole decode module as the engine runs it, from the input
 norm to ``o_proj`` (``demos.zoo.measured.MlaModuleRow``), on every GPU with tables; against it the
-composed op runs short at the batches decode serves, by a near-constant 15-40 us per layer (the
+composed op runs short at the batches decode serves, by a median 25-36 us per layer (the
 module's small kernels, its quantizations and the gaps between its kernels cost more than the floors
 say; the composition cannot tell which). ``FamilyFit.mla_module`` holds that constant per GPU family
 (fitted by ``demos.fits.module``), and ``KernelTimes.attention`` adds it to every MLA decode core, so each

@@ -56,13 +56,14 @@ class Folder:
 
     def seconds(self, w: Work) -> float:
         """One part's time (the per-kernel floor and launch overhead are the op's, paid once). A part that
-        is itself a fold (MLA's ``q_a`` and ``q_b`` inside its projections) is timed as a memory pass whose
-        flops are its seconds at its own math rate, read at the BF16 rate (``KernelTimes.memory``)."""
+        is itself a fold (MLA's ``q_a`` and ``q_b`` inside its projections) takes the seconds it was timed at
+        (its memory and math already in them; read again as a memory pass at the BF16 rate, an FP8 fold
+        counted twice)."""
         if w.shape is not None:
             m, n, k = w.shape
             return self.kernels.gemm(self.op, m, n, k, w.dtype, w.flops, w.bytes)
         if w.seconds is not None:
-            return self.kernels.memory(w.bytes, w.seconds * self.p.flops_rate(w.dtype))
+            return w.seconds
         return self.kernels.memory(w.bytes, w.flops)
 
     def __call__(self, *works: Work) -> Work:

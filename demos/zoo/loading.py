@@ -2,12 +2,13 @@
 model, GPU and cluster flags of ``demos.overlap --model`` and ``demos.predict`` (their flags are
 ``demos._cli.model_flags``).
 
-``load_model(text)`` turns a model name into a ``ModelSpec`` (a preset name, or a HuggingFace config.json
-path); ``workload_for(spec, gpu=, nodes=, ...)`` builds the ``Workload`` from keyword arguments named as the
-flags with underscores (``demos.prediction.predict``), applying ``weights`` and ``kv_cache_dtype`` to the
-spec (``precise_spec``, through ``demos.zoo.models.with_precision``); ``shrunk_spec`` makes the small spec
-of a real-math run. Every bad value is a ``ConfigError`` whose fields are those names (the command line
-spells them as its flags), rendered as one line.
+``load_model(text)`` turns a model name into a ``ModelSpec`` (a HuggingFace config.json, or the snapshot
+folder holding one, where that path exists; else a preset name); ``workload_for(spec, gpu=, nodes=,
+...)`` builds the ``Workload`` from keyword arguments named as the flags with underscores
+(``demos.prediction.predict``), applying ``weights`` and ``kv_cache_dtype`` to the spec (``precise_spec``,
+through ``demos.zoo.models.with_precision``); ``shrunk_spec`` makes the small spec of a real-math run.
+Every bad value is a ``ConfigError`` whose fields are those names (the command line spells them as its
+flags), rendered as one line.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 
 from demos.errors import ConfigError, field_ref
 from demos.zoo.models import (
+    ALIASES,
+    PRESET_NAMES,
     ModelConfigError,
     ModelSpec,
     ModelSpecError,
@@ -42,14 +45,43 @@ TOY = "toy"
 
 
 def is_config_path(text: str) -> bool:
-    """Whether a model name is a file (ends in .json or holds a path separator) rather than a preset."""
-    return text.endswith(".json") or os.sep in text or (os.altsep is not None and os.altsep in text)
+    """Whether a model name is read as a file rather than taken for a preset: a path that exists (a file,
+    or a folder holding a config.json, as a HuggingFace snapshot is) always is, and so is one that looks
+    like a path (ends in .json or holds a path separator) whether it exists or not."""
+    return (
+        os.path.exists(text)
+        or text.endswith(".json")
+        or os.sep in text
+        or (os.altsep is not None and os.altsep in text)
+    )
+
+
+def _read_config(path: str | os.PathLike, name: str) -> ModelSpec:
+    """The spec of the config.json at ``path``, or of the one in the folder ``path`` (a HuggingFace
+    snapshot); ``name``: the model as given, for the errors."""
+    if os.path.isdir(path):
+        found = os.path.join(path, "config.json")
+        if not os.path.isfile(found):
+            also = ""
+            try:
+                get_preset(name)
+                also = f" (the preset {name} is read where no file or folder of that name exists)"
+            except UnknownPresetError:
+                pass
+            raise ConfigError(
+                f"{field_ref('model')} {name}: a folder without a config.json (a HuggingFace snapshot folder "
+                f"holds one){also}"
+            )
+        path = found
+    return load_config(path)
 
 
 def load_model(text: str | os.PathLike | ModelSpec) -> ModelSpec:
-    """The ``ModelSpec`` ``text`` names: a preset (``PRESET_NAMES``, ``ALIASES``) or a config.json
-    (a path-like object always is one); a ``ModelSpec`` passes through. Errors are ``ConfigError`` naming
-    the field ``model`` and, for a file, the file and its field."""
+    """The ``ModelSpec`` ``text`` names: a config.json, or a folder holding one (a HuggingFace snapshot),
+    where a file or folder of that name exists (a path-like object always is a path); else a preset
+    (``PRESET_NAMES``, ``ALIASES``); a ``ModelSpec`` passes through. Errors are ``ConfigError`` naming the
+    field ``model`` and, for a file, the file and its field; a name that is neither an existing path nor a
+    preset says both."""
     if isinstance(text, ModelSpec):
         return text
     if not isinstance(text, (str, os.PathLike)):
@@ -57,11 +89,15 @@ def load_model(text: str | os.PathLike | ModelSpec) -> ModelSpec:
             f"{field_ref('model')} must be a preset name, a path to a config.json or a ModelSpec, got {text!r}"
         )
     try:
-        if isinstance(text, os.PathLike) or is_config_path(text):
-            return load_config(text)
+        if isinstance(text, os.PathLike) or os.path.exists(text):
+            return _read_config(text, os.fspath(text))
         return get_preset(text)
-    except UnknownPresetError as e:
-        raise ConfigError(f"{field_ref('model')}: {e}; or {TOY}, or a path to a config.json") from None
+    except UnknownPresetError:
+        known = ", ".join(sorted((*PRESET_NAMES, *ALIASES)))
+        raise ConfigError(
+            f"{field_ref('model')} {text}: no file or folder of that name exists, and no preset has that name "
+            f"(presets: {known}; or {TOY})"
+        ) from None
     except (ModelConfigError, ModelSpecError) as e:
         raise ConfigError(f"{field_ref('model')}: {e}") from None
 

@@ -21,6 +21,14 @@ cache the whole latent of the group's requests):
 
 ``fits``: the total within the GPU's HBM capacity, less a reserve of 10% for the CUDA context,
 allocator fragmentation and the CUDA graphs' pools (a guess, said so in docs/models.md).
+
+``serving_limits(workload, slot_bytes, measured_at)``: where the step stops fitting, what a serving engine
+is capped at (``ServingLimits``): the largest tokens per GPU whose step fits, without and with DBO (decode:
+the requests each attention group holds at ``context``; prefill: the prompt tokens of one step), the HBM
+share a step may use (``1 - RESERVE``) and the weights and KV cache at that count over the capacity, the
+rest being the step's activations, workspace and comm buffers and the reserve. The workspace slots
+measured at ``measured_at`` tokens are scaled in proportion to the tokens (the zoo's scratch buffers are
+per-token; an estimate).
 """
 
 from __future__ import annotations
@@ -35,7 +43,16 @@ from demos.zoo.models.spec import MLAAttention
 from demos.zoo.overlap_costs import ubatch_sizes
 from demos.zoo.workload import Workload
 
-__all__ = ["MemoryEstimate", "RESERVE", "kv_bytes_per_token", "kv_cache_bytes", "memory_estimate"]
+__all__ = [
+    "MemoryEstimate",
+    "RESERVE",
+    "ServingLimit",
+    "ServingLimits",
+    "kv_bytes_per_token",
+    "kv_cache_bytes",
+    "memory_estimate",
+    "serving_limits",
+]
 
 RESERVE = 0.10
 _NORMAL_BUFFERS = 2e9  # DeepEP's default num_nvl_bytes + num_rdma_bytes per handle
@@ -157,3 +174,62 @@ def memory_estimate(w: Workload, slot_bytes: list[int] | None = None) -> MemoryE
         dbo_extra=max(0.0, extra_slots + extra_act + comm - one_comm),
         ubatches=n,
     )
+
+
+@dataclass(frozen=True)
+class ServingLimit:
+    """The largest step that fits (module docstring): ``tokens`` per GPU (0: none fits) and
+    ``static_fraction``, the weights and KV cache there over the HBM capacity: the usable share less the
+    step's activations, workspace and comm buffers (0.0 when none fits). The search starts at the
+    workload's ubatches, the least count it can split."""
+
+    tokens: int
+    static_fraction: float
+
+
+@dataclass(frozen=True)
+class ServingLimits:
+    """``without_dbo`` and ``with_dbo``: the ``ServingLimit`` of each step; ``utilization``: the share of
+    HBM a step may use, ``1 - RESERVE``."""
+
+    without_dbo: ServingLimit
+    with_dbo: ServingLimit
+    utilization: float = 1 - RESERVE
+
+    def of(self, dbo: bool) -> ServingLimit:
+        return self.with_dbo if dbo else self.without_dbo
+
+
+_MOST_TOKENS = 1 << 24
+
+
+def serving_limits(w: Workload, slot_bytes: list[int] | None = None, measured_at: int | None = None) -> ServingLimits:
+    """The ``ServingLimits`` of ``w`` (its tokens aside: each count is searched) with its workspace slots
+    ``slot_bytes`` measured at ``measured_at`` tokens, scaled to each count (module docstring)."""
+    slots = [float(b) for b in (slot_bytes or [])]
+    at = measured_at or w.tokens
+
+    def estimate(tokens: int) -> MemoryEstimate:
+        return memory_estimate(w.with_(tokens=tokens), [b * tokens / at for b in slots])
+
+    def limit(dbo: bool) -> ServingLimit:
+        def fits(n: int) -> bool:
+            m = estimate(n)
+            return m.fits if dbo else m.fits_without_dbo
+
+        lo = w.ubatches  # the least count a workload of w's ubatches takes
+        if not fits(lo):
+            return ServingLimit(0, 0.0)
+        hi = 2 * lo
+        while hi <= _MOST_TOKENS and fits(hi):
+            lo, hi = hi, hi * 2
+        hi = min(hi, _MOST_TOKENS + 1)
+        while hi - lo > 1:  # fits(lo), not fits(hi) (or hi past the search)
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        m = estimate(lo)
+        held = m.total if dbo else m.total_without_dbo
+        static = m.usable - (held - m.weights - m.kv_cache)
+        return ServingLimit(lo, static / m.capacity)
+
+    return ServingLimits(limit(False), limit(True))

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from demos.errors import ConfigError, field_ref
 from demos.vocabulary import Phase, Schedule
-from demos.zoo.hardware import DEFAULT_COMM_SMS, ClusterSpec, Routing, get_gpu
+from demos.zoo.hardware import DEFAULT_COMM_SMS, ClusterSpec, Routing, get_gpu, oversized_host
 from demos.zoo.models import ModelSpec
 from demos.zoo.overlap_costs import Mechanisms
 
@@ -231,14 +231,18 @@ class Workload:
 
 
 def cluster_for(gpu: str, nodes: int, gpus_per_node: int | None, ep: int | None) -> ClusterSpec:
-    """The cluster of ``nodes`` x ``gpus_per_node`` (None: the GPU's node) ``gpu`` GPUs with EP ``ep``
-    (None: every GPU), errors as ``ConfigError`` naming the flag."""
+    """The cluster of ``nodes`` hosts of ``gpus_per_node`` (None: the GPU's server, at most that) ``gpu``
+    GPUs with EP ``ep`` (None: every GPU), errors as ``ConfigError`` naming the flag (a host typed larger
+    than the GPU's server, a GB200 rack as one host of 72, is one, with what to pass instead)."""
     try:
         g = get_gpu(gpu)
     except ValueError as e:
         raise ConfigError(f"{field_ref('gpu')}: {e}") from None
     _int("nodes", nodes, 1)
     per = g.gpus_per_node if gpus_per_node is None else _int("gpus_per_node", gpus_per_node, 1)
+    oversized = oversized_host(g, nodes, per, lambda f, v: f"{field_ref(f)} {v}")
+    if oversized is not None:
+        raise ConfigError(oversized)
     world = nodes * per
     e = world if ep is None else _int("ep", ep, 1)
     if e > world or world % e:

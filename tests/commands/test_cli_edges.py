@@ -291,6 +291,18 @@ def test_validate_help_lists_the_checks_and_the_default(invocations):
 # --- more bad inputs -----------------------------------------------------------------------------------
 
 
+PREDICT = "demos.predict"
+# kimi-k2 does not fit on the default one host of 8 H100: refused before any work, so a case that a bug
+# accepts is refused at once in other words, not swept
+KIMI = ["--model", "kimi-k2"]
+EMPTY = "an empty item in the list {!r} (two commas in a row, or one at an end)"
+NOPE = ["--profile", "nope"]  # refused by validate's grid after its flags, where a bug would accept the list
+NEITHER = "no file or folder of that name exists, and no preset has that name (presets: deepseek-r1,"
+RACK = (
+    "error: --gpus-per-node 72 is a whole NVL72 rack of 18 hosts of 4 (one gb200 host holds 4 GPUs): use --nodes 18 "
+    "(4 GPUs per node) for one rack"
+)
+
 BAD_INPUTS = (
     (OVERLAP, ["--layers", "-1"], "--layers must be a positive integer, got -1"),
     (OVERLAP, ["--comm-ratio", "abc"], "argument --comm-ratio: not a number: 'abc'"),
@@ -323,6 +335,35 @@ BAD_INPUTS = (
     ("demos.validate", ["published", "--json", "{d}"], "is a folder"),
     ("demos.calibrate", ["-o", "/proc/p.json"], "-o /proc/p.json: the folder /proc cannot be written"),
     ("demos.calibrate", ["-o", "{d}/p.txt"], "must end in .json"),
+    # issue 47: an empty list item is a typo, never dropped; every comma-separated flag says so
+    (PREDICT, [*KIMI, "--tokens", "8,16,,32"], f"argument --tokens: {EMPTY.format('8,16,,32')}"),
+    (PREDICT, [*KIMI, "--tokens", "8,16,"], f"argument --tokens: {EMPTY.format('8,16,')}"),
+    (PREDICT, [*KIMI, "--ubatches", "2,,3"], f"argument --ubatches: {EMPTY.format('2,,3')}"),
+    (PREDICT, [*KIMI, "--phase", "prefill", "--comm-sms", "20,,24"], f"argument --comm-sms: {EMPTY.format('20,,24')}"),
+    (PREDICT, [*KIMI, "--overlap", "none,,dbo"], f"argument --overlap: {EMPTY.format('none,,dbo')}"),
+    ("demos.validate", [*NOPE, "--sizes", "8,,16"], f"argument --sizes: {EMPTY.format('8,,16')}"),
+    ("demos.validate", ["grid", *NOPE, "--ratios", "1,"], f"argument --ratios: {EMPTY.format('1,')}"),
+    ("demos.validate", [*NOPE, "--schedules", "ll,,ht"], f"argument --schedules: {EMPTY.format('ll,,ht')}"),
+    # token counts: k = 1024 and M = 1024 x 1024 where they make a whole count, nothing else
+    (PREDICT, [*KIMI, "--tokens", "0.3k"], "argument --tokens: not a whole number of tokens: '0.3k' is 307.2"),
+    (PREDICT, [*KIMI, "--context", "4m"], "argument --context: not a token count: '4m' (an integer, or one with k"),
+    (OVERLAP, [*KIMI, "--tokens", "2kk"], "argument --tokens: not a token count: '2kk'"),
+    # --model: a path that exists is read as a file (README.md is one), a folder for its config.json,
+    # and a name that is neither an existing path nor a preset says both
+    (PREDICT, ["--model", "README.md"], "error: --model: README.md: not valid JSON: Expecting value at line 1"),
+    (PREDICT, ["--model", "{d}"], "error: --model {d}: a folder without a config.json"),
+    (PREDICT, ["--model", "nope"], f"error: --model nope: {NEITHER}"),
+    (PREDICT, ["--model", "{d}/nope.json"], f"error: --model {{d}}/nope.json: {NEITHER}"),
+    (OVERLAP, ["--model", "nope"], f"error: --model nope: {NEITHER}"),
+    # a node is one host: a rack or two HGX boxes typed as one are refused with the hosts' spelling
+    (PREDICT, [*KIMI, "--gpu", "gb200", "--nodes", "1", "--gpus-per-node", "72", "--ep", "72", "--tokens", "8"], RACK),
+    (OVERLAP, ["--model", "kimi-k2", "--gpu", "GB200", "--gpus-per-node", "72"], RACK),
+    (
+        PREDICT,
+        [*KIMI, "--gpu", "H100", "--gpus-per-node", "16"],
+        "error: --gpus-per-node 16 is 2 hosts of 8 (one h100 host holds 8 GPUs): use --nodes 2 (8 GPUs per node) "
+        "for 16 GPUs",
+    ),
 )
 """(command, its arguments, what the refusal must say); ``{d}`` is a folder of the module's own."""
 

@@ -17,16 +17,24 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("zoo", ("demos.zoo",)),
     ("fits", ("demos.fits",)),
     ("toy", ("demos.toy", "demos.ranks")),
-    ("products", ("demos.prediction", "demos.fidelity", "demos.failures", "demos.bench")),
+    ("products", ("demos.prediction", "demos.fidelity", "demos.failures", "demos.bench", "demos.serving")),
     (
         "commands",
         tuple(MODULES)
-        + ("demos.bench.__main__", "demos._overlap_flags", "demos._zoo_overlap", "demos._cli.model_flags"),
+        + (
+            "demos.bench.__main__",
+            "demos.serving.__main__",
+            "demos._overlap_flags",
+            "demos._zoo_overlap",
+            "demos._cli.model_flags",
+            "demos._cli.values",
+        ),
     ),
 )
 """Each layer and the module prefixes it holds (the longest matching prefix decides): the model flags
-(``demos._cli.model_flags``) are the command line's, not shared with the library, which calls
-``demos.zoo.loading``; the bench's command line is its ``__main__``, the rest of ``demos.bench`` a product."""
+(``demos._cli.model_flags``) and the typed values (``demos._cli.values``) are the command line's, not
+shared with the library, which calls ``demos.zoo.loading``; the bench's command line is its ``__main__``,
+the rest of ``demos.bench`` a product."""
 
 MAY_IMPORT: dict[str, set[str]] = {
     "runtime": {"runtime"},

@@ -157,6 +157,7 @@ FLAGS = {
     "deepep": {"--json"},
     "kernels": {"--json", "--no-progress", "--cross-validation"},
     "silicon": {"--kernels", "--json", "--no-progress"},
+    "serving": {"--quick", "--full", "--peer", "--json", "--no-progress"},
     "published": {"--ablation", "--json", "--no-progress"},
 }
 """The flags each check takes: only those that apply to it (``--help`` aside)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from demos.zoo.memory import kv_cache_bytes, memory_estimate
+from demos.zoo.memory import RESERVE, kv_cache_bytes, memory_estimate, serving_limits
 from demos.zoo.models import count_params, get_preset
 from demos.zoo.models.params import expert_params
 from demos.zoo.workload import Workload, cluster_for
@@ -80,3 +80,33 @@ def test_attention_tp_splits_a_gqa_cache_over_its_kv_heads():
     one = Workload(qwen, cluster_for("h200", 1, 8, 8), tokens=64, context=2048)
     assert kv_cache_bytes(one.with_(attention_tp=2)) == pytest.approx(kv_cache_bytes(one) / 2)
     assert kv_cache_bytes(one.with_(attention_tp=8)) == pytest.approx(kv_cache_bytes(one) / 4)  # one head each
+
+
+@pytest.mark.parametrize("phase, context", [("decode", 2048), ("decode", 32_000), ("prefill", 4096)])
+def test_the_serving_limit_is_the_last_count_that_fits_with_and_without_dbo(phase, context):
+    """``serving_limits``: at its count the step fits and one more does not (each step by its own rule,
+    the workspace scaled from the measured slots); DBO's step holds more, so its limit is not above the
+    plain step's; the static share is what the reserve and the step's other parts leave at the limit."""
+    w = Workload(DSV3, cluster_for("h200", 4, 8, 32), phase=phase, tokens=256, context=context)
+    slots, at = [40 << 20, 40 << 20], 256
+    lim = serving_limits(w, slots, at)
+
+    def estimate(n: int):
+        return memory_estimate(w.with_(tokens=n), [b * n / at for b in slots])
+
+    for dbo, one in ((False, lim.without_dbo), (True, lim.with_dbo)):
+        assert one.tokens >= w.ubatches
+        here, more = estimate(one.tokens), estimate(one.tokens + 1)
+        assert (here.fits if dbo else here.fits_without_dbo) and not (more.fits if dbo else more.fits_without_dbo)
+        held = here.total if dbo else here.total_without_dbo
+        assert one.static_fraction == pytest.approx((here.usable - held + here.weights + here.kv_cache) / here.capacity)
+        assert (here.weights + here.kv_cache) / here.capacity <= one.static_fraction < 1 - RESERVE
+    assert lim.with_dbo.tokens <= lim.without_dbo.tokens
+    assert lim.utilization == pytest.approx(1 - RESERVE) and lim.of(True) is lim.with_dbo
+
+
+def test_a_model_that_fits_at_no_count_has_a_limit_of_none():
+    w = Workload(DSV3, cluster_for("h100", 1, 8, 8), tokens=64, context=2048)  # 671B on 8 x 80 GB
+    lim = serving_limits(w)
+    assert lim.without_dbo.tokens == lim.with_dbo.tokens == 0
+    assert lim.without_dbo.static_fraction == 0.0

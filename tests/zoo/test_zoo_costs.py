@@ -135,6 +135,18 @@ def test_an_ops_kernels_each_take_their_own_roofline_and_the_op_their_sum():
     assert kernel_time(both, PROFILE) > max(kernel_time(fold(big), PROFILE), kernel_time(fold(copy), PROFILE))
 
 
+@pytest.mark.parametrize("storage", ["fp8_e4m3", "bfloat16"])
+def test_a_fold_inside_a_fold_counts_its_seconds_once(storage):
+    """MLA's q_a and q_b are one fold inside the attention projections' fold: the outer fold takes the
+    inner one's seconds as they are. Read again as a memory pass of seconds x its math rate at the BF16
+    rate (the bug), an FP8 fold counted twice."""
+    fold = Folder(PROFILE, KERNELS)
+    q = fold(gemm(64, 1536, 7168, storage), gemm(64, 24576, 1536, storage))
+    assert fold.seconds(q) == q.seconds
+    outer = fold(q, gemm(64, 576, 7168, storage))
+    assert outer.seconds == pytest.approx(q.seconds + fold.seconds(gemm(64, 576, 7168, storage)))
+
+
 def test_ht_permutes_the_received_tokens_and_ll_does_not():
     ll = layer_costs(_w(phase="prefill", tokens=4096, schedule="ll"), 4096, 5, PROFILE)
     ht = layer_costs(_w(phase="prefill", tokens=4096, schedule="ht"), 4096, 5, PROFILE)

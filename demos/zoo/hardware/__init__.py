@@ -20,7 +20,7 @@ from demos.zoo.hardware.alltoall import (
     message_bytes,
     token_bytes,
 )
-from demos.zoo.hardware.cluster import ClusterSpec, Routing, Traffic
+from demos.zoo.hardware.cluster import ClusterSpec, Routing, Traffic, host_layout, oversized_host
 from demos.zoo.hardware.gpus import FAMILIES, GPUS, GpuSpec, get_gpu, gpus
 from demos.zoo.hardware.hosts import H200_HOST
 
@@ -41,8 +41,10 @@ __all__ = [
     "deepep_normal",
     "get_gpu",
     "gpus",
+    "host_layout",
     "ll_buffer_bytes",
     "ll_bytes",
     "message_bytes",
+    "oversized_host",
     "token_bytes",
 ]

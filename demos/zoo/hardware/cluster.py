@@ -22,11 +22,12 @@ busiest rank's traffic by; it does not change the shares.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from dbo.costs import check_number
 from demos.zoo.hardware.gpus import GpuSpec, get_gpu
 
-__all__ = ["ClusterSpec", "Routing", "Traffic"]
+__all__ = ["ClusterSpec", "Routing", "Traffic", "host_layout", "oversized_host"]
 
 
 def _count(what: str, v: object, low: int = 1) -> int:
@@ -43,6 +44,40 @@ def _miss(pool: int, hit: int, picks: int) -> float:
     for i in range(picks):
         p *= (pool - hit - i) / (pool - i)
     return p
+
+
+def host_layout(gpu: GpuSpec, gpus: int) -> tuple[int, int]:
+    """(hosts, GPUs per host): the fewest hosts of ``gpu`` (each at most its ``gpus_per_node``) that hold
+    ``gpus`` GPUs in equal shares (72 GB200: 18 hosts of 4; 16 H100: 2 of 8; 12 H100: 2 of 6)."""
+    hosts = -(-gpus // gpu.gpus_per_node)
+    while gpus % hosts:
+        hosts += 1
+    return hosts, gpus // hosts
+
+
+def oversized_host(gpu: GpuSpec, nodes: int, gpus_per_node: int, spell: Callable[[str, int], str]) -> str | None:
+    """None when one host of ``gpu`` can hold ``gpus_per_node`` GPUs (at most its server's
+    ``gpus_per_node``); else why not and what to pass instead, one line, each field with its value spelled
+    by ``spell(field, value)`` (``--gpus-per-node 72`` on the command line, ``gpus_per_node=72`` in Python).
+    A node is a host: a typed rack (GB200 NVL72: 72 GPUs over 18 trays of 4) is refused, not taken for one
+    host, whose all-to-all and launch lines would be those of one machine (docs/clusters.md, "Hosts and
+    NVLink domains")."""
+    server = gpu.gpus_per_node
+    if gpus_per_node <= server:
+        return None
+    world = nodes * gpus_per_node
+    hosts, per = host_layout(gpu, world)
+    typed = (spell("nodes", nodes) + " " if nodes > 1 else "") + spell("gpus_per_node", gpus_per_node)
+    dom = gpu.nvlink_domain
+    if dom > server and per == server and world % dom == 0:
+        racks = world // dom
+        what = f"{'a whole' if racks == 1 else f'{racks} whole'} NVL{dom} rack{'s' if racks > 1 else ''}"
+        what += f" of {dom // server} hosts of {server}"
+        target = "one rack" if racks == 1 else f"{racks} racks"
+    else:
+        what, target = f"{hosts} hosts of {per}", f"{world} GPUs"
+    use = spell("nodes", hosts) + (f" ({server} GPUs per node)" if per == server else " " + spell("gpus_per_node", per))
+    return f"{typed} is {what} (one {gpu.name} host holds {server} GPUs): use {use} for {target}"
 
 
 @dataclass(frozen=True)
@@ -106,8 +141,11 @@ class Traffic:
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """``nodes`` servers of ``gpus_per_node`` GPUs of model ``gpu`` (a ``GpuSpec`` or a built-in
+    """``nodes`` hosts of ``gpus_per_node`` GPUs of model ``gpu`` (a ``GpuSpec`` or a built-in
     name), with the routed experts sharded ``ep`` ways (``ep`` <= nodes x gpus_per_node, dividing it).
+    A node is one host (a machine: an HGX H100 of 8, a GB200 compute tray of 4), so ``gpus_per_node``
+    is at most the GPU's ``gpus_per_node``; a rack of several hosts is ``nodes`` of them
+    (``oversized_host`` says what to pass instead).
 
     ``nvlink_domain``: GPUs per NVLink domain; None takes the GPU's: its ``nvlink_domain`` when that
     spans several nodes (GB200 NVL72: 72), else the node capped by it (HGX: 8). A domain is whole
@@ -124,6 +162,9 @@ class ClusterSpec:
         _count("ClusterSpec.gpus_per_node", self.gpus_per_node)
         _count("ClusterSpec.ep", self.ep)
         object.__setattr__(self, "gpu", get_gpu(self.gpu))
+        oversized = oversized_host(self.gpu, self.nodes, self.gpus_per_node, lambda f, v: f"{f}={v}")
+        if oversized is not None:
+            raise ValueError(f"ClusterSpec: {oversized}")
         dom = self.nvlink_domain
         if dom is None:
             g = self.gpu

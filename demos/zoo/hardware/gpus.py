@@ -195,10 +195,11 @@ GPUS: Mapping[str, GpuSpec] = MappingProxyType({g.name: g for g in _BUILTIN})
 
 
 def get_gpu(name_or_spec: str | GpuSpec) -> GpuSpec:
-    """A built-in GPU profile by name (case-insensitive); a ``GpuSpec`` passes through. Unknown -> ValueError."""
+    """A built-in GPU profile by name (in any case, ``H200`` or ``GB200``, spaces around it ignored); a
+    ``GpuSpec`` passes through. Unknown -> ValueError."""
     if isinstance(name_or_spec, GpuSpec):
         return name_or_spec
-    found = GPUS.get(name_or_spec.lower()) if isinstance(name_or_spec, str) else None
+    found = GPUS.get(name_or_spec.strip().lower()) if isinstance(name_or_spec, str) else None
     if found is None:
         raise ValueError(f"unknown GPU {name_or_spec!r}; known GPUs: {', '.join(GPUS)}")
     return found

@@ -9,13 +9,14 @@ of the same architecture for real-math runs). Nothing here imports torch or the 
 
 from demos.zoo.models.hf_config import SUPPORTED_MODEL_TYPES, ModelConfigError, load_config, spec_from_config
 from demos.zoo.models.params import ParamCount, count_params
-from demos.zoo.models.precision import with_precision
-from demos.zoo.models.presets import ALIASES, PRESET_NAMES, UnknownPresetError, get_preset
+from demos.zoo.models.precision import kv_cache_name, weights_name, with_precision
+from demos.zoo.models.presets import ALIASES, CHECKPOINTS, PRESET_NAMES, UnknownPresetError, checkpoints, get_preset
 from demos.zoo.models.shrink import shrink
 from demos.zoo.models.spec import GQAAttention, MLAAttention, ModelSpec, ModelSpecError, MoESpec, Precision
 
 __all__ = [
     "ALIASES",
+    "CHECKPOINTS",
     "PRESET_NAMES",
     "SUPPORTED_MODEL_TYPES",
     "GQAAttention",
@@ -27,10 +28,13 @@ __all__ = [
     "ParamCount",
     "Precision",
     "UnknownPresetError",
+    "checkpoints",
     "count_params",
     "get_preset",
+    "kv_cache_name",
     "load_config",
     "shrink",
     "spec_from_config",
+    "weights_name",
     "with_precision",
 ]

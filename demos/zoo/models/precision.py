@@ -11,6 +11,10 @@ otherwise (DeepSeek-V3 in BF16, GLM-4.5 from its FP8 repo, a model quantized to 
   when the experts are FP8, else the activation dtype; the activation dtype (``precision.combine``) stays.
 * ``kv_cache`` (``KV_CACHE_DTYPES``): ``bf16`` or ``fp8`` (E4M3, vLLM's ``--kv-cache-dtype fp8``).
 
+``weights_name(precision)`` and ``kv_cache_name(precision)`` go back: the ``--weights`` and ``--kv-cache-dtype``
+names of a precision by storage size (a routed expert below a byte per value is ``fp4``, one byte ``fp8``, more
+``bf16``; a one-byte cache ``fp8``, else ``bf16``), what the engine lines serve (``demos.prediction.engines``).
+
 None leaves a part as the spec has it. Contract: a pure function; the result is a new frozen spec (the same
 one when nothing changes); a bad value is a ``ModelSpecError`` naming ``with_precision.weights`` or
 ``with_precision.kv_cache``, one line listing the choices.
@@ -21,9 +25,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from demos.zoo.models.spec import ModelSpec, ModelSpecError
+from demos.zoo.models.dtypes import dtype
+from demos.zoo.models.spec import ModelSpec, ModelSpecError, Precision
 
-__all__ = ["KV_CACHE_DTYPES", "WEIGHT_DTYPES", "with_precision"]
+__all__ = ["KV_CACHE_DTYPES", "WEIGHT_DTYPES", "kv_cache_name", "weights_name", "with_precision"]
 
 WEIGHT_DTYPES: dict[str, tuple[str | None, str]] = {
     "bf16": ("bfloat16", "bfloat16"),
@@ -60,3 +65,14 @@ def with_precision(spec: ModelSpec, *, weights: str | None = None, kv_cache: str
     if kv_cache is not None:
         new = replace(new, kv_cache=KV_CACHE_DTYPES[kv_cache])
     return spec if new == p else replace(spec, precision=new)
+
+
+def weights_name(precision: Precision) -> str:
+    """The ``WEIGHT_DTYPES`` name of ``precision``'s routed experts by their bytes per value (module docstring)."""
+    size = dtype(precision.experts).bytes
+    return "fp4" if size < 1 else "fp8" if size == 1 else "bf16"
+
+
+def kv_cache_name(precision: Precision) -> str:
+    """The ``KV_CACHE_DTYPES`` name of ``precision``'s KV cache by its bytes per value (module docstring)."""
+    return "fp8" if dtype(precision.kv_cache).bytes == 1 else "bf16"

@@ -9,6 +9,11 @@ per preset, where the copy was read and what could not be checked.
 Contract: ``get_preset`` returns a frozen ``ModelSpec``; an unknown name raises ``UnknownPresetError``, one
 line listing the known names (aliases included). ``PRESET_NAMES`` lists canonical names, ``ALIASES`` maps
 alias -> canonical name. ``preset_config(name)`` returns a copy of the embedded dict (to write a config.json).
+
+``checkpoints(name)``: the published checkpoints of a preset or alias by weight precision ("bf16", "fp8",
+"fp4": what ``--weights`` names), each a Hugging Face repository id (``CHECKPOINTS``). An alias is a model
+of its own (DeepSeek-R1 is not DeepSeek-V3's checkpoint) with its canonical preset's architecture; a name
+no preset knows has none.
 """
 
 from __future__ import annotations
@@ -19,7 +24,16 @@ from typing import Any
 from demos.zoo.models.hf_config import spec_from_config
 from demos.zoo.models.spec import ModelSpec
 
-__all__ = ["ALIASES", "PRESET_NAMES", "UnknownPresetError", "get_preset", "preset_config", "preset_source"]
+__all__ = [
+    "ALIASES",
+    "CHECKPOINTS",
+    "PRESET_NAMES",
+    "UnknownPresetError",
+    "checkpoints",
+    "get_preset",
+    "preset_config",
+    "preset_source",
+]
 
 
 class UnknownPresetError(ValueError):
@@ -295,6 +309,40 @@ PRESET_NAMES = tuple(_PRESETS)
 ALIASES = {"deepseek-r1": "deepseek-v3", "glm-4.6": "glm-4.5"}
 """DeepSeek-R1 is post-trained from DeepSeek-V3-Base and keeps its architecture (same shapes, same spec);
 GLM-4.6's config.json differs from GLM-4.5's only in fields the loader does not read (a 200K context)."""
+
+
+CHECKPOINTS: dict[str, dict[str, str]] = {
+    "deepseek-v3": {"fp8": "deepseek-ai/DeepSeek-V3"},
+    "deepseek-r1": {"fp8": "deepseek-ai/DeepSeek-R1", "fp4": "nvidia/DeepSeek-R1-NVFP4"},
+    "kimi-k2": {"fp8": "moonshotai/Kimi-K2-Instruct"},
+    "deepseek-v2-lite": {"bf16": "deepseek-ai/DeepSeek-V2-Lite"},
+    "qwen3-30b-a3b": {"bf16": "Qwen/Qwen3-30B-A3B", "fp8": "Qwen/Qwen3-30B-A3B-FP8"},
+    "qwen3-235b-a22b": {
+        "bf16": "Qwen/Qwen3-235B-A22B",
+        "fp8": "Qwen/Qwen3-235B-A22B-FP8",
+        "fp4": "nvidia/Qwen3-235B-A22B-NVFP4",
+    },
+    "mixtral-8x7b": {"bf16": "mistralai/Mixtral-8x7B-v0.1"},
+    "gpt-oss-120b": {"fp4": "openai/gpt-oss-120b"},
+    "glm-4.5": {"bf16": "zai-org/GLM-4.5", "fp8": "zai-org/GLM-4.5-FP8"},
+    "glm-4.5-air": {"bf16": "zai-org/GLM-4.5-Air", "fp8": "zai-org/GLM-4.5-Air-FP8"},
+    "glm-4.6": {"bf16": "zai-org/GLM-4.6", "fp8": "zai-org/GLM-4.6-FP8"},
+}
+"""Published checkpoints per preset or alias and weight precision (module docstring). Sources: the config
+each preset copies (its own repository: ``preset_source``); the FP8 and FP4 repositories as the measured
+extra ships their configs or serving runs (aiconfigurator-core 0.12.0: ``model_configs/`` holds
+Qwen3-235B-A22B-FP8, Qwen3-30B-A3B-FP8 and nvidia/Qwen3-235B-A22B-NVFP4; ``silicon_sample.csv`` serves
+nvidia/DeepSeek-R1-NVFP4) or as the model's own README lists them (GLM-4.5: GLM-4.5-FP8, GLM-4.5-Air-FP8;
+GLM-4.6-FP8 likewise). NVIDIA's FP4 checkpoints are NVFP4 (an FP8 scale per 16 values, 18/32 bytes per
+weight against the MXFP4 17/32 the predictor charges for ``--weights fp4``)."""
+
+
+def checkpoints(name: str) -> dict[str, str]:
+    """The published checkpoints of preset or alias ``name`` by weight precision (``CHECKPOINTS``); ``{}``
+    for any other name (a config.json, a spec built in code)."""
+    if not isinstance(name, str):
+        return {}
+    return dict(CHECKPOINTS.get(name.strip().lower(), {}))
 
 
 def _canonical(name: Any) -> str:

@@ -13,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dbo.costs import DTYPES
-from demos.zoo.hardware import GPUS, ClusterSpec, Routing, get_gpu, gpus
+from demos.errors import ConfigError
+from demos.zoo.hardware import GPUS, ClusterSpec, Routing, get_gpu, gpus, host_layout, oversized_host
+from demos.zoo.workload import cluster_for
 
 # --- GPU profiles -------------------------------------------------------------------------------------
 
@@ -217,6 +219,63 @@ def test_imbalance_is_carried_not_applied_to_shares():
 def test_cluster_spec_rejects_bad_layouts(kw, match):
     with pytest.raises(ValueError, match=match):
         ClusterSpec(gpu="h800", **kw)
+
+
+RACK = "a whole NVL72 rack of 18 hosts of 4 (one gb200 host holds 4 GPUs)"
+
+
+@pytest.mark.parametrize(
+    "gpu, nodes, per, message",
+    [
+        ("gb200", 1, 72, f"gpus_per_node=72 is {RACK}: use nodes=18 (4 GPUs per node) for one rack"),
+        ("gb200", 2, 36, f"nodes=2 gpus_per_node=36 is {RACK}: use nodes=18 (4 GPUs per node) for one rack"),
+        (
+            "gb200",
+            2,
+            72,
+            "nodes=2 gpus_per_node=72 is 2 whole NVL72 racks of 18 hosts of 4 (one gb200 host holds 4 GPUs): "
+            "use nodes=36 (4 GPUs per node) for 2 racks",
+        ),
+        (
+            "gb200",
+            1,
+            8,
+            "gpus_per_node=8 is 2 hosts of 4 (one gb200 host holds 4 GPUs): use nodes=2 (4 GPUs per node) for 8 GPUs",
+        ),
+        (
+            "h100",
+            1,
+            16,
+            "gpus_per_node=16 is 2 hosts of 8 (one h100 host holds 8 GPUs): use nodes=2 (8 GPUs per node) for 16 GPUs",
+        ),
+        (
+            "h100",
+            1,
+            12,
+            "gpus_per_node=12 is 2 hosts of 6 (one h100 host holds 8 GPUs): use nodes=2 gpus_per_node=6 for 12 GPUs",
+        ),
+    ],
+)
+def test_a_node_is_one_host_and_a_rack_typed_as_one_is_refused_with_the_hosts_spelling(gpu, nodes, per, message):
+    with pytest.raises(ValueError) as info:
+        ClusterSpec(nodes=nodes, gpus_per_node=per, ep=nodes * per, gpu=gpu)
+    assert str(info.value) == f"ClusterSpec: {message}"
+    with pytest.raises(ConfigError) as info:  # the library's one line, its fields named as the keywords
+        cluster_for(gpu, nodes, per, None)
+    assert str(info.value) == message.replace("=", " ") and set(info.value.fields) <= {"nodes", "gpus_per_node"}
+    # what it says to pass is a cluster of the same GPUs, each host at most the GPU's server
+    hosts, each = host_layout(GPUS[gpu], nodes * per)
+    c = cluster_for(gpu, hosts, each, None)
+    assert c.world == nodes * per and c.gpus_per_node <= GPUS[gpu].gpus_per_node and c.nodes == hosts
+
+
+def test_a_host_up_to_its_server_is_a_node_and_a_smaller_one_too():
+    for name, g in GPUS.items():
+        for per in range(1, g.gpus_per_node + 1):
+            assert oversized_host(g, 3, per, lambda f, v: f"{f}={v}") is None
+            assert ClusterSpec(nodes=3, gpus_per_node=per, ep=per, gpu=name).gpus_per_node == per
+    assert host_layout(GPUS["gb200"], 72) == (18, 4) and host_layout(GPUS["h100"], 7) == (1, 7)
+    assert host_layout(GPUS["h100"], 13) == (13, 1)  # a prime count: one GPU per host
 
 
 def test_cluster_spec_rejects_unknown_gpus_and_routing_that_does_not_shard():

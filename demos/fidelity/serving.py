@@ -1,0 +1,281 @@
+"""Simulated serving runs against measured ones (``python -m demos.validate serving``).
+
+The measured runs are ``aiconfigurator-core``'s ``silicon_sample.csv`` (``demos.zoo.measured``): each a
+benchmark at a fixed concurrency of ``isl``-token prompts and ``osl``-token outputs, its measured TTFT and
+TPOT. A row is simulated when the predictor can express it:
+
+* its model at its precision is a preset (``SERVED``: every published checkpoint of the presets,
+  ``demos.zoo.models.CHECKPOINTS``, and the repositories of the presets' own configs);
+* its GPU has a profile, and its worker's parallelism is DP attention with expert-parallel MoE or
+  attention TP with expert-parallel MoE (MoE tensor parallelism is not modelled);
+* co-located (``agg``) rows: one worker of ``tp x attention_dp`` GPUs. Disaggregated rows (a prefill and
+  a decode pool of several workers) are skipped with that reason until the coupled pools are simulated.
+
+Each row runs as its benchmark ran (``demos.serving.api.simulate``): a closed loop of the row's concurrency
+(its ``batch``), no overlap (the engines' default), the row's engine; ``2 x concurrency`` requests are
+measured after ``concurrency`` warm-up ones (aiperf's default is 20C after 2C; fewer here to keep a row
+fast: a closed loop of fixed lengths repeats its cohorts, and ``--full`` runs aiperf's counts). TTFT and
+TPOT are the measured requests' means, as aiperf reports them. Runs of one deployment share their step
+pricer, so each grid point of the predictor runs once per deployment.
+
+``serving_rows(progress, quick=, full=)`` -> ``(rows, skipped)``; ``quick`` takes a sample: one row per
+deployment and (isl, osl) pair.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Callable
+from typing import NamedTuple
+
+from demos.errors import ConfigError
+from demos.fidelity.silicon import SYSTEM_GPUS, worker_layout
+from demos.fidelity.stats import error_stats
+from demos.zoo.hardware import get_gpu, host_layout
+from demos.zoo.models import CHECKPOINTS, get_preset, weights_name
+
+__all__ = [
+    "SERVED",
+    "ServingCheck",
+    "format_serving",
+    "format_side_by_side",
+    "serving_rows",
+    "serving_summaries",
+    "side_by_side",
+]
+
+
+def _served() -> dict[tuple[str, str], tuple[str, str | None]]:
+    out: dict[tuple[str, str], tuple[str, str | None]] = {}
+    for name, by in CHECKPOINTS.items():
+        native = weights_name(get_preset(name).precision)
+        for precision, repo in by.items():
+            out[(repo, precision)] = (name, None if precision == native else precision)
+        for precision in ("bf16", "fp8", "fp4"):  # the native repository at another precision
+            native_repo = by.get(native)
+            if native_repo is not None and (native_repo, precision) not in out:
+                out[(native_repo, precision)] = (name, None if precision == native else precision)
+    return out
+
+
+SERVED = _served()
+"""(repository, precision) of a measured row -> (preset, ``--weights`` or None for the config's own)."""
+
+
+class ServingCheck(NamedTuple):
+    """One measured row simulated: measured and predicted TTFT and TPOT (seconds), the row's setup."""
+
+    id: str
+    gpu: str
+    engine: str
+    mode: str
+    model: str
+    isl: int
+    osl: int
+    concurrency: int
+    gpus: int
+    ttft_predicted_s: float
+    ttft_measured_s: float | None
+    tpot_predicted_s: float
+    tpot_measured_s: float | None
+
+    @property
+    def ttft_error(self) -> float | None:
+        return None if not self.ttft_measured_s else self.ttft_predicted_s / self.ttft_measured_s - 1
+
+    @property
+    def tpot_error(self) -> float | None:
+        return None if not self.tpot_measured_s else self.tpot_predicted_s / self.tpot_measured_s - 1
+
+    def to_dict(self) -> dict:
+        return {**self._asdict(), "ttft_error": self.ttft_error, "tpot_error": self.tpot_error}
+
+
+def _plan(r) -> dict | str:
+    served = SERVED.get((r.model, r.precision))
+    if served is None:
+        return f"no preset for {r.model} at {r.precision}"
+    gpu = SYSTEM_GPUS.get(r.system)
+    if gpu is None:
+        return f"no GPU profile for {r.system}"
+    if r.mode != "agg":
+        return "disaggregated: the coupled prefill and decode pools are not simulated yet"
+    if r.batch < 1:
+        return "no concurrency recorded"
+    layout = worker_layout(r.tp, r.attention_dp, r.moe_ep, r.moe_tp)
+    if isinstance(layout, str):
+        return layout
+    if r.engine not in ("vllm", "sglang", "trtllm"):
+        return f"no scheduler for {r.engine}"
+    ep, tp = layout
+    hosts, per = host_layout(get_gpu(gpu), ep)
+    return dict(model=served[0], weights=served[1], gpu=gpu, ep=ep, attention_tp=tp, nodes=hosts, gpus_per_node=per)
+
+
+def serving_rows(
+    progress: Callable[[int, int, str], None] | None = None, *, quick: bool = False, full: bool = False
+) -> tuple[list[ServingCheck], dict[str, int]]:
+    """Every expressible measured row simulated (module docstring), and ``{reason: rows}`` skipped."""
+    from demos.serving.api import simulate
+    from demos.zoo import measured
+
+    skipped: Counter = Counter()
+    todo = []
+    seen = set()
+    for r in measured.silicon_rows():
+        plan = _plan(r)
+        if isinstance(plan, str):
+            skipped[plan] += 1
+            continue
+        key = (tuple(sorted(plan.items(), key=str)), r.engine, r.isl, r.osl)
+        if quick and key in seen:
+            skipped["--quick: a sampled row of the same deployment and lengths ran"] += 1
+            continue
+        seen.add(key)
+        todo.append((r, plan))
+    out = []
+    pricers: dict = {}
+    for i, (r, plan) in enumerate(todo):
+        c = r.batch
+        warm = 2 * c if full else c
+        try:
+            run = simulate(
+                plan["model"],
+                engine=r.engine,
+                concurrency=c,
+                isl=r.isl,
+                osl=r.osl,
+                requests=20 * c if full else 2 * c,
+                warmup=warm,
+                overlap="none",
+                search=False,
+                gpu=plan["gpu"],
+                nodes=plan["nodes"],
+                gpus_per_node=plan["gpus_per_node"],
+                ep=plan["ep"],
+                attention_tp=plan["attention_tp"],
+                weights=plan["weights"],
+                pricers=pricers,
+            )
+        except ConfigError as e:
+            skipped[f"cannot be simulated: {str(e).split(':', 1)[-1].strip()[:90]}"] += 1
+            continue
+        ttft, tpot = _means(run._raw["none"][0], warm)
+        out.append(
+            ServingCheck(
+                r.id,
+                plan["gpu"],
+                r.engine,
+                r.mode,
+                plan["model"],
+                r.isl,
+                r.osl,
+                c,
+                plan["ep"],
+                ttft,
+                r.ttft_s,
+                tpot,
+                r.tpot_s,
+            )
+        )
+        if progress is not None:
+            progress(i + 1, len(todo), r.id)
+    return out, dict(skipped.most_common())
+
+
+def _means(lives, warmup: int) -> tuple[float, float]:
+    """The measured requests' mean TTFT and mean TPOT (aiperf's figures), the first ``warmup`` left out."""
+    xs = sorted(lives, key=lambda x: (x.arrival_s, x.request.id))[warmup:]
+    xs = [x for x in xs if x.finished_s is not None]
+    ttft = statistics.fmean(x.first_token_s - x.arrival_s for x in xs)
+    tpots = [(x.token_s[-1] - x.token_s[0]) / (len(x.token_s) - 1) for x in xs if len(x.token_s) > 1]
+    return ttft, statistics.fmean(tpots) if tpots else 0.0
+
+
+def serving_summaries(rows: list[ServingCheck]) -> list[dict]:
+    """Per GPU, engine and mode: rows, and the TTFT and TPOT error statistics (``error_stats``)."""
+    out = []
+    for key in sorted({(r.gpu, r.engine, r.mode) for r in rows}):
+        mine = [r for r in rows if (r.gpu, r.engine, r.mode) == key]
+        d = {"gpu": key[0], "engine": key[1], "mode": key[2], "rows": len(mine)}
+        for what in ("ttft", "tpot"):
+            errs = [_E(e) for e in (getattr(r, f"{what}_error") for r in mine) if e is not None]
+            d[what] = error_stats(errs)[0] if errs else None
+        out.append(d)
+    return out
+
+
+class _E(NamedTuple):
+    error: float
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+def format_serving(summaries: list[dict], skipped: dict[str, int]) -> str:
+    lines = [
+        "Simulated serving runs against measured ones (closed loop at the row's concurrency, no overlap)",
+        f"{'gpu':<6} {'engine':<7} {'mode':<6} {'rows':>5}  {'TTFT median':>11} {'|median|':>8}  "
+        f"{'TPOT median':>11} {'|median|':>8} {'max':>8}",
+    ]
+    for s in summaries:
+        t, p = s["ttft"] or {}, s["tpot"] or {}
+        lines.append(
+            f"{s['gpu']:<6} {s['engine']:<7} {s['mode']:<6} {s['rows']:>5}  {_pct(t.get('median_error')):>11} "
+            f"{_pct(t.get('median_abs_error')).lstrip('+'):>8}  {_pct(p.get('median_error')):>11} "
+            f"{_pct(p.get('median_abs_error')).lstrip('+'):>8} {_pct(p.get('max_error')):>8}"
+        )
+    lines.append("errors: predicted / measured - 1 (means over the measured requests, as aiperf reports them)")
+    if skipped:
+        lines.append("skipped rows:")
+        lines += [f"  {n:>5}  {why}" for why, n in skipped.items()]
+    return "\n".join(lines) + "\n"
+
+
+def side_by_side(rows: list[ServingCheck], progress: Callable[[int, int, str], None] | None = None) -> list[dict]:
+    """aiconfigurator's estimate of the rows simulated (``demos.fidelity.peer``, cached), beside ours: per
+    GPU, engine and mode, the rows both estimated, and for TTFT and TPOT both median |errors| on them."""
+    from demos.fidelity.peer import load_peer, peer_rows
+    from demos.zoo import measured
+
+    ours = {r.id: r for r in rows}
+    measured_rows = [m for m in measured.silicon_rows() if m.id in ours]
+    theirs = {c.id: c for c in peer_rows(measured_rows, progress, peer=load_peer())}
+    out = []
+    for key in sorted({(r.gpu, r.engine, r.mode) for r in rows}):
+        both = [(r, theirs[r.id]) for r in rows if (r.gpu, r.engine, r.mode) == key and r.id in theirs]
+        d = {"gpu": key[0], "engine": key[1], "mode": key[2], "rows": len(both)}
+        for what in ("ttft", "tpot"):
+            pairs = [
+                (getattr(r, f"{what}_error"), getattr(c, f"{what}_error"))
+                for r, c in both
+                if getattr(r, f"{what}_error") is not None and getattr(c, f"{what}_error") is not None
+            ]
+            d[what] = {
+                "rows": len(pairs),
+                "ours": statistics.median(abs(a) for a, _ in pairs) if pairs else None,
+                "aiconfigurator": statistics.median(abs(b) for _, b in pairs) if pairs else None,
+            }
+        out.append(d)
+    return out
+
+
+def format_side_by_side(groups: list[dict]) -> str:
+    lines = [
+        "Beside aiconfigurator's own estimate of the same rows (median |error| on the rows both estimated)",
+        f"{'gpu':<6} {'engine':<7} {'mode':<6} {'TTFT rows':>9} {'ours':>7} {'aic':>7}  {'TPOT rows':>9} "
+        f"{'ours':>7} {'aic':>7}",
+    ]
+    for g in groups:
+        t, p = g["ttft"], g["tpot"]
+        lines.append(
+            f"{g['gpu']:<6} {g['engine']:<7} {g['mode']:<6} {t['rows']:>9} {_abs(t['ours']):>7} "
+            f"{_abs(t['aiconfigurator']):>7}  {p['rows']:>9} {_abs(p['ours']):>7} {_abs(p['aiconfigurator']):>7}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _abs(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"

@@ -1,0 +1,436 @@
+"""``simulate(model, ...) -> ServingRun``: DBO over a serving run, from Python (docs/serving.md).
+
+Its keyword arguments are ``python -m demos.serving``'s flags with underscores; the model and cluster
+ones are ``predict``'s. The arrivals are one of: a closed loop (``concurrency``, ``isl``, ``osl``), an
+open-loop Poisson rate (``rate``, ``isl``, ``osl``), or a trace (``trace`` PATH, ``trace_format`` azure or
+mooncake, ``rate`` then scaling it: ``scale``). ``requests``: how many are measured (a closed loop also
+sends ``warmup`` first, left out of the figures). ``overlap``: the strategies to run (default: every one
+the engine has for the model: vLLM none and dbo; SGLang none, dbo (two-batch overlap) and sbo where its
+release runs them for the architecture; TensorRT-LLM none). Every bad argument is a ``ConfigError``, one
+line naming it, before any step runs.
+
+The run per strategy is ``demos.serving.run.serve`` over the engine's schedulers, its split rule and the
+step pricer; for vLLM's DBO the thresholds given (default the release's, 32 and 512), and the best decode
+threshold for this workload is searched over ``THRESHOLDS`` (by throughput, and by p99 inter-token latency
+among the runs within ``FLOOR`` of the best throughput) with the engine lines that set it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from demos.errors import ConfigError, field_ref
+from demos.prediction.engines import (
+    SGLANG_SBO_MODEL_TYPES,
+    SGLANG_TBO_MODEL_TYPES,
+    VLLM_DEFAULT_THRESHOLDS,
+    Deployment,
+    serve_lines,
+    served_model,
+)
+from demos.serving import arrivals, split_rules
+from demos.serving.run import OverlapRun, Pool, PoolKind, ServingError, metrics, serve
+from demos.serving.schedulers import make_rank, make_router
+from demos.serving.step_times import StepPricer, kv_capacity_tokens
+from demos.vocabulary import Overlap, Phase
+from demos.zoo.loading import load_model, workload_for
+from demos.zoo.memory import serving_limits
+
+__all__ = ["ENGINES", "FLOOR", "THRESHOLDS", "ServingRun", "simulate"]
+
+ENGINES = ("vllm", "sglang", "trtllm")
+THRESHOLDS = (2, 8, 16, 32, 64, 128, 256, 512, 1024)
+"""The vLLM decode thresholds the best-threshold search runs (the release's default, 32, among them)."""
+FLOOR = 0.95
+"""The share of the best throughput a threshold must keep to be chosen by p99 inter-token latency (a
+stated choice)."""
+
+
+@dataclass(frozen=True)
+class ServingRun:
+    """A simulated serving run (module docstring): ``title``; the setup (``model``, ``engine``, ``pool``,
+    ``workload``: the arrivals described, the cluster and the per-rank KV capacity); ``runs``: one
+    ``OverlapRun`` per strategy; ``best``: the thresholds this workload favours and the engine lines that
+    set them (empty where the engine has no threshold); ``pricer``: the grid points run and the
+    interpolation's error; ``sources``."""
+
+    title: str
+    model: str
+    engine: str
+    pool: str
+    workload: str
+    setup: dict[str, Any]
+    runs: tuple[OverlapRun, ...]
+    best: dict[str, Any] = field(default_factory=dict)
+    pricer: dict[str, Any] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()
+    _raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in ("title", "model", "engine", "pool", "workload")}
+        out.update(self.setup)
+        out["runs"] = [r.as_dict() for r in self.runs]
+        out.update(best=dict(self.best), pricer=dict(self.pricer), sources=list(self.sources))
+        return out
+
+    def write_plot(self, path: str) -> None:
+        """Two panels: each strategy's inter-token latency CDF, and the busiest rank's tokens per step over
+        time with the split steps marked (the first strategy that splits). Needs matplotlib."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+        for name, (lives, rec) in self._raw.items():
+            gaps = sorted(1e3 * (b - a) for x in lives for a, b in zip(x.token_s, x.token_s[1:]))
+            if gaps:
+                left.plot(gaps, [(i + 1) / len(gaps) for i in range(len(gaps))], label=name)
+        left.set_xscale("log")
+        left.set(xlabel="inter-token latency (ms)", ylabel="share of gaps", title="ITL CDF")
+        left.legend()
+        name = next((n for n, (_, rec) in self._raw.items() if any(d.split for d in rec.decisions)), None)
+        name = name or next(iter(self._raw), None)
+        if name is not None:
+            _, rec = self._raw[name]
+            split = [d.split for d in rec.decisions]
+            right.scatter(rec.ends, rec.tokens, s=2, c=["tab:red" if x else "tab:blue" for x in split])
+            right.set(xlabel="time (s)", ylabel="tokens on the busiest rank", title=f"steps ({name}; red: split)")
+        fig.suptitle(self.title, fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+
+    def text(self) -> str:
+        lines = [self.title, f"workload {self.workload}", ""]
+        head = f"{'overlap':<8} {'req/s':>8} {'tok/s':>9} {'tok/s/GPU':>9} {'TTFT p50/p99 ms':>17} "
+        head += f"{'TPOT p50/p99 ms':>16} {'ITL p99':>8} {'E2E p50 s':>9} {'split':>6}"
+        lines.append(head)
+        for r in self.runs:
+            lines.append(
+                f"{r.overlap:<8} {r.requests_per_s:>8.2f} {r.output_tokens_per_s:>9,.0f} "
+                f"{r.output_tokens_per_s_gpu:>9,.0f} {_pair(r.ttft_ms):>17} {_pair(r.tpot_ms):>16} "
+                f"{_ms(r.itl_ms.p99):>8} {_s(r.e2e_ms.p50):>9} {r.split_share:>6.0%}"
+            )
+        for r in self.runs:
+            if r.not_split and r.overlap != Overlap.NONE:
+                why = ", ".join(f"{k} {v}" for k, v in r.not_split.items())
+                lines.append(f"not split ({r.overlap}): {why} steps")
+        mix = self.runs[0].steps if self.runs else {}
+        lines.append("steps    " + ", ".join(f"{k} {v}" for k, v in mix.items()))
+        if self.best:
+            b = self.best
+            lines.append(
+                f"best     --dbo-decode-token-threshold {b['by_throughput']['decode_threshold']} by throughput "
+                f"({b['by_throughput']['output_tokens_per_s']:,.0f} tok/s); "
+                f"{b['by_p99_itl']['decode_threshold']} by p99 ITL within {FLOOR:.0%} of it "
+                f"({_ms(b['by_p99_itl']['itl_p99_ms'])} ms)"
+            )
+            lines += ["vLLM", *(f"  {x}" for x in b["vllm"].splitlines())]
+        p = self.pricer
+        if p and p["interpolation"]["samples"]:
+            lines.append(
+                f"pricer   {p['grid_points']} predicted points; interpolation |error| median "
+                f"{p['interpolation']['median']:.1%}, max {p['interpolation']['max']:.1%} over "
+                f"{p['interpolation']['samples']} checks"
+            )
+        lines.append("rests on: " + "; ".join(self.sources))
+        return "\n".join(lines) + "\n"
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x / 1e3:.2f}"
+
+
+def _pair(p) -> str:
+    return f"{_ms(p.p50)}/{_ms(p.p99)}"
+
+
+def _positive(name: str, value: Any, kind: type = int) -> Any:
+    if value is None:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    if not ok or (kind is int and not isinstance(value, int)):
+        what = "a positive integer" if kind is int else "a positive number"
+        raise ConfigError(f"{field_ref(name)} must be {what}, got {value!r}")
+    return value
+
+
+def _source(*, concurrency, isl, osl, rate, trace, trace_format, requests, warmup, seed) -> arrivals.ArrivalSource:
+    """The arrival source the arguments name (module docstring), checked."""
+    for name, v in (("concurrency", concurrency), ("isl", isl), ("osl", osl), ("requests", requests)):
+        _positive(name, v)
+    _positive("rate", rate, float)
+    if trace is not None:
+        if concurrency is not None:
+            raise ConfigError(f"{field_ref('trace')} is an open loop: it takes no {field_ref('concurrency')}")
+        fmt = trace_format or ("mooncake" if os.fspath(trace).endswith(".jsonl") else "azure")
+        if fmt not in ("azure", "mooncake"):
+            raise ConfigError(f"{field_ref('trace_format')} must be azure or mooncake, got {fmt!r}")
+        read = arrivals.read_azure if fmt == "azure" else arrivals.read_mooncake
+        try:
+            return read(trace, scale=rate or 1.0, limit=requests)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{field_ref('trace')} {trace}: {e}") from None
+    if isl is None or osl is None:
+        raise ConfigError(
+            f"give {field_ref('isl')} and {field_ref('osl')} with {field_ref('concurrency')} or {field_ref('rate')}, "
+            f"or a {field_ref('trace')}"
+        )
+    n = requests or 1000
+    if concurrency is not None and rate is not None:
+        raise ConfigError(f"{field_ref('concurrency')} (a closed loop) and {field_ref('rate')} (an open one): give one")
+    if concurrency is not None:  # aiperf's default warm-up, as aiconfigurator's benchmark script runs it: 2C
+        return arrivals.ClosedLoop(concurrency, isl, osl, n, 2 * concurrency if warmup is None else warmup)
+    if rate is not None:
+        return arrivals.Poisson(rate, isl, osl, n, seed)
+    raise ConfigError(f"give {field_ref('concurrency')} (a closed loop) or {field_ref('rate')} (an open loop)")
+
+
+def _overlaps(engine: str, model_type: str, asked: Any) -> tuple[Overlap, ...]:
+    has = [Overlap.NONE]
+    if engine == "vllm":
+        has.append(Overlap.DBO)
+    elif engine == "sglang":
+        if model_type in SGLANG_TBO_MODEL_TYPES:
+            has.append(Overlap.DBO)
+        if model_type in SGLANG_SBO_MODEL_TYPES:
+            has.append(Overlap.SBO)
+    if asked is None:
+        return tuple(has)
+    items = [asked] if isinstance(asked, str) else list(asked)
+    out = []
+    for x in items:
+        o = Overlap.parse(x, "overlap") if x in Overlap.choices() else None
+        if o is None:
+            raise ConfigError(f"{field_ref('overlap')} must be among none, dbo, sbo, got {x!r}")
+        if o not in has:
+            raise ConfigError(
+                f"{field_ref('overlap')} {o}: {engine} has no {o} for {model_type} (it has {', '.join(has)})"
+            )
+        out.append(o)
+    return tuple(dict.fromkeys(out))
+
+
+def simulate(
+    model: Any,
+    *,
+    engine: str = "vllm",
+    pool: str = "colocated",
+    concurrency: int | None = None,
+    isl: int | None = None,
+    osl: int | None = None,
+    rate: float | None = None,
+    trace: str | os.PathLike | None = None,
+    trace_format: str | None = None,
+    requests: int | None = None,
+    warmup: int | None = None,
+    overlap: Any = None,
+    dbo_decode_token_threshold: int | None = None,
+    dbo_prefill_token_threshold: int | None = None,
+    gpu: Any = "h100",
+    nodes: int = 1,
+    gpus_per_node: int | None = None,
+    ep: int | None = None,
+    attention_tp: int = 1,
+    imbalance: Any = "auto",
+    weights: str | None = None,
+    kv_cache_dtype: str | None = None,
+    kernels: str = "roofline",
+    max_seqs: int | None = None,
+    search: bool = True,
+    seed: int = 0,
+    progress: Callable[[int, int, str], None] | None = None,
+    pricers: dict | None = None,
+) -> ServingRun:
+    """The serving run (module docstring). ``pricers``: a dict the step pricers are kept in by deployment,
+    so runs of one deployment share their grid points (None: one pricer for this run)."""
+    if engine not in ENGINES:
+        raise ConfigError(f"{field_ref('engine')} must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if pool not in PoolKind.choices():
+        raise ConfigError(f"{field_ref('pool')} must be one of {', '.join(PoolKind.choices())}, got {pool!r}")
+    pool_kind = PoolKind(pool)
+    for name, v in (("dbo_decode_token_threshold", dbo_decode_token_threshold), ("max_seqs", max_seqs)):
+        _positive(name, v)
+    _positive("dbo_prefill_token_threshold", dbo_prefill_token_threshold)
+    source = _source(
+        concurrency=concurrency,
+        isl=isl,
+        osl=osl,
+        rate=rate,
+        trace=trace,
+        trace_format=trace_format,
+        requests=requests,
+        warmup=warmup,
+        seed=seed,
+    )
+    native = load_model(model)
+    phase = Phase.PREFILL if pool_kind == PoolKind.PREFILL else Phase.DECODE
+    base = workload_for(
+        native,
+        gpu=gpu,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        ep=ep,
+        phase=phase,
+        context=2048,
+        imbalance=imbalance,
+        comm_sms=None,
+        schedule=None,
+        tokens=64,
+        ubatches=2,
+        attention_tp=attention_tp,
+        weights=weights,
+        kv_cache_dtype=kv_cache_dtype,
+    )
+    overlaps = _overlaps(engine, native.model_type, overlap)
+    c = base.cluster
+    dp = c.world // base.attention_tp
+    hbm_gb = base.gpu.hbm_capacity / 1e9
+    budget = make_rank(engine, 1, hbm_gb=hbm_gb, dp=dp, max_seqs=max_seqs)
+    step_tokens = getattr(budget, "budget", None) or getattr(budget, "chunk", 8192)
+    kv = kv_capacity_tokens(base, step_tokens)
+    if kv < 1:
+        raise ConfigError(
+            f"{field_ref('model')} {native.name} leaves no room for a KV cache on {c.nodes} x {c.gpus_per_node} "
+            f"{base.gpu.name} at EP {c.ep}: use more GPUs (--nodes, --ep) or smaller weights (--weights)"
+        )
+    key = (base, kernels)
+    pricer = pricers.get(key) if pricers is not None else None
+    if pricer is None:
+        pricer = StepPricer(base, kernels)
+        if pricers is not None:
+            pricers[key] = pricer
+    thresholds = (
+        dbo_decode_token_threshold or VLLM_DEFAULT_THRESHOLDS[Phase.DECODE],
+        dbo_prefill_token_threshold or VLLM_DEFAULT_THRESHOLDS[Phase.PREFILL],
+    )
+    total = len(source) * (len(overlaps) + (len(THRESHOLDS) if search and engine == "vllm" else 0))
+    done = [0]
+
+    raw: dict[str, Any] = {}
+    graphs = split_rules.VllmGraphs.defaults(
+        max_num_seqs=getattr(budget, "max_seqs", 1024),
+        max_num_batched_tokens=step_tokens,
+        sm100=base.gpu.family == "blackwell",
+    )
+
+    def run(o: Overlap, decode_threshold: int, keep: bool = False) -> OverlapRun:
+        ranks = [make_rank(engine, kv, hbm_gb=hbm_gb, dp=dp, max_seqs=max_seqs) for _ in range(dp)]
+        p = Pool(pool_kind, ranks, make_router(engine, dp), engine, c.world)
+        decide = _rule(engine, o, decode_threshold, thresholds[1], graphs)
+        sbo = o == Overlap.SBO
+
+        def tick(finished: int, _: int) -> None:
+            done[0] += 1
+            if progress is not None and done[0] % 50 == 0:
+                progress(done[0], total, f"{o} run")
+
+        try:
+            lives, rec = serve(
+                p,
+                source,
+                decide=decide,
+                price=lambda b, d: pricer.seconds(b, d, sbo=sbo),
+                concurrency=source.concurrency if source.closed else None,
+                progress=tick,
+                total=total,
+            )
+        except ServingError as e:
+            raise ConfigError(f"{field_ref('model')} {native.name}: {e}") from None
+        if keep:
+            raw[str(o)] = (lives, rec)
+        return metrics(str(o), lives, rec, gpus=c.world, warmup=source.warmup)
+
+    runs = tuple(run(o, thresholds[0], keep=True) for o in overlaps)
+    best: dict[str, Any] = {}
+    if search and engine == "vllm" and Overlap.DBO in overlaps:
+        best = _best(lambda t: run(Overlap.DBO, t), model, native, base)
+    probes = _probe(pricer)
+    interp = pricer.interpolation_error(probes) if probes else {"samples": 0, "median": None, "max": None}
+    title = (
+        f"{native.name} serving on {engine}, {pool} pool, {c.nodes} x {c.gpus_per_node} {base.gpu.name}, EP {c.ep}"
+        + (f", attention TP {base.attention_tp}" if base.attention_tp > 1 else "")
+        + f"; {dp} data-parallel ranks, KV cache {kv:,} tokens per rank"
+    )
+    return ServingRun(
+        title=title,
+        model=native.name,
+        engine=engine,
+        pool=str(pool_kind),
+        workload=source.describe(),
+        setup={
+            "gpu": base.gpu.name,
+            "nodes": c.nodes,
+            "gpus_per_node": c.gpus_per_node,
+            "ep": c.ep,
+            "attention_tp": base.attention_tp,
+            "data_parallel": dp,
+            "kv_tokens_per_rank": kv,
+            "thresholds": {"decode": thresholds[0], "prefill": thresholds[1]},
+        },
+        runs=runs,
+        best=best,
+        pricer={"grid_points": pricer.runs, "interpolation": interp},
+        _raw=raw,
+        sources=(
+            f"model: {native.source}",
+            f"step times: python -m demos.predict's model ({kernels} kernels), interpolated over a grid",
+            f"scheduler and split rule: {engine}'s release as docs/serving.md names them",
+        ),
+    )
+
+
+def _rule(engine: str, o: Overlap, decode_threshold: int, prefill_threshold: int, graphs: Any):
+    """The engine's per-step split rule (``demos.serving.split_rules``) for overlap ``o``; ``graphs``: the
+    CUDA graphs vLLM captured (built once per run: the rule reads them every step)."""
+    on = o == Overlap.DBO
+    if engine == "vllm":
+        return lambda b: split_rules.vllm_dbo_decision(
+            b, enabled=on, decode_threshold=decode_threshold, prefill_threshold=prefill_threshold, graphs=graphs
+        )
+    if engine == "sglang":
+        return lambda b: split_rules.sglang_tbo_decision(b, enabled=on)
+    return lambda b: split_rules.vllm_dbo_decision(b, enabled=False, graphs=graphs)  # TRT-LLM: no DBO split
+
+
+def _best(run_at: Callable[[int], OverlapRun], given: Any, native: Any, base: Any) -> dict[str, Any]:
+    """The best vLLM decode threshold for this workload (module docstring) and the lines that set it."""
+    results = {t: run_at(t) for t in THRESHOLDS}
+    top = max(results, key=lambda t: results[t].output_tokens_per_s)
+    floor = FLOOR * results[top].output_tokens_per_s
+    ok = [t for t in THRESHOLDS if results[t].output_tokens_per_s >= floor and results[t].itl_ms.p99 is not None]
+    calm = min(ok, key=lambda t: results[t].itl_ms.p99) if ok else top
+    model_id, served = served_model(given, native, base.spec)
+    limits = serving_limits(base.with_(tokens=64))
+    d = Deployment.of(base, model_id, served=served, limits=limits)
+    lines = serve_lines(d, Overlap.DBO, top)
+    return {
+        "by_throughput": {"decode_threshold": top, "output_tokens_per_s": results[top].output_tokens_per_s},
+        "by_p99_itl": {"decode_threshold": calm, "itl_p99_ms": results[calm].itl_ms.p99},
+        "thresholds": {
+            str(t): {"output_tokens_per_s": r.output_tokens_per_s, "itl_p99_ms": r.itl_ms.p99, "split": r.split_share}
+            for t, r in results.items()
+        },
+        "vllm": lines.vllm,
+        "sglang": lines.sglang,
+    }
+
+
+def _probe(pricer: StepPricer, most: int = 4) -> list[tuple]:
+    """Up to ``most`` points between the grid points the run used (the middle of two neighbouring token
+    counts, half-way to the next context), to check the interpolation against direct runs."""
+    by: dict[tuple, list[int]] = {}
+    for phase, t, c, mode in pricer._points:
+        by.setdefault((phase, c, mode), []).append(t)
+    out = []
+    for (phase, c, mode), ts in sorted(by.items()):
+        ts = sorted(ts)
+        out += [(phase, (a + b) // 2, c + c // 2, mode) for a, b in zip(ts, ts[1:]) if b > a + 1]
+    return out[:most]

@@ -1,0 +1,333 @@
+"""Each engine's scheduler on one data-parallel rank, and the router that picks a rank for a request.
+
+A request in the engine is a ``Live``: its ``Request``, the prompt tokens computed so far (``computed``, of
+``target``: the prompt, or the prompt and the output so far after a preemption), the output tokens made
+(``generated``), and when each came. Every step a rank's scheduler returns a ``Plan``: the ``RankBatch``
+the step runs (each decode's context, each prefill chunk and the tokens cached before it) and, for each
+entry, the ``Live`` and its token count, which the run advances when the step ends (``advance``).
+
+Rules, each read from the pinned releases (``demos.prediction.engines``) where named:
+
+* **vLLM** 0.34.0 (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``): one token budget per
+  step (``max_num_batched_tokens``; server defaults 8,192 on H100/H200-class GPUs and 16,384 from 160 GB,
+  ``EngineArgs.get_batch_defaults``). Running requests first, in order: a decode takes one token, a
+  prefill the rest of its prompt up to the budget (chunked prefill, on by default;
+  ``long_prefill_token_threshold`` is 0 by default, so one prompt may take the whole budget). A request
+  whose KV blocks cannot be allocated preempts the last running request (FCFS), which goes back to the
+  front of the waiting queue and recomputes its prompt and output so far. Then waiting requests in
+  arrival order while budget is left and fewer than ``max_num_seqs`` (default 1,024) run, none after a
+  preemption in the same step. Prefill cadence (``prefill_schedule_interval``) is 1 by default: off.
+* **vLLM's router** (``vllm/v1/engine/core_client.py``, ``get_core_engine_for_request`` of the DP load
+  balancer): the rank with the lowest ``waiting + running`` (plus ``6 x waiting x (KV usage - 0.5)`` when
+  its KV cache is over half full), the scan starting one rank later each time so ties rotate. Its counts
+  come from the coordinator every ~100 ms, corrected by its own in-flight count; here they are exact.
+* **SGLang** 0.5.23 (``managers/scheduler.py``, ``get_next_batch_to_run``; ``schedule_policy.py``): a
+  prefill (extend) batch first whenever a waiting request fits, with no decode in that step (mixed
+  chunks are off by default), of prompts in arrival order up to ``max_prefill_tokens`` (16,384) and the
+  chunk size (``chunked_prefill_size``: 8,192 below 160 GB, 16,384 from it,
+  ``arg_groups/memory_hook.py``; divided by the attention DP size, ``arg_groups/parallel_hook.py``); one
+  chunked prompt at a time, continued first in the next prefill. A prompt is admitted only while the KV
+  pool holds it and a reserve for the running requests' remaining outputs (its ``new_token_ratio``, 0.7
+  at first; a guess at its steady value). Otherwise a decode step of every running request, up to
+  ``max_running_requests``; a decode that finds the pool full retracts the newest request to the waiting
+  queue.
+* **SGLang's router**: round robin over the attention DP ranks (its default load-balance method).
+* **TensorRT-LLM** (no release pinned; as far as the measured rows need it): in-flight batching with
+  ``max_num_tokens`` (8,192) and chunked context: decodes first, then context chunks, as vLLM's order;
+  modelled with vLLM's rank scheduler at TRT-LLM's limits.
+
+KV capacity is in tokens per rank (``kv_tokens``): what the memory model leaves the cache
+(``demos.serving.step_times``). A block's rounding and prefix caching are not modelled.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from demos.serving.batch import RankBatch
+from demos.serving.requests import Request
+
+__all__ = [
+    "Live",
+    "Plan",
+    "RankScheduler",
+    "Router",
+    "SGLangRank",
+    "VLLMRank",
+    "advance",
+    "make_rank",
+    "make_router",
+]
+
+
+@dataclass(eq=False)
+class Live:
+    """A request in the engine (module docstring)."""
+
+    request: Request
+    arrival_s: float
+    rank: int = 0
+    computed: int = 0
+    target: int = 0
+    generated: int = 0
+    first_token_s: float | None = None
+    token_s: list[float] = field(default_factory=list)
+    finished_s: float | None = None
+    preemptions: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.target:
+            self.target = self.request.prompt_tokens
+
+    @property
+    def prefilling(self) -> bool:
+        return self.computed < self.target
+
+    @property
+    def cached(self) -> int:
+        """Tokens in its KV cache: the prompt (or recompute) computed, and every output token fed back
+        since (the newest output token has no cache until the next step feeds it)."""
+        return self.computed + max(0, self.generated - 1 - (self.target - self.request.prompt_tokens))
+
+    @property
+    def done(self) -> bool:
+        return self.generated >= self.request.output_tokens
+
+
+@dataclass
+class Plan:
+    """A rank's step: the batch and, per entry, the request and its tokens (prefill chunks, then decodes)."""
+
+    batch: RankBatch
+    entries: list[tuple[Live, int]]
+
+
+def advance(plan: Plan, end_s: float) -> list[Live]:
+    """Advance each request of ``plan`` by its step, which ended at ``end_s``: a chunk that completes the
+    prompt (or a recompute) makes the next output token, a decode makes one; returns those now done."""
+    done = []
+    for live, n in plan.entries:
+        if live.prefilling:
+            live.computed += n
+            if live.prefilling:
+                continue
+        live.generated += 1
+        live.token_s.append(end_s)
+        if live.first_token_s is None:
+            live.first_token_s = end_s
+        if live.done:
+            live.finished_s = end_s
+            done.append(live)
+    return done
+
+
+class RankScheduler:
+    """One rank's scheduler: ``enqueue`` a request, ``plan`` a step, ``release`` a finished request;
+    ``waiting``, ``running`` and ``kv_usage`` for the router."""
+
+    def __init__(self, kv_tokens: int):
+        if kv_tokens < 1:
+            raise ValueError(f"kv_tokens must be >= 1, got {kv_tokens}")
+        self.kv_tokens = kv_tokens
+        self.kv_used = 0
+        self.waiting: deque[Live] = deque()
+        self.running: list[Live] = []
+
+    def enqueue(self, live: Live) -> None:
+        self.waiting.append(live)
+
+    def release(self, live: Live) -> None:
+        self.running.remove(live)
+        self.kv_used -= live.cached
+
+    @property
+    def kv_usage(self) -> float:
+        return self.kv_used / self.kv_tokens
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def _preempt(self, victim: Live) -> None:
+        """Back to the front of the waiting queue, its cache freed: it recomputes what it had."""
+        self.running.remove(victim)
+        self.kv_used -= victim.cached
+        victim.target = victim.request.prompt_tokens + victim.generated
+        victim.computed = 0
+        victim.preemptions += 1
+        self.waiting.appendleft(victim)
+
+    def plan(self) -> Plan:  # pragma: no cover - each engine's
+        raise NotImplementedError
+
+
+class VLLMRank(RankScheduler):
+    """vLLM's scheduler on one rank (module docstring); TensorRT-LLM's at its own limits."""
+
+    def __init__(self, kv_tokens: int, *, max_num_batched_tokens: int, max_num_seqs: int):
+        super().__init__(kv_tokens)
+        self.budget = max_num_batched_tokens
+        self.max_seqs = max_num_seqs
+
+    def plan(self) -> Plan:
+        budget = self.budget
+        running = self.running
+        if (
+            not self.waiting
+            and len(running) <= budget
+            and self.kv_used + len(running) <= self.kv_tokens
+            and all(x.computed >= x.target for x in running)
+        ):  # every request decodes one token and the cache holds them: the loop below, without its checks
+            self.kv_used += len(running)
+            return _plan([(x, 1) for x in running])
+        entries: dict[Live, int] = {}  # insertion-ordered; a Live hashes by identity
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            live = self.running[i]
+            n = min(live.target - live.computed, budget) if live.prefilling else 1
+            while self.kv_used + n > self.kv_tokens:  # allocate, preempting from the back
+                victim = self.running[-1]
+                k = entries.pop(victim, 0)
+                budget += k
+                self.kv_used -= k
+                self._preempt(victim)
+                preempted = True
+                if victim is live:
+                    break
+            if preempted and live not in self.running:
+                break  # it preempted itself: nothing after it runs
+            self.kv_used += n
+            entries[live] = n
+            budget -= n
+            i += 1
+        while not preempted and budget > 0 and self.waiting and len(self.running) < self.max_seqs:
+            live = self.waiting[0]
+            n = min(live.target - live.computed, budget) if live.prefilling else 1  # a transferred one decodes
+            if self.kv_used + live.cached + n > self.kv_tokens:
+                break
+            self.waiting.popleft()
+            self.running.append(live)
+            self.kv_used += live.cached + n  # a transferred request arrives with its prompt's cache
+            entries[live] = n
+            budget -= n
+        return _plan(list(entries.items()))
+
+
+class SGLangRank(RankScheduler):
+    """SGLang's scheduler on one rank (module docstring)."""
+
+    NEW_TOKEN_RATIO = 0.7
+
+    def __init__(self, kv_tokens: int, *, chunked_prefill_size: int, max_prefill_tokens: int, max_running: int):
+        super().__init__(kv_tokens)
+        self.chunk = chunked_prefill_size
+        self.max_prefill = max_prefill_tokens
+        self.max_running = max_running
+        self.chunked: Live | None = None
+
+    def _reserve(self) -> float:
+        return sum(self.NEW_TOKEN_RATIO * (x.request.output_tokens - x.generated) for x in self.running)
+
+    def plan(self) -> Plan:
+        entries: list[tuple[Live, int]] = []
+        budget = min(self.max_prefill, self.chunk)
+        reserve = self._reserve()
+        if self.chunked is not None:  # the chunked prompt continues first
+            live = self.chunked
+            n = min(live.target - live.computed, budget)
+            entries.append((live, n))
+            self.kv_used += n
+            budget -= n
+            self.chunked = live if live.computed + n < live.target else None
+        while budget > 0 and self.waiting and self.chunked is None and len(self.running) < self.max_running:
+            live = self.waiting[0]
+            need = live.target - live.computed
+            if self.kv_used + live.cached + need + reserve > self.kv_tokens:
+                break
+            n = min(need, budget)
+            self.waiting.popleft()
+            self.running.append(live)
+            self.kv_used += live.cached + n  # a transferred request joins the running batch with its cache
+            if n:
+                entries.append((live, n))
+                budget -= n
+            if n < need:
+                self.chunked = live
+        if entries:
+            return _plan(entries)
+        decoding = [x for x in self.running if not x.prefilling]
+        while decoding and self.kv_used + len(decoding) > self.kv_tokens:  # retract the newest
+            victim = decoding.pop()
+            self._preempt(victim)
+        self.kv_used += len(decoding)
+        return _plan([(x, 1) for x in decoding])
+
+
+def _plan(entries: list[tuple[Live, int]]) -> Plan:
+    decode, prefill = [], []
+    for x, n in entries:
+        if x.computed < x.target:
+            prefill.append((n, x.computed))
+        else:
+            decode.append(x.cached)
+    return Plan(RankBatch.trusted(tuple(decode), tuple(prefill)), entries)
+
+
+class Router:
+    """Which rank a new request goes to: ``"least_loaded"`` (vLLM's DP load balancer) or
+    ``"round_robin"`` (SGLang's default); module docstring."""
+
+    def __init__(self, kind: str, ranks: int):
+        if kind not in ("least_loaded", "round_robin"):
+            raise ValueError(f"router must be least_loaded or round_robin, got {kind!r}")
+        self.kind, self.ranks, self.next = kind, ranks, 0
+
+    def pick(self, ranks: list[RankScheduler]) -> int:
+        n = self.ranks
+        start = self.next
+        self.next = (self.next + 1) % n
+        if self.kind == "round_robin":
+            return start
+        best, score = start, None
+        for i in range(n):
+            idx = (start + i) % n
+            r = ranks[idx]
+            s = len(r.waiting) + len(r.running)
+            if r.waiting:
+                s += len(r.waiting) * 6.0 * max(0.0, r.kv_usage - 0.5)
+            if score is None or s < score:
+                best, score = idx, s
+        return best
+
+
+ENGINE_DEFAULTS = {
+    "vllm": {"router": "least_loaded"},
+    "trtllm": {"router": "least_loaded", "max_num_batched_tokens": 8192, "max_num_seqs": 2048},
+    "sglang": {"router": "round_robin", "max_prefill_tokens": 16384},
+}
+
+
+def make_rank(engine: str, kv_tokens: int, *, hbm_gb: float, dp: int, max_seqs: int | None) -> RankScheduler:
+    """The rank scheduler of ``engine`` (vllm, sglang, trtllm) at its defaults for a GPU of ``hbm_gb`` GB
+    and ``dp`` attention DP ranks; ``max_seqs``: the request cap per rank (None: the engine's default)."""
+    big = hbm_gb >= 160
+    if engine == "vllm":
+        return VLLMRank(kv_tokens, max_num_batched_tokens=16384 if big else 8192, max_num_seqs=max_seqs or 1024)
+    if engine == "trtllm":
+        d = ENGINE_DEFAULTS["trtllm"]
+        return VLLMRank(kv_tokens, max_num_batched_tokens=d["max_num_batched_tokens"], max_num_seqs=max_seqs or 2048)
+    if engine == "sglang":
+        chunk = max(1, (16384 if big else 8192) // dp)
+        return SGLangRank(
+            kv_tokens,
+            chunked_prefill_size=chunk,
+            max_prefill_tokens=ENGINE_DEFAULTS["sglang"]["max_prefill_tokens"],
+            max_running=max_seqs or 1 << 30,  # its default follows the pool: the KV cache bounds it here
+        )
+    raise ValueError(f"engine must be vllm, sglang or trtllm, got {engine!r}")
+
+
+def make_router(engine: str, ranks: int) -> Router:
+    return Router(ENGINE_DEFAULTS[engine]["router"], ranks)

@@ -1,0 +1,77 @@
+"""``validate serving`` (``demos.fidelity.serving``): a measured row is simulated as its benchmark ran
+(its engine, its concurrency, its lengths, its parallelism as hosts of the GPU's server), the rows the
+predictor cannot express are counted with the reason, the errors are predicted / measured - 1, and the
+side-by-side table compares both estimators on the same rows only."""
+
+from __future__ import annotations
+
+import pytest
+
+from demos.fidelity import serving
+from demos.zoo import measured
+
+pytestmark = pytest.mark.timeout(600)
+needs_tables = pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
+
+
+def _row(**kw) -> measured.SiliconRow:
+    base = dict(
+        id="r0",
+        engine="vllm",
+        model="Qwen/Qwen3-235B-A22B-FP8",
+        system="h200_sxm",
+        precision="fp8",
+        mode="agg",
+        isl=256,
+        osl=8,
+        batch=8,
+        tp=1,
+        attention_dp=8,
+        moe_ep=8,
+        moe_tp=1,
+        prefill=None,
+        ttft_s=0.2,
+        tpot_s=0.03,
+    )
+    return measured.SiliconRow(**{**base, **kw})
+
+
+def test_the_served_table_holds_every_published_checkpoint_at_its_precision():
+    assert serving.SERVED[("Qwen/Qwen3-235B-A22B-FP8", "fp8")] == ("qwen3-235b-a22b", "fp8")
+    assert serving.SERVED[("deepseek-ai/DeepSeek-R1", "fp4")] == ("deepseek-r1", "fp4")
+    assert serving.SERVED[("deepseek-ai/DeepSeek-V3", "fp8")] == ("deepseek-v3", None)
+    assert serving.SERVED[("nvidia/DeepSeek-R1-NVFP4", "fp4")] == ("deepseek-r1", "fp4")
+    assert serving.SERVED[("openai/gpt-oss-120b", "fp4")] == ("gpt-oss-120b", None)
+
+
+@pytest.mark.parametrize(
+    "kw, reason",
+    [
+        (dict(model="meta-llama/Llama-3.1-70B"), "no preset for meta-llama/Llama-3.1-70B at fp8"),
+        (dict(system="b300_sxm"), "no GPU profile for b300_sxm"),
+        (dict(mode="disagg"), "disaggregated"),
+        (dict(moe_tp=8, moe_ep=1), "MoE tensor parallelism"),
+    ],
+)
+def test_a_row_the_predictor_cannot_express_says_why(kw, reason):
+    assert reason in serving._plan(_row(**kw))
+
+
+def test_a_gb200_worker_is_hosts_of_four():
+    plan = serving._plan(_row(system="gb200", attention_dp=8, moe_ep=8))
+    assert (plan["nodes"], plan["gpus_per_node"], plan["ep"], plan["attention_tp"]) == (2, 4, 8, 1)
+
+
+@needs_tables
+def test_rows_run_as_their_benchmark_and_the_side_by_side_keeps_to_common_rows(monkeypatch):
+    rows = [_row(id="a"), _row(id="b", engine="sglang", osl=6), _row(id="c", system="b300_sxm")]
+    monkeypatch.setattr(measured, "silicon_rows", lambda: tuple(rows))
+    checks, skipped = serving.serving_rows()
+    assert [c.id for c in checks] == ["a", "b"] and skipped == {"no GPU profile for b300_sxm": 1}
+    for c in checks:
+        assert c.ttft_predicted_s > 0 and c.tpot_predicted_s > 0
+        assert c.tpot_error == pytest.approx(c.tpot_predicted_s / 0.03 - 1)
+    (summary,) = [s for s in serving.serving_summaries(checks) if s["engine"] == "vllm"]
+    assert summary["rows"] == 1 and summary["tpot"]["rows"] == 1
+    text = serving.format_serving(serving.serving_summaries(checks), skipped)
+    assert "h200   sglang  agg" in text and "no GPU profile for b300_sxm" in text

@@ -1,0 +1,95 @@
+"""``simulate`` and ``python -m demos.serving`` end to end on a small deployment: the JSON holds the
+interface's names, every strategy the engine has for the model runs, DBO's steps are split by the engine's
+own rule (below its threshold none is), the best threshold comes with a vLLM line that sets it, and bad
+input is one line and status 2 before any step runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from demos.errors import ConfigError
+from demos.serving.__main__ import main
+from demos.serving.api import simulate
+
+pytestmark = pytest.mark.timeout(600)
+
+SMALL = dict(gpu="h100", concurrency=32, isl=256, osl=16, requests=48, warmup=8)
+RUN_KEYS = {
+    "overlap",
+    "requests",
+    "output_tokens_per_s",
+    "output_tokens_per_s_gpu",
+    "ttft_ms",
+    "tpot_ms",
+    "itl_ms",
+    "e2e_ms",
+    "split_share",
+    "not_split",
+}
+
+
+@pytest.fixture(scope="module")
+def vllm_run():
+    return simulate("qwen3-30b-a3b", engine="vllm", **SMALL)
+
+
+def test_the_json_holds_the_interfaces_names(vllm_run):
+    rep = vllm_run.to_dict()
+    assert [r["overlap"] for r in rep["runs"]] == ["none", "dbo"]
+    for r in rep["runs"]:
+        assert RUN_KEYS <= set(r) and set(r["ttft_ms"]) == {"p50", "p90", "p99"}
+        assert r["requests"] == 48 and r["output_tokens_per_s"] > 0
+    json.dumps(rep)
+    assert {"by_throughput", "by_p99_itl", "vllm"} <= set(rep["best"])
+
+
+def test_dbo_splits_by_vllms_rule_and_the_best_threshold_comes_with_its_line(vllm_run):
+    none, dbo = vllm_run.runs
+    assert none.split_share == 0.0 and set(none.not_split) == {"disabled"}
+    # 32 clients over 8 ranks: their prompts (4 x 256 = 1,024 tokens per rank) reach the prefill threshold
+    # (512) and split; their decodes (4 per rank) stay under the decode threshold (32) and do not
+    assert 0.0 < dbo.split_share < 0.5 and dbo.not_split.get("below_threshold", 0) > 0
+    best = vllm_run.best
+    t = best["by_throughput"]["decode_threshold"]
+    assert f"--dbo-decode-token-threshold {max(t, 2)}" in best["vllm"]
+    assert set(best["thresholds"]) == {"2", "8", "16", "32", "64", "128", "256", "512", "1024"}
+
+
+def test_sglang_runs_its_own_overlaps_for_the_model():
+    run = simulate("qwen3-30b-a3b", engine="sglang", search=False, **SMALL)
+    assert [r.overlap for r in run.runs] == ["none", "dbo"]  # Qwen3-MoE: two-batch overlap, no SBO
+    with pytest.raises(ConfigError, match="sglang has no sbo for qwen3_moe"):
+        simulate("qwen3-30b-a3b", engine="sglang", overlap="sbo", **SMALL)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(concurrency=8), "give isl and osl"),
+        (dict(concurrency=8, rate=2.0, isl=10, osl=10), "give one"),
+        (dict(isl=10, osl=10), "give concurrency"),
+        (dict(concurrency=0, isl=10, osl=10), "concurrency must be a positive integer"),
+        (dict(rate=-1.0, isl=10, osl=10), "rate must be a positive number"),
+        (dict(engine="tgi", concurrency=8, isl=10, osl=10), "engine must be one of vllm, sglang, trtllm"),
+        (dict(pool="both", concurrency=8, isl=10, osl=10), "pool must be one of colocated, prefill, decode"),
+        (dict(trace="/nonexistent/trace.csv"), "trace /nonexistent/trace.csv"),
+    ],
+)
+def test_bad_arguments_are_one_line_before_any_step(kwargs, message):
+    with pytest.raises(ConfigError, match=message) as e:
+        simulate("qwen3-30b-a3b", gpu="h100", **kwargs)
+    assert "\n" not in str(e.value)
+
+
+def test_the_command_prints_the_table_writes_the_json_and_refuses_in_one_line(tmp_path, capsys):
+    out = tmp_path / "run.json"
+    args = ["--model", "qwen3-30b-a3b", "--gpu", "H100", "--concurrency", "16", "--isl", "256", "--osl", "8"]
+    assert main(args + ["--requests", "16", "--warmup", "0", "--no-search", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "TTFT p50/p99 ms" in text and "\nnone " in text and "\ndbo " in text
+    assert [r["overlap"] for r in json.loads(out.read_text())["runs"]] == ["none", "dbo"]
+    assert main(["--model", "qwen3-30b-a3b", "--concurrency", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "give --isl and --osl" in err
