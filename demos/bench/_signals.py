@@ -68,6 +68,15 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("validate", "demos.validate", ("deepep", "--json", JSON)),
     Command("bench", "demos.bench", ("--quick", "--section", "workspace", "--json", JSON)),
+    Command(
+        "serving",
+        "demos.serving",
+        (
+            "--model", "deepseek-v2-lite", "--gpu", "h100", "--nodes", "1", "--ep", "8",
+            "--concurrency", "8", "--isl", "128", "--osl", "16", "--requests", "20", "--no-search",
+            "--json", JSON,
+        ),  # fmt: skip
+    ),
 )
 """Short runs of the commands the storm covers (each about a second of CPU once imported, validate's a few
 milliseconds: its argument checks and its file)."""

@@ -285,7 +285,8 @@ def section_host(cfg: Config) -> list[Record]:
 
 def section_signals(cfg: Config) -> list[Record]:
     """SIGINT and SIGTERM sent at random moments (seeded) into short runs of `demos.predict`, `demos.overlap`,
-    `demos.validate deepep` and `demos.bench --section workspace`, each with a `--json` file
+    `demos.validate deepep`, `demos.bench --section workspace` and `demos.serving` (a closed loop of 20
+    requests), each with a `--json` file
     (`demos.bench._signals`): per command 1 run started as its own process (`--quick`: none), so that a
     signal can land in its imports, and 6 (`--quick`: 2) forked from a runner that imported the commands,
     four at a time on the machine's cores. A trial whose run ends before its moment is not counted. Figures:
