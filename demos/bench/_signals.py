@@ -71,11 +71,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "serving",
         "demos.serving",
-        (
-            "--model", "deepseek-v2-lite", "--gpu", "h100", "--nodes", "1", "--ep", "8",
-            "--concurrency", "8", "--isl", "128", "--osl", "16", "--requests", "20", "--no-search",
-            "--json", JSON,
-        ),  # fmt: skip
+        tuple("--model deepseek-v2-lite --gpu h100 --nodes 1 --ep 8 --concurrency 8 --isl 128 --osl 16".split())
+        + ("--requests", "20", "--no-search", "--json", JSON),
     ),
 )
 """Short runs of the commands the storm covers (each about a second of CPU once imported, validate's a few
