@@ -13,7 +13,18 @@ from tests.runtime.test_imports import _modules, import_graph
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runtime", ("dbo", "workspace")),
-    ("shared", ("demos", "demos._guard", "demos._cli", "demos.errors", "demos.engine_times", "demos.vocabulary")),
+    (
+        "shared",
+        (
+            "demos",
+            "demos._guard",
+            "demos._cli",
+            "demos.errors",
+            "demos.engine_times",
+            "demos.tokens",
+            "demos.vocabulary",
+        ),
+    ),
     ("zoo", ("demos.zoo",)),
     ("fits", ("demos.fits",)),
     ("toy", ("demos.toy", "demos.ranks")),
