@@ -146,7 +146,8 @@ def _pair(p: dict[str, Any]) -> str:
 def workload_lines(w: dict[str, Any]) -> list[str]:
     """The workload run's lines (the JSON's ``workload``: ``demos.serving``'s JSON with ``spec`` and
     ``command``): what ran, then per overlap its output tokens/s (and per GPU), TTFT and TPOT p50/p99 and
-    the share of steps split, why the others were not, and the best decode threshold for this workload."""
+    the share of steps split, why the others were not, each vLLM decode threshold searched (its output
+    tokens/s and share of steps split) and the best for this workload."""
     out = [
         f"workload {w['spec']}: {w['workload']}; {w['engine']}'s scheduler and split rule, {w['pool']} pool",
         f"         {w['command']}",
@@ -163,6 +164,15 @@ def workload_lines(w: dict[str, Any]) -> list[str]:
             out.append(f"not split ({r['overlap']}): {why} steps")
     b = w.get("best")
     if b:
+        th = w["thresholds"]
+        out.append(
+            f"(dbo ran at --dbo-decode-token-threshold {th['decode']} and --dbo-prefill-token-threshold "
+            f"{th['prefill']}; the search below varies the decode one)"
+        )
+        out.append(
+            "searched --dbo-decode-token-threshold: tok/s (steps split) "
+            + "; ".join(f"{k} {v['output_tokens_per_s']:,.0f} ({v['split']:.0%})" for k, v in b["thresholds"].items())
+        )
         t, calm = b["by_throughput"], b["by_p99_itl"]
         itl = "-" if calm["itl_p99_ms"] is None else f"{calm['itl_p99_ms']:.1f} ms"
         out.append(
