@@ -11,6 +11,8 @@ import csv
 import math
 from typing import Any
 
+from demos.vocabulary import Overlap
+
 __all__ = [
     "CSV_COLUMNS",
     "NOT_MODELLED",
@@ -159,7 +161,7 @@ def workload_lines(w: dict[str, Any]) -> list[str]:
             f"{_pair(r['ttft_ms']):>17} {_pair(r['tpot_ms']):>16} {r['split_share']:>6.0%}"
         )
     for r in w["runs"]:
-        if r["not_split"] and r["overlap"] != "none":
+        if r["not_split"] and r["overlap"] != Overlap.NONE:
             why = ", ".join(f"{k} {v}" for k, v in r["not_split"].items())
             out.append(f"not split ({r['overlap']}): {why} steps")
     b = w.get("best")
