@@ -22,6 +22,8 @@ from demos._cli.values import int_list, name_list, token_count, token_list
 from demos.errors import ConfigError, field_ref
 from demos.prediction import Prediction, predict
 from demos.prediction.sweep import DEFAULT_TOKENS, WHAT_IF
+from demos.prediction.workload import DEFAULT_REQUESTS
+from demos.prediction.workload import ENGINES as WORKLOAD_ENGINES
 from demos.zoo.loading import TOY
 
 __all__ = ["PROG", "build_parser", "main"]
@@ -80,6 +82,26 @@ def build_parser() -> cli_common.OneLineParser:
         help="the overlap strategies to compare, among none, dbo, sbo (default: every one that applies; "
         "sbo needs the ll schedule, dbo and sbo an all-to-all)",
     )
+    a(
+        "--workload",
+        default=None,
+        metavar="SPEC",
+        help="also run this serving workload (python -m demos.serving) on the same model and cluster, and take "
+        "vLLM's threshold from it: closed:CONCURRENCY:ISL:OSL, poisson:RATE:ISL:OSL or trace:PATH (k = 1024)",
+    )
+    a(
+        "--engine",
+        default=None,
+        choices=WORKLOAD_ENGINES,
+        help="with --workload: the engine whose scheduler and split rule run it (default vllm)",
+    )
+    a(
+        "--requests",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"with --workload: the requests measured (default {DEFAULT_REQUESTS})",
+    )
     a("--profile", default=None, metavar="PATH.json", help="with --model toy: the profile demos.calibrate measured")
     a("--json", dest="json_path", default=None, metavar="PATH", help="write the prediction as JSON")
     a("--csv", dest="csv_path", default=None, metavar="PATH", help="write the points as CSV")
@@ -103,7 +125,8 @@ def build_parser() -> cli_common.OneLineParser:
 def _bar(done: int, total: int, what: str) -> str:
     n = 24
     k = n * done // total
-    return f"[{'#' * k}{'.' * (n - k)}] {done}/{total} points ({what})"
+    unit = "requests" if what.startswith("serving run") else "points"  # a workload's run, then the sweep
+    return f"[{'#' * k}{'.' * (n - k)}] {done}/{total} {unit} ({what})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -143,6 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             kv_cache_dtype=ns.kv_cache_dtype,
             overlap=ns.overlap,
             profile=ns.profile,
+            workload=ns.workload,
+            engine=ns.engine,
+            requests=ns.requests,
             progress=lambda d, t, w: bar(_bar(d, t, w)),
         )
     except ConfigError as e:

@@ -7,8 +7,9 @@ typo, not ``8,16,32``). Each parser is an argparse ``type``: a bad value is one
 from __future__ import annotations
 
 import argparse
-import re
 from typing import Any, Callable
+
+from demos.tokens import TOKEN_SUFFIXES, parse_token_count
 
 __all__ = ["TOKEN_SUFFIXES", "EmptyItemError", "float_list", "int_list", "name_list", "token_count", "token_list"]
 
@@ -17,31 +18,13 @@ class EmptyItemError(argparse.ArgumentTypeError):
     """A comma-separated list with an empty item (``8,16,,32``, ``8,16,``)."""
 
 
-TOKEN_SUFFIXES = {"k": 1024, "K": 1024, "M": 1024 * 1024}
-"""The suffixes a token count takes (``token_count``): tokens are counted in powers of two, as context
-lengths are named (a 4k context is 4,096 tokens), so k is 1,024 and M 1,024 x 1,024. A lower-case m
-(milli or mega?) is none of them."""
-
-
 def token_count(text: str) -> int:
     """A token count: an int, or a number with a suffix of ``TOKEN_SUFFIXES`` that makes a whole count
-    (``4k`` = 4096, ``1.5k`` = 1536, ``1M`` = 1048576)."""
-    t = text.strip()
-    mult = TOKEN_SUFFIXES.get(t[-1:], 1) if t else 1
-    number = t[:-1].strip() if mult > 1 else t
+    (``4k`` = 4096, ``1.5k`` = 1536, ``1M`` = 1048576; ``demos.tokens``, which the library reads too)."""
     try:
-        if mult == 1:
-            return int(number)
-        if not re.fullmatch(r"\d+(\.\d+)?", number):
-            raise ValueError
-        value = float(number) * mult
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a token count: {text!r} (an integer, or one with k = 1024 or M = 1024 x 1024: 4k, 1.5k, 1M)"
-        ) from None
-    if value != int(value):
-        raise argparse.ArgumentTypeError(f"not a whole number of tokens: {text!r} is {value:g} (k = 1024)")
-    return int(value)
+        return parse_token_count(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _list(text: str, item: Callable[[str], Any], what: str) -> tuple[Any, ...]:

@@ -9,6 +9,9 @@ vLLM and SGLang, each with its main reason in one line.
   DBO on from the crossover's threshold where it pays (vLLM: ``num_tokens >= dbo_decode_token_threshold``
   per DP rank, and it needs data parallel > 1 with expert parallelism; SGLang's two-batch overlap has no
   threshold) and off, with why, where it does not.
+* ``WorkloadVerdict``: what a serving run of vLLM's rule said of DBO for one workload
+  (``demos.prediction.workload``); given to ``recommend``, the vLLM line takes that run's best threshold
+  instead of the crossover (``threshold_basis`` "workload" where it is "one_step" without one).
 * ``reason_of(...)``: why DBO loses below the crossover (or everywhere), from the stage figures of the
   point just below it: what DBO adds (each ubatch reads the weights and pays the kernel floor again;
   on eager, twice the launches) against what it can hide (the all-to-all, at most the shorter of
@@ -26,8 +29,11 @@ from demos.prediction.sweep import PointResult
 from demos.vocabulary import Mode, Overlap
 
 __all__ = [
+    "ONE_STEP",
+    "WORKLOAD",
     "Crossover",
     "Recommendation",
+    "WorkloadVerdict",
     "best_setting",
     "crossover",
     "memory_advice",
@@ -36,6 +42,11 @@ __all__ = [
     "recommend",
     "why",
 ]
+
+ONE_STEP = "one_step"
+"""``Recommendation.threshold_basis``: vLLM's answer is the crossover of one forward step's timing."""
+WORKLOAD = "workload"
+"""``Recommendation.threshold_basis``: vLLM's answer is a serving run's best threshold for a workload."""
 
 MARGINAL = 1.05
 """A best DBO speedup within memory below this is called marginal (a stated choice: 5%, about the
@@ -205,6 +216,17 @@ def reason_of(points: Sequence[PointResult], cross: Crossover) -> str:
 
 
 @dataclass(frozen=True)
+class WorkloadVerdict:
+    """What a serving run of vLLM's own rule said of DBO for one workload (``demos.prediction.workload``):
+    ``threshold``, the run's best decode threshold by throughput; ``enable``, whether DBO at it served more
+    output tokens per second than the run without; ``why``, one line with the figures."""
+
+    threshold: int
+    enable: bool
+    why: str
+
+
+@dataclass(frozen=True)
 class Recommendation:
     """What to pass for ``phase``, from the crossover of ``mode`` (the mode vLLM runs that phase in):
     ``enable`` (None for the toy), the token ``threshold`` (None unless enabled), the ``vllm`` and
@@ -213,7 +235,10 @@ class Recommendation:
     the lines and each setting means; ``engines``: the engine release each line is for; ``memory``: what
     the memory model leaves of the answer (where DBO pays and fits, and the gain there; "" for the toy);
     ``overlap_flags``: what selects each overlap strategy in each engine for this model (``dbo``, ``sbo``;
-    empty for the toy)."""
+    empty for the toy); ``threshold_basis``: what vLLM's answer rests on, ``ONE_STEP`` (the crossover of
+    one forward step) or ``WORKLOAD`` (a serving run's best threshold for a workload; None for the toy and
+    where vLLM cannot run DBO at all), and ``basis``: that in one line, with the serving run that would
+    decide it per step where it rests on one step (``python -m demos.serving ...``)."""
 
     phase: str
     mode: str
@@ -227,13 +252,16 @@ class Recommendation:
     engines: dict[str, str] = field(default_factory=dict)
     memory: str = ""
     overlap_flags: dict[str, str] = field(default_factory=dict)
+    threshold_basis: str | None = None
+    basis: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON's ``recommendation`` (the per-mode reasons are its ``reasons``)."""
         keys = ("phase", "mode", "reason", "enable", "threshold", "vllm", "sglang")
         out = {k: getattr(self, k) for k in keys}
         out.update(notes=list(self.notes), engines=dict(self.engines), memory=self.memory)
-        return {**out, "overlap_flags": dict(self.overlap_flags)}
+        out.update(overlap_flags=dict(self.overlap_flags), threshold_basis=self.threshold_basis)
+        return {**out, "basis": self.basis}
 
 
 def recommend(
@@ -243,13 +271,19 @@ def recommend(
     *,
     default_mode: str,
     memory: dict[str, tuple[str, bool]] | None = None,
+    workload: WorkloadVerdict | None = None,
+    serving: str = "",
 ) -> Recommendation:
     """The vLLM and SGLang lines for ``deployment``'s phase from the crossover of the mode vLLM runs it in
     (``default_mode``: graph for decode, eager for prefill), with the reason: the serve commands of the
     deployment (``demos.prediction.engines.serve_lines``, each engine's pinned release; its ``model_id``
     None: a placeholder the user fills), DBO on from the threshold where it pays, off (with why) where it
     does not; ``notes``: what each placeholder and setting means; ``engines``: the releases; ``memory``:
-    ``memory_advice`` per mode, of which that mode's is taken (DBO off where it pays only beyond memory)."""
+    ``memory_advice`` per mode, of which that mode's is taken (DBO off where it pays only beyond memory).
+    ``workload``: a serving run's verdict for vLLM (``WorkloadVerdict``): the vLLM line then takes its
+    threshold, or stays without DBO where DBO lost that run, whatever the crossover; SGLang's line keeps the
+    crossover's answer. ``serving``: how to run the serving run that would decide per step (the
+    ``python -m demos.serving`` line), said in ``basis`` where the answer rests on one step."""
     d, phase = deployment, deployment.phase
     mode = default_mode if default_mode in crossovers else next(iter(crossovers))
     c = crossovers[mode]
@@ -274,11 +308,20 @@ def recommend(
             overlap_flags(d),
         )
     enable = c.threshold is not None
-    lines = serve_lines(d, Overlap.DBO if enable else Overlap.NONE, c.threshold)
+    v_enable, v_threshold = (enable, c.threshold) if workload is None else (workload.enable, workload.threshold)
+    lines = serve_lines(
+        d,
+        Overlap.DBO if enable else Overlap.NONE,
+        c.threshold,
+        vllm=(Overlap.DBO if v_enable else Overlap.NONE, v_threshold if v_enable else None),
+    )
     vllm, sglang, notes = lines.vllm, lines.sglang, list(lines.notes)
+    if not v_enable:
+        vllm = f"# do not enable DBO for {phase}: {reason if workload is None else workload.why}\n{vllm}"
     if not enable:
-        vllm = f"# do not enable DBO for {phase}: {reason}\n{vllm}"
         sglang = f"# do not pass --enable-two-batch-overlap: {reason}\n{sglang}"
+    elif workload is not None:
+        pass  # vLLM's threshold is the serving run's, not the crossover: the basis line says both
     elif c.interpolated:
         notes.append(
             f"the threshold {c.threshold} is interpolated between the swept {c.below} and {c.at} tokens per GPU"
@@ -288,8 +331,8 @@ def recommend(
     return Recommendation(
         phase,
         mode,
-        enable,
-        c.threshold,
+        v_enable,
+        v_threshold if v_enable else None,
         vllm,
         sglang,
         reason,
@@ -298,4 +341,18 @@ def recommend(
         engines,
         text,
         overlap_flags(d),
+        ONE_STEP if workload is None else WORKLOAD,
+        _basis(c, enable, workload, serving),
     )
+
+
+def _basis(c: Crossover, enable: bool, workload: WorkloadVerdict | None, serving: str) -> str:
+    """``Recommendation.basis``: what vLLM's answer rests on, one line (``recommend``)."""
+    if workload is not None:
+        step = f"~{c.threshold}" if c.threshold is not None else "none within the sweep and memory"
+        return f"{workload.why}; one step's crossover: {step}"
+    run = f": {serving}" if serving else ""
+    what = (
+        "the threshold rests on one forward step at the crossover" if enable else "the answer rests on one forward step"
+    )
+    return f"{what}; a serving run decides per step (vLLM's DP vote, idle ranks, mixed batches){run}"

@@ -22,6 +22,14 @@ from demos.prediction.outputs import point_record
 from demos.prediction.result import ClusterSetup, Prediction, Setting, SweptPoint
 from demos.prediction.sweep import DEFAULT_TOKENS, PointResult, Sweep, default_mode, run_sweep, sweep_kernels
 from demos.prediction.trust import checked_line
+from demos.prediction.workload import (
+    WorkloadRun,
+    check_workload,
+    one_step_hint,
+    run_workload,
+    serving_command,
+    verdict,
+)
 from demos.vocabulary import KernelSource, Mode, Phase, Schedule
 from demos.zoo.loading import TOY, load_model, workload_for
 from demos.zoo.memory import ServingLimits, memory_estimate, serving_limits
@@ -60,6 +68,9 @@ def predict(
     weights: str | None = None,
     kv_cache_dtype: str | None = None,
     overlap: str | Sequence[str] | None = None,
+    workload: Any = None,
+    engine: str | None = None,
+    requests: int | None = None,
 ) -> Prediction:
     """Sweep ``model`` on the cluster and answer whether DBO pays, from which tokens per GPU, and what
     to pass to vLLM and SGLang (docs/predict.md).
@@ -80,7 +91,13 @@ def predict(
     "none", "dbo", "sbo" (one or a list; None: every one that applies, ``OVERLAPS``).
     ``kernels``: where kernel times come from, "roofline" (the curves fitted per GPU family) or
     "measured" (the tables, where they have the shape; needs the measured extra; docs/kernels.md).
-    ``progress(done, total, what)`` is called after each point. The toy takes ``profile``, ``phase``,
+    ``workload``: a serving workload, as a SPEC string (``"closed:64:1k:1k"``, ``"poisson:RATE:ISL:OSL"``,
+    ``"trace:PATH"``) or a ``demos.serving.workloads.WorkloadSpec``: it is run through ``engine``'s
+    scheduler and split rule ("vllm", the default, "sglang" or "trtllm"), ``requests`` measured (default
+    ``DEFAULT_REQUESTS``), by ``demos.serving.api.simulate`` on the same model and cluster, and vLLM's
+    line takes that run's best threshold (``demos.prediction.workload``; decode only).
+    ``progress(done, total, what)`` is called after each point (and each 50 requests of a workload run).
+    The toy takes ``profile``, ``phase``,
     ``mode``, ``schedule`` and ``tokens`` (default ``TOY_TOKENS``); it refuses ``gpus_per_node``, ``ep``,
     ``comm_sms``, ``what_if``, ``nodes`` and ``attention_tp`` other than 1 and ``ubatches`` other than 2,
     ``kernels`` other than "roofline", and does not read ``gpu``, ``context`` or ``imbalance``."""
@@ -96,6 +113,9 @@ def predict(
             ("weights", weights, None),
             ("kv_cache_dtype", kv_cache_dtype, None),
             ("overlap", overlap, None),
+            ("workload", workload, None),
+            ("engine", engine, None),
+            ("requests", requests, None),
         ):
             if value != unset:
                 raise ConfigError(f"{field_ref(name)} applies to real models, not to {field_ref('model')} toy")
@@ -114,6 +134,12 @@ def predict(
     if profile is not None:
         raise ConfigError(
             f"{field_ref('profile')} is the toy's calibrated device: use it with {field_ref('model')} toy"
+        )
+    asked = check_workload(workload, engine, requests)
+    if asked is not None and phase != Phase.DECODE:
+        raise ConfigError(
+            f"{field_ref('workload')} searches vLLM's decode threshold over a serving run: it takes "
+            f"{field_ref('phase')} decode, not {phase}"
         )
     spec = load_model(model)
     toks = _ints("tokens", tokens, DEFAULT_TOKENS[phase], "token count")
@@ -139,7 +165,27 @@ def predict(
     sweep = Sweep(base, toks, modes, ubs, sms, _what_if(what_if), kernels, _overlaps(overlap))
     _check_fits(sweep)
     model_id, served = served_model(model, spec, base.spec)
-    return _predict_sweep(sweep, model_id, served, progress)
+    # the serving run takes the same model, cluster, precision and kernels (its defaults are predict's)
+    args = dict(
+        gpu=gpu,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        ep=ep,
+        attention_tp=attention_tp,
+        imbalance=_number(imbalance),
+        weights=weights,
+        kv_cache_dtype=kv_cache_dtype,
+        kernels=kernels,
+    )
+    ran, hint = None, one_step_hint(model, args)
+    if asked is not None:  # before the sweep: the run's own checks come before any work too
+        ran = run_workload(model, asked[0], engine=asked[1], requests=asked[2], args=args, progress=progress)
+        if verdict(ran) is None:
+            hint = (
+                f"{serving_command(model, args, asked[0], asked[2])} (vLLM's rule; this run took {asked[1]}'s, "
+                "which has no DBO threshold)"
+            )
+    return _predict_sweep(sweep, model_id, served, progress, ran, hint)
 
 
 def _check_fits(sweep: Sweep) -> None:
@@ -246,9 +292,18 @@ def _sources(sweep: Sweep) -> tuple[str, ...]:
     )
 
 
-def _predict_sweep(sweep: Sweep, model_id: str | None, served: ServedModel, progress: Progress | None) -> Prediction:
+def _predict_sweep(
+    sweep: Sweep,
+    model_id: str | None,
+    served: ServedModel,
+    progress: Progress | None,
+    ran: WorkloadRun | None = None,
+    hint: str = "",
+) -> Prediction:
     """Run the checked ``sweep``: the points, then the crossover, reason, best setting, strategy runs and
-    memory advice of each mode (each from the points of its best setting)."""
+    memory advice of each mode (each from the points of its best setting); ``ran``: the workload's serving
+    run, whose verdict vLLM's line takes; ``hint``: the serving run to suggest where none was run (or where
+    it ran another engine's rule)."""
     kt = sweep_kernels(sweep)
     results = run_sweep(sweep, progress, kt)
     w = sweep.base
@@ -265,7 +320,10 @@ def _predict_sweep(sweep: Sweep, model_id: str | None, served: ServedModel, prog
         ranges[mode] = overlap_ranges(records)
         memory[mode] = memory_advice(records, cross[mode])
     deployment = Deployment.of(w, model_id, served=served, limits=_limits(sweep, results, best))
-    rec = recommend(deployment, cross, reasons, default_mode=default_mode(w.phase), memory=memory)
+    said = None if ran is None else verdict(ran)
+    rec = recommend(
+        deployment, cross, reasons, default_mode=default_mode(w.phase), memory=memory, workload=said, serving=hint
+    )
     what = ", ".join(f"{k} x{v:g}" for k, v in sweep.what_if.items())
     return Prediction(
         title=f"{w.spec.name} {w.phase} on {c.nodes} x {c.gpus_per_node} {w.gpu.name}, EP {c.ep}"
@@ -296,6 +354,7 @@ def _predict_sweep(sweep: Sweep, model_id: str | None, served: ServedModel, prog
         recommendation=rec,
         best=best,
         sources=_sources(sweep),
+        workload=ran,
         _sweep=sweep,
         _results=tuple(results),
     )

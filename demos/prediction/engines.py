@@ -714,15 +714,25 @@ def overlap_flags(deployment: Deployment) -> dict[str, str]:
     }
 
 
-def serve_lines(deployment: Deployment, overlap: Overlap | str, threshold: int | None) -> EngineLines:
+def serve_lines(
+    deployment: Deployment,
+    overlap: Overlap | str,
+    threshold: int | None,
+    *,
+    vllm: tuple[Overlap | str, int | None] | None = None,
+) -> EngineLines:
     """Both engines' lines for ``deployment`` (module docstring) with ``overlap`` none, dbo (vLLM's DBO,
     SGLang's two-batch overlap) or sbo (SGLang's single-batch overlap) on; ``threshold``: tokens per
-    attention TP group from which DBO pays (None: the engine's default)."""
+    attention TP group from which DBO pays (None: the engine's default). ``vllm``: vLLM's own
+    ``(overlap, threshold)`` where its answer differs from SGLang's (a serving run of vLLM's rule decided
+    it: ``demos.prediction.workload``); None: the same as SGLang's."""
     if not isinstance(deployment, Deployment):
         raise ValueError(f"deployment must be a Deployment, got {deployment!r}")
     overlap = Overlap.parse(overlap, "overlap")
-    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1):
-        raise ValueError(f"threshold must be a positive integer or None, got {threshold!r}")
+    v_overlap, v_threshold = (overlap, threshold) if vllm is None else (Overlap.parse(vllm[0], "overlap"), vllm[1])
+    for t in (threshold, v_threshold):
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
+            raise ValueError(f"threshold must be a positive integer or None, got {t!r}")
     first: list[str] = []  # the model's notes, then the placeholders', then each engine's
     model, flags = _model_flags(deployment, first)
     if model == MODEL and not any(n.startswith(MODEL) for n in first):
@@ -732,13 +742,13 @@ def serve_lines(deployment: Deployment, overlap: Overlap | str, threshold: int |
             "every node), or its Hugging Face repo id",
         )
     notes: list[str] = []
-    vllm = _vllm(model, flags["vllm"], deployment, overlap, threshold, notes)
+    vllm_line = _vllm(model, flags["vllm"], deployment, v_overlap, v_threshold, notes)
     sglang = _sglang(model, flags["sglang"], deployment, overlap, threshold, notes)
     head = [
         f"{HEAD_IP}: the address of the head node (node 0), reachable from every node",
         f"{PORT}: a free TCP port on the head node, the same on every node (vLLM: its data-parallel RPC port; "
         "SGLang: its distributed init port)",
     ]
-    notes[0:0] = first + [n for n in head if n.split(":")[0] in vllm + sglang]
+    notes[0:0] = first + [n for n in head if n.split(":")[0] in vllm_line + sglang]
     e = deployment.engines
-    return EngineLines(vllm, sglang, e.vllm, e.sglang, tuple(notes))
+    return EngineLines(vllm_line, sglang, e.vllm, e.sglang, tuple(notes))

@@ -11,6 +11,8 @@ import csv
 import math
 from typing import Any
 
+from demos.vocabulary import Overlap
+
 __all__ = [
     "CSV_COLUMNS",
     "NOT_MODELLED",
@@ -18,6 +20,7 @@ __all__ = [
     "detail_lines",
     "format_prediction",
     "point_record",
+    "workload_lines",
     "write_csv",
     "write_plot",
 ]
@@ -138,6 +141,50 @@ def detail_lines(rep: dict[str, Any]) -> list[str]:
     return out
 
 
+def _pair(p: dict[str, Any]) -> str:
+    return "/".join("-" if p[k] is None else f"{p[k]:.1f}" for k in ("p50", "p99"))
+
+
+def workload_lines(w: dict[str, Any]) -> list[str]:
+    """The workload run's lines (the JSON's ``workload``: ``demos.serving``'s JSON with ``spec`` and
+    ``command``): what ran, then per overlap its output tokens/s (and per GPU), TTFT and TPOT p50/p99 and
+    the share of steps split, why the others were not, each vLLM decode threshold searched (its output
+    tokens/s and share of steps split) and the best for this workload."""
+    out = [
+        f"workload {w['spec']}: {w['workload']}; {w['engine']}'s scheduler and split rule, {w['pool']} pool",
+        f"         {w['command']}",
+        f"{'overlap':<8} {'tok/s':>9} {'tok/s/GPU':>9} {'TTFT p50/p99 ms':>17} {'TPOT p50/p99 ms':>16} {'split':>6}",
+    ]
+    for r in w["runs"]:
+        out.append(
+            f"{r['overlap']:<8} {r['output_tokens_per_s']:>9,.0f} {r['output_tokens_per_s_gpu']:>9,.0f} "
+            f"{_pair(r['ttft_ms']):>17} {_pair(r['tpot_ms']):>16} {r['split_share']:>6.0%}"
+        )
+    for r in w["runs"]:
+        if r["not_split"] and r["overlap"] != Overlap.NONE:
+            why = ", ".join(f"{k} {v}" for k, v in r["not_split"].items())
+            out.append(f"not split ({r['overlap']}): {why} steps")
+    b = w.get("best")
+    if b:
+        th = w["thresholds"]
+        out.append(
+            f"(dbo ran at --dbo-decode-token-threshold {th['decode']} and --dbo-prefill-token-threshold "
+            f"{th['prefill']}; the search below varies the decode one)"
+        )
+        out.append(
+            "searched --dbo-decode-token-threshold: tok/s (steps split) "
+            + "; ".join(f"{k} {v['output_tokens_per_s']:,.0f} ({v['split']:.0%})" for k, v in b["thresholds"].items())
+        )
+        t, calm = b["by_throughput"], b["by_p99_itl"]
+        itl = "-" if calm["itl_p99_ms"] is None else f"{calm['itl_p99_ms']:.1f} ms"
+        out.append(
+            f"best     --dbo-decode-token-threshold {t['decode_threshold']} by throughput "
+            f"({t['output_tokens_per_s']:,.0f} tok/s); {calm['decode_threshold']} by p99 ITL within "
+            f"{calm['floor']:.0%} of it ({itl})"
+        )
+    return out
+
+
 def _no_difference(points: list[dict[str, Any]], mode: str) -> bool:
     """Whether ``mode`` swept more than one (ubatches, comm SMs) setting and every token count gave them
     all the same DBO step (a tie-break is not a finding)."""
@@ -210,6 +257,8 @@ def format_prediction(rep: dict[str, Any], *, detail: bool = False) -> str:
         says = rep["recommendation"].get("overlap_flags") or OVERLAP_FLAGS
         for o in (o for o in ("sbo", "dbo") if o in flags):
             lines.append(f"         {o}: {says[o]}")
+    if rep.get("workload"):
+        lines += [""] + workload_lines(rep["workload"])
     r = rep["recommendation"]
     lines.append("")
     eng = r.get("engines") or {}
@@ -223,7 +272,10 @@ def format_prediction(rep: dict[str, Any], *, detail: bool = False) -> str:
     lines += [("notes    " if i == 0 else "         ") + n for i, n in enumerate(r.get("notes") or ())]
     if r.get("memory"):
         lines.append(f"memory   {r['memory']}")
-    lines += [f"reason   {r['reason']}", ""]
+    lines.append(f"reason   {r['reason']}")
+    if r.get("basis"):
+        lines.append(f"basis    {r['basis']}")
+    lines.append("")
     k = rep.get("kernels")
     if k is not None:
         fell = "; ".join(f"{op}: {why}" for op, why in k["fallbacks"].items())

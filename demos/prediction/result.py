@@ -9,10 +9,10 @@ prints and writes (docs/predict.md, "Outputs"; docs/python.md, "Predicting from 
   imbalance, the what-if factors, the precision, the kernel source, the overlap strategies compared) and
   how far a prediction of its kind was checked; ``ToySetup``: the calibrated profile the toy ran on.
 * ``Prediction``: the question (model, phase, schedule), its setup (one of the two), the points, the
-  crossover per mode (``demos.prediction.answer.Crossover``), the recommendation, the best settings and
-  what the prediction rests on. ``to_dict()`` is exactly the dict ``--json`` writes, ``text()`` exactly
-  what the command prints; ``write_csv``, ``write_plot`` and ``write_trace`` write the command's other
-  files.
+  crossover per mode (``demos.prediction.answer.Crossover``), the recommendation, the best settings,
+  what the prediction rests on, and the serving run of a workload where one was asked. ``to_dict()`` is
+  exactly the dict ``--json`` writes, ``text()`` exactly what the command prints; ``write_csv``,
+  ``write_plot`` and ``write_trace`` write the command's other files.
 
 For the toy (``predict("toy", profile=...)``) the setup is a ``ToySetup``, ``best`` is empty and the
 recommendation's ``enable`` and ``threshold`` are None: no serving-engine flags follow from the toy.
@@ -129,7 +129,8 @@ class Prediction:
     (a real model) or a ``ToySetup`` (the toy); ``points``: every swept point in the order it ran;
     ``crossovers``: per mode, where DBO starts to pay (``Crossover.tokens`` None: nowhere in the sweep);
     ``best``: per mode, the best setting; ``sources`` and ``not_modelled``: what the prediction rests on and
-    what it leaves out."""
+    what it leaves out; ``workload``: the serving run of the workload asked (``predict(workload=)``,
+    ``demos.prediction.workload.WorkloadRun``), None without one."""
 
     title: str
     model: str
@@ -142,6 +143,7 @@ class Prediction:
     best: dict[str, Setting]
     sources: tuple[str, ...]
     not_modelled: tuple[str, ...] = NOT_MODELLED
+    workload: Any = None
     _sweep: Any = field(default=None, repr=False, compare=False)
     _results: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
@@ -188,6 +190,7 @@ class Prediction:
             "best": {m: b.as_dict() for m, b in self.best.items()},
             **({} if self.is_toy else {"overlaps": list(c.overlaps), "overlap": _overlap(c.overlap)}),
             "recommendation": rec,
+            **({} if self.is_toy else {"workload": None if self.workload is None else self.workload.as_dict()}),
             "sources": list(self.sources),
             "not_modelled": list(self.not_modelled),
             **({} if self.is_toy else {"checked": c.checked}),

@@ -413,7 +413,7 @@ def _best(run_at: Callable[[int], OverlapRun], given: Any, native: Any, base: An
     lines = serve_lines(d, Overlap.DBO, top)
     return {
         "by_throughput": {"decode_threshold": top, "output_tokens_per_s": results[top].output_tokens_per_s},
-        "by_p99_itl": {"decode_threshold": calm, "itl_p99_ms": results[calm].itl_ms.p99},
+        "by_p99_itl": {"decode_threshold": calm, "itl_p99_ms": results[calm].itl_ms.p99, "floor": FLOOR},
         "thresholds": {
             str(t): {"output_tokens_per_s": r.output_tokens_per_s, "itl_p99_ms": r.itl_ms.p99, "split": r.split_share}
             for t, r in results.items()

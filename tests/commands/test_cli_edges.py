@@ -298,6 +298,7 @@ KIMI = ["--model", "kimi-k2"]
 EMPTY = "an empty item in the list {!r} (two commas in a row, or one at an end)"
 NOPE = ["--profile", "nope"]  # refused by validate's grid after its flags, where a bug would accept the list
 NEITHER = "no file or folder of that name exists, and no preset has that name (presets: deepseek-r1,"
+THREE = "closed:CONCURRENCY:ISL:OSL takes three values, got {!r}"
 RACK = (
     "error: --gpus-per-node 72 is a whole NVL72 rack of 18 hosts of 4 (one gb200 host holds 4 GPUs): use --nodes 18 "
     "(4 GPUs per node) for one rack"
@@ -358,6 +359,19 @@ BAD_INPUTS = (
     # a node is one host: a rack or two HGX boxes typed as one are refused with the hosts' spelling
     (PREDICT, [*KIMI, "--gpu", "gb200", "--nodes", "1", "--gpus-per-node", "72", "--ep", "72", "--tokens", "8"], RACK),
     (OVERLAP, ["--model", "kimi-k2", "--gpu", "GB200", "--gpus-per-node", "72"], RACK),
+    # issue 44, item 3: a workload SPEC is read before any work, and the run's flags only with one
+    (PREDICT, [*KIMI, "--workload", "closed:64:1k"], f"error: --workload: {THREE.format('closed:64:1k')}"),
+    (PREDICT, [*KIMI, "--workload", "open:8:1k:1k"], "error: --workload: expected closed:CONCURRENCY:ISL:OSL, poisson"),
+    (PREDICT, [*KIMI, "--workload", "poisson:0:1k:1k"], "RATE must be a positive number of requests per second"),
+    (PREDICT, [*KIMI, "--workload", "closed:8:1k:4m"], "ISL and OSL: not a token count: '4m'"),
+    (PREDICT, [*KIMI, "--engine", "sglang"], "error: --engine shapes a workload run: give --workload too"),
+    (PREDICT, [*KIMI, "--requests", "8"], "error: --requests shapes a workload run: give --workload too"),
+    (PREDICT, [*KIMI, "--workload", "closed:8:1k:1k", "--phase", "prefill"], "it takes --phase decode, not prefill"),
+    (
+        PREDICT,
+        ["--model", "deepseek-v2-lite", "--tokens", "8", "--workload", "trace:{d}/none.csv"],
+        "error: --workload trace:{d}/none.csv: {d}/none.csv: no such file",
+    ),
     (
         PREDICT,
         [*KIMI, "--gpu", "H100", "--gpus-per-node", "16"],

@@ -13,7 +13,18 @@ from tests.runtime.test_imports import _modules, import_graph
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runtime", ("dbo", "workspace")),
-    ("shared", ("demos", "demos._guard", "demos._cli", "demos.errors", "demos.engine_times", "demos.vocabulary")),
+    (
+        "shared",
+        (
+            "demos",
+            "demos._guard",
+            "demos._cli",
+            "demos.errors",
+            "demos.engine_times",
+            "demos.tokens",
+            "demos.vocabulary",
+        ),
+    ),
     ("zoo", ("demos.zoo",)),
     ("fits", ("demos.fits",)),
     ("toy", ("demos.toy", "demos.ranks")),
@@ -94,6 +105,49 @@ def test_no_library_module_imports_a_command():
     commands = {m for m in _modules() if layer_of(m) == "commands"}
     bad = sorted(f"{m} imports {t}" for m, ts in graph.items() if m not in commands for t in ts if t in commands)
     assert not bad, bad
+
+
+SEAMS = {
+    ("demos.serving", "demos.prediction"): {"demos.prediction.engines"},
+    ("demos.prediction", "demos.serving"): {"demos.serving.api", "demos.serving.workloads"},
+}
+"""Two products that import each other, and the only modules each may import of the other (docs/design.md,
+"Packages"): a serving run writes the predictor's engine lines, and ``predict(workload=)`` runs a serving
+run. Both through ``demos.prediction.workload`` alone on the predictor's side (``SEAM_IMPORTERS``)."""
+SEAM_IMPORTERS = {("demos.prediction", "demos.serving"): {"demos.prediction.workload"}}
+
+
+def seam_crossings(graph: dict[str, set[str]]) -> list[str]:
+    """The imports between the two packages of a ``SEAMS`` pair beyond what it allows."""
+    out = []
+    for (a, b), allowed_targets in SEAMS.items():
+        importers = SEAM_IMPORTERS.get((a, b))
+        for m, ts in graph.items():
+            if not _under(m, a) or layer_of(m) == "commands":
+                continue
+            for t in ts:
+                if _under(t, b) and (t not in allowed_targets or (importers is not None and m not in importers)):
+                    out.append(f"{m} imports {t}")
+    return sorted(out)
+
+
+def test_prediction_and_serving_meet_at_one_seam():
+    bad = seam_crossings(import_graph(_modules()))
+    assert not bad, bad
+
+
+def test_a_crossing_beside_the_seam_is_caught():
+    graph = {
+        "demos.serving.run": {"demos.prediction.answer"},
+        "demos.prediction.api": {"demos.serving.api"},
+        "demos.prediction.workload": {"demos.serving.api", "demos.serving.run"},
+        "demos.serving.api": {"demos.prediction.engines"},
+    }
+    assert seam_crossings(graph) == [
+        "demos.prediction.api imports demos.serving.api",
+        "demos.prediction.workload imports demos.serving.run",
+        "demos.serving.run imports demos.prediction.answer",
+    ]
 
 
 @pytest.mark.parametrize(
