@@ -207,3 +207,39 @@ def test_predict_refuses_a_refused_family_in_one_line_with_status_2(capsys):
     (line,) = captured.err.strip().splitlines()
     assert line.startswith(f"python -m demos.predict: error: --model: {path}: model_type 'deepseek_v4' (DeepSeek-V4)")
     assert "is not supported: the spec cannot express its compressed sparse attention" in line
+
+
+# ---- predict: each new model's default sweep prints an answer with lines its engines accept ----
+
+SERVED = {
+    "kimi-k2.5": ("moonshotai/Kimi-K2.5", "# vLLM 0.34.0 refuses DBO for kimi_k25", "--enable-two-batch-overlap"),
+    "minimax-m2.5": ("MiniMaxAI/MiniMax-M2.5", "", "# SGLang 0.5.23 runs two-batch overlap only"),
+    "gpt-oss-20b": ("openai/gpt-oss-20b", "", "# SGLang 0.5.23 runs two-batch overlap only"),
+}
+"""Each new preset -> its repository in both lines, what the vLLM line starts with ("" for nothing said: DBO
+runs) and what the SGLang part holds (its two-batch overlap, or the # line saying it has none)."""
+
+
+def _check_answer(printed: str, model: str) -> None:
+    repo, vllm_head, sglang_has = SERVED[model]
+    assert printed.startswith(f"{model} decode on 2 x 8 b200, EP 16")
+    assert "\ncrossover (graph): " in printed and "\nbest     graph: " in printed
+    vllm = printed.split("\nvLLM 0.34.0\n", 1)[1].split("\nSGLang 0.5.23\n", 1)
+    assert vllm[0].lstrip().startswith(vllm_head or "# vLLM on the head node")
+    assert f"vllm serve {repo} " in vllm[0] and ("--enable-dbo" in vllm[0]) == (not vllm_head)
+    sglang = vllm[1].split("\nnotes ", 1)[0]
+    assert f"--model-path {repo} " in sglang and sglang_has in sglang
+
+
+@pytest.mark.parametrize("model", sorted(SERVED))
+def test_predict_answers_for_each_new_model_at_two_counts(model, capsys):
+    argv = ["--model", model, "--gpu", "b200", "--nodes", "2", "--ep", "16", "--tokens", "64,256"]
+    assert main(argv) == 0
+    _check_answer(capsys.readouterr().out, model)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", sorted(SERVED))
+def test_the_default_predict_sweep_of_each_new_model_prints_an_answer(model, capsys):
+    assert main(["--model", model, "--gpu", "b200", "--nodes", "2", "--ep", "16"]) == 0
+    _check_answer(capsys.readouterr().out, model)
