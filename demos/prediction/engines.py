@@ -16,11 +16,12 @@ prediction assumed, which the lines carry (issue 47):
   (both engines quantize as they load); else ``<MODEL>``, with a note on what to convert. An FP8 KV cache
   is ``--kv-cache-dtype fp8`` (vLLM) / ``fp8_e4m3`` (SGLang); BF16 is both engines' default. The model's
   architecture (``model_type``) decides the overlaps SGLang can run: its two-batch overlap only for the
-  decoder layers its operations strategy knows (DeepSeek-V2/V3 and Kimi K2's, Qwen3-MoE's; it raises
-  ``NotImplementedError`` for any other, ``batch_overlap/operations_strategy.py``), its single-batch
-  overlap only in DeepSeek-V2's MoE (``models/deepseek_v2.py``). vLLM 0.34.0 refuses DBO for multimodal,
-  encoder-decoder and hybrid (state-space) models (``VllmConfig._get_dbo_unsupported_features``), none of
-  the families the predictor loads.
+  decoder layers its operations strategy knows (DeepSeek-V2/V3 and Kimi K2's, Kimi-K2.5's text model among
+  them, Qwen3-MoE's; it raises ``NotImplementedError`` for any other, ``batch_overlap/operations_strategy.py``),
+  its single-batch overlap only in DeepSeek-V2's MoE (``models/deepseek_v2.py``). vLLM 0.34.0 refuses DBO
+  for multimodal, encoder-decoder and hybrid (state-space) models (``VllmConfig._get_dbo_unsupported_features``):
+  of the families the predictor loads, Kimi-K2.5 (``VLLM_DBO_REFUSED_MODEL_TYPES``), whose vision tower
+  makes it multimodal whether or not a request carries an image.
 * ``limits`` (``demos.zoo.memory.ServingLimits``): where the memory model says the step stops fitting.
   Decode: ``--max-num-seqs`` (vLLM, per data-parallel rank: one attention group) and
   ``--max-running-requests`` (SGLang, over all attention groups; each worker takes its share,
@@ -84,6 +85,7 @@ __all__ = [
     "SGLANG_SBO_MODEL_TYPES",
     "SGLANG_TBO_MODEL_TYPES",
     "SGLANG_VERSION",
+    "VLLM_DBO_REFUSED_MODEL_TYPES",
     "VLLM_FLAGS",
     "VLLM_VERSION",
     "Deployment",
@@ -195,24 +197,33 @@ SGLANG_FLAGS = frozenset(
 SGLANG_DEEPEP_MODES = {Schedule.LL: "low_latency", Schedule.HT: "normal"}
 """``--deepep-mode`` per schedule: its choices are auto, normal, low_latency (fields/exec_.py 0.5.23)."""
 
-SGLANG_TBO_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "qwen3_moe"})
+SGLANG_TBO_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25", "qwen3_moe"})
 """The ``model_type``s whose decoder layers SGLang 0.5.23's two-batch overlap splits: DeepseekV2DecoderLayer
-(DeepSeek-V2/V3 and Kimi K2, which it serves as DeepseekV3ForCausalLM) and Qwen3MoeDecoderLayer, among the
-families the predictor loads (``batch_overlap/operations_strategy.py``, ``init_new_tbo``)."""
+(DeepSeek-V2/V3 and Kimi K2, which it serves as DeepseekV3ForCausalLM, and Kimi-K2.5, whose
+``models/kimi_k25.py`` wraps a DeepseekV3ForCausalLM as its language model) and Qwen3MoeDecoderLayer, among
+the families the predictor loads (``batch_overlap/operations_strategy.py``, ``init_new_tbo``: no branch for
+MiniMaxM2DecoderLayer, whose ``models/minimax_m2.py`` defines TBO operations the strategy does not call, nor
+for gpt-oss's layer)."""
 
-SGLANG_SBO_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
+SGLANG_SBO_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25"})
 """The ``model_type``s whose MoE runs SGLang 0.5.23's single-batch overlap (``compute_overlap_args`` is
-called in ``models/deepseek_v2.py`` only)."""
+called in ``models/deepseek_v2.py`` only: Kimi-K2.5's text model is that file's)."""
 
 EPLB_MODEL_TYPES = {
     "vllm": frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "qwen3_moe", "glm4_moe", "mixtral"}),
-    "sglang": frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "qwen3_moe", "glm4_moe", "gpt_oss"}),
+    "sglang": frozenset(
+        {"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25", "qwen3_moe", "glm4_moe", "gpt_oss", "minimax_m2"}
+    ),
 }
 """The ``model_type``s each engine balances experts for, among the families the predictor loads. vLLM 0.34.0:
 the model classes that implement its ``MixtureOfExperts`` interface (``model_executor/models/``; its EPLB
-registers nothing for ``GptOssForCausalLM``, ``v1/worker/gpu/eplb_utils.py``). SGLang 0.5.23: the model files
-that read ``ep_num_redundant_experts`` (``models/deepseek_v2.py``, ``qwen3_moe.py``, ``glm4_moe.py``,
-``gpt_oss.py``; not ``mixtral.py``)."""
+registers nothing for ``GptOssForCausalLM``, ``v1/worker/gpu/eplb_utils.py``; ``KimiK25ForConditionalGeneration``
+and ``MiniMaxM2ForCausalLM`` do not implement it). SGLang 0.5.23: the model files that read
+``ep_num_redundant_experts`` (``models/deepseek_v2.py``, which Kimi-K2.5's language model is, ``qwen3_moe.py``,
+``glm4_moe.py``, ``gpt_oss.py``, ``minimax_m2.py``; not ``mixtral.py``)."""
+
+VLLM_DBO_REFUSED_MODEL_TYPES = {"kimi_k25": "multimodal (KimiK25ForConditionalGeneration has a vision tower)"}
+"""The ``model_type``s whose model vLLM 0.34.0 refuses DBO for, and why (module docstring)."""
 
 KV_CACHE_FLAGS = {"vllm": "fp8", "sglang": "fp8_e4m3"}
 """``--kv-cache-dtype`` for an FP8 (E4M3) cache: vLLM's ``fp8`` is E4M3 (``CacheDType``), SGLang names it."""
@@ -261,7 +272,7 @@ class Engines:
         return {"vllm": self.vllm, "sglang": self.sglang}
 
 
-WEIGHT_NAMES = ("bf16", "fp8", "fp4")
+WEIGHT_NAMES = ("bf16", "fp8", "fp4", "int4")
 KV_CACHE_NAMES = ("bf16", "fp8")
 
 
@@ -421,7 +432,7 @@ def _ep_below_world(engine: str, why: str, world: int, ep: int) -> str:
     )
 
 
-PRECISION_WORDS = {"bf16": "BF16", "fp8": "FP8", "fp4": "FP4"}
+PRECISION_WORDS = {"bf16": "BF16", "fp8": "FP8", "fp4": "FP4", "int4": "INT4"}
 
 
 def _model_flags(d: Deployment, notes: list[str]) -> tuple[str, dict[str, str]]:
@@ -548,6 +559,18 @@ def _memory_flags(d: Deployment, engine: str, name: str, dbo: bool, notes: list[
     return flags
 
 
+def _vllm_refusal(d: Deployment, overlap: Overlap) -> str:
+    """The ``#`` line (ending in a newline) when vLLM refuses DBO for the model's architecture
+    (``VLLM_DBO_REFUSED_MODEL_TYPES``); "" when it runs it or the type is not known."""
+    why = VLLM_DBO_REFUSED_MODEL_TYPES.get(d.served.model_type or "")
+    if overlap != Overlap.DBO or why is None:
+        return ""
+    return (
+        f"# vLLM {d.engines.vllm} refuses DBO for {d.served.model_type}, {why} "
+        "(VllmConfig._get_dbo_unsupported_features); the line without it:\n"
+    )
+
+
 def _vllm(model: str, flags: str, d: Deployment, overlap: Overlap, threshold: int | None, notes: list[str]) -> str:
     world, ep, gpn, nodes, tp, phase, schedule = (
         d.world,
@@ -581,9 +604,11 @@ def _vllm(model: str, flags: str, d: Deployment, overlap: Overlap, threshold: in
             f"{sharded} = {ep} GPUs; with --data-parallel-size 1 its MoE has no all-to-all (an all-reduce), "
             "so no --all2all-backend: DeepEP's would go unused"
         )
+    head = _vllm_refusal(d, overlap)
+    if head:
+        overlap = Overlap.NONE
     base += flags + _expert_flags(d, "vllm", v, notes)
     base += _memory_flags(d, "vllm", v, overlap == Overlap.DBO and dp > 1, notes)
-    head = ""
     if overlap == Overlap.SBO:
         head = f"# {v} has no single-batch overlap (no such flag or ParallelConfig field); the line without it:\n"
     elif overlap == Overlap.DBO and dp == 1:
@@ -630,12 +655,12 @@ def _sglang_refusal(d: Deployment, overlap: Overlap) -> str:
         return ""
     if overlap == Overlap.DBO and mt not in SGLANG_TBO_MODEL_TYPES:
         return (
-            f"# {s} runs two-batch overlap only for DeepSeek-V2/V3, Kimi K2 and Qwen3-MoE decoder layers (for "
+            f"# {s} runs two-batch overlap only for DeepSeek-V2/V3, Kimi K2/K2.5 and Qwen3-MoE decoder layers (for "
             f"{mt}'s its operations strategy raises NotImplementedError); the line without it:\n"
         )
     if overlap == Overlap.SBO and mt not in SGLANG_SBO_MODEL_TYPES:
         return (
-            f"# {s} runs single-batch overlap only in DeepSeek-V2/V3 and Kimi K2's MoE (not in {mt}'s); the line "
+            f"# {s} runs single-batch overlap only in DeepSeek-V2/V3 and Kimi K2/K2.5's MoE (not in {mt}'s); the line "
             "without it:\n"
         )
     return ""
@@ -700,7 +725,7 @@ def _sglang_nodes(s: str, nodes: int, notes: list[str]) -> str:
 
 def overlap_flags(deployment: Deployment) -> dict[str, str]:
     """What selects each overlap strategy in each engine, one line per strategy (``dbo``, ``sbo``), for the
-    model's architecture (``SGLANG_TBO_MODEL_TYPES``, ``SGLANG_SBO_MODEL_TYPES``)."""
+    model's architecture (``VLLM_DBO_REFUSED_MODEL_TYPES``, ``SGLANG_TBO_MODEL_TYPES``, ``SGLANG_SBO_MODEL_TYPES``)."""
     d, sg = deployment, f"SGLang {deployment.engines.sglang}"
     tbo = "SGLang --enable-two-batch-overlap"
     sbo = "SGLang --enable-single-batch-overlap (with --moe-a2a-backend deepep)"
@@ -708,8 +733,11 @@ def overlap_flags(deployment: Deployment) -> dict[str, str]:
         tbo = f"{sg} has no two-batch overlap for {d.served.model_type}"
     if _sglang_refusal(d, Overlap.SBO):
         sbo = f"{sg} has no single-batch overlap for {d.served.model_type}"
+    dbo = "vLLM --enable-dbo with the threshold below"
+    if _vllm_refusal(d, Overlap.DBO):
+        dbo = f"vLLM {d.engines.vllm} refuses DBO for {d.served.model_type}"
     return {
-        "dbo": f"vLLM --enable-dbo with the threshold below; {tbo}",
+        "dbo": f"{dbo}; {tbo}",
         "sbo": f"{sbo}; vLLM has no single-batch overlap",
     }
 

@@ -25,6 +25,7 @@ from demos.errors import ConfigError, field_ref
 from demos.prediction.engines import (
     SGLANG_SBO_MODEL_TYPES,
     SGLANG_TBO_MODEL_TYPES,
+    VLLM_DBO_REFUSED_MODEL_TYPES,
     VLLM_DEFAULT_THRESHOLDS,
     Deployment,
     serve_lines,
@@ -196,7 +197,8 @@ def _source(*, concurrency, isl, osl, rate, trace, trace_format, requests, warmu
 def _overlaps(engine: str, model_type: str, asked: Any) -> tuple[Overlap, ...]:
     has = [Overlap.NONE]
     if engine == "vllm":
-        has.append(Overlap.DBO)
+        if model_type not in VLLM_DBO_REFUSED_MODEL_TYPES:
+            has.append(Overlap.DBO)
     elif engine == "sglang":
         if model_type in SGLANG_TBO_MODEL_TYPES:
             has.append(Overlap.DBO)

@@ -19,6 +19,7 @@ from demos.prediction.engines import (
     SGLANG_FLAGS,
     SGLANG_SBO_MODEL_TYPES,
     SGLANG_TBO_MODEL_TYPES,
+    VLLM_DBO_REFUSED_MODEL_TYPES,
     VLLM_FLAGS,
     Deployment,
     ExpertBalance,
@@ -143,7 +144,9 @@ def test_redundant_slots_and_a_given_imbalance_turn_on_each_engines_expert_balan
     assert not any("eplb" in line for line in _every_command(_lines()))
 
 
-@pytest.mark.parametrize("engine, model_type", [("vllm", "gpt_oss"), ("sglang", "mixtral")])
+@pytest.mark.parametrize(
+    "engine, model_type", [("vllm", "gpt_oss"), ("sglang", "mixtral"), ("vllm", "kimi_k25"), ("vllm", "minimax_m2")]
+)
 def test_an_engine_that_balances_no_expert_of_the_architecture_gets_a_note_not_a_flag(engine, model_type):
     assert model_type not in EPLB_MODEL_TYPES[engine]
     r = _lines(experts=ExpertBalance(16, 1.2), served=ServedModel(model_type=model_type))
@@ -153,7 +156,9 @@ def test_an_engine_that_balances_no_expert_of_the_architecture_gets_a_note_not_a
     assert any(f"no expert-load balancing for {model_type}" in n for n in r.notes)
 
 
-@pytest.mark.parametrize("model_type", ["glm4_moe", "gpt_oss", "mixtral", "qwen3_moe", "deepseek_v3"])
+@pytest.mark.parametrize(
+    "model_type", ["glm4_moe", "gpt_oss", "mixtral", "qwen3_moe", "deepseek_v3", "kimi_k25", "minimax_m2"]
+)
 @pytest.mark.parametrize("overlap", ["dbo", "sbo"])
 def test_sglang_prints_no_overlap_it_cannot_run_for_the_architecture(model_type, overlap):
     r = _lines(served=ServedModel(model_type=model_type), overlap=overlap)
@@ -161,10 +166,32 @@ def test_sglang_prints_no_overlap_it_cannot_run_for_the_architecture(model_type,
     flag = "--enable-two-batch-overlap" if overlap == "dbo" else "--enable-single-batch-overlap"
     assert all((flag in line) == runs for line in commands(r.sglang))
     assert r.sglang.startswith(f"# SGLang 0.5.23 runs {'two' if overlap == 'dbo' else 'single'}-batch") != runs
-    if overlap == "dbo":
+    if overlap == "dbo" and model_type not in VLLM_DBO_REFUSED_MODEL_TYPES:
         assert all("--enable-dbo" in line for line in commands(r.vllm))  # vLLM's DBO is not the model's to refuse
     says = overlap_flags(Deployment("m", 16, 16, 8, 2, 1, "decode", "ll", served=ServedModel(model_type=model_type)))
     assert (f"has no {'two' if overlap == 'dbo' else 'single'}-batch overlap for {model_type}" in says[overlap]) != runs
+
+
+def test_vllm_refuses_dbo_for_a_multimodal_model_and_says_so():
+    """Kimi-K2.5's vision tower makes vLLM 0.34.0 treat it as multimodal, for which it refuses DBO: the line
+    runs without it under a # line saying why (and sizes its memory for the step without DBO)."""
+    r = _lines(served=ServedModel(model_type="kimi_k25"), limits=LIMITS)
+    assert r.vllm.startswith("# vLLM 0.34.0 refuses DBO for kimi_k25, multimodal")
+    assert not any("--enable-dbo" in line or "--dbo-" in line for line in commands(r.vllm))
+    assert all(value(line, "--max-num-seqs") == str(LIMITS.without_dbo.tokens) for line in commands(r.vllm))
+    assert all("--enable-two-batch-overlap" in line for line in commands(r.sglang))
+    says = overlap_flags(Deployment("m", 16, 16, 8, 2, 1, "decode", "ll", served=ServedModel(model_type="kimi_k25")))
+    assert says["dbo"] == "vLLM 0.34.0 refuses DBO for kimi_k25; SGLang --enable-two-batch-overlap"
+    assert "refuses" not in _lines(served=ServedModel(model_type="kimi_k25"), overlap="none").vllm
+
+
+def test_kimi_k2_5_serves_its_int4_checkpoint_and_nvidias_nvfp4_at_fp4():
+    """Kimi-K2.5 ships INT4 experts (moonshotai/Kimi-K2.5); --weights fp4 serves NVIDIA's NVFP4 checkpoint."""
+    own = predict("kimi-k2.5", gpu="b200", nodes=2, ep=16, tokens=[64]).recommendation
+    assert all(shlex.split(line)[2] == "moonshotai/Kimi-K2.5" for line in commands(own.vllm))
+    assert all(_flags(line)["--model-path"] == "moonshotai/Kimi-K2.5" for line in commands(own.sglang))
+    fp4 = predict("kimi-k2.5", gpu="b200", nodes=2, ep=16, weights="fp4", tokens=[64]).recommendation
+    assert all(_flags(line)["--model-path"] == "nvidia/Kimi-K2.5-NVFP4" for line in commands(fp4.sglang))
 
 
 def test_every_flag_is_the_pinned_releases_and_every_line_parses_in_the_shell():
@@ -195,7 +222,7 @@ def test_every_flag_is_the_pinned_releases_and_every_line_parses_in_the_shell():
 
 def test_bad_carried_fields_are_refused_naming_them():
     for bad, field in (
-        (dict(weights="int4"), "served.weights"),
+        (dict(weights="int8"), "served.weights"),
         (dict(kv_cache="fp4"), "served.kv_cache"),
         (dict(checkpoints=(("int8", "x/y"),)), "served.checkpoints"),
     ):

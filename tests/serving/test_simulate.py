@@ -64,6 +64,12 @@ def test_sglang_runs_its_own_overlaps_for_the_model():
         simulate("qwen3-30b-a3b", engine="sglang", overlap="sbo", **SMALL)
 
 
+def test_vllm_has_no_dbo_for_a_multimodal_model():
+    """vLLM 0.34.0 refuses DBO for multimodal models: Kimi-K2.5 (its vision tower) runs without it."""
+    with pytest.raises(ConfigError, match=r"vllm has no dbo for kimi_k25 \(it has none\)"):
+        simulate("kimi-k2.5", engine="vllm", overlap="dbo", **SMALL)
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

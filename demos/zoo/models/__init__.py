@@ -1,10 +1,11 @@
 """A zoo of real MoE models as pure data and arithmetic (docs/models.md).
 
 ``spec`` (``ModelSpec`` and its parts), ``hf_config`` (``load_config``: a HuggingFace config.json -> spec),
-``presets`` (``get_preset``: DeepSeek-V3/R1, Kimi K2, DeepSeek-V2-Lite, Qwen3 30B/235B, Mixtral 8x7B,
-gpt-oss-120b, GLM-4.5/4.6, GLM-4.5-Air), ``params`` (``count_params``: total and active parameters),
-``precision`` (``with_precision``: the same model at other weight and KV-cache dtypes), ``shrink`` (a small spec
-of the same architecture for real-math runs). Nothing here imports torch or the runtime.
+``presets`` (``get_preset``: DeepSeek-V3/R1, Kimi K2 and K2.5, DeepSeek-V2-Lite, Qwen3 30B/235B, Mixtral 8x7B,
+gpt-oss-120b and -20b, GLM-4.5/4.6, GLM-4.5-Air, MiniMax-M2.5/M2.7), ``params`` (``count_params``: total and
+active parameters), ``precision`` (``with_precision``: the same model at other weight and KV-cache dtypes),
+``shrink`` (a small spec of the same architecture for real-math runs). Nothing here imports torch or the
+runtime.
 """
 
 from demos.zoo.models.hf_config import SUPPORTED_MODEL_TYPES, ModelConfigError, load_config, spec_from_config

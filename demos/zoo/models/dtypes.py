@@ -3,11 +3,18 @@
 ``DTYPES`` maps a storage name (what ``Precision``'s fields hold) to a ``DType``:
 
 * ``bytes``: bytes per element, a block format's scales included (MXFP4: 32 four-bit values share one
-  8-bit E8M0 scale, 17/32 bytes per value);
+  8-bit E8M0 scale, 17/32 bytes per value; NVFP4: 16 four-bit values share one FP8 E4M3 scale, 18/32,
+  its one FP32 scale per tensor left out; INT4 in groups of 32 with a BF16 scale each, symmetric so
+  without a zero point, as compressed-tensors' ``pack-quantized`` format stores Kimi-K2.5's experts:
+  18/32, the packed int32 words holding 8 values each and the per-tensor ``weight_shape`` left out);
 * ``math``: the ``dbo.costs.DTYPES`` key of the math rate a GEMM over such weights runs at. FP8 weights
   multiply in FP8 (their activations quantized to FP8); every other weight in BF16: MXFP4 because Hopper
-  has no FP4 tensor cores (on Blackwell this is pessimistic, a modelling choice), FP16 at the same rate as
-  BF16, and FP32 weights, which no preset ships, at the BF16 rate too (a modelling choice);
+  has no FP4 tensor cores (on Blackwell this is pessimistic, a modelling choice), NVFP4 likewise (it runs
+  on Blackwell's FP4 tensor cores with its activations quantized to NVFP4 too; the cost model has no FP4
+  rate, so this is the same pessimistic choice as MXFP4's), INT4 because its kernels (W4A16: Marlin,
+  Machete, CUTLASS mixed-input GEMMs) dequantize the weights to BF16 in registers and multiply in BF16
+  (W4A8 kernels, FP8 activations, exist as well: a modelling choice), FP16 at the same rate as BF16, and
+  FP32 weights, which no preset ships, at the BF16 rate too (a modelling choice);
 * ``activation_bytes``: bytes of one activation value such a GEMM reads (1 when it runs in FP8, else a
   BF16 activation's 2).
 
@@ -51,6 +58,8 @@ DTYPES = MappingProxyType(
             DType("fp8_e4m3", 1.0, "fp8", 1.0),
             DType("fp8_e5m2", 1.0, "fp8", 1.0),
             DType("mxfp4", 17 / 32, "bfloat16", 2.0),
+            DType("nvfp4", 18 / 32, "bfloat16", 2.0),
+            DType("int4_g32", 18 / 32, "bfloat16", 2.0),
         )
     }
 )

@@ -14,6 +14,9 @@ otherwise (DeepSeek-V3 in BF16, GLM-4.5 from its FP8 repo, a model quantized to 
 ``weights_name(precision)`` and ``kv_cache_name(precision)`` go back: the ``--weights`` and ``--kv-cache-dtype``
 names of a precision by storage size (a routed expert below a byte per value is ``fp4``, one byte ``fp8``, more
 ``bf16``; a one-byte cache ``fp8``, else ``bf16``), what the engine lines serve (``demos.prediction.engines``).
+One name is not a ``--weights`` choice: ``int4``, the INT4 experts a config ships (Kimi-K2.5's
+compressed-tensors checkpoint), which names that checkpoint (``demos.zoo.models.CHECKPOINTS``); no engine
+quantizes to INT4 as it loads, so the flag does not offer it.
 
 None leaves a part as the spec has it. Contract: a pure function; the result is a new frozen spec (the same
 one when nothing changes); a bad value is a ``ModelSpecError`` naming ``with_precision.weights`` or
@@ -28,7 +31,7 @@ from typing import Any
 from demos.zoo.models.dtypes import dtype
 from demos.zoo.models.spec import ModelSpec, ModelSpecError, Precision
 
-__all__ = ["KV_CACHE_DTYPES", "WEIGHT_DTYPES", "kv_cache_name", "weights_name", "with_precision"]
+__all__ = ["INT_EXPERT_DTYPES", "KV_CACHE_DTYPES", "WEIGHT_DTYPES", "kv_cache_name", "weights_name", "with_precision"]
 
 WEIGHT_DTYPES: dict[str, tuple[str | None, str]] = {
     "bf16": ("bfloat16", "bfloat16"),
@@ -37,6 +40,9 @@ WEIGHT_DTYPES: dict[str, tuple[str | None, str]] = {
 }
 """``--weights`` -> (non-expert weights, routed experts) as ``demos.zoo.models.dtypes.DTYPES`` names; None:
 the activation dtype."""
+
+INT_EXPERT_DTYPES = frozenset({"int4_g32"})
+"""The ``demos.zoo.models.dtypes.DTYPES`` names of integer expert weights: ``weights_name`` calls them ``int4``."""
 
 KV_CACHE_DTYPES: dict[str, str] = {"bf16": "bfloat16", "fp8": "fp8_e4m3"}
 """``--kv-cache-dtype`` -> the ``demos.zoo.models.dtypes.DTYPES`` name of the KV cache."""
@@ -68,7 +74,10 @@ def with_precision(spec: ModelSpec, *, weights: str | None = None, kv_cache: str
 
 
 def weights_name(precision: Precision) -> str:
-    """The ``WEIGHT_DTYPES`` name of ``precision``'s routed experts by their bytes per value (module docstring)."""
+    """The ``WEIGHT_DTYPES`` name of ``precision``'s routed experts by their bytes per value, or ``int4`` for
+    integer ones (module docstring)."""
+    if precision.experts in INT_EXPERT_DTYPES:
+        return "int4"
     size = dtype(precision.experts).bytes
     return "fp4" if size < 1 else "fp8" if size == 1 else "bf16"
 

@@ -11,7 +11,8 @@ line listing the known names (aliases included). ``PRESET_NAMES`` lists canonica
 alias -> canonical name. ``preset_config(name)`` returns a copy of the embedded dict (to write a config.json).
 
 ``checkpoints(name)``: the published checkpoints of a preset or alias by weight precision ("bf16", "fp8",
-"fp4": what ``--weights`` names), each a Hugging Face repository id (``CHECKPOINTS``). An alias is a model
+"fp4": what ``--weights`` names; "int4": an INT4 checkpoint a config ships), each a Hugging Face repository id
+(``CHECKPOINTS``). An alias is a model
 of its own (DeepSeek-R1 is not DeepSeek-V3's checkpoint) with its canonical preset's architecture; a name
 no preset knows has none.
 """
@@ -293,6 +294,91 @@ _GLM_4_5_AIR = {
 # the selection-only correction bias (noaux_tc), which the loader applies. Their partial_rotary_factor (0.5) and
 # max_position_embeddings (131072) are not read.
 
+_KIMI_K2_5 = {
+    "architectures": ["KimiK25ForConditionalGeneration"],
+    "model_type": "kimi_k25",
+    "dtype": "bfloat16",
+    "tie_word_embeddings": False,
+    "text_config": {
+        **{k: v for k, v in _KIMI_K2.items() if k not in ("torch_dtype", "quantization_config")},
+        "model_type": "kimi_k2",
+        "dtype": "bfloat16",
+        "quantization_config": {
+            "config_groups": {
+                "group_0": {
+                    "input_activations": None,
+                    "output_activations": None,
+                    "targets": ["Linear"],
+                    "weights": {
+                        "actorder": None,
+                        "block_structure": None,
+                        "dynamic": False,
+                        "group_size": 32,
+                        "num_bits": 4,
+                        "observer": "minmax",
+                        "observer_kwargs": {},
+                        "strategy": "group",
+                        "symmetric": True,
+                        "type": "int",
+                    },
+                }
+            },
+            "format": "pack-quantized",
+            "ignore": [
+                "lm_head",
+                "re:.*self_attn.*",
+                "re:.*shared_experts.*",
+                "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
+            ],
+            "kv_cache_scheme": None,
+            "quant_method": "compressed-tensors",
+            "quantization_status": "compressed",
+        },
+    },
+}
+# Kimi-K2.5's text model has Kimi K2's shapes field for field (its text_config is Kimi-K2-Instruct's config
+# with model_type kimi_k2); the vision tower (vision_config: 27 layers of 1152) is not modelled.
+
+_MINIMAX_M2_5 = {
+    "architectures": ["MiniMaxM2ForCausalLM"],
+    "model_type": "minimax_m2",
+    "hidden_size": 3072,
+    "num_hidden_layers": 62,
+    "vocab_size": 200064,
+    "intermediate_size": 1536,
+    "num_local_experts": 256,
+    "num_experts_per_tok": 8,
+    "shared_intermediate_size": 0,
+    "scoring_func": "sigmoid",
+    "use_routing_bias": True,
+    "num_attention_heads": 48,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "rotary_dim": 64,
+    "use_qk_norm": True,
+    "qk_norm_type": "per_layer",
+    "use_mtp": True,
+    "num_mtp_modules": 3,
+    "mtp_transformer_layers": 1,
+    "tie_word_embeddings": False,
+    "quantization_config": {
+        "quant_method": "fp8",
+        "fmt": "float8_e4m3fn",
+        "activation_scheme": "dynamic",
+        "weight_block_size": [128, 128],
+        "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"],
+    },
+}
+# MiniMax-M2.5's config.json has no torch_dtype (M2.7's says bfloat16): the loader's default, bfloat16, applies.
+# rotary_dim (64 of 128: partial RoPE) and the MTP fields are not read.
+
+_GPT_OSS_20B = {
+    **_GPT_OSS_120B,
+    "num_hidden_layers": 24,
+    "num_local_experts": 32,
+    "layer_types": ["sliding_attention", "full_attention"] * 12,
+}
+
 _PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "deepseek-v3": ("huggingface.co/deepseek-ai/DeepSeek-V3 config.json", _DEEPSEEK_V3),
     "kimi-k2": ("huggingface.co/moonshotai/Kimi-K2-Instruct config.json", _KIMI_K2),
@@ -303,12 +389,20 @@ _PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "gpt-oss-120b": ("huggingface.co/openai/gpt-oss-120b config.json", _GPT_OSS_120B),
     "glm-4.5": ("huggingface.co/zai-org/GLM-4.5 config.json", _GLM_4_5),
     "glm-4.5-air": ("huggingface.co/zai-org/GLM-4.5-Air config.json", _GLM_4_5_AIR),
+    "kimi-k2.5": ("huggingface.co/moonshotai/Kimi-K2.5 config.json", _KIMI_K2_5),
+    "minimax-m2.5": ("huggingface.co/MiniMaxAI/MiniMax-M2.5 config.json", _MINIMAX_M2_5),
+    "gpt-oss-20b": ("huggingface.co/openai/gpt-oss-20b config.json", _GPT_OSS_20B),
 }
 
 PRESET_NAMES = tuple(_PRESETS)
-ALIASES = {"deepseek-r1": "deepseek-v3", "glm-4.6": "glm-4.5"}
+ALIASES = {"deepseek-r1": "deepseek-v3", "glm-4.6": "glm-4.5", "minimax-m2.7": "minimax-m2.5"}
 """DeepSeek-R1 is post-trained from DeepSeek-V3-Base and keeps its architecture (same shapes, same spec);
-GLM-4.6's config.json differs from GLM-4.5's only in fields the loader does not read (a 200K context)."""
+GLM-4.6's config.json differs from GLM-4.5's only in fields the loader does not read (a 200K context);
+MiniMax-M2.7's config.json differs from M2.5's in fields the loader does not read (a 200K context, an
+explicit dtype bfloat16) and in ``attn_type_list``, all 1 (softmax attention in every layer, as M2.5's
+implicitly). Kimi-K2.6 and K2.7-Code are no aliases: their text_config (in NVIDIA's NVFP4 copies) has
+Kimi-K2.5's shapes, but an alias runs its canonical preset's weights (Kimi-K2.5's INT4 experts) and the
+extra holds no INT4 checkpoint of them; their NVFP4 config.json loads as it is (``--model``)."""
 
 
 CHECKPOINTS: dict[str, dict[str, str]] = {
@@ -327,6 +421,10 @@ CHECKPOINTS: dict[str, dict[str, str]] = {
     "glm-4.5": {"bf16": "zai-org/GLM-4.5", "fp8": "zai-org/GLM-4.5-FP8"},
     "glm-4.5-air": {"bf16": "zai-org/GLM-4.5-Air", "fp8": "zai-org/GLM-4.5-Air-FP8"},
     "glm-4.6": {"bf16": "zai-org/GLM-4.6", "fp8": "zai-org/GLM-4.6-FP8"},
+    "kimi-k2.5": {"int4": "moonshotai/Kimi-K2.5", "fp4": "nvidia/Kimi-K2.5-NVFP4"},
+    "minimax-m2.5": {"fp8": "MiniMaxAI/MiniMax-M2.5", "fp4": "nvidia/MiniMax-M2.5-NVFP4"},
+    "minimax-m2.7": {"fp8": "MiniMaxAI/MiniMax-M2.7", "fp4": "nvidia/MiniMax-M2.7-NVFP4"},
+    "gpt-oss-20b": {"fp4": "openai/gpt-oss-20b"},
 }
 """Published checkpoints per preset or alias and weight precision (module docstring). Sources: the config
 each preset copies (its own repository: ``preset_source``); the FP8 and FP4 repositories as the measured
@@ -334,7 +432,12 @@ extra ships their configs or serving runs (aiconfigurator-core 0.12.0: ``model_c
 Qwen3-235B-A22B-FP8, Qwen3-30B-A3B-FP8 and nvidia/Qwen3-235B-A22B-NVFP4; ``silicon_sample.csv`` serves
 nvidia/DeepSeek-R1-NVFP4) or as the model's own README lists them (GLM-4.5: GLM-4.5-FP8, GLM-4.5-Air-FP8;
 GLM-4.6-FP8 likewise). NVIDIA's FP4 checkpoints are NVFP4 (an FP8 scale per 16 values, 18/32 bytes per
-weight against the MXFP4 17/32 the predictor charges for ``--weights fp4``)."""
+weight against the MXFP4 17/32 the predictor charges for ``--weights fp4``; their own config.json, where it
+holds its ``quantization_config``, loads as ``nvfp4``). The 2026 families: the config copies of the measured
+extra (``model_configs/``: moonshotai/Kimi-K2.5, nvidia/Kimi-K2.5-NVFP4, -K2.6-NVFP4 and -K2.7-Code-NVFP4,
+MiniMaxAI/MiniMax-M2.5 and -M2.7 with their nvidia/...-NVFP4 copies, openai/gpt-oss-20b), the same
+repositories its ``silicon_sample.csv`` serves. ``int4`` is Kimi-K2.5's own INT4 checkpoint
+(``demos.zoo.models.precision.weights_name``: not a ``--weights`` choice)."""
 
 
 def checkpoints(name: str) -> dict[str, str]:

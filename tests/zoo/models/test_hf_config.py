@@ -21,6 +21,9 @@ FAMILY_OF = {
     "gpt-oss-120b": "gpt_oss",
     "glm-4.5": "glm4_moe",
     "glm-4.5-air": "glm4_moe",
+    "kimi-k2.5": "kimi_k25",
+    "minimax-m2.5": "minimax_m2",
+    "gpt-oss-20b": "gpt_oss",
 }
 
 # Fields a real config.json carries that the loader does not read: they must not get in the way.
@@ -252,7 +255,9 @@ def test_nested_field_names_in_quantization_config(tmp_path):
     path = write(tmp_path, config)
     with pytest.raises(ModelConfigError) as info:
         load_config(path)
-    check_one_line(info.value, path, "field 'quantization_config.quant_method' is 'awq', not one of fp8, mxfp4")
+    check_one_line(
+        info.value, path, "field 'quantization_config.quant_method' is 'awq', not one of fp8, mxfp4, compressed-tensors"
+    )
     del config["quantization_config"]["quant_method"]
     path = write(tmp_path, config)
     with pytest.raises(ModelConfigError) as info:
@@ -309,36 +314,61 @@ def test_layouts_the_spec_cannot_express(tmp_path, preset, field, value):
     check_one_line(info.value, path, f"field '{field}' is {value!r}", "is not supported")
 
 
+def _fields(config: dict, prefix: str = "") -> list[tuple[str, ...]]:
+    """The paths of the embedded fields: every top-level field, and every field of a nested ``text_config``
+    (Kimi-K2.5's text model), as key tuples."""
+    out: list[tuple[str, ...]] = []
+    for key, value in config.items():
+        out.append((key,))
+        if key == "text_config":
+            out += [(key, *path) for path in _fields(value)]
+    return out
+
+
+def _edited(preset: str, path: tuple[str, ...], value=None, *, delete: bool = False) -> dict:
+    config = preset_config(preset)
+    where = config
+    for key in path[:-1]:
+        where = where[key]
+    if delete:
+        del where[path[-1]]
+    else:
+        where[path[-1]] = value
+    return config
+
+
 @pytest.mark.parametrize("preset", PRESET_NAMES)
 def test_deleting_any_field_loads_or_names_that_field(tmp_path, preset):
-    """Exhaustive over the embedded fields: a field is optional (loads) or its absence is named."""
+    """Exhaustive over the embedded fields (a nested text_config's too): a field is optional (loads) or its
+    absence is named, as ``text_config.field`` inside the text model."""
     required = []
-    for key in preset_config(preset):
-        config = preset_config(preset)
-        del config[key]
+    for path in _fields(preset_config(preset)):
+        name = ".".join(path)
         try:
-            spec_from_config(config, source="cfg.json")
+            spec_from_config(_edited(preset, path, delete=True), source="cfg.json")
         except ModelConfigError as e:
             assert "\n" not in str(e)
-            assert str(e).startswith(f"cfg.json: missing field '{key}'"), str(e)
-            required.append(key)
+            assert str(e).startswith(f"cfg.json: missing field '{name}'"), str(e)
+            required.append(path[-1])
     assert "hidden_size" in required and "num_hidden_layers" in required and "num_experts_per_tok" in required
 
 
 @pytest.mark.parametrize("preset", PRESET_NAMES)
 @pytest.mark.parametrize("bad", [{"x": 1}, "x", -7])
 def test_corrupting_any_field_loads_or_names_that_field(preset, bad):
-    """Exhaustive over the embedded fields: a value of the wrong kind is ignored (unread) or named."""
+    """Exhaustive over the embedded fields (a nested text_config's too): a value of the wrong kind is ignored
+    (unread) or named."""
     named = set()
-    for key in preset_config(preset):
-        if key == "model_type":
+    for path in _fields(preset_config(preset)):
+        if path == ("model_type",):
             continue
+        key = ".".join(path)
         try:
-            spec_from_config({**preset_config(preset), key: bad}, source="cfg.json")
+            spec_from_config(_edited(preset, path, bad), source="cfg.json")
         except ModelConfigError as e:
             message = str(e)
             assert "\n" not in message
             # The field itself, or one inside it when it is an object (quantization_config.quant_method).
             assert message.startswith((f"cfg.json: field '{key}", f"cfg.json: missing field '{key}.")), message
-            named.add(key)
+            named.add(path[-1])
     assert {"hidden_size", "num_hidden_layers", "vocab_size", "num_experts_per_tok", "num_attention_heads"} <= named

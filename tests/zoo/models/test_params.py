@@ -228,6 +228,9 @@ def test_the_models_page_quotes_these_counts():
         "gpt-oss-120b": "gpt-oss-120b",
         "GLM-4.5": "glm-4.5",
         "GLM-4.5-Air": "glm-4.5-air",
+        "Kimi-K2.5": "kimi-k2.5",
+        "MiniMax-M2.5": "minimax-m2.5",
+        "gpt-oss-20b": "gpt-oss-20b",
     }
     text = (REPO / "docs" / "models.md").read_text()
     rows = re.findall(r"^\| ([^|]+?) \| [^|]+ \| ([\d.]+) \| [^|]+ \| [^|]+ \| ([\d.]+) \| ([\d.]+) \|", text, re.M)

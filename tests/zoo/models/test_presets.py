@@ -17,12 +17,15 @@ REPOS = {
     "gpt-oss-120b": "openai/gpt-oss-120b",
     "glm-4.5": "zai-org/GLM-4.5",
     "glm-4.5-air": "zai-org/GLM-4.5-Air",
+    "kimi-k2.5": "moonshotai/Kimi-K2.5",
+    "minimax-m2.5": "MiniMaxAI/MiniMax-M2.5",
+    "gpt-oss-20b": "openai/gpt-oss-20b",
 }
 
 
 def test_the_preset_names():
     assert sorted(PRESET_NAMES) == sorted(REPOS)
-    assert ALIASES == {"deepseek-r1": "deepseek-v3", "glm-4.6": "glm-4.5"}
+    assert ALIASES == {"deepseek-r1": "deepseek-v3", "glm-4.6": "glm-4.5", "minimax-m2.7": "minimax-m2.5"}
 
 
 @pytest.mark.parametrize("name", PRESET_NAMES)
@@ -137,3 +140,40 @@ def test_glm_4_5_air_matches_its_training_arguments():
     assert (a.heads, a.kv_heads, a.head_dim, a.bias, a.qk_norm) == (96, 8, 128, True, False)
     assert (m.intermediate_size, m.shared_experts, m.routed_experts, m.top_k) == (1408, 1, 128, 8)
     assert s.vocab_size == 151552
+
+
+def test_kimi_k2_5_is_kimi_k2_with_int4_experts():
+    """Kimi-K2.5's text_config is Kimi-K2-Instruct's config with INT4 experts (compressed-tensors, groups of 32
+    with a BF16 scale each): the same shapes, its own model_type, attention and shared experts in BF16."""
+    k2, k25 = get_preset("kimi-k2"), get_preset("kimi-k2.5")
+    same = ("hidden_size", "num_layers", "vocab_size", "first_k_dense", "dense_intermediate_size", "attention", "moe")
+    assert all(getattr(k2, f) == getattr(k25, f) for f in same)
+    assert k25.model_type == "kimi_k25"
+    p = k25.precision
+    assert (p.weights, p.experts, p.dispatch, p.combine, p.kv_cache) == ("bfloat16", "int4_g32", *["bfloat16"] * 3)
+    assert p.bytes_of("experts") == 0.5 + 2 / 32
+
+
+def test_minimax_m2_5_matches_its_config():
+    """MiniMaxAI/MiniMax-M2.5's config.json: 62 layers of GQA 48/8 x 128 with q/k norms, 256 experts of 1536
+    top-8, no shared expert, sigmoid routing with the correction bias, FP8 (block 128) but the router."""
+    s = get_preset("minimax-m2.5")
+    a, m = s.attention, s.moe
+    assert (s.num_layers, s.hidden_size, s.vocab_size, s.first_k_dense) == (62, 3072, 200064, 0)
+    assert (a.heads, a.kv_heads, a.head_dim, a.qk_norm, a.bias, a.sinks) == (48, 8, 128, True, False, False)
+    assert (m.routed_experts, m.top_k, m.intermediate_size, m.shared_experts) == (256, 8, 1536, 0)
+    assert (m.scoring, m.score_correction_bias, m.norm_topk_prob, m.routed_scaling_factor) == ("sigmoid", True, True, 1)
+    assert s.precision.experts == s.precision.weights == s.precision.dispatch == "fp8_e4m3"
+    assert s.mtp_layers == 0  # num_mtp_modules is not read (docs/models.md)
+    assert get_preset("minimax-m2.7") == s
+
+
+def test_gpt_oss_20b_is_the_120b_with_fewer_layers_and_experts():
+    big, small = get_preset("gpt-oss-120b"), get_preset("gpt-oss-20b")
+    assert (small.num_layers, small.moe.routed_experts, small.moe.top_k) == (24, 32, 4)
+    assert small.attention.layer_types == ("sliding_attention", "full_attention") * 12
+    assert (small.hidden_size, small.moe.intermediate_size, small.precision) == (
+        big.hidden_size,
+        big.moe.intermediate_size,
+        big.precision,
+    )
