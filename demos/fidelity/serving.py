@@ -12,8 +12,9 @@ TPOT. A row is simulated when the predictor can express it:
   a decode pool of several workers) are skipped with that reason until the coupled pools are simulated.
 
 Each row runs as its benchmark ran (``demos.serving.api.simulate``): a closed loop of the row's concurrency
-(its ``batch``), no overlap (the engines' default), the row's engine; ``2 x concurrency`` requests are
-measured after ``concurrency`` warm-up ones (aiperf's default is 20C after 2C; fewer here to keep a row
+(``clients``: the benchmark's recorded concurrency, which on attention-DP rows is the configured batch
+times the DP ranks, not the batch), no overlap (the engines' default), the row's engine; ``2 x concurrency``
+requests are measured after ``concurrency`` warm-up ones (aiperf's default is 20C after 2C; fewer here to keep a row
 fast: a closed loop of fixed lengths repeats its cohorts, and ``--full`` runs aiperf's counts). TTFT and
 TPOT are the measured requests' means, as aiperf reports them. Runs of one deployment share their step
 pricer, so each grid point of the predictor runs once per deployment.
@@ -43,6 +44,7 @@ __all__ = [
     "serving_rows",
     "serving_summaries",
     "side_by_side",
+    "clients",
 ]
 
 
@@ -137,7 +139,7 @@ def serving_rows(
     out = []
     pricers: dict = {}
     for i, (r, plan) in enumerate(todo):
-        c = r.batch
+        c = clients(r)
         warm = 2 * c if full else c
         try:
             run = simulate(
@@ -182,6 +184,13 @@ def serving_rows(
         if progress is not None:
             progress(i + 1, len(todo), r.id)
     return out, dict(skipped.most_common())
+
+
+def clients(r) -> int:
+    """The closed loop's clients of a measured row's one worker: the benchmark's concurrency where recorded
+    (the batch per attention-DP rank times the ranks on most rows: one worker takes them all), else the
+    worker's batch times its attention-DP ranks."""
+    return r.concurrency or r.batch * max(1, r.attention_dp)
 
 
 def _means(lives, warmup: int) -> tuple[float, float]:
