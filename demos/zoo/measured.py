@@ -139,7 +139,8 @@ class SiliconRow(NamedTuple):
     attention-DP rank where attention DP is on) of ``isl``-token prompts; measured ``ttft_s`` and ``tpot_s``
     (None when absent); ``concurrency`` the benchmark's clients over the whole deployment (its source's
     ``silicon_concurrency``; None when not recorded): the batch times the attention-DP ranks on most rows,
-    not always the batch itself."""
+    not always the batch itself; ``workers`` a disaggregated row's (prefill, decode) worker counts (None
+    for a co-located row, or where not recorded)."""
 
     id: str
     engine: str
@@ -158,6 +159,7 @@ class SiliconRow(NamedTuple):
     ttft_s: float | None
     tpot_s: float | None
     concurrency: int | None = None
+    workers: tuple[int, int] | None = None
 
 
 def available() -> bool:
@@ -281,6 +283,14 @@ def _concurrency(source) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _workers(r: dict) -> tuple[int, int] | None:
+    """A disaggregated row's (prefill, decode) worker counts; None where either is not recorded."""
+    p, d = r.get("prefill_num_workers"), r.get("decode_num_workers")
+    if not all(isinstance(x, (int, float)) and x == x and x >= 1 for x in (p, d)):
+        return None
+    return int(p), int(d)
+
+
 def silicon_rows() -> tuple[SiliconRow, ...]:
     """Every measured deployment of ``silicon_sample.csv``, read once. For a disaggregated row the decode
     worker's parallelism and batch are in the main fields and the prefill worker's (tp, attention_dp,
@@ -321,6 +331,7 @@ def _read_silicon() -> tuple[SiliconRow, ...]:
                 ttft_s=_opt(r["silicon_ttft_ms"]),
                 tpot_s=_opt(r["silicon_tpot_ms"]),
                 concurrency=_concurrency(r["silicon_data_source"]),
+                workers=_workers(r) if disagg else None,
             )
         )
     return tuple(out)
