@@ -98,3 +98,23 @@ def test_every_attention_dp_row_records_the_batch_times_its_ranks():
     rows = [r for r in measured.silicon_rows() if r.mode == "agg" and r.attention_dp > 1 and r.concurrency]
     assert len(rows) > 100
     assert sum(r.concurrency == r.batch * r.attention_dp for r in rows) / len(rows) > 0.9
+
+
+@needs_tables
+def test_a_disaggregated_row_runs_whole_and_is_sampled_as_the_others(monkeypatch):
+    """A disaggregated row with its workers' counts runs as a coupled deployment (its GPUs: both sides'),
+    one without them is skipped with that reason, and ``--quick`` samples it like any row."""
+    disagg = dict(mode="disagg", batch=2, attention_dp=8, prefill=(1, 8, 8, 1, 1), concurrency=16, osl=6)
+    rows = [
+        _row(id="d1", workers=(1, 1), **disagg),
+        _row(id="d2", workers=(1, 1), **disagg),  # the same deployment and lengths: sampled out
+        _row(id="d3", workers=None, **disagg),
+    ]
+    monkeypatch.setattr(measured, "silicon_rows", lambda: tuple(rows))
+    checks, skipped = serving.serving_rows(quick=True)
+    assert [c.id for c in checks] == ["d1"] and checks[0].mode == "disagg" and checks[0].gpus == 16
+    assert checks[0].ttft_predicted_s > 0 and checks[0].tpot_predicted_s > 0
+    assert skipped == {
+        "--quick: a sampled row of the same deployment and lengths ran": 1,
+        "disaggregated without its workers' counts recorded": 1,
+    }
