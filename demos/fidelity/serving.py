@@ -12,8 +12,9 @@ TPOT. A row is simulated when the predictor can express it:
   a decode pool of several workers) are skipped with that reason until the coupled pools are simulated.
 
 Each row runs as its benchmark ran (``demos.serving.api.simulate``): a closed loop of the row's concurrency
-(its ``batch``), no overlap (the engines' default), the row's engine; ``2 x concurrency`` requests are
-measured after ``concurrency`` warm-up ones (aiperf's default is 20C after 2C; fewer here to keep a row
+(``clients``: the benchmark's recorded concurrency, which on attention-DP rows is the configured batch
+times the DP ranks, not the batch), no overlap (the engines' default), the row's engine; ``2 x concurrency``
+requests are measured after ``concurrency`` warm-up ones (aiperf's default is 20C after 2C; fewer here to keep a row
 fast: a closed loop of fixed lengths repeats its cohorts, and ``--full`` runs aiperf's counts). TTFT and
 TPOT are the measured requests' means, as aiperf reports them. Runs of one deployment share their step
 pricer, so each grid point of the predictor runs once per deployment.
@@ -43,6 +44,7 @@ __all__ = [
     "serving_rows",
     "serving_summaries",
     "side_by_side",
+    "clients",
 ]
 
 
@@ -92,6 +94,23 @@ class ServingCheck(NamedTuple):
         return {**self._asdict(), "ttft_error": self.ttft_error, "tpot_error": self.tpot_error}
 
 
+DISAGG_TOKENS = 2_000_000
+"""Output tokens a disaggregated row may simulate without ``--full`` (three cohorts of its clients: the
+warm-up one and two measured). A coupled run steps every rank of every worker in Python, about 10 us per
+request per step; past this it takes minutes a row (a closed loop of 2,048 clients at 8,192 output
+tokens simulates 50 million)."""
+
+
+def _layout(gpu: str, tp: int, attention_dp: int, moe_ep: int, moe_tp: int) -> dict | str:
+    """One worker's cluster flags (``ep``, ``attention_tp``, ``nodes``, ``gpus_per_node``), or why not."""
+    layout = worker_layout(tp, attention_dp, moe_ep, moe_tp)
+    if isinstance(layout, str):
+        return layout
+    ep, tp = layout
+    hosts, per = host_layout(get_gpu(gpu), ep)
+    return dict(ep=ep, attention_tp=tp, nodes=hosts, gpus_per_node=per)
+
+
 def _plan(r) -> dict | str:
     served = SERVED.get((r.model, r.precision))
     if served is None:
@@ -99,18 +118,22 @@ def _plan(r) -> dict | str:
     gpu = SYSTEM_GPUS.get(r.system)
     if gpu is None:
         return f"no GPU profile for {r.system}"
-    if r.mode != "agg":
-        return "disaggregated: the coupled prefill and decode pools are not simulated yet"
-    if r.batch < 1:
-        return "no concurrency recorded"
-    layout = worker_layout(r.tp, r.attention_dp, r.moe_ep, r.moe_tp)
-    if isinstance(layout, str):
-        return layout
     if r.engine not in ("vllm", "sglang", "trtllm"):
         return f"no scheduler for {r.engine}"
-    ep, tp = layout
-    hosts, per = host_layout(get_gpu(gpu), ep)
-    return dict(model=served[0], weights=served[1], gpu=gpu, ep=ep, attention_tp=tp, nodes=hosts, gpus_per_node=per)
+    if r.batch < 1:
+        return "no batch recorded" if r.mode != "agg" else "no concurrency recorded"
+    decode = _layout(gpu, r.tp, r.attention_dp, r.moe_ep, r.moe_tp)
+    if isinstance(decode, str):
+        return decode
+    plan = dict(model=served[0], weights=served[1], gpu=gpu, **decode)
+    if r.mode == "agg":
+        return plan
+    if r.workers is None or r.prefill is None:
+        return "disaggregated without its workers' counts recorded"
+    prefill = _layout(gpu, *r.prefill[:4])
+    if isinstance(prefill, str):
+        return f"prefill side: {prefill}"
+    return {**plan, "workers": r.workers, "prefill": prefill, "prefill_batch": r.prefill[4] or None}
 
 
 def serving_rows(
@@ -128,7 +151,10 @@ def serving_rows(
         if isinstance(plan, str):
             skipped[plan] += 1
             continue
-        key = (tuple(sorted(plan.items(), key=str)), r.engine, r.isl, r.osl)
+        key = (repr(sorted(plan.items(), key=str)), r.engine, r.isl, r.osl)
+        if not full and "workers" in plan and 3 * clients(r) * r.osl > DISAGG_TOKENS:
+            skipped[f"disaggregated, over {DISAGG_TOKENS:,} simulated tokens (--full runs it)"] += 1
+            continue
         if quick and key in seen:
             skipped["--quick: a sampled row of the same deployment and lengths ran"] += 1
             continue
@@ -137,9 +163,16 @@ def serving_rows(
     out = []
     pricers: dict = {}
     for i, (r, plan) in enumerate(todo):
-        c = r.batch
+        c = clients(r)
         warm = 2 * c if full else c
         try:
+            if "workers" in plan:
+                ttft, tpot, gpus = _disaggregated(r, plan, c, warm, full, pricers)
+                out.append(ServingCheck(r.id, plan["gpu"], r.engine, r.mode, plan["model"], r.isl, r.osl, c, gpus,
+                                        ttft, r.ttft_s, tpot, r.tpot_s))  # fmt: skip
+                if progress is not None:
+                    progress(i + 1, len(todo), r.id)
+                continue
             run = simulate(
                 plan["model"],
                 engine=r.engine,
@@ -182,6 +215,40 @@ def serving_rows(
         if progress is not None:
             progress(i + 1, len(todo), r.id)
     return out, dict(skipped.most_common())
+
+
+def _disaggregated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) -> tuple[float, float, int]:
+    """A disaggregated row run whole (``demos.serving.coupled``): mean TTFT, mean TPOT, GPUs."""
+    from demos.serving.coupled import Side, simulate_disaggregated
+
+    side = {k: plan[k] for k in ("ep", "attention_tp", "nodes", "gpus_per_node")}
+    pre = plan["prefill"]
+    decode = Side(plan["gpu"], workers=plan["workers"][1], max_seqs=r.batch, **side)  # the batch is per DP rank
+    prefill = Side(plan["gpu"], workers=plan["workers"][0], max_seqs=plan["prefill_batch"], **pre)
+    _, lives, _ = simulate_disaggregated(
+        plan["model"],
+        prefill=prefill,
+        decode=decode,
+        engine=r.engine,
+        concurrency=c,
+        isl=r.isl,
+        osl=r.osl,
+        requests=20 * c if full else 2 * c,
+        warmup=warm,
+        weights=plan["weights"],
+        pricers=pricers,
+    )
+    ttft, tpot = _means(lives["none"], warm)
+    gpus = plan["workers"][0] * pre["ep"] + plan["workers"][1] * plan["ep"]
+    return ttft, tpot, gpus
+
+
+def clients(r) -> int:
+    """The closed loop's clients of a measured row's one worker: the benchmark's concurrency where recorded
+    (the batch per attention-DP rank times the ranks on most rows: one worker takes them all), else the
+    worker's batch times its attention-DP ranks (times the decode workers on a disaggregated row)."""
+    workers = r.workers[1] if r.workers else 1
+    return r.concurrency or r.batch * max(1, r.attention_dp) * workers
 
 
 def _means(lives, warmup: int) -> tuple[float, float]:

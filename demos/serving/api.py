@@ -261,6 +261,13 @@ def simulate(
     for name, v in (("dbo_decode_token_threshold", dbo_decode_token_threshold), ("max_seqs", max_seqs)):
         _positive(name, v)
     _positive("dbo_prefill_token_threshold", dbo_prefill_token_threshold)
+    thresholds_given = {
+        "dbo_decode_token_threshold": dbo_decode_token_threshold,
+        "dbo_prefill_token_threshold": dbo_prefill_token_threshold,
+    }
+    for name, v in thresholds_given.items():
+        if v is not None and v < 2:  # vLLM 0.34.0 refuses a threshold below its two micro-batches
+            raise ConfigError(f"{field_ref(name)} must be at least 2 (vLLM's two micro-batches), got {v}")
     source = _source(
         concurrency=concurrency,
         isl=isl,

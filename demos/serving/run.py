@@ -42,7 +42,7 @@ from demos.serving.requests import Request
 from demos.serving.schedulers import Live, RankScheduler, Router, advance
 from demos.vocabulary import Word
 
-__all__ = ["OverlapRun", "Percentiles", "Pool", "PoolKind", "ServingError", "metrics", "serve"]
+__all__ = ["OverlapRun", "Percentiles", "Pool", "PoolKind", "ServingError", "metrics", "serve", "step_pool", "stuck"]
 
 
 class PoolKind(Word):
@@ -209,49 +209,67 @@ def serve(
                 break
             now = max(now, due[0][0])
             continue
-        plans = [r.plan() for r in pool.ranks]
-        batches = [p.batch for p in plans]
-        if all(b.idle for b in batches):
+        out = step_pool(pool, decide, price, rec, now)
+        if out is None:  # every rank's plan is idle
             if due:
                 now = max(now, due[0][0])
                 continue
-            stuck = next(i for i, r in enumerate(pool.ranks) if r.busy)
-            w = pool.ranks[stuck].waiting[0] if pool.ranks[stuck].waiting else None
-            what = f"request {w.request.id} ({w.request.prompt_tokens} prompt tokens)" if w else "its requests"
-            raise ServingError(
-                f"rank {stuck} cannot schedule {what}: its KV cache holds {pool.ranks[stuck].kv_tokens} tokens"
-            )
-        decision = decide(batches)
-        dt = price(batches, decision)
-        now += dt
+            raise stuck(pool)
+        now, left = out
         steps += 1
         if steps > max_steps:
             raise ServingError(f"the run passed {max_steps} steps without finishing")
-        rec.ends.append(now)
-        rec.kinds.append(_kind(batches))
-        rec.tokens.append(max(b.tokens for b in batches))
-        rec.decisions.append(decision)
-        for plan, rank in zip(plans, pool.ranks):
-            for live in advance(plan, now):
-                rank.release(live)
-                finished += 1
-                if progress is not None:
-                    progress(finished, total or 0)
-                if concurrency is not None:
-                    nxt = next(it, None)
-                    if nxt is not None:
-                        push(now, nxt)
-            if pool.kind == PoolKind.PREFILL:  # a prefilled request leaves: its cache goes to decode
-                for live, _ in plan.entries:
-                    if live.first_token_s is not None and live.finished_s is None and live in rank.running:
-                        live.finished_s = now
-                        rank.release(live)
-                        finished += 1
-                        if concurrency is not None:
-                            nxt = next(it, None)
-                            if nxt is not None:
-                                push(now, nxt)
+        for _live in left:
+            finished += 1
+            if progress is not None:
+                progress(finished, total or 0)
+            if concurrency is not None:
+                nxt = next(it, None)
+                if nxt is not None:
+                    push(now, nxt)
     return lives, rec
+
+
+def step_pool(
+    pool: Pool,
+    decide: Callable[[Sequence[RankBatch]], SplitDecision],
+    price: Callable[[Sequence[RankBatch], SplitDecision], float],
+    rec: _Record,
+    now: float,
+) -> tuple[float, list[Live]] | None:
+    """One lockstep step of ``pool``'s ranks from ``now`` (module docstring, 2-4), recorded in ``rec``: its
+    end and the requests that left the pool at it (finished, or on a prefill pool prefilled: their cache
+    goes on to decode), rank by rank, the finished first; None when no rank has anything it can schedule."""
+    plans = [r.plan() for r in pool.ranks]
+    batches = [p.batch for p in plans]
+    if all(b.idle for b in batches):
+        return None
+    decision = decide(batches)
+    now += price(batches, decision)
+    rec.ends.append(now)
+    rec.kinds.append(_kind(batches))
+    rec.tokens.append(max(b.tokens for b in batches))
+    rec.decisions.append(decision)
+    left: list[Live] = []
+    for plan, rank in zip(plans, pool.ranks):
+        for live in advance(plan, now):
+            rank.release(live)
+            left.append(live)
+        if pool.kind == PoolKind.PREFILL:  # a prefilled request leaves: its cache goes to decode
+            for live, _ in plan.entries:
+                if live.first_token_s is not None and live.finished_s is None and live in rank.running:
+                    live.finished_s = now
+                    rank.release(live)
+                    left.append(live)
+    return now, left
+
+
+def stuck(pool: Pool) -> ServingError:
+    """The error of a pool whose busy rank cannot schedule anything (its KV cache cannot hold the request)."""
+    i = next(i for i, r in enumerate(pool.ranks) if r.busy)
+    w = pool.ranks[i].waiting[0] if pool.ranks[i].waiting else None
+    what = f"request {w.request.id} ({w.request.prompt_tokens} prompt tokens)" if w else "its requests"
+    return ServingError(f"rank {i} cannot schedule {what}: its KV cache holds {pool.ranks[i].kv_tokens} tokens")
 
 
 def metrics(overlap: str, lives: Sequence[Live], rec: _Record, *, gpus: int, warmup: int = 0) -> OverlapRun:

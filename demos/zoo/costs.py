@@ -21,7 +21,8 @@ principles (docs/models.md, "What a step costs"; the flops and bytes formulas ar
   as DeepGEMM's contiguous layout needs, and permutes the received tokens into that layout and back
   (two memory passes over the copies; the low-latency kernels deliver the per-expert layout directly);
   the low-latency (ll) schedule's masked layout computes each expert's rows in whole row blocks
-  (``demos.zoo.overlap_costs.masked_rows``).
+  (``demos.zoo.overlap_costs.masked_rows``); without an all-to-all (EP 1, or attention TP = EP) the
+  engine's local fused MoE pads them to a tile sized to the rows (``local_rows``).
 * Low-latency all-to-all (ll): each kernel's SM-held send half (``dispatch_send``, ``combine_send``,
   seconds on the compute stream, ``demos.zoo.overlap_costs.ll_send_seconds``), its flight on the link
   (``dispatch``, ``combine``: DeepEP's modelled time less the send half) and its receive half
@@ -56,7 +57,7 @@ from demos.zoo.hardware import deepep_low_latency, deepep_normal
 from demos.zoo.hardware.collectives import tp_collective
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.models.dtypes import ACT_BYTES
-from demos.zoo.overlap_costs import ll_node_seconds, ll_send_seconds, masked_rows
+from demos.zoo.overlap_costs import ll_node_seconds, ll_send_seconds, local_rows, masked_rows
 from demos.zoo.profile import MIN_KERNEL
 from demos.zoo.workload import Workload
 
@@ -186,8 +187,10 @@ def layer_costs(
     per = rows / act
     if w.schedule == Schedule.HT:
         per = math.ceil(per / _PAD) * _PAD
-    else:
+    elif w.alltoall:
         per = masked_rows(per, w.gpu.family, w.mechanisms.tile)
+    else:  # no all-to-all: the engine's local fused MoE, its tile sized to the rows per expert
+        per = local_rows(per, w.mechanisms.tile)
     computed = per * act
     # the grouped GEMM's efficiency at the rows per active expert, its bytes once per active expert
     up = gemm(computed, 2 * inter, H, estore, weights=act)

@@ -16,6 +16,7 @@ GPU without tables (h800, h20) -> ``MeasuredTablesError``.
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -134,8 +135,12 @@ class AllToAllRow(NamedTuple):
 class SiliconRow(NamedTuple):
     """One measured deployment: ``engine`` serving ``model`` on ``system`` with ``precision``; ``mode``
     "agg" (one worker does both phases) or "disagg"; the worker's parallelism for the phase measured
-    (``tp``, ``attention_dp``, ``moe_ep``, ``moe_tp``); ``batch`` concurrent requests of ``isl`` prompt
-    tokens; measured ``ttft_s`` and ``tpot_s`` (None when absent)."""
+    (``tp``, ``attention_dp``, ``moe_ep``, ``moe_tp``); ``batch`` the worker's configured batch (per
+    attention-DP rank where attention DP is on) of ``isl``-token prompts; measured ``ttft_s`` and ``tpot_s``
+    (None when absent); ``concurrency`` the benchmark's clients over the whole deployment (its source's
+    ``silicon_concurrency``; None when not recorded): the batch times the attention-DP ranks on most rows,
+    not always the batch itself; ``workers`` a disaggregated row's (prefill, decode) worker counts (None
+    for a co-located row, or where not recorded)."""
 
     id: str
     engine: str
@@ -153,6 +158,8 @@ class SiliconRow(NamedTuple):
     prefill: tuple[int, int, int, int, int] | None
     ttft_s: float | None
     tpot_s: float | None
+    concurrency: int | None = None
+    workers: tuple[int, int] | None = None
 
 
 def available() -> bool:
@@ -267,6 +274,23 @@ def _opt(v) -> float | None:
     return None if v != v else float(v) * 1e-3
 
 
+_CONCURRENCY = re.compile(r"(?:^|;)\s*silicon_concurrency=(\d+)\s*(?:;|$)")
+
+
+def _concurrency(source) -> int | None:
+    """The ``silicon_concurrency=N`` of a row's source field (``id; key=value; ...``), None without one."""
+    m = _CONCURRENCY.search(source) if isinstance(source, str) else None
+    return int(m.group(1)) if m else None
+
+
+def _workers(r: dict) -> tuple[int, int] | None:
+    """A disaggregated row's (prefill, decode) worker counts; None where either is not recorded."""
+    p, d = r.get("prefill_num_workers"), r.get("decode_num_workers")
+    if not all(isinstance(x, (int, float)) and x == x and x >= 1 for x in (p, d)):
+        return None
+    return int(p), int(d)
+
+
 def silicon_rows() -> tuple[SiliconRow, ...]:
     """Every measured deployment of ``silicon_sample.csv``, read once. For a disaggregated row the decode
     worker's parallelism and batch are in the main fields and the prefill worker's (tp, attention_dp,
@@ -306,6 +330,8 @@ def _read_silicon() -> tuple[SiliconRow, ...]:
                 prefill=prefill,
                 ttft_s=_opt(r["silicon_ttft_ms"]),
                 tpot_s=_opt(r["silicon_tpot_ms"]),
+                concurrency=_concurrency(r["silicon_data_source"]),
+                workers=_workers(r) if disagg else None,
             )
         )
     return tuple(out)

@@ -54,6 +54,8 @@ from demos.zoo.rooflines import family_fit
 
 __all__ = [
     "BLOCK_M",
+    "LOCAL_TILE",
+    "local_rows",
     "OFF_BY_DEFAULT",
     "ubatch_sizes",
     "MECHANISMS",
@@ -97,6 +99,29 @@ class Mechanisms:
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ConfigError(f"{field_ref('what_if')} {f.name}={v!r}: the factor must be a number >= 0")
+
+
+LOCAL_TILE = (8, 128)
+"""Smallest and largest row tile of a grouped GEMM that runs without DeepEP's masked layout (no all-to-all:
+EP 1, or attention TP = EP): each expert's rows are padded to the next power of two within these bounds.
+FlashInfer's TensorRT-LLM-generated fused MoE (vLLM's and TRT-LLM's Blackwell path) sizes its tile as the
+next power of two of the rows per expert, clamped to 8-64 (``tile_tokens_dim``), and vLLM's Triton fused
+MoE pads each expert's rows to its ``BLOCK_SIZE_M`` (16 for up to 32 tokens, rising to 128 past 512:
+``get_default_config``, vLLM 0.34.0); one rule for both, with 128 where rows are plentiful (the padding is
+then a small share)."""
+
+
+def local_rows(rows_per_expert: float, factor: float = 1.0) -> float:
+    """Rows a grouped GEMM without the masked layout computes for an expert that receives
+    ``rows_per_expert`` rows: the next power of two within ``LOCAL_TILE``, capped at whole ``LOCAL_TILE[1]``
+    blocks beyond (``factor`` 0: no padding, as ``masked_rows``)."""
+    if factor <= 0 or rows_per_expert <= 0:
+        return rows_per_expert
+    lo, hi = LOCAL_TILE
+    if rows_per_expert >= hi:
+        return math.ceil(rows_per_expert / hi) * hi
+    tile = max(lo, 1 << math.ceil(math.log2(rows_per_expert)))
+    return float(tile)
 
 
 def masked_rows(rows_per_expert: float, family: str, factor: float = 1.0) -> float:

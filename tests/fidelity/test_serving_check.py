@@ -75,3 +75,46 @@ def test_rows_run_as_their_benchmark_and_the_side_by_side_keeps_to_common_rows(m
     assert summary["rows"] == 1 and summary["tpot"]["rows"] == 1
     text = serving.format_serving(serving.serving_summaries(checks), skipped)
     assert "h200   sglang  agg" in text and "no GPU profile for b300_sxm" in text
+
+
+def test_a_row_runs_at_its_benchmarks_concurrency_not_its_batch():
+    """On attention-DP rows the configured batch is per DP rank: 16 per rank of 8 is 128 clients. The bug
+    this catches: a closed loop of 16 clients for a benchmark of 128, an eighth of its load."""
+    assert serving.clients(_row(batch=16, attention_dp=8, concurrency=128)) == 128
+    assert serving.clients(_row(batch=16, attention_dp=8, concurrency=None)) == 128  # not recorded: batch x DP
+    assert serving.clients(_row(batch=16, attention_dp=0, tp=8, concurrency=None)) == 16
+    assert serving.clients(_row(batch=56, attention_dp=0, tp=4, concurrency=224)) == 224  # as recorded
+
+
+def test_the_concurrency_is_read_from_the_rows_source():
+    assert measured._concurrency("db-dump/2026-04-27; config_id=759; silicon_concurrency=4; measured=x") == 4
+    assert measured._concurrency("silicon_concurrency=128") == 128
+    assert measured._concurrency("config_id=1; other_concurrency=7") is None
+    assert measured._concurrency(float("nan")) is None
+
+
+@needs_tables
+def test_every_attention_dp_row_records_the_batch_times_its_ranks():
+    rows = [r for r in measured.silicon_rows() if r.mode == "agg" and r.attention_dp > 1 and r.concurrency]
+    assert len(rows) > 100
+    assert sum(r.concurrency == r.batch * r.attention_dp for r in rows) / len(rows) > 0.9
+
+
+@needs_tables
+def test_a_disaggregated_row_runs_whole_and_is_sampled_as_the_others(monkeypatch):
+    """A disaggregated row with its workers' counts runs as a coupled deployment (its GPUs: both sides'),
+    one without them is skipped with that reason, and ``--quick`` samples it like any row."""
+    disagg = dict(mode="disagg", batch=2, attention_dp=8, prefill=(1, 8, 8, 1, 1), concurrency=16, osl=6)
+    rows = [
+        _row(id="d1", workers=(1, 1), **disagg),
+        _row(id="d2", workers=(1, 1), **disagg),  # the same deployment and lengths: sampled out
+        _row(id="d3", workers=None, **disagg),
+    ]
+    monkeypatch.setattr(measured, "silicon_rows", lambda: tuple(rows))
+    checks, skipped = serving.serving_rows(quick=True)
+    assert [c.id for c in checks] == ["d1"] and checks[0].mode == "disagg" and checks[0].gpus == 16
+    assert checks[0].ttft_predicted_s > 0 and checks[0].tpot_predicted_s > 0
+    assert skipped == {
+        "--quick: a sampled row of the same deployment and lengths ran": 1,
+        "disaggregated without its workers' counts recorded": 1,
+    }

@@ -81,6 +81,7 @@ def test_vllm_has_no_dbo_for_a_multimodal_model():
         (dict(engine="tgi", concurrency=8, isl=10, osl=10), "engine must be one of vllm, sglang, trtllm"),
         (dict(pool="both", concurrency=8, isl=10, osl=10), "pool must be one of colocated, prefill, decode"),
         (dict(trace="/nonexistent/trace.csv"), "trace /nonexistent/trace.csv"),
+        (dict(concurrency=8, isl=10, osl=10, dbo_decode_token_threshold=1), "must be at least 2"),
     ],
 )
 def test_bad_arguments_are_one_line_before_any_step(kwargs, message):
@@ -99,3 +100,26 @@ def test_the_command_prints_the_table_writes_the_json_and_refuses_in_one_line(tm
     assert main(["--model", "qwen3-30b-a3b", "--concurrency", "4"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "give --isl and --osl" in err
+
+
+@pytest.mark.slow
+def test_a_steady_closed_loop_reproduces_the_predictors_step_and_its_dbo_speedup():
+    """LMSYS's decode cluster (DeepSeek-V3, 9 x 8 H100, EP 72) as a decode pool at 32 and 256 requests per
+    rank, every step split (vLLM's threshold at its floor, 2): the run's TPOT is the predictor's no-DBO
+    step at those tokens and a 2,000-token context, and TPOT without over TPOT with DBO is its speedup
+    (0.780 and 1.296, the figures validate published checks against LMSYS). The bug this catches: the
+    serving run pricing a step other than the one predict answers for (padding, context, graph mode)."""
+    from demos.prediction.api import predict
+
+    p = predict("deepseek-v3", gpu="h100", nodes=9, ep=72, tokens=(32, 256), context=2000, mode="graph")
+    for point in p.to_dict()["points"]:
+        tokens, osl = point["tokens"], 9
+        r = simulate(
+            "deepseek-v3", engine="vllm", pool="decode", gpu="h100", nodes=9, ep=72, concurrency=72 * tokens,
+            isl=2000 - osl // 2, osl=osl, requests=72 * tokens, warmup=0, overlap=("none", "dbo"),
+            dbo_decode_token_threshold=2, search=False,
+        )  # fmt: skip
+        none, dbo = r.runs
+        assert dbo.split_share == 1.0
+        assert none.tpot_ms.p50 == pytest.approx(1e3 * point["step_no_dbo_s"], rel=0.005), tokens
+        assert none.tpot_ms.p50 / dbo.tpot_ms.p50 == pytest.approx(point["speedup"], rel=0.005), tokens

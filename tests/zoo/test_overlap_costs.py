@@ -17,6 +17,7 @@ from demos.zoo.overlap_costs import (
     Mechanisms,
     ll_node_seconds,
     ll_send_seconds,
+    local_rows,
     masked_rows,
     overlap_share,
     step_profile,
@@ -51,6 +52,40 @@ def test_the_masked_layout_computes_whole_blocks_per_expert():
     assert masked_rows(4, "blackwell") == BLOCK_M["blackwell"]
     assert masked_rows(4, "hopper", 0.0) == 4  # the knob at 0: no padding
     assert masked_rows(4, "hopper", 0.5) == 32
+
+
+def test_without_an_all_to_all_the_tile_follows_the_rows_per_expert():
+    assert local_rows(1) == 8 and local_rows(4) == 8 and local_rows(9) == 16
+    assert local_rows(100) == 128 and local_rows(128) == 128 and local_rows(129) == 256
+    assert local_rows(4, 0.0) == 4  # the tile knob at 0: no padding, as the masked layout's
+
+
+def test_only_the_masked_layout_pads_to_its_block(monkeypatch):
+    """DeepEP's low-latency kernels feed the masked layout (whole ``BLOCK_M`` blocks per expert); a step
+    without an all-to-all (EP 1, or attention TP = EP) runs the engine's local fused MoE, whose tile is
+    sized to the rows. The bug this catches: an EP-1 decode step of 128 tokens of gpt-oss-120b on B200
+    computing 128 rows for each expert that receives 4, twice its weights' memory time."""
+    import demos.zoo.costs as costs
+
+    seen = []
+    real = costs.gemm
+
+    def spy(m, n, k, storage, *, weights=1.0):
+        if weights != 1.0:  # the routed experts' grouped GEMMs: (rows computed, active experts)
+            seen.append((m, weights))
+        return real(m, n, k, storage, weights=weights)
+
+    monkeypatch.setattr(costs, "gemm", spy)
+    gpt = get_preset("gpt-oss-120b")
+    rows = {}
+    for ep in (1, 8):
+        w = Workload(gpt, cluster_for("b200", 1, None, ep), tokens=128, context=1024, imbalance=1.0)
+        seen.clear()
+        layer_costs(w, 128, 0, step_profile(w))
+        m, active = seen[0]
+        rows[ep] = (m / active, w.alltoall)
+    assert rows[1] == (8, False)  # 4 copies per active expert (128 x 4 over 128) -> an 8-row tile
+    assert rows[8] == (BLOCK_M["blackwell"], True)  # 64 copies over 16 local experts -> one 128-row block
 
 
 def test_the_send_half_grows_with_the_messages_and_leaves_out_the_receive_half():

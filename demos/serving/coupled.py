@@ -1,0 +1,291 @@
+"""A disaggregated deployment run whole: its prefill workers and its decode workers coupled by the requests
+(``simulate_disaggregated``; docs/serving.md, "Disaggregated deployments").
+
+A request goes to a prefill worker (round robin over the workers; within a worker, the engine's router
+over its data-parallel ranks), is prefilled there by the engine's scheduler (``PoolKind.PREFILL``: it
+leaves when its first token is made), its KV cache crosses to a decode worker (round robin) in
+``prompt tokens x KV bytes per token / the prefill GPU's NIC line rate`` (the transfer's bytes at line
+rate, no setup cost: a stated lower bound), and decodes there (``PoolKind.DECODE``). A closed loop's
+client sends its next request when its previous one has finished decoding.
+
+Each worker is a ``demos.serving.run.Pool`` of its data-parallel ranks stepping in lockstep, priced by
+its side's ``StepPricer`` (one per side, shared by the side's workers: they are the same deployment).
+The workers step concurrently: the run always steps the worker whose next step starts first, so a
+request handed from one worker to another arrives before the other's next step exactly when it would
+have (a conservative parallel discrete-event simulation).
+
+TTFT is counted to the first token's arrival on the decode side (the prefill's end plus the transfer):
+where the engine streams the prefill side's token to the client first, the measured TTFT is shorter by the
+transfer. TPOT and inter-token latency are the decode side's.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from demos.errors import ConfigError, field_ref
+from demos.serving import arrivals
+from demos.serving.batch import RankBatch, SplitDecision
+from demos.serving.requests import Request
+from demos.serving.run import OverlapRun, Pool, PoolKind, ServingError, _Record, metrics, step_pool, stuck
+from demos.serving.schedulers import Live, make_rank, make_router
+from demos.serving.step_times import StepPricer, kv_capacity_tokens
+from demos.vocabulary import Overlap, Phase
+from demos.zoo.loading import load_model, workload_for
+from demos.zoo.memory import kv_bytes_per_token
+
+__all__ = ["Side", "simulate_disaggregated"]
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a disaggregated deployment: ``workers`` workers, each ``nodes x gpus_per_node`` GPUs
+    of ``gpu`` with expert parallelism ``ep`` and attention TP ``attention_tp`` (as ``predict`` takes
+    them); ``max_seqs``: the requests per data-parallel rank (None: the engine's default)."""
+
+    gpu: str
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    ep: int | None = None
+    attention_tp: int = 1
+    workers: int = 1
+    max_seqs: int | None = None
+
+
+@dataclass
+class _Deployment:
+    """A side set up: its workload, pricer, ranks' KV capacity and data-parallel ranks per worker."""
+
+    side: Side
+    base: Any
+    pricer: StepPricer
+    kv: int
+    dp: int
+    hbm_gb: float
+
+
+class _Worker:
+    """One worker's pool, clock, pending arrivals and step record."""
+
+    def __init__(self, pool: Pool, decide: Callable, price: Callable):
+        self.pool, self.decide, self.price = pool, decide, price
+        self.now = 0.0
+        self.due: list[tuple[float, int, Request, Live | None]] = []
+        self.rec = _Record()
+
+    def next_time(self) -> float | None:
+        if any(r.busy for r in self.pool.ranks):
+            return self.now
+        return max(self.now, self.due[0][0]) if self.due else None
+
+
+def _deploy(native, engine: str, side: Side, phase: Phase, weights, kv_cache_dtype, kernels, pricers) -> _Deployment:
+    base = workload_for(
+        native,
+        gpu=side.gpu,
+        nodes=side.nodes,
+        gpus_per_node=side.gpus_per_node,
+        ep=side.ep,
+        phase=phase,
+        context=2048,
+        imbalance="auto",
+        comm_sms=None,
+        schedule=None,
+        tokens=64,
+        ubatches=2,
+        attention_tp=side.attention_tp,
+        weights=weights,
+        kv_cache_dtype=kv_cache_dtype,
+    )
+    dp = base.cluster.world // base.attention_tp
+    hbm_gb = base.gpu.hbm_capacity / 1e9
+    budget = make_rank(engine, 1, hbm_gb=hbm_gb, dp=dp, max_seqs=side.max_seqs)
+    kv = kv_capacity_tokens(base, getattr(budget, "budget", None) or getattr(budget, "chunk", 8192))
+    if kv < 1:
+        c = base.cluster
+        raise ConfigError(
+            f"{field_ref('model')} {native.name} leaves no room for a KV cache on a {phase} worker of {c.nodes} x "
+            f"{c.gpus_per_node} {base.gpu.name} at EP {c.ep}"
+        )
+    key = (base, kernels)
+    pricer = pricers.get(key) if pricers is not None else None
+    if pricer is None:
+        pricer = StepPricer(base, kernels)
+        if pricers is not None:
+            pricers[key] = pricer
+    return _Deployment(side, base, pricer, kv, dp, hbm_gb)
+
+
+def _pool(engine: str, kind: PoolKind, d: _Deployment) -> Pool:
+    ranks = [make_rank(engine, d.kv, hbm_gb=d.hbm_gb, dp=d.dp, max_seqs=d.side.max_seqs) for _ in range(d.dp)]
+    return Pool(kind, ranks, make_router(engine, d.dp), engine, d.base.cluster.world)
+
+
+def serve_coupled(
+    prefill: Sequence[_Worker],
+    decode: Sequence[_Worker],
+    source: arrivals.ArrivalSource,
+    transfer_s: Callable[[Request], float],
+    max_steps: int = 50_000_000,
+) -> list[Live]:
+    """Run the coupled workers over a closed-loop ``source`` (module docstring); every request as it
+    ended on the decode side (its arrival and first token as the client sees them)."""
+    it = iter(source)
+    order = [0]
+    rr = {"prefill": 0, "decode": 0}
+    out: list[Live] = []
+    firsts: dict[int, tuple[float, float]] = {}  # request id -> (arrival, first token at prefill)
+
+    def push(w: _Worker, t: float, r: Request, live: Live | None = None) -> None:
+        heapq.heappush(w.due, (t, order[0], r, live))
+        order[0] += 1
+
+    def send(t: float) -> None:
+        r = next(it, None)
+        if r is not None:
+            w = prefill[rr["prefill"] % len(prefill)]
+            rr["prefill"] += 1
+            push(w, t, r)
+
+    for _ in range(source.concurrency or 0):
+        send(0.0)
+    steps = 0
+    workers = [*prefill, *decode]
+    while True:
+        nxt = [(t, i) for i, w in enumerate(workers) if (t := w.next_time()) is not None]
+        if not nxt:
+            break
+        t, i = min(nxt)
+        w = workers[i]
+        w.now = t
+        while w.due and w.due[0][0] <= w.now:
+            at, _, r, _ = heapq.heappop(w.due)
+            live = w.pool.arrive(r, at)
+            if w.pool.kind == PoolKind.DECODE:
+                arrival, _ = firsts.pop(r.id)
+                live.arrival_s = arrival
+                out.append(live)
+                if live.finished_s is not None:
+                    send(at)
+        if not any(r.busy for r in w.pool.ranks):
+            continue
+        stepped = step_pool(w.pool, w.decide, w.price, w.rec, w.now)
+        if stepped is None:
+            if w.due:
+                w.now = max(w.now, w.due[0][0])
+                continue
+            raise stuck(w.pool)
+        w.now, left = stepped
+        steps += 1
+        if steps > max_steps:
+            raise ServingError(f"the run passed {max_steps} steps without finishing")
+        for live in left:
+            if w.pool.kind == PoolKind.PREFILL:
+                firsts[live.request.id] = (live.arrival_s, w.now)
+                d = decode[rr["decode"] % len(decode)]
+                rr["decode"] += 1
+                push(d, w.now + transfer_s(live.request), live.request)
+            else:
+                send(w.now)
+    return out
+
+
+def simulate_disaggregated(
+    model: Any,
+    *,
+    prefill: Side,
+    decode: Side,
+    engine: str = "trtllm",
+    concurrency: int,
+    isl: int,
+    osl: int,
+    requests: int | None = None,
+    warmup: int | None = None,
+    overlap: Sequence[str] = ("none",),
+    weights: str | None = None,
+    kv_cache_dtype: str | None = None,
+    kernels: str = "roofline",
+    pricers: dict | None = None,
+) -> tuple[dict[str, OverlapRun], dict[str, list[Live]], dict[str, Any]]:
+    """A closed loop of ``concurrency`` clients over a disaggregated deployment (module docstring), per
+    overlap strategy in ``overlap`` (each side under the engine's own split rule): ``(runs, lives, setup)``
+    with ``runs[overlap]`` the ``OverlapRun`` (the decode side's steps for the split share), ``lives`` the
+    requests as they ended, ``setup`` the sides' data-parallel ranks and KV capacity."""
+    from demos.serving.api import ENGINES, _rule
+    from demos.serving.split_rules import VllmGraphs
+
+    if engine not in ENGINES:
+        raise ConfigError(f"{field_ref('engine')} must be one of {', '.join(ENGINES)}, got {engine!r}")
+    n = requests or 1000
+    source = arrivals.ClosedLoop(concurrency, isl, osl, n, 2 * concurrency if warmup is None else warmup)
+    native = load_model(model)
+    sides = {
+        "prefill": _deploy(native, engine, prefill, Phase.PREFILL, weights, kv_cache_dtype, kernels, pricers),
+        "decode": _deploy(native, engine, decode, Phase.DECODE, weights, kv_cache_dtype, kernels, pricers),
+    }
+    p = sides["prefill"]
+    per_token = kv_bytes_per_token(p.base)
+    nic = p.base.gpu.nic_bandwidth
+
+    def transfer_s(r: Request) -> float:
+        return r.prompt_tokens * per_token / nic
+
+    gpus = sum(d.base.cluster.world * d.side.workers for d in sides.values())
+    runs: dict[str, OverlapRun] = {}
+    kept: dict[str, list[Live]] = {}
+    for o in overlap:
+        o = Overlap.parse(o, "overlap")
+        workers = {}
+        for name, d in sides.items():
+            graphs = VllmGraphs.defaults(
+                max_num_seqs=d.side.max_seqs or 1024,
+                max_num_batched_tokens=8192,
+                sm100=d.base.gpu.family == "blackwell",
+            )
+            decide = _rule(engine, o, 32, 512, graphs)
+            kind = PoolKind.PREFILL if name == "prefill" else PoolKind.DECODE
+            workers[name] = [_Worker(_pool(engine, kind, d), decide, _pricing(d.pricer)) for _ in range(d.side.workers)]
+        try:
+            lives = serve_coupled(workers["prefill"], workers["decode"], source, transfer_s)
+        except ServingError as e:
+            raise ConfigError(f"{field_ref('model')} {native.name}: {e}") from None
+        rec = _merged(w.rec for w in workers["decode"])
+        runs[str(o)] = metrics(str(o), lives, rec, gpus=gpus, warmup=source.warmup)
+        kept[str(o)] = lives
+    setup = {
+        name: {
+            "gpu": d.base.gpu.name,
+            "nodes": d.base.cluster.nodes,
+            "gpus_per_node": d.base.cluster.gpus_per_node,
+            "ep": d.base.cluster.ep,
+            "attention_tp": d.base.attention_tp,
+            "workers": d.side.workers,
+            "data_parallel": d.dp,
+            "kv_tokens_per_rank": d.kv,
+        }
+        for name, d in sides.items()
+    }
+    setup["transfer_s_per_prompt_token"] = per_token / nic
+    return runs, kept, setup
+
+
+def _pricing(pricer: StepPricer) -> Callable[[Sequence[RankBatch], SplitDecision], float]:
+    return lambda b, d: pricer.seconds(b, d)
+
+
+def _merged(recs) -> _Record:
+    """One record of the decode workers' steps, in time order (for the split share and the step mix)."""
+    rows = sorted(
+        ((end, i, j), kind, tokens, decision)
+        for i, r in enumerate(recs)
+        for j, (end, kind, tokens, decision) in enumerate(zip(r.ends, r.kinds, r.tokens, r.decisions))
+    )
+    out = _Record()
+    for (end, _, _), kind, tokens, decision in rows:
+        out.ends.append(end)
+        out.kinds.append(kind)
+        out.tokens.append(tokens)
+        out.decisions.append(decision)
+    return out
