@@ -329,18 +329,23 @@ class ServingResult:
     skipped: dict[str, int]
     side_by_side: list[dict[str, Any]] | None = None
     seconds: float = 0.0
+    by_model: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {"rows": [c.to_dict() for c in self.rows], "summary": self.summary, "skipped": self.skipped}
+        if self.by_model is not None:
+            out["summary_by_model"] = self.by_model
         out["seconds"] = self.seconds
         if self.side_by_side is not None:
             out["side_by_side"] = self.side_by_side
         return out
 
     def text(self) -> str:
-        from demos.fidelity.serving import format_serving, format_side_by_side
+        from demos.fidelity.serving import format_by_model, format_serving, format_side_by_side
 
         out = format_serving(self.summary, self.skipped)
+        if self.by_model:
+            out += format_by_model(self.by_model)
         if self.side_by_side is not None:
             out += format_side_by_side(self.side_by_side)
         return out + f"({len(self.rows)} rows simulated in {self.seconds:.0f} s)\n"
@@ -367,7 +372,8 @@ def serving_check(
         lambda d, n, what: progress(f"serving: {d}/{n} {what}"), quick=quick, full=full
     )
     side = serving.side_by_side(rows, lambda d, n, what: progress(f"peer: {d}/{n} {what}")) if peer else None
-    return ServingResult(rows, serving.serving_summaries(rows), skipped, side, time.perf_counter() - start)
+    summary, by_model = serving.serving_summaries(rows), serving.serving_summaries(rows, ("model",))
+    return ServingResult(rows, summary, skipped, side, time.perf_counter() - start, by_model)
 
 
 @dataclass

@@ -39,6 +39,7 @@ from demos.zoo.models import CHECKPOINTS, get_preset, weights_name
 __all__ = [
     "SERVED",
     "ServingCheck",
+    "format_by_model",
     "format_serving",
     "format_side_by_side",
     "serving_rows",
@@ -260,17 +261,30 @@ def _means(lives, warmup: int) -> tuple[float, float]:
     return ttft, statistics.fmean(tpots) if tpots else 0.0
 
 
-def serving_summaries(rows: list[ServingCheck]) -> list[dict]:
-    """Per GPU, engine and mode: rows, and the TTFT and TPOT error statistics (``error_stats``)."""
+def serving_summaries(rows: list[ServingCheck], by: tuple[str, ...] = ("gpu", "engine", "mode")) -> list[dict]:
+    """Per group of ``by`` (ServingCheck fields; default GPU, engine and mode): rows, and the TTFT and TPOT
+    error statistics (``error_stats``)."""
     out = []
-    for key in sorted({(r.gpu, r.engine, r.mode) for r in rows}):
-        mine = [r for r in rows if (r.gpu, r.engine, r.mode) == key]
-        d = {"gpu": key[0], "engine": key[1], "mode": key[2], "rows": len(mine)}
+    for key in sorted({tuple(getattr(r, f) for f in by) for r in rows}):
+        mine = [r for r in rows if tuple(getattr(r, f) for f in by) == key]
+        d = {**dict(zip(by, key)), "rows": len(mine)}
         for what in ("ttft", "tpot"):
             errs = [_E(e) for e in (getattr(r, f"{what}_error") for r in mine) if e is not None]
             d[what] = error_stats(errs)[0] if errs else None
         out.append(d)
     return out
+
+
+def format_by_model(summaries: list[dict]) -> str:
+    """The per-model summaries (``serving_summaries(rows, ("model",))``) as a table."""
+    lines = [f"per model: {'model':<16} {'rows':>5}  {'TTFT median':>11} {'TPOT median':>11} {'|median|':>8}"]
+    for s in summaries:
+        t, p = s["ttft"] or {}, s["tpot"] or {}
+        lines.append(
+            f"           {s['model']:<16} {s['rows']:>5}  {_pct(t.get('median_error')):>11} "
+            f"{_pct(p.get('median_error')):>11} {_pct(p.get('median_abs_error')).lstrip('+'):>8}"
+        )
+    return "\n".join(lines) + "\n"
 
 
 class _E(NamedTuple):

@@ -118,3 +118,15 @@ def test_a_disaggregated_row_runs_whole_and_is_sampled_as_the_others(monkeypatch
         "--quick: a sampled row of the same deployment and lengths ran": 1,
         "disaggregated without its workers' counts recorded": 1,
     }
+
+
+def test_the_errors_are_summarized_per_model_too():
+    def check(i, model, tpot):
+        return serving.ServingCheck(f"r{i}", "h200", "vllm", "agg", model, 256, 8, 8, 8, 0.1, 0.2, tpot, 0.01)
+
+    rows = [check(0, "a", 0.011), check(1, "a", 0.013), check(2, "b", 0.008)]
+    by = serving.serving_summaries(rows, ("model",))
+    assert [(s["model"], s["rows"]) for s in by] == [("a", 2), ("b", 1)]
+    assert by[0]["tpot"]["median_error"] == pytest.approx(0.2) and by[1]["tpot"]["median_error"] == pytest.approx(-0.2)
+    text = serving.format_by_model(by)
+    assert "a" in text and "+20.0%" in text and "-20.0%" in text
