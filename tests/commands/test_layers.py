@@ -37,6 +37,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "demos.serving.__main__",
             "demos._overlap_flags",
             "demos._zoo_overlap",
+            "demos._gpu_check_plan",
+            "demos._gpu_check_verdicts",
             "demos._cli.model_flags",
             "demos._cli.values",
         ),
