@@ -39,6 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "demos._zoo_overlap",
             "demos._gpu_check_plan",
             "demos._gpu_check_verdicts",
+            "demos._validate_flags",
             "demos._cli.model_flags",
             "demos._cli.values",
         ),
