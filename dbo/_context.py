@@ -14,40 +14,18 @@ flag), not from polling.
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import time
 from typing import Any, Callable
 
 from dbo import registry
-from dbo._sites import DBO_DIR, first_frame_outside
+from dbo._sites import where_is
 from dbo.errors import DBOError, HandoffTimeout, RecvHookConflict, UBatchAborted
 from dbo.streams import Event, Stream, current_stream, set_stream
 from dbo.trace import ubatch_track
 
 FaultHook = Callable[[str, "int | None"], None]
 """Test seam: called as ``hook(point, ubatch_id)`` at "enter", "start", "exit" and "after_barrier"."""
-
-_THREADING_FILE = os.path.abspath(threading.__file__)
-
-
-def where_is(thread: threading.Thread | None) -> str:
-    """Where ``thread`` is now: the innermost frame outside dbo/ and threading, as ``func (file:line)``."""
-    if thread is None or thread.ident is None:
-        return "not started"
-    if not thread.is_alive():
-        return "finished"
-    frame = sys._current_frames().get(thread.ident)
-    inner = first_frame_outside((), (_THREADING_FILE,), start=frame) if frame is not None else None
-    if inner is None:
-        return "unknown"
-    user = first_frame_outside((DBO_DIR,), (_THREADING_FILE,), start=inner)
-    inner_dbo = None if user is inner else inner.f_code.co_name  # not user code, so dbo's innermost frame
-    if user is None:
-        return f"inside dbo ({inner_dbo})"
-    where = f"{user.f_code.co_name} ({os.path.basename(os.path.abspath(user.f_code.co_filename))}:{user.f_lineno})"
-    return f"{where} in {inner_dbo}" if inner_dbo else where
 
 
 class SyncPrimitives:

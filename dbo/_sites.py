@@ -1,8 +1,9 @@
 """Where user code called in: the one stack-frame walker, and the ``file:line`` that error messages name.
 
-``first_frame_outside`` is the walker every "who called" helper uses (``user_site`` here,
-``dbo._context.where_is``, ``workspace.diagnostics.caller`` and the sanitizer's finding site); each
-passes the directories and files it treats as plumbing and formats the frame it gets back.
+``first_frame_outside`` is the walker every "who called" helper uses (``user_site`` and ``where_is`` here,
+``workspace.diagnostics.caller`` and the sanitizer's finding site); each passes the directories and files
+it treats as plumbing and formats the frame it gets back. ``where_is`` names where another thread is now
+(a ubatch thread parked past its timeout, in the runtime's messages).
 
 ``user_site`` skips the plumbing (``PLUMBING_DIRS``: torch, dbo and workspace; ``PLUMBING_FILES``:
 the standard library's threading, contextlib and functools modules), so a refusal during capture or
@@ -72,3 +73,24 @@ def user_site() -> str:
     except ValueError:  # another drive (Windows)
         rel = path
     return f"{path if rel.startswith('..') else rel}:{frame.f_lineno}"
+
+
+_THREADING_FILE = os.path.abspath(threading.__file__)
+
+
+def where_is(thread: threading.Thread | None) -> str:
+    """Where ``thread`` is now: the innermost frame outside dbo/ and threading, as ``func (file:line)``."""
+    if thread is None or thread.ident is None:
+        return "not started"
+    if not thread.is_alive():
+        return "finished"
+    frame = sys._current_frames().get(thread.ident)
+    inner = first_frame_outside((), (_THREADING_FILE,), start=frame) if frame is not None else None
+    if inner is None:
+        return "unknown"
+    user = first_frame_outside((DBO_DIR,), (_THREADING_FILE,), start=inner)
+    inner_dbo = None if user is inner else inner.f_code.co_name  # not user code, so dbo's innermost frame
+    if user is None:
+        return f"inside dbo ({inner_dbo})"
+    where = f"{user.f_code.co_name} ({os.path.basename(os.path.abspath(user.f_code.co_filename))}:{user.f_lineno})"
+    return f"{where} in {inner_dbo}" if inner_dbo else where

@@ -16,7 +16,8 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from dbo import registry
-from dbo._context import StepState, UBatchContext, ubatch_main, where_is
+from dbo._context import StepState, UBatchContext, ubatch_main
+from dbo._sites import where_is
 from dbo.errors import DBOError, HandoffTimeout, StepHung, UBatchFailed
 from dbo.streams import Backend, Stream, current_stream, get_backend, set_stream
 from dbo.streams.observer import stream_observer

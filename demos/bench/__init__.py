@@ -3,8 +3,9 @@
 Parts: ``_output`` (the files a run writes; the command line is ``__main__``), ``_suite`` (the sections),
 ``_core`` (what every section uses: config, timing loop, records), ``_handoff``, ``_host`` (the
 handoff and host sections' measurements), ``_signals`` (the signals section's trials: SIGINT and SIGTERM
-at random moments into real command runs), ``_report`` (verdicts, tables, the markdown page) and
-``_merge`` (a ``--section`` run merged into an existing page).
+at random moments into real command runs, and their verdicts; ``_signal_trials``: the command lines and
+what a trial records; ``_signal_runner``: the process that forks and signals them), ``_report``
+(verdicts, tables, the markdown page) and ``_merge`` (a ``--section`` run merged into an existing page).
 """
 
 from demos.bench._core import Config, Timing, progress, samples_timing, time_together, timing_record, value_record

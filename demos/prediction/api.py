@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 
 from demos.errors import ConfigError, field_ref
 from demos.prediction.answer import best_setting, crossover, memory_advice, overlap_ranges, reason_of, recommend
+from demos.prediction.arguments import as_float, int_tuple, modes_of, overlap_names, ubatches_is_2, what_if_factors
 from demos.prediction.engines import Deployment, ServedModel, served_model
 from demos.prediction.outputs import point_record
 from demos.prediction.result import ClusterSetup, Prediction, Setting, SweptPoint
@@ -35,7 +36,7 @@ from demos.zoo.loading import TOY, load_model, workload_for
 from demos.zoo.memory import ServingLimits, memory_estimate, serving_limits
 from demos.zoo.models import ModelSpec
 from demos.zoo.rooflines import FITTED_WITH
-from demos.zoo.workload import PHASES, WORKLOAD_SCHEDULES
+from demos.zoo.workload import WORKLOAD_SCHEDULES
 
 __all__ = ["TOY_TOKENS", "predict"]
 
@@ -103,7 +104,7 @@ def predict(
     ``kernels`` other than "roofline", and does not read ``gpu``, ``context`` or ``imbalance``."""
     if progress is not None and not callable(progress):
         raise ConfigError(f"{field_ref('progress')} must be a callable (done, total, what) or None, got {progress!r}")
-    modes = _modes(mode, phase)
+    modes = modes_of(mode, phase)
     phase = Phase(phase)
     if isinstance(model, str) and model == TOY:
         if isinstance(attention_tp, bool) or attention_tp != 1:
@@ -142,9 +143,9 @@ def predict(
             f"{field_ref('phase')} decode, not {phase}"
         )
     spec = load_model(model)
-    toks = _ints("tokens", tokens, DEFAULT_TOKENS[phase], "token count")
-    ubs = _ints("ubatches", ubatches, (2,), "ubatch count")
-    sms = (None,) if comm_sms is None else _ints("comm_sms", comm_sms, (None,), "SM count", low=None)
+    toks = int_tuple("tokens", tokens, DEFAULT_TOKENS[phase], "token count")
+    ubs = int_tuple("ubatches", ubatches, (2,), "ubatch count")
+    sms = (None,) if comm_sms is None else int_tuple("comm_sms", comm_sms, (None,), "SM count", low=None)
     base = workload_for(
         spec,
         gpu=gpu,
@@ -153,7 +154,7 @@ def predict(
         ep=ep,
         phase=phase,
         context=context,
-        imbalance=_number(imbalance),
+        imbalance=as_float(imbalance),
         comm_sms=sms[0],
         schedule=schedule,
         tokens=max(toks),
@@ -162,7 +163,7 @@ def predict(
         weights=weights,
         kv_cache_dtype=kv_cache_dtype,
     )
-    sweep = Sweep(base, toks, modes, ubs, sms, _what_if(what_if), kernels, _overlaps(overlap))
+    sweep = Sweep(base, toks, modes, ubs, sms, what_if_factors(what_if), kernels, overlap_names(overlap))
     _check_fits(sweep)
     model_id, served = served_model(model, spec, base.spec)
     # the serving run takes the same model, cluster, precision and kernels (its defaults are predict's)
@@ -172,7 +173,7 @@ def predict(
         gpus_per_node=gpus_per_node,
         ep=ep,
         attention_tp=attention_tp,
-        imbalance=_number(imbalance),
+        imbalance=as_float(imbalance),
         weights=weights,
         kv_cache_dtype=kv_cache_dtype,
         kernels=kernels,
@@ -201,68 +202,6 @@ def _check_fits(sweep: Sweep) -> None:
             f"{mem.weights / 1e9:.1f} GB) against {mem.usable / 1e9:.1f} GB usable; use more GPUs (--nodes, --ep) "
             "or smaller weights (--weights)"
         )
-
-
-def _overlaps(value: Any) -> tuple[str, ...] | None:
-    """``overlap`` as a tuple of names (one name, or a list of them), None for the default."""
-    if value is None:
-        return None
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple)) or not all(isinstance(x, str) for x in items):
-        raise ConfigError(f"{field_ref('overlap')} must be a name or a list of names, got {value!r}")
-    return tuple(dict.fromkeys(items))
-
-
-def _modes(mode: Any, phase: Any) -> tuple[str, ...]:
-    if phase not in PHASES:
-        raise ConfigError(f"{field_ref('phase')} must be one of {', '.join(PHASES)}, got {phase!r}")
-    if mode == "both":
-        return tuple(Mode)
-    if mode is None:
-        return (default_mode(phase),)
-    if mode not in Mode.choices():
-        raise ConfigError(f"{field_ref('mode')} must be graph, eager or both, got {mode!r}")
-    return (Mode(mode),)
-
-
-def _ints(name: str, value: Any, default: tuple, what: str, low: int | None = 1) -> tuple:
-    """``value`` as a tuple of ints (one int, or a list of them; None: ``default``), each >= ``low``
-    (the range of ``comm_sms`` is the workload's to check)."""
-    if value is None:
-        return tuple(default)
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = (value,)
-    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (Sequence, range)):
-        raise ConfigError(f"{field_ref(name)} must be an int or a list of ints, got {value!r}")
-    if not value:
-        raise ConfigError(f"{field_ref(name)} needs at least one {what}")
-    for v in value:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise ConfigError(f"{field_ref(name)} must be an int or a list of ints, got {v!r}")
-        if low is not None and v < low:
-            raise ConfigError(f"{field_ref(name)} must be an int >= {low}, got {v!r}")
-    return tuple(value)
-
-
-def _number(x: Any) -> Any:
-    """An int given where the command parses a float (``--imbalance 1``, ``--what-if link=2``) as that float."""
-    return float(x) if isinstance(x, int) and not isinstance(x, bool) else x
-
-
-def _what_if(what_if: Any) -> dict[str, Any]:
-    """``{knob: factor}`` from a mapping or (knob, factor) pairs; the knobs and factors are ``Sweep``'s to check."""
-    if what_if is None:
-        return {}
-    items = what_if.items() if isinstance(what_if, Mapping) else what_if
-    try:
-        if isinstance(what_if, (str, bytes)):
-            raise TypeError
-        return {k: _number(v) for k, v in items}
-    except (TypeError, ValueError):
-        raise ConfigError(
-            f"{field_ref('what_if')} must map each knob to its factor ({{'link': 2.0}}) or list (knob, factor) "
-            f"pairs, got {what_if!r}"
-        ) from None
 
 
 def _limits(sweep: Sweep, results: Sequence[PointResult], best: dict[str, Setting]) -> ServingLimits:
@@ -384,7 +323,7 @@ def _predict_toy(
     for name, value in real.items():
         if value is not None:
             raise ConfigError(f"{field_ref(name)} describes a real cluster; the toy runs on {field_ref('profile')}")
-    for name, unset in (("what_if", not what_if), ("nodes", nodes == 1), ("ubatches", _ubatches_is_2(ubatches))):
+    for name, unset in (("what_if", not what_if), ("nodes", nodes == 1), ("ubatches", ubatches_is_2(ubatches))):
         if not unset:
             raise ConfigError(f"{field_ref(name)} applies to real models, not to {field_ref('model')} toy")
     from demos.prediction.toy import toy_prediction  # imports demos.toy, which registers its "h200" profile
@@ -402,10 +341,6 @@ def _predict_toy(
             f"{field_ref('mode')} graph: the toy's ht schedule cannot be captured (its host sync); "
             f"use {field_ref('mode')} eager"
         )
-    toks = _ints("tokens", tokens, TOY_TOKENS, "token count")
+    toks = int_tuple("tokens", tokens, TOY_TOKENS, "token count")
     named = profile if isinstance(profile, (str, os.PathLike)) else device.name
     return toy_prediction(device, os.fspath(named), toks, sched, modes, phase, progress)
-
-
-def _ubatches_is_2(ubatches: Any) -> bool:
-    return ubatches == 2 or (isinstance(ubatches, (tuple, list)) and list(ubatches) == [2])

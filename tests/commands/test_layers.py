@@ -6,10 +6,13 @@ lazy ones and ``if TYPE_CHECKING:`` ones included)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from demos._cli.commands import MODULES
 from tests.runtime.test_imports import _modules, import_graph
+from tests.support.paths import REPO
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runtime", ("dbo", "workspace")),
@@ -37,6 +40,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "demos.serving.__main__",
             "demos._overlap_flags",
             "demos._zoo_overlap",
+            "demos._gpu_check_plan",
+            "demos._gpu_check_verdicts",
+            "demos._validate_flags",
             "demos._cli.model_flags",
             "demos._cli.values",
         ),
@@ -266,3 +272,84 @@ def test_a_library_module_with_argparse_is_caught(tmp_path):
     (tmp_path / "other.py").write_text("import json  # argparse in a comment\n")
     mods = {f"demos.zoo.{p.stem}": p for p in tmp_path.glob("*.py")}
     assert modules_importing("argparse", mods) == {"demos.zoo.loading", "demos.zoo.costs"}
+
+
+# --- module size (issue 43) -------------------------------------------------------------------------------
+# No module over MAX_LINES lines, and none kept under it by a trick: a module near the limit may not hold a
+# formatter escape (``# fmt: skip`` or ``# fmt: off``) that keeps lines joined the formatter would split.
+
+MAX_LINES = 400
+NEAR_LIMIT = 390
+"""Over this many lines, a module may hold no ``# fmt: skip`` / ``# fmt: off``."""
+
+TOO_LONG_FOR_NOW = {
+    "demos/prediction/engines.py",  # to be split (issue 43); temporary: being edited elsewhere while this was written
+    "demos/serving/api.py",  # to be split (issue 43); temporary: being edited elsewhere while this was written
+}
+"""The modules still over ``MAX_LINES``, each to be split: the list only shrinks (an entry back under the limit
+fails too, until it is taken off)."""
+
+FORMATTER_ESCAPES = ("# fmt: skip", "# fmt: off")
+
+
+def line_count(text: str) -> int:
+    """Lines as ``wc -l`` counts them, and a last line without its newline."""
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+
+
+def size_problems(
+    paths: dict[str, Path], allowed: set[str] | frozenset[str] = frozenset(TOO_LONG_FOR_NOW)
+) -> list[str]:
+    """What breaks the size rule among ``paths`` (repository-relative path -> file): a module over
+    ``MAX_LINES`` not in ``allowed``, an entry of ``allowed`` no longer over it (or gone), and a module over
+    ``NEAR_LIMIT`` lines with a formatter escape."""
+    out = []
+    for rel, path in sorted(paths.items()):
+        text = path.read_text(encoding="utf-8")
+        n = line_count(text)
+        if n > MAX_LINES and rel not in allowed:
+            out.append(f"{rel}: {n} lines, over {MAX_LINES}: split it into modules of one idea each")
+        if n > NEAR_LIMIT and any(e in text for e in FORMATTER_ESCAPES):
+            out.append(f"{rel}: {n} lines with a formatter escape ({' or '.join(FORMATTER_ESCAPES)})")
+    for rel in sorted(allowed):
+        if rel not in paths or line_count(paths[rel].read_text(encoding="utf-8")) <= MAX_LINES:
+            out.append(f"{rel} is not over {MAX_LINES} lines any more: take it off TOO_LONG_FOR_NOW")
+    return out
+
+
+def test_no_module_is_over_the_line_limit():
+    """Every module of demos/, dbo/ and workspace/ is at most ``MAX_LINES`` lines (but ``TOO_LONG_FOR_NOW``),
+    and none near it holds a formatter escape (docs/design.md, "Layout")."""
+    paths = {p.relative_to(REPO).as_posix(): p for p in _modules().values()}
+    bad = size_problems(paths)
+    assert not bad, "\n".join(bad)
+
+
+def test_a_module_over_the_limit_is_caught(tmp_path):
+    def module(name: str, lines: int, last: str = "x = 0") -> str:
+        (tmp_path / name).write_text("\n".join([f"# {i}" for i in range(lines - 1)] + [last]) + "\n")
+        return name
+
+    paths = {
+        n: tmp_path / n
+        for n in (
+            module("at_limit.py", 400),
+            module("over.py", 401),
+            module("escaped.py", 391, "x = (1,)  # fmt: skip"),
+            module("escaped_block.py", 395, "# fmt: off"),
+            module("small_escaped.py", 390, "x = (1,)  # fmt: skip"),
+            module("listed.py", 500),
+            module("listed_short.py", 10),
+        )
+    }
+    no_newline = tmp_path / "no_newline.py"
+    no_newline.write_text("\n".join(["x = 0"] * 401))
+    paths["no_newline.py"] = no_newline
+    assert size_problems(paths, {"listed.py", "listed_short.py", "gone.py"}) == [
+        "escaped.py: 391 lines with a formatter escape (# fmt: skip or # fmt: off)",
+        "escaped_block.py: 395 lines with a formatter escape (# fmt: skip or # fmt: off)",
+        "no_newline.py: 401 lines, over 400: split it into modules of one idea each",
+        "over.py: 401 lines, over 400: split it into modules of one idea each",
+        "gone.py is not over 400 lines any more: take it off TOO_LONG_FOR_NOW",
+        "listed_short.py is not over 400 lines any more: take it off TOO_LONG_FOR_NOW",
+    ]
