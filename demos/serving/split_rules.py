@@ -315,7 +315,8 @@ def _captured(graphs: VllmGraphs, ubatch_threshold: int | None):
     """The graphs a rank captured: uniform-decode lookup tables keyed by (query length, micro-batches),
     entry n the smallest graph holding n requests; and the token-keyed graphs by size. A graph gets a split
     twin when micro-batching is on (``ubatch_threshold``: the decode threshold) and it is a FULL graph of
-    whole requests at or above that threshold (``CudaGraphManager._maybe_ubatch_twin``)."""
+    whole requests at or above that threshold (``CudaGraphManager._maybe_ubatch_twin``). Returned as a
+    ``_Captured``: what ``_dispatch`` looks up every step, built once."""
     decode_level, mixed_level = _VLLM_MODES[graphs.mode]
     q = graphs.decode_query_len
 
@@ -345,7 +346,23 @@ def _captured(graphs: VllmGraphs, ubatch_threshold: int | None):
         for t in graphs.token_sizes:
             d = _Desc(mixed_level, t, None if mixed_level == _PIECEWISE else min(t, graphs.max_num_seqs), None)
             keyed += [x for x in (d, twin(d)) if x is not None]
-    return tables, tuple(keyed)
+    sizes = tuple(d.tokens for d in keyed)
+    same: dict[int, tuple[_Desc, ...]] = {}
+    for d in keyed:
+        same[d.tokens] = same.get(d.tokens, ()) + (d,)
+    return _Captured(tables, sizes, same, {})
+
+
+class _Captured(NamedTuple):
+    """A rank's captured graphs as ``_dispatch`` reads them (``_captured``), and its answers so far."""
+
+    tables: dict[tuple[int, int], list[_Desc]]
+    sizes: tuple[int, ...]  # the token-keyed graphs' sizes, in order
+    same: dict[int, tuple[_Desc, ...]]  # the token-keyed graphs by size
+    memo: dict[tuple, _Desc]  # (reqs, tokens, uniform, ubatches) -> the graph (a pure function of them)
+
+
+_MEMO_MOST = 1 << 16
 
 
 def _dispatch(
@@ -355,15 +372,29 @@ def _dispatch(
     uniform decode first tries the smallest decode graph of its query length that holds
     ``ceil(tokens / q)`` requests, then the smallest token-keyed graph at or above ``tokens`` that fits
     (requests, query length, micro-batch count)."""
-    tables, keyed = _captured(graphs, ubatch_threshold)
+    return _dispatch_in(_captured(graphs, ubatch_threshold), reqs, tokens, uniform, ubatches)
+
+
+def _dispatch_in(cap: _Captured, reqs: int, tokens: int, uniform: int | None, ubatches: int) -> _Desc:
+    """``_dispatch`` in graphs already looked up (``_captured``: a step looks them up once, not per rank)."""
+    key = (reqs, tokens, uniform, ubatches)
+    d = cap.memo.get(key)
+    if d is None:
+        if len(cap.memo) >= _MEMO_MOST:
+            cap.memo.clear()
+        d = cap.memo[key] = _lookup(cap, reqs, tokens, uniform, ubatches)
+    return d
+
+
+def _lookup(cap: _Captured, reqs: int, tokens: int, uniform: int | None, ubatches: int) -> _Desc:
+    """``_dispatch``'s answer, looked up in ``cap``."""
     candidates: list[_Desc] = []
     if tokens > 0:
-        sizes = [d.tokens for d in keyed]
-        i = bisect.bisect_left(sizes, tokens)
-        if i < len(keyed):
-            candidates = [d for d in keyed if d.tokens == keyed[i].tokens]
+        i = bisect.bisect_left(cap.sizes, tokens)
+        if i < len(cap.sizes):
+            candidates = list(cap.same[cap.sizes[i]])
         if uniform is not None:
-            table = tables.get((uniform, ubatches), [])
+            table = cap.tables.get((uniform, ubatches), [])
             n = -(-tokens // uniform)
             if n < len(table):
                 candidates.insert(0, table[n])
@@ -396,6 +427,8 @@ def _vllm_rank(batch: RankBatch, q: int) -> _VllmRank:
     rank runs the dummy batch: one request of ``q`` tokens, a uniform decode."""
     if batch.idle:
         return _VllmRank(q, 1, q, True)
+    if not batch.prefill:  # a decode only: the same as below, without its lists
+        return _VllmRank(q * len(batch.decode), len(batch.decode), q, False)
     lens = [q] * len(batch.decode) + [c for c, _ in batch.prefill]
     eligible = all(c == 1 and cached > 0 for c, cached in batch.prefill)
     uniform = lens[0] if eligible and all(n == lens[0] for n in lens) else None
@@ -459,6 +492,7 @@ def vllm_dbo_plan(
         padded = d.tokens if d.level != _NONE else None
         return StepPlan(SplitDecision(False, reason, padded, d.level != _NONE), (d.tokens,), (_KIND[d.level],))
     ubatch_threshold = decode_threshold if enabled else None
+    cap = _captured(graphs, ubatch_threshold)
     tokens = [v.tokens for v in views]
     lo, hi, reqs = min(tokens), max(tokens), max(v.reqs for v in views)
     same_uniform = all(v.uniform == views[0].uniform for v in views)
@@ -466,7 +500,7 @@ def vllm_dbo_plan(
     if enabled:
         uniform_decode = same_uniform and views[0].uniform == q
         if lo >= (decode_threshold if uniform_decode else prefill_threshold):
-            d = _dispatch(graphs, ubatch_threshold, reqs, hi, synced_uniform, NUM_UBATCHES)
+            d = _dispatch_in(cap, reqs, hi, synced_uniform, NUM_UBATCHES)
             if d.level != _NONE and NUM_UBATCHES * lo < d.tokens:
                 d = _Desc(_NONE, hi, reqs, None, NUM_UBATCHES)  # a rank's second half would be padding only
             split_uniform = d.uniform if d.level == _FULL else synced_uniform
@@ -481,10 +515,10 @@ def vllm_dbo_plan(
         reason = SplitReason.IDLE_RANK if any(v.idle for v in views) else SplitReason.BELOW_THRESHOLD
     else:
         reason = SplitReason.DISABLED
-    level = min(_dispatch(graphs, ubatch_threshold, v.reqs, v.tokens, v.uniform, 1).level for v in views)
+    level = min(_dispatch_in(cap, v.reqs, v.tokens, v.uniform, 1).level for v in views)
     if level == _NONE:
         return StepPlan(SplitDecision(False, reason), tuple(tokens), (CudaGraph.NONE,) * len(ranks))
-    d = _dispatch(graphs, ubatch_threshold, reqs, hi, synced_uniform, 1)
+    d = _dispatch_in(cap, reqs, hi, synced_uniform, 1)
     return StepPlan(
         SplitDecision(False, reason, d.tokens, d.level != _NONE),
         (d.tokens,) * len(ranks),
