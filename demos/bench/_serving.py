@@ -51,11 +51,21 @@ TRACE_DEPLOYMENT = dict(engine="vllm", gpu="h200", nodes=1, ep=8, overlap="none"
 """DeepSeek-V3 on 8 x H200, EP 8: 8 data-parallel ranks under vLLM's scheduler, no overlap (one run)."""
 
 
+_cpu: list[float] = []  # the process CPU seconds of each _timed call, in order (the machine may be shared)
+
+
 def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """``fn()``'s wall seconds and result; its CPU seconds appended to ``_cpu``."""
     gc.collect()
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     out = fn()
-    return time.perf_counter() - t0, out
+    wall = time.perf_counter() - t0
+    _cpu.append(time.process_time() - c0)
+    return wall, out
+
+
+def _cpu_record(name: str, cpu: list[float]) -> Record:
+    return value_record(SECTION, f"{name}, CPU", statistics.median(cpu), "s")
 
 
 def _seconds_record(name: str, samples: list[float], target: float | None = None) -> Record:
@@ -70,54 +80,74 @@ def _seconds_record(name: str, samples: list[float], target: float | None = None
 def row_records(cfg: Config) -> list[Record]:
     """(a) The closed-loop row end to end (``simulate``, imports excluded): cold (a fresh step pricer: the
     model, the pricer's setup and every grid point run) and warm (the pricer of the first run reused: the
-    loop and its pricing only), each against the 0.5 s target; the grid points and what share of the cold
-    run the difference (grid and setup) is. (c) The loop's cost against its steps: the same row without
-    warm-up at N = 64 and 2N = 128 measured requests, warm, interleaved: the steps' ratio, the time's, and
-    the time per step's (target <= 1.15)."""
+    loop and its pricing only), each against the 0.5 s target, and each's process CPU time; the grid points
+    and what share of the cold run the difference (grid and setup) is."""
     from demos.serving.api import simulate
 
-    n_cold, n_warm = (1, 3) if cfg.quick else (3, 5)
+    n_cold, n_warm = _repeats(cfg)
     cold, warm, pricers = [], [], {}
     for i in range(n_cold):
         progress(f"serving: closed-loop row, cold {i + 1}/{n_cold}")
         pricers = {}
         s, run = _timed(lambda: simulate(ROW_MODEL, pricers=pricers, **ROW))
         cold.append(s)
+    cold_cpu = _cpu[-n_cold:]
     points = run.pricer["grid_points"]
     steps = len(run._raw["none"][1].ends)
     for i in range(n_warm):
         progress(f"serving: closed-loop row, warm {i + 1}/{n_warm}")
         warm.append(_timed(lambda: simulate(ROW_MODEL, pricers=pricers, **ROW))[0])
+    warm_cpu = _cpu[-n_warm:]
     what = "(a) DeepSeek-R1 8 x H200, C32 1024/1024"
     c, w = statistics.median(cold), statistics.median(warm)
-    out = [
+    return [
         _seconds_record(f"{what}: cold (grid computed)", cold, 0.5),
+        _cpu_record("(a) cold", cold_cpu),
         _seconds_record(f"{what}: warm (pricer reused)", warm, 0.5),
+        _cpu_record("(a) warm", warm_cpu),
         value_record(SECTION, "(a) steps", steps, "count"),
         value_record(SECTION, "(a) grid points run", points, "count"),
         value_record(SECTION, "(a) share of cold not in the loop (grid, setup)", (c - w) / c, "ratio"),
         value_record(SECTION, "(a) warm, per step", 1e6 * w / steps, "us/step"),
     ]
-    # (c) N and 2N requests, no warm-up: each a whole number of cohorts of 32, so the steps double
+
+
+def _repeats(cfg: Config) -> tuple[int, int]:
+    """How many cold and warm runs of the row (``--quick``: fewer)."""
+    return (1, 3) if cfg.quick else (3, 5)
+
+
+def scaling_records(cfg: Config) -> list[Record]:
+    """(c) The loop's cost against its steps: the row without warm-up at N = 64 and 2N = 128 measured
+    requests (2 and 4 cohorts of 32: twice the steps), warm (the grid computed first), interleaved: the steps'
+    ratio, the time's, and the time per step's (wall: target <= 1.15; and CPU)."""
+    from demos.serving.api import simulate
+
+    pricers: dict = {}
+    simulate(ROW_MODEL, pricers=pricers, **dict(ROW, requests=64, warmup=0))
+    n_warm = _repeats(cfg)[1]
     sizes = {n: dict(ROW, requests=n, warmup=0) for n in (64, 128)}
     times: dict[int, list[float]] = {n: [] for n in sizes}
+    cpu: dict[int, list[float]] = {n: [] for n in sizes}
     count: dict[int, int] = {}
     for i in range(n_warm):
         progress(f"serving: N and 2N requests, repeat {i + 1}/{n_warm}")
         for n, kw in sizes.items():
             s, r = _timed(lambda kw=kw: simulate(ROW_MODEL, pricers=pricers, **kw))
             times[n].append(s)
+            cpu[n].append(_cpu[-1])
             count[n] = len(r._raw["none"][1].ends)
     t1, t2 = statistics.median(times[64]), statistics.median(times[128])
     per_step = (t2 / count[128]) / (t1 / count[64])
-    out += [
+    per_step_cpu = (statistics.median(cpu[128]) / count[128]) / (statistics.median(cpu[64]) / count[64])
+    return [
         _seconds_record("(c) N = 64 requests, warm", times[64]),
         _seconds_record("(c) 2N = 128 requests, warm", times[128]),
         value_record(SECTION, "(c) 2N / N: steps", count[128] / count[64], "ratio"),
         value_record(SECTION, "(c) 2N / N: wall time", t2 / t1, "ratio"),
         value_record(SECTION, "(c) 2N / N: wall time per step", per_step, "ratio", "<= 1.15"),
+        value_record(SECTION, "(c) 2N / N: CPU time per step", per_step_cpu, "ratio"),
     ]
-    return out
 
 
 def _replicated_head(folder: str) -> tuple[str, float]:
@@ -141,7 +171,8 @@ def _replicated_head(folder: str) -> tuple[str, float]:
 
 def trace_records(cfg: Config) -> list[Record]:
     """(b) The Azure conversation trace on DeepSeek-V3's 8 data-parallel ranks (``TRACE_DEPLOYMENT``): one
-    run, no overlap, cold and warm, each against the 30 s target, with its steps and grid points. The full
+    run, no overlap, cold and warm, each against the 30 s target (and each's CPU time), with its steps and
+    grid points. The full
     trace where ``cfg.azure_trace`` names it; else the shipped head repeated to its request count and
     scaled to its rate (``_replicated_head``), named so in the records. ``--quick``: the first 2,000
     requests."""
@@ -160,12 +191,15 @@ def trace_records(cfg: Config) -> list[Record]:
         cold, run = _timed(lambda: simulate("deepseek-v3", **kw))
         progress(f"serving: {label}, warm")
         warm, _ = _timed(lambda: simulate("deepseek-v3", **kw))
+        cold_cpu, warm_cpu = _cpu[-2:]
     n = run.runs[0].requests
     steps = len(run._raw["none"][1].ends)
     what = f"(b) {label}, {n:,} requests"
     return [
         _seconds_record(f"{what}: cold (grid computed)", [cold], 30.0),
+        _cpu_record("(b) cold", [cold_cpu]),
         _seconds_record(f"{what}: warm (pricer reused)", [warm], 30.0),
+        _cpu_record("(b) warm", [warm_cpu]),
         value_record(SECTION, "(b) steps", steps, "count"),
         value_record(SECTION, "(b) grid points run", run.pricer["grid_points"], "count"),
         value_record(SECTION, "(b) share of cold not in the loop (grid, setup)", (cold - warm) / cold, "ratio"),
