@@ -10,6 +10,7 @@ themselves, and what a record holds, are in ``demos.bench._suite``.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 
@@ -18,6 +19,7 @@ from demos._cli import OutputPathError, check_output_paths, run_main, say, write
 from demos.bench._core import Config
 from demos.bench._output import section_names, write_json, write_markdown
 from demos.bench._report import NOISY_SPREAD, Record, machine, table
+from demos.bench._serving import TRACE_ENV
 from demos.bench._suite import SECTIONS
 
 
@@ -35,6 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("auto", "cuda", "threads", "virtual", "inline"),
         help="stream backend of the host section (default auto: cuda with a GPU, else threads)",
     )
+    parser.add_argument(
+        "--azure-trace",
+        metavar="PATH",
+        default=None,
+        help="the serving section's full AzureLLMInferenceTrace_conv.csv (default: $DBO_AZURE_CONV_TRACE; "
+        "without either, the shipped head repeated to its size)",
+    )
     return parser
 
 
@@ -48,7 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     except OutputPathError as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")
 
-    cfg = Config(quick=args.quick, device=args.device, backend=args.backend)
+    trace = args.azure_trace or os.environ.get(TRACE_ENV) or None
+    if trace is not None and not os.path.isfile(trace):
+        how = "--azure-trace" if args.azure_trace else f"${TRACE_ENV}"
+        parser.exit(2, f"{parser.prog}: error: {how} {trace}: no such file\n")
+    cfg = Config(quick=args.quick, device=args.device, backend=args.backend, azure_trace=trace)
     mach = machine()  # before the run: the load average says how busy the machine was
     chosen = [fn for fn in SECTIONS if not args.section or fn.__name__.removeprefix("section_") in args.section]
     if args.section and not chosen:

@@ -19,6 +19,7 @@ class Config:
     quick: bool
     device: str
     backend: str = "auto"  # the host section's stream backend (auto: cuda with a GPU, else threads)
+    azure_trace: str | None = None  # the serving section's full Azure conversation trace (None: the shipped head)
 
     @property
     def repeat(self) -> int:

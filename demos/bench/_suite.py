@@ -315,6 +315,36 @@ def section_signals(cfg: Config) -> list[Record]:
     return records
 
 
+def section_serving(cfg: Config) -> list[Record]:
+    """`demos.serving`'s own cost (`demos.bench._serving`), imports excluded. (a) A closed-loop row end to end:
+    aiconfigurator's silicon row of DeepSeek-R1 FP8 on 8 x H200 (EP 8, DP attention), TRT-LLM, 1024 -> 1024
+    tokens at concurrency 32, as `demos.validate serving --quick` runs it (64 requests measured after 32
+    warm-up, no overlap): cold (a fresh step pricer: the model, the pricer's setup and every grid point the run
+    needs, each a predictor run) and warm (the first run's pricer reused: the loop and its pricing only), median
+    of 3 and 5 (`--quick`: 1 and 3); target for each under 0.5 s (wall; the process CPU time beside it says how
+    much of the wall a shared machine added); the share of the cold run that is not the loop says which
+    dominates. (b) The Azure LLM inference conversation trace (one hour, 19,366 requests) on DeepSeek-V3 on 8 x
+    H200 at EP 8 (8 data-parallel ranks) under vLLM's scheduler, one run without overlap (the command runs one
+    per overlap: twice for vLLM, and nine more for its threshold search unless `--no-search`), once cold and
+    once warm, target under 30 s each. The trace is not in the repository: `--azure-trace PATH` or
+    `$DBO_AZURE_CONV_TRACE` names it; without either the shipped head (its first 300 requests) is repeated to
+    19,366 requests and scaled to the full trace's mean rate (5.53 requests/s), and the records say so
+    (`--quick`: the first 2,000 requests). (c) The loop's cost against its steps: the row of (a) without warm-up
+    at 64 and 128 requests (2 and 4 cohorts of 32, so twice the steps), warm, interleaved: wall time per step at
+    2N over wall time per step at N, target at most 1.15 (and the same ratio of CPU time). (d) The step-time
+    grid's interpolation (linear in tokens and context between grid points) against direct predictor runs at
+    points between grid points in both (`StepPricer.interpolation_error`, the plain step): decode at 6 token
+    counts from 5 to 160 per rank (graph) and prefill at 5 from 640 to 10,240 tokens (eager), for DeepSeek-V3 on
+    8 x H200 and Qwen3-30B-A3B on 8 x H100, both EP 8; median and largest |error| (`--quick`: 2 points each).
+    Where a cold run's time goes: its grid points, each a predictor point (three steps of the zoo on `virtual`,
+    none, DBO and SBO, each captured and replayed; 0.3-0.5 s of CPU, what the simulation section's one point
+    costs); runs that share a pricer (the vLLM threshold search, `demos.validate serving`'s rows of one
+    deployment) pay each point once."""
+    from demos.bench._serving import interpolation_records, row_records, scaling_records, trace_records
+
+    return row_records(cfg) + trace_records(cfg) + scaling_records(cfg) + interpolation_records(cfg)
+
+
 SECTIONS: list[Callable[[Config], list[Record]]] = [
     section_workspace,
     section_handoff,
@@ -322,4 +352,5 @@ SECTIONS: list[Callable[[Config], list[Record]]] = [
     section_simulation,
     section_host,
     section_signals,
+    section_serving,
 ]

@@ -2,7 +2,8 @@
 workload with and without each overlap, the share of steps each engine's own rule splits and why the
 others stay whole, and the vLLM threshold this workload favours (docs/serving.md).
 
-The command line only: flags, one-line errors before any work, the progress line, the files. The answer
+The command line only: flags, one-line errors before any work, the progress line, the files (``--json``,
+``--csv``: one row per request per overlap run, ``--plot``), each written whole or not at all. The answer
 is ``demos.serving.api.simulate`` (the same function from Python), called with the flags as its keyword
 arguments.
 """
@@ -85,6 +86,7 @@ def build_parser() -> cli_common.OneLineParser:
     a("--kv-cache-dtype", default=None, choices=tuple(KV_CACHE_DTYPES), help="the KV cache's precision")
     a("--kernels", default="roofline", choices=("roofline", "measured"), help="kernel-time source (default roofline)")
     a("--json", dest="json_path", default=None, metavar="PATH", help="write the run as JSON")
+    a("--csv", dest="csv_path", default=None, metavar="PATH", help="write one row per request per overlap run")
     a("--plot", dest="plot_path", default=None, metavar="PATH.png", help="latency CDFs with and without each overlap")
     return p
 
@@ -97,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     bar = cli_common.ProgressLine(every=5.0)
     try:
-        cli_common.check_output_paths([(ns.json_path, "--json"), (ns.plot_path, "--plot")])
+        cli_common.check_output_paths([(ns.json_path, "--json"), (ns.csv_path, "--csv"), (ns.plot_path, "--plot")])
         if ns.plot_path is not None and importlib.util.find_spec("matplotlib") is None:
             raise cli_common.OutputPathError(
                 "--plot needs matplotlib (pip install -e '.[plot]'), which is not installed: nothing was run"
@@ -153,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if not cli_common.write_output(ns.json_path, "--json", write, PROG):
             status = 1
+    if ns.csv_path and not cli_common.write_output(ns.csv_path, "--csv", run.write_csv, PROG):
+        status = 1
     return status
 
 

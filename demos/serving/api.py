@@ -17,6 +17,7 @@ among the runs within ``FLOOR`` of the best throughput) with the engine lines th
 
 from __future__ import annotations
 
+import csv
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -39,7 +40,7 @@ from demos.vocabulary import Overlap, Phase
 from demos.zoo.loading import load_model, workload_for
 from demos.zoo.memory import serving_limits
 
-__all__ = ["ENGINES", "FLOOR", "THRESHOLDS", "ServingRun", "simulate"]
+__all__ = ["CSV_COLUMNS", "ENGINES", "FLOOR", "THRESHOLDS", "ServingRun", "simulate"]
 
 ENGINES = ("vllm", "sglang", "trtllm")
 THRESHOLDS = (2, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -47,6 +48,20 @@ THRESHOLDS = (2, 8, 16, 32, 64, 128, 256, 512, 1024)
 FLOOR = 0.95
 """The share of the best throughput a threshold must keep to be chosen by p99 inter-token latency (a
 stated choice)."""
+CSV_COLUMNS = (
+    "overlap",
+    "request_id",
+    "arrival_s",
+    "prompt_tokens",
+    "output_tokens",
+    "generated_tokens",
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "finished",
+    "warmup",
+)
+"""``ServingRun.write_csv``'s columns, one row per request per overlap run (docs/serving.md)."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +70,8 @@ class ServingRun:
     ``workload``: the arrivals described, the cluster and the per-rank KV capacity); ``runs``: one
     ``OverlapRun`` per strategy; ``best``: the thresholds this workload favours and the engine lines that
     set them (empty where the engine has no threshold); ``pricer``: the grid points run and the
-    interpolation's error; ``sources``."""
+    interpolation's error; ``sources``. ``request_rows()`` / ``write_csv(path)``: every request of each
+    strategy's run (``CSV_COLUMNS``)."""
 
     title: str
     model: str
@@ -68,6 +84,7 @@ class ServingRun:
     pricer: dict[str, Any] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
     _raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _warmup: int = field(default=0, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in ("title", "model", "engine", "pool", "workload")}
@@ -75,6 +92,43 @@ class ServingRun:
         out["runs"] = [r.as_dict() for r in self.runs]
         out.update(best=dict(self.best), pricer=dict(self.pricer), sources=list(self.sources))
         return out
+
+    def request_rows(self) -> list[tuple]:
+        """One row per request per overlap run, in ``CSV_COLUMNS``' order (each run's requests by id): when it
+        arrived (s from the run's start), its prompt and output tokens, the output tokens made, TTFT, TPOT and
+        end-to-end latency in ms as the run's figures count them (None where there is none: no first token,
+        fewer than two tokens, not finished), whether it finished, and whether it was a warm-up request (a
+        closed loop's first ones, left out of the figures). Read from what the run kept of its requests:
+        nothing is added to the loop."""
+        rows = []
+        for name, (lives, _) in self._raw.items():
+            warm = {id(x) for x in sorted(lives, key=lambda x: (x.arrival_s, x.request.id))[: self._warmup]}
+            for x in sorted(lives, key=lambda x: x.request.id):
+                r, first, done = x.request, x.first_token_s, x.finished_s
+                ts = x.token_s
+                rows.append(
+                    (
+                        name,
+                        r.id,
+                        x.arrival_s,
+                        r.prompt_tokens,
+                        r.output_tokens,
+                        x.generated,
+                        None if first is None else 1e3 * (first - x.arrival_s),
+                        1e3 * (ts[-1] - ts[0]) / (len(ts) - 1) if len(ts) > 1 else None,
+                        None if done is None else 1e3 * (done - x.arrival_s),
+                        done is not None,
+                        id(x) in warm,
+                    )
+                )
+        return rows
+
+    def write_csv(self, path: str) -> None:
+        """``request_rows()`` as CSV at ``path``, headed by ``CSV_COLUMNS`` (an empty cell for None)."""
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(CSV_COLUMNS)
+            w.writerows(["" if v is None else v for v in row] for row in self.request_rows())
 
     def write_plot(self, path: str) -> None:
         """Two panels: each strategy's inter-token latency CDF, and the busiest rank's tokens per step over
@@ -333,7 +387,7 @@ def simulate(
     def run(o: Overlap, decode_threshold: int, keep: bool = False) -> OverlapRun:
         ranks = [make_rank(engine, kv, hbm_gb=hbm_gb, dp=dp, max_seqs=max_seqs) for _ in range(dp)]
         p = Pool(pool_kind, ranks, make_router(engine, dp), engine, c.world)
-        decide = _rule(engine, o, decode_threshold, thresholds[1], graphs)
+        decide = split_rules.split_rule(engine, o, decode_threshold, thresholds[1], graphs)
         sbo = o == Overlap.SBO
 
         def tick(finished: int, _: int) -> None:
@@ -388,25 +442,13 @@ def simulate(
         best=best,
         pricer={"grid_points": pricer.runs, "interpolation": interp},
         _raw=raw,
+        _warmup=source.warmup,
         sources=(
             f"model: {native.source}",
             f"step times: python -m demos.predict's model ({kernels} kernels), interpolated over a grid",
             f"scheduler and split rule: {engine}'s release as docs/serving.md names them",
         ),
     )
-
-
-def _rule(engine: str, o: Overlap, decode_threshold: int, prefill_threshold: int, graphs: Any):
-    """The engine's per-step split rule (``demos.serving.split_rules``) for overlap ``o``; ``graphs``: the
-    CUDA graphs vLLM captured (built once per run: the rule reads them every step)."""
-    on = o == Overlap.DBO
-    if engine == "vllm":
-        return lambda b: split_rules.vllm_dbo_decision(
-            b, enabled=on, decode_threshold=decode_threshold, prefill_threshold=prefill_threshold, graphs=graphs
-        )
-    if engine == "sglang":
-        return lambda b: split_rules.sglang_tbo_decision(b, enabled=on)
-    return lambda b: split_rules.vllm_dbo_decision(b, enabled=False, graphs=graphs)  # TRT-LLM: no DBO split
 
 
 def _best(run_at: Callable[[int], OverlapRun], given: Any, native: Any, base: Any) -> dict[str, Any]:

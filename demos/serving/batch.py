@@ -65,6 +65,8 @@ class RankBatch:
     @property
     def tokens(self) -> int:
         """The tokens the rank schedules this step: one per decode request plus every prefill chunk's."""
+        if not self.prefill:  # most steps: read per rank several times a step
+            return len(self.decode)
         return len(self.decode) + sum(c for c, _ in self.prefill)
 
     @property
@@ -91,6 +93,7 @@ class SplitDecision:
     graph: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "reason", SplitReason.parse(self.reason, "reason"))
+        if not isinstance(self.reason, SplitReason):  # a rule passes a member: one a step, no parse
+            object.__setattr__(self, "reason", SplitReason.parse(self.reason, "reason"))
         if self.split != (self.reason == SplitReason.SPLIT):
             raise ValueError(f"split ({self.split}) and reason ({self.reason}) disagree")

@@ -22,6 +22,7 @@ transfer. TPOT and inter-token latency are the decode side's.
 from __future__ import annotations
 
 import heapq
+import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -29,7 +30,7 @@ from demos.errors import ConfigError, field_ref
 from demos.serving import arrivals
 from demos.serving.batch import RankBatch, SplitDecision
 from demos.serving.requests import Request
-from demos.serving.run import OverlapRun, Pool, PoolKind, ServingError, _Record, metrics, step_pool, stuck
+from demos.serving.run import OverlapRun, Pool, PoolKind, ServingError, StepRecord, metrics, step_pool, stuck
 from demos.serving.schedulers import Live, make_rank, make_router
 from demos.serving.step_times import StepPricer, kv_capacity_tokens
 from demos.vocabulary import Overlap, Phase
@@ -73,7 +74,7 @@ class _Worker:
         self.pool, self.decide, self.price = pool, decide, price
         self.now = 0.0
         self.due: list[tuple[float, int, Request, Live | None]] = []
-        self.rec = _Record()
+        self.rec = StepRecord()
 
     def next_time(self) -> float | None:
         if any(r.busy for r in self.pool.ranks):
@@ -134,7 +135,7 @@ def serve_coupled(
     ended on the decode side (its arrival and first token as the client sees them)."""
     it = iter(source)
     order = [0]
-    rr = {"prefill": 0, "decode": 0}
+    to_prefill, to_decode = itertools.cycle(prefill), itertools.cycle(decode)  # round robin over the workers
     out: list[Live] = []
     firsts: dict[int, tuple[float, float]] = {}  # request id -> (arrival, first token at prefill)
 
@@ -145,9 +146,7 @@ def serve_coupled(
     def send(t: float) -> None:
         r = next(it, None)
         if r is not None:
-            w = prefill[rr["prefill"] % len(prefill)]
-            rr["prefill"] += 1
-            push(w, t, r)
+            push(next(to_prefill), t, r)
 
     for _ in range(source.concurrency or 0):
         send(0.0)
@@ -184,9 +183,7 @@ def serve_coupled(
         for live in left:
             if w.pool.kind == PoolKind.PREFILL:
                 firsts[live.request.id] = (live.arrival_s, w.now)
-                d = decode[rr["decode"] % len(decode)]
-                rr["decode"] += 1
-                push(d, w.now + transfer_s(live.request), live.request)
+                push(next(to_decode), w.now + transfer_s(live.request), live.request)
             else:
                 send(w.now)
     return out
@@ -213,8 +210,8 @@ def simulate_disaggregated(
     overlap strategy in ``overlap`` (each side under the engine's own split rule): ``(runs, lives, setup)``
     with ``runs[overlap]`` the ``OverlapRun`` (the decode side's steps for the split share), ``lives`` the
     requests as they ended, ``setup`` the sides' data-parallel ranks and KV capacity."""
-    from demos.serving.api import ENGINES, _rule
-    from demos.serving.split_rules import VllmGraphs
+    from demos.serving.api import ENGINES
+    from demos.serving.split_rules import VllmGraphs, split_rule
 
     if engine not in ENGINES:
         raise ConfigError(f"{field_ref('engine')} must be one of {', '.join(ENGINES)}, got {engine!r}")
@@ -222,10 +219,10 @@ def simulate_disaggregated(
     source = arrivals.ClosedLoop(concurrency, isl, osl, n, 2 * concurrency if warmup is None else warmup)
     native = load_model(model)
     sides = {
-        "prefill": _deploy(native, engine, prefill, Phase.PREFILL, weights, kv_cache_dtype, kernels, pricers),
-        "decode": _deploy(native, engine, decode, Phase.DECODE, weights, kv_cache_dtype, kernels, pricers),
+        PoolKind.PREFILL: _deploy(native, engine, prefill, Phase.PREFILL, weights, kv_cache_dtype, kernels, pricers),
+        PoolKind.DECODE: _deploy(native, engine, decode, Phase.DECODE, weights, kv_cache_dtype, kernels, pricers),
     }
-    p = sides["prefill"]
+    p = sides[PoolKind.PREFILL]
     per_token = kv_bytes_per_token(p.base)
     nic = p.base.gpu.nic_bandwidth
 
@@ -238,24 +235,23 @@ def simulate_disaggregated(
     for o in overlap:
         o = Overlap.parse(o, "overlap")
         workers = {}
-        for name, d in sides.items():
+        for kind, d in sides.items():
             graphs = VllmGraphs.defaults(
                 max_num_seqs=d.side.max_seqs or 1024,
                 max_num_batched_tokens=8192,
                 sm100=d.base.gpu.family == "blackwell",
             )
-            decide = _rule(engine, o, 32, 512, graphs)
-            kind = PoolKind.PREFILL if name == "prefill" else PoolKind.DECODE
-            workers[name] = [_Worker(_pool(engine, kind, d), decide, _pricing(d.pricer)) for _ in range(d.side.workers)]
+            decide = split_rule(engine, o, 32, 512, graphs)
+            workers[kind] = [_Worker(_pool(engine, kind, d), decide, _pricing(d.pricer)) for _ in range(d.side.workers)]
         try:
-            lives = serve_coupled(workers["prefill"], workers["decode"], source, transfer_s)
+            lives = serve_coupled(workers[PoolKind.PREFILL], workers[PoolKind.DECODE], source, transfer_s)
         except ServingError as e:
             raise ConfigError(f"{field_ref('model')} {native.name}: {e}") from None
-        rec = _merged(w.rec for w in workers["decode"])
+        rec = _merged(w.rec for w in workers[PoolKind.DECODE])
         runs[str(o)] = metrics(str(o), lives, rec, gpus=gpus, warmup=source.warmup)
         kept[str(o)] = lives
-    setup = {
-        name: {
+    setup: dict[str, Any] = {
+        str(kind): {
             "gpu": d.base.gpu.name,
             "nodes": d.base.cluster.nodes,
             "gpus_per_node": d.base.cluster.gpus_per_node,
@@ -265,7 +261,7 @@ def simulate_disaggregated(
             "data_parallel": d.dp,
             "kv_tokens_per_rank": d.kv,
         }
-        for name, d in sides.items()
+        for kind, d in sides.items()
     }
     setup["transfer_s_per_prompt_token"] = per_token / nic
     return runs, kept, setup
@@ -275,14 +271,14 @@ def _pricing(pricer: StepPricer) -> Callable[[Sequence[RankBatch], SplitDecision
     return lambda b, d: pricer.seconds(b, d)
 
 
-def _merged(recs) -> _Record:
+def _merged(recs) -> StepRecord:
     """One record of the decode workers' steps, in time order (for the split share and the step mix)."""
     rows = sorted(
         ((end, i, j), kind, tokens, decision)
         for i, r in enumerate(recs)
         for j, (end, kind, tokens, decision) in enumerate(zip(r.ends, r.kinds, r.tokens, r.decisions))
     )
-    out = _Record()
+    out = StepRecord()
     for (end, _, _), kind, tokens, decision in rows:
         out.ends.append(end)
         out.kinds.append(kind)

@@ -42,7 +42,18 @@ from demos.serving.requests import Request
 from demos.serving.schedulers import Live, RankScheduler, Router, advance
 from demos.vocabulary import Word
 
-__all__ = ["OverlapRun", "Percentiles", "Pool", "PoolKind", "ServingError", "metrics", "serve", "step_pool", "stuck"]
+__all__ = [
+    "OverlapRun",
+    "Percentiles",
+    "Pool",
+    "PoolKind",
+    "ServingError",
+    "StepRecord",
+    "metrics",
+    "serve",
+    "step_pool",
+    "stuck",
+]
 
 
 class PoolKind(Word):
@@ -132,7 +143,7 @@ class OverlapRun:
 
 
 @dataclass
-class _Record:
+class StepRecord:
     """What the loop keeps of the steps: each step's end time, kind, tokens on the busiest rank and decision."""
 
     ends: list[float] = field(default_factory=list)
@@ -160,14 +171,14 @@ def serve(
     progress: Callable[[int, int], None] | None = None,
     total: int | None = None,
     max_steps: int = 50_000_000,
-) -> tuple[list[Live], _Record]:
+) -> tuple[list[Live], StepRecord]:
     """Run ``pool`` over ``source`` (module docstring). ``concurrency``: a closed loop of that many clients
     (the requests' arrival times are ignored: each is sent when a client's previous one finishes); None: an
     open loop at the requests' own ``arrival_s``. ``progress(finished, total)`` after each finished request.
     Returns every request as it ended and the step record."""
     it = iter(source)
     lives: list[Live] = []
-    rec = _Record()
+    rec = StepRecord()
     now = 0.0
     due: list[tuple[float, int, Request]] = []  # (time, order, request): the arrivals not yet delivered
     order = 0
@@ -234,7 +245,7 @@ def step_pool(
     pool: Pool,
     decide: Callable[[Sequence[RankBatch]], SplitDecision],
     price: Callable[[Sequence[RankBatch], SplitDecision], float],
-    rec: _Record,
+    rec: StepRecord,
     now: float,
 ) -> tuple[float, list[Live]] | None:
     """One lockstep step of ``pool``'s ranks from ``now`` (module docstring, 2-4), recorded in ``rec``: its
@@ -272,7 +283,7 @@ def stuck(pool: Pool) -> ServingError:
     return ServingError(f"rank {i} cannot schedule {what}: its KV cache holds {pool.ranks[i].kv_tokens} tokens")
 
 
-def metrics(overlap: str, lives: Sequence[Live], rec: _Record, *, gpus: int, warmup: int = 0) -> OverlapRun:
+def metrics(overlap: str, lives: Sequence[Live], rec: StepRecord, *, gpus: int, warmup: int = 0) -> OverlapRun:
     """The ``OverlapRun`` of a finished run (module docstring); ``warmup``: the first requests (by id order
     of arrival) left out."""
     measured = [x for x in sorted(lives, key=lambda x: (x.arrival_s, x.request.id))[warmup:] if x.finished_s]

@@ -61,9 +61,10 @@ __all__ = [
 ]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Live:
-    """A request in the engine (module docstring)."""
+    """A request in the engine (module docstring). Slotted: the loop reads and writes its fields for every
+    request of every step."""
 
     request: Request
     arrival_s: float
@@ -107,16 +108,16 @@ def advance(plan: Plan, end_s: float) -> list[Live]:
     """Advance each request of ``plan`` by its step, which ended at ``end_s``: a chunk that completes the
     prompt (or a recompute) makes the next output token, a decode makes one; returns those now done."""
     done = []
-    for live, n in plan.entries:
-        if live.prefilling:
+    for live, n in plan.entries:  # ``prefilling`` and ``done`` written out: this runs per request per step
+        if live.computed < live.target:
             live.computed += n
-            if live.prefilling:
+            if live.computed < live.target:
                 continue
         live.generated += 1
         live.token_s.append(end_s)
         if live.first_token_s is None:
             live.first_token_s = end_s
-        if live.done:
+        if live.generated >= live.request.output_tokens:
             live.finished_s = end_s
             done.append(live)
     return done
@@ -173,14 +174,18 @@ class VLLMRank(RankScheduler):
     def plan(self) -> Plan:
         budget = self.budget
         running = self.running
-        if (
-            not self.waiting
-            and len(running) <= budget
-            and self.kv_used + len(running) <= self.kv_tokens
-            and all(x.computed >= x.target for x in running)
-        ):  # every request decodes one token and the cache holds them: the loop below, without its checks
-            self.kv_used += len(running)
-            return _plan([(x, 1) for x in running])
+        if not self.waiting and len(running) <= budget and self.kv_used + len(running) <= self.kv_tokens:
+            # every request decodes one token and the cache holds them: the loop below, without its checks
+            # (``_plan`` of ``(x, 1)`` for each, written out)
+            decode = []
+            for x in running:
+                if x.computed < x.target:
+                    break
+                k = x.generated - 1 - (x.target - x.request.prompt_tokens)
+                decode.append(x.computed + k if k > 0 else x.computed)
+            else:
+                self.kv_used += len(running)
+                return Plan(RankBatch.trusted(tuple(decode), ()), [(x, 1) for x in running])
         entries: dict[Live, int] = {}  # insertion-ordered; a Live hashes by identity
         preempted = False
         i = 0
@@ -270,8 +275,9 @@ def _plan(entries: list[tuple[Live, int]]) -> Plan:
     for x, n in entries:
         if x.computed < x.target:
             prefill.append((n, x.computed))
-        else:
-            decode.append(x.cached)
+        else:  # ``x.cached`` written out: this runs per request per step
+            k = x.generated - 1 - (x.target - x.request.prompt_tokens)
+            decode.append(x.computed + k if k > 0 else x.computed)
     return Plan(RankBatch.trusted(tuple(decode), tuple(prefill)), entries)
 
 

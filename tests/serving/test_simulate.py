@@ -5,13 +5,15 @@ input is one line and status 2 before any step runs."""
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
 
 from demos.errors import ConfigError
 from demos.serving.__main__ import main
-from demos.serving.api import simulate
+from demos.serving.api import CSV_COLUMNS, simulate
+from demos.serving.run import Percentiles
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -90,16 +92,38 @@ def test_bad_arguments_are_one_line_before_any_step(kwargs, message):
     assert "\n" not in str(e.value)
 
 
-def test_the_command_prints_the_table_writes_the_json_and_refuses_in_one_line(tmp_path, capsys):
-    out = tmp_path / "run.json"
+def test_the_request_rows_hold_every_request_and_give_back_the_runs_figures(vllm_run):
+    rows = [dict(zip(CSV_COLUMNS, r)) for r in vllm_run.request_rows()]
+    for run in vllm_run.runs:
+        mine = [r for r in rows if r["overlap"] == run.overlap]
+        assert [r["request_id"] for r in mine] == list(range(56))  # 8 warm-up and 48 measured, by id
+        assert sum(r["warmup"] for r in mine) == 8 and all(r["finished"] for r in mine)
+        measured = [r for r in mine if not r["warmup"]]
+        assert all(r["prompt_tokens"] == 256 and r["generated_tokens"] == r["output_tokens"] == 16 for r in measured)
+        for key, figure in (("ttft_ms", run.ttft_ms), ("tpot_ms", run.tpot_ms), ("e2e_ms", run.e2e_ms)):
+            got = Percentiles.of([r[key] / 1e3 for r in measured])
+            assert (got.p50, got.p90, got.p99) == pytest.approx((figure.p50, figure.p90, figure.p99), rel=1e-12)
+
+
+def test_the_command_prints_the_table_writes_the_json_and_csv_and_refuses_in_one_line(tmp_path, capsys):
+    out, table = tmp_path / "run.json", tmp_path / "requests.csv"
     args = ["--model", "qwen3-30b-a3b", "--gpu", "H100", "--concurrency", "16", "--isl", "256", "--osl", "8"]
-    assert main(args + ["--requests", "16", "--warmup", "0", "--no-search", "--json", str(out)]) == 0
+    args += ["--requests", "16", "--warmup", "0", "--no-search"]
+    assert main(args + ["--json", str(out), "--csv", str(table)]) == 0
     text = capsys.readouterr().out
     assert "TTFT p50/p99 ms" in text and "\nnone " in text and "\ndbo " in text
     assert [r["overlap"] for r in json.loads(out.read_text())["runs"]] == ["none", "dbo"]
+    with open(table, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == CSV_COLUMNS and len(rows) == 2 * 16
+    assert {r["overlap"] for r in rows} == {"none", "dbo"} and {r["finished"] for r in rows} == {"True"}
     assert main(["--model", "qwen3-30b-a3b", "--concurrency", "4"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "give --isl and --osl" in err
+    # a --csv path that cannot be written is refused before any step, and nothing else is written
+    assert main(args + ["--json", str(tmp_path / "second.json"), "--csv", str(tmp_path / "no" / "r.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--csv" in err and not (tmp_path / "second.json").exists()
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ it follows): ``_vllm`` (vLLM 0.34.0's DBO rule, ``vllm_dbo_plan``, its older rul
 
 from __future__ import annotations
 
+from demos.serving.split_rules._engine import split_rule
 from demos.serving.split_rules._plan import NUM_UBATCHES as NUM_UBATCHES
 from demos.serving.split_rules._plan import CudaGraph, StepPlan
 from demos.serving.split_rules._sglang import (
@@ -42,6 +43,7 @@ __all__ = [
     "sglang_split_index",
     "sglang_tbo_decision",
     "sglang_tbo_plan",
+    "split_rule",
     "vllm_dbo_decision",
     "vllm_dbo_plan",
     "vllm_legacy_dbo_decision",

@@ -46,7 +46,9 @@ from demos.serving.split_rules._vllm_graphs import (
     KIND_OF_LEVEL,
     GraphDesc,
     VllmGraphs,
+    captured,
     dispatch,
+    dispatch_in,
 )
 
 VLLM_DECODE_THRESHOLD = 32
@@ -69,6 +71,8 @@ def _vllm_rank(batch: RankBatch, q: int) -> _VllmRank:
     rank runs the dummy batch: one request of ``q`` tokens, a uniform decode."""
     if batch.idle:
         return _VllmRank(q, 1, q, True)
+    if not batch.prefill:  # a decode only: the same as below, without its lists
+        return _VllmRank(q * len(batch.decode), len(batch.decode), q, False)
     lens = [q] * len(batch.decode) + [c for c, _ in batch.prefill]
     eligible = all(c == 1 and cached > 0 for c, cached in batch.prefill)
     uniform = lens[0] if eligible and all(n == lens[0] for n in lens) else None
@@ -134,6 +138,7 @@ def vllm_dbo_plan(
             SplitDecision(False, reason, padded, d.level != GRAPH_NONE), (d.tokens,), (KIND_OF_LEVEL[d.level],)
         )
     ubatch_threshold = decode_threshold if enabled else None
+    cap = captured(graphs, ubatch_threshold)
     tokens = [v.tokens for v in views]
     lo, hi, reqs = min(tokens), max(tokens), max(v.reqs for v in views)
     same_uniform = all(v.uniform == views[0].uniform for v in views)
@@ -141,7 +146,7 @@ def vllm_dbo_plan(
     if enabled:
         uniform_decode = same_uniform and views[0].uniform == q
         if lo >= (decode_threshold if uniform_decode else prefill_threshold):
-            d = dispatch(graphs, ubatch_threshold, reqs, hi, synced_uniform, NUM_UBATCHES)
+            d = dispatch_in(cap, reqs, hi, synced_uniform, NUM_UBATCHES)
             if d.level != GRAPH_NONE and NUM_UBATCHES * lo < d.tokens:
                 d = GraphDesc(GRAPH_NONE, hi, reqs, None, NUM_UBATCHES)  # a rank's second half would be padding only
             split_uniform = d.uniform if d.level == GRAPH_FULL else synced_uniform
@@ -156,10 +161,10 @@ def vllm_dbo_plan(
         reason = SplitReason.IDLE_RANK if any(v.idle for v in views) else SplitReason.BELOW_THRESHOLD
     else:
         reason = SplitReason.DISABLED
-    level = min(dispatch(graphs, ubatch_threshold, v.reqs, v.tokens, v.uniform, 1).level for v in views)
+    level = min(dispatch_in(cap, v.reqs, v.tokens, v.uniform, 1).level for v in views)
     if level == GRAPH_NONE:
         return StepPlan(SplitDecision(False, reason), tuple(tokens), (CudaGraph.NONE,) * len(ranks))
-    d = dispatch(graphs, ubatch_threshold, reqs, hi, synced_uniform, 1)
+    d = dispatch_in(cap, reqs, hi, synced_uniform, 1)
     return StepPlan(
         SplitDecision(False, reason, d.tokens, d.level != GRAPH_NONE),
         (d.tokens,) * len(ranks),

@@ -214,7 +214,29 @@ def _captured(graphs: VllmGraphs, ubatch_threshold: int | None):
         for t in graphs.token_sizes:
             d = GraphDesc(mixed_level, t, None if mixed_level == GRAPH_PIECEWISE else min(t, graphs.max_num_seqs), None)
             keyed += [x for x in (d, twin(d)) if x is not None]
-    return tables, tuple(keyed)
+    sizes = tuple(d.tokens for d in keyed)
+    same: dict[int, tuple[GraphDesc, ...]] = {}
+    for d in keyed:
+        same[d.tokens] = same.get(d.tokens, ()) + (d,)
+    return Captured(tables, sizes, same, {})
+
+
+class Captured(NamedTuple):
+    """A rank's captured graphs as ``dispatch`` reads them (``captured``), and its answers so far."""
+
+    tables: dict[tuple[int, int], list[GraphDesc]]
+    sizes: tuple[int, ...]  # the token-keyed graphs' sizes, in order
+    same: dict[int, tuple[GraphDesc, ...]]  # the token-keyed graphs by size
+    memo: dict[tuple, GraphDesc]  # (reqs, tokens, uniform, ubatches) -> the graph (a pure function of them)
+
+
+_MEMO_MOST = 1 << 16
+
+
+def captured(graphs: VllmGraphs, ubatch_threshold: int | None) -> Captured:
+    """The graphs a rank captured (``_captured``, built once per graphs and threshold): a step looks
+    them up once, not once per rank."""
+    return _captured(graphs, ubatch_threshold)
 
 
 def dispatch(
@@ -224,15 +246,29 @@ def dispatch(
     uniform decode first tries the smallest decode graph of its query length that holds
     ``ceil(tokens / q)`` requests, then the smallest token-keyed graph at or above ``tokens`` that fits
     (requests, query length, micro-batch count)."""
-    tables, keyed = _captured(graphs, ubatch_threshold)
+    return dispatch_in(_captured(graphs, ubatch_threshold), reqs, tokens, uniform, ubatches)
+
+
+def dispatch_in(cap: Captured, reqs: int, tokens: int, uniform: int | None, ubatches: int) -> GraphDesc:
+    """``dispatch`` in graphs already looked up (``captured``), its answers memoised."""
+    key = (reqs, tokens, uniform, ubatches)
+    d = cap.memo.get(key)
+    if d is None:
+        if len(cap.memo) >= _MEMO_MOST:
+            cap.memo.clear()
+        d = cap.memo[key] = _lookup(cap, reqs, tokens, uniform, ubatches)
+    return d
+
+
+def _lookup(cap: Captured, reqs: int, tokens: int, uniform: int | None, ubatches: int) -> GraphDesc:
+    """``dispatch``'s answer, looked up in ``cap``."""
     candidates: list[GraphDesc] = []
     if tokens > 0:
-        sizes = [d.tokens for d in keyed]
-        i = bisect.bisect_left(sizes, tokens)
-        if i < len(keyed):
-            candidates = [d for d in keyed if d.tokens == keyed[i].tokens]
+        i = bisect.bisect_left(cap.sizes, tokens)
+        if i < len(cap.sizes):
+            candidates = list(cap.same[cap.sizes[i]])
         if uniform is not None:
-            table = tables.get((uniform, ubatches), [])
+            table = cap.tables.get((uniform, ubatches), [])
             n = -(-tokens // uniform)
             if n < len(table):
                 candidates.insert(0, table[n])
