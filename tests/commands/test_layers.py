@@ -284,7 +284,6 @@ NEAR_LIMIT = 390
 
 TOO_LONG_FOR_NOW = {
     "demos/prediction/engines.py",  # to be split (issue 43); temporary: being edited elsewhere while this was written
-    "demos/serving/api.py",  # to be split (issue 43); temporary: being edited elsewhere while this was written
 }
 """The modules still over ``MAX_LINES``, each to be split: the list only shrinks (an entry back under the limit
 fails too, until it is taken off)."""
