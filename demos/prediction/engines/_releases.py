@@ -1,0 +1,164 @@
+"""The pinned releases (``VLLM_VERSION``, ``SGLANG_VERSION``, ``Engines``) and what was read from them
+(the package docstring): every flag the lines can print (``VLLM_FLAGS``, ``SGLANG_FLAGS``), the values some
+of those flags take, the ``model_type``s each engine overlaps or balances experts for, and vLLM's DBO
+thresholds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from demos.vocabulary import Phase, Schedule
+
+VLLM_VERSION = "0.34.0"
+SGLANG_VERSION = "0.5.23"
+
+VLLM_FLAGS = frozenset(
+    {
+        # vllm/engine/arg_utils.py 0.34.0, EngineArgs.add_cli_args: the ParallelConfig group
+        "--distributed-executor-backend",
+        "--pipeline-parallel-size",
+        "--master-addr",
+        "--master-port",
+        "--nnodes",
+        "--node-rank",
+        "--tensor-parallel-size",
+        "--data-parallel-size",
+        "--data-parallel-rank",
+        "--data-parallel-start-rank",
+        "--data-parallel-size-local",
+        "--data-parallel-address",
+        "--data-parallel-rpc-port",
+        "--data-parallel-backend",
+        "--data-parallel-hybrid-lb",
+        "--data-parallel-external-lb",
+        "--enable-expert-parallel",
+        "--all2all-backend",
+        "--enable-dbo",
+        "--ubatch-size",
+        "--dbo-decode-token-threshold",
+        "--dbo-prefill-token-threshold",
+        "--dp-sync-interval",
+        "--disable-nccl-for-dp-synchronization",
+        "--enable-eplb",
+        "--eplb-config",
+        "--expert-placement-strategy",
+        "--enable-elastic-ep",
+        # the ModelConfig group
+        "--model",
+        "--trust-remote-code",
+        "--quantization",
+        # the CacheConfig group
+        "--gpu-memory-utilization",
+        "--kv-cache-dtype",
+        # the SchedulerConfig group
+        "--max-num-seqs",
+        # vllm/entrypoints/common/cli_args.py 0.34.0, make_arg_parser
+        "--headless",
+        "--api-server-count",
+    }
+)
+"""The vLLM 0.34.0 flags read (the package docstring); every flag ``serve_lines`` prints is one of them."""
+
+VLLM_DEEPEP_BACKENDS = {Schedule.LL: "deepep_low_latency", Schedule.HT: "deepep_high_throughput"}
+"""``--all2all-backend`` per schedule: values of ``All2AllBackend`` (vllm/config/parallel.py 0.34.0)."""
+
+SGLANG_FLAGS = frozenset(
+    {
+        # python/sglang/srt/arg_groups/fields/parallel.py 0.5.23: field names, then their aliases
+        "--tp-size",
+        "--tensor-parallel-size",
+        "--dp-size",
+        "--data-parallel-size",
+        "--attn-dp-size",
+        "--attention-data-parallel-size",
+        "--moe-dp-size",
+        "--ep-size",
+        "--expert-parallel-size",
+        "--ep",
+        "--moe-dense-tp-size",
+        "--nnodes",
+        "--node-rank",
+        "--dist-init-addr",
+        "--nccl-init-addr",
+        # .../fields/exec_.py 0.5.23
+        "--moe-a2a-backend",
+        "--deepep-mode",
+        "--enable-two-batch-overlap",
+        "--enable-single-batch-overlap",
+        "--tbo-token-distribution-threshold",
+        "--enable-eplb",
+        "--ep-num-redundant-experts",
+        # .../fields/schedule.py 0.5.23
+        "--mem-fraction-static",
+        "--max-running-requests",
+        # .../fields/model.py and .../fields/serving.py 0.5.23
+        "--model-path",
+        "--model",
+        "--trust-remote-code",
+        "--quantization",
+        "--kv-cache-dtype",
+        "--host",
+        "--port",
+        # python/sglang/srt/server_args.py 0.5.23, registered there (deprecated for --attn-dp-size)
+        "--enable-dp-attention",
+    }
+)
+"""The SGLang 0.5.23 flags read (the package docstring); every flag ``serve_lines`` prints is one of them."""
+
+SGLANG_DEEPEP_MODES = {Schedule.LL: "low_latency", Schedule.HT: "normal"}
+"""``--deepep-mode`` per schedule: its choices are auto, normal, low_latency (fields/exec_.py 0.5.23)."""
+
+SGLANG_TBO_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25", "qwen3_moe"})
+"""The ``model_type``s whose decoder layers SGLang 0.5.23's two-batch overlap splits: DeepseekV2DecoderLayer
+(DeepSeek-V2/V3 and Kimi K2, which it serves as DeepseekV3ForCausalLM, and Kimi-K2.5, whose
+``models/kimi_k25.py`` wraps a DeepseekV3ForCausalLM as its language model) and Qwen3MoeDecoderLayer, among
+the families the predictor loads (``batch_overlap/operations_strategy.py``, ``init_new_tbo``: no branch for
+MiniMaxM2DecoderLayer, whose ``models/minimax_m2.py`` defines TBO operations the strategy does not call, nor
+for gpt-oss's layer)."""
+
+SGLANG_SBO_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25"})
+"""The ``model_type``s whose MoE runs SGLang 0.5.23's single-batch overlap (``compute_overlap_args`` is
+called in ``models/deepseek_v2.py`` only: Kimi-K2.5's text model is that file's)."""
+
+EPLB_MODEL_TYPES = {
+    "vllm": frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "qwen3_moe", "glm4_moe", "mixtral"}),
+    "sglang": frozenset(
+        {"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25", "qwen3_moe", "glm4_moe", "gpt_oss", "minimax_m2"}
+    ),
+}
+"""The ``model_type``s each engine balances experts for, among the families the predictor loads. vLLM 0.34.0:
+the model classes that implement its ``MixtureOfExperts`` interface (``model_executor/models/``; its EPLB
+registers nothing for ``GptOssForCausalLM``, ``v1/worker/gpu/eplb_utils.py``; ``KimiK25ForConditionalGeneration``
+and ``MiniMaxM2ForCausalLM`` do not implement it). SGLang 0.5.23: the model files that read
+``ep_num_redundant_experts`` (``models/deepseek_v2.py``, which Kimi-K2.5's language model is, ``qwen3_moe.py``,
+``glm4_moe.py``, ``gpt_oss.py``, ``minimax_m2.py``; not ``mixtral.py``)."""
+
+VLLM_DBO_REFUSED_MODEL_TYPES = {"kimi_k25": "multimodal (KimiK25ForConditionalGeneration has a vision tower)"}
+"""The ``model_type``s whose model vLLM 0.34.0 refuses DBO for, and why (the package docstring)."""
+
+KV_CACHE_FLAGS = {"vllm": "fp8", "sglang": "fp8_e4m3"}
+"""``--kv-cache-dtype`` for an FP8 (E4M3) cache: vLLM's ``fp8`` is E4M3 (``CacheDType``), SGLang names it."""
+
+VLLM_DEFAULT_THRESHOLDS = {Phase.DECODE: 32, Phase.PREFILL: 512}
+"""``ParallelConfig.dbo_decode_token_threshold`` / ``dbo_prefill_token_threshold`` defaults (0.34.0)."""
+VLLM_MIN_THRESHOLD = 2
+"""vLLM 0.34.0 refuses DBO thresholds below the number of micro-batches, 2 (ParallelConfig's check)."""
+
+
+@dataclass(frozen=True)
+class Engines:
+    """The engine releases the lines are written and checked for: the pinned ones (the package docstring); any
+    other is refused, since no other release's flags were read."""
+
+    vllm: str = VLLM_VERSION
+    sglang: str = SGLANG_VERSION
+
+    def __post_init__(self) -> None:
+        for name, pinned in (("vllm", VLLM_VERSION), ("sglang", SGLANG_VERSION)):
+            if getattr(self, name) != pinned:
+                raise ValueError(
+                    f"engines.{name}: the lines are checked against {pinned} only, got {getattr(self, name)!r}"
+                )
+
+    def as_dict(self) -> dict[str, str]:
+        return {"vllm": self.vllm, "sglang": self.sglang}

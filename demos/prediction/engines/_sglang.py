@@ -1,0 +1,87 @@
+"""SGLang's line (the package docstring): one ``python -m sglang.launch_server`` command, the same on
+every node, with its attention data parallelism, DeepEP mode and two-batch or single-batch overlap; a ``#``
+line where SGLang cannot run the predicted cluster or the overlap."""
+
+from __future__ import annotations
+
+from demos.prediction.engines._carry import expert_flags, memory_flags
+from demos.prediction.engines._deployment import Deployment
+from demos.prediction.engines._releases import SGLANG_DEEPEP_MODES, SGLANG_SBO_MODEL_TYPES, SGLANG_TBO_MODEL_TYPES
+from demos.prediction.engines._shared import HEAD_IP, NODE_RANK, PORT, ep_below_world, gpus
+from demos.vocabulary import Overlap, Schedule
+
+
+def sglang_refusal(d: Deployment, overlap: Overlap) -> str:
+    """The ``#`` line (ending in a newline) when SGLang cannot run ``overlap`` for the model's architecture
+    (``SGLANG_TBO_MODEL_TYPES``, ``SGLANG_SBO_MODEL_TYPES``); "" when it can or the type is not known."""
+    mt, s = d.served.model_type, f"SGLang {d.engines.sglang}"
+    if mt is None:
+        return ""
+    if overlap == Overlap.DBO and mt not in SGLANG_TBO_MODEL_TYPES:
+        return (
+            f"# {s} runs two-batch overlap only for DeepSeek-V2/V3, Kimi K2/K2.5 and Qwen3-MoE decoder layers (for "
+            f"{mt}'s its operations strategy raises NotImplementedError); the line without it:\n"
+        )
+    if overlap == Overlap.SBO and mt not in SGLANG_SBO_MODEL_TYPES:
+        return (
+            f"# {s} runs single-batch overlap only in DeepSeek-V2/V3 and Kimi K2/K2.5's MoE (not in {mt}'s); the line "
+            "without it:\n"
+        )
+    return ""
+
+
+def sglang_command(
+    model: str, flags: str, d: Deployment, overlap: Overlap, threshold: int | None, notes: list[str]
+) -> str:
+    world, ep, nodes, tp, phase, schedule = d.world, d.ep, d.nodes, d.attention_tp, d.phase, d.schedule
+    s = f"SGLang {d.engines.sglang}"
+    if ep < world:
+        why = "with --moe-a2a-backend deepep it sets the expert-parallel size to --tp-size, every GPU of the deployment"
+        return ep_below_world(s, f"{why} ({world} here)", world, ep)
+    groups = world // tp
+    line = f"python -m sglang.launch_server --model-path {model} --tp-size {world}" + flags
+    if groups == 1:  # no all-to-all (docs/clusters.md, "Attention tensor parallelism": the replicated path)
+        notes.append(
+            f"{s}: one attention group of {gpus(tp)}: --ep-size {world} shards the experts over it and their "
+            "outputs are all-reduced, with no all-to-all (no --moe-a2a-backend, the path the prediction models)"
+        )
+        head = ""
+        if overlap in (Overlap.DBO, Overlap.SBO):
+            head = (
+                f"# {s} overlaps micro-batches only around DeepEP's all-to-all, which one attention group of "
+                "every GPU does not run; the line without overlap:\n"
+            )
+        line += f" --ep-size {world}" + expert_flags(d, "sglang", s, notes) + memory_flags(d, "sglang", s, False, notes)
+        return head + line + _sglang_nodes(s, nodes, notes)
+    line += f" --attn-dp-size {groups}"  # more than one attention group from here on
+    notes.append(
+        f"{s}: --tp-size {world} --attn-dp-size {groups} runs attention in {groups} data-parallel groups of "
+        f"{gpus(tp)} (tensor parallel inside each); releases before the attn-dp-size flag spell it "
+        f"--dp-size {groups} --enable-dp-attention, which {s} still accepts with a deprecation warning"
+    )
+    line += f" --moe-a2a-backend deepep --deepep-mode {SGLANG_DEEPEP_MODES[schedule]}"
+    notes.append(f"{s}: --moe-a2a-backend deepep sets the expert-parallel size to --tp-size, {world} = the EP")
+    if schedule == Schedule.HT:
+        notes.append(f"{s}: --deepep-mode normal turns off CUDA graphs (its server_args warn so)")
+    head = sglang_refusal(d, overlap)
+    if head:
+        overlap = Overlap.NONE
+    line += expert_flags(d, "sglang", s, notes) + memory_flags(d, "sglang", s, overlap == Overlap.DBO, notes)
+    if overlap == Overlap.DBO:
+        line += " --enable-two-batch-overlap"
+        below = f"below {threshold} tokens per attention group" if threshold is not None else "below the crossover"
+        notes.append(
+            f"{s}: two-batch overlap has no token threshold (it is on or off; --tbo-token-distribution-threshold "
+            f"is the share of tokens between the two micro-batches, not a count): {below} it slows the {phase} step"
+        )
+    elif overlap == Overlap.SBO:
+        line += " --enable-single-batch-overlap"
+    return head + line + _sglang_nodes(s, nodes, notes)
+
+
+def _sglang_nodes(s: str, nodes: int, notes: list[str]) -> str:
+    """SGLang's multi-node flags (nothing on one node), with their note."""
+    if nodes == 1:
+        return ""
+    notes.append(f"{NODE_RANK} (SGLang): the same line on each of the {nodes} nodes, 0 on the head node to {nodes - 1}")
+    return f" --nnodes {nodes} --node-rank {NODE_RANK} --dist-init-addr {HEAD_IP}:{PORT}"

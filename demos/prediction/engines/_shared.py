@@ -1,0 +1,24 @@
+"""What both engines' lines share: the placeholders the user fills in (``<MODEL>``, ``<HEAD_IP>``,
+``<PORT>``, ``<START_RANK>``, ``<NODE_RANK>``), a count of GPUs in words, and the ``#`` line for an EP
+that neither engine can express."""
+
+from __future__ import annotations
+
+MODEL = "<MODEL>"
+HEAD_IP = "<HEAD_IP>"
+PORT = "<PORT>"
+START_RANK = "<START_RANK>"
+NODE_RANK = "<NODE_RANK>"
+
+
+def gpus(n: int) -> str:
+    return f"{n} GPU" + ("s" if n != 1 else "")
+
+
+def ep_below_world(engine: str, why: str, world: int, ep: int) -> str:
+    """The ``#`` line for an EP smaller than the GPUs it serves, which ``engine`` cannot express: ``why``,
+    and what the prediction is instead."""
+    return (
+        f"# not expressible in {engine}: {why}, not the predicted {ep}; the prediction is {world // ep} "
+        f"separate deployments of {ep} GPUs each, behind your own load balancer"
+    )
