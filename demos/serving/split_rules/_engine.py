@@ -11,8 +11,6 @@ from demos.serving.split_rules._sglang import sglang_tbo_decision
 from demos.serving.split_rules._vllm import vllm_dbo_decision
 from demos.vocabulary import Overlap
 
-__all__ = ["split_rule"]
-
 
 def split_rule(
     engine: str, overlap: Any, decode_threshold: int, prefill_threshold: int, graphs: Any
