@@ -1,0 +1,74 @@
+"""The readers of DeepSeek's MoE layout (``demos.zoo.models.hf_config``): dense first layers, routed + shared
+experts, grouped routing, under MLA (``deepseek_v2``, ``deepseek_v3``, ``kimi_k2``, and ``kimi_k25``'s nested
+text model) or GQA (``glm4_moe``).
+"""
+
+from __future__ import annotations
+
+from demos.zoo.models.hf_config._fields import Fields, is_one
+from demos.zoo.models.hf_config._quantization import read_precision
+from demos.zoo.models.hf_config._trunk import trunk
+from demos.zoo.models.spec import GQAAttention, MLAAttention, ModelSpec, MoESpec, Precision
+
+
+def routed_and_shared(f: Fields, scoring: str, correction_bias: bool) -> MoESpec:
+    """DeepSeek's MoE fields (deepseek_v2/v3, kimi_k2, glm4_moe): routed + shared experts, grouped routing."""
+    return MoESpec(
+        routed_experts=f.get_int("n_routed_experts"),
+        top_k=f.get_int("num_experts_per_tok"),
+        intermediate_size=f.get_int("moe_intermediate_size"),
+        shared_experts=f.get_int("n_shared_experts"),
+        scoring=scoring,
+        norm_topk_prob=f.get_bool("norm_topk_prob"),
+        routed_scaling_factor=f.get_float("routed_scaling_factor"),
+        n_group=f.get_int("n_group"),
+        topk_group=f.get_int("topk_group"),
+        score_correction_bias=correction_bias,
+    )
+
+
+def deepseek(f: Fields, name: str, source: str, precision: Precision | None = None) -> ModelSpec:
+    """deepseek_v2 / deepseek_v3 / kimi_k2: the fields of DeepSeek's configuration_deepseek.py."""
+    f.unsupported_unless("moe_layer_freq", 1, is_one, "an MoE layer other than every layer")
+    f.unsupported_unless("attention_bias", False, lambda v: v is False, "MLA with projection biases")
+    topk_method = f.get_choice("topk_method", ("greedy", "group_limited_greedy", "noaux_tc"))
+    moe = routed_and_shared(f, f.get_choice("scoring_func", ("softmax", "sigmoid")), topk_method == "noaux_tc")
+    attention = MLAAttention(
+        heads=f.get_int("num_attention_heads"),
+        q_lora_rank=f.get_int("q_lora_rank", nullable=True),
+        kv_lora_rank=f.get_int("kv_lora_rank"),
+        qk_nope_head_dim=f.get_int("qk_nope_head_dim"),
+        qk_rope_head_dim=f.get_int("qk_rope_head_dim"),
+        v_head_dim=f.get_int("v_head_dim"),
+    )
+    return trunk(f, name, source, attention, moe, dense_first=True, precision=precision)
+
+
+def kimi_k25(f: Fields, name: str, source: str) -> ModelSpec:
+    """kimi_k25 (Kimi-K2.5, and NVIDIA's NVFP4 copies of K2.5 to K2.7): a vision tower (not modelled) before
+    Kimi K2's text model, whose DeepSeek-V3 fields are nested in ``text_config`` (``model_type`` kimi_k2 or
+    deepseek_v3); ``quantization_config`` is read in ``text_config`` (Moonshot's INT4 experts) or, where the
+    text model has none, at the top level (NVIDIA's NVFP4)."""
+    text = f.nested("text_config", f.get_object("text_config"))
+    text.get_choice("model_type", KIMI_TEXT_TYPES)  # Kimi K2's text model, as Moonshot and NVIDIA name it
+    quant = text if text.get_object("quantization_config", None) is not None else f
+    return deepseek(text, name, source, read_precision(text, expert_only_quant=False, quant=quant))
+
+
+KIMI_TEXT_TYPES = ("kimi_k2", "deepseek_v3")
+
+
+def glm4_moe(f: Fields, name: str, source: str) -> ModelSpec:
+    """glm4_moe (GLM-4.5, -Air, -4.6): GQA over DeepSeek-V3's MoE layout; sigmoid routing with the correction
+    bias is fixed by transformers' Glm4MoeMoE (the published configs mostly omit those two fields). Its
+    attention has q/k/v biases but no o_proj bias, which the spec's ``bias`` counts (hidden_size a layer)."""
+    f.unsupported_unless("topk_method", "noaux_tc", lambda v: v == "noaux_tc", "glm4_moe routing other than noaux_tc")
+    f.unsupported_unless("scoring_func", "sigmoid", lambda v: v == "sigmoid", "glm4_moe scoring other than sigmoid")
+    attention = GQAAttention(
+        heads=f.get_int("num_attention_heads"),
+        kv_heads=f.get_int("num_key_value_heads"),
+        head_dim=f.get_int("head_dim"),
+        bias=f.get_bool("attention_bias", False),
+        qk_norm=f.get_bool("use_qk_norm", False),
+    )
+    return trunk(f, name, source, attention, routed_and_shared(f, "sigmoid", True), dense_first=True)

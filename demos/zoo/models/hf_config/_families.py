@@ -1,0 +1,98 @@
+"""The ``model_type`` values the loader reads, each with its reader and its spec field -> config.json field
+names, and those it knows and refuses (``NOT_EXPRESSIBLE``) (``demos.zoo.models.hf_config``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from demos.zoo.models.hf_config._deepseek import deepseek, glm4_moe, kimi_k25
+from demos.zoo.models.hf_config._fields import Fields
+from demos.zoo.models.hf_config._gqa import gpt_oss, minimax_m2, mixtral, qwen3_moe
+from demos.zoo.models.spec import ModelSpec
+
+FAMILIES: dict[str, Callable[[Fields, str, str], ModelSpec]] = {
+    "deepseek_v2": deepseek,
+    "deepseek_v3": deepseek,
+    "kimi_k2": deepseek,
+    "kimi_k25": kimi_k25,
+    "glm4_moe": glm4_moe,
+    "qwen3_moe": qwen3_moe,
+    "mixtral": mixtral,
+    "gpt_oss": gpt_oss,
+    "minimax_m2": minimax_m2,
+}
+SUPPORTED_MODEL_TYPES = tuple(sorted(FAMILIES))
+
+_DSA = "DeepSeek sparse attention (a lightning indexer of index_n_heads keeping the top index_topk cached tokens)"
+_V4 = (
+    "compressed sparse attention (compress_ratios 4 and 128, a lightning indexer keeping the top index_topk), its "
+    "sliding-window branch, the 4x-wide residual (hc_mult: manifold hyper-connections), the grouped output "
+    "projection (o_groups) and hash-routed MoE layers (num_hash_layers)"
+)
+_GDN = "Gated DeltaNet linear attention in three of every four layers (layer_types linear_attention)"
+_M3 = "block-sparse attention (sparse_attention_config: the top sparse_topk_blocks blocks of sparse_block_size)"
+_KDA = "KDA linear attention beside MLA (linear_attn_config)"
+NOT_EXPRESSIBLE: dict[str, tuple[str, str]] = {
+    "deepseek_v4": ("DeepSeek-V4", _V4),
+    "deepseek_ref": ("DeepSeek-V4, SGLang's reference copy", _V4),
+    "deepseek_v32": ("DeepSeek-V3.2", _DSA),
+    "glm_moe_dsa": ("GLM-5", _DSA),
+    "qwen3_5_moe": ("Qwen3.5 MoE", _GDN),
+    "qwen3_next": ("Qwen3-Next", _GDN),
+    "minimax_m3": ("MiniMax-M3", _M3),
+    "minimax_m3_vl": ("MiniMax-M3", _M3),
+    "minimax": ("MiniMax-Text-01 and -M1", "lightning (linear) attention in seven of every eight layers"),
+    "kimi_k3": ("Kimi-K3", _KDA + " and experts computed at a projected width (a latent MoE)"),
+    "kimi_linear": ("Kimi Linear", _KDA),
+}
+"""MoE families whose ``model_type`` the loader knows and refuses: the model, and what the spec cannot express
+of it (docs/models.md, "Families"); any other unknown ``model_type`` is refused listing the supported ones."""
+
+_COMMON_NAMES = {
+    "ModelSpec.hidden_size": "hidden_size",
+    "ModelSpec.num_layers": "num_hidden_layers",
+    "ModelSpec.vocab_size": "vocab_size",
+    "MoESpec.top_k": "num_experts_per_tok",
+    "MoESpec.intermediate_size": "moe_intermediate_size",
+}
+_DEEPSEEK_MOE_NAMES = {
+    **_COMMON_NAMES,
+    "MoESpec.routed_experts": "n_routed_experts",
+    "MoESpec.shared_experts": "n_shared_experts",
+    "MoESpec.routed_scaling_factor": "routed_scaling_factor",
+    "MoESpec.n_group": "n_group",
+    "MoESpec.topk_group": "topk_group",
+    "ModelSpec.first_k_dense": "first_k_dense_replace",
+    "ModelSpec.dense_intermediate_size": "intermediate_size",
+    "ModelSpec.mtp_layers": "num_nextn_predict_layers",
+}
+_MLA_NAMES = {
+    "MLAAttention.heads": "num_attention_heads",
+    "MLAAttention.q_lora_rank": "q_lora_rank",
+    "MLAAttention.kv_lora_rank": "kv_lora_rank",
+    "MLAAttention.qk_nope_head_dim": "qk_nope_head_dim",
+    "MLAAttention.qk_rope_head_dim": "qk_rope_head_dim",
+    "MLAAttention.v_head_dim": "v_head_dim",
+}
+_GQA_NAMES = {
+    "GQAAttention.heads": "num_attention_heads",
+    "GQAAttention.kv_heads": "num_key_value_heads",
+    "GQAAttention.head_dim": "head_dim",
+    "GQAAttention.sliding_window": "sliding_window",
+    "GQAAttention.layer_types": "layer_types",
+}
+_LOCAL_EXPERTS = {"MoESpec.routed_experts": "num_local_experts", "MoESpec.intermediate_size": "intermediate_size"}
+_KIMI_K25_NAMES = {k: f"text_config.{v}" for k, v in {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES}.items()}
+FIELD_NAMES: dict[str, dict[str, str]] = {
+    "deepseek_v2": {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES},
+    "deepseek_v3": {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES},
+    "kimi_k2": {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES},
+    "glm4_moe": {**_DEEPSEEK_MOE_NAMES, **_GQA_NAMES},
+    "qwen3_moe": {**_COMMON_NAMES, **_GQA_NAMES, "MoESpec.routed_experts": "num_experts"},
+    "mixtral": {**_COMMON_NAMES, **_GQA_NAMES, **_LOCAL_EXPERTS},
+    "gpt_oss": {**_COMMON_NAMES, **_GQA_NAMES, **_LOCAL_EXPERTS},
+    "kimi_k25": _KIMI_K25_NAMES,
+    "minimax_m2": {**_COMMON_NAMES, **_GQA_NAMES, **_LOCAL_EXPERTS},
+}
+"""Spec field -> config.json field per family, so that a value the spec rejects is named as in the file."""

@@ -1,0 +1,106 @@
+"""The readers of the GQA families with routed experts only (``demos.zoo.models.hf_config``): ``qwen3_moe``,
+``mixtral``, ``minimax_m2`` and ``gpt_oss``, each with every layer an MoE layer.
+"""
+
+from __future__ import annotations
+
+from demos.zoo.models.hf_config._fields import Fields, is_one
+from demos.zoo.models.hf_config._trunk import trunk
+from demos.zoo.models.spec import SCORING_FUNCS, GQAAttention, ModelSpec, MoESpec
+
+
+def qwen3_moe(f: Fields, name: str, source: str) -> ModelSpec:
+    """qwen3_moe: every layer MoE (mlp_only_layers empty, decoder_sparse_step 1), GQA with q/k norms."""
+    f.unsupported_unless("mlp_only_layers", [], lambda v: v == [], "dense layers between MoE layers")
+    f.unsupported_unless("decoder_sparse_step", 1, is_one, "an MoE layer other than every layer")
+    f.unsupported_unless("use_sliding_window", False, lambda v: v is False, "Qwen sliding-window layers")
+    attention = GQAAttention(
+        heads=f.get_int("num_attention_heads"),
+        kv_heads=f.get_int("num_key_value_heads"),
+        head_dim=f.get_int("head_dim"),
+        bias=f.get_bool("attention_bias", False),
+        qk_norm=True,
+    )
+    moe = MoESpec(
+        routed_experts=f.get_int("num_experts"),
+        top_k=f.get_int("num_experts_per_tok"),
+        intermediate_size=f.get_int("moe_intermediate_size"),
+        norm_topk_prob=f.get_bool("norm_topk_prob"),
+    )
+    return trunk(f, name, source, attention, moe, dense_first=False)
+
+
+def mixtral(f: Fields, name: str, source: str) -> ModelSpec:
+    """mixtral: every layer MoE with experts of intermediate_size; head_dim defaults to hidden / heads."""
+    hidden, heads = f.get_int("hidden_size"), f.get_int("num_attention_heads")
+    if f.config.get("head_dim") is not None:
+        head_dim = f.get_int("head_dim")
+    elif hidden < 1:
+        raise f.fail("hidden_size", f"is invalid: must be >= 1, got {hidden}")
+    elif heads < 1 or hidden % heads:
+        raise f.fail("num_attention_heads", f"must divide hidden_size ({hidden}) when head_dim is absent, got {heads}")
+    else:
+        head_dim = hidden // heads
+    attention = GQAAttention(
+        heads=heads,
+        kv_heads=f.get_int("num_key_value_heads"),
+        head_dim=head_dim,
+        sliding_window=f.get_int("sliding_window", None, nullable=True),
+    )
+    moe = MoESpec(
+        routed_experts=f.get_int("num_local_experts"),
+        top_k=f.get_int("num_experts_per_tok"),
+        intermediate_size=f.get_int("intermediate_size"),
+    )
+    return trunk(f, name, source, attention, moe, dense_first=False)
+
+
+def minimax_m2(f: Fields, name: str, source: str) -> ModelSpec:
+    """minimax_m2 (MiniMax-M2 to M2.7): softmax GQA in every layer (``attn_type_list`` all 1, where given),
+    q and k RMS-normed over all their heads, 256 experts of ``intermediate_size`` routed by sigmoid with the
+    selection-only correction bias (``use_routing_bias``) and renormalized (vLLM's and SGLang's MiniMaxM2MoE
+    do), no shared expert. Not read: ``rotary_dim`` (partial RoPE: no shape or cost) and the MTP modules
+    (``num_mtp_modules``: the engines skip them; the published total leaves them out)."""
+    f.unsupported_unless(
+        "attn_type_list", [], lambda v: isinstance(v, list) and all(t == 1 for t in v), "lightning (linear) attention"
+    )
+    f.unsupported_unless("shared_intermediate_size", 0, lambda v: v == 0, "a shared expert")
+    qk_norm = f.get_bool("use_qk_norm", False)
+    if qk_norm:
+        f.unsupported_unless("qk_norm_type", "per_layer", lambda v: v == "per_layer", "a q/k norm other than per_layer")
+    attention = GQAAttention(
+        heads=f.get_int("num_attention_heads"),
+        kv_heads=f.get_int("num_key_value_heads"),
+        head_dim=f.get_int("head_dim"),
+        bias=f.get_bool("attention_bias", False),
+        qk_norm=qk_norm,
+    )
+    moe = MoESpec(
+        routed_experts=f.get_int("num_local_experts"),
+        top_k=f.get_int("num_experts_per_tok"),
+        intermediate_size=f.get_int("intermediate_size"),
+        scoring=f.get_choice("scoring_func", SCORING_FUNCS),
+        score_correction_bias=f.get_bool("use_routing_bias", False),
+    )
+    return trunk(f, name, source, attention, moe, dense_first=False)
+
+
+def gpt_oss(f: Fields, name: str, source: str) -> ModelSpec:
+    """gpt_oss: biased GQA with sinks over layer_types, biased router and experts, MXFP4 experts only."""
+    attention = GQAAttention(
+        heads=f.get_int("num_attention_heads"),
+        kv_heads=f.get_int("num_key_value_heads"),
+        head_dim=f.get_int("head_dim"),
+        bias=f.get_bool("attention_bias", True),
+        sinks=True,
+        sliding_window=f.get_int("sliding_window"),
+        layer_types=f.get_str_list("layer_types"),
+    )
+    moe = MoESpec(
+        routed_experts=f.get_int("num_local_experts"),
+        top_k=f.get_int("num_experts_per_tok"),
+        intermediate_size=f.get_int("intermediate_size"),
+        router_bias=True,
+        expert_bias=True,
+    )
+    return trunk(f, name, source, attention, moe, dense_first=False)

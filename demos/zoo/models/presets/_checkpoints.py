@@ -1,0 +1,47 @@
+"""The published checkpoints of each preset or alias by weight precision (``demos.zoo.models.presets``):
+``CHECKPOINTS`` and ``checkpoints(name)``.
+"""
+
+from __future__ import annotations
+
+CHECKPOINTS: dict[str, dict[str, str]] = {
+    "deepseek-v3": {"fp8": "deepseek-ai/DeepSeek-V3"},
+    "deepseek-r1": {"fp8": "deepseek-ai/DeepSeek-R1", "fp4": "nvidia/DeepSeek-R1-NVFP4"},
+    "kimi-k2": {"fp8": "moonshotai/Kimi-K2-Instruct"},
+    "deepseek-v2-lite": {"bf16": "deepseek-ai/DeepSeek-V2-Lite"},
+    "qwen3-30b-a3b": {"bf16": "Qwen/Qwen3-30B-A3B", "fp8": "Qwen/Qwen3-30B-A3B-FP8"},
+    "qwen3-235b-a22b": {
+        "bf16": "Qwen/Qwen3-235B-A22B",
+        "fp8": "Qwen/Qwen3-235B-A22B-FP8",
+        "fp4": "nvidia/Qwen3-235B-A22B-NVFP4",
+    },
+    "mixtral-8x7b": {"bf16": "mistralai/Mixtral-8x7B-v0.1"},
+    "gpt-oss-120b": {"fp4": "openai/gpt-oss-120b"},
+    "glm-4.5": {"bf16": "zai-org/GLM-4.5", "fp8": "zai-org/GLM-4.5-FP8"},
+    "glm-4.5-air": {"bf16": "zai-org/GLM-4.5-Air", "fp8": "zai-org/GLM-4.5-Air-FP8"},
+    "glm-4.6": {"bf16": "zai-org/GLM-4.6", "fp8": "zai-org/GLM-4.6-FP8"},
+    "kimi-k2.5": {"int4": "moonshotai/Kimi-K2.5", "fp4": "nvidia/Kimi-K2.5-NVFP4"},
+    "minimax-m2.5": {"fp8": "MiniMaxAI/MiniMax-M2.5", "fp4": "nvidia/MiniMax-M2.5-NVFP4"},
+    "minimax-m2.7": {"fp8": "MiniMaxAI/MiniMax-M2.7", "fp4": "nvidia/MiniMax-M2.7-NVFP4"},
+    "gpt-oss-20b": {"fp4": "openai/gpt-oss-20b"},
+}
+"""Published checkpoints per preset or alias and weight precision (module docstring). Sources: the config
+each preset copies (its own repository: ``preset_source``); the FP8 and FP4 repositories as the measured
+extra ships their configs or serving runs (aiconfigurator-core 0.12.0: ``model_configs/`` holds
+Qwen3-235B-A22B-FP8, Qwen3-30B-A3B-FP8 and nvidia/Qwen3-235B-A22B-NVFP4; ``silicon_sample.csv`` serves
+nvidia/DeepSeek-R1-NVFP4) or as the model's own README lists them (GLM-4.5: GLM-4.5-FP8, GLM-4.5-Air-FP8;
+GLM-4.6-FP8 likewise). NVIDIA's FP4 checkpoints are NVFP4 (an FP8 scale per 16 values, 18/32 bytes per
+weight against the MXFP4 17/32 the predictor charges for ``--weights fp4``; their own config.json, where it
+holds its ``quantization_config``, loads as ``nvfp4``). The 2026 families: the config copies of the measured
+extra (``model_configs/``: moonshotai/Kimi-K2.5, nvidia/Kimi-K2.5-NVFP4, -K2.6-NVFP4 and -K2.7-Code-NVFP4,
+MiniMaxAI/MiniMax-M2.5 and -M2.7 with their nvidia/...-NVFP4 copies, openai/gpt-oss-20b), the same
+repositories its ``silicon_sample.csv`` serves. ``int4`` is Kimi-K2.5's own INT4 checkpoint
+(``demos.zoo.models.precision.weights_name``: not a ``--weights`` choice)."""
+
+
+def checkpoints(name: str) -> dict[str, str]:
+    """The published checkpoints of preset or alias ``name`` by weight precision (``CHECKPOINTS``); ``{}``
+    for any other name (a config.json, a spec built in code)."""
+    if not isinstance(name, str):
+        return {}
+    return dict(CHECKPOINTS.get(name.strip().lower(), {}))
