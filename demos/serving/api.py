@@ -31,12 +31,12 @@ from demos.prediction.engines import (
     served_model,
 )
 from demos.serving import arrivals, split_rules
+from demos.serving.ranks import prepare
 from demos.serving.result import CSV_COLUMNS, FLOOR, ServingRun
-from demos.serving.run import OverlapRun, Pool, PoolKind, ServingError, metrics, serve
-from demos.serving.schedulers import make_rank, make_router
-from demos.serving.step_times import StepPricer, kv_capacity_tokens
+from demos.serving.run import OverlapRun, PoolKind, ServingError, metrics, serve
+from demos.serving.step_times import StepPricer
 from demos.vocabulary import Overlap, Phase
-from demos.zoo.loading import load_model, workload_for
+from demos.zoo.loading import load_model
 from demos.zoo.memory import serving_limits
 
 __all__ = ["CSV_COLUMNS", "ENGINES", "FLOOR", "THRESHOLDS", "ServingRun", "simulate"]  # ServingRun, its CSV
@@ -174,42 +174,26 @@ def simulate(
         seed=seed,
     )
     native = load_model(model)
+    overlaps = _overlaps(engine, native.model_type, overlap)
     phase = Phase.PREFILL if pool_kind == PoolKind.PREFILL else Phase.DECODE
-    base = workload_for(
+    setup = prepare(
         native,
+        engine,
+        phase,
         gpu=gpu,
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         ep=ep,
-        phase=phase,
-        context=2048,
-        imbalance=imbalance,
-        comm_sms=None,
-        schedule=None,
-        tokens=64,
-        ubatches=2,
         attention_tp=attention_tp,
+        imbalance=imbalance,
         weights=weights,
         kv_cache_dtype=kv_cache_dtype,
+        kernels=kernels,
+        max_seqs=max_seqs,
+        pricers=pricers,
     )
-    overlaps = _overlaps(engine, native.model_type, overlap)
+    base, pricer, dp, kv = setup.base, setup.pricer, setup.dp, setup.kv
     c = base.cluster
-    dp = c.world // base.attention_tp
-    hbm_gb = base.gpu.hbm_capacity / 1e9
-    budget = make_rank(engine, 1, hbm_gb=hbm_gb, dp=dp, max_seqs=max_seqs)
-    step_tokens = getattr(budget, "budget", None) or getattr(budget, "chunk", 8192)
-    kv = kv_capacity_tokens(base, step_tokens)
-    if kv < 1:
-        raise ConfigError(
-            f"{field_ref('model')} {native.name} leaves no room for a KV cache on {c.nodes} x {c.gpus_per_node} "
-            f"{base.gpu.name} at EP {c.ep}: use more GPUs (--nodes, --ep) or smaller weights (--weights)"
-        )
-    key = (base, kernels)
-    pricer = pricers.get(key) if pricers is not None else None
-    if pricer is None:
-        pricer = StepPricer(base, kernels)
-        if pricers is not None:
-            pricers[key] = pricer
     thresholds = (
         dbo_decode_token_threshold or VLLM_DEFAULT_THRESHOLDS[Phase.DECODE],
         dbo_prefill_token_threshold or VLLM_DEFAULT_THRESHOLDS[Phase.PREFILL],
@@ -218,16 +202,10 @@ def simulate(
     done = [0]
 
     raw: dict[str, Any] = {}
-    graphs = split_rules.VllmGraphs.defaults(
-        max_num_seqs=getattr(budget, "max_seqs", 1024),
-        max_num_batched_tokens=step_tokens,
-        sm100=base.gpu.family == "blackwell",
-    )
 
     def run(o: Overlap, decode_threshold: int, keep: bool = False) -> OverlapRun:
-        ranks = [make_rank(engine, kv, hbm_gb=hbm_gb, dp=dp, max_seqs=max_seqs) for _ in range(dp)]
-        p = Pool(pool_kind, ranks, make_router(engine, dp), engine, c.world)
-        decide = split_rules.split_rule(engine, o, decode_threshold, thresholds[1], graphs)
+        p = setup.pool(pool_kind)
+        decide = split_rules.split_rule(engine, o, decode_threshold, thresholds[1], setup.graphs)
         sbo = o == Overlap.SBO
 
         def tick(finished: int, _: int) -> None:

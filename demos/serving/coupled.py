@@ -27,14 +27,16 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from demos.errors import ConfigError, field_ref
+from demos.prediction.engines import VLLM_DEFAULT_THRESHOLDS
 from demos.serving import arrivals
 from demos.serving.batch import RankBatch, SplitDecision
+from demos.serving.ranks import RankSetup, prepare
 from demos.serving.requests import Request
 from demos.serving.run import OverlapRun, Pool, PoolKind, ServingError, StepRecord, metrics, step_pool, stuck
-from demos.serving.schedulers import Live, make_rank, make_router
-from demos.serving.step_times import StepPricer, kv_capacity_tokens
+from demos.serving.schedulers import Live
+from demos.serving.step_times import StepPricer
 from demos.vocabulary import Overlap, Phase
-from demos.zoo.loading import load_model, workload_for
+from demos.zoo.loading import load_model
 from demos.zoo.memory import kv_bytes_per_token
 
 __all__ = ["Side", "simulate_disaggregated"]
@@ -55,18 +57,6 @@ class Side:
     max_seqs: int | None = None
 
 
-@dataclass
-class _Deployment:
-    """A side set up: its workload, pricer, ranks' KV capacity and data-parallel ranks per worker."""
-
-    side: Side
-    base: Any
-    pricer: StepPricer
-    kv: int
-    dp: int
-    hbm_gb: float
-
-
 class _Worker:
     """One worker's pool, clock, pending arrivals and step record."""
 
@@ -80,48 +70,6 @@ class _Worker:
         if any(r.busy for r in self.pool.ranks):
             return self.now
         return max(self.now, self.due[0][0]) if self.due else None
-
-
-def _deploy(native, engine: str, side: Side, phase: Phase, weights, kv_cache_dtype, kernels, pricers) -> _Deployment:
-    base = workload_for(
-        native,
-        gpu=side.gpu,
-        nodes=side.nodes,
-        gpus_per_node=side.gpus_per_node,
-        ep=side.ep,
-        phase=phase,
-        context=2048,
-        imbalance="auto",
-        comm_sms=None,
-        schedule=None,
-        tokens=64,
-        ubatches=2,
-        attention_tp=side.attention_tp,
-        weights=weights,
-        kv_cache_dtype=kv_cache_dtype,
-    )
-    dp = base.cluster.world // base.attention_tp
-    hbm_gb = base.gpu.hbm_capacity / 1e9
-    budget = make_rank(engine, 1, hbm_gb=hbm_gb, dp=dp, max_seqs=side.max_seqs)
-    kv = kv_capacity_tokens(base, getattr(budget, "budget", None) or getattr(budget, "chunk", 8192))
-    if kv < 1:
-        c = base.cluster
-        raise ConfigError(
-            f"{field_ref('model')} {native.name} leaves no room for a KV cache on a {phase} worker of {c.nodes} x "
-            f"{c.gpus_per_node} {base.gpu.name} at EP {c.ep}"
-        )
-    key = (base, kernels)
-    pricer = pricers.get(key) if pricers is not None else None
-    if pricer is None:
-        pricer = StepPricer(base, kernels)
-        if pricers is not None:
-            pricers[key] = pricer
-    return _Deployment(side, base, pricer, kv, dp, hbm_gb)
-
-
-def _pool(engine: str, kind: PoolKind, d: _Deployment) -> Pool:
-    ranks = [make_rank(engine, d.kv, hbm_gb=d.hbm_gb, dp=d.dp, max_seqs=d.side.max_seqs) for _ in range(d.dp)]
-    return Pool(kind, ranks, make_router(engine, d.dp), engine, d.base.cluster.world)
 
 
 def serve_coupled(
@@ -211,38 +159,49 @@ def simulate_disaggregated(
     with ``runs[overlap]`` the ``OverlapRun`` (the decode side's steps for the split share), ``lives`` the
     requests as they ended, ``setup`` the sides' data-parallel ranks and KV capacity."""
     from demos.serving.api import ENGINES
-    from demos.serving.split_rules import VllmGraphs, split_rule
+    from demos.serving.split_rules import split_rule
 
     if engine not in ENGINES:
         raise ConfigError(f"{field_ref('engine')} must be one of {', '.join(ENGINES)}, got {engine!r}")
     n = requests or 1000
     source = arrivals.ClosedLoop(concurrency, isl, osl, n, 2 * concurrency if warmup is None else warmup)
     native = load_model(model)
-    sides = {
-        PoolKind.PREFILL: _deploy(native, engine, prefill, Phase.PREFILL, weights, kv_cache_dtype, kernels, pricers),
-        PoolKind.DECODE: _deploy(native, engine, decode, Phase.DECODE, weights, kv_cache_dtype, kernels, pricers),
-    }
-    p = sides[PoolKind.PREFILL]
+
+    def set_up(side: Side, phase: Phase) -> tuple[Side, RankSetup]:
+        cluster = dict(gpu=side.gpu, nodes=side.nodes, gpus_per_node=side.gpus_per_node, ep=side.ep)
+        setup = prepare(
+            native,
+            engine,
+            phase,
+            **cluster,
+            attention_tp=side.attention_tp,
+            imbalance="auto",
+            weights=weights,
+            kv_cache_dtype=kv_cache_dtype,
+            kernels=kernels,
+            max_seqs=side.max_seqs,
+            pricers=pricers,
+        )
+        return side, setup
+
+    sides = {PoolKind.PREFILL: set_up(prefill, Phase.PREFILL), PoolKind.DECODE: set_up(decode, Phase.DECODE)}
+    p = sides[PoolKind.PREFILL][1]
     per_token = kv_bytes_per_token(p.base)
     nic = p.base.gpu.nic_bandwidth
 
     def transfer_s(r: Request) -> float:
         return r.prompt_tokens * per_token / nic
 
-    gpus = sum(d.base.cluster.world * d.side.workers for d in sides.values())
+    thresholds = (VLLM_DEFAULT_THRESHOLDS[Phase.DECODE], VLLM_DEFAULT_THRESHOLDS[Phase.PREFILL])
+    gpus = sum(d.base.cluster.world * side.workers for side, d in sides.values())
     runs: dict[str, OverlapRun] = {}
     kept: dict[str, list[Live]] = {}
     for o in overlap:
         o = Overlap.parse(o, "overlap")
         workers = {}
-        for kind, d in sides.items():
-            graphs = VllmGraphs.defaults(
-                max_num_seqs=d.side.max_seqs or 1024,
-                max_num_batched_tokens=8192,
-                sm100=d.base.gpu.family == "blackwell",
-            )
-            decide = split_rule(engine, o, 32, 512, graphs)
-            workers[kind] = [_Worker(_pool(engine, kind, d), decide, _pricing(d.pricer)) for _ in range(d.side.workers)]
+        for kind, (side, d) in sides.items():
+            decide = split_rule(engine, o, *thresholds, d.graphs)
+            workers[kind] = [_Worker(d.pool(kind), decide, _pricing(d.pricer)) for _ in range(side.workers)]
         try:
             lives = serve_coupled(workers[PoolKind.PREFILL], workers[PoolKind.DECODE], source, transfer_s)
         except ServingError as e:
@@ -257,11 +216,11 @@ def simulate_disaggregated(
             "gpus_per_node": d.base.cluster.gpus_per_node,
             "ep": d.base.cluster.ep,
             "attention_tp": d.base.attention_tp,
-            "workers": d.side.workers,
+            "workers": side.workers,
             "data_parallel": d.dp,
             "kv_tokens_per_rank": d.kv,
         }
-        for kind, d in sides.items()
+        for kind, (side, d) in sides.items()
     }
     setup["transfer_s_per_prompt_token"] = per_token / nic
     return runs, kept, setup
