@@ -141,7 +141,6 @@ def serving_rows(
     progress: Callable[[int, int, str], None] | None = None, *, quick: bool = False, full: bool = False
 ) -> tuple[list[ServingCheck], dict[str, int]]:
     """Every expressible measured row simulated (module docstring), and ``{reason: rows}`` skipped."""
-    from demos.serving.api import simulate
     from demos.zoo import measured
 
     skipped: Counter = Counter()
@@ -166,56 +165,46 @@ def serving_rows(
     for i, (r, plan) in enumerate(todo):
         c = clients(r)
         warm = 2 * c if full else c
+        run = _disaggregated if "workers" in plan else _colocated
         try:
-            if "workers" in plan:
-                ttft, tpot, gpus = _disaggregated(r, plan, c, warm, full, pricers)
-                out.append(ServingCheck(r.id, plan["gpu"], r.engine, r.mode, plan["model"], r.isl, r.osl, c, gpus,
-                                        ttft, r.ttft_s, tpot, r.tpot_s))  # fmt: skip
-                if progress is not None:
-                    progress(i + 1, len(todo), r.id)
-                continue
-            run = simulate(
-                plan["model"],
-                engine=r.engine,
-                concurrency=c,
-                isl=r.isl,
-                osl=r.osl,
-                requests=20 * c if full else 2 * c,
-                warmup=warm,
-                overlap="none",
-                search=False,
-                gpu=plan["gpu"],
-                nodes=plan["nodes"],
-                gpus_per_node=plan["gpus_per_node"],
-                ep=plan["ep"],
-                attention_tp=plan["attention_tp"],
-                weights=plan["weights"],
-                pricers=pricers,
-            )
+            ttft, tpot, gpus = run(r, plan, c, warm, full, pricers)
         except ConfigError as e:
             skipped[f"cannot be simulated: {str(e).split(':', 1)[-1].strip()[:90]}"] += 1
             continue
-        ttft, tpot = _means(run._raw["none"][0], warm)
+        model, gpu = plan["model"], plan["gpu"]
         out.append(
-            ServingCheck(
-                r.id,
-                plan["gpu"],
-                r.engine,
-                r.mode,
-                plan["model"],
-                r.isl,
-                r.osl,
-                c,
-                plan["ep"],
-                ttft,
-                r.ttft_s,
-                tpot,
-                r.tpot_s,
-            )
+            ServingCheck(r.id, gpu, r.engine, r.mode, model, r.isl, r.osl, c, gpus, ttft, r.ttft_s, tpot, r.tpot_s)
         )
         if progress is not None:
             progress(i + 1, len(todo), r.id)
     return out, dict(skipped.most_common())
+
+
+def _colocated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) -> tuple[float, float, int]:
+    """A co-located row run as its benchmark ran (``demos.serving.api.simulate``): mean TTFT, mean TPOT,
+    GPUs (the worker's, its EP group)."""
+    from demos.serving.api import simulate
+
+    run = simulate(
+        plan["model"],
+        engine=r.engine,
+        concurrency=c,
+        isl=r.isl,
+        osl=r.osl,
+        requests=20 * c if full else 2 * c,
+        warmup=warm,
+        overlap="none",
+        search=False,
+        gpu=plan["gpu"],
+        nodes=plan["nodes"],
+        gpus_per_node=plan["gpus_per_node"],
+        ep=plan["ep"],
+        attention_tp=plan["attention_tp"],
+        weights=plan["weights"],
+        pricers=pricers,
+    )
+    ttft, tpot = _means(run._raw["none"][0], warm)
+    return ttft, tpot, plan["ep"]
 
 
 def _disaggregated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) -> tuple[float, float, int]:
