@@ -11,7 +11,6 @@ its ``text()`` (``text(detail=True)`` with ``--detail``) and writes its ``to_dic
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from typing import Any, Sequence
@@ -141,10 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ns.model == TOY and ns.trace_path is not None:
             raise ConfigError(f"{field_ref('trace')} applies to real models, not to {field_ref('model')} toy")
         cli_common.check_output_paths(paths)
-        if ns.plot_path is not None and importlib.util.find_spec("matplotlib") is None:
-            raise cli_common.OutputPathError(
-                "--plot needs matplotlib (pip install -e '.[plot]'), which is not installed: nothing was run"
-            )
+        cli_common.check_plot_path(ns.plot_path)
         pred = predict(
             ns.model,
             gpu=ns.gpu,

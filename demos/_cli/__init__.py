@@ -60,6 +60,7 @@ __all__ = [
     "Terminated",
     "check_output_path",
     "check_output_paths",
+    "check_plot_path",
     "write_output",
     "write_whole",
     "say",
@@ -129,6 +130,16 @@ def check_output_path(path: str, flag: str) -> None:
                 os.remove(path)
             except OSError:
                 pass
+
+
+def check_plot_path(path: str | None) -> None:
+    """Refuse a ``--plot`` path when matplotlib is not installed, before anything runs (``OutputPathError``)."""
+    import importlib.util
+
+    if path is not None and importlib.util.find_spec("matplotlib") is None:
+        raise OutputPathError(
+            "--plot needs matplotlib (pip install -e '.[plot]'), which is not installed: nothing was run"
+        )
 
 
 def check_output_paths(pairs: Sequence[tuple[str | None, str]]) -> None:

@@ -10,7 +10,6 @@ arguments.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from typing import Sequence
@@ -100,10 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bar = cli_common.ProgressLine(every=5.0)
     try:
         cli_common.check_output_paths([(ns.json_path, "--json"), (ns.csv_path, "--csv"), (ns.plot_path, "--plot")])
-        if ns.plot_path is not None and importlib.util.find_spec("matplotlib") is None:
-            raise cli_common.OutputPathError(
-                "--plot needs matplotlib (pip install -e '.[plot]'), which is not installed: nothing was run"
-            )
+        cli_common.check_plot_path(ns.plot_path)
         from demos.serving.api import simulate
 
         run = simulate(
