@@ -14,7 +14,7 @@ Nothing here counts work or evaluates a curve by a formula of its own: a row's w
 predictor's formulas (``demos.zoo.work``: ``gemm_work`` for a GEMM row, ``mla_core_work`` for an MLA
 attention-core row, ``pass_work`` for the experts' activation pass; ``demos.zoo.hardware.ll_bytes`` for a
 single-node DeepEP low-latency row) and each candidate curve is evaluated by the curve's own method
-(``GemmCurve.seconds``, ``AttentionCurve.seconds``), which take the rows as numpy arrays. Fitted:
+(``GemmCurve.seconds_of``, ``AttentionCurve.seconds``), which take the rows as numpy arrays. Fitted:
 
 * ``fit_gemm``: a ``GemmCurve`` per dtype to the GEMM tables;
 * ``fit_attention``: an MLA ``AttentionCurve`` per phase to the attention-core tables (BF16 cache);
@@ -44,6 +44,7 @@ from demos.zoo.rooflines import (
     AttentionCurve,
     FamilyFit,
     GemmCurve,
+    GemmShape,
     GroupedCurve,
     LinearCost,
 )
@@ -170,10 +171,11 @@ def fit_gemm(rows_by_gpu: Sequence[tuple[GpuSpec, list]], math: str) -> GemmCurv
         raise ValueError(f"need at least 7 rows to fit 7 parameters, got {len(t)}")
     m, n, k, sms = data["m"], data["n"], data["k"], data["sms"]
     flops, nbytes = gemm_work(m, n, k, storage_of(math))
+    shape = GemmShape.of(flops, nbytes, m, n, k)  # the rows' shape-only terms, once for every candidate
     logt = np.log(t)
 
     def residuals(u: np.ndarray) -> np.ndarray:
-        return np.log(_gemm_curve(u).seconds(flops, nbytes, m, n, k, peak, hbm, sms)) - logt
+        return np.log(_gemm_curve(u).seconds_of(shape, peak, hbm, sms)) - logt
 
     return _round(_gemm_curve(fit_log(residuals, _GEMM_STARTS)))
 

@@ -53,6 +53,7 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -71,6 +72,7 @@ __all__ = [
     "AttentionCurve",
     "FamilyFit",
     "GemmCurve",
+    "GemmShape",
     "GroupedCurve",
     "LinearCost",
     "family_fit",
@@ -81,7 +83,7 @@ FITS_PATH = Path(__file__).with_name("rooflines.json")
 ROW_TILE = 16
 """Rows a GEMM's tensor-core work is padded to (the smallest tile small-M kernels issue; a stated choice)."""
 OUT_TILE = 128
-"""The output tile edge ``GemmCurve.occupancy`` counts tiles in."""
+"""The output tile edge ``GemmShape.tiles`` counts tiles in (their share of the SMs is the occupancy)."""
 
 GEMM_DTYPES = {"fp8": "fp8_block", "bfloat16": "bfloat16"}
 """Our math dtype -> the measured table's dtype its GEMM curve is fitted to (FP8: DeepGEMM with 128-block
@@ -122,29 +124,51 @@ class GemmCurve:
     latency: float
     mem_tiles: float
 
-    def eff(self, m: float, n: float, k: float, groups: float = 1.0) -> float:
-        """The share of the ceiling a GEMM of ``groups`` x (m x n x k) reaches: each group's rows padded to
-        ``ROW_TILE``, the row knee on the kernel's rows, ``groups x m`` (module docstring)."""
-        rows, pad = groups * m, m / (_ceil(m / ROW_TILE) * ROW_TILE)
-        return pad * rows / (rows + self.m0) * n / (n + self.n0) * k / (k + self.k0)
-
-    def occupancy(self, groups: float, m: float, n: float, sms: int) -> float:
-        """The share of its bandwidth a GEMM of ``groups`` x (m x n) output reaches (module docstring)."""
-        tiles = groups * _ceil(m / OUT_TILE) * _ceil(n / OUT_TILE)
-        return _min(1.0, tiles / (self.mem_tiles * sms))
+    def _eff(self, s: GemmShape):
+        return s.padded_rows / (s.rows + self.m0) * s.n / (s.n + self.n0) * s.k / (s.k + self.k0)
 
     def parts(self, flops: float, nbytes: float, m: float, n: float, k: float, peak: float, hbm: float, sms: int):
         """(math seconds, memory seconds) of a GEMM part on a GPU of ``sms`` SMs, without the latency;
         its groups are ``flops / (2 m n k)``."""
-        groups = _max(1.0, flops / (2.0 * m * n * k))
-        occ = self.occupancy(groups, m, n, sms)
-        return flops / (peak * self.ceiling * self.eff(m, n, k, groups)), nbytes / (hbm * self.mem_efficiency * occ)
+        return self.parts_of(GemmShape.of(flops, nbytes, m, n, k), peak, hbm, sms)
+
+    def parts_of(self, s: GemmShape, peak: float, hbm: float, sms: int):
+        """``parts`` of a shape whose shape-only terms are computed already (a fit evaluates thousands of
+        candidate curves on the same rows: ``demos.fits.rooflines``)."""
+        occ = _min(1.0, s.tiles / (self.mem_tiles * sms))
+        return s.flops / (peak * self.ceiling * self._eff(s)), s.nbytes / (hbm * self.mem_efficiency * occ)
 
     def seconds(
         self, flops: float, nbytes: float, m: float, n: float, k: float, peak: float, hbm: float, sms: int
     ) -> float:
         """Seconds of a GEMM of ``flops`` and ``nbytes`` whose (rows per group, n, k) is (m, n, k)."""
-        return self.latency + _max(*self.parts(flops, nbytes, m, n, k, peak, hbm, sms))
+        return self.seconds_of(GemmShape.of(flops, nbytes, m, n, k), peak, hbm, sms)
+
+    def seconds_of(self, s: GemmShape, peak: float, hbm: float, sms: int):
+        """``seconds`` of a shape whose shape-only terms are computed already (``parts_of``)."""
+        return self.latency + _max(*self.parts_of(s, peak, hbm, sms))
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """What ``GemmCurve``'s formulas take of a GEMM's shape and work, numbers or numpy arrays, independent of
+    the curve's parameters: its groups ``max(1, flops / (2 m n k))``, the kernel's rows ``groups x m``, those
+    rows times the ``ROW_TILE`` padding share, and its ``OUT_TILE`` output tiles."""
+
+    flops: Any
+    nbytes: Any
+    n: Any
+    k: Any
+    rows: Any
+    padded_rows: Any
+    tiles: Any
+
+    @staticmethod
+    def of(flops, nbytes, m, n, k) -> GemmShape:
+        groups = _max(1.0, flops / (2.0 * m * n * k))
+        rows, pad = groups * m, m / (_ceil(m / ROW_TILE) * ROW_TILE)
+        tiles = groups * _ceil(m / OUT_TILE) * _ceil(n / OUT_TILE)
+        return GemmShape(flops, nbytes, n, k, rows, pad * rows, tiles)
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,7 @@ def test_a_bad_output_path_is_one_line_and_exit_2_before_the_run(flag, tmp_path,
         assert err.startswith("python -m demos.overlap: error: ") and flag in err and why in err and path in err
 
 
+@pytest.mark.slow  # a whole run (the fast tier leaves it out: docs/testing.md)
 def test_a_plot_path_matplotlib_cannot_write_is_refused_before_the_run(tmp_path, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
     import demos.overlap as overlap

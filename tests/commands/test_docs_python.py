@@ -30,6 +30,7 @@ def clean_workspace():
     workspace.reset_workspace_manager()
 
 
+@pytest.mark.slow  # a whole run (the fast tier leaves it out: docs/testing.md)
 @pytest.mark.timeout(slack(60))
 def test_every_python_block_of_docs_python_md_runs(clean_workspace):
     found = blocks(PAGE.read_text())

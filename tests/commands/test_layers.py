@@ -13,6 +13,7 @@ import pytest
 from demos._cli.commands import MODULES
 from tests.runtime.test_imports import _modules, import_graph
 from tests.support.paths import REPO
+from tests.support.sources import parsed
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runtime", ("dbo", "workspace")),
@@ -221,7 +222,7 @@ def test_no_module_imports_a_private_name_of_another_module():
 
     bad = []
     for mod, path in _modules().items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 for a in node.names:
                     if a.name.startswith("_") and not a.name.startswith("__"):
@@ -251,7 +252,7 @@ def modules_importing(name: str, mods: dict) -> set[str]:
 
     out = set()
     for mod, path in mods.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Import) and any(a.name == name for a in node.names):
                 out.add(mod)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == name:

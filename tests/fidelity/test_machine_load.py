@@ -138,6 +138,7 @@ def test_validate_reports_the_load_of_its_run(monkeypatch, capsys):
     assert "- undisturbed" in out and "not measured" not in out
 
 
+@pytest.mark.slow  # a whole run (the fast tier leaves it out: docs/testing.md)
 def test_calibrate_reports_the_load_of_its_run(monkeypatch, capsys, tmp_path):
     import demos.fidelity.calibration as cal
     from tests.fidelity.test_calibrate import TINY  # the tiny sweep its CLI test uses
@@ -229,6 +230,7 @@ def test_run_undisturbed_runs_again_once_and_keeps_the_second_result():
     )
 
 
+@pytest.mark.slow  # a whole run (the fast tier leaves it out: docs/testing.md)
 def test_calibration_runs_a_disturbed_model_run_again_and_says_so(monkeypatch, capsys, tmp_path):
     import demos.fidelity.calibration as cal
     from tests.fidelity.test_calibrate import TINY

@@ -62,6 +62,7 @@ def test_a_gb200_worker_is_hosts_of_four():
     assert (plan["nodes"], plan["gpus_per_node"], plan["ep"], plan["attention_tp"]) == (2, 4, 8, 1)
 
 
+@pytest.mark.slow  # a whole run (the fast tier leaves it out: docs/testing.md)
 @needs_tables
 def test_rows_run_as_their_benchmark_and_the_side_by_side_keeps_to_common_rows(monkeypatch):
     rows = [_row(id="a"), _row(id="b", engine="sglang", osl=6), _row(id="c", system="b300_sxm")]
@@ -100,6 +101,7 @@ def test_every_attention_dp_row_records_the_batch_times_its_ranks():
     assert sum(r.concurrency == r.batch * r.attention_dp for r in rows) / len(rows) > 0.9
 
 
+@pytest.mark.slow  # a whole run (the fast tier leaves it out: docs/testing.md)
 @needs_tables
 def test_a_disaggregated_row_runs_whole_and_is_sampled_as_the_others(monkeypatch):
     """A disaggregated row with its workers' counts runs as a coupled deployment (its GPUs: both sides'),

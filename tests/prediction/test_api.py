@@ -59,6 +59,7 @@ SAME = [
 ]
 
 
+@pytest.mark.slow  # a whole run (the fast tier leaves it out: docs/testing.md)
 @pytest.mark.parametrize("model, kwargs, argv", SAME)
 def test_the_api_gives_what_the_command_prints_and_writes(model, kwargs, argv, tmp_path, capsys):
     path = tmp_path / "p.json"
@@ -147,6 +148,7 @@ def test_the_prediction_is_typed_and_read_only():
         pred.points[0].speedup = 2.0  # type: ignore[misc]
 
 
+@pytest.mark.slow  # a whole run (the fast tier leaves it out: docs/testing.md)
 def test_a_model_spec_a_config_path_and_a_preset_name_give_the_same_points(tmp_path, capsys):
     args = {**CLUSTER, "tokens": 16}
     by_name = predict("deepseek-v3", **args)

@@ -250,6 +250,7 @@ def test_every_presets_own_checkpoint_is_the_repository_its_config_came_from():
     assert checkpoints("no-such-model") == {} and checkpoints(None) == {}
 
 
+@pytest.mark.slow  # a whole run (the fast tier leaves it out: docs/testing.md)
 def test_predict_serves_the_predicted_precision_of_the_model_named():
     p = predict("qwen3-235b-a22b", gpu="h200", nodes=2, weights="fp8", kv_cache_dtype="fp8", tokens=[64, 128])
     rec = p.recommendation

@@ -73,6 +73,7 @@ def test_a_name_that_is_neither_a_path_nor_a_preset_says_both(tmp_path):
         assert "kimi-k2" in message and "\n" not in message
 
 
+@pytest.mark.slow  # a whole run (the fast tier leaves it out: docs/testing.md)
 def test_gpu_names_take_any_case_from_the_command_line_and_from_python():
     parser = build_parser()
     for typed in ("H200", "h200", "GB200", " B200 "):

@@ -99,6 +99,7 @@ def test_the_serving_command_it_prints_runs_the_same_run(with_workload, tmp_path
     assert json.loads(path.read_text()) == json.loads(json.dumps(with_workload.workload.run.to_dict()))
 
 
+@pytest.mark.slow  # a whole run (the fast tier leaves it out: docs/testing.md)
 def test_the_command_and_the_function_agree(with_workload, tmp_path, capsys):
     path = tmp_path / "p.json"
     assert main(["--model", MODEL, *CLUSTER_FLAGS, *RUN_FLAGS, "--json", str(path)]) == 0
@@ -117,6 +118,7 @@ def test_where_dbo_loses_the_run_the_vllm_line_stays_without_it():
     assert "DBO does not pay for this workload" in rec.basis
 
 
+@pytest.mark.slow  # a whole run (the fast tier leaves it out: docs/testing.md)
 def test_another_engines_run_leaves_vllms_threshold_on_one_step(one_step):
     pred = predict(MODEL, **CLUSTER, workload=SPEC, requests=16, engine="trtllm")
     rec = pred.recommendation

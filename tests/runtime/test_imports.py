@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import REPO as ROOT
+from tests.support.sources import parsed
 
 PACKAGES = ("dbo", "workspace", "demos")
 
@@ -48,12 +49,23 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
+_EDGES: dict[tuple, dict[str, dict[str, bool]]] = {}
+
+
 def _edges(mods: dict[str, Path]) -> dict[str, dict[str, bool]]:
-    """module -> {imported project module: True if every import of it is under ``if TYPE_CHECKING:``}."""
+    """module -> {imported project module: True if every import of it is under ``if TYPE_CHECKING:``}; read
+    once per session for the same files unchanged (several tests walk the whole tree), a fresh copy each call."""
+    key = tuple((m, str(p), p.stat().st_mtime_ns, p.stat().st_size) for m, p in sorted(mods.items()))
+    if key not in _EDGES:
+        _EDGES[key] = _read_edges(mods)
+    return {m: dict(targets) for m, targets in _EDGES[key].items()}
+
+
+def _read_edges(mods: dict[str, Path]) -> dict[str, dict[str, bool]]:
     edges: dict[str, dict[str, bool]] = {m: {} for m in mods}
     for mod, path in mods.items():
         is_package = path.name == "__init__.py"
-        tree = ast.parse(path.read_text(), str(path))
+        tree = parsed(path)
         typing_only = {  # imports under `if TYPE_CHECKING:`: annotation-only, and still edges
             id(n)
             for top in ast.walk(tree)
@@ -197,7 +209,7 @@ NOT_CHECKED_FOR_ALL: tuple[str, ...] = ()
 
 def _defines_all(path: Path) -> bool:
     """Whether the module at ``path`` assigns ``__all__`` at its top level."""
-    for node in ast.parse(path.read_text(), str(path)).body:
+    for node in parsed(path).body:
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
         if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
             return True

@@ -59,6 +59,7 @@ def test_dbo_splits_by_vllms_rule_and_the_best_threshold_comes_with_its_line(vll
     assert set(best["thresholds"]) == {"2", "8", "16", "32", "64", "128", "256", "512", "1024"}
 
 
+@pytest.mark.slow  # a whole run (the fast tier leaves it out: docs/testing.md)
 def test_sglang_runs_its_own_overlaps_for_the_model():
     run = simulate("qwen3-30b-a3b", engine="sglang", search=False, **SMALL)
     assert [r.overlap for r in run.runs] == ["none", "dbo"]  # Qwen3-MoE: two-batch overlap, no SBO
@@ -105,6 +106,7 @@ def test_the_request_rows_hold_every_request_and_give_back_the_runs_figures(vllm
             assert (got.p50, got.p90, got.p99) == pytest.approx((figure.p50, figure.p90, figure.p99), rel=1e-12)
 
 
+@pytest.mark.slow  # a whole run (the fast tier leaves it out: docs/testing.md)
 def test_the_command_prints_the_table_writes_the_json_and_csv_and_refuses_in_one_line(tmp_path, capsys):
     out, table = tmp_path / "run.json", tmp_path / "requests.csv"
     args = ["--model", "qwen3-30b-a3b", "--gpu", "H100", "--concurrency", "16", "--isl", "256", "--osl", "8"]

@@ -50,6 +50,7 @@ def test_a_step_costs_its_busiest_rank_at_its_mix_interpolated_between_grid_poin
     assert all(t in GRID_TOKENS for _, t, _, _ in calls)
 
 
+@pytest.mark.slow  # a whole run (the fast tier leaves it out: docs/testing.md)
 def test_interpolation_error_against_the_predictor_itself():
     """Decode steps of a real model between grid points, against direct runs (the figure the docs quote)."""
     p = StepPricer(W)

@@ -3,13 +3,12 @@ keep a number the command no longer prints (issue 24: "349 ms against 141 ms" ha
 
 from __future__ import annotations
 
-import multiprocessing
+import dataclasses
 import re
-from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from demos.toy.config import OverlapConfig
+from demos.toy.config import OverlapConfig, resolve
 from demos.toy.run import run
 from tests.support.paths import REPO
 
@@ -38,21 +37,55 @@ ONE_STEP = dict(steps=1, warmup=1)
 _RUNS: dict[str, object] = {}
 
 
+def _shapes_only(cfg: OverlapConfig) -> OverlapConfig:
+    """``cfg`` with meta tensors and the dtype the command resolves to: on virtual a step's figures are a
+    function of the shapes and the profile, not of the values (``test_meta_tensors_give_the_real_runs_figures``
+    holds that), so the page's figures are recomputed without the math, 10 to 80 times faster."""
+    res = resolve(cfg)
+    if res.meta:
+        return cfg
+    return dataclasses.replace(cfg, meta=True, dtype=str(res.dtype).removeprefix("torch."))
+
+
 def _run(**kw):
-    """``run(OverlapConfig(**kw))``, once per configuration in this module: virtual runs are deterministic,
-    and several figures on the page come from the same run (the results are only read)."""
-    cfg = OverlapConfig(**kw)
+    """``run(OverlapConfig(**kw))``'s figures, once per configuration in this module: virtual runs are
+    deterministic, and several figures on the page come from the same run (the results are only read)."""
+    cfg = _shapes_only(OverlapConfig(**kw))
     key = repr(cfg)
     if key not in _RUNS:
         _RUNS[key] = run(cfg)
     return _RUNS[key]
 
 
+SMALL = dict(backend="virtual", tokens=64, hidden=256, experts=16, topk=4, layers=2, steps=1, warmup=1)
+
+
+def _figures(r) -> tuple:
+    return (r.time_no_dbo_s, r.time_dbo_s, r.speedup, r.hidden_fraction, r.engine.comm_ratio)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(schedule="ll"),
+        dict(schedule="ht", comm_ratio=2.0),
+        dict(schedule="ll", profile="h200", comm_ratio=0.5),  # host-bound: the link search on virtual
+        dict(schedule="ll", profile="h200", graph=True),
+        dict(schedule="ll", stream_layout="shared"),
+    ],
+    ids=["ll", "ht-ratio", "ll-h200-ratio", "ll-h200-graph", "ll-shared"],
+)
+def test_meta_tensors_give_the_real_runs_figures(kw):
+    """What the page's figures are recomputed with (``_shapes_only``): a run with the math and the same
+    run without it give the same step times, speedup, hidden share and link ratio, bit for bit."""
+    cfg = OverlapConfig(**SMALL, **kw)
+    assert not resolve(cfg).meta
+    real, meta = run(cfg), run(_shapes_only(cfg))
+    assert meta.resolved.meta and not real.resolved.meta
+    assert _figures(meta) == _figures(real)
+
+
 RATIOS = (0.25, 0.5, 1.0, 2.0, 4.0)
-
-
-def _hidden_fraction(cfg: OverlapConfig) -> float:
-    return run(cfg).hidden_fraction
 
 
 def _page() -> str:
@@ -96,12 +129,11 @@ def test_the_comm_ratio_sweep_quotes_the_commands_figures():
     m = _find(
         r"`--comm-ratio` 0\.25, 0\.5, 1, 2, 4 hides " + pct + r" \(ht\) and " + pct + r" \(ll\)", "comm-ratio sweep"
     )
-    configs = [
-        OverlapConfig(backend="virtual", schedule=s, comm_ratio=r, **ONE_STEP) for s in ("ht", "ll") for r in RATIOS
-    ]
-    # ten independent deterministic runs: two fresh interpreters halve the wait (spawn: no fork of a threaded process)
-    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        got = tuple(round(f * 100, 1) for f in pool.map(_hidden_fraction, configs))
+    got = tuple(
+        round(_run(backend="virtual", schedule=s, comm_ratio=r, **ONE_STEP).hidden_fraction * 100, 1)
+        for s in ("ht", "ll")
+        for r in RATIOS
+    )
     assert got == m
 
 
