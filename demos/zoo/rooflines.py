@@ -125,6 +125,8 @@ class GemmCurve:
     mem_tiles: float
 
     def _eff(self, s: GemmShape):
+        """The share of the ceiling a GEMM reaches: each group's rows padded to ``ROW_TILE``, the row knee on
+        the kernel's rows, ``groups x m`` (module docstring)."""
         return s.padded_rows / (s.rows + self.m0) * s.n / (s.n + self.n0) * s.k / (s.k + self.k0)
 
     def parts(self, flops: float, nbytes: float, m: float, n: float, k: float, peak: float, hbm: float, sms: int):
@@ -152,8 +154,8 @@ class GemmCurve:
 @dataclass(frozen=True)
 class GemmShape:
     """What ``GemmCurve``'s formulas take of a GEMM's shape and work, numbers or numpy arrays, independent of
-    the curve's parameters: its groups ``max(1, flops / (2 m n k))``, the kernel's rows ``groups x m``, those
-    rows times the ``ROW_TILE`` padding share, and its ``OUT_TILE`` output tiles."""
+    the curve's parameters: with its groups ``max(1, flops / (2 m n k))``, the kernel's rows ``groups x m``,
+    those rows times the ``ROW_TILE`` padding share, and the groups' ``OUT_TILE`` output tiles."""
 
     flops: Any
     nbytes: Any

@@ -44,7 +44,7 @@ def _shapes_only(cfg: OverlapConfig) -> OverlapConfig:
     res = resolve(cfg)
     if res.meta:
         return cfg
-    return dataclasses.replace(cfg, meta=True, dtype=str(res.dtype).removeprefix("torch."))
+    return dataclasses.replace(cfg, meta=True, dtype=res.dtype_name)
 
 
 def _run(**kw):
