@@ -4,6 +4,7 @@ timeouts that grow with ``--stress-count`` for the tests whose work it multiplie
 from __future__ import annotations
 
 import faulthandler
+import json
 import signal
 import sys
 import threading
@@ -167,3 +168,22 @@ def _own_timeout(item) -> float:
 def stress_count(request) -> int:
     """The --stress-count multiplier (>= 1)."""
     return max(1, int(request.config.getoption("--stress-count")))
+
+
+@pytest.fixture(scope="session")
+def validate_json(tmp_path_factory):
+    """``python -m demos.validate CHECK --no-progress --json PATH`` run once per session per check (the
+    measured checks take seconds each, and tests in several files read them): ``validate_json("silicon")``
+    is the JSON that check wrote, parsed afresh for each caller."""
+    from demos.validate import main
+
+    written: dict[str, str] = {}
+
+    def run(check: str) -> dict:
+        if check not in written:
+            out = tmp_path_factory.mktemp("validate") / f"{check}.json"
+            assert main([check, "--no-progress", "--json", str(out)]) == 0
+            written[check] = out.read_text()
+        return json.loads(written[check])
+
+    return run

@@ -30,7 +30,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "overlap",
         "demos.overlap",
-        ("--backend", "virtual", "--layers", "1", "--steps", "1", "--json", JSON),
+        ("--backend", "virtual", "--layers", "1", "--steps", "1", "--tokens", "256", "--hidden", "256", "--json", JSON),
     ),
     Command("validate", "demos.validate", ("deepep", "--json", JSON)),
     Command("bench", "demos.bench", ("--quick", "--section", "workspace", "--json", JSON)),

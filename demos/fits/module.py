@@ -12,14 +12,15 @@ with the extra fitted on top: what ``python -m demos.fits write`` stores.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from demos.fits.rooflines import fit_family
 from demos.zoo.attention_module import composed_seconds, module_rows
 from demos.zoo.rooflines import FIT_GPUS, FamilyFit
 
-__all__ = ["fit_module_extra", "fitted_family"]
+__all__ = ["composed_lines", "fit_module_extra", "fitted_family"]
 
 
 def fit_module_extra(fit: FamilyFit, gpus: Sequence[str]) -> float:
@@ -27,31 +28,65 @@ def fit_module_extra(fit: FamilyFit, gpus: Sequence[str]) -> float:
     ``gpus`` on the curve, ``median((composed + c) / measured) = 1``, the op composed with ``fit``'s curves and
     ``c`` (which the per-kernel floors partly absorb at small shapes), as every curve is fitted (least
     absolute log error, ``demos.fits.rooflines``); 0 when the op is not short; found by regula falsi
-    (Illinois) to 1e-5 of itself, rounded to 4 significant figures."""
+    (Illinois) to 1e-5 of itself, rounded to 4 significant figures.
+
+    The extra enters the composed op as ``max(floor, kernels + c)`` (``KernelTimes.module_extra``: it is
+    one more part of the op the per-kernel floors bound from below), so each row's composed time at any
+    ``c >= 0`` is ``max(at 0, at B - B + c)`` for a ``B`` past every floor: the op is composed twice per row
+    (``composed_lines``) instead of once per step of the search, and a third time at the root to hold the
+    line to the predictor's own composition (``_check_line``)."""
     rows = [(g, r) for g in gpus for r in module_rows(g)]
+    hi = statistics.median(r.seconds for _, r in rows)  # an extra of a whole median module: long
+    lines = composed_lines(fit, rows, hi)
 
     def excess(extra: float) -> float:  # increasing in ``extra``; its root is the fit
-        f = replace(fit, mla_module=extra)
-        return statistics.median(composed_seconds(g, r, f) / r.seconds for g, r in rows) - 1.0
+        return statistics.median(max(at0, rise + extra) / r.seconds for (at0, rise), (_, r) in zip(lines, rows)) - 1.0
 
+    c = _root(excess, hi)
+    _check_line(fit, rows, lines, c)
+    return float(f"{c:.4g}")
+
+
+def _root(excess: Callable[[float], float], hi: float) -> float:
+    """The root of ``excess`` (increasing) in ``[0, hi]`` by regula falsi (Illinois) to 1e-5 of ``hi``;
+    0 where ``excess(0) >= 0``."""
     lo, f_lo = 0.0, excess(0.0)
     if f_lo >= 0.0:
         return 0.0
-    hi = statistics.median(r.seconds for _, r in rows)  # an extra of a whole median module: long
     f_hi = excess(hi)
     side = 0
-    while hi - lo > 1e-5 * hi:  # regula falsi, Illinois: a few compositions of every row, not a dozen
+    while hi - lo > 1e-5 * hi:
         c = hi - f_hi * (hi - lo) / (f_hi - f_lo)
         f_c = excess(c)
         if f_c == 0.0:
-            return float(f"{c:.4g}")
+            return c
         if f_c > 0.0:
             hi, f_hi = c, f_c
             f_lo, side = (f_lo / 2.0 if side == 1 else f_lo), 1
         else:
             lo, f_lo = c, f_c
             f_hi, side = (f_hi / 2.0 if side == -1 else f_hi), -1
-    return float(f"{0.5 * (lo + hi):.4g}")
+    return 0.5 * (lo + hi)
+
+
+def composed_lines(fit: FamilyFit, rows: Sequence[tuple[str, Any]], big: float) -> list[tuple[float, float]]:
+    """Each row's composed op as a line in the extra ``c``: ``(at 0, at big - big)``, its time at ``c`` being
+    ``max(at 0, at big - big + c)`` (``fit_module_extra``); ``big`` must reach past every kernel floor."""
+    f0, fb = replace(fit, mla_module=0.0), replace(fit, mla_module=big)
+    return [(composed_seconds(g, r, f0), composed_seconds(g, r, fb) - big) for g, r in rows]
+
+
+def _check_line(fit: FamilyFit, rows, lines, extra: float) -> None:
+    """Raise if any row's composed op at ``extra`` is not what its line says (to 1e-9 of it): the
+    composition has changed how it charges the extra, and the line search would fit the wrong constant."""
+    f = replace(fit, mla_module=extra)
+    for (g, r), (at0, rise) in zip(rows, lines):
+        want, line = composed_seconds(g, r, f), max(at0, rise + extra)
+        if abs(line - want) > 1e-9 * want:
+            raise RuntimeError(
+                f"the MLA module extra no longer enters the composed op as max(floor, kernels + extra): {g} "
+                f"batch {r.batch} kv {r.kv_len} heads {r.heads}: composed {want:.6g} s, the line {line:.6g} s"
+            )
 
 
 def fitted_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:

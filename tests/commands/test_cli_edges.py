@@ -1,7 +1,7 @@
 """The commands at their edges: no flag silently ignored or replaced, Ctrl-C during the imports,
 and a bad input of any kind answered with one line of our own words and exit 2 (never a
 traceback). Each command runs as ``python -m`` starts it: the lines that only print or refuse run
-batched, one interpreter per command (``tests.support.cli_batch``); signals, Ctrl-C during the imports
+batched, all in one interpreter (``tests.support.cli_batch``); signals, Ctrl-C during the imports
 and memory get a process each."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from demos._guard import READY_ENV
 from demos.overlap import run_overlap
 from demos.toy.config import OverlapConfig
 from demos.toy.report import format_report
-from tests.support.cli_batch import run_batch
+from tests.support.cli_batch import run_lines
 from tests.support.paths import ROOT, python_env
 from tests.support.timing import slack
 
@@ -71,7 +71,7 @@ INVOCATIONS: dict[str, tuple[str, list[str]]] = {
     "validate-deepep-h200": ("demos.validate", ["--deepep", "--h200"]),
     "bench-bad-flag": ("demos.bench", ["--sectoin", "x"]),
 }
-"""The command lines the tests below check, by name; ``invocations`` runs them, each command's in one
+"""The command lines the tests below check, by name; ``invocations`` runs them all in one
 interpreter (``tests.support.cli_batch``; tests of the process itself, signals and memory, start their
 own)."""
 
@@ -80,7 +80,7 @@ own)."""
 def invocations(tmp_path_factory):
     """Every ``INVOCATIONS`` command line, every ``BAD_INPUTS`` case (keys ``("bad-input", i)``, ``{d}``
     a folder of the module's own, under key ``"d"``) and every ``BAD_PROFILES`` case (keys
-    ``("bad-profile", i)``, the profile's path under ``("profile", i)``) run, each command's in one
+    ``("bad-profile", i)``, the profile's path under ``("profile", i)``) run, all in one
     interpreter: {key: ``Invocation``}."""
     d = tmp_path_factory.mktemp("cli-edges")
     lines = dict(INVOCATIONS)
@@ -92,9 +92,7 @@ def invocations(tmp_path_factory):
         path.write_text(json.dumps(fields))
         lines[("bad-profile", i)] = (OVERLAP, ["--backend", "virtual", "--profile", str(path), *SMALL])
     out = {"d": str(d), **paths}
-    for module in dict.fromkeys(m for m, _ in lines.values()):
-        keys = [k for k, (m, _) in lines.items() if m == module]
-        out.update(zip(keys, run_batch(module, [lines[k][1] for k in keys])))
+    out.update(zip(lines, run_lines(list(lines.values()), timeout=240)))
     return out
 
 
@@ -392,12 +390,13 @@ def test_a_bad_input_is_one_line_and_exit_2(invocations, case):
 
 @pytest.mark.slow
 def test_a_batched_invocation_is_what_its_own_process_gives():
-    """The batch (one interpreter, the command run as ``__main__`` per case) against a process per case, on
-    one refusal and one success: the same status, stdout and stderr. The bug this catches: a batch that
-    loses the status (every case 0) or what the command wrote."""
-    cases = [["--layers", "-1"], ["--help"]]
-    for batched, args in zip(run_batch(OVERLAP, cases), cases):
-        own = _run(OVERLAP, *args)
+    """The batch (one interpreter, each command run as ``__main__`` in turn) against a process per case, on
+    one refusal and one success of two commands: the same status, stdout and stderr. The bugs this
+    catches: a batch that loses the status (every case 0) or what the command wrote, and a command that
+    carries state into the next one run in the same interpreter (its name in the other's messages)."""
+    lines = [(PREDICT, ["--gpu", "h900"]), (OVERLAP, ["--layers", "-1"]), (PREDICT, ["--help"])]
+    for batched, (module, args) in list(zip(run_lines(lines), lines))[1:]:  # each after the other command
+        own = _run(module, *args)
         assert (batched.returncode, batched.stdout, batched.stderr) == (own.returncode, own.stdout, own.stderr)
 
 

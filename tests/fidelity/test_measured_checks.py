@@ -3,8 +3,6 @@ reasons, and one line without the measured extra."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from demos.fidelity.silicon import SiliconCheck, _step_seconds, decode_tokens, gap_fits, silicon_summaries
@@ -32,11 +30,10 @@ def test_two_checks_at_once_are_refused(capsys):
     assert "kernels takes no silicon (one check per run" in capsys.readouterr().err
 
 
-def _checked_json(check: str, tmp_path, row_keys: set[str]) -> dict:
-    """The JSON ``validate check --json`` writes, its first row holding at least ``row_keys``."""
-    out = tmp_path / "check.json"
-    assert main([check, "--no-progress", "--json", str(out)]) == 0
-    data = json.loads(out.read_text())
+def _checked_json(check: str, validate_json, row_keys: set[str]) -> dict:
+    """The JSON ``validate check --json`` writes (the session's run: tests/conftest.py), its first row
+    holding at least ``row_keys``."""
+    data = validate_json(check)
     assert row_keys <= set(data["rows"][0])
     return data
 
@@ -44,8 +41,8 @@ def _checked_json(check: str, tmp_path, row_keys: set[str]) -> dict:
 @pytest.mark.slow
 @pytest.mark.measured
 @needs_tables
-def test_kernels_json_has_rows_and_summaries_per_gpu_and_op(tmp_path):
-    data = _checked_json("kernels", tmp_path, {"gpu", "op", "shape", "predicted_s", "measured_s"})
+def test_kernels_json_has_rows_and_summaries_per_gpu_and_op(validate_json):
+    data = _checked_json("kernels", validate_json, {"gpu", "op", "shape", "predicted_s", "measured_s"})
     pairs = {(s["gpu"], s["op"]) for s in data["summary"]}
     for gpu in ("h100", "h200", "b200", "gb200"):
         for op in ("gemm fp8", "gemm bf16", "mla decode", "mla prefill", "experts", "dispatch", "combine"):
@@ -57,9 +54,9 @@ def test_kernels_json_has_rows_and_summaries_per_gpu_and_op(tmp_path):
 @pytest.mark.slow
 @pytest.mark.measured
 @needs_tables
-def test_silicon_json_predicts_decode_rows_of_two_engines_on_each_gpu(tmp_path):
+def test_silicon_json_predicts_decode_rows_of_two_engines_on_each_gpu(validate_json):
     keys = {"gpu", "engine", "phase", "model", "tokens", "predicted_s", "measured_s", "gap_s"}
-    data = _checked_json("silicon", tmp_path, keys)
+    data = _checked_json("silicon", validate_json, keys)
     decode = {s["gpu"]: s for s in data["summary"] if s["phase"] == "decode"}
     for gpu in ("h200", "b200", "gb200"):
         assert decode[gpu]["rows"] >= 10 and len(decode[gpu]["engines"]) >= 2

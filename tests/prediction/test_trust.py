@@ -49,11 +49,8 @@ def test_the_published_figures_are_what_validate_prints():
 @pytest.mark.slow
 @pytest.mark.measured
 @pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
-def test_the_silicon_figures_are_what_validate_prints():
-    from demos.fidelity.silicon import silicon_rows, silicon_summaries
-
-    checks, _ = silicon_rows()
-    got = {s["gpu"]: s for s in silicon_summaries(checks) if s["phase"] == "decode"}
+def test_the_silicon_figures_are_what_validate_prints(validate_json):
+    got = {s["gpu"]: s for s in validate_json("silicon")["summary"] if s["phase"] == "decode"}
     for gpu, (_, n, median, worst) in SILICON.items():
         s = got[gpu]
         assert (s["rows"], round(s["median_error"], 3), round(s["max_error"], 3)) == (n, median, worst), gpu

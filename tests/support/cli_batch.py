@@ -1,12 +1,12 @@
-"""Many invocations of one command in one Python subprocess, each run as ``python -m module args`` runs it.
+"""Many command invocations in one Python subprocess, each run as ``python -m module args`` runs it.
 
 A command's process spends about 2.5 s importing torch before it reads its flags, so a test file that
-checks dozens of bad inputs, each in its own process, spends most of its time importing. ``run_batch``
-starts one interpreter per module, and in it runs the module as ``__main__`` once per argument list
-(``runpy.run_module``: the command's own ``if __name__ == "__main__"`` path, its ``SystemExit`` status),
-with stdout and stderr captured per invocation. What a separate process would add, the interpreter's
-start and the imports, is shared; a test of that part (Ctrl-C during the imports, signals) must still
-start its own process.
+checks dozens of bad inputs, each in its own process, spends most of its time importing. ``run_lines``
+starts one interpreter for a list of ``(module, args)`` command lines and in it runs each module as
+``__main__`` with its arguments (``runpy.run_module``: the command's own ``if __name__ == "__main__"``
+path, its ``SystemExit`` status), with stdout and stderr captured per invocation. What a separate
+process would add, the interpreter's start and the imports, is shared; a test of that part (Ctrl-C
+during the imports, signals) must still start its own process.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from tests.support.timing import slack
 
 _DRIVER = r"""
 import io, json, runpy, sys
-module, cases = sys.argv[1], json.loads(sys.stdin.read())
+cases = json.loads(sys.stdin.read())
 real_out, real_err, argv0 = sys.stdout, sys.stderr, sys.argv[0]
 results = []
-for args in cases:
+for module, args in cases:
     out, err = io.StringIO(), io.StringIO()
     sys.stdout, sys.stderr, sys.argv = out, err, [argv0, *args]
     code = 0
@@ -47,11 +47,12 @@ class Invocation(NamedTuple):
     stderr: str
 
 
-def run_batch(module: str, cases: list[list[str]], timeout: float = 120) -> list[Invocation]:
-    """``python -m module *args`` for each ``args`` of ``cases``, in one subprocess (module docstring)."""
+def run_lines(lines: list[tuple[str, list[str]]], timeout: float = 120) -> list[Invocation]:
+    """``python -m module *args`` for each ``(module, args)`` of ``lines``, in one subprocess, in order
+    (module docstring)."""
     p = subprocess.run(
-        [sys.executable, "-c", _DRIVER, module],
-        input=json.dumps(cases),
+        [sys.executable, "-c", _DRIVER],
+        input=json.dumps([[m, list(a)] for m, a in lines]),
         cwd=ROOT,
         env=python_env(),
         capture_output=True,

@@ -11,7 +11,6 @@ from dataclasses import replace
 
 import pytest
 
-from demos.fidelity.kernels import kernel_rows, summaries
 from demos.zoo import measured
 from demos.zoo.breakdown import layer_breakdown
 from demos.zoo.hardware import get_gpu
@@ -91,7 +90,38 @@ def test_the_fitted_extra_puts_the_median_module_row_on_the_curve_and_without_it
 
 
 @needs_tables
-def test_validate_kernels_checks_the_module_on_every_gpu_with_tables():
+def test_validate_kernels_checks_the_module_on_every_gpu_with_tables(validate_json):
+    module = {s["gpu"]: s for s in validate_json("kernels")["summary"] if s["op"] == "mla module"}
     for gpu in ("h100", "h200", "b200", "gb200"):
-        (s,) = summaries(kernel_rows(gpu, ops=("mla module",)))
-        assert s["op"] == "mla module" and s["rows"] > 700 and abs(s["median_error"]) <= 0.10
+        assert module[gpu]["rows"] > 700 and abs(module[gpu]["median_error"]) <= 0.10
+
+
+@needs_tables
+def test_the_composed_op_is_a_line_in_the_extra_on_every_hopper_row():
+    """``demos.fits.module`` fits the extra on each row's line ``max(at 0, at B - B + c)``: the predictor's
+    composition at extras the search visits is that line, on every row, floored or not."""
+    from demos.fits.module import composed_lines
+    from demos.zoo.attention_module import composed_seconds, module_rows
+
+    fit = family_fit("hopper")
+    rows = [(g, r) for g in ("h100", "h200") for r in module_rows(g)][::7]
+    lines = composed_lines(fit, rows, 1e-4)
+    assert any(at0 > rise for at0, rise in lines)  # some rows sit on their floor at a zero extra
+    for c in (0.0, 3e-6, 2.863e-5, 9e-5):
+        f = replace(fit, mla_module=c)
+        for (g, r), (at0, rise) in zip(rows, lines):
+            assert max(at0, rise + c) == pytest.approx(composed_seconds(g, r, f), rel=1e-12)
+
+
+@needs_tables
+def test_a_composition_that_charges_the_extra_otherwise_stops_the_fit(monkeypatch):
+    import demos.fits.module as fm
+    from demos.zoo.attention_module import composed_seconds, module_rows
+
+    def twice(g, r, fit):  # the extra charged twice: no longer the line the search assumes
+        return composed_seconds(g, r, fit) + fit.mla_module
+
+    monkeypatch.setattr(fm, "composed_seconds", twice)
+    monkeypatch.setattr(fm, "module_rows", lambda g: module_rows(g)[::20])
+    with pytest.raises(RuntimeError, match="no longer enters the composed op"):
+        fm.fit_module_extra(family_fit("hopper"), ("h100",))
