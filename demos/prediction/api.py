@@ -34,7 +34,7 @@ from demos.prediction.workload import (
 from demos.vocabulary import KernelSource, Mode, Phase, Schedule
 from demos.zoo.loading import TOY, load_model, workload_for
 from demos.zoo.memory import ServingLimits, memory_estimate, serving_limits
-from demos.zoo.models import ModelSpec
+from demos.zoo.models import ModelSpec, SparseMLAAttention
 from demos.zoo.rooflines import FITTED_WITH
 from demos.zoo.workload import WORKLOAD_SCHEDULES
 
@@ -221,11 +221,16 @@ def _sources(sweep: Sweep) -> tuple[str, ...]:
         if w.attention_tp > 1
         else ()
     )
+    sparse = (
+        "; the sparse attention's indexer scores timed on the FP8 GEMM curve (an extrapolation, docs/models.md)"
+        if isinstance(w.spec.attention, SparseMLAAttention)
+        else ""
+    )
     return tp + (
         f"model: {w.spec.source}",
         f"GPU {w.gpu.name}: {w.gpu.source}",
         f"kernel times: the {w.gpu.family} curves fitted to measured GEMM and MLA tables "
-        f"({FITTED_WITH}; demos/zoo/rooflines.json, docs/kernels.md)",
+        f"({FITTED_WITH}; demos/zoo/rooflines.json, docs/kernels.md){sparse}",
         "all-to-all: DeepEP's H800 tables, 4 fitted parameters (docs/clusters.md)",
         "host: per-launch, handoff and sync costs measured on our H200 host (docs/fidelity.md)",
     )

@@ -21,6 +21,11 @@ The kinds:
   latent; causal within each request, compute-bound). Attention TP (vLLM's DeepseekV2MLAAttention): the
   down-projections ``q_a`` and ``kv_a`` are replicated, ``q_b`` (or ``q_proj``), ``kv_b``, ``o_proj`` and the
   absorptions split by heads, and every rank reads the whole latent cache (the one KV head).
+* ``SparseMLA`` (DeepSeek sparse attention: DeepSeek-V3.2, GLM-5): MLA whose core reads only the
+  ``index_topk`` cached tokens a lightning indexer picks (decode: ``min(context, topk)`` entries per token;
+  prefill: at most ``topk`` keys per query), after its own op ``attn_index``: the indexer's projections,
+  its scores of every query against every cached key it may read, and their top-k. The indexer is what
+  grows with the context; the core stops growing at ``topk``.
 * ``GQA`` (grouped-query, MHA when ``kv_heads == heads``): decode reads each request's KV cache of
   ``context`` tokens (a sliding-window layer at most its window); attention TP splits the query and the
   KV heads (vLLM's QKVParallelLinear: ``max(1, kv_heads / attention_tp)`` KV heads per rank, replicated
@@ -35,7 +40,7 @@ breakdown and the model take it from there (docs/design.md, "The step as one op 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -46,12 +51,21 @@ from demos.vocabulary import Phase
 from demos.zoo import kernels as K
 from demos.zoo.fold import Folder, bmm, gemm, memory_pass
 from demos.zoo.launch import Launcher
-from demos.zoo.models import GQAAttention, MLAAttention
+from demos.zoo.models import GQAAttention, MLAAttention, SparseMLAAttention
 from demos.zoo.models.dtypes import ACT_BYTES
-from demos.zoo.work import causal_pairs, decode_pairs, mla_core_work
+from demos.zoo.work import causal_pairs, decode_pairs, index_score_work, mla_core_work, sparse_causal_pairs
 from demos.zoo.workload import Workload
 
-__all__ = ["ATTENTION_KINDS", "GQA", "MLA", "AttentionCosts", "AttentionKind", "attention_kind", "attention_pairs"]
+__all__ = [
+    "ATTENTION_KINDS",
+    "GQA",
+    "MLA",
+    "SparseMLA",
+    "AttentionCosts",
+    "AttentionKind",
+    "attention_kind",
+    "attention_pairs",
+]
 
 
 @dataclass(frozen=True)
@@ -127,16 +141,24 @@ class MLA(AttentionKind):
             absorb_k = bmm(h, t, lat, nope)  # q_nope into the latent space (per-head bmm)
             proj = _sum(q, kv_a, absorb_k, norm)
             out = _sum(gemm(t, H, h * v, store), bmm(h, t, v, lat))
-            shape = (t, h, w.context)
+            shape = (t, h, self.read(w, a))
         else:
             kv_b = gemm(t, h * (nope + v), lat, store)  # expand the latent into per-head keys and values
             proj = _sum(q, kv_a, kv_b, norm)
             out = _sum(gemm(t, H, h * v, store))
             shape = (max(1.0, t / w.context), h, min(t, w.context))
         kvb = w.spec.precision.bytes_of("kv_cache")
-        pairs = attention_pairs(w, t)
+        pairs = self.pairs(w, a, t)
         flops, nbytes = mla_core_work(w.phase, t, h, pairs, latent=lat, rope=rope, nope=nope, v=v, kv_bytes=kvb)
         return AttentionCosts(proj, _core(w, fold, flops, nbytes, shape), out, (flops, nbytes))
+
+    def read(self, w: Workload, a: MLAAttention) -> float:
+        """Cached tokens a decode token's core reads: its request's whole context."""
+        return w.context
+
+    def pairs(self, w: Workload, a: MLAAttention, t: int) -> float:
+        """Query-key pairs per head of the core for a ubatch of ``t`` tokens (``attention_pairs``)."""
+        return attention_pairs(w, t)
 
     def weights(self, a: MLAAttention, H: int, C: int, rand: Callable) -> SimpleNamespace:
         L = SimpleNamespace()
@@ -162,6 +184,80 @@ class MLA(AttentionKind):
         run(costs, "attn_proj", K.mla_proj_kernel, h, *w, q_lat, q_rope, kv_self, layer=layer, ub=ub)
         ctx = None if L is None else L.kv_ctx
         run(costs, "attn_core", K.mla_core_kernel, q_lat, q_rope, kv_self, ctx, o_lat, layer=layer, ub=ub)
+        w = () if L is None else (L.w_uv, L.w_o)
+        run(costs, "attn_out", K.mla_out_kernel, o_lat, *w, h, layer=layer, ub=ub)
+
+
+class SparseMLA(MLA):
+    """MLA behind a lightning indexer (DeepSeek sparse attention; module docstring)."""
+
+    spec_type = SparseMLAAttention
+
+    def read(self, w: Workload, a: SparseMLAAttention) -> float:
+        """A decode token's core reads the ``index_topk`` entries its indexer picked (all, when fewer)."""
+        return min(w.context, a.index_topk)
+
+    def pairs(self, w: Workload, a: SparseMLAAttention, t: int) -> float:
+        if w.phase == Phase.DECODE:
+            return decode_pairs(t, self.read(w, a))
+        return sparse_causal_pairs(t, w.context, a.index_topk)
+
+    def costs(self, w: Workload, a: SparseMLAAttention, t: int, layer: int, fold: Folder) -> AttentionCosts:
+        dense = super().costs(w, a, t, layer, fold)
+        return replace(dense, extra=(("attn_index", self.index_costs(w, a, t, fold)),))
+
+    def index_costs(self, w: Workload, a: SparseMLAAttention, t: int, fold: Folder) -> Work:
+        """The indexer of a ubatch of ``t`` tokens: its query projection from the query latent, its key and
+        per-head weight projections from the hidden state, the key's norm, RoPE and FP8 cache write, the
+        scores of every query against every cached key it may read (decode: the whole context; prefill:
+        its causal prefix), timed as an FP8 grouped GEMM of (keys, heads, head dim) on the family's FP8
+        curve (an extrapolation, docs/models.md), and the top-k over the scores (a memory pass). The
+        indexer is not split by attention TP (assumed replicated, as ``demos.zoo.memory`` counts it)."""
+        H, store = w.spec.hidden_size, w.spec.precision.weights
+        ih, d = a.index_heads, a.index_head_dim
+        key_bytes = a.index_key_bytes
+        if w.phase == Phase.DECODE:
+            keys, pairs = t * w.context, t * float(w.context)
+            rows = w.context
+        else:
+            pairs = causal_pairs(t, w.context)
+            keys, rows = float(t), min(t, w.context)
+        flops, nbytes = index_score_work(t, keys, pairs, ih, d, key_bytes=key_bytes)
+        scores = Work(flops=flops, bytes=nbytes, dtype="fp8", shape=(max(1, round(rows)), ih, d))
+        select = Work(bytes=4.0 * pairs + 4.0 * t * min(a.index_topk, w.context))
+        return fold.named("attn_index")(
+            gemm(t, ih * d, a.q_lora_rank, store),
+            gemm(t, d, H, store),
+            gemm(t, ih, H, "bfloat16"),
+            memory_pass(t, d, 2),
+            scores,
+            select,
+        )
+
+    def weights(self, a: SparseMLAAttention, H: int, C: int, rand: Callable) -> SimpleNamespace:
+        L = super().weights(a, H, C, rand)
+        L.w_iq = rand((H, a.index_heads * a.index_head_dim), H**-0.5)
+        L.w_iw = rand((H, a.index_heads), H**-0.5)
+        L.k_index = rand((C, a.index_head_dim), 1.0)
+        return L
+
+    def launch(self, run, a: SparseMLAAttention, L, h, t, costs, layer, ub, dt) -> None:
+        lat, rope = a.kv_lora_rank, a.qk_rope_head_dim
+        C = None if L is None else L.kv_ctx.shape[0]
+        k = a.index_topk if C is None else min(a.index_topk, C)
+        sel, q_lat, q_rope, kv_self, o_lat = run.workspace(
+            ((t, k), torch.int64),
+            ((t, a.heads, lat), dt),
+            ((t, a.heads, rope), dt),
+            ((t, lat + rope), dt),
+            ((t, a.heads, lat), dt),
+        )
+        w = () if L is None else (L.w_iq, L.w_iw, L.k_index, a.index_heads)
+        run(costs, "attn_index", K.dsa_index_kernel, h, *w, sel, layer=layer, ub=ub)
+        w = () if L is None else (L.w_q, L.w_kv_a, L.w_uk, a.qk_nope_head_dim)
+        run(costs, "attn_proj", K.mla_proj_kernel, h, *w, q_lat, q_rope, kv_self, layer=layer, ub=ub)
+        ctx = None if L is None else L.kv_ctx
+        run(costs, "attn_core", K.sparse_mla_core_kernel, q_lat, q_rope, kv_self, ctx, sel, o_lat, layer=layer, ub=ub)
         w = () if L is None else (L.w_uv, L.w_o)
         run(costs, "attn_out", K.mla_out_kernel, o_lat, *w, h, layer=layer, ub=ub)
 
@@ -211,7 +307,7 @@ class GQA(AttentionKind):
         run(costs, "attn_out", K.out_kernel, out, None if L is None else L.w_o, h, layer=layer, ub=ub)
 
 
-ATTENTION_KINDS: dict[type, AttentionKind] = {k.spec_type: k for k in (MLA(), GQA())}
+ATTENTION_KINDS: dict[type, AttentionKind] = {k.spec_type: k for k in (MLA(), SparseMLA(), GQA())}
 """Every kind of attention the zoo runs, keyed by its spec class (``demos.zoo.models``)."""
 
 

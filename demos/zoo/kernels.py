@@ -23,6 +23,8 @@ __all__ = [
     "gqa_core_kernel",
     "mla_proj_kernel",
     "mla_core_kernel",
+    "dsa_index_kernel",
+    "sparse_mla_core_kernel",
     "mla_out_kernel",
     "out_kernel",
     "router_kernel",
@@ -103,6 +105,43 @@ def mla_core_kernel(
     )
     p = torch.softmax(torch.cat([s_ctx, s_self], dim=-1) * scale, dim=-1)
     o = torch.einsum("thc,cl->thl", p[..., :-1], kv_ctx[:, :lat]) + p[..., -1:] * kv_self[:, None, :lat]
+    o_lat.copy_(o)
+
+
+def dsa_index_kernel(
+    h: torch.Tensor, w_iq: torch.Tensor, w_iw: torch.Tensor, k_index: torch.Tensor, heads: int, sel: torch.Tensor
+) -> None:
+    """A lightning indexer: each token's score of every cached key (``k_index``: (C, dim)), the sum over
+    its ``heads`` query heads of a per-head weight times the ReLU of the query-key product, and the indices
+    of its ``sel.shape[1]`` best keys into ``sel`` (the real indexer's queries come from the query latent;
+    here from the normed hidden state, the same shape of work)."""
+    x = _rmsnorm(h)
+    q = (x @ w_iq).reshape(h.shape[0], heads, -1)
+    scores = (torch.einsum("thd,cd->thc", q, k_index).relu() * (x @ w_iw)[..., None]).sum(1)
+    sel.copy_(torch.topk(scores, sel.shape[1], dim=-1).indices)
+
+
+def sparse_mla_core_kernel(
+    q_lat: torch.Tensor,
+    q_rope: torch.Tensor,
+    kv_self: torch.Tensor,
+    kv_ctx: torch.Tensor,
+    sel: torch.Tensor,
+    o_lat: torch.Tensor,
+) -> None:
+    """``mla_core_kernel`` over each token's selected cached latents only (``sel``: (t, k) rows of
+    ``kv_ctx``) and its own."""
+    lat = q_lat.shape[-1]
+    scale = (lat + q_rope.shape[-1]) ** -0.5
+    picked = kv_ctx[sel]  # (t, k, latent + rope)
+    s_ctx = torch.einsum("thl,tkl->thk", q_lat, picked[..., :lat]) + torch.einsum(
+        "thr,tkr->thk", q_rope, picked[..., lat:]
+    )
+    s_self = (q_lat * kv_self[:, None, :lat]).sum(-1, keepdim=True) + (q_rope * kv_self[:, None, lat:]).sum(
+        -1, keepdim=True
+    )
+    p = torch.softmax(torch.cat([s_ctx, s_self], dim=-1) * scale, dim=-1)
+    o = torch.einsum("thk,tkl->thl", p[..., :-1], picked[..., :lat]) + p[..., -1:] * kv_self[:, None, :lat]
     o_lat.copy_(o)
 
 

@@ -10,7 +10,8 @@ cache the whole latent of the group's requests):
   ``precision.weights``, the embedding and LM head in BF16, and this rank's ``experts_per_rank`` routed
   experts of every MoE layer at ``precision.experts`` (redundant slots included);
 * ``kv_cache``: the cache of the step's requests, ``context`` tokens each in decode (``tokens`` of them
-  in prefill), at ``precision.kv_cache`` (MLA: latent plus RoPE key; GQA: keys and values of the KV heads);
+  in prefill), at ``precision.kv_cache`` (MLA: latent plus RoPE key, and a sparse MLA's FP8 indexer key
+  with its scale; GQA: keys and values of the KV heads);
 * ``activations``: the step's hidden states and the per-ubatch persistent buffers the model keeps
   (MoE input and output, shared-expert output, the received tokens), BF16;
 * ``workspace``: the workspace manager's slots, one per ubatch, at the sizes the run grew them to
@@ -38,8 +39,8 @@ from dataclasses import asdict, dataclass
 from demos.vocabulary import Phase, Schedule
 from demos.zoo.hardware import ll_buffer_bytes
 from demos.zoo.models import count_params
-from demos.zoo.models.params import expert_params
-from demos.zoo.models.spec import MLAAttention
+from demos.zoo.models.params import expert_params, indexer_params
+from demos.zoo.models.spec import MLAAttention, SparseMLAAttention
 from demos.zoo.overlap_costs import ubatch_sizes
 from demos.zoo.workload import Workload
 
@@ -59,12 +60,13 @@ _NORMAL_BUFFERS = 2e9  # DeepEP's default num_nvl_bytes + num_rdma_bytes per han
 
 
 def kv_bytes_per_token(w: Workload) -> float:
-    """KV-cache bytes one token of context takes over all layers."""
+    """KV-cache bytes one token of context takes over all layers (a sparse MLA's indexer keys included)."""
     s = w.spec
     a = s.attention
     kv_heads = max(1, a.kv_heads // w.attention_tp) if not isinstance(a, MLAAttention) else 0
     width = a.kv_cache_width if isinstance(a, MLAAttention) else 2 * kv_heads * a.head_dim
-    return width * s.precision.bytes_of("kv_cache") * s.num_layers
+    index = a.index_key_bytes if isinstance(a, SparseMLAAttention) else 0
+    return (width * s.precision.bytes_of("kv_cache") + index) * s.num_layers
 
 
 def kv_cache_bytes(w: Workload) -> float:
@@ -141,6 +143,7 @@ def memory_estimate(w: Workload, slot_bytes: list[int] | None = None) -> MemoryE
     replicated = 0
     if isinstance(a, MLAAttention):  # q_a and kv_a down-projections, replicated under TP (vLLM: disable_tp)
         replicated = s.num_layers * H * ((a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim)
+        replicated += s.num_layers * indexer_params(s)  # a sparse MLA's indexer, whole on every rank (assumed)
     attention = replicated + (c.attention - replicated) / tp
     non_expert = attention + c.norms + (c.dense_mlp + c.shared_experts) / tp + c.router
     table = (c.embedding + c.lm_head) * 2.0 / tp

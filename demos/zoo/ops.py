@@ -63,6 +63,7 @@ OPS = MappingProxyType(
             Op("tp_embed_reduce", 1, _O, "embed"),  # the vocab-parallel embedding's rows, all-reduced
             Op("attn_proj", 8, _A, "attention"),  # input norm, fused q_a/kv_a GEMM, two latent norms, q_b, RoPE,
             #                                       cache write, quant
+            Op("attn_index", 5, _A, "attention"),  # sparse MLA's indexer: q/k/weights GEMMs, key cache, scores, top-k
             Op("attn_core", 3, _A, "attention"),  # metadata, attention, split-KV combine
             Op("attn_out", 3, _A, "attention"),  # value un-absorb, quant, o_proj
             Op("tp_attn_reduce", 1, _A, "tp_attn_reduce"),  # o_proj's partial sums (all-reduce or reduce-scatter)

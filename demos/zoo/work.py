@@ -11,7 +11,10 @@ numbers or numpy arrays alike (plain arithmetic; ``divmod`` works on both).
   activations in (FP8 when the weights are FP8) and the BF16 activations out.
 * ``decode_pairs`` / ``causal_pairs``: the query-key pairs per head of ``tokens`` tokens: decode, each
   token attends to its request's ``context`` cached tokens and itself; prefill, causal within requests of
-  ``context`` tokens (the last one shorter).
+  ``context`` tokens (the last one shorter); ``sparse_causal_pairs`` the same with each query reading at
+  most ``topk`` keys (numbers only).
+* ``index_score_work``: a lightning indexer's scores (DeepSeek sparse attention): FP8 query-key products
+  over the pairs it scores, the cached keys it reads, one FP32 score per pair.
 * ``mla_core_work``: MLA's attention core on one rank (DeepSeek's decode path absorbed: the latent cache
   read once per kernel, scores and values in the latent + RoPE space; prefill expanded: per-head keys and
   values, causal).
@@ -24,7 +27,15 @@ from __future__ import annotations
 from demos.vocabulary import Phase
 from demos.zoo.models.dtypes import ACT_BYTES, dtype
 
-__all__ = ["causal_pairs", "decode_pairs", "gemm_work", "mla_core_work", "pass_work"]
+__all__ = [
+    "causal_pairs",
+    "decode_pairs",
+    "gemm_work",
+    "index_score_work",
+    "mla_core_work",
+    "pass_work",
+    "sparse_causal_pairs",
+]
 
 
 def gemm_work(m, n, k, storage: str, *, weights=1.0):
@@ -46,6 +57,28 @@ def causal_pairs(tokens, context):
     within each request (the last request holds the remainder)."""
     full, rest = divmod(tokens, context)
     return full * context * (context + 1) / 2 + rest * (rest + 1) / 2
+
+
+def sparse_causal_pairs(tokens, context, topk):
+    """``causal_pairs`` when each query reads at most ``topk`` keys (a sparse attention's selection): in a
+    request of ``context`` tokens the query at position ``p`` reads ``min(p + 1, topk)`` (numbers only)."""
+    full, rest = divmod(tokens, context)
+
+    def one(n):  # a request's first n tokens
+        k = min(n, topk)
+        return k * (k + 1) / 2 + (n - k) * topk
+
+    return full * one(context) + one(rest)
+
+
+def index_score_work(queries, keys_read, pairs, heads, head_dim, *, key_bytes):
+    """(flops, bytes) of a lightning indexer's scores: ``pairs`` query-key pairs of ``heads`` FP8 heads of
+    ``head_dim`` (a multiply-add per head and dim, the heads' ReLU-weighted sum folded in), ``keys_read``
+    cached keys of ``key_bytes`` each read, one FP32 score per pair written and ``queries`` FP8 queries
+    read."""
+    flops = 2.0 * pairs * heads * head_dim
+    nbytes = keys_read * key_bytes + 4.0 * pairs + queries * heads * head_dim
+    return flops, nbytes
 
 
 def mla_core_work(phase: str, tokens, heads, pairs, *, latent: int, rope: int, nope: int, v: int, kv_bytes):

@@ -108,23 +108,32 @@ SGLANG_FLAGS = frozenset(
 SGLANG_DEEPEP_MODES = {Schedule.LL: "low_latency", Schedule.HT: "normal"}
 """``--deepep-mode`` per schedule: its choices are auto, normal, low_latency (fields/exec_.py 0.5.23)."""
 
-SGLANG_TBO_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25", "qwen3_moe"})
+_DEEPSEEK_V2_CLASSES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa"})
+"""The ``model_type``s both engines serve with DeepseekV2ForCausalLM or a subclass of it, and so with its
+decoder layer, its MoE and its expert-placement hooks: DeepSeek-V2/V3, Kimi K2, DeepSeek-V3.2
+(``DeepseekV32ForCausalLM(DeepseekV2ForCausalLM)``, SGLang's ``models/deepseek_v2.py``; vLLM serves it from
+its own ``deepseek_v2.py``) and GLM-5 (``GlmMoeDsaForCausalLM(DeepseekV2ForCausalLM)``, SGLang's
+``models/glm4_moe.py`` and vLLM's ``deepseek_v2.py``). The two sparse-MLA subclasses were read as quoted,
+with file and line, in public write-ups of those sources (the stored snapshots reachable from here did not
+hold the files), not in the tagged releases."""
+
+SGLANG_TBO_MODEL_TYPES = _DEEPSEEK_V2_CLASSES | {"kimi_k25", "qwen3_moe"}
 """The ``model_type``s whose decoder layers SGLang 0.5.23's two-batch overlap splits: DeepseekV2DecoderLayer
-(DeepSeek-V2/V3 and Kimi K2, which it serves as DeepseekV3ForCausalLM, and Kimi-K2.5, whose
+(DeepSeek-V2/V3 and Kimi K2, which it serves as DeepseekV3ForCausalLM, DeepSeek-V3.2 and GLM-5, served by
+subclasses of DeepseekV2ForCausalLM: ``_DEEPSEEK_V2_CLASSES``, and Kimi-K2.5, whose
 ``models/kimi_k25.py`` wraps a DeepseekV3ForCausalLM as its language model) and Qwen3MoeDecoderLayer, among
 the families the predictor loads (``batch_overlap/operations_strategy.py``, ``init_new_tbo``: no branch for
 MiniMaxM2DecoderLayer, whose ``models/minimax_m2.py`` defines TBO operations the strategy does not call, nor
 for gpt-oss's layer)."""
 
-SGLANG_SBO_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25"})
+SGLANG_SBO_MODEL_TYPES = _DEEPSEEK_V2_CLASSES | {"kimi_k25"}
 """The ``model_type``s whose MoE runs SGLang 0.5.23's single-batch overlap (``compute_overlap_args`` is
-called in ``models/deepseek_v2.py`` only: Kimi-K2.5's text model is that file's)."""
+called in ``models/deepseek_v2.py`` only: Kimi-K2.5's text model is that file's, and DeepSeek-V3.2's and
+GLM-5's models are its subclasses)."""
 
 EPLB_MODEL_TYPES = {
-    "vllm": frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "qwen3_moe", "glm4_moe", "mixtral"}),
-    "sglang": frozenset(
-        {"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25", "qwen3_moe", "glm4_moe", "gpt_oss", "minimax_m2"}
-    ),
+    "vllm": _DEEPSEEK_V2_CLASSES | {"qwen3_moe", "glm4_moe", "mixtral"},
+    "sglang": _DEEPSEEK_V2_CLASSES | {"kimi_k25", "qwen3_moe", "glm4_moe", "gpt_oss", "minimax_m2"},
 }
 """The ``model_type``s each engine balances experts for, among the families the predictor loads. vLLM 0.34.0:
 the model classes that implement its ``MixtureOfExperts`` interface (``model_executor/models/``; its EPLB

@@ -19,12 +19,14 @@ def sglang_refusal(d: Deployment, overlap: Overlap) -> str:
         return ""
     if overlap == Overlap.DBO and mt not in SGLANG_TBO_MODEL_TYPES:
         return (
-            f"# {s} runs two-batch overlap only for DeepSeek-V2/V3, Kimi K2/K2.5 and Qwen3-MoE decoder layers (for "
+            f"# {s} runs two-batch overlap only for DeepSeek-V2/V3/V3.2, GLM-5, Kimi K2/K2.5 and Qwen3-MoE decoder "
+            "layers (for "
             f"{mt}'s its operations strategy raises NotImplementedError); the line without it:\n"
         )
     if overlap == Overlap.SBO and mt not in SGLANG_SBO_MODEL_TYPES:
         return (
-            f"# {s} runs single-batch overlap only in DeepSeek-V2/V3 and Kimi K2/K2.5's MoE (not in {mt}'s); the line "
+            f"# {s} runs single-batch overlap only in DeepSeek-V2/V3/V3.2, GLM-5 and Kimi K2/K2.5's MoE "
+            f"(not in {mt}'s); the line "
             "without it:\n"
         )
     return ""

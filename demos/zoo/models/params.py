@@ -5,8 +5,9 @@ What is counted (every weight, bias and norm scale of the HuggingFace implementa
 * ``embedding``: the input token table, ``vocab_size * hidden_size``; ``lm_head``: the output projection of
   the same size, 0 when the embeddings are tied;
 * ``attention`` (all layers): MLA's ``q_a/q_b`` (or ``q_proj``), ``kv_a_proj_with_mqa``, ``kv_b_proj``,
-  ``o_proj`` and its two latent norms; GQA's q/k/v/o projections with their biases when ``bias``, the
-  per-head q/k norms when ``qk_norm`` and one sink per head when ``sinks``;
+  ``o_proj`` and its two latent norms, and a sparse MLA's lightning indexer (``indexer_params``); GQA's
+  q/k/v/o projections with their biases when ``bias``, the per-head q/k norms when ``qk_norm`` and one sink
+  per head when ``sinks``;
 * ``norms``: two RMSNorms per layer (before attention and before the MLP) and the final norm;
 * ``dense_mlp``: the gated MLPs (gate, up, down) of the ``first_k_dense`` layers;
 * ``routed_experts`` / ``routed_active``: all routed experts of every MoE layer / the ``top_k`` a token uses;
@@ -33,9 +34,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from demos.zoo.models.spec import GQAAttention, MLAAttention, ModelSpec, ModelSpecError
+from demos.zoo.models.spec import GQAAttention, MLAAttention, ModelSpec, ModelSpecError, SparseMLAAttention
 
-__all__ = ["ParamCount", "attention_params", "count_params", "expert_params"]
+__all__ = ["ParamCount", "attention_params", "count_params", "expert_params", "indexer_params"]
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ def attention_params(spec: ModelSpec) -> int:
             q = h * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * a.heads * qk_dim
         kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank
         kv += a.kv_lora_rank * a.heads * (a.qk_nope_head_dim + a.v_head_dim)
-        return q + kv + a.heads * a.v_head_dim * h
+        return q + kv + a.heads * a.v_head_dim * h + indexer_params(spec)
     if isinstance(a, GQAAttention):
         q_width, kv_width = a.heads * a.head_dim, a.kv_heads * a.head_dim
         total = h * q_width + 2 * h * kv_width + q_width * h
@@ -137,6 +138,22 @@ def attention_params(spec: ModelSpec) -> int:
             total += a.heads
         return total
     raise ModelSpecError("ModelSpec.attention", f"has no parameter count for {type(a).__name__}")
+
+
+def indexer_params(spec: ModelSpec) -> int:
+    """The lightning indexer's parameters of one layer (``SparseMLAAttention``; 0 for any other attention):
+    its query projection from the query latent, its key projection from the hidden state with the key's
+    LayerNorm (weight and bias), and the per-head weights' projection from the hidden state (DeepSeek-V3.2's
+    ``Indexer``: ``wq_b``, ``wk``, ``k_norm``, ``weights_proj``)."""
+    a, h = spec.attention, spec.hidden_size
+    if not isinstance(a, SparseMLAAttention):
+        return 0
+    return (
+        a.q_lora_rank * a.index_heads * a.index_head_dim
+        + h * a.index_head_dim
+        + 2 * a.index_head_dim
+        + h * a.index_heads
+    )
 
 
 def expert_params(spec: ModelSpec) -> int:

@@ -24,9 +24,9 @@ or a single expert (Mixtral by 8): pass ``min_experts`` to keep routing sparse.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
-from demos.zoo.models.spec import GQAAttention, MLAAttention, ModelSpec, ModelSpecError, MoESpec
+from demos.zoo.models.spec import GQAAttention, MLAAttention, ModelSpec, ModelSpecError, MoESpec, SparseMLAAttention
 
 __all__ = ["shrink"]
 
@@ -50,13 +50,21 @@ def _largest_divisor(n: int, at_most: int) -> int:
 def _shrink_attention(a: MLAAttention | GQAAttention, factor: int) -> MLAAttention | GQAAttention:
     heads = _width(a.heads, factor)
     if isinstance(a, MLAAttention):
-        return MLAAttention(
+        mla = MLAAttention(
             heads=heads,
             q_lora_rank=None if a.q_lora_rank is None else _width(a.q_lora_rank, factor),
             kv_lora_rank=_width(a.kv_lora_rank, factor),
             qk_nope_head_dim=_head_dim(a.qk_nope_head_dim, factor),
             qk_rope_head_dim=_head_dim(a.qk_rope_head_dim, factor),
             v_head_dim=_head_dim(a.v_head_dim, factor),
+        )
+        if not isinstance(a, SparseMLAAttention):
+            return mla
+        return SparseMLAAttention(
+            **{f.name: getattr(mla, f.name) for f in fields(MLAAttention)},
+            index_heads=_width(a.index_heads, factor),
+            index_head_dim=_head_dim(a.index_head_dim, factor),
+            index_topk=_width(a.index_topk, factor),
         )
     return replace(
         a,

@@ -6,8 +6,9 @@ A spec holds the shapes that set compute, memory and all-to-all traffic, and not
 * the MLP layout: the first ``first_k_dense`` layers are dense (DeepSeek's ``first_k_dense_replace``)
   with a gated MLP of ``dense_intermediate_size``; every later layer is an MoE layer (``moe``), or
   every layer is dense when ``moe`` is None;
-* attention by kind: ``MLAAttention`` (DeepSeek's multi-head latent attention) or ``GQAAttention``
-  (grouped-query, MHA when ``kv_heads == heads``), with the per-layer sliding-window pattern and the
+* attention by kind: ``MLAAttention`` (DeepSeek's multi-head latent attention), ``SparseMLAAttention``
+  (MLA behind a lightning indexer: DeepSeek sparse attention) or ``GQAAttention`` (grouped-query, MHA
+  when ``kv_heads == heads``), with the per-layer sliding-window pattern and the
   attention sinks of the families that have them;
 * ``Precision``: the dtype of each part (non-expert weights, expert weights, dispatch, combine, KV cache);
 * ``mtp_layers``: multi-token-prediction modules shipped beside the trunk (DeepSeek-V3), which the
@@ -34,6 +35,7 @@ __all__ = [
     "ModelSpec",
     "ModelSpecError",
     "Precision",
+    "SparseMLAAttention",
 ]
 
 SCORING_FUNCS = ("softmax", "sigmoid")
@@ -141,6 +143,38 @@ class MLAAttention:
     def kv_cache_width(self) -> int:
         """Values cached per token and layer: the latent plus the decoupled RoPE key."""
         return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
+class SparseMLAAttention(MLAAttention):
+    """MLA whose core reads only the cached tokens a lightning indexer picks (DeepSeek sparse attention,
+    DSA: DeepSeek-V3.2, GLM-5).
+
+    The indexer has ``index_heads`` query heads of ``index_head_dim`` projected from the query latent
+    (``q_lora_rank``, which it needs), one key of ``index_head_dim`` per token projected from the hidden
+    state (and cached beside the latent, in FP8 with one 4-byte scale), and one weight per head from the
+    hidden state; each query scores every cached token with it and attends to the ``index_topk`` best.
+    """
+
+    index_heads: int
+    index_head_dim: int
+    index_topk: int
+
+    kind = "sparse_mla"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.q_lora_rank is None:
+            raise ModelSpecError("SparseMLAAttention.q_lora_rank", "must be set: the indexer's queries come from it")
+        _check_int("SparseMLAAttention", "index_heads", self.index_heads, minimum=1)
+        _check_int("SparseMLAAttention", "index_head_dim", self.index_head_dim, minimum=1)
+        _check_int("SparseMLAAttention", "index_topk", self.index_topk, minimum=1)
+
+    @property
+    def index_key_bytes(self) -> int:
+        """Bytes of the indexer's key cached per token and layer: ``index_head_dim`` FP8 values and one FP32
+        scale (DeepSeek-V3.2's inference code quantizes the key in blocks of 128 values; one at 128)."""
+        return self.index_head_dim + 4
 
 
 @dataclass(frozen=True)

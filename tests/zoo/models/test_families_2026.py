@@ -1,5 +1,7 @@
-"""The 2026 families that need only a loader (issue 45): Kimi-K2.5 (``kimi_k25``: Kimi K2's text model in
-``text_config``, INT4 or NVFP4 experts), MiniMax-M2.5/M2.7 (``minimax_m2``), gpt-oss-20b; the published
+"""The 2026 families (issue 45) that need only a loader: Kimi-K2.5 (``kimi_k25``: Kimi K2's text model in
+``text_config``, INT4 or NVFP4 experts), MiniMax-M2.5/M2.7 (``minimax_m2``), gpt-oss-20b; and those of the
+sparse MLA kind (tests/zoo/models/test_sparse_mla.py): DeepSeek-V3.2 (``deepseek_v32``) and GLM-5
+(``glm_moe_dsa``); the published
 parameter counts; every such config.json the measured extra ships; and the families still refused, each in
 one line saying what the spec cannot express.
 
@@ -133,6 +135,10 @@ LOADED = {
     "nvidia--MiniMax-M2.5-NVFP4": ("minimax-m2.5", "minimax_m2", "bfloat16", "nvfp4"),
     "nvidia--MiniMax-M2.7-NVFP4": ("minimax-m2.5", "minimax_m2", "bfloat16", "nvfp4"),
     "openai--gpt-oss-20b": ("gpt-oss-20b", "gpt_oss", "bfloat16", "mxfp4"),
+    "deepseek-ai--DeepSeek-V3.2": ("deepseek-v3.2", "deepseek_v32", "fp8_e4m3", "fp8_e4m3"),
+    "zai-org--GLM-5": ("glm-5", "glm_moe_dsa", "bfloat16", "bfloat16"),
+    "zai-org--GLM-5-FP8": ("glm-5", "glm_moe_dsa", "fp8_e4m3", "fp8_e4m3"),
+    "nvidia--GLM-5.1-NVFP4": ("glm-5", "glm_moe_dsa", "bfloat16", "nvfp4"),
 }
 """The extra's config.json copies of each new family -> (the preset of its architecture, model_type, weights,
 experts)."""
@@ -154,6 +160,8 @@ def test_the_presets_embed_the_extras_copies():
         ("moonshotai--Kimi-K2.5", "kimi-k2.5"),
         ("MiniMaxAI--MiniMax-M2.5", "minimax-m2.5"),
         ("openai--gpt-oss-20b", "gpt-oss-20b"),
+        ("deepseek-ai--DeepSeek-V3.2", "deepseek-v3.2"),
+        ("zai-org--GLM-5-FP8", "glm-5"),
     ):
         whole = json.loads((model_configs() / f"{stem}_config.json").read_text())
         assert spec_from_config(whole, source="x") == spec_from_config(preset_config(preset), source="x"), stem
@@ -166,9 +174,6 @@ REFUSED = {
     "deepseek-ai--DeepSeek-V4-Pro": ("deepseek_v4", "4x-wide residual"),
     "nvidia--DeepSeek-V4-Pro-NVFP4": ("deepseek_v4", "hash-routed MoE layers"),
     "sgl-project--DeepSeek-V4-Flash-FP8": ("deepseek_ref", "compressed sparse attention"),
-    "deepseek-ai--DeepSeek-V3.2": ("deepseek_v32", "DeepSeek sparse attention"),
-    "zai-org--GLM-5": ("glm_moe_dsa", "DeepSeek sparse attention"),
-    "nvidia--GLM-5.1-NVFP4": ("glm_moe_dsa", "lightning indexer"),
     "Qwen--Qwen3.5-397B-A17B": ("qwen3_5_moe", "Gated DeltaNet linear attention"),
     "nvidia--Qwen3.6-35B-A3B-NVFP4": ("qwen3_5_moe", "Gated DeltaNet linear attention"),
     "MiniMaxAI--MiniMax-M3": ("minimax_m3", "block-sparse attention"),
@@ -215,6 +220,7 @@ SERVED = {
     "kimi-k2.5": ("moonshotai/Kimi-K2.5", "# vLLM 0.34.0 refuses DBO for kimi_k25", "--enable-two-batch-overlap"),
     "minimax-m2.5": ("MiniMaxAI/MiniMax-M2.5", "", "# SGLang 0.5.23 runs two-batch overlap only"),
     "gpt-oss-20b": ("openai/gpt-oss-20b", "", "# SGLang 0.5.23 runs two-batch overlap only"),
+    "glm-5": ("zai-org/GLM-5-FP8", "", "--enable-two-batch-overlap"),
 }
 """Each new preset -> its repository in both lines, what the vLLM line starts with ("" for nothing said: DBO
 runs) and what the SGLang part holds (its two-batch overlap, or the # line saying it has none)."""

@@ -24,6 +24,8 @@ FAMILY_OF = {
     "kimi-k2.5": "kimi_k25",
     "minimax-m2.5": "minimax_m2",
     "gpt-oss-20b": "gpt_oss",
+    "deepseek-v3.2": "deepseek_v32",
+    "glm-5": "glm_moe_dsa",
 }
 
 # Fields a real config.json carries that the loader does not read: they must not get in the way.

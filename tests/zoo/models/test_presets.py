@@ -20,6 +20,8 @@ REPOS = {
     "kimi-k2.5": "moonshotai/Kimi-K2.5",
     "minimax-m2.5": "MiniMaxAI/MiniMax-M2.5",
     "gpt-oss-20b": "openai/gpt-oss-20b",
+    "deepseek-v3.2": "deepseek-ai/DeepSeek-V3.2",
+    "glm-5": "zai-org/GLM-5-FP8",
 }
 
 

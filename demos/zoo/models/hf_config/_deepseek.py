@@ -1,14 +1,16 @@
 """The readers of DeepSeek's MoE layout (``demos.zoo.models.hf_config``): dense first layers, routed + shared
 experts, grouped routing, under MLA (``deepseek_v2``, ``deepseek_v3``, ``kimi_k2``, and ``kimi_k25``'s nested
-text model) or GQA (``glm4_moe``).
+text model), sparse MLA (``deepseek_v32``, ``glm_moe_dsa``) or GQA (``glm4_moe``).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from demos.zoo.models.hf_config._fields import Fields, is_one
 from demos.zoo.models.hf_config._quantization import read_precision
 from demos.zoo.models.hf_config._trunk import trunk
-from demos.zoo.models.spec import GQAAttention, MLAAttention, ModelSpec, MoESpec, Precision
+from demos.zoo.models.spec import GQAAttention, MLAAttention, ModelSpec, MoESpec, Precision, SparseMLAAttention
 
 
 def routed_and_shared(f: Fields, scoring: str, correction_bias: bool) -> MoESpec:
@@ -42,6 +44,26 @@ def deepseek(f: Fields, name: str, source: str, precision: Precision | None = No
         v_head_dim=f.get_int("v_head_dim"),
     )
     return trunk(f, name, source, attention, moe, dense_first=True, precision=precision)
+
+
+def deepseek_sparse(f: Fields, name: str, source: str) -> ModelSpec:
+    """deepseek_v32 (DeepSeek-V3.2) and glm_moe_dsa (GLM-5): DeepSeek-V3's fields under MLA behind a lightning
+    indexer (``SparseMLAAttention``: ``index_n_heads``, ``index_head_dim``, ``index_topk``). GLM-5's indexer
+    is taken to be DeepSeek-V3.2's (the same fields; transformers' GlmMoeDsa builds on Glm4Moe with it)."""
+    spec = deepseek(f, name, source)
+    a = spec.attention
+    sparse = SparseMLAAttention(
+        heads=a.heads,
+        q_lora_rank=a.q_lora_rank,
+        kv_lora_rank=a.kv_lora_rank,
+        qk_nope_head_dim=a.qk_nope_head_dim,
+        qk_rope_head_dim=a.qk_rope_head_dim,
+        v_head_dim=a.v_head_dim,
+        index_heads=f.get_int("index_n_heads"),
+        index_head_dim=f.get_int("index_head_dim"),
+        index_topk=f.get_int("index_topk"),
+    )
+    return replace(spec, attention=sparse)
 
 
 def kimi_k25(f: Fields, name: str, source: str) -> ModelSpec:

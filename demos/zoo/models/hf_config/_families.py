@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from demos.zoo.models.hf_config._deepseek import deepseek, glm4_moe, kimi_k25
+from demos.zoo.models.hf_config._deepseek import deepseek, deepseek_sparse, glm4_moe, kimi_k25
 from demos.zoo.models.hf_config._fields import Fields
 from demos.zoo.models.hf_config._gqa import gpt_oss, minimax_m2, mixtral, qwen3_moe
 from demos.zoo.models.spec import ModelSpec
@@ -15,6 +15,8 @@ FAMILIES: dict[str, Callable[[Fields, str, str], ModelSpec]] = {
     "deepseek_v2": deepseek,
     "deepseek_v3": deepseek,
     "kimi_k2": deepseek,
+    "deepseek_v32": deepseek_sparse,
+    "glm_moe_dsa": deepseek_sparse,
     "kimi_k25": kimi_k25,
     "glm4_moe": glm4_moe,
     "qwen3_moe": qwen3_moe,
@@ -24,7 +26,6 @@ FAMILIES: dict[str, Callable[[Fields, str, str], ModelSpec]] = {
 }
 SUPPORTED_MODEL_TYPES = tuple(sorted(FAMILIES))
 
-_DSA = "DeepSeek sparse attention (a lightning indexer of index_n_heads keeping the top index_topk cached tokens)"
 _V4 = (
     "compressed sparse attention (compress_ratios 4 and 128, a lightning indexer keeping the top index_topk), its "
     "sliding-window branch, the 4x-wide residual (hc_mult: manifold hyper-connections), the grouped output "
@@ -36,8 +37,6 @@ _KDA = "KDA linear attention beside MLA (linear_attn_config)"
 NOT_EXPRESSIBLE: dict[str, tuple[str, str]] = {
     "deepseek_v4": ("DeepSeek-V4", _V4),
     "deepseek_ref": ("DeepSeek-V4, SGLang's reference copy", _V4),
-    "deepseek_v32": ("DeepSeek-V3.2", _DSA),
-    "glm_moe_dsa": ("GLM-5", _DSA),
     "qwen3_5_moe": ("Qwen3.5 MoE", _GDN),
     "qwen3_next": ("Qwen3-Next", _GDN),
     "minimax_m3": ("MiniMax-M3", _M3),
@@ -83,11 +82,18 @@ _GQA_NAMES = {
     "GQAAttention.layer_types": "layer_types",
 }
 _LOCAL_EXPERTS = {"MoESpec.routed_experts": "num_local_experts", "MoESpec.intermediate_size": "intermediate_size"}
+_DSA_NAMES = {
+    "SparseMLAAttention.index_heads": "index_n_heads",
+    "SparseMLAAttention.index_head_dim": "index_head_dim",
+    "SparseMLAAttention.index_topk": "index_topk",
+}
 _KIMI_K25_NAMES = {k: f"text_config.{v}" for k, v in {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES}.items()}
 FIELD_NAMES: dict[str, dict[str, str]] = {
     "deepseek_v2": {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES},
     "deepseek_v3": {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES},
     "kimi_k2": {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES},
+    "deepseek_v32": {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES, **_DSA_NAMES},
+    "glm_moe_dsa": {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES, **_DSA_NAMES},
     "glm4_moe": {**_DEEPSEEK_MOE_NAMES, **_GQA_NAMES},
     "qwen3_moe": {**_COMMON_NAMES, **_GQA_NAMES, "MoESpec.routed_experts": "num_experts"},
     "mixtral": {**_COMMON_NAMES, **_GQA_NAMES, **_LOCAL_EXPERTS},

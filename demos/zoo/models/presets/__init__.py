@@ -35,7 +35,7 @@ from demos.zoo.models.presets._gqa import (
     QWEN3_30B_A3B,
     QWEN3_235B_A22B,
 )
-from demos.zoo.models.presets._mla import DEEPSEEK_V2_LITE, DEEPSEEK_V3, KIMI_K2, KIMI_K2_5
+from demos.zoo.models.presets._mla import DEEPSEEK_V2_LITE, DEEPSEEK_V3, DEEPSEEK_V3_2, GLM_5, KIMI_K2, KIMI_K2_5
 from demos.zoo.models.spec import ModelSpec
 
 __all__ = [
@@ -67,6 +67,8 @@ _PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "kimi-k2.5": ("huggingface.co/moonshotai/Kimi-K2.5 config.json", KIMI_K2_5),
     "minimax-m2.5": ("huggingface.co/MiniMaxAI/MiniMax-M2.5 config.json", MINIMAX_M2_5),
     "gpt-oss-20b": ("huggingface.co/openai/gpt-oss-20b config.json", GPT_OSS_20B),
+    "deepseek-v3.2": ("huggingface.co/deepseek-ai/DeepSeek-V3.2 config.json", DEEPSEEK_V3_2),
+    "glm-5": ("huggingface.co/zai-org/GLM-5-FP8 config.json", GLM_5),
 }
 
 PRESET_NAMES = tuple(_PRESETS)

@@ -24,6 +24,8 @@ CHECKPOINTS: dict[str, dict[str, str]] = {
     "minimax-m2.5": {"fp8": "MiniMaxAI/MiniMax-M2.5", "fp4": "nvidia/MiniMax-M2.5-NVFP4"},
     "minimax-m2.7": {"fp8": "MiniMaxAI/MiniMax-M2.7", "fp4": "nvidia/MiniMax-M2.7-NVFP4"},
     "gpt-oss-20b": {"fp4": "openai/gpt-oss-20b"},
+    "deepseek-v3.2": {"fp8": "deepseek-ai/DeepSeek-V3.2", "fp4": "nvidia/DeepSeek-V3.2-NVFP4"},
+    "glm-5": {"bf16": "zai-org/GLM-5", "fp8": "zai-org/GLM-5-FP8", "fp4": "nvidia/GLM-5-NVFP4"},
 }
 """Published checkpoints per preset or alias and weight precision (module docstring). Sources: the config
 each preset copies (its own repository: ``preset_source``); the FP8 and FP4 repositories as the measured
@@ -34,7 +36,8 @@ GLM-4.6-FP8 likewise). NVIDIA's FP4 checkpoints are NVFP4 (an FP8 scale per 16 v
 weight against the MXFP4 17/32 the predictor charges for ``--weights fp4``; their own config.json, where it
 holds its ``quantization_config``, loads as ``nvfp4``). The 2026 families: the config copies of the measured
 extra (``model_configs/``: moonshotai/Kimi-K2.5, nvidia/Kimi-K2.5-NVFP4, -K2.6-NVFP4 and -K2.7-Code-NVFP4,
-MiniMaxAI/MiniMax-M2.5 and -M2.7 with their nvidia/...-NVFP4 copies, openai/gpt-oss-20b), the same
+MiniMaxAI/MiniMax-M2.5 and -M2.7 with their nvidia/...-NVFP4 copies, openai/gpt-oss-20b,
+deepseek-ai/DeepSeek-V3.2 and nvidia/DeepSeek-V3.2-NVFP4, zai-org/GLM-5, -5-FP8 and nvidia/GLM-5-NVFP4), the same
 repositories its ``silicon_sample.csv`` serves. ``int4`` is Kimi-K2.5's own INT4 checkpoint
 (``demos.zoo.models.precision.weights_name``: not a ``--weights`` choice)."""
 

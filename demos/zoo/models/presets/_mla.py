@@ -155,3 +155,54 @@ KIMI_K2_5 = {
 }
 # Kimi-K2.5's text model has Kimi K2's shapes field for field (its text_config is Kimi-K2-Instruct's config
 # with model_type kimi_k2); the vision tower (vision_config: 27 layers of 1152) is not modelled.
+
+_FP8_BLOCK = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
+
+DEEPSEEK_V3_2 = {
+    **{k: v for k, v in DEEPSEEK_V3.items() if k not in ("architectures", "model_type", "quantization_config")},
+    "architectures": ["DeepseekV32ForCausalLM"],
+    "model_type": "deepseek_v32",
+    "index_n_heads": 64,
+    "index_head_dim": 128,
+    "index_topk": 2048,
+    "quantization_config": {**_FP8_BLOCK, "scale_fmt": "ue8m0"},
+}
+"""DeepSeek-V3.2 (deepseek-ai/DeepSeek-V3.2 config.json): DeepSeek-V3's shapes with a lightning indexer."""
+
+GLM_5 = {
+    "architectures": ["GlmMoeDsaForCausalLM"],
+    "model_type": "glm_moe_dsa",
+    "hidden_size": 6144,
+    "num_hidden_layers": 78,
+    "vocab_size": 154880,
+    "first_k_dense_replace": 3,
+    "intermediate_size": 12288,
+    "moe_intermediate_size": 2048,
+    "moe_layer_freq": 1,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "n_group": 1,
+    "topk_group": 1,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 2.5,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 64,
+    "q_lora_rank": 2048,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 192,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 256,
+    "attention_bias": False,
+    "index_n_heads": 32,
+    "index_head_dim": 128,
+    "index_topk": 2048,
+    "num_nextn_predict_layers": 1,
+    "tie_word_embeddings": False,
+    "dtype": "bfloat16",
+    "quantization_config": _FP8_BLOCK,
+}
+"""GLM-5 (zai-org/GLM-5-FP8 config.json; its ``modules_to_not_convert``, the norms, routers and the indexer's
+weight projection kept in BF16, is not copied: the loader does not read it)."""
