@@ -265,6 +265,7 @@ SURFACE = {
         "ParamCount",
         "Precision",
         "SUPPORTED_MODEL_TYPES",
+        "SparseMLAAttention",
         "UnknownPresetError",
         "checkpoints",
         "count_params",

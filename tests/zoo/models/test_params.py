@@ -231,6 +231,8 @@ def test_the_models_page_quotes_these_counts():
         "Kimi-K2.5": "kimi-k2.5",
         "MiniMax-M2.5": "minimax-m2.5",
         "gpt-oss-20b": "gpt-oss-20b",
+        "DeepSeek-V3.2": "deepseek-v3.2",
+        "GLM-5": "glm-5",
     }
     text = (REPO / "docs" / "models.md").read_text()
     rows = re.findall(r"^\| ([^|]+?) \| [^|]+ \| ([\d.]+) \| [^|]+ \| [^|]+ \| ([\d.]+) \| ([\d.]+) \|", text, re.M)
