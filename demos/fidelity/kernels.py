@@ -10,6 +10,10 @@ way the predictor times that kernel, and compared:
 * ``mla module``: TRT-LLM's whole MLA decode module (FP8 block GEMMs, BF16 cache, 16 to 128 heads per GPU)
   against the predictor's attention op, its kernels composed as ``demos.zoo.costs`` composes them plus the
   family's fitted module time (``demos.zoo.attention_module``);
+* ``dsa module``: SGLang's whole sparse-MLA decode module (DeepSeek-V3.2 and GLM-5: FP8 block GEMMs, BF16
+  cache, the indexer, FlashAttention-3 on Hopper and TRT-LLM's attention on Blackwell) against the
+  predictor's sparse attention op, composed as for ``mla module`` and fitted to nothing
+  (``demos.zoo.attention_module.dsa_rows``);
 * ``experts``: DeepEP MoE's expert compute (uniform routing rows) as ``demos.zoo.costs`` folds the
   routed experts (``demos.fits.rooflines.experts_seconds``: two grouped GEMMs on the family's
   grouped curve, their weights once per active expert, the activation pass), with the table's routing:
@@ -42,7 +46,17 @@ from demos.zoo.work import gemm_work
 
 __all__ = ["OPS", "CheckRow", "cross_validation", "kernel_rows", "summaries"]
 
-OPS = ("gemm fp8", "gemm bf16", "mla decode", "mla prefill", "mla module", "experts", "dispatch", "combine")
+OPS = (
+    "gemm fp8",
+    "gemm bf16",
+    "mla decode",
+    "mla prefill",
+    "mla module",
+    "dsa module",
+    "experts",
+    "dispatch",
+    "combine",
+)
 
 
 class CheckRow(NamedTuple):
@@ -93,6 +107,15 @@ def _module_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
         yield CheckRow(gpu, "mla module", shape, composed_seconds(gpu, r, fit), r.seconds)
 
 
+def _dsa_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
+    from demos.zoo.attention_module import DSA_MODELS, composed_seconds, dsa_rows
+
+    for r in dsa_rows(gpu):
+        model = DSA_MODELS[r.model]
+        shape = f"{model} batch={r.batch} heads={r.heads} kv={r.kv_len}"
+        yield CheckRow(gpu, "dsa module", shape, composed_seconds(gpu, r, fit, model), r.seconds)
+
+
 def _experts_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
     from demos.zoo import measured
 
@@ -138,6 +161,8 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
         out += [r for r in _mla_rows(gpu, fit) if r.op in ops]
     if "mla module" in ops:
         out += list(_module_rows(gpu, fit))
+    if "dsa module" in ops:
+        out += list(_dsa_rows(gpu, fit))
     if "experts" in ops:
         out += list(_experts_rows(gpu, fit))
     if ops & {"dispatch", "combine"}:

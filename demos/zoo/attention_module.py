@@ -17,6 +17,12 @@ DeepSeek-V3's checkpoint and the predictor's default cache, at 16 to 128 heads p
 ``fit`` (its ``mla_module`` included): what the fit puts on the rows and ``validate --kernels`` (op ``mla
 module``) compares with them. Prefill modules, other attention and other engines' modules are not fitted
 (vLLM's measures a median 46-55 us longer at up to 64 requests on H100, H200 and GB200: docs/kernels.md).
+
+``dsa_rows(gpu)`` are SGLang's whole sparse-MLA decode modules of DeepSeek-V3.2 and GLM-5 (``DSA_ROWS``),
+which ``validate kernels`` (op ``dsa module``) compares with the predictor's sparse attention op
+(``composed_seconds`` with the row's model): the indexer and the core over its top-k composed as
+``demos.zoo.attention.SparseMLA`` composes them, the family's MLA module time included; nothing is fitted
+to them.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from demos.zoo.profile import gpu_profile
 from demos.zoo.rooflines import FamilyFit
 from demos.zoo.workload import Workload, cluster_for
 
-__all__ = ["FIT_ROWS", "composed_seconds", "module_rows"]
+__all__ = ["DSA_MODELS", "DSA_ROWS", "FIT_ROWS", "composed_seconds", "dsa_rows", "module_rows"]
 
 FIT_ROWS = {"gemm_dtype": "fp8_block", "kv_dtype": "bfloat16", "heads": (16, 32, 64, 128)}
 """The module rows fitted and checked: FP8 block GEMMs, a BF16 cache, 16 to 128 query heads per GPU."""
@@ -53,18 +59,48 @@ def module_rows(gpu: str) -> list:
     ]
 
 
-@functools.lru_cache(maxsize=4)
-def _spec(kv_cache: str):
-    """DeepSeek-V3 with its KV cache in ``kv_cache`` (built once: a fit composes every row many times)."""
-    return with_precision(get_preset(_MODEL), kv_cache=kv_cache)
+@functools.lru_cache(maxsize=8)
+def _spec(model: str, kv_cache: str):
+    """``model`` with its KV cache in ``kv_cache`` (built once: a fit composes every row many times)."""
+    return with_precision(get_preset(model), kv_cache=kv_cache)
 
 
-def composed_seconds(gpu: str, row, fit: FamilyFit) -> float:
+DSA_MODELS = {"deepseek-ai/DeepSeek-V3.2": "deepseek-v3.2", "zai-org/GLM-5-FP8": "glm-5"}
+"""The sparse-MLA module table's models -> the preset of each (GLM-5's FP8 rows are those of its FP8
+checkpoint, whose GEMMs the rows' ``fp8_block`` are)."""
+
+DSA_ROWS = {
+    "kernels": ("sglang_dsa_indexer_fa3", "sglang_dsa_indexer_trtllm"),
+    "gemm_dtype": "fp8_block",
+    "kv_dtype": "bfloat16",
+}
+"""The sparse-MLA module rows checked: SGLang's indexer with its attention kernel over a BF16 cache
+(FlashAttention-3 on Hopper, TRT-LLM's on Blackwell: each GPU's table has one of them), FP8 block GEMMs
+(the other rows read an FP8 cache, or skip the indexer, which GLM-5.2 does)."""
+
+
+def dsa_rows(gpu: str) -> list:
+    """``gpu``'s measured sparse-MLA module rows of ``DSA_ROWS`` for the ``DSA_MODELS``, at attention TP 1
+    to 8 (needs the ``measured`` extra)."""
+    from demos.zoo import measured
+
+    out = []
+    for r in measured.dsa_module_rows(gpu):
+        heads = get_preset(DSA_MODELS[r.model]).attention.heads if r.model in DSA_MODELS else 0
+        dtypes = (r.gemm_dtype, r.kv_dtype) == (DSA_ROWS["gemm_dtype"], DSA_ROWS["kv_dtype"])
+        picked = dtypes and r.kernel in DSA_ROWS["kernels"]
+        if picked and heads and heads % r.heads == 0 and heads // r.heads <= _EP:
+            out.append(r)
+    return out
+
+
+def composed_seconds(gpu: str, row, fit: FamilyFit, model: str = _MODEL) -> float:
     """The predictor's attention op (``moe_layer_s["attention"]``) for module row ``row`` on ``gpu``, its
-    kernels timed with ``fit`` (its ``mla_module`` included): DeepSeek-V3 with the row's cache dtype,
-    ``row.batch`` requests of ``row.kv_len`` cached tokens, attention TP ``128 / row.heads``."""
+    kernels timed with ``fit`` (its ``mla_module`` included): ``model`` (DeepSeek-V3 by default) with the
+    row's cache dtype, ``row.batch`` requests of ``row.kv_len`` cached tokens, attention TP ``heads /
+    row.heads``."""
     g = get_gpu(gpu)
-    spec = _spec("fp8" if row.kv_dtype.startswith("fp8") else "bf16")
+    spec = _spec(model, "fp8" if row.kv_dtype.startswith("fp8") else "bf16")
     per = min(_EP, g.gpus_per_node)
     w = Workload(
         spec,

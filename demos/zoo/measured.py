@@ -29,6 +29,7 @@ __all__ = [
     "SYSTEMS",
     "TABLES",
     "AllToAllRow",
+    "DsaModuleRow",
     "GemmRow",
     "MeasuredTablesError",
     "MlaModuleRow",
@@ -36,6 +37,7 @@ __all__ = [
     "MoeRow",
     "SiliconRow",
     "alltoall_rows",
+    "dsa_module_rows",
     "available",
     "data_root",
     "gemm_rows",
@@ -59,10 +61,12 @@ TABLES = {
     "moe_decode": ("moe", "sglang", "0.5.10", "wideep_generation_moe_perf"),
     "deepep_ll": ("comm", "sglang", "0.5.12", "wideep_deepep_ll_perf"),
     "mla_module": ("mla", "trtllm", "1.3.0rc20", "mla_generation_module_perf"),
+    "dsa_module": ("sparse_attention", "sglang", "0.5.14", "dsa_generation_module_perf"),
 }
 """Table -> (family, framework, version, file stem): the version of each table this project reads
 (the newest SGLang collection of each on every GPU in ``SYSTEMS``, aiconfigurator-core 0.12.0; the whole
-MLA decode module, projections and all, only TRT-LLM's collection measures on every one of them)."""
+MLA decode module, projections and all, only TRT-LLM's collection measures on every one of them; the whole
+DeepSeek-sparse-attention decode module, SGLang's)."""
 
 
 class MeasuredTablesError(ConfigError):
@@ -102,6 +106,23 @@ class MlaModuleRow(NamedTuple):
     kv_len: int
     kv_dtype: str
     gemm_dtype: str
+    seconds: float
+
+
+class DsaModuleRow(NamedTuple):
+    """A sparse MLA's whole decode module (DeepSeek sparse attention: projections, the indexer and its
+    top-k, the attention core over the selected entries, ``o_proj``) as SGLang runs it: ``model`` (the
+    table's repository id), ``batch`` requests, ``heads`` query heads on the GPU, ``kv_len`` cached tokens
+    each, KV cache in ``kv_dtype``, GEMMs in ``gemm_dtype``, the attention kernels ``kernel`` (the table's
+    ``kernel_source``)."""
+
+    model: str
+    batch: int
+    heads: int
+    kv_len: int
+    kv_dtype: str
+    gemm_dtype: str
+    kernel: str
     seconds: float
 
 
@@ -245,6 +266,14 @@ def mla_module_rows(gpu: str) -> list[MlaModuleRow]:
     names = ("batch_size", "num_heads", "step", "kv_cache_dtype", "gemm_type")
     cols = zip(*(d[c].tolist() for c in names), d.latency.tolist())
     return [MlaModuleRow(*row[:-1], row[-1] * 1e-3) for row in cols]
+
+
+def dsa_module_rows(gpu: str) -> list[DsaModuleRow]:
+    """Whole sparse-MLA decode module rows (SGLang's collection), latency in seconds."""
+    d = _frame(gpu, "dsa_module")
+    names = ("model", "batch_size", "num_heads", "step", "kv_cache_dtype", "gemm_type", "kernel_source")
+    cols = zip(*(d[c].tolist() for c in names), d.latency.tolist())
+    return [DsaModuleRow(*row[:-1], row[-1] * 1e-3) for row in cols]
 
 
 def moe_rows(gpu: str) -> list[MoeRow]:

@@ -45,7 +45,16 @@ def test_kernels_json_has_rows_and_summaries_per_gpu_and_op(validate_json):
     data = _checked_json("kernels", validate_json, {"gpu", "op", "shape", "predicted_s", "measured_s"})
     pairs = {(s["gpu"], s["op"]) for s in data["summary"]}
     for gpu in ("h100", "h200", "b200", "gb200"):
-        for op in ("gemm fp8", "gemm bf16", "mla decode", "mla prefill", "experts", "dispatch", "combine"):
+        for op in (
+            "gemm fp8",
+            "gemm bf16",
+            "mla decode",
+            "mla prefill",
+            "dsa module",
+            "experts",
+            "dispatch",
+            "combine",
+        ):
             assert (gpu, op) in pairs
     for s in data["summary"]:
         assert s["rows"] > 0 and abs(s["median_error"]) <= abs(s["max_error"])

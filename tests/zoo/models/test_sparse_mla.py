@@ -12,6 +12,7 @@ import dataclasses
 import pytest
 
 from demos.vocabulary import Phase
+from demos.zoo import measured
 from demos.zoo.attention import SparseMLA, attention_kind
 from demos.zoo.fold import Folder
 from demos.zoo.hardware import get_gpu
@@ -117,3 +118,19 @@ def test_the_answer_says_the_indexer_is_an_extrapolation():
     dense = predict("deepseek-v3", gpu="b200", nodes=2, ep=16, tokens=[64]).text()
     assert "the sparse attention's indexer scores timed on the FP8 GEMM curve (an extrapolation" in sparse
     assert "indexer" not in dense
+
+
+@pytest.mark.slow
+@pytest.mark.measured
+@pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
+def test_the_composed_op_meets_sglangs_measured_modules_on_every_gpu(validate_json):
+    """``validate kernels``' ``dsa module``: SGLang's whole DeepSeek-V3.2 and GLM-5 decode modules against the
+    predictor's sparse attention op, fitted to none of them, within 10% (signed median) on every GPU with
+    tables, both models in its rows."""
+    data = validate_json("kernels")
+    dsa = {s["gpu"]: s for s in data["summary"] if s["op"] == "dsa module"}
+    assert set(dsa) == {"h100", "h200", "b200", "gb200"}
+    for gpu, s in dsa.items():
+        assert s["rows"] > 1000 and abs(s["median_error"]) <= 0.10, (gpu, s["median_error"])
+    shapes = {r["shape"].split()[0] for r in data["rows"] if r["op"] == "dsa module"}
+    assert shapes == {"deepseek-v3.2", "glm-5"}
