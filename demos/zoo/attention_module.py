@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 
-from demos.zoo.breakdown import layer_breakdown
+from demos.zoo.breakdown import attention_seconds
 from demos.zoo.hardware import get_gpu
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.models import get_preset, with_precision
@@ -111,5 +111,4 @@ def composed_seconds(gpu: str, row, fit: FamilyFit, model: str = _MODEL) -> floa
         attention_tp=spec.attention.heads // row.heads,
     )
     profile = gpu_profile(g, fit=fit)
-    ops = layer_breakdown(w, row.batch, profile, KernelTimes(g, profile, fit))["moe_layer_s"]
-    return ops["attention"]
+    return attention_seconds(w, row.batch, spec.first_k_dense, profile, KernelTimes(g, profile, fit))

@@ -31,12 +31,14 @@ layers is their total.
 from __future__ import annotations
 
 from dbo.costs import DeviceProfile
+from demos.zoo.attention import attention_kind
+from demos.zoo.fold import Folder
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.ops import DENSE_GROUPS, MOE_GROUPS, TP_GROUPS, op
-from demos.zoo.plan import LayerPlan, StepPlan
+from demos.zoo.plan import LayerPlan, StepPlan, launch_seconds
 from demos.zoo.workload import Workload
 
-__all__ = ["layer_breakdown", "layer_ops"]
+__all__ = ["attention_seconds", "layer_breakdown", "layer_ops"]
 
 
 def layer_ops(plan: StepPlan, lp: LayerPlan) -> dict[str, float]:
@@ -82,3 +84,12 @@ def layer_breakdown(
         name: None if not counts[moe] else {group: s / counts[moe] for group, s in sums[moe].items()}
         for name, moe in (("moe_layer_s", True), ("dense_layer_s", False))
     }
+
+
+def attention_seconds(w: Workload, t: int, layer: int, profile: DeviceProfile, kernels: KernelTimes) -> float:
+    """The seconds of layer ``layer``'s attention ops for a ubatch of ``t`` tokens of ``w`` (its kind's ops,
+    each charged as the plan charges it: ``launch_seconds``): ``layer_ops``' "attention" group, without
+    costing the rest of the layer (a module check or fit composes the attention op of thousands of rows)."""
+    a = w.spec.attention
+    costs = attention_kind(a).costs(w, a, t, layer, Folder(profile, kernels))
+    return sum(launch_seconds(name, cost, profile) for name, cost in costs.ops)

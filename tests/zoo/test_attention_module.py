@@ -125,3 +125,25 @@ def test_a_composition_that_charges_the_extra_otherwise_stops_the_fit(monkeypatc
     monkeypatch.setattr(fm, "module_rows", lambda g: module_rows(g)[::20])
     with pytest.raises(RuntimeError, match="no longer enters the composed op"):
         fm.fit_module_extra(family_fit("hopper"), ("h100",))
+
+
+@pytest.mark.parametrize(
+    "model,phase,tp",
+    [("deepseek-v3", "decode", 1), ("deepseek-v3", "prefill", 1), ("deepseek-v3", "decode", 8),
+     ("glm-5", "decode", 2), ("qwen3-235b-a22b", "decode", 4)],
+)  # fmt: skip
+def test_the_attention_ops_alone_cost_what_the_breakdown_says(model, phase, tp):
+    """``attention_seconds`` (what the module fit and checks compose) is the breakdown's attention group of
+    the same step, without costing the rest of the layer."""
+    from demos.zoo.breakdown import attention_seconds
+
+    g = get_gpu("b200")
+    tokens, context = (64, 4096) if phase == "decode" else (2048, 2048)
+    w = Workload(
+        get_preset(model), cluster_for("b200", 1, 8, 8), phase=phase, tokens=tokens, context=context, ubatches=1,
+        attention_tp=tp,
+    )  # fmt: skip
+    profile = gpu_profile(g)
+    kt = KernelTimes(g, profile)
+    whole = layer_breakdown(w, tokens, profile, kt)["moe_layer_s"]["attention"]
+    assert attention_seconds(w, tokens, w.spec.first_k_dense, profile, kt) == pytest.approx(whole, rel=1e-12)
