@@ -13,7 +13,9 @@ flags), rendered as one line.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from typing import Any
 
 from demos.errors import ConfigError, field_ref
@@ -27,6 +29,7 @@ from demos.zoo.models import (
     get_preset,
     load_config,
     shrink,
+    spec_from_config,
     with_precision,
 )
 from demos.zoo.workload import Workload, cluster_for
@@ -78,8 +81,9 @@ def _read_config(path: str | os.PathLike, name: str) -> ModelSpec:
 
 def load_model(text: str | os.PathLike | ModelSpec) -> ModelSpec:
     """The ``ModelSpec`` ``text`` names: a config.json, or a folder holding one (a HuggingFace snapshot),
-    where a file or folder of that name exists (a path-like object always is a path); else a preset
-    (``PRESET_NAMES``, ``ALIASES``); a ``ModelSpec`` passes through. Errors are ``ConfigError`` naming the
+    where a file or folder of that name exists (a path-like object always is a path); else a HuggingFace id
+    (``org/name``) whose config.json the measured extra holds a copy of; else a preset (``PRESET_NAMES``,
+    ``ALIASES``); a ``ModelSpec`` passes through. Errors are ``ConfigError`` naming the
     field ``model`` and, for a file, the file and its field; a name that is neither an existing path nor a
     preset says both."""
     if isinstance(text, ModelSpec):
@@ -91,15 +95,48 @@ def load_model(text: str | os.PathLike | ModelSpec) -> ModelSpec:
     try:
         if isinstance(text, os.PathLike) or os.path.exists(text):
             return _read_config(text, os.fspath(text))
+        if _HF_ID.fullmatch(text):
+            return _from_extra(text)
         return get_preset(text)
     except UnknownPresetError:
         known = ", ".join(sorted((*PRESET_NAMES, *ALIASES)))
         raise ConfigError(
             f"{field_ref('model')} {text}: no file or folder of that name exists, and no preset has that name "
-            f"(presets: {known}; or {TOY})"
+            f"(presets: {known}; a HuggingFace id the measured extra holds a config.json of; or {TOY})"
         ) from None
     except (ModelConfigError, ModelSpecError) as e:
         raise ConfigError(f"{field_ref('model')}: {e}") from None
+
+
+_HF_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+"""A HuggingFace repository id, ``org/name`` (a name that is no existing path)."""
+
+
+def _from_extra(repo_id: str) -> ModelSpec:
+    """The spec of ``repo_id``'s config.json as the measured extra holds a copy of it
+    (``demos.zoo.measured.model_config_path``), its source the repository's file and the copy read."""
+    from demos.zoo import measured
+
+    try:
+        path = measured.model_config_path(repo_id)
+    except measured.MeasuredTablesError:
+        raise ConfigError(
+            f"{field_ref('model')} {repo_id}: no file or folder of that name exists; a HuggingFace id is read "
+            f"from the config.json copies of the measured extra, not installed: {measured.INSTALL_HINT}"
+        ) from None
+    if path is None:
+        raise ConfigError(
+            f"{field_ref('model')} {repo_id}: no file or folder of that name exists, and the measured extra "
+            f"(aiconfigurator-core {measured.package_version()}) holds no copy of its config.json "
+            f"({len(measured.model_config_ids())} repositories: python -c 'from demos.zoo.measured import "
+            "model_config_ids; print(*model_config_ids(), sep=chr(10))')"
+        )
+    config = json.loads(path.read_text(encoding="utf-8"))
+    source = (
+        f"huggingface.co/{repo_id} config.json (the copy in aiconfigurator-core {measured.package_version()}: "
+        f"model_configs/{path.name})"
+    )
+    return spec_from_config(config, source=source, name=repo_id)
 
 
 def _int(name: str, value: Any, low: int) -> int:

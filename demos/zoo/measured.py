@@ -43,6 +43,8 @@ __all__ = [
     "gemm_rows",
     "mla_module_rows",
     "mla_rows",
+    "model_config_ids",
+    "model_config_path",
     "moe_rows",
     "package_version",
     "silicon_rows",
@@ -213,6 +215,19 @@ def data_root() -> Path:
     """The package's ``systems`` directory."""
     pkg, _ = _modules()
     return Path(pkg.__file__).parent / "systems"
+
+
+def model_config_path(repo_id: str) -> Path | None:
+    """The extra's copy of HuggingFace repository ``repo_id``'s config.json (``model_configs/`` names each
+    ``org--name_config.json``), or None where it holds none (MeasuredTablesError without the extra)."""
+    path = data_root().parent / "model_configs" / f"{repo_id.replace('/', '--')}_config.json"
+    return path if "--" not in repo_id and path.is_file() else None
+
+
+def model_config_ids() -> list[str]:
+    """The HuggingFace repositories whose config.json the extra holds a copy of, sorted."""
+    folder = data_root().parent / "model_configs"
+    return sorted(p.name[: -len("_config.json")].replace("--", "/", 1) for p in folder.glob("*--*_config.json"))
 
 
 def table_path(gpu: str, table: str) -> Path:
