@@ -217,7 +217,7 @@ class SparseMLA(MLA):
         ih, d = a.index_heads, a.index_head_dim
         key_bytes = a.index_key_bytes
         if w.phase == Phase.DECODE:
-            keys, pairs = t * w.context, t * float(w.context)
+            keys = pairs = t * float(w.context)  # every token scores every cached key of its request
             rows = w.context
         else:
             pairs = causal_pairs(t, w.context)

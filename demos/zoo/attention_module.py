@@ -84,9 +84,10 @@ def dsa_rows(gpu: str) -> list:
     to 8 (needs the ``measured`` extra)."""
     from demos.zoo import measured
 
+    heads_of = {model: get_preset(preset).attention.heads for model, preset in DSA_MODELS.items()}
     out = []
     for r in measured.dsa_module_rows(gpu):
-        heads = get_preset(DSA_MODELS[r.model]).attention.heads if r.model in DSA_MODELS else 0
+        heads = heads_of.get(r.model, 0)
         dtypes = (r.gemm_dtype, r.kv_dtype) == (DSA_ROWS["gemm_dtype"], DSA_ROWS["kv_dtype"])
         picked = dtypes and r.kernel in DSA_ROWS["kernels"]
         if picked and heads and heads % r.heads == 0 and heads // r.heads <= _EP:
