@@ -32,11 +32,15 @@ def needs_tables(f):
     return pytest.mark.measured(pytest.mark.slow(_skip(f)))
 
 
-def test_fit_gemm_recovers_a_known_curve_from_its_own_rows():
+@pytest.mark.parametrize(
+    "ms", [(1, 8, 64, 256, 1024, 4096, 16384), (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384)]
+)
+def test_fit_gemm_recovers_a_known_curve_from_its_own_rows(ms):
+    """84 rows: least squares on every row; 144 rows: on every ``GEMM_COARSE_STRIDE``-th, then the polish on all."""
     truth = GemmCurve(ceiling=0.8, m0=20.0, n0=900.0, k0=300.0, mem_efficiency=0.75, latency=4e-6, mem_tiles=0.2)
     g = get_gpu("h100")
     rows = []
-    for m in (1, 8, 64, 256, 1024, 4096, 16384):
+    for m in ms:
         for n in (512, 2048, 7168, 24576):
             for k in (512, 2048, 7168):
                 flops, nbytes = gemm_work(m, n, k, "fp8_e4m3")
@@ -134,6 +138,7 @@ def test_the_grid_covers_every_fitted_gpu_of_the_family():
 
 
 @needs_tables
+@pytest.mark.long
 @pytest.mark.timeout(600)  # two families fitted side by side: about a minute on two idle cores, more when busy
 def test_rooflines_json_is_what_the_fit_gives_within_the_tolerance():
     out = subprocess.run(
