@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import faulthandler
 import json
+import os
 import signal
 import sys
 import threading
@@ -57,6 +58,67 @@ def no_leftovers():
         pytest.fail(" / ".join(problems), pytrace=False)
 
 
+# --- two workers for the whole suite (docs/testing.md, "Two worker processes") ---------------------------
+
+WORKERS = 2
+"""Worker processes a whole-suite run starts (pytest-xdist), where the machine has that many CPUs."""
+
+SHARED_SCOPES = {
+    "tests/fidelity/test_measured_checks.py": "validate_json",
+    "tests/prediction/test_trust.py": "validate_json",
+    "tests/zoo/test_attention_module.py": "validate_json",
+    "tests/zoo/models/test_sparse_mla.py": "validate_json",
+}
+"""Test files scheduled on one worker together because they read one session fixture that takes
+seconds (``validate_json``); every other file is a unit of its own. ``pytest_collection_modifyitems``
+fails a run in which a file not listed here uses ``validate_json``."""
+
+
+def whole_suite_on_workers(config) -> bool:
+    """Whether this run spreads itself over ``WORKERS`` processes: pytest-xdist is installed, this is not
+    one of its workers, the command named no ``-n``/``--dist``/``--tx``, no path or test, no ``-m``/``-k``
+    selection, no ``-s``, ``--pdb`` or ``--collect-only``, and the process may use ``WORKERS`` CPUs."""
+    o = config.option
+    return (
+        config.pluginmanager.hasplugin("xdist")
+        and not hasattr(config, "workerinput")
+        and getattr(o, "numprocesses", None) is None
+        and getattr(o, "dist", "no") == "no"
+        and not getattr(o, "tx", None)
+        and config.args_source == pytest.Config.ArgsSource.TESTPATHS
+        and not o.markexpr
+        and not o.keyword
+        and o.capture != "no"
+        and not o.usepdb
+        and not o.collectonly
+        and len(os.sched_getaffinity(0)) >= WORKERS
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """A whole-suite run (``whole_suite_on_workers``) runs on ``WORKERS`` processes, a file (or a
+    ``SHARED_SCOPES`` group) per unit, longest tests first; ``-n 0`` keeps it in one process."""
+    if whole_suite_on_workers(config):
+        config.option.numprocesses = WORKERS
+        config.option.dist = "loadfile"
+        config.option.loadscopereorder = False  # collection order: the ``long`` tests first
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with the ``SHARED_SCOPES`` files as one unit each group."""
+    if config.option.dist != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return SHARED_SCOPES.get(path, path)
+
+    return SharedFileScheduling(config, log)
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--stress-count",
@@ -91,12 +153,22 @@ def _scaled(item) -> int:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Give every test that uses ``stress_count`` a pytest-timeout of base x count.
+    """Put the ``long`` tests first (a run spread over workers then starts them first rather than
+    waiting on one at its end; a stable sort, the rest in collection order), hold ``SHARED_SCOPES``
+    to every user of ``validate_json``, and give every test that uses ``stress_count`` a pytest-timeout
+    of base x count.
 
     The base is the effective timeout (``--timeout``, PYTEST_TIMEOUT or the ini's ``timeout``); a
     test's own ``@pytest.mark.timeout`` wins. Without this, ``--stress-count 10`` multiplies the
     work of a test by up to 10 while its limit stays at 120 s.
     """
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+    unshared = sorted(
+        {i.nodeid.split("::", 1)[0] for i in items if "validate_json" in getattr(i, "fixturenames", ())}
+        - set(SHARED_SCOPES)
+    )
+    if unshared:
+        raise pytest.UsageError(f"tests/conftest.py: add {', '.join(unshared)} to SHARED_SCOPES (uses validate_json)")
     count = int(config.getoption("--stress-count"))
     if count == 1 or not config.pluginmanager.hasplugin("timeout"):
         return
