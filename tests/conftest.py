@@ -68,6 +68,7 @@ SHARED_SCOPES = {
     "tests/prediction/test_trust.py": "validate_json",
     "tests/zoo/test_attention_module.py": "validate_json",
     "tests/zoo/models/test_sparse_mla.py": "validate_json",
+    "tests/zoo/hardware/test_blackwell_ultra.py": "validate_json",
 }
 """Test files scheduled on one worker together because they read one session fixture that takes
 seconds (``validate_json``); every other file is a unit of its own. ``pytest_collection_modifyitems``

@@ -82,7 +82,7 @@ def add_model_flags(parser: argparse.ArgumentParser, *, model_default: str | Non
         "--gpus-per-node",
         type=int,
         default=None,
-        help="GPUs per host, at most the GPU's server (default: the GPU's: 8, gb200 4)",
+        help="GPUs per host, at most the GPU's server (default: the GPU's: 8, gb200 and gb300 4)",
     )
     a(
         "--ep",

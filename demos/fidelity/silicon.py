@@ -60,7 +60,14 @@ __all__ = [
 MODELS = {("deepseek-ai/DeepSeek-V3", "fp8"): "deepseek-v3", ("deepseek-ai/DeepSeek-R1", "fp8"): "deepseek-v3"}
 """(model, precision) of a measured row -> the zoo preset that expresses it."""
 
-SYSTEM_GPUS = {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200", "gb200": "gb200"}
+SYSTEM_GPUS = {
+    "h100_sxm": "h100",
+    "h200_sxm": "h200",
+    "b200_sxm": "b200",
+    "gb200": "gb200",
+    "b300_sxm": "b300",
+    "gb300": "gb300",
+}
 
 
 class SiliconCheck(NamedTuple):

@@ -78,7 +78,7 @@ def predict(
 
     ``model``: a preset name, a path to a HuggingFace config.json, a ``ModelSpec``, or "toy" (the toy
     MoE on ``profile``, a profile ``python -m demos.calibrate`` wrote, on validate's grid). ``gpu``: a
-    GPU name (h100, h200, h800, h20, b200, gb200) or a ``GpuSpec``; ``gpus_per_node`` and ``ep``: None
+    GPU name (h100, h200, h800, h20, b200, gb200, b300, gb300) or a ``GpuSpec``; ``gpus_per_node`` and ``ep``: None
     for the GPU's node and every GPU. ``attention_tp``: GPUs of one NVLink domain that run attention
     together (tensor parallel, heads / attention_tp heads each) before each runs the MoE on its share of
     their tokens; 1 (the default) is data-parallel attention (docs/clusters.md). ``tokens``: the tokens

@@ -19,13 +19,14 @@ from demos.vocabulary import Phase
 
 __all__ = ["CHECKED_ON", "PUBLISHED", "SILICON", "checked_line"]
 
-CHECKED_ON = "2026-12-04"
+CHECKED_ON = "2026-12-05"
 
 SILICON = {
     # gpu: (family, rows, median error, max error), decode
     "h200": ("hopper", 28, -0.068, -0.236),
     "b200": ("blackwell", 22, -0.092, -0.335),
     "gb200": ("blackwell", 20, -0.099, -0.351),
+    "gb300": ("blackwell", 24, -0.099, -0.328),
 }
 
 PUBLISHED = {

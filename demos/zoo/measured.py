@@ -53,7 +53,14 @@ __all__ = [
 
 INSTALL_HINT = "the measured kernel tables need the optional extra: python -m pip install -e '.[measured]'"
 
-SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "gb200": "gb200"}
+SYSTEMS = {
+    "h100": "h100_sxm",
+    "h200": "h200_sxm",
+    "b200": "b200_sxm",
+    "gb200": "gb200",
+    "b300": "b300_sxm",
+    "gb300": "gb300",
+}
 """Our GPU name -> the package's system directory (GPUs with measured tables)."""
 
 TABLES = {

@@ -48,7 +48,7 @@ def test_the_served_table_holds_every_published_checkpoint_at_its_precision():
     "kw, reason",
     [
         (dict(model="meta-llama/Llama-3.1-70B"), "no preset for meta-llama/Llama-3.1-70B at fp8"),
-        (dict(system="b300_sxm"), "no GPU profile for b300_sxm"),
+        (dict(system="a100_sxm"), "no GPU profile for a100_sxm"),
         (dict(mode="disagg"), "disaggregated"),
         (dict(moe_tp=8, moe_ep=1), "MoE tensor parallelism"),
     ],
@@ -65,17 +65,17 @@ def test_a_gb200_worker_is_hosts_of_four():
 @pytest.mark.slow  # a whole run (the fast tier leaves it out: docs/testing.md)
 @needs_tables
 def test_rows_run_as_their_benchmark_and_the_side_by_side_keeps_to_common_rows(monkeypatch):
-    rows = [_row(id="a"), _row(id="b", engine="sglang", osl=6), _row(id="c", system="b300_sxm")]
+    rows = [_row(id="a"), _row(id="b", engine="sglang", osl=6), _row(id="c", system="a100_sxm")]
     monkeypatch.setattr(measured, "silicon_rows", lambda: tuple(rows))
     checks, skipped = serving.serving_rows()
-    assert [c.id for c in checks] == ["a", "b"] and skipped == {"no GPU profile for b300_sxm": 1}
+    assert [c.id for c in checks] == ["a", "b"] and skipped == {"no GPU profile for a100_sxm": 1}
     for c in checks:
         assert c.ttft_predicted_s > 0 and c.tpot_predicted_s > 0
         assert c.tpot_error == pytest.approx(c.tpot_predicted_s / 0.03 - 1)
     (summary,) = [s for s in serving.serving_summaries(checks) if s["engine"] == "vllm"]
     assert summary["rows"] == 1 and summary["tpot"]["rows"] == 1
     text = serving.format_serving(serving.serving_summaries(checks), skipped)
-    assert "h200   sglang  agg" in text and "no GPU profile for b300_sxm" in text
+    assert "h200   sglang  agg" in text and "no GPU profile for a100_sxm" in text
 
 
 def test_a_row_runs_at_its_benchmarks_concurrency_not_its_batch():

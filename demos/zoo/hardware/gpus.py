@@ -16,9 +16,9 @@ Conventions (the datasheets mix them, these fields do not):
 * ``nic_bandwidth`` is per GPU, per direction: the line rate of the scale-out NIC(s) that serve one
   GPU in a typical deployment (one 400 Gb/s ConnectX-7 per GPU: 50e9 bytes/s).
 * ``family``: "hopper" or "blackwell", the architecture whose measured kernel curves the GPU takes.
-* ``gpus_per_node``: GPUs in one server (HGX baseboard: 8; GB200 compute tray: 4);
-  ``nvlink_domain``: GPUs one GPU reaches over NVLink (HGX: the 8 of its node; GB200 NVL72: 72, over
-  the rack's NVLink switch trays).
+* ``gpus_per_node``: GPUs in one server (HGX baseboard: 8; GB200 and GB300 compute tray: 4);
+  ``nvlink_domain``: GPUs one GPU reaches over NVLink (HGX: the 8 of its node; GB200 and GB300 NVL72:
+  72, over the rack's NVLink switch trays).
 """
 
 from __future__ import annotations
@@ -110,6 +110,7 @@ _GB = 1e9
 _TB = 1e12
 _T = 1e12  # TFLOP/s
 _NIC_400G = 400e9 / 8  # one 400 Gb/s ConnectX-7: 50 GB/s each way
+_NIC_800G = 800e9 / 8  # one 800 Gb/s ConnectX-8: 100 GB/s each way
 
 # Hopper SXM5 Tensor Core rates, dense (the H100/H200/H800 datasheets quote 3,958 / 1,979 / 989
 # TFLOPS "with sparsity" for FP8 / BF16 / TF32; FP32 67 TFLOPS is non-tensor).
@@ -188,10 +189,43 @@ _BUILTIN = (
         source="NVIDIA GB200 NVL72 spec table (per GPU, halved from sparse); SMs: device-reported; "
         "NIC: one ConnectX-7 400 Gb/s per GPU per compute tray",
     ),
+    GpuSpec(
+        "b300",
+        fp8=4500 * _T,
+        bf16=2250 * _T,
+        tf32=1100 * _T,
+        fp32=75 * _T,
+        sm_count=160,
+        hbm_bandwidth=7.75 * _TB,
+        hbm_capacity=288 * _GB,
+        nvlink_bandwidth=900 * _GB,
+        nic_bandwidth=_NIC_800G,
+        family="blackwell",
+        source="NVIDIA HGX B300 (Blackwell Ultra) spec table, per GPU, dense; HBM bandwidth: 62 TB/s per "
+        "8-GPU board (aiconfigurator-core's b300_sxm system); SMs: the full Blackwell Ultra GPU (not the "
+        "shipping count); NIC: one ConnectX-8 800 Gb/s per GPU",
+    ),
+    GpuSpec(
+        "gb300",
+        fp8=5000 * _T,
+        bf16=2500 * _T,
+        tf32=1250 * _T,
+        fp32=80 * _T,
+        sm_count=160,
+        hbm_bandwidth=8.0 * _TB,
+        hbm_capacity=288 * _GB,
+        nvlink_bandwidth=900 * _GB,
+        nic_bandwidth=_NIC_800G,
+        gpus_per_node=4,
+        nvlink_domain=72,
+        family="blackwell",
+        source="NVIDIA GB300 NVL72 spec table, per GPU, dense; SMs: the full Blackwell Ultra GPU (not the "
+        "shipping count); NIC: one ConnectX-8 800 Gb/s per GPU per compute tray",
+    ),
 )
 
 GPUS: Mapping[str, GpuSpec] = MappingProxyType({g.name: g for g in _BUILTIN})
-"""The built-in GPU profiles by name (read-only): h100, h200, h800, h20, b200, gb200."""
+"""The built-in GPU profiles by name (read-only): h100, h200, h800, h20, b200, gb200, b300, gb300."""
 
 
 def get_gpu(name_or_spec: str | GpuSpec) -> GpuSpec:

@@ -20,8 +20,8 @@ from demos.zoo.workload import cluster_for
 # --- GPU profiles -------------------------------------------------------------------------------------
 
 
-def test_the_six_builtin_gpus():
-    assert set(GPUS) == {"h100", "h200", "h800", "h20", "b200", "gb200"}
+def test_the_eight_builtin_gpus():
+    assert set(GPUS) == {"h100", "h200", "h800", "h20", "b200", "gb200", "b300", "gb300"}
     assert gpus() == dict(GPUS) and gpus() is not GPUS
     with pytest.raises(TypeError):
         GPUS["mine"] = GPUS["h100"]  # read-only
@@ -35,7 +35,8 @@ def test_dense_rates_keep_the_tensor_core_ratios(name):
     assert g.fp8 == pytest.approx(2 * g.bf16)
     assert g.tf32 == pytest.approx(g.bf16 / 2, rel=0.03)
     assert g.fp32 < g.tf32 / 1.5
-    assert g.nic_bandwidth == pytest.approx(400e9 / 8)  # one 400 Gb/s NIC per GPU, each way
+    ultra = name in ("b300", "gb300")  # Blackwell Ultra: one 800 Gb/s ConnectX-8 per GPU
+    assert g.nic_bandwidth == pytest.approx((800e9 if ultra else 400e9) / 8)  # one NIC per GPU, each way
 
 
 def test_hopper_siblings_share_compute_and_differ_where_the_datasheets_say():
