@@ -153,9 +153,19 @@ def _scaled(item) -> int:
     return int(item.config.getoption("--stress-count")) if "stress_count" in getattr(item, "fixturenames", ()) else 1
 
 
+def long_seconds(item) -> float:
+    """The seconds a ``long``-marked test (or file) takes on a worker, as its marker says
+    (``@pytest.mark.long(125)``; a bare ``long`` counts 20); 0 for any other test."""
+    marker = item.get_closest_marker("long")
+    if marker is None:
+        return 0.0
+    return float(marker.args[0]) if marker.args else 20.0
+
+
 def pytest_collection_modifyitems(config, items):
-    """Put the ``long`` tests first (a run spread over workers then starts them first rather than
-    waiting on one at its end; a stable sort, the rest in collection order), hold ``SHARED_SCOPES``
+    """Put the ``long`` tests first, longest first (``long_seconds``: a run spread over workers then
+    starts them first rather than one worker running one alone at the end; a stable sort, the rest in
+    collection order), hold ``SHARED_SCOPES``
     to every user of ``validate_json``, and give every test that uses ``stress_count`` a pytest-timeout
     of base x count.
 
@@ -163,7 +173,7 @@ def pytest_collection_modifyitems(config, items):
     test's own ``@pytest.mark.timeout`` wins. Without this, ``--stress-count 10`` multiplies the
     work of a test by up to 10 while its limit stays at 120 s.
     """
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+    items.sort(key=lambda item: -long_seconds(item))
     unshared = sorted(
         {i.nodeid.split("::", 1)[0] for i in items if "validate_json" in getattr(i, "fixturenames", ())}
         - set(SHARED_SCOPES)

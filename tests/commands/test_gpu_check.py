@@ -224,7 +224,7 @@ def test_a_step_past_its_limit_is_killed_with_its_children(tmp_path):
     assert "killed after 1 s" in tail
 
 
-@pytest.mark.long
+@pytest.mark.long(60)
 @pytest.mark.timeout(slack(240))
 def test_dry_run_on_threads_writes_at_most_8_files_and_a_summary(tmp_path):
     out = tmp_path / "out"

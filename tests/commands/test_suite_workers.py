@@ -70,19 +70,20 @@ def test_a_file_is_a_unit_and_the_shared_files_are_one():
 @dataclasses.dataclass
 class _Item:
     nodeid: str
-    marks: tuple[str, ...] = ()
+    marks: dict = dataclasses.field(default_factory=dict)  # name -> the marker's args
     fixturenames: tuple[str, ...] = ()
 
     def get_closest_marker(self, name):
-        return name if name in self.marks else None
+        return SimpleNamespace(args=self.marks[name]) if name in self.marks else None
 
 
-def test_the_long_tests_come_first_and_the_rest_keep_their_order():
-    items = [_Item("tests/a.py::t1"), _Item("tests/b.py::t2", ("long",)), _Item("tests/c.py::t3")]
-    items += [_Item("tests/d.py::t4", ("slow", "long"))]
+def test_the_long_tests_come_first_longest_first_and_the_rest_keep_their_order():
+    items = [_Item("tests/a.py::t1"), _Item("tests/b.py::t2", {"long": ()}), _Item("tests/c.py::t3")]
+    items += [_Item("tests/d.py::t4", {"slow": (), "long": (125,)}), _Item("tests/e.py::t5", {"long": (50,)})]
     c = SimpleNamespace(getoption=lambda name: 1, pluginmanager=SimpleNamespace(hasplugin=lambda n: False))
     conftest.pytest_collection_modifyitems(c, items)
-    assert [i.nodeid for i in items] == ["tests/b.py::t2", "tests/d.py::t4", "tests/a.py::t1", "tests/c.py::t3"]
+    order = ["tests/d.py::t4", "tests/e.py::t5", "tests/b.py::t2", "tests/a.py::t1", "tests/c.py::t3"]
+    assert [i.nodeid for i in items] == order
 
 
 def test_a_file_that_reads_validate_json_unlisted_stops_the_run():

@@ -44,7 +44,7 @@ def test_a_quantity_outside_its_band_is_reported_not_hidden():
     assert "NO" in format_table(rows) and "0 of 1 quantities within their targets" in format_table(rows)
 
 
-@pytest.mark.long
+@pytest.mark.long(20)
 @pytest.mark.slow
 def test_the_ablation_is_what_predict_md_quotes_and_none_is_the_model_without_the_mechanisms(tmp_path, capsys):
     """``--ablation``: a row per variant, "none" the prediction with every mechanism off; docs/predict.md

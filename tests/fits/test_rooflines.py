@@ -138,7 +138,7 @@ def test_the_grid_covers_every_fitted_gpu_of_the_family():
 
 
 @needs_tables
-@pytest.mark.long
+@pytest.mark.long(50)
 @pytest.mark.timeout(600)  # two families fitted side by side: about a minute on two idle cores, more when busy
 def test_rooflines_json_is_what_the_fit_gives_within_the_tolerance():
     out = subprocess.run(

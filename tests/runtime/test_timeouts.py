@@ -63,7 +63,7 @@ def _probe(count: int, timeout: float, fh_timeout: float) -> subprocess.Complete
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=slack(90))
 
 
-@pytest.mark.long
+@pytest.mark.long(20)
 @pytest.mark.slow
 def test_scaled_limits_hold_in_a_real_session():
     """3 s of work under limits of 1 s (pytest-timeout) and 2.5 s (faulthandler): fails at count 1

@@ -128,7 +128,7 @@ def test_the_command_prints_the_table_writes_the_json_and_csv_and_refuses_in_one
     assert err.count("\n") == 1 and "--csv" in err and not (tmp_path / "second.json").exists()
 
 
-@pytest.mark.long
+@pytest.mark.long(20)
 @pytest.mark.slow
 def test_a_steady_closed_loop_reproduces_the_predictors_step_and_its_dbo_speedup():
     """LMSYS's decode cluster (DeepSeek-V3, 9 x 8 H100, EP 72) as a decode pool at 32 and 256 requests per

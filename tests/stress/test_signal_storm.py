@@ -28,7 +28,7 @@ MIN_TRIALS = 200
 SEED = 47
 
 
-@pytest.mark.long
+@pytest.mark.long(125)
 @pytest.mark.stress
 @pytest.mark.timeout(slack(900))
 def test_no_signal_is_lost_at_any_moment_of_five_commands(stress_count):

@@ -26,7 +26,8 @@ from demos.ranks.launcher import (
 from tests.support.paths import ROOT, python_env
 from tests.support.timing import slack
 
-pytestmark = pytest.mark.slow  # subprocesses or whole runs (the fast tier leaves it out: testing.md)
+pytestmark = [pytest.mark.slow, pytest.mark.long(65)]  # subprocesses or whole runs (the fast tier leaves it out:
+# testing.md); about 66 CPU-seconds in all, a file to start first
 
 dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover

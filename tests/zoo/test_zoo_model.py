@@ -16,7 +16,7 @@ from demos.zoo.models.presets import preset_config
 from demos.zoo.run import ZooRun
 from demos.zoo.workload import Workload, cluster_for
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.long(95)]  # about 95 CPU-seconds in all: a file to start first
 
 CLUSTER = cluster_for("h100", 2, 8, 16)
 
