@@ -28,7 +28,7 @@ __all__ = [
 NOT_MODELLED = (
     "the scheduler and sampling between steps (each step is the model's forward and its LM head only)",
     "the GEMMs' wave quantization and their tiles beyond the grouped GEMMs' row blocks (smooth curves per GPU "
-    "family; a GPU without measured tables takes its family's curves over its own datasheet)",
+    "family; a GPU they were not fitted on takes its family's curves over its own datasheet)",
     "per-GPU variation: every rank is the busiest one (the step waits for it), with the imbalance given",
     "DeepEP's SM count effect on its own bandwidth (the normal kernels run at the fitted bandwidth whatever "
     "--comm-sms is; only the SMs they take from compute are modelled)",
