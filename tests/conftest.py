@@ -165,9 +165,8 @@ def long_seconds(item) -> float:
 def pytest_collection_modifyitems(config, items):
     """Put the ``long`` tests first, longest first (``long_seconds``: a run spread over workers then
     starts them first rather than one worker running one alone at the end; a stable sort, the rest in
-    collection order), hold ``SHARED_SCOPES``
-    to every user of ``validate_json``, and give every test that uses ``stress_count`` a pytest-timeout
-    of base x count.
+    collection order), hold ``SHARED_SCOPES`` to every user of ``validate_json``, and give every test
+    that uses ``stress_count`` a pytest-timeout of base x count.
 
     The base is the effective timeout (``--timeout``, PYTEST_TIMEOUT or the ini's ``timeout``); a
     test's own ``@pytest.mark.timeout`` wins. Without this, ``--stress-count 10`` multiplies the

@@ -101,10 +101,10 @@ class PeerError(ConfigError):
 
 
 def gpu_name(system: str) -> str:
-    """Our GPU name of a row's system (``demos.zoo.measured.SYSTEMS`` backwards; else the name less "_sxm")."""
-    from demos.zoo.measured import SYSTEMS
+    """Our GPU name of a row's system (``demos.fidelity.silicon.SYSTEM_GPUS``; else the name less "_sxm")."""
+    from demos.fidelity.silicon import SYSTEM_GPUS
 
-    return {v: k for k, v in SYSTEMS.items()}.get(system, system.removesuffix("_sxm"))
+    return SYSTEM_GPUS.get(system, system.removesuffix("_sxm"))
 
 
 # --- the rows' CSV lines -------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from demos.fidelity.stats import error_stats
 from demos.vocabulary import Mode, Phase
 from demos.zoo.hardware import get_gpu
 from demos.zoo.kernel_times import kernel_times
+from demos.zoo.measured import SYSTEMS
 from demos.zoo.models import get_preset
 from demos.zoo.overlap_costs import step_profile
 from demos.zoo.run import ZooRun
@@ -60,14 +61,8 @@ __all__ = [
 MODELS = {("deepseek-ai/DeepSeek-V3", "fp8"): "deepseek-v3", ("deepseek-ai/DeepSeek-R1", "fp8"): "deepseek-v3"}
 """(model, precision) of a measured row -> the zoo preset that expresses it."""
 
-SYSTEM_GPUS = {
-    "h100_sxm": "h100",
-    "h200_sxm": "h200",
-    "b200_sxm": "b200",
-    "gb200": "gb200",
-    "b300_sxm": "b300",
-    "gb300": "gb300",
-}
+SYSTEM_GPUS = {system: gpu for gpu, system in SYSTEMS.items()}
+"""A measured row's system directory -> our GPU name (``demos.zoo.measured.SYSTEMS`` backwards)."""
 
 
 class SiliconCheck(NamedTuple):

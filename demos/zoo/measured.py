@@ -224,17 +224,22 @@ def data_root() -> Path:
     return Path(pkg.__file__).parent / "systems"
 
 
+def _model_configs() -> Path:
+    """The extra's folder of HuggingFace config.json copies, each named ``org--name_config.json``."""
+    return data_root().parent / "model_configs"
+
+
 def model_config_path(repo_id: str) -> Path | None:
-    """The extra's copy of HuggingFace repository ``repo_id``'s config.json (``model_configs/`` names each
-    ``org--name_config.json``), or None where it holds none (MeasuredTablesError without the extra)."""
-    path = data_root().parent / "model_configs" / f"{repo_id.replace('/', '--')}_config.json"
+    """The extra's copy of HuggingFace repository ``repo_id``'s config.json (``_model_configs``), or None
+    where it holds none (MeasuredTablesError without the extra)."""
+    path = _model_configs() / f"{repo_id.replace('/', '--')}_config.json"
     return path if "--" not in repo_id and path.is_file() else None
 
 
 def model_config_ids() -> list[str]:
     """The HuggingFace repositories whose config.json the extra holds a copy of, sorted."""
-    folder = data_root().parent / "model_configs"
-    return sorted(p.name[: -len("_config.json")].replace("--", "/", 1) for p in folder.glob("*--*_config.json"))
+    names = (p.name[: -len("_config.json")] for p in _model_configs().glob("*--*_config.json"))
+    return sorted(n.replace("--", "/", 1) for n in names)
 
 
 def table_path(gpu: str, table: str) -> Path:

@@ -116,6 +116,28 @@ _NIC_800G = 800e9 / 8  # one 800 Gb/s ConnectX-8: 100 GB/s each way
 # TFLOPS "with sparsity" for FP8 / BF16 / TF32; FP32 67 TFLOPS is non-tensor).
 _HOPPER = {"fp8": 1979 * _T, "bf16": 989.5 * _T, "tf32": 494.5 * _T, "fp32": 67 * _T, "sm_count": 132}
 
+# Blackwell and Blackwell Ultra, per GPU, dense: an HGX board's (B200, B300) and an NVL72 rack's (GB200,
+# GB300) rates, NVLink-5 (1.8 TB/s bidirectional) and node/domain. Blackwell Ultra keeps these rates
+# (it raises NVFP4 and cuts FP64, neither a field here); HBM, SMs and NIC are each GPU's own.
+_BLACKWELL_HGX = {
+    "fp8": 4500 * _T,
+    "bf16": 2250 * _T,
+    "tf32": 1100 * _T,
+    "fp32": 75 * _T,
+    "nvlink_bandwidth": 900 * _GB,
+    "family": "blackwell",
+}
+_BLACKWELL_NVL72 = {
+    "fp8": 5000 * _T,
+    "bf16": 2500 * _T,
+    "tf32": 1250 * _T,
+    "fp32": 80 * _T,
+    "nvlink_bandwidth": 900 * _GB,
+    "gpus_per_node": 4,
+    "nvlink_domain": 72,
+    "family": "blackwell",
+}
+
 _BUILTIN = (
     GpuSpec(
         "h100",
@@ -159,66 +181,42 @@ _BUILTIN = (
     ),
     GpuSpec(
         "b200",
-        fp8=4500 * _T,
-        bf16=2250 * _T,
-        tf32=1100 * _T,
-        fp32=75 * _T,
+        **_BLACKWELL_HGX,
         sm_count=148,
         hbm_bandwidth=7.7 * _TB,
         hbm_capacity=180 * _GB,
-        nvlink_bandwidth=900 * _GB,
         nic_bandwidth=_NIC_400G,
-        family="blackwell",
         source="NVIDIA HGX B200 spec table (per GPU, halved from sparse); SMs: device-reported; "
         "NIC: DGX B200 datasheet",
     ),
     GpuSpec(
         "gb200",
-        fp8=5000 * _T,
-        bf16=2500 * _T,
-        tf32=1250 * _T,
-        fp32=80 * _T,
+        **_BLACKWELL_NVL72,
         sm_count=152,
         hbm_bandwidth=8.0 * _TB,
         hbm_capacity=186 * _GB,
-        nvlink_bandwidth=900 * _GB,
         nic_bandwidth=_NIC_400G,
-        gpus_per_node=4,
-        nvlink_domain=72,
-        family="blackwell",
         source="NVIDIA GB200 NVL72 spec table (per GPU, halved from sparse); SMs: device-reported; "
         "NIC: one ConnectX-7 400 Gb/s per GPU per compute tray",
     ),
     GpuSpec(
         "b300",
-        fp8=4500 * _T,
-        bf16=2250 * _T,
-        tf32=1100 * _T,
-        fp32=75 * _T,
+        **_BLACKWELL_HGX,
         sm_count=160,
         hbm_bandwidth=7.75 * _TB,
         hbm_capacity=288 * _GB,
-        nvlink_bandwidth=900 * _GB,
         nic_bandwidth=_NIC_800G,
-        family="blackwell",
         source="NVIDIA HGX B300 (Blackwell Ultra) spec table, per GPU, dense; HBM bandwidth: 62 TB/s per "
         "8-GPU board (aiconfigurator-core's b300_sxm system); SMs: the full Blackwell Ultra GPU (not the "
         "shipping count); NIC: one ConnectX-8 800 Gb/s per GPU",
     ),
     GpuSpec(
         "gb300",
-        fp8=5000 * _T,
-        bf16=2500 * _T,
-        tf32=1250 * _T,
-        fp32=80 * _T,
+        **_BLACKWELL_NVL72,
         sm_count=160,
         hbm_bandwidth=8.0 * _TB,
         hbm_capacity=288 * _GB,
-        nvlink_bandwidth=900 * _GB,
         nic_bandwidth=_NIC_800G,
-        gpus_per_node=4,
-        nvlink_domain=72,
-        family="blackwell",
         source="NVIDIA GB300 NVL72 spec table, per GPU, dense; SMs: the full Blackwell Ultra GPU (not the "
         "shipping count); NIC: one ConnectX-8 800 Gb/s per GPU per compute tray",
     ),
