@@ -14,6 +14,11 @@ way the predictor times that kernel, and compared:
   cache, the indexer, FlashAttention-3 on Hopper and TRT-LLM's attention on Blackwell) against the
   predictor's sparse attention op, composed as for ``mla module`` and fitted to nothing
   (``demos.zoo.attention_module.dsa_rows``);
+* ``gdn decode`` / ``gdn prefill`` and ``gdn conv decode`` / ``gdn conv prefill``: SGLang's Gated DeltaNet
+  kernels (Qwen3.5's shapes, 0.8B to 397B, at several head splits), the delta rule and the causal
+  convolution, each on the family's fitted curve (``FamilyFit.gdn``), their work counted as the predictor
+  counts it (``demos.fits.rooflines.gdn_row_work``: ``demos.zoo.work.delta_rule_work``, ``conv_work``);
+  B300 and GB300 rows are held out (fitted on B200 and GB200);
 * ``experts``: DeepEP MoE's expert compute (uniform routing rows) as ``demos.zoo.costs`` folds the
   routed experts (``demos.fits.rooflines.experts_seconds``: two grouped GEMMs on the family's
   grouped curve, their weights once per active expert, the activation pass), with the table's routing:
@@ -36,7 +41,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from demos.fidelity.stats import error_stats
-from demos.fits.rooflines import experts_seconds, mla_row_work
+from demos.fits.rooflines import GDN_FIELDS, experts_seconds, gdn_row_work, mla_row_work
 from demos.vocabulary import Phase
 from demos.zoo.hardware import get_gpu
 from demos.zoo.models.dtypes import dtype, storage_of
@@ -53,6 +58,10 @@ OPS = (
     "mla prefill",
     "mla module",
     "dsa module",
+    "gdn decode",
+    "gdn prefill",
+    "gdn conv decode",
+    "gdn conv prefill",
     "experts",
     "dispatch",
     "combine",
@@ -116,6 +125,19 @@ def _dsa_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
         yield CheckRow(gpu, "dsa module", shape, composed_seconds(gpu, r, fit, model), r.seconds)
 
 
+def _gdn_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
+    from demos.zoo import measured
+
+    g = get_gpu(gpu)
+    for r in measured.gdn_rows(gpu):
+        key = f"{r.kernel} {r.phase}"
+        flops, nbytes = gdn_row_work(r.kernel, r.phase, *(getattr(r, f) for f in GDN_FIELDS))
+        pred = fit.gdn[key].seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
+        op = f"gdn {r.phase}" if r.kernel == "delta_rule" else f"gdn conv {r.phase}"
+        shape = f"{r.model} batch={r.batch} seq={r.seq_len} heads={r.key_heads}/{r.value_heads}"
+        yield CheckRow(gpu, op, shape, pred, r.seconds)
+
+
 def _experts_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
     from demos.zoo import measured
 
@@ -163,6 +185,8 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
         out += list(_module_rows(gpu, fit))
     if "dsa module" in ops:
         out += list(_dsa_rows(gpu, fit))
+    if ops & {"gdn decode", "gdn prefill", "gdn conv decode", "gdn conv prefill"} and fit.gdn:
+        out += [r for r in _gdn_rows(gpu, fit) if r.op in ops]
     if "experts" in ops:
         out += list(_experts_rows(gpu, fit))
     if ops & {"dispatch", "combine"}:

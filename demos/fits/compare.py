@@ -15,7 +15,9 @@ and SMs): GEMMs of 1 to 16,384 rows through weights of 128 to 24,576 by 512 to 1
 decode cores of 1 to 512 requests, 16 to 128 heads, 256 to 32,768 cached tokens, and prefill cores of 1
 to 8 requests of 512 to 16,384 tokens; the routed experts of DeepSeek-V3's shape at 1 to 4,096 tokens
 per rank over EP 8 to 128; DeepEP's single-node low-latency kernels of 1 to 512 tokens of hidden 4,096
-and 7,168 with 3 and 7 peers; and the MLA module's fixed time itself.
+and 7,168 with 3 and 7 peers; Gated DeltaNet delta rules and convolutions of 1 to 512 decode requests
+with 4 to 64 value heads and of 1 and 8 prompts of 512 to 16,384 tokens with 8 and 32; and the MLA
+module's fixed time itself.
 
 ``FIT_TOLERANCE`` (0.5%) is about 7 times the largest cross-processor spread seen (0.07% on one
 parameter) and well under what any figure the project prints shows (its errors are quoted to 0.1 points
@@ -31,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from demos.fits.rooflines import experts_seconds, mla_row_work
+from demos.fits.rooflines import experts_seconds, gdn_row_work, mla_row_work
 from demos.zoo.hardware import get_gpu, ll_bytes
 from demos.zoo.models.dtypes import dtype, storage_of
 from demos.zoo.rooflines import MLA_KV, FamilyFit
@@ -49,6 +51,10 @@ _DECODE = ((1, 8, 32, 128, 512), (16, 32, 64, 128), (256, 2048, 8192, 32768))  #
 _PREFILL = ((1, 2, 8), (16, 128), (512, 2048, 8192, 16384))
 _EXPERTS_TOKENS, _EXPERTS_EP = (1, 4, 16, 64, 256, 1024, 4096), (8, 16, 32, 64, 128)
 _LL = ((1, 8, 32, 128, 512), (4096, 7168), (3, 7))  # tokens, hidden, peers
+_GDN = {  # batch, tokens per request, value heads (4 per key head, heads of 128)
+    "decode": ((1, 8, 64, 512), (1,), (4, 16, 64)),
+    "prefill": ((1, 8), (512, 4096, 16384), (8, 32)),
+}
 
 
 class _MoeShape(NamedTuple):
@@ -97,6 +103,12 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
         labels = [f"{name} tokens={a} hidden={b} peers={c}" for a, b, c in pts]
         for kernel, line in fit.ll_sm.items():
             add(f"ll {kernel}", labels, [line.seconds(ll_bytes(kernel, a, b, 8), c) for a, b, c in pts])
+        for key, curve in fit.gdn.items():
+            kernel, phase = key.split()
+            (batch, seq, nv), pts = _grid(*_GDN[phase])
+            flops, nbytes = gdn_row_work(kernel, phase, batch, seq, nv / 4, 128, nv, 128, 4)
+            t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
+            add(f"gdn {key}", [f"{name} batch={a} seq={b} value_heads={c}" for a, b, c in pts], t)
     add("mla module", ["fixed time"], fit.mla_module)
     return {curve: (names, np.array(times)) for curve, (names, times) in out.items()}
 

@@ -12,12 +12,16 @@ on several GPUs at once, each row against its own GPU's datasheet peak and bandw
 
 Nothing here counts work or evaluates a curve by a formula of its own: a row's work is counted by the
 predictor's formulas (``demos.zoo.work``: ``gemm_work`` for a GEMM row, ``mla_core_work`` for an MLA
-attention-core row, ``pass_work`` for the experts' activation pass; ``demos.zoo.hardware.ll_bytes`` for a
-single-node DeepEP low-latency row) and each candidate curve is evaluated by the curve's own method
-(``GemmCurve.seconds_of``, ``AttentionCurve.seconds``), which take the rows as numpy arrays. Fitted:
+attention-core row, ``delta_rule_work`` and ``conv_work`` for a Gated DeltaNet row, ``pass_work`` for the experts'
+activation pass; ``demos.zoo.hardware.ll_bytes`` for a single-node DeepEP low-latency row) and each
+candidate curve is evaluated by the curve's own method (``GemmCurve.seconds_of``, ``AttentionCurve.seconds``),
+which take the rows as numpy arrays. Fitted:
 
 * ``fit_gemm``: a ``GemmCurve`` per dtype to the GEMM tables;
 * ``fit_attention``: an MLA ``AttentionCurve`` per phase to the attention-core tables (BF16 cache);
+* ``fit_gdn``: a Gated DeltaNet layer's ``AttentionCurve`` per kernel and phase (``GDN_CURVES``: the delta
+  rule, decode's fused recurrent kernel and prefill's chunked one; the causal convolution) to SGLang's
+  kernel rows;
 * ``fit_experts``: the routed experts' ``GroupedCurve`` (their grouped GEMMs' share of bandwidth and the
   op's fixed time) to the uniform MoE rows, the FP8 GEMM curve held (``experts_seconds``);
 * ``fit_ll_sm``: a ``LinearCost`` per DeepEP low-latency kernel to the single-node rows (a weighted
@@ -39,6 +43,7 @@ from demos.zoo.hardware import GpuSpec, get_gpu, ll_bytes
 from demos.zoo.models.dtypes import dtype, storage_of
 from demos.zoo.rooflines import (
     FIT_GPUS,
+    GDN_CURVES,
     GEMM_DTYPES,
     MLA_KV,
     AttentionCurve,
@@ -48,12 +53,23 @@ from demos.zoo.rooflines import (
     GroupedCurve,
     LinearCost,
 )
-from demos.zoo.work import causal_pairs, decode_pairs, gemm_work, mla_core_work, pass_work
+from demos.zoo.work import (
+    causal_pairs,
+    conv_work,
+    decode_pairs,
+    delta_rule_work,
+    gemm_work,
+    mla_core_work,
+    pass_work,
+)
 
 __all__ = [
     "GEMM_COARSE_STRIDE",
     "MLA_DIMS",
     "PHASES",
+    "GDN_FIELDS",
+    "fit_gdn",
+    "gdn_row_work",
     "experts_seconds",
     "fit_attention",
     "fit_experts",
@@ -233,6 +249,38 @@ def fit_attention(rows_by_gpu: Sequence[tuple[GpuSpec, list]], phase: str) -> At
     return _round(_attn_curve(fit_log(residuals, _ATTN_STARTS)))
 
 
+def gdn_row_work(kernel: str, phase: str, batch, seq_len, key_heads, key_dim, value_heads, value_dim, conv_kernel):
+    """(flops, bytes) of a Gated DeltaNet kernel row (arrays or numbers) as the predictor counts it: decode,
+    ``batch`` requests of one token; prefill, ``batch`` requests of ``seq_len`` prompt tokens; the delta rule
+    by ``demos.zoo.work.delta_rule_work``, the convolution over the query, key and value channels by
+    ``conv_work``."""
+    tokens = batch if phase == Phase.DECODE else batch * seq_len
+    if kernel == "conv":
+        return conv_work(phase, tokens, seq_len, 2 * key_heads * key_dim + value_heads * value_dim, conv_kernel)
+    return delta_rule_work(phase, tokens, seq_len, value_heads, key_dim, value_dim, key_heads=key_heads)
+
+
+GDN_FIELDS = ("batch", "seq_len", "key_heads", "key_dim", "value_heads", "value_dim", "conv_kernel")
+"""The ``GdnRow`` fields ``gdn_row_work`` reads, in its order."""
+
+
+def fit_gdn(rows_by_gpu: Sequence[tuple[GpuSpec, list]], curve: str) -> AttentionCurve:
+    """The Gated DeltaNet ``AttentionCurve`` ``curve`` (a ``GDN_CURVES`` key: "<kernel> <phase>") fitted to
+    ``[(gpu, rows)]`` (``demos.zoo.measured.GdnRow``; the rows of other kernels and phases left out)."""
+    kernel, phase = curve.split()
+    picked = [(g, "bfloat16", [r for r in rows if r.phase == phase and r.kernel == kernel]) for g, rows in rows_by_gpu]
+    data, peak, hbm, t = _columns(picked, GDN_FIELDS)
+    if len(t) < 3:
+        raise ValueError(f"need at least 3 {curve} rows to fit 3 parameters, got {len(t)}")
+    flops, nbytes = gdn_row_work(kernel, phase, *(data[f] for f in GDN_FIELDS))
+    logt = np.log(t)
+
+    def residuals(u: np.ndarray) -> np.ndarray:
+        return np.log(_attn_curve(u).seconds(flops, nbytes, peak, hbm)) - logt
+
+    return _round(_attn_curve(fit_log(residuals, _ATTN_STARTS)))
+
+
 _EXPERTS_STORAGE = storage_of("fp8")  # the MoE tables' grouped GEMMs: FP8 block weights
 
 
@@ -320,12 +368,24 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     }
     moe = [(spec, [r for r in measured.moe_rows(g) if r.distribution == "uniform"]) for spec, g in specs]
     experts = fit_experts(moe, gemm["fp8"])
+    gdn_rows = [(spec, measured.gdn_rows(g)) for spec, g in specs]
+    gdn = {curve: fit_gdn(gdn_rows, curve) for curve in GDN_CURVES}
     ll = [r for g in names for r in measured.alltoall_rows(g) if r.gpus <= get_gpu(g).gpus_per_node]
     ll_sm = {kernel: fit_ll_sm(ll, kernel) for kernel in ("dispatch", "combine")}
     tables = ", ".join(
         f"{t[3]} ({t[1]} {t[2]})"
         for k, t in measured.TABLES.items()
-        if k in ("gemm", "mla_decode", "mla_prefill", "moe_decode", "deepep_ll")
+        if k in ("gemm", "mla_decode", "mla_prefill", "moe_decode", "deepep_ll", "gdn")
     )
     source = f"aiconfigurator-core {measured.package_version()}: {tables} on {', '.join(names)}"
-    return FamilyFit(family, gemm, attn[Phase.DECODE], attn[Phase.PREFILL], ll_sm, names, source, experts)
+    return FamilyFit(
+        family,
+        gemm,
+        attn[Phase.DECODE],
+        attn[Phase.PREFILL],
+        ll_sm,
+        names,
+        source,
+        experts,
+        gdn=gdn,
+    )

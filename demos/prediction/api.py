@@ -226,10 +226,12 @@ def _sources(sweep: Sweep) -> tuple[str, ...]:
         if isinstance(w.spec.attention, SparseMLAAttention)
         else ""
     )
+    linear = getattr(w.spec.attention, "linear", None) is not None
+    tables = "GEMM, MLA and Gated DeltaNet tables" if linear else "GEMM and MLA tables"
     return tp + (
         f"model: {w.spec.source}",
         f"GPU {w.gpu.name}: {w.gpu.source}",
-        f"kernel times: the {w.gpu.family} curves fitted to measured GEMM and MLA tables "
+        f"kernel times: the {w.gpu.family} curves fitted to measured {tables} "
         f"({FITTED_WITH}; demos/zoo/rooflines.json, docs/kernels.md){sparse}",
         "all-to-all: DeepEP's H800 tables, 4 fitted parameters (docs/clusters.md)",
         "host: per-launch, handoff and sync costs measured on our H200 host (docs/fidelity.md)",

@@ -32,6 +32,10 @@ The kinds:
   when fewer than the group). Its core is timed on the MLA curve of its phase (an extrapolation,
   docs/kernels.md).
 
+* ``DeltaRule`` (``demos.zoo.linear_attention``): a hybrid model's Gated DeltaNet layers (Qwen3-Next,
+  Qwen3.5), picked per layer by ``layer_attention``: a fixed-size recurrent state per request instead of
+  a KV cache, its own ops (``gdn_*``).
+
 A new kind of attention (compressed, sparse, linear) is one class here and one entry in
 ``ATTENTION_KINDS``, plus an entry in ``demos.zoo.ops.OPS`` for each op of its own: the plan, the
 breakdown and the model take it from there (docs/design.md, "The step as one op list", has an example).
@@ -39,8 +43,8 @@ breakdown and the model take it from there (docs/design.md, "The step as one op 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Hashable
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -49,9 +53,10 @@ import torch
 from dbo.costs import Work
 from demos.vocabulary import Phase
 from demos.zoo import kernels as K
+from demos.zoo.attention_base import AttentionCosts, AttentionKind, attention_pairs, timed_core
 from demos.zoo.fold import Folder, bmm, gemm, memory_pass
-from demos.zoo.launch import Launcher
-from demos.zoo.models import GQAAttention, MLAAttention, SparseMLAAttention
+from demos.zoo.linear_attention import DeltaRule
+from demos.zoo.models import GatedDeltaNet, GQAAttention, MLAAttention, SparseMLAAttention
 from demos.zoo.models.dtypes import ACT_BYTES
 from demos.zoo.work import causal_pairs, decode_pairs, index_score_work, mla_core_work, sparse_causal_pairs
 from demos.zoo.workload import Workload
@@ -59,66 +64,15 @@ from demos.zoo.workload import Workload
 __all__ = [
     "ATTENTION_KINDS",
     "GQA",
+    "DeltaRule",
     "MLA",
     "SparseMLA",
     "AttentionCosts",
     "AttentionKind",
     "attention_kind",
     "attention_pairs",
+    "layer_attention",
 ]
-
-
-@dataclass(frozen=True)
-class AttentionCosts:
-    """The attention ops' costs on one rank for one ubatch: the three every kind issues, and the core's
-    work as counted (``core_work``: its flops and bytes, before its time was taken from the attention
-    curve); ``extra``: the ops of a kind beyond the three, ``(op, Work)`` in launch order, each an entry of
-    ``demos.zoo.ops.OPS``, launched between the projections and the core (a sparse attention's indexer)."""
-
-    proj: Work
-    core: Work
-    out: Work
-    core_work: tuple[float, float]
-    extra: tuple[tuple[str, Work], ...] = ()
-
-    @property
-    def ops(self) -> tuple[tuple[str, Work], ...]:
-        """Every attention op with its cost, in launch order (what the step's plan launches)."""
-        return (("attn_proj", self.proj), *self.extra, ("attn_core", self.core), ("attn_out", self.out))
-
-
-def attention_pairs(w: Workload, t: int) -> float:
-    """Query-key pairs of a ubatch of ``t`` tokens per head, before any sliding window: decode ``t x
-    (context + 1)``; prefill, causal within requests of ``context`` tokens (``demos.zoo.work``)."""
-    if w.phase == Phase.DECODE:
-        return decode_pairs(t, w.context)
-    return causal_pairs(t, w.context)
-
-
-class AttentionKind:
-    """What a kind of attention costs and launches (module docstring); subclasses fill it in."""
-
-    spec_type: type = object
-
-    def costs(self, w: Workload, a: Any, t: int, layer: int, fold: Folder) -> AttentionCosts:
-        raise NotImplementedError
-
-    def cost_key(self, a: Any, layer: int) -> Hashable:
-        return None
-
-    def weights(self, a: Any, hidden: int, context: int, rand: Callable) -> SimpleNamespace:
-        raise NotImplementedError
-
-    def launch(
-        self, run: Launcher, a: Any, L: Any, h: torch.Tensor, t: int, costs: Mapping, layer: int, ub: int, dt: Any
-    ) -> None:
-        raise NotImplementedError
-
-
-def _core(w: Workload, fold: Folder, flops: float, nbytes: float, shape: tuple | None) -> Work:
-    """The attention core's Work: its time on the family's attention curve (``KernelTimes.attention``)."""
-    seconds = fold.kernels.attention(w.phase, flops, nbytes, shape)
-    return Work(seconds=seconds, bytes=nbytes, dtype="bfloat16")
 
 
 class MLA(AttentionKind):
@@ -150,7 +104,7 @@ class MLA(AttentionKind):
         kvb = w.spec.precision.bytes_of("kv_cache")
         pairs = self.pairs(w, a, t)
         flops, nbytes = mla_core_work(w.phase, t, h, pairs, latent=lat, rope=rope, nope=nope, v=v, kv_bytes=kvb)
-        return AttentionCosts(proj, _core(w, fold, flops, nbytes, shape), out, (flops, nbytes))
+        return AttentionCosts(proj, timed_core(w, fold, flops, nbytes, shape), out, (flops, nbytes))
 
     def read(self, w: Workload, a: MLAAttention) -> float:
         """Cached tokens a decode token's core reads: its request's whole context."""
@@ -273,7 +227,8 @@ class GQA(AttentionKind):
         kvb = w.spec.precision.bytes_of("kv_cache")
         window = a.window_of(layer)
         _sum = fold.named("attn_proj")
-        proj = _sum(gemm(t, (h + 2 * kvh) * d, H, store), memory_pass(t, H, 2))
+        gate = h if a.output_gate else 0  # q_proj's gate columns (Qwen3-Next's and Qwen3.5's gated attention)
+        proj = _sum(gemm(t, (h + 2 * kvh + gate) * d, H, store), memory_pass(t, H, 2))
         if w.phase == Phase.DECODE:
             seen = min(w.context + 1.0, window) if window else w.context + 1.0
             p = t * seen
@@ -283,8 +238,8 @@ class GQA(AttentionKind):
             p = pairs if not window else min(pairs, t * float(window))
             nbytes = t * (2 * h + 2 * kvh) * d * ACT_BYTES + t * 2 * kvh * d * kvb
         flops = 4.0 * h * d * p
-        out = _sum(gemm(t, H, h * d, store))
-        return AttentionCosts(proj, _core(w, fold, flops, nbytes, None), out, (flops, nbytes))
+        out = _sum(gemm(t, H, h * d, store), *((memory_pass(t, h * d, 1),) if gate else ()))
+        return AttentionCosts(proj, timed_core(w, fold, flops, nbytes, None), out, (flops, nbytes))
 
     def cost_key(self, a: GQAAttention, layer: int) -> Hashable:
         return a.window_of(layer)
@@ -292,22 +247,30 @@ class GQA(AttentionKind):
     def weights(self, a: GQAAttention, H: int, C: int, rand: Callable) -> SimpleNamespace:
         d = a.head_dim
         L = SimpleNamespace()
-        L.w_qkv = rand((H, (a.heads + 2 * a.kv_heads) * d), H**-0.5)
+        L.w_qkv = rand((H, self.qkv_width(a)), H**-0.5)
         L.k_ctx = rand((a.kv_heads, C, d), 1.0)
         L.v_ctx = rand((a.kv_heads, C, d), 1.0)
         L.w_o = rand((a.heads * d, H), (a.heads * d) ** -0.5)
         return L
 
+    def qkv_width(self, a: GQAAttention) -> int:
+        """Columns of the fused projection: queries, keys, values, and the output gate when it has one."""
+        return (2 * a.heads + 2 * a.kv_heads if a.output_gate else a.heads + 2 * a.kv_heads) * a.head_dim
+
     def launch(self, run, a: GQAAttention, L, h, t, costs, layer, ub, dt) -> None:
         d = a.head_dim
-        qkv, out = run.workspace(((t, (a.heads + 2 * a.kv_heads) * d), dt), ((t, a.heads * d), dt))
+        qkv, out = run.workspace(((t, self.qkv_width(a)), dt), ((t, a.heads * d), dt))
         run(costs, "attn_proj", K.gqa_proj_kernel, h, None if L is None else L.w_qkv, qkv, layer=layer, ub=ub)
         ctx = (None, None) if L is None else (L.k_ctx, L.v_ctx)
         run(costs, "attn_core", K.gqa_core_kernel, qkv, *ctx, a.heads, a.kv_heads, out, layer=layer, ub=ub)
-        run(costs, "attn_out", K.out_kernel, out, None if L is None else L.w_o, h, layer=layer, ub=ub)
+        w_o = None if L is None else L.w_o
+        if a.output_gate:
+            run(costs, "attn_out", K.gated_out_kernel, out, qkv, w_o, h, layer=layer, ub=ub)
+        else:
+            run(costs, "attn_out", K.out_kernel, out, w_o, h, layer=layer, ub=ub)
 
 
-ATTENTION_KINDS: dict[type, AttentionKind] = {k.spec_type: k for k in (MLA(), SparseMLA(), GQA())}
+ATTENTION_KINDS: dict[type, AttentionKind] = {k.spec_type: k for k in (MLA(), SparseMLA(), GQA(), DeltaRule())}
 """Every kind of attention the zoo runs, keyed by its spec class (``demos.zoo.models``)."""
 
 
@@ -318,3 +281,12 @@ def attention_kind(a: Any) -> AttentionKind:
     except KeyError:
         known = ", ".join(t.__name__ for t in ATTENTION_KINDS)
         raise TypeError(f"no attention kind for {type(a).__name__}; known: {known} (demos.zoo.attention)") from None
+
+
+def layer_attention(a: Any, layer: int) -> tuple[AttentionKind, Any]:
+    """(kind, spec) of layer ``layer``'s attention in a model whose attention spec is ``a``: a hybrid model's
+    ``linear_attention`` layers are Gated DeltaNet layers (``GQAAttention.linear``), every other layer
+    ``a`` itself. Everything that costs, launches or builds a layer asks this, never ``a`` alone."""
+    if isinstance(a, GQAAttention) and a.is_linear(layer):
+        return ATTENTION_KINDS[GatedDeltaNet], a.linear
+    return attention_kind(a), a

@@ -31,7 +31,7 @@ layers is their total.
 from __future__ import annotations
 
 from dbo.costs import DeviceProfile
-from demos.zoo.attention import attention_kind
+from demos.zoo.attention import layer_attention
 from demos.zoo.fold import Folder
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.ops import DENSE_GROUPS, MOE_GROUPS, TP_GROUPS, op
@@ -90,6 +90,6 @@ def attention_seconds(w: Workload, t: int, layer: int, profile: DeviceProfile, k
     """The seconds of layer ``layer``'s attention ops for a ubatch of ``t`` tokens of ``w`` (its kind's ops,
     each charged as the plan charges it: ``launch_seconds``): ``layer_ops``' "attention" group, without
     costing the rest of the layer (a module check or fit composes the attention op of thousands of rows)."""
-    a = w.spec.attention
-    costs = attention_kind(a).costs(w, a, t, layer, Folder(profile, kernels))
+    kind, a = layer_attention(w.spec.attention, layer)
+    costs = kind.costs(w, a, t, layer, Folder(profile, kernels))
     return sum(launch_seconds(name, cost, profile) for name, cost in costs.ops)

@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 
 from dbo.costs import DeviceProfile, Work
 from demos.vocabulary import Schedule
-from demos.zoo.attention import attention_kind
+from demos.zoo.attention import layer_attention
 from demos.zoo.fold import Folder, gemm
 from demos.zoo.fold import memory_pass as _pass
 from demos.zoo.hardware import deepep_low_latency, deepep_normal
@@ -157,7 +157,8 @@ def layer_costs(
     kt = KernelTimes(w.gpu, profile) if kernels is None else kernels
     _sum = Folder(profile, kt)
     store = spec.precision.weights
-    attn = attention_kind(spec.attention).costs(w, spec.attention, t, layer, _sum)
+    kind, a = layer_attention(spec.attention, layer)
+    attn = kind.costs(w, a, t, layer, _sum)
     proj, core, out = attn.proj, attn.core, attn.out
     finalize = _pass(t, H, 1)
     moe = spec.moe

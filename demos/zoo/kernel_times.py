@@ -75,6 +75,17 @@ class KernelTimes:
         core = curve.seconds(flops, nbytes, peak, self.gpu.hbm_bandwidth) - curve.latency
         return core + self.module_extra(phase, shape)
 
+    def gdn(self, kernel: str, phase: str, flops: float, nbytes: float) -> float:
+        """Seconds of a Gated DeltaNet ``kernel`` ("delta_rule" or "conv") of ``flops`` and ``nbytes`` in
+        ``phase`` on the family's fitted curve (``FamilyFit.gdn``), its fixed time left to the kernel floor
+        as for every curve; a family without that curve is a ``ConfigError``."""
+        curve = self.fit.gdn.get(f"{kernel} {phase}")
+        if curve is None:
+            raise ConfigError(
+                f"no Gated DeltaNet {kernel} curve fitted for the {self.fit.family} family (python -m demos.fits write)"
+            )
+        return curve.seconds(flops, nbytes, self.profile.flops_rate("bfloat16"), self.gpu.hbm_bandwidth) - curve.latency
+
     def module_extra(self, phase: str, shape: tuple | None) -> float:
         """The seconds a whole MLA decode module takes beyond the kernels it is composed of
         (``FamilyFit.mla_module``, fitted to TRT-LLM's measured modules: ``demos.zoo.attention_module``);

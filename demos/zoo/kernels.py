@@ -7,8 +7,10 @@ masked over the ubatch's tokens, each expert weighted by its gate (0 for a token
 
 What the real math simplifies, and why it does not matter for timing (the cost model, not these
 kernels, sets the modelled time; docs/models.md, "Real math"): attention attends to one cached
-context per layer shared by every request plus the token itself, without rotary embeddings; routing is
-plain top-k of the scores (plus DeepSeek-V3's selection bias), without group limits.
+context per layer shared by every request plus the token itself, without rotary embeddings; a Gated
+DeltaNet layer applies each token's delta-rule update to one random initial state per layer (every
+request's, as the cached context is) and reads its output from it; routing is plain top-k of the scores
+(plus DeepSeek-V3's selection bias), without group limits.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ __all__ = [
     "sparse_mla_core_kernel",
     "mla_out_kernel",
     "out_kernel",
+    "gated_out_kernel",
+    "gdn_proj_kernel",
+    "gdn_conv_kernel",
+    "gdn_delta_kernel",
+    "gdn_out_kernel",
     "router_kernel",
     "copy_kernel",
     "experts_kernel",
@@ -60,7 +67,7 @@ def gqa_core_kernel(
     d = k_ctx.shape[-1]
     q = qkv[:, : heads * d].view(t, kv_heads, heads // kv_heads, d)
     k = qkv[:, heads * d : (heads + kv_heads) * d].view(t, kv_heads, 1, d)
-    v = qkv[:, (heads + kv_heads) * d :].view(t, kv_heads, 1, d)
+    v = qkv[:, (heads + kv_heads) * d : (heads + 2 * kv_heads) * d].view(t, kv_heads, 1, d)
     scale = d**-0.5
     s_ctx = torch.einsum("tgrd,gcd->tgrc", q, k_ctx) * scale
     s_self = (q * k).sum(-1, keepdim=True) * scale
@@ -152,6 +159,50 @@ def mla_out_kernel(o_lat: torch.Tensor, w_uv: torch.Tensor, w_o: torch.Tensor, h
 
 def out_kernel(attn: torch.Tensor, w_o: torch.Tensor, h: torch.Tensor) -> None:
     h.add_(attn @ w_o)
+
+
+def gated_out_kernel(attn: torch.Tensor, qkv: torch.Tensor, w_o: torch.Tensor, h: torch.Tensor) -> None:
+    """``out_kernel`` with the output gate (the last ``attn``-wide columns of ``qkv``) applied first."""
+    gate = qkv[:, qkv.shape[1] - attn.shape[1] :]
+    h.add_((attn * torch.sigmoid(gate)) @ w_o)
+
+
+def gdn_proj_kernel(h: torch.Tensor, w_qkvz: torch.Tensor, w_ba: torch.Tensor, qkvz: torch.Tensor, ba: torch.Tensor):
+    """A Gated DeltaNet layer's input projections of the normed hidden states: query, key, value and the
+    output gate (``qkvz``), and each value head's write strength and decay (``ba``)."""
+    x = _rmsnorm(h)
+    torch.mm(x, w_qkvz, out=qkvz)
+    torch.mm(x, w_ba, out=ba)
+
+
+def gdn_conv_kernel(qkvz: torch.Tensor, w_conv: torch.Tensor, conv_state: torch.Tensor, channels: int) -> None:
+    """The causal convolution of each token's first ``channels`` columns (query, key, value) over the conv
+    state before it (``conv_state``: (channels, width - 1)), SiLU, in place."""
+    x = qkvz[:, :channels]
+    past = (conv_state * w_conv[:, :-1]).sum(-1)
+    x.copy_(F.silu(past + x * w_conv[:, -1]))
+
+
+def gdn_delta_kernel(qkvz: torch.Tensor, ba: torch.Tensor, s0: torch.Tensor, key_heads: int, o: torch.Tensor) -> None:
+    """One gated delta-rule step per token from the state ``s0`` ((value heads, dk, dv)): the state decayed,
+    the token's value written in along its key with strength ``beta`` (the delta rule), and the output
+    read along its query; queries and keys L2-normed, each key head shared by its group of value heads."""
+    t, (nv, dk, dv) = qkvz.shape[0], s0.shape
+    kd = key_heads * dk
+    group = nv // key_heads
+    q = F.normalize(qkvz[:, :kd].view(t, key_heads, dk), dim=-1).repeat_interleave(group, dim=1)
+    k = F.normalize(qkvz[:, kd : 2 * kd].view(t, key_heads, dk), dim=-1).repeat_interleave(group, dim=1)
+    v = qkvz[:, 2 * kd : 2 * kd + nv * dv].view(t, nv, dv)
+    beta, decay = torch.sigmoid(ba[:, :nv]), torch.exp(-F.softplus(ba[:, nv:]))
+    delta = beta[..., None] * (v - decay[..., None] * torch.einsum("thk,hkv->thv", k, s0))
+    out = decay[..., None] * torch.einsum("thk,hkv->thv", q, s0) + (q * k).sum(-1, keepdim=True) * delta
+    o.copy_(out.reshape(t, nv * dv) * dk**-0.5)
+
+
+def gdn_out_kernel(o: torch.Tensor, qkvz: torch.Tensor, w_o: torch.Tensor, h: torch.Tensor) -> None:
+    """The gated RMSNorm (the output gate: the last columns of ``qkvz``) and ``out_proj`` into ``h``."""
+    z = qkvz[:, qkvz.shape[1] - o.shape[1] :]
+    h.add_((_rmsnorm(o) * F.silu(z)) @ w_o)
 
 
 def router_kernel(

@@ -8,9 +8,10 @@ package's Python engine: the files are the measurements themselves, their column
 the engine's API changed between releases, and the predictor needs rows, not the package's own model of
 a deployment (docs/design.md, "Measured kernel tables"). An upstream layout change touches only this file.
 
-Every reader returns plain tuples (``GemmRow``, ``MlaRow``, ``MlaModuleRow``, ``MoeRow``, ``AllToAllRow``,
-``SiliconRow``) in SI units (seconds), so no caller sees pandas. Which table version is read is pinned in ``TABLES``; a
-GPU without tables (h800, h20) -> ``MeasuredTablesError``.
+Every reader returns plain tuples (``demos.zoo.measured_rows``: ``GemmRow``, ``MlaRow``, ``MlaModuleRow``,
+``DsaModuleRow``, ``GdnRow``, ``MoeRow``, ``AllToAllRow``, ``SiliconRow``) in SI units (seconds), so no caller
+sees pandas. Which table version is read is pinned in ``TABLES``; a GPU without tables (h800, h20) ->
+``MeasuredTablesError``.
 """
 
 from __future__ import annotations
@@ -18,11 +19,20 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import NamedTuple
 
 from demos.errors import ConfigError
 from demos.vocabulary import Phase
 from demos.zoo.hardware import get_gpu
+from demos.zoo.measured_rows import (
+    AllToAllRow,
+    DsaModuleRow,
+    GdnRow,
+    GemmRow,
+    MlaModuleRow,
+    MlaRow,
+    MoeRow,
+    SiliconRow,
+)
 
 __all__ = [
     "INSTALL_HINT",
@@ -30,6 +40,7 @@ __all__ = [
     "TABLES",
     "AllToAllRow",
     "DsaModuleRow",
+    "GdnRow",
     "GemmRow",
     "MeasuredTablesError",
     "MlaModuleRow",
@@ -40,6 +51,7 @@ __all__ = [
     "dsa_module_rows",
     "available",
     "data_root",
+    "gdn_rows",
     "gemm_rows",
     "mla_module_rows",
     "mla_rows",
@@ -71,125 +83,24 @@ TABLES = {
     "deepep_ll": ("comm", "sglang", "0.5.12", "wideep_deepep_ll_perf"),
     "mla_module": ("mla", "trtllm", "1.3.0rc20", "mla_generation_module_perf"),
     "dsa_module": ("sparse_attention", "sglang", "0.5.14", "dsa_generation_module_perf"),
+    "gdn": ("linear_attention", "sglang", "0.5.14", "gdn_perf"),
 }
 """Table -> (family, framework, version, file stem): the version of each table this project reads
 (the newest SGLang collection of each on every GPU in ``SYSTEMS``, aiconfigurator-core 0.12.0; the whole
 MLA decode module, projections and all, only TRT-LLM's collection measures on every one of them; the whole
-DeepSeek-sparse-attention decode module, SGLang's)."""
+DeepSeek-sparse-attention decode module, SGLang's; Gated DeltaNet's kernels, SGLang's)."""
 
 
 class MeasuredTablesError(ConfigError):
     """The tables are not installed, or have no table for the GPU asked for (one line)."""
 
 
-class GemmRow(NamedTuple):
-    """A GEMM ``m`` x ``n`` x ``k`` (``m`` rows through a k -> n weight) in ``dtype`` ("fp8_block":
-    DeepGEMM with 128-block scales; "fp8": per-tensor scaled; "bfloat16"), taking ``seconds``."""
-
-    m: int
-    n: int
-    k: int
-    dtype: str
-    seconds: float
-
-
-class MlaRow(NamedTuple):
-    """MLA's attention core: ``batch`` requests, ``heads`` query heads on the GPU, ``kv_len`` cached tokens
-    per request (decode) or ``kv_len`` prompt tokens (prefill, causal), KV cache in ``kv_dtype``."""
-
-    batch: int
-    heads: int
-    kv_len: int
-    kv_dtype: str
-    seconds: float
-
-
-class MlaModuleRow(NamedTuple):
-    """MLA's whole decode module (the input norm to ``o_proj``: projections, absorptions, RoPE, cache
-    write, attention core and every small kernel between them) as an engine runs it: ``batch`` requests,
-    ``heads`` query heads on the GPU (128 / attention TP), ``kv_len`` cached tokens each, KV cache in
-    ``kv_dtype``, GEMMs in ``gemm_dtype``."""
-
-    batch: int
-    heads: int
-    kv_len: int
-    kv_dtype: str
-    gemm_dtype: str
-    seconds: float
-
-
-class DsaModuleRow(NamedTuple):
-    """A sparse MLA's whole decode module (DeepSeek sparse attention: projections, the indexer and its
-    top-k, the attention core over the selected entries, ``o_proj``) as SGLang runs it: ``model`` (the
-    table's repository id), ``batch`` requests, ``heads`` query heads on the GPU, ``kv_len`` cached tokens
-    each, KV cache in ``kv_dtype``, GEMMs in ``gemm_dtype``, the attention kernels ``kernel`` (the table's
-    ``kernel_source``)."""
-
-    model: str
-    batch: int
-    heads: int
-    kv_len: int
-    kv_dtype: str
-    gemm_dtype: str
-    kernel: str
-    seconds: float
-
-
-class MoeRow(NamedTuple):
-    """DeepEP MoE's expert compute (grouped GEMMs, FP8 block) on one rank of an ``ep``-way group:
-    ``tokens`` per rank, ``hidden`` -> ``inter`` experts, ``top_k`` of ``experts``, routing ``distribution``."""
-
-    tokens: int
-    hidden: int
-    inter: int
-    top_k: int
-    experts: int
-    ep: int
-    distribution: str
-    seconds: float
-
-
-class AllToAllRow(NamedTuple):
-    """DeepEP low-latency dispatch and combine on ``gpus`` GPUs (one node): ``tokens`` per rank of
-    ``hidden`` to ``top_k`` of ``experts``; the mean seconds of each."""
-
-    gpus: int
-    tokens: int
-    hidden: int
-    top_k: int
-    experts: int
-    dispatch_s: float
-    combine_s: float
-
-
-class SiliconRow(NamedTuple):
-    """One measured deployment: ``engine`` serving ``model`` on ``system`` with ``precision``; ``mode``
-    "agg" (one worker does both phases) or "disagg"; the worker's parallelism for the phase measured
-    (``tp``, ``attention_dp``, ``moe_ep``, ``moe_tp``); ``batch`` the worker's configured batch (per
-    attention-DP rank where attention DP is on) of ``isl``-token prompts; measured ``ttft_s`` and ``tpot_s``
-    (None when absent); ``concurrency`` the benchmark's clients over the whole deployment (its source's
-    ``silicon_concurrency``; None when not recorded): the batch times the attention-DP ranks on most rows,
-    not always the batch itself; ``workers`` a disaggregated row's (prefill, decode) worker counts (None
-    for a co-located row, or where not recorded)."""
-
-    id: str
-    engine: str
-    model: str
-    system: str
-    precision: str
-    mode: str
-    isl: int
-    osl: int
-    batch: int
-    tp: int
-    attention_dp: int
-    moe_ep: int
-    moe_tp: int
-    prefill: tuple[int, int, int, int, int] | None
-    ttft_s: float | None
-    tpot_s: float | None
-    concurrency: int | None = None
-    workers: tuple[int, int] | None = None
+_GDN_KERNELS = {
+    "causal_conv1d_fn": "conv",
+    "causal_conv1d_update": "conv",
+    "chunk_gated_delta_rule": "delta_rule",
+    "fused_recurrent_gated_delta_rule_packed_decode": "delta_rule",
+}
 
 
 def available() -> bool:
@@ -237,9 +148,10 @@ def model_config_path(repo_id: str) -> Path | None:
 
 
 def model_config_ids() -> list[str]:
-    """The HuggingFace repositories whose config.json the extra holds a copy of, sorted."""
+    """The HuggingFace repositories whose config.json the extra holds a copy of, sorted (not the
+    ``*_hf_quant_config.json`` files beside NVIDIA's copies: those are no repositories)."""
     names = (p.name[: -len("_config.json")] for p in _model_configs().glob("*--*_config.json"))
-    return sorted(n.replace("--", "/", 1) for n in names)
+    return sorted(n.replace("--", "/", 1) for n in names if not n.endswith("_hf_quant"))
 
 
 def table_path(gpu: str, table: str) -> Path:
@@ -301,6 +213,22 @@ def dsa_module_rows(gpu: str) -> list[DsaModuleRow]:
     names = ("model", "batch_size", "num_heads", "step", "kv_cache_dtype", "gemm_type", "kernel_source")
     cols = zip(*(d[c].tolist() for c in names), d.latency.tolist())
     return [DsaModuleRow(*row[:-1], row[-1] * 1e-3) for row in cols]
+
+
+def gdn_rows(gpu: str) -> list[GdnRow]:
+    """Gated DeltaNet kernel rows of ``gpu`` (SGLang's collection), latency in seconds; a kernel the table
+    names that ``GdnRow`` does not know is an error (the upstream layout changed)."""
+    d = _frame(gpu, "gdn")
+    unknown = set(d.kernel_source.unique()) - set(_GDN_KERNELS)
+    if unknown:
+        raise MeasuredTablesError(f"gdn_perf on {gpu}: unknown kernel_source {sorted(unknown)}")
+    phase = {"generation": Phase.DECODE, "context": Phase.PREFILL}
+    names = ("batch_size", "seq_len", "num_k_heads", "head_k_dim", "num_v_heads", "head_v_dim", "d_conv")
+    cols = zip(d.model_name.tolist(), d.phase.tolist(), d.kernel_source.tolist(), *(d[c].tolist() for c in names))
+    return [
+        GdnRow(m, phase[ph], _GDN_KERNELS[k], *rest, ms * 1e-3)
+        for (m, ph, k, *rest), ms in zip(cols, d.latency.tolist())
+    ]
 
 
 def moe_rows(gpu: str) -> list[MoeRow]:

@@ -11,7 +11,8 @@ cache the whole latent of the group's requests):
   experts of every MoE layer at ``precision.experts`` (redundant slots included);
 * ``kv_cache``: the cache of the step's requests, ``context`` tokens each in decode (``tokens`` of them
   in prefill), at ``precision.kv_cache`` (MLA: latent plus RoPE key, and a sparse MLA's FP8 indexer key
-  with its scale; GQA: keys and values of the KV heads);
+  with its scale; GQA: keys and values of the KV heads), and in a hybrid model each request's Gated
+  DeltaNet states, the same at any context (``state_bytes_per_request``);
 * ``activations``: the step's hidden states and the per-ubatch persistent buffers the model keeps
   (MoE input and output, shared-expert output, the received tokens), BF16;
 * ``workspace``: the workspace manager's slots, one per ubatch, at the sizes the run grew them to
@@ -40,7 +41,7 @@ from demos.vocabulary import Phase, Schedule
 from demos.zoo.hardware import ll_buffer_bytes
 from demos.zoo.models import count_params
 from demos.zoo.models.params import expert_params, indexer_params
-from demos.zoo.models.spec import MLAAttention, SparseMLAAttention
+from demos.zoo.models.spec import GQAAttention, MLAAttention, SparseMLAAttention
 from demos.zoo.overlap_costs import ubatch_sizes
 from demos.zoo.workload import Workload
 
@@ -52,6 +53,7 @@ __all__ = [
     "kv_bytes_per_token",
     "kv_cache_bytes",
     "memory_estimate",
+    "state_bytes_per_request",
     "serving_limits",
 ]
 
@@ -59,31 +61,51 @@ RESERVE = 0.10
 _NORMAL_BUFFERS = 2e9  # DeepEP's default num_nvl_bytes + num_rdma_bytes per handle
 
 
+def _kv_layers(w: Workload) -> list[int]:
+    """The layers that cache keys and values (a hybrid model's linear layers hold a state instead)."""
+    a = w.spec.attention
+    return [i for i in range(w.spec.num_layers) if not (isinstance(a, GQAAttention) and a.is_linear(i))]
+
+
 def kv_bytes_per_token(w: Workload) -> float:
-    """KV-cache bytes one token of context takes over all layers (a sparse MLA's indexer keys included)."""
+    """KV-cache bytes one token of context takes over all layers (a sparse MLA's indexer keys included; a
+    hybrid model's linear layers none: ``state_bytes_per_request``)."""
     s = w.spec
     a = s.attention
     kv_heads = max(1, a.kv_heads // w.attention_tp) if not isinstance(a, MLAAttention) else 0
     width = a.kv_cache_width if isinstance(a, MLAAttention) else 2 * kv_heads * a.head_dim
     index = a.index_key_bytes if isinstance(a, SparseMLAAttention) else 0
-    return (width * s.precision.bytes_of("kv_cache") + index) * s.num_layers
+    return (width * s.precision.bytes_of("kv_cache") + index) * len(_kv_layers(w))
+
+
+def state_bytes_per_request(w: Workload) -> float:
+    """Bytes one request holds on one rank whatever its context: a hybrid model's Gated DeltaNet states
+    (FP32) and conv states (in the cache's dtype), its heads split by attention TP; 0 for other models."""
+    a = w.spec.attention
+    if not isinstance(a, GQAAttention) or a.linear is None:
+        return 0.0
+    linear_layers = w.spec.num_layers - len(_kv_layers(w))
+    nv = max(1, a.linear.value_heads // w.attention_tp)
+    return linear_layers * a.linear.state_bytes(nv, conv_bytes=w.spec.precision.bytes_of("kv_cache"))
 
 
 def kv_cache_bytes(w: Workload) -> float:
     """The step's KV cache: per request its ``context`` tokens in decode (its prompt in prefill), a
-    sliding-window layer at most its window."""
+    sliding-window layer at most its window; plus each request's linear-attention states
+    (``state_bytes_per_request``), which do not grow with the context."""
     s = w.spec
     a = s.attention
-    per_layer = kv_bytes_per_token(w) / s.num_layers
+    layers = _kv_layers(w)
+    per_layer = kv_bytes_per_token(w) / len(layers)
     if w.phase == Phase.DECODE:
         requests, length = float(w.tokens), float(w.context)
     else:
         requests, length = w.requests, float(min(w.context, w.tokens))
     held = 0.0
-    for i in range(s.num_layers):
+    for i in layers:
         window = None if isinstance(a, MLAAttention) else a.window_of(i)
         held += min(length, window) if window else length
-    return requests * held * per_layer
+    return requests * (held * per_layer + state_bytes_per_request(w))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import torch
 
 import dbo
 from demos.zoo import kernels as K
-from demos.zoo.attention import attention_kind
+from demos.zoo.attention import layer_attention
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.launch import Launcher
 from demos.zoo.moe import MoEBlock
@@ -59,7 +59,7 @@ class ZooModel:
         self.meta = self.device.type == "meta"
         self.dtype = torch.bfloat16 if self.meta else torch.float32
         self.plan = StepPlan(workload, profile, kernels)
-        self.attention = attention_kind(s.attention)
+        self.attention = [layer_attention(s.attention, i) for i in range(s.num_layers)]  # (kind, spec) per layer
         self.run = Launcher(self.meta)
         T, H = workload.tokens, s.hidden_size
         self._gen = torch.Generator().manual_seed(seed)
@@ -89,7 +89,8 @@ class ZooModel:
     def _make_layer(self, i: int) -> SimpleNamespace:
         """Layer ``i``'s real-math weights: its attention kind's, then its MLP's."""
         s, H = self.spec, self.spec.hidden_size
-        L = self.attention.weights(s.attention, H, self.real_context, self._rand)
+        kind, a = self.attention[i]
+        L = kind.weights(a, H, self.real_context, self._rand)
         if not s.is_moe_layer(i):
             inter = s.dense_intermediate_size
             L.w1, L.w2 = self._rand((H, 2 * inter), H**-0.5), self._rand((inter, H), inter**-0.5)
@@ -118,9 +119,9 @@ class ZooModel:
         plan = self.plan.ubatch(t)
         self.run(plan.embed, "embed", K.embed_kernel, self.x0[rows.start : rows.stop], h, layer=0, ub=ub)
         self._collective(plan.embed, "tp_embed_reduce", 0, ub)
-        a = self.spec.attention
         for i, lp in enumerate(plan.layers):
-            self.attention.launch(self.run, a, self.layers[i], h, t, lp.plain, i, ub, self.dtype)
+            kind, a = self.attention[i]
+            kind.launch(self.run, a, self.layers[i], h, t, lp.plain, i, ub, self.dtype)
             self._collective(lp.plain, "tp_attn_reduce", i, ub)
             if lp.moe:
                 self.moe.forward(i, h, t, ub, lp)

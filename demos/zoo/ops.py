@@ -66,6 +66,11 @@ OPS = MappingProxyType(
             Op("attn_index", 5, _A, "attention"),  # sparse MLA's indexer: q/k/weights GEMMs, key cache, scores, top-k
             Op("attn_core", 3, _A, "attention"),  # metadata, attention, split-KV combine
             Op("attn_out", 3, _A, "attention"),  # value un-absorb, quant, o_proj
+            Op("gdn_proj", 3, _A, "attention"),  # Gated DeltaNet: input norm, in_proj_qkvz and in_proj_ba GEMMs
+            Op("gdn_conv", 2, _A, "attention"),  # the causal conv1d (its state updated), the decay/strength gating
+            Op("gdn_recurrent", 1, _A, "attention"),  # decode: the fused recurrent delta rule
+            Op("gdn_chunk", 6, _A, "attention"),  # prefill: the chunked delta rule's kernels
+            Op("gdn_out", 2, _A, "attention"),  # the gated RMSNorm, out_proj
             Op("tp_attn_reduce", 1, _A, "tp_attn_reduce"),  # o_proj's partial sums (all-reduce or reduce-scatter)
             Op("router", 3, _A, "router"),  # fused add+norm, gate GEMM, top-k
             Op("dense_mlp", 4, _M, "mlp"),  # gate/up GEMM, activation+quant, down GEMM, add

@@ -46,7 +46,7 @@ from types import MappingProxyType
 
 from dbo.costs import DeviceProfile, OpCost, Work, kernel_time, memory_seconds
 from demos.vocabulary import Phase, Schedule
-from demos.zoo.attention import attention_kind
+from demos.zoo.attention import layer_attention
 from demos.zoo.costs import LayerCosts, layer_costs
 from demos.zoo.fold import gemm, memory_pass
 from demos.zoo.hardware.collectives import tp_collective
@@ -76,9 +76,10 @@ def launch_seconds(name: str, cost: Cost | None, profile: DeviceProfile) -> floa
 
 
 def layer_key(w: Workload, layer: int) -> Hashable:
-    """What makes two layers of ``w`` cost the same: MoE or dense, and the attention kind's key."""
-    a = w.spec.attention
-    return w.spec.is_moe_layer(layer), attention_kind(a).cost_key(a, layer)
+    """What makes two layers of ``w`` cost the same: MoE or dense, the layer's attention kind
+    (``layer_attention``: a hybrid model's linear layers differ from its full ones) and that kind's key."""
+    kind, a = layer_attention(w.spec.attention, layer)
+    return w.spec.is_moe_layer(layer), type(kind).__name__, kind.cost_key(a, layer)
 
 
 def _ordered(pairs: list[tuple[str, Cost | None]]) -> Mapping[str, Cost]:

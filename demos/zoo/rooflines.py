@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -65,6 +65,7 @@ __all__ = [
     "FITS_PATH",
     "FITTED_WITH",
     "FIT_GPUS",
+    "GDN_CURVES",
     "GEMM_DTYPES",
     "MLA_KV",
     "OUT_TILE",
@@ -92,6 +93,9 @@ scales, what DeepSeek-style FP8 checkpoints run)."""
 MLA_KV = "bfloat16"
 """The KV-cache dtype whose MLA rows the attention curves are fitted to: the engines' default ("auto")
 for the FP8 DeepSeek checkpoints, and the zoo's presets' (an FP8 cache takes another kernel path)."""
+
+GDN_CURVES = ("delta_rule decode", "delta_rule prefill", "conv decode", "conv prefill")
+"""The keys of ``FamilyFit.gdn``: a Gated DeltaNet layer's fitted kernels, "<kernel> <phase>"."""
 
 FIT_GPUS = {"hopper": ("h100", "h200"), "blackwell": ("b200", "gb200")}
 """The GPUs whose measured tables each family's curves are fitted to (every GPU with tables)."""
@@ -213,7 +217,11 @@ class FamilyFit:
     ``mla_prefill``, ``ll_sm`` per kernel ("dispatch", "combine"), ``experts`` (the routed experts' grouped
     GEMMs; None in a file written before they were fitted); ``mla_module`` the seconds a whole MLA decode
     module takes beyond the kernels the predictor composes it of (``demos.zoo.attention_module``; 0 in a
-    file written before it was fitted); ``fitted_on`` the GPUs whose tables gave them; ``source`` the
+    file written before it was fitted); ``gdn`` a Gated DeltaNet layer's kernel curves, keyed by
+    ``GDN_CURVES`` ("delta_rule decode" ... "conv prefill": the recurrence's and the causal convolution's per
+    phase, their work by ``demos.zoo.work.delta_rule_work`` and ``conv_work``; empty in a file written
+    before they were fitted);
+    ``fitted_on`` the GPUs whose tables gave them; ``source`` the
     tables' provenance."""
 
     family: str
@@ -225,6 +233,7 @@ class FamilyFit:
     source: str
     experts: GroupedCurve | None = None
     mla_module: float = 0.0
+    gdn: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -235,6 +244,7 @@ class FamilyFit:
             "ll_sm": {k: asdict(v) for k, v in self.ll_sm.items()},
             "experts": None if self.experts is None else asdict(self.experts),
             "mla_module": self.mla_module,
+            "gdn": {k: asdict(v) for k, v in self.gdn.items()},
             "fitted_on": list(self.fitted_on),
             "source": self.source,
         }
@@ -251,6 +261,7 @@ class FamilyFit:
             source=d["source"],
             experts=GroupedCurve(**d["experts"]) if d.get("experts") else None,
             mla_module=float(d.get("mla_module", 0.0)),
+            gdn={k: AttentionCurve(**v) for k, v in (d.get("gdn") or {}).items()},
         )
 
 

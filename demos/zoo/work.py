@@ -18,6 +18,9 @@ numbers or numpy arrays alike (plain arithmetic; ``divmod`` works on both).
 * ``mla_core_work``: MLA's attention core on one rank (DeepSeek's decode path absorbed: the latent cache
   read once per kernel, scores and values in the latent + RoPE space; prefill expanded: per-head keys and
   values, causal).
+* ``delta_rule_work``: a Gated DeltaNet layer's recurrence on one rank (decode: each token reads and writes
+  its request's FP32 state per value head; prefill: the chunked form, per chunk of ``DELTA_CHUNK`` tokens).
+* ``conv_work``: a Gated DeltaNet layer's short causal convolution (its inputs, outputs and conv states).
 * ``pass_work(tokens, width, passes)``: ``passes`` BF16 read-and-write memory passes over ``tokens x
   width`` values (norms, activations, residual adds).
 """
@@ -27,9 +30,15 @@ from __future__ import annotations
 from demos.vocabulary import Phase
 from demos.zoo.models.dtypes import ACT_BYTES, dtype
 
+DELTA_CHUNK = 64
+"""Tokens per chunk of the chunked delta rule (the flash-linear-attention kernels both engines run)."""
+
 __all__ = [
+    "DELTA_CHUNK",
     "causal_pairs",
+    "conv_work",
     "decode_pairs",
+    "delta_rule_work",
     "gemm_work",
     "index_score_work",
     "mla_core_work",
@@ -97,3 +106,34 @@ def mla_core_work(phase: str, tokens, heads, pairs, *, latent: int, rope: int, n
 def pass_work(tokens, width, passes):
     """(flops, bytes) of ``passes`` BF16 read-and-write passes over ``tokens x width`` values."""
     return passes * tokens * width, passes * 2 * tokens * width * ACT_BYTES
+
+
+def delta_rule_work(phase: str, tokens, context, value_heads, key_dim, value_dim, *, key_heads):
+    """(flops, bytes) of a Gated DeltaNet layer's recurrence over ``tokens`` tokens on one rank, with
+    ``value_heads`` heads whose states are ``key_dim x value_dim`` (FP32), their queries and keys from
+    ``key_heads`` heads.
+
+    Decode (one token per request): each token decays its request's state, reads it against its key, writes
+    the rank-one delta update and reads the output against its query: ``6 dk dv`` flops per head; the state
+    read and written once (``8 dk dv`` bytes per head), the token's BF16 query, key, value, gate and output.
+    Prefill, chunked (``DELTA_CHUNK`` tokens, the chunk no longer than the request): per chunk and head the
+    keys' Gram matrix, the triangular solve's products for ``w`` and ``u`` and the intra-chunk output
+    (``2 C^2 (3 dk + 2 dv)``) plus the state's two passes and the output's read of it (``6 C dk dv``); bytes
+    the BF16 activations and each request's final state written (requests of ``context`` tokens)."""
+    acts = tokens * (2 * key_heads * key_dim + 2 * value_heads * value_dim + 2 * value_heads) * ACT_BYTES
+    if phase == Phase.DECODE:
+        flops = 6.0 * tokens * value_heads * key_dim * value_dim
+        return flops, 8.0 * tokens * value_heads * key_dim * value_dim + acts
+    chunk = (context + DELTA_CHUNK - abs(context - DELTA_CHUNK)) / 2  # min(context, chunk), arrays too
+    per_token = 2.0 * chunk * (3 * key_dim + 2 * value_dim) + 6.0 * key_dim * value_dim
+    requests = -(-tokens // context)
+    return tokens * value_heads * per_token, acts + 4.0 * requests * value_heads * key_dim * value_dim
+
+
+def conv_work(phase: str, tokens, context, channels, width):
+    """(flops, bytes) of the short causal convolution of ``width`` taps over ``channels`` BF16 channels of
+    ``tokens`` tokens in requests of ``context`` tokens: the inputs read and outputs written, and each
+    request's conv state (``width - 1`` tokens) read and written back (decode: every token is a request)."""
+    requests = tokens if phase == Phase.DECODE else -(-tokens // context)
+    state = 2.0 * requests * channels * (width - 1) * ACT_BYTES
+    return 2.0 * width * tokens * channels, 2.0 * tokens * channels * ACT_BYTES + state

@@ -256,6 +256,7 @@ SURFACE = {
         "ALIASES",
         "CHECKPOINTS",
         "GQAAttention",
+        "GatedDeltaNet",
         "MLAAttention",
         "MoESpec",
         "ModelConfigError",

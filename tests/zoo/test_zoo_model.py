@@ -23,14 +23,15 @@ CLUSTER = cluster_for("h100", 2, 8, 16)
 
 def _expected_kernels(w: Workload) -> int:
     """Kernels of one ubatch's forward: embed, 3 attention kernels per layer (4 with a sparse MLA's
-    indexer), the dense MLP or the MoE
+    indexer, 4 in a hybrid model's Gated DeltaNet layers: projections, conv, delta rule, out), the dense MLP or the MoE
     block: ll router, dispatch's SM-held send half, flight and receive, experts, the same three of the
     combine, finalize; ht router, dispatch, experts, combine, the combine's copy, finalize; both the shared
     experts when there are."""
     s = w.spec
     moe = (9 if w.schedule == "ll" else 6) + (1 if s.moe and s.moe.shared_experts else 0)
     attention = 4 if isinstance(s.attention, SparseMLAAttention) else 3
-    return 1 + attention * s.num_layers + s.first_k_dense + moe * s.moe_layers
+    linear = sum(getattr(s.attention, "is_linear", lambda i: False)(i) for i in range(s.num_layers))
+    return 1 + attention * s.num_layers + linear + s.first_k_dense + moe * s.moe_layers
 
 
 @pytest.mark.parametrize("phase", ["decode", "prefill"])

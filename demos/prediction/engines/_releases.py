@@ -142,8 +142,17 @@ and ``MiniMaxM2ForCausalLM`` do not implement it). SGLang 0.5.23: the model file
 ``ep_num_redundant_experts`` (``models/deepseek_v2.py``, which Kimi-K2.5's language model is, ``qwen3_moe.py``,
 ``glm4_moe.py``, ``gpt_oss.py``, ``minimax_m2.py``; not ``mixtral.py``)."""
 
-VLLM_DBO_REFUSED_MODEL_TYPES = {"kimi_k25": "multimodal (KimiK25ForConditionalGeneration has a vision tower)"}
-"""The ``model_type``s whose model vLLM 0.34.0 refuses DBO for, and why (the package docstring)."""
+VLLM_DBO_REFUSED_MODEL_TYPES = {
+    "kimi_k25": "multimodal (KimiK25ForConditionalGeneration has a vision tower)",
+    "qwen3_5_moe": (
+        "multimodal and hybrid (Qwen3_5MoeForConditionalGeneration has a vision tower and Gated DeltaNet layers)"
+    ),
+    "qwen3_next": "hybrid (Qwen3NextForCausalLM's Gated DeltaNet layers: ModelConfig.is_hybrid)",
+}
+"""The ``model_type``s whose model vLLM 0.34.0 refuses DBO for, and why (the package docstring):
+``VllmConfig._get_dbo_unsupported_features`` lists "dual batch overlap with multimodal models" for any model
+with a multimodal config (``--language-model-only`` keeps one) and "... with hybrid models" for any
+``is_hybrid`` model, and ``_validate_model_runner`` raises on either (``config/vllm.py``, 0.34.0)."""
 
 KV_CACHE_FLAGS = {"vllm": "fp8", "sglang": "fp8_e4m3"}
 """``--kv-cache-dtype`` for an FP8 (E4M3) cache: vLLM's ``fp8`` is E4M3 (``CacheDType``), SGLang names it."""

@@ -14,6 +14,7 @@ from demos.zoo.models.precision import kv_cache_name, weights_name, with_precisi
 from demos.zoo.models.presets import ALIASES, CHECKPOINTS, PRESET_NAMES, UnknownPresetError, checkpoints, get_preset
 from demos.zoo.models.shrink import shrink
 from demos.zoo.models.spec import (
+    GatedDeltaNet,
     GQAAttention,
     MLAAttention,
     ModelSpec,
@@ -29,6 +30,7 @@ __all__ = [
     "PRESET_NAMES",
     "SUPPORTED_MODEL_TYPES",
     "GQAAttention",
+    "GatedDeltaNet",
     "MLAAttention",
     "MoESpec",
     "ModelConfigError",

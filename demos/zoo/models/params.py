@@ -6,8 +6,9 @@ What is counted (every weight, bias and norm scale of the HuggingFace implementa
   the same size, 0 when the embeddings are tied;
 * ``attention`` (all layers): MLA's ``q_a/q_b`` (or ``q_proj``), ``kv_a_proj_with_mqa``, ``kv_b_proj``,
   ``o_proj`` and its two latent norms, and a sparse MLA's lightning indexer (``indexer_params``); GQA's
-  q/k/v/o projections with their biases when ``bias``, the per-head q/k norms when ``qk_norm`` and one sink
-  per head when ``sinks``;
+  q/k/v/o projections with their biases when ``bias``, the per-head q/k norms when ``qk_norm``, one sink
+  per head when ``sinks`` and ``q_proj``'s output-gate half when ``output_gate``; a hybrid model's Gated
+  DeltaNet layers (``linear_attention_params``) in its ``linear_attention`` layers;
 * ``norms``: two RMSNorms per layer (before attention and before the MLP) and the final norm;
 * ``dense_mlp``: the gated MLPs (gate, up, down) of the ``first_k_dense`` layers;
 * ``routed_experts`` / ``routed_active``: all routed experts of every MoE layer / the ``top_k`` a token uses;
@@ -34,9 +35,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from demos.zoo.models.spec import GQAAttention, MLAAttention, ModelSpec, ModelSpecError, SparseMLAAttention
+from demos.zoo.models.spec import (
+    GatedDeltaNet,
+    GQAAttention,
+    MLAAttention,
+    ModelSpec,
+    ModelSpecError,
+    SparseMLAAttention,
+)
 
-__all__ = ["ParamCount", "attention_params", "count_params", "expert_params", "indexer_params"]
+__all__ = [
+    "ParamCount",
+    "attention_params",
+    "count_params",
+    "expert_params",
+    "indexer_params",
+    "layer_attention_params",
+    "linear_attention_params",
+]
 
 
 @dataclass(frozen=True)
@@ -115,8 +131,33 @@ def _gated_mlp(hidden: int, intermediate: int, bias: bool) -> int:
     return weights + (2 * intermediate + hidden if bias else 0)
 
 
+def linear_attention_params(hidden: int, a: GatedDeltaNet) -> int:
+    """A Gated DeltaNet layer's parameters (Qwen3-Next's ``Qwen3NextGatedDeltaNet``): ``in_proj_qkvz`` and
+    ``in_proj_ba`` (hidden -> query, key, value, gate; -> each value head's strength and decay), the depthwise
+    ``conv1d`` (no bias), ``dt_bias`` and ``A_log`` per value head, the gated norm's scale, ``out_proj``."""
+    qkvz = hidden * (2 * a.key_dim + 2 * a.value_dim)
+    return (
+        qkvz
+        + hidden * 2 * a.value_heads
+        + a.conv_dim * a.conv_kernel
+        + 2 * a.value_heads
+        + a.value_head_dim
+        + a.value_dim * hidden
+    )
+
+
+def layer_attention_params(spec: ModelSpec, layer: int) -> int:
+    """The attention parameters of layer ``layer``: a hybrid model's linear layers their Gated DeltaNet's,
+    every other layer ``attention_params``."""
+    a = spec.attention
+    if isinstance(a, GQAAttention) and a.is_linear(layer):
+        return linear_attention_params(spec.hidden_size, a.linear)
+    return attention_params(spec)
+
+
 def attention_params(spec: ModelSpec) -> int:
-    """The attention parameters of one layer (every layer has the same attention)."""
+    """The parameters of one layer of the model's attention (in a hybrid model, of one full-attention
+    layer: ``layer_attention_params`` gives any layer's)."""
     h, a = spec.hidden_size, spec.attention
     if isinstance(a, MLAAttention):
         qk_dim = a.qk_nope_head_dim + a.qk_rope_head_dim
@@ -129,7 +170,8 @@ def attention_params(spec: ModelSpec) -> int:
         return q + kv + a.heads * a.v_head_dim * h + indexer_params(spec)
     if isinstance(a, GQAAttention):
         q_width, kv_width = a.heads * a.head_dim, a.kv_heads * a.head_dim
-        total = h * q_width + 2 * h * kv_width + q_width * h
+        gate = h * q_width if a.output_gate else 0  # q_proj's output-gate half
+        total = h * q_width + gate + 2 * h * kv_width + q_width * h
         if a.bias:
             total += q_width + 2 * kv_width + h
         if a.qk_norm:
@@ -192,7 +234,7 @@ def count_params(spec: ModelSpec) -> ParamCount:
     count = ParamCount(
         embedding=table,
         lm_head=0 if spec.tie_embeddings else table,
-        attention=spec.num_layers * attention,
+        attention=sum(layer_attention_params(spec, i) for i in range(spec.num_layers)),
         norms=spec.num_layers * 2 * h + h,
         dense_mlp=spec.first_k_dense * dense,
         routed_experts=spec.moe_layers * routed_per_layer,

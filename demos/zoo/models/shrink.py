@@ -66,11 +66,22 @@ def _shrink_attention(a: MLAAttention | GQAAttention, factor: int) -> MLAAttenti
             index_head_dim=_head_dim(a.index_head_dim, factor),
             index_topk=_width(a.index_topk, factor),
         )
+    linear = a.linear
+    if linear is not None:
+        key_heads = _width(linear.key_heads, factor)
+        linear = replace(
+            linear,
+            key_heads=key_heads,
+            value_heads=key_heads * (linear.value_heads // linear.key_heads),
+            key_head_dim=_head_dim(linear.key_head_dim, factor),
+            value_head_dim=_head_dim(linear.value_head_dim, factor),
+        )
     return replace(
         a,
         heads=heads,
         kv_heads=_largest_divisor(heads, a.kv_heads // factor),
         head_dim=_head_dim(a.head_dim, factor),
+        linear=linear,
     )
 
 

@@ -8,8 +8,9 @@ A spec holds the shapes that set compute, memory and all-to-all traffic, and not
   every layer is dense when ``moe`` is None;
 * attention by kind: ``MLAAttention`` (DeepSeek's multi-head latent attention), ``SparseMLAAttention``
   (MLA behind a lightning indexer: DeepSeek sparse attention) or ``GQAAttention`` (grouped-query, MHA
-  when ``kv_heads == heads``), with the per-layer sliding-window pattern and the
-  attention sinks of the families that have them;
+  when ``kv_heads == heads``), with the per-layer sliding-window pattern, the attention sinks of the
+  families that have them, and the Gated DeltaNet linear-attention layers of the hybrid ones
+  (``GatedDeltaNet``, ``demos.zoo.models.linear_spec``);
 * ``Precision``: the dtype of each part (non-expert weights, expert weights, dispatch, combine, KV cache);
 * ``mtp_layers``: multi-token-prediction modules shipped beside the trunk (DeepSeek-V3), which the
   published totals leave out (``demos.zoo.models.params``).
@@ -22,14 +23,24 @@ was expected and what it got. All MLPs are gated (SwiGLU-style: gate, up and dow
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
 
+from demos.zoo.models._checks import (
+    ModelSpecError,
+    check_bool,
+    check_choice,
+    check_int,
+    check_optional_int,
+    check_str,
+    is_int,
+)
 from demos.zoo.models.dtypes import DTYPES, dtype
+from demos.zoo.models.linear_spec import GatedDeltaNet
 
 __all__ = [
     "ATTENTION_LAYER_TYPES",
     "SCORING_FUNCS",
     "GQAAttention",
+    "GatedDeltaNet",
     "MLAAttention",
     "MoESpec",
     "ModelSpec",
@@ -39,47 +50,7 @@ __all__ = [
 ]
 
 SCORING_FUNCS = ("softmax", "sigmoid")
-ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
-
-
-class ModelSpecError(ValueError):
-    """A spec field holds a bad value. ``field`` is ``"Class.field"``; ``reason`` is the message without it."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_int(owner: str, name: str, value: Any, *, minimum: int) -> None:
-    if not _is_int(value):
-        raise ModelSpecError(f"{owner}.{name}", f"must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ModelSpecError(f"{owner}.{name}", f"must be >= {minimum}, got {value}")
-
-
-def _check_optional_int(owner: str, name: str, value: Any, *, minimum: int) -> None:
-    if value is not None:
-        _check_int(owner, name, value, minimum=minimum)
-
-
-def _check_bool(owner: str, name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ModelSpecError(f"{owner}.{name}", f"must be a bool, got {type(value).__name__} {value!r}")
-
-
-def _check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ModelSpecError(f"{owner}.{name}", f"must be one of {', '.join(choices)}; got {value!r}")
-
-
-def _check_str(owner: str, name: str, value: Any) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise ModelSpecError(f"{owner}.{name}", f"must be a non-empty str, got {value!r}")
+ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention")
 
 
 @dataclass(frozen=True)
@@ -99,7 +70,7 @@ class Precision:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            _check_choice("Precision", f.name, getattr(self, f.name), tuple(DTYPES))
+            check_choice("Precision", f.name, getattr(self, f.name), tuple(DTYPES))
 
     def bytes_of(self, part: str) -> float:
         """Bytes per element of ``part`` (a field name); any other name is a ModelSpecError."""
@@ -128,16 +99,16 @@ class MLAAttention:
     kind = "mla"
 
     def __post_init__(self) -> None:
-        _check_int("MLAAttention", "heads", self.heads, minimum=1)
-        _check_optional_int("MLAAttention", "q_lora_rank", self.q_lora_rank, minimum=1)
-        _check_int("MLAAttention", "kv_lora_rank", self.kv_lora_rank, minimum=1)
-        _check_int("MLAAttention", "qk_nope_head_dim", self.qk_nope_head_dim, minimum=1)
-        _check_int("MLAAttention", "qk_rope_head_dim", self.qk_rope_head_dim, minimum=2)
+        check_int("MLAAttention", "heads", self.heads, minimum=1)
+        check_optional_int("MLAAttention", "q_lora_rank", self.q_lora_rank, minimum=1)
+        check_int("MLAAttention", "kv_lora_rank", self.kv_lora_rank, minimum=1)
+        check_int("MLAAttention", "qk_nope_head_dim", self.qk_nope_head_dim, minimum=1)
+        check_int("MLAAttention", "qk_rope_head_dim", self.qk_rope_head_dim, minimum=2)
         if self.qk_rope_head_dim % 2:
             raise ModelSpecError(
                 "MLAAttention.qk_rope_head_dim", f"must be even (RoPE rotates pairs), got {self.qk_rope_head_dim}"
             )
-        _check_int("MLAAttention", "v_head_dim", self.v_head_dim, minimum=1)
+        check_int("MLAAttention", "v_head_dim", self.v_head_dim, minimum=1)
 
     @property
     def kv_cache_width(self) -> int:
@@ -166,9 +137,9 @@ class SparseMLAAttention(MLAAttention):
         super().__post_init__()
         if self.q_lora_rank is None:
             raise ModelSpecError("SparseMLAAttention.q_lora_rank", "must be set: the indexer's queries come from it")
-        _check_int("SparseMLAAttention", "index_heads", self.index_heads, minimum=1)
-        _check_int("SparseMLAAttention", "index_head_dim", self.index_head_dim, minimum=1)
-        _check_int("SparseMLAAttention", "index_topk", self.index_topk, minimum=1)
+        check_int("SparseMLAAttention", "index_heads", self.index_heads, minimum=1)
+        check_int("SparseMLAAttention", "index_head_dim", self.index_head_dim, minimum=1)
+        check_int("SparseMLAAttention", "index_topk", self.index_topk, minimum=1)
 
     @property
     def index_key_bytes(self) -> int:
@@ -182,9 +153,12 @@ class GQAAttention:
     """Grouped-query attention (MHA when ``kv_heads == heads``).
 
     ``bias``: q/k/v/o projections carry biases (gpt-oss); ``qk_norm``: per-head RMSNorm on queries and keys
-    (Qwen3); ``sinks``: one learned sink logit per head (gpt-oss). ``sliding_window`` (tokens) applies to the
-    layers ``layer_types`` marks ``"sliding_attention"``; with ``layer_types`` None every layer is full
-    attention when ``sliding_window`` is None and sliding when it is set (Mistral style).
+    (Qwen3); ``sinks``: one learned sink logit per head (gpt-oss); ``output_gate``: ``q_proj`` also gives a
+    per-channel sigmoid gate on the attention's output (Qwen3-Next's and Qwen3.5's gated attention).
+    ``sliding_window`` (tokens) applies to the layers ``layer_types`` marks ``"sliding_attention"``; with
+    ``layer_types`` None every layer is full attention when ``sliding_window`` is None and sliding when it is
+    set (Mistral style). Layers marked ``"linear_attention"`` are Gated DeltaNet layers (``linear``, which
+    they need; Qwen3-Next, Qwen3.5), the others this attention.
     """
 
     heads: int
@@ -195,20 +169,26 @@ class GQAAttention:
     sinks: bool = False
     sliding_window: int | None = None
     layer_types: tuple[str, ...] | None = None
+    output_gate: bool = False
+    linear: GatedDeltaNet | None = None
 
     kind = "gqa"
 
     def __post_init__(self) -> None:
-        _check_int("GQAAttention", "heads", self.heads, minimum=1)
-        _check_int("GQAAttention", "kv_heads", self.kv_heads, minimum=1)
+        check_int("GQAAttention", "heads", self.heads, minimum=1)
+        check_int("GQAAttention", "kv_heads", self.kv_heads, minimum=1)
         if self.heads % self.kv_heads:
             raise ModelSpecError("GQAAttention.kv_heads", f"must divide heads ({self.heads}), got {self.kv_heads}")
-        _check_int("GQAAttention", "head_dim", self.head_dim, minimum=2)
+        check_int("GQAAttention", "head_dim", self.head_dim, minimum=2)
         if self.head_dim % 2:
             raise ModelSpecError("GQAAttention.head_dim", f"must be even (RoPE rotates pairs), got {self.head_dim}")
-        for name in ("bias", "qk_norm", "sinks"):
-            _check_bool("GQAAttention", name, getattr(self, name))
-        _check_optional_int("GQAAttention", "sliding_window", self.sliding_window, minimum=1)
+        for name in ("bias", "qk_norm", "sinks", "output_gate"):
+            check_bool("GQAAttention", name, getattr(self, name))
+        if not isinstance(self.linear, (GatedDeltaNet, type(None))):
+            raise ModelSpecError(
+                "GQAAttention.linear", f"must be a GatedDeltaNet or None, got {type(self.linear).__name__}"
+            )
+        check_optional_int("GQAAttention", "sliding_window", self.sliding_window, minimum=1)
         if self.layer_types is not None:
             if not isinstance(self.layer_types, tuple) or not self.layer_types:
                 raise ModelSpecError(
@@ -224,9 +204,20 @@ class GQAAttention:
                 raise ModelSpecError(
                     "GQAAttention.sliding_window", "must be set when layer_types has sliding_attention layers"
                 )
+        linear_layers = self.layer_types is not None and "linear_attention" in self.layer_types
+        if linear_layers != (self.linear is not None):
+            raise ModelSpecError(
+                "GQAAttention.linear",
+                "must be set exactly when layer_types has linear_attention layers, "
+                f"got {'None' if self.linear is None else 'a GatedDeltaNet'}",
+            )
+
+    def is_linear(self, layer: int) -> bool:
+        """Whether ``layer`` is a Gated DeltaNet layer (``linear``) rather than this attention."""
+        return self.layer_types is not None and self.layer_types[layer] == "linear_attention"
 
     def window_of(self, layer: int) -> int | None:
-        """The sliding window of ``layer`` in tokens, None for full attention."""
+        """The sliding window of ``layer`` in tokens, None for full (or linear) attention."""
         if self.layer_types is None:
             return self.sliding_window
         return self.sliding_window if self.layer_types[layer] == "sliding_attention" else None
@@ -259,25 +250,25 @@ class MoESpec:
     expert_bias: bool = False
 
     def __post_init__(self) -> None:
-        _check_int("MoESpec", "routed_experts", self.routed_experts, minimum=1)
-        _check_int("MoESpec", "top_k", self.top_k, minimum=1)
+        check_int("MoESpec", "routed_experts", self.routed_experts, minimum=1)
+        check_int("MoESpec", "top_k", self.top_k, minimum=1)
         if self.top_k > self.routed_experts:
             raise ModelSpecError(
                 "MoESpec.top_k", f"must be <= routed_experts ({self.routed_experts}), got {self.top_k}"
             )
-        _check_int("MoESpec", "intermediate_size", self.intermediate_size, minimum=1)
-        _check_int("MoESpec", "shared_experts", self.shared_experts, minimum=0)
-        _check_choice("MoESpec", "scoring", self.scoring, SCORING_FUNCS)
-        _check_bool("MoESpec", "norm_topk_prob", self.norm_topk_prob)
+        check_int("MoESpec", "intermediate_size", self.intermediate_size, minimum=1)
+        check_int("MoESpec", "shared_experts", self.shared_experts, minimum=0)
+        check_choice("MoESpec", "scoring", self.scoring, SCORING_FUNCS)
+        check_bool("MoESpec", "norm_topk_prob", self.norm_topk_prob)
         factor = self.routed_scaling_factor
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
             raise ModelSpecError("MoESpec.routed_scaling_factor", f"must be a number > 0, got {factor!r}")
-        _check_int("MoESpec", "n_group", self.n_group, minimum=1)
+        check_int("MoESpec", "n_group", self.n_group, minimum=1)
         if self.routed_experts % self.n_group:
             raise ModelSpecError(
                 "MoESpec.n_group", f"must divide routed_experts ({self.routed_experts}), got {self.n_group}"
             )
-        _check_int("MoESpec", "topk_group", self.topk_group, minimum=1)
+        check_int("MoESpec", "topk_group", self.topk_group, minimum=1)
         if self.topk_group > self.n_group:
             raise ModelSpecError("MoESpec.topk_group", f"must be <= n_group ({self.n_group}), got {self.topk_group}")
         reachable = self.topk_group * (self.routed_experts // self.n_group)
@@ -287,7 +278,7 @@ class MoESpec:
                 f"must be <= the {reachable} experts of topk_group ({self.topk_group}) groups, got {self.top_k}",
             )
         for name in ("router_bias", "score_correction_bias", "expert_bias"):
-            _check_bool("MoESpec", name, getattr(self, name))
+            check_bool("MoESpec", name, getattr(self, name))
 
 
 @dataclass(frozen=True)
@@ -316,11 +307,11 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         for name in ("name", "source", "model_type"):
-            _check_str("ModelSpec", name, getattr(self, name))
-        _check_int("ModelSpec", "hidden_size", self.hidden_size, minimum=1)
-        _check_int("ModelSpec", "num_layers", self.num_layers, minimum=1)
-        _check_int("ModelSpec", "vocab_size", self.vocab_size, minimum=1)
-        _check_int("ModelSpec", "first_k_dense", self.first_k_dense, minimum=0)
+            check_str("ModelSpec", name, getattr(self, name))
+        check_int("ModelSpec", "hidden_size", self.hidden_size, minimum=1)
+        check_int("ModelSpec", "num_layers", self.num_layers, minimum=1)
+        check_int("ModelSpec", "vocab_size", self.vocab_size, minimum=1)
+        check_int("ModelSpec", "first_k_dense", self.first_k_dense, minimum=0)
         if self.first_k_dense > self.num_layers:
             raise ModelSpecError(
                 "ModelSpec.first_k_dense", f"must be <= num_layers ({self.num_layers}), got {self.first_k_dense}"
@@ -333,7 +324,7 @@ class ModelSpec:
                 f"a dense model (moe None) has every layer dense: must be {self.num_layers}, got {self.first_k_dense}",
             )
         if self.first_k_dense:
-            _check_int("ModelSpec", "dense_intermediate_size", self.dense_intermediate_size, minimum=1)
+            check_int("ModelSpec", "dense_intermediate_size", self.dense_intermediate_size, minimum=1)
         elif self.dense_intermediate_size is not None:
             raise ModelSpecError(
                 "ModelSpec.dense_intermediate_size",
@@ -349,10 +340,10 @@ class ModelSpec:
             raise ModelSpecError(
                 "GQAAttention.layer_types", f"must have num_layers ({self.num_layers}) entries, got {len(types)}"
             )
-        _check_bool("ModelSpec", "tie_embeddings", self.tie_embeddings)
+        check_bool("ModelSpec", "tie_embeddings", self.tie_embeddings)
         if not isinstance(self.precision, Precision):
             raise ModelSpecError("ModelSpec.precision", f"must be a Precision, got {type(self.precision).__name__}")
-        _check_int("ModelSpec", "mtp_layers", self.mtp_layers, minimum=0)
+        check_int("ModelSpec", "mtp_layers", self.mtp_layers, minimum=0)
 
     @property
     def moe_layers(self) -> int:
@@ -361,6 +352,6 @@ class ModelSpec:
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether ``layer`` (0-based) is an MoE layer; an out-of-range layer is a ModelSpecError."""
-        if not _is_int(layer) or not 0 <= layer < self.num_layers:
+        if not is_int(layer) or not 0 <= layer < self.num_layers:
             raise ModelSpecError("ModelSpec.layer", f"must be an int in [0, {self.num_layers}), got {layer!r}")
         return layer >= self.first_k_dense

@@ -174,8 +174,6 @@ REFUSED = {
     "deepseek-ai--DeepSeek-V4-Pro": ("deepseek_v4", "4x-wide residual"),
     "nvidia--DeepSeek-V4-Pro-NVFP4": ("deepseek_v4", "hash-routed MoE layers"),
     "sgl-project--DeepSeek-V4-Flash-FP8": ("deepseek_ref", "compressed sparse attention"),
-    "Qwen--Qwen3.5-397B-A17B": ("qwen3_5_moe", "Gated DeltaNet linear attention"),
-    "nvidia--Qwen3.6-35B-A3B-NVFP4": ("qwen3_5_moe", "Gated DeltaNet linear attention"),
     "MiniMaxAI--MiniMax-M3": ("minimax_m3", "block-sparse attention"),
     "nvidia--MiniMax-M3-NVFP4": ("minimax_m3_vl", "block-sparse attention"),
     "moonshotai--Kimi-K3": ("kimi_k3", "KDA linear attention beside MLA"),

@@ -233,6 +233,7 @@ def test_the_models_page_quotes_these_counts():
         "gpt-oss-20b": "gpt-oss-20b",
         "DeepSeek-V3.2": "deepseek-v3.2",
         "GLM-5": "glm-5",
+        "Qwen3.5-397B-A17B": "qwen3.5-397b-a17b",
     }
     text = (REPO / "docs" / "models.md").read_text()
     rows = re.findall(r"^\| ([^|]+?) \| [^|]+ \| ([\d.]+) \| [^|]+ \| [^|]+ \| ([\d.]+) \| ([\d.]+) \|", text, re.M)

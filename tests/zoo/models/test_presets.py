@@ -22,6 +22,7 @@ REPOS = {
     "gpt-oss-20b": "openai/gpt-oss-20b",
     "deepseek-v3.2": "deepseek-ai/DeepSeek-V3.2",
     "glm-5": "zai-org/GLM-5-FP8",
+    "qwen3.5-397b-a17b": "Qwen/Qwen3.5-397B-A17B",
 }
 
 

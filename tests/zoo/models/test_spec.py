@@ -8,6 +8,7 @@ import pytest
 
 from demos.zoo.models.dtypes import DTYPES, dtype, storage_of
 from demos.zoo.models.spec import (
+    GatedDeltaNet,
     GQAAttention,
     MLAAttention,
     ModelSpec,
@@ -25,6 +26,7 @@ MLA = {
     "v_head_dim": 16,
 }
 GQA = {"heads": 8, "kv_heads": 2, "head_dim": 16}
+GDN = {"key_heads": 4, "value_heads": 8, "key_head_dim": 16, "value_head_dim": 16}
 MOE = {"routed_experts": 16, "top_k": 4, "intermediate_size": 32, "shared_experts": 1, "n_group": 4, "topk_group": 2}
 
 
@@ -124,6 +126,25 @@ BAD = [
         "GQAAttention.sliding_window",
         "must be set when layer_types",
     ),
+    (GQAAttention, {**GQA, "output_gate": "yes"}, "GQAAttention.output_gate", "must be a bool"),
+    (GQAAttention, {**GQA, "linear": dict(GDN)}, "GQAAttention.linear", "must be a GatedDeltaNet or None"),
+    (
+        GQAAttention,
+        {**GQA, "layer_types": ("linear_attention", "full_attention")},
+        "GQAAttention.linear",
+        "must be set exactly when layer_types has linear_attention layers, got None",
+    ),
+    (
+        GQAAttention,
+        {**GQA, "linear": GatedDeltaNet(**GDN)},
+        "GQAAttention.linear",
+        "must be set exactly when layer_types has linear_attention layers, got a GatedDeltaNet",
+    ),
+    (GatedDeltaNet, {**GDN, "key_heads": 0}, "GatedDeltaNet.key_heads", "must be >= 1"),
+    (GatedDeltaNet, {**GDN, "value_heads": 6}, "GatedDeltaNet.value_heads", "must be a multiple of key_heads (4)"),
+    (GatedDeltaNet, {**GDN, "key_head_dim": 1.5}, "GatedDeltaNet.key_head_dim", "must be an int, got float"),
+    (GatedDeltaNet, {**GDN, "value_head_dim": 0}, "GatedDeltaNet.value_head_dim", "must be >= 1"),
+    (GatedDeltaNet, {**GDN, "conv_kernel": 0}, "GatedDeltaNet.conv_kernel", "must be >= 1"),
     (MoESpec, {**MOE, "routed_experts": 0}, "MoESpec.routed_experts", "must be >= 1"),
     (MoESpec, {**MOE, "top_k": 17}, "MoESpec.top_k", "must be <= routed_experts (16)"),
     (MoESpec, {**MOE, "intermediate_size": 0}, "MoESpec.intermediate_size", "must be >= 1"),
@@ -190,7 +211,7 @@ def test_model_spec_rejects_bad_fields_in_one_line(overrides, field, reason):
 def test_every_field_of_every_part_is_covered_by_a_rejection_case():
     """A field added without a check (and without a case above) fails here."""
     named = {b[2] for b in BAD} | {b[1] for b in BAD_SPEC}
-    for cls in (Precision, MLAAttention, GQAAttention, MoESpec, ModelSpec):
+    for cls in (Precision, MLAAttention, GQAAttention, GatedDeltaNet, MoESpec, ModelSpec):
         for f in dataclasses.fields(cls):
             qualified = f"{cls.__name__}.{f.name}"
             assert qualified in named or cls is Precision, f"no rejection case names {qualified}"

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from demos.zoo.models.hf_config._deepseek import deepseek, deepseek_sparse, glm4_moe, kimi_k25
 from demos.zoo.models.hf_config._fields import Fields
-from demos.zoo.models.hf_config._gqa import gpt_oss, minimax_m2, mixtral, qwen3_moe
+from demos.zoo.models.hf_config._gqa import gpt_oss, minimax_m2, mixtral, qwen3_moe, qwen3_next
 from demos.zoo.models.spec import ModelSpec
 
 FAMILIES: dict[str, Callable[[Fields, str, str], ModelSpec]] = {
@@ -20,6 +20,8 @@ FAMILIES: dict[str, Callable[[Fields, str, str], ModelSpec]] = {
     "kimi_k25": kimi_k25,
     "glm4_moe": glm4_moe,
     "qwen3_moe": qwen3_moe,
+    "qwen3_next": qwen3_next,
+    "qwen3_5_moe": qwen3_next,
     "mixtral": mixtral,
     "gpt_oss": gpt_oss,
     "minimax_m2": minimax_m2,
@@ -31,14 +33,11 @@ _V4 = (
     "sliding-window branch, the 4x-wide residual (hc_mult: manifold hyper-connections), the grouped output "
     "projection (o_groups) and hash-routed MoE layers (num_hash_layers)"
 )
-_GDN = "Gated DeltaNet linear attention in three of every four layers (layer_types linear_attention)"
 _M3 = "block-sparse attention (sparse_attention_config: the top sparse_topk_blocks blocks of sparse_block_size)"
 _KDA = "KDA linear attention beside MLA (linear_attn_config)"
 NOT_EXPRESSIBLE: dict[str, tuple[str, str]] = {
     "deepseek_v4": ("DeepSeek-V4", _V4),
     "deepseek_ref": ("DeepSeek-V4, SGLang's reference copy", _V4),
-    "qwen3_5_moe": ("Qwen3.5 MoE", _GDN),
-    "qwen3_next": ("Qwen3-Next", _GDN),
     "minimax_m3": ("MiniMax-M3", _M3),
     "minimax_m3_vl": ("MiniMax-M3", _M3),
     "minimax": ("MiniMax-Text-01 and -M1", "lightning (linear) attention in seven of every eight layers"),
@@ -87,6 +86,18 @@ _DSA_NAMES = {
     "SparseMLAAttention.index_head_dim": "index_head_dim",
     "SparseMLAAttention.index_topk": "index_topk",
 }
+_QWEN3_NEXT_NAMES = {
+    **_COMMON_NAMES,
+    **_GQA_NAMES,
+    "MoESpec.routed_experts": "num_experts",
+    "ModelSpec.mtp_layers": "mtp_num_hidden_layers",
+    "GQAAttention.output_gate": "attn_output_gate",
+    "GatedDeltaNet.key_heads": "linear_num_key_heads",
+    "GatedDeltaNet.value_heads": "linear_num_value_heads",
+    "GatedDeltaNet.key_head_dim": "linear_key_head_dim",
+    "GatedDeltaNet.value_head_dim": "linear_value_head_dim",
+    "GatedDeltaNet.conv_kernel": "linear_conv_kernel_dim",
+}
 _KIMI_K25_NAMES = {k: f"text_config.{v}" for k, v in {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES}.items()}
 FIELD_NAMES: dict[str, dict[str, str]] = {
     "deepseek_v2": {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES},
@@ -100,5 +111,7 @@ FIELD_NAMES: dict[str, dict[str, str]] = {
     "gpt_oss": {**_COMMON_NAMES, **_GQA_NAMES, **_LOCAL_EXPERTS},
     "kimi_k25": _KIMI_K25_NAMES,
     "minimax_m2": {**_COMMON_NAMES, **_GQA_NAMES, **_LOCAL_EXPERTS},
+    "qwen3_next": _QWEN3_NEXT_NAMES,
+    "qwen3_5_moe": {k: f"text_config.{v}" for k, v in _QWEN3_NEXT_NAMES.items()},
 }
 """Spec field -> config.json field per family, so that a value the spec rejects is named as in the file."""

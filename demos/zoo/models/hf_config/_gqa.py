@@ -1,12 +1,16 @@
 """The readers of the GQA families with routed experts only (``demos.zoo.models.hf_config``): ``qwen3_moe``,
-``mixtral``, ``minimax_m2`` and ``gpt_oss``, each with every layer an MoE layer.
+``mixtral``, ``minimax_m2`` and ``gpt_oss``, each with every layer an MoE layer, and the hybrid ones with Gated
+DeltaNet layers between them (``qwen3_next``, ``qwen3_5_moe``).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from demos.zoo.models.hf_config._fields import Fields, is_one
+from demos.zoo.models.hf_config._quantization import read_precision
 from demos.zoo.models.hf_config._trunk import trunk
-from demos.zoo.models.spec import SCORING_FUNCS, GQAAttention, ModelSpec, MoESpec
+from demos.zoo.models.spec import SCORING_FUNCS, GatedDeltaNet, GQAAttention, ModelSpec, MoESpec
 
 
 def qwen3_moe(f: Fields, name: str, source: str) -> ModelSpec:
@@ -104,3 +108,57 @@ def gpt_oss(f: Fields, name: str, source: str) -> ModelSpec:
         expert_bias=True,
     )
     return trunk(f, name, source, attention, moe, dense_first=False)
+
+
+def qwen3_next(f: Fields, name: str, source: str) -> ModelSpec:
+    """qwen3_next (Qwen3-Next) and qwen3_5_moe (Qwen3.5 and Qwen3.6's MoE, whose text model is nested in
+    ``text_config`` beside a vision tower that is not modelled): every layer an MoE layer with one shared
+    expert of ``shared_expert_intermediate_size`` (which must equal the routed experts'), and hybrid
+    attention: ``layer_types`` (or, where absent, every ``full_attention_interval``-th layer full) of Gated
+    DeltaNet layers (``linear_*``) and gated GQA layers (``attn_output_gate``, q/k norms). The MTP layers
+    (``mtp_num_hidden_layers``) count in memory as DeepSeek's do. A quantization is read at the top level
+    (NVIDIA's NVFP4 copies) or in the text model."""
+    text = f.nested("text_config", f.get_object("text_config")) if f.model_type == "qwen3_5_moe" else f
+    text.unsupported_unless("mlp_only_layers", [], lambda v: v == [], "dense layers between MoE layers")
+    text.unsupported_unless("decoder_sparse_step", 1, is_one, "an MoE layer other than every layer")
+    routed = text.get_int("moe_intermediate_size")
+    shared = text.get_int("shared_expert_intermediate_size", 0)
+    if shared not in (0, routed) and routed >= 1:  # a bad routed size is named by MoESpec
+        raise text.fail("shared_expert_intermediate_size", f"must equal moe_intermediate_size ({routed}), got {shared}")
+    layers = text.get_int("num_hidden_layers")
+    if text.has("layer_types"):
+        types = text.get_str_list("layer_types")
+    else:
+        every = text.get_int("full_attention_interval")
+        types = tuple("full_attention" if (i + 1) % max(1, every) == 0 else "linear_attention" for i in range(layers))
+    linear = GatedDeltaNet(
+        key_heads=text.get_int("linear_num_key_heads"),
+        value_heads=text.get_int("linear_num_value_heads"),
+        key_head_dim=text.get_int("linear_key_head_dim"),
+        value_head_dim=text.get_int("linear_value_head_dim"),
+        conv_kernel=text.get_int("linear_conv_kernel_dim", 4),
+    )
+    attention = GQAAttention(
+        heads=text.get_int("num_attention_heads"),
+        kv_heads=text.get_int("num_key_value_heads"),
+        head_dim=text.get_int("head_dim"),
+        bias=text.get_bool("attention_bias", False),
+        qk_norm=True,
+        output_gate=text.get_bool("attn_output_gate", True),
+        layer_types=types,
+        linear=linear if "linear_attention" in types else None,
+    )
+    moe = MoESpec(
+        routed_experts=text.get_int("num_experts"),
+        top_k=text.get_int("num_experts_per_tok"),
+        intermediate_size=routed,
+        shared_experts=1 if shared else 0,
+        norm_topk_prob=text.get_bool("norm_topk_prob", True),
+    )
+    quant = f if f.get_object("quantization_config", None) is not None else text
+    precision = read_precision(text, expert_only_quant=False, quant=quant)
+    spec = trunk(text, name, source, attention, moe, dense_first=False, precision=precision)
+    tied = f.get_bool("tie_word_embeddings", False) or text.get_bool("tie_word_embeddings", False)
+    return replace(
+        spec, model_type=f.model_type, tie_embeddings=tied, mtp_layers=text.get_int("mtp_num_hidden_layers", 0)
+    )

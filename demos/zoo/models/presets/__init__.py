@@ -32,6 +32,7 @@ from demos.zoo.models.presets._gqa import (
     GPT_OSS_120B,
     MINIMAX_M2_5,
     MIXTRAL_8X7B,
+    QWEN3_5_397B_A17B,
     QWEN3_30B_A3B,
     QWEN3_235B_A22B,
 )
@@ -69,6 +70,7 @@ _PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "gpt-oss-20b": ("huggingface.co/openai/gpt-oss-20b config.json", GPT_OSS_20B),
     "deepseek-v3.2": ("huggingface.co/deepseek-ai/DeepSeek-V3.2 config.json", DEEPSEEK_V3_2),
     "glm-5": ("huggingface.co/zai-org/GLM-5-FP8 config.json", GLM_5),
+    "qwen3.5-397b-a17b": ("huggingface.co/Qwen/Qwen3.5-397B-A17B config.json", QWEN3_5_397B_A17B),
 }
 
 PRESET_NAMES = tuple(_PRESETS)

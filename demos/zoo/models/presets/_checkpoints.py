@@ -26,6 +26,11 @@ CHECKPOINTS: dict[str, dict[str, str]] = {
     "gpt-oss-20b": {"fp4": "openai/gpt-oss-20b"},
     "deepseek-v3.2": {"fp8": "deepseek-ai/DeepSeek-V3.2", "fp4": "nvidia/DeepSeek-V3.2-NVFP4"},
     "glm-5": {"bf16": "zai-org/GLM-5", "fp8": "zai-org/GLM-5-FP8", "fp4": "nvidia/GLM-5-NVFP4"},
+    "qwen3.5-397b-a17b": {
+        "bf16": "Qwen/Qwen3.5-397B-A17B",
+        "fp8": "Qwen/Qwen3.5-397B-A17B-FP8",
+        "fp4": "nvidia/Qwen3.5-397B-A17B-NVFP4",
+    },
 }
 """Published checkpoints per preset or alias and weight precision (module docstring). Sources: the config
 each preset copies (its own repository: ``preset_source``); the FP8 and FP4 repositories as the measured
@@ -37,9 +42,10 @@ weight against the MXFP4 17/32 the predictor charges for ``--weights fp4``; thei
 holds its ``quantization_config``, loads as ``nvfp4``). The 2026 families: the config copies of the measured
 extra (``model_configs/``: moonshotai/Kimi-K2.5, nvidia/Kimi-K2.5-NVFP4, -K2.6-NVFP4 and -K2.7-Code-NVFP4,
 MiniMaxAI/MiniMax-M2.5 and -M2.7 with their nvidia/...-NVFP4 copies, openai/gpt-oss-20b,
-deepseek-ai/DeepSeek-V3.2 and nvidia/DeepSeek-V3.2-NVFP4, zai-org/GLM-5, -5-FP8 and nvidia/GLM-5-NVFP4), the same
-repositories its ``silicon_sample.csv`` serves. ``int4`` is Kimi-K2.5's own INT4 checkpoint
-(``demos.zoo.models.precision.weights_name``: not a ``--weights`` choice)."""
+deepseek-ai/DeepSeek-V3.2 and nvidia/DeepSeek-V3.2-NVFP4, zai-org/GLM-5, -5-FP8 and nvidia/GLM-5-NVFP4,
+Qwen/Qwen3.5-397B-A17B and nvidia/Qwen3.5-397B-A17B-NVFP4), the same repositories its ``silicon_sample.csv``
+serves; Qwen3.5-397B-A17B-FP8 as SGLang's Qwen3.5 cookbook lists it (docs.sglang.io). ``int4`` is
+Kimi-K2.5's own INT4 checkpoint (``demos.zoo.models.precision.weights_name``: not a ``--weights`` choice)."""
 
 
 def checkpoints(name: str) -> dict[str, str]:

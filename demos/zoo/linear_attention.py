@@ -1,0 +1,90 @@
+"""Linear attention's kind: the Gated DeltaNet layers of a hybrid model (Qwen3-Next, Qwen3.5).
+
+``DeltaRule`` is the ``AttentionKind`` of a ``GatedDeltaNet`` spec (``demos.zoo.attention.ATTENTION_KINDS``;
+``layer_attention`` picks it for a hybrid model's ``linear_attention`` layers). Its ops (``demos.zoo.ops``),
+in launch order:
+
+* ``gdn_proj``: the input norm and the two input projections (``in_proj_qkvz``: query, key, value and the
+  output gate; ``in_proj_ba``: the delta rule's per-head write strength and decay);
+* ``gdn_conv``: the short causal convolution over the query, key and value channels, reading and writing
+  each request's conv state (``demos.zoo.work.conv_work``, timed on the family's fitted conv curve), and
+  the decay/strength gating (a memory pass);
+* ``gdn_recurrent`` (decode) or ``gdn_chunk`` (prefill): the gated delta rule itself, its work counted by
+  ``demos.zoo.work.delta_rule_work`` and timed on the family's fitted curve (``KernelTimes.gdn``, fitted to
+  SGLang's measured kernels): decode reads and writes each request's FP32 state per value head,
+  a time that does not grow with the context; prefill runs the chunked form;
+* ``gdn_out``: the gated RMSNorm (the output gate applied) and ``out_proj`` back to the hidden size.
+
+Attention TP splits the key and value heads (both engines shard a Gated DeltaNet layer by heads), so each
+rank holds ``value_heads / attention_tp`` states per request. The layer keeps no KV cache: what it holds
+per request is ``GatedDeltaNet.state_bytes`` (``demos.zoo.memory``).
+
+Real math (threads, inline): each token applies one gated delta-rule update to a request state that
+starts from the layer's random initial state (as the other kinds read a random cached context) and reads
+its output from it; each token's update is its own, so a DBO split changes no value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from types import SimpleNamespace
+
+from dbo.costs import Work
+from demos.vocabulary import Phase
+from demos.zoo import kernels as K
+from demos.zoo.attention_base import AttentionCosts, AttentionKind
+from demos.zoo.fold import Folder, gemm, memory_pass
+from demos.zoo.models import GatedDeltaNet
+from demos.zoo.work import conv_work, delta_rule_work
+from demos.zoo.workload import Workload
+
+__all__ = ["DeltaRule"]
+
+
+class DeltaRule(AttentionKind):
+    """A Gated DeltaNet layer (module docstring)."""
+
+    spec_type = GatedDeltaNet
+
+    def costs(self, w: Workload, a: GatedDeltaNet, t: int, layer: int, fold: Folder) -> AttentionCosts:
+        H, store, tp = w.spec.hidden_size, w.spec.precision.weights, w.attention_tp
+        nk, nv = max(1, a.key_heads // tp), max(1, a.value_heads // tp)
+        dk, dv = a.key_head_dim, a.value_head_dim
+        qkvz = 2 * nk * dk + 2 * nv * dv
+        proj = fold.named("gdn_proj")(gemm(t, qkvz, H, store), gemm(t, 2 * nv, H, store), memory_pass(t, H, 2))
+        channels = 2 * nk * dk + nv * dv
+        flops, nbytes = conv_work(w.phase, t, w.context, channels, a.conv_kernel)
+        conv_s = fold.kernels.gdn("conv", w.phase, flops, nbytes)
+        conv = fold.named("gdn_conv")(Work(seconds=conv_s, bytes=nbytes), memory_pass(t, 2 * nv, 1))
+        flops, nbytes = delta_rule_work(w.phase, t, w.context, nv, dk, dv, key_heads=nk)
+        core = Work(seconds=fold.kernels.gdn("delta_rule", w.phase, flops, nbytes), bytes=nbytes, dtype="bfloat16")
+        out = fold.named("gdn_out")(memory_pass(t, nv * dv, 1.5), gemm(t, H, nv * dv, store))
+        names = ("gdn_proj", "gdn_recurrent" if w.phase == Phase.DECODE else "gdn_chunk", "gdn_out")
+        return AttentionCosts(proj, core, out, (flops, nbytes), extra=(("gdn_conv", conv),), names=names)
+
+    def cost_key(self, a: GatedDeltaNet, layer: int) -> Hashable:
+        return "linear_attention"
+
+    def weights(self, a: GatedDeltaNet, H: int, C: int, rand: Callable) -> SimpleNamespace:
+        L = SimpleNamespace()
+        dk, dv = a.key_head_dim, a.value_head_dim
+        L.w_qkvz = rand((H, 2 * a.key_dim + 2 * a.value_dim), H**-0.5)
+        L.w_ba = rand((H, 2 * a.value_heads), H**-0.5)
+        L.w_conv = rand((a.conv_dim, a.conv_kernel), a.conv_kernel**-0.5)
+        L.conv_state = rand((a.conv_dim, a.conv_kernel - 1), 1.0)
+        L.state = rand((a.value_heads, dk, dv), dk**-0.5)
+        L.w_o = rand((a.value_dim, H), a.value_dim**-0.5)
+        return L
+
+    def launch(self, run, a: GatedDeltaNet, L, h, t, costs, layer, ub, dt) -> None:
+        qkvz, ba, o = run.workspace(
+            ((t, 2 * a.key_dim + 2 * a.value_dim), dt), ((t, 2 * a.value_heads), dt), ((t, a.value_dim), dt)
+        )
+        w = (None, None) if L is None else (L.w_qkvz, L.w_ba)
+        run(costs, "gdn_proj", K.gdn_proj_kernel, h, *w, qkvz, ba, layer=layer, ub=ub)
+        w = (None, None) if L is None else (L.w_conv, L.conv_state)
+        run(costs, "gdn_conv", K.gdn_conv_kernel, qkvz, *w, a.conv_dim, layer=layer, ub=ub)
+        core = "gdn_recurrent" if "gdn_recurrent" in costs else "gdn_chunk"
+        s0 = None if L is None else L.state
+        run(costs, core, K.gdn_delta_kernel, qkvz, ba, s0, a.key_heads, o, layer=layer, ub=ub)
+        run(costs, "gdn_out", K.gdn_out_kernel, o, qkvz, None if L is None else L.w_o, h, layer=layer, ub=ub)

@@ -1,0 +1,149 @@
+"""The rows the measured-table adapter returns (``demos.zoo.measured``): plain tuples in SI units (seconds),
+one per table kind, so that no caller sees pandas.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = [
+    "AllToAllRow",
+    "DsaModuleRow",
+    "GdnRow",
+    "GemmRow",
+    "MlaModuleRow",
+    "MlaRow",
+    "MoeRow",
+    "SiliconRow",
+]
+
+
+class GemmRow(NamedTuple):
+    """A GEMM ``m`` x ``n`` x ``k`` (``m`` rows through a k -> n weight) in ``dtype`` ("fp8_block":
+    DeepGEMM with 128-block scales; "fp8": per-tensor scaled; "bfloat16"), taking ``seconds``."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    seconds: float
+
+
+class MlaRow(NamedTuple):
+    """MLA's attention core: ``batch`` requests, ``heads`` query heads on the GPU, ``kv_len`` cached tokens
+    per request (decode) or ``kv_len`` prompt tokens (prefill, causal), KV cache in ``kv_dtype``."""
+
+    batch: int
+    heads: int
+    kv_len: int
+    kv_dtype: str
+    seconds: float
+
+
+class MlaModuleRow(NamedTuple):
+    """MLA's whole decode module (the input norm to ``o_proj``: projections, absorptions, RoPE, cache
+    write, attention core and every small kernel between them) as an engine runs it: ``batch`` requests,
+    ``heads`` query heads on the GPU (128 / attention TP), ``kv_len`` cached tokens each, KV cache in
+    ``kv_dtype``, GEMMs in ``gemm_dtype``."""
+
+    batch: int
+    heads: int
+    kv_len: int
+    kv_dtype: str
+    gemm_dtype: str
+    seconds: float
+
+
+class DsaModuleRow(NamedTuple):
+    """A sparse MLA's whole decode module (DeepSeek sparse attention: projections, the indexer and its
+    top-k, the attention core over the selected entries, ``o_proj``) as SGLang runs it: ``model`` (the
+    table's repository id), ``batch`` requests, ``heads`` query heads on the GPU, ``kv_len`` cached tokens
+    each, KV cache in ``kv_dtype``, GEMMs in ``gemm_dtype``, the attention kernels ``kernel`` (the table's
+    ``kernel_source``)."""
+
+    model: str
+    batch: int
+    heads: int
+    kv_len: int
+    kv_dtype: str
+    gemm_dtype: str
+    kernel: str
+    seconds: float
+
+
+class GdnRow(NamedTuple):
+    """One Gated DeltaNet kernel (SGLang's flash-linear-attention kernels) in ``phase`` ("decode":
+    ``batch`` requests of one token; "prefill": ``batch`` requests of ``seq_len`` prompt tokens each):
+    ``kernel`` is "conv" (the causal convolution: ``causal_conv1d_fn`` / ``causal_conv1d_update``) or
+    "delta_rule" (``chunk_gated_delta_rule`` / ``fused_recurrent_gated_delta_rule_packed_decode``), over
+    ``key_heads`` query/key heads of ``key_dim`` and ``value_heads`` value heads of ``value_dim`` on the GPU,
+    the convolution ``conv_kernel`` wide; ``model`` the table's repository id."""
+
+    model: str
+    phase: str
+    kernel: str
+    batch: int
+    seq_len: int
+    key_heads: int
+    key_dim: int
+    value_heads: int
+    value_dim: int
+    conv_kernel: int
+    seconds: float
+
+
+class MoeRow(NamedTuple):
+    """DeepEP MoE's expert compute (grouped GEMMs, FP8 block) on one rank of an ``ep``-way group:
+    ``tokens`` per rank, ``hidden`` -> ``inter`` experts, ``top_k`` of ``experts``, routing ``distribution``."""
+
+    tokens: int
+    hidden: int
+    inter: int
+    top_k: int
+    experts: int
+    ep: int
+    distribution: str
+    seconds: float
+
+
+class AllToAllRow(NamedTuple):
+    """DeepEP low-latency dispatch and combine on ``gpus`` GPUs (one node): ``tokens`` per rank of
+    ``hidden`` to ``top_k`` of ``experts``; the mean seconds of each."""
+
+    gpus: int
+    tokens: int
+    hidden: int
+    top_k: int
+    experts: int
+    dispatch_s: float
+    combine_s: float
+
+
+class SiliconRow(NamedTuple):
+    """One measured deployment: ``engine`` serving ``model`` on ``system`` with ``precision``; ``mode``
+    "agg" (one worker does both phases) or "disagg"; the worker's parallelism for the phase measured
+    (``tp``, ``attention_dp``, ``moe_ep``, ``moe_tp``); ``batch`` the worker's configured batch (per
+    attention-DP rank where attention DP is on) of ``isl``-token prompts; measured ``ttft_s`` and ``tpot_s``
+    (None when absent); ``concurrency`` the benchmark's clients over the whole deployment (its source's
+    ``silicon_concurrency``; None when not recorded): the batch times the attention-DP ranks on most rows,
+    not always the batch itself; ``workers`` a disaggregated row's (prefill, decode) worker counts (None
+    for a co-located row, or where not recorded)."""
+
+    id: str
+    engine: str
+    model: str
+    system: str
+    precision: str
+    mode: str
+    isl: int
+    osl: int
+    batch: int
+    tp: int
+    attention_dp: int
+    moe_ep: int
+    moe_tp: int
+    prefill: tuple[int, int, int, int, int] | None
+    ttft_s: float | None
+    tpot_s: float | None
+    concurrency: int | None = None
+    workers: tuple[int, int] | None = None
