@@ -97,6 +97,7 @@ def point_record(r: Any, gpus_per_node: int, overlaps: tuple[str, ...] = ()) -> 
         "stages": {k: st.get(k, 0.0) for k in ("attention", "dispatch", "mlp", "combine", "other")},
         "moe_layer_s": None if p.moe_layer_s is None else dict(p.moe_layer_s),
         "dense_layer_s": None if p.dense_layer_s is None else dict(p.dense_layer_s),
+        "attention_kinds_s": getattr(p, "attention_kinds_s", None),  # the toy's points have none
     }
 
 
@@ -138,6 +139,15 @@ def detail_lines(rep: dict[str, Any]) -> list[str]:
             out += ["", f"per op: ms of device time of {what} of the no-DBO step ({key})"] + _op_rows(pts, key)
     if not out:
         out = ["", "per op: not broken down for this model (the toy's layers are not the zoo's)"]
+    kinds = [p for p in pts if p.get("attention_kinds_s")]
+    if kinds:
+        out += [
+            "",
+            "attention per kind: ms of device time of one layer's attention ops of the no-DBO step (attention_kinds_s)",
+        ]
+        for p in kinds:
+            parts = [f"{k} x{v['layers']} {v['seconds'] * 1e3:.4f}" for k, v in p["attention_kinds_s"].items()]
+            out.append(f"{p['tokens']:>7} {p['mode']:>5} {p['ubatches']:>2} {p['comm_sms']:>3}  " + ", ".join(parts))
     return out
 
 

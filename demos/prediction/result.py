@@ -39,7 +39,9 @@ class SweptPoint:
     the toy); ``stages``: seconds per stage of the no-DBO step (attention, dispatch, mlp, combine,
     other); ``moe_layer_s`` and ``dense_layer_s``: the device seconds of each op of one MoE and one
     dense layer of the no-DBO step (``demos.zoo.breakdown``; None for the toy, and where the model has
-    no layer of that kind); ``step_sbo_s``: the step with single-batch overlap (None where not swept or not
+    no layer of that kind); ``attention_kinds_s``: a hybrid model's attention seconds per layer of each
+    attention kind, with its layer count (None for a model of one kind, and for the toy); ``step_sbo_s``: the
+    step with single-batch overlap (None where not swept or not
     applicable); ``overlap``: the fastest of the strategies compared at this point ("none", "dbo", "sbo";
     None for the toy)."""
 
@@ -63,12 +65,15 @@ class SweptPoint:
     stages: dict[str, float]
     moe_layer_s: dict[str, float] | None = None
     dense_layer_s: dict[str, float] | None = None
+    attention_kinds_s: dict[str, dict[str, float]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The record as the JSON's ``points`` holds it."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         for key in ("stages", "moe_layer_s", "dense_layer_s"):
             out[key] = None if out[key] is None else dict(out[key])
+        if out["attention_kinds_s"] is not None:
+            out["attention_kinds_s"] = {k: dict(v) for k, v in out["attention_kinds_s"].items()}
         return out
 
 

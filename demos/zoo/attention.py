@@ -79,6 +79,7 @@ class MLA(AttentionKind):
     """Multi-head latent attention (module docstring)."""
 
     spec_type = MLAAttention
+    label = "MLA"
 
     def costs(self, w: Workload, a: MLAAttention, t: int, layer: int, fold: Folder) -> AttentionCosts:
         H, store = w.spec.hidden_size, w.spec.precision.weights
@@ -146,6 +147,7 @@ class SparseMLA(MLA):
     """MLA behind a lightning indexer (DeepSeek sparse attention; module docstring)."""
 
     spec_type = SparseMLAAttention
+    label = "sparse MLA"
 
     def read(self, w: Workload, a: SparseMLAAttention) -> float:
         """A decode token's core reads the ``index_topk`` entries its indexer picked (all, when fewer)."""
@@ -220,6 +222,7 @@ class GQA(AttentionKind):
     """Grouped-query attention (module docstring)."""
 
     spec_type = GQAAttention
+    label = "GQA"
 
     def costs(self, w: Workload, a: GQAAttention, t: int, layer: int, fold: Folder) -> AttentionCosts:
         H, store, tp = w.spec.hidden_size, w.spec.precision.weights, w.attention_tp

@@ -57,6 +57,7 @@ class AttentionKind:
     """What a kind of attention costs and launches (module docstring); subclasses fill it in."""
 
     spec_type: type = object
+    label: str = "attention"
 
     def costs(self, w: Workload, a: Any, t: int, layer: int, fold: Folder) -> AttentionCosts:
         raise NotImplementedError

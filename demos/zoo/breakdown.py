@@ -61,17 +61,21 @@ def layer_breakdown(
     t: int,
     profile: DeviceProfile,
     kernels: KernelTimes | None = None,
-) -> dict[str, dict[str, float] | None]:
-    """``{"moe_layer_s": {op: seconds}, "dense_layer_s": {op: seconds}}`` of one layer of a ubatch of
-    ``t`` tokens of ``w`` (the no-DBO step: ``t = w.tokens``) on ``profile`` (module docstring); each is
-    the mean over the model's layers of that kind, None when the model has none. ``kernels``: where the
-    plan's kernel times come from (default: the roofline of ``w``'s GPU; pass the run's ``ZooRun.kernels``
-    to time what the run times)."""
+) -> dict[str, dict | None]:
+    """``{"moe_layer_s": {op: seconds}, "dense_layer_s": {op: seconds}, "attention_kinds_s": ...}`` of one
+    layer of a ubatch of ``t`` tokens of ``w`` (the no-DBO step: ``t = w.tokens``) on ``profile`` (module
+    docstring); each of the first two is the mean over the model's layers of that kind, None when the model
+    has none; ``attention_kinds_s``, for a model whose layers differ in attention kind (a hybrid model's
+    linear and full layers), the attention group's seconds per layer of each kind with its layer count
+    (``{label: {"layers": n, "seconds": s}}``, ``AttentionKind.label``), None for a model of one kind.
+    ``kernels``: where the plan's kernel times come from (default: the roofline of ``w``'s GPU; pass the
+    run's ``ZooRun.kernels`` to time what the run times)."""
     plan = StepPlan(w, profile, kernels)
     per_plan: dict[int, dict[str, float]] = {}
     sums: dict[bool, dict[str, float]] = {}
     counts = {True: 0, False: 0}
-    for lp in plan.ubatch(t).layers:
+    kinds: dict[str, list[float]] = {}
+    for i, lp in enumerate(plan.ubatch(t).layers):
         ops = per_plan.get(id(lp))
         if ops is None:
             ops = per_plan[id(lp)] = layer_ops(plan, lp)
@@ -80,10 +84,17 @@ def layer_breakdown(
         acc = sums.setdefault(moe, dict.fromkeys(ops, 0.0))
         for group, s in ops.items():
             acc[group] += s
-    return {
+        kinds.setdefault(layer_attention(w.spec.attention, i)[0].label, []).append(ops["attention"])
+    out = {
         name: None if not counts[moe] else {group: s / counts[moe] for group, s in sums[moe].items()}
         for name, moe in (("moe_layer_s", True), ("dense_layer_s", False))
     }
+    out["attention_kinds_s"] = (
+        {label: {"layers": len(s), "seconds": sum(s) / len(s)} for label, s in kinds.items()}
+        if len(kinds) > 1
+        else None
+    )
+    return out
 
 
 def attention_seconds(w: Workload, t: int, layer: int, profile: DeviceProfile, kernels: KernelTimes) -> float:

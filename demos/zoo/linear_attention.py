@@ -45,6 +45,7 @@ class DeltaRule(AttentionKind):
     """A Gated DeltaNet layer (module docstring)."""
 
     spec_type = GatedDeltaNet
+    label = "Gated DeltaNet"
 
     def costs(self, w: Workload, a: GatedDeltaNet, t: int, layer: int, fold: Folder) -> AttentionCosts:
         H, store, tp = w.spec.hidden_size, w.spec.precision.weights, w.attention_tp

@@ -42,6 +42,7 @@ class Point:
     dense_layer_s: dict[str, float] | None = None
     kernels: dict[str, Any] | None = None
     sbo: StepTimes | None = None
+    attention_kinds_s: dict[str, dict[str, float]] | None = None
 
     @property
     def speedup(self) -> float:
@@ -103,6 +104,7 @@ def measure_point(
         ops["dense_layer_s"],
         kernels,
         single,
+        ops["attention_kinds_s"],
     )
 
 
@@ -145,6 +147,7 @@ def step_report(p: Point) -> dict[str, Any]:
         "stages_dbo": dict(p.dbo.stages),
         "moe_layer_s": None if p.moe_layer_s is None else dict(p.moe_layer_s),
         "dense_layer_s": None if p.dense_layer_s is None else dict(p.dense_layer_s),
+        "attention_kinds_s": p.attention_kinds_s,
         "kernel_times": p.kernels,
         "kernels_no_dbo": p.no_dbo.kernels,
         "kernels_dbo": p.dbo.kernels,

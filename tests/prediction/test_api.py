@@ -111,7 +111,8 @@ def test_to_dict_holds_the_documented_keys_filled_from_the_typed_fields():
     assert got["points"] == [dataclasses.asdict(p) for p in pred.points]
     assert list(got["points"][0]) == doc["points"]
     point_dicts = _documented_tables()[1]
-    assert list(point_dicts) == ["stages", "moe_layer_s", "dense_layer_s"] == doc["points"][-3:]
+    assert list(point_dicts) == ["stages", "moe_layer_s", "dense_layer_s"] == doc["points"][-4:-1]
+    assert doc["points"][-1] == "attention_kinds_s" and got["points"][0]["attention_kinds_s"] is None  # one kind
     for key, names in point_dicts.items():
         assert list(got["points"][0][key]) == names, key
         assert all(isinstance(s, float) and s >= 0 for s in got["points"][0][key].values())

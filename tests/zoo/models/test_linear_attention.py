@@ -11,9 +11,11 @@ import pytest
 
 from demos.fidelity.kernels import kernel_rows, summaries
 from demos.prediction import predict
+from demos.prediction.outputs import detail_lines
 from demos.vocabulary import Phase
 from demos.zoo import measured
 from demos.zoo.attention import DeltaRule, layer_attention
+from demos.zoo.breakdown import layer_breakdown
 from demos.zoo.costs import layer_costs
 from demos.zoo.memory import kv_bytes_per_token, kv_cache_bytes, state_bytes_per_request
 from demos.zoo.models import GatedDeltaNet, ModelConfigError, count_params, get_preset, load_config, spec_from_config
@@ -165,3 +167,23 @@ def test_neither_engine_line_runs_an_overlap_the_pinned_release_refuses_for_this
         and "no two-batch overlap for qwen3_5_moe" in r.overlap_flags["dbo"]
     )
     assert any("Gated DeltaNet tables" in s for s in p.sources)
+
+
+def test_the_breakdown_gives_each_kinds_attention_and_they_add_up_to_the_layers_mean():
+    w = _workload(tokens=64)
+    got = layer_breakdown(w, 64, gpu_profile("b200"))
+    kinds = got["attention_kinds_s"]
+    assert {k: v["layers"] for k, v in kinds.items()} == {"Gated DeltaNet": 45, "GQA": 15}
+    mean = sum(v["layers"] * v["seconds"] for v in kinds.values()) / 60
+    assert mean == pytest.approx(got["moe_layer_s"]["attention"], rel=1e-12)
+    single = Workload(get_preset("qwen3-235b-a22b"), cluster_for("b200", 2, 8, 16), tokens=64)
+    assert layer_breakdown(single, 64, gpu_profile("b200"))["attention_kinds_s"] is None
+
+
+def test_detail_prints_the_attention_of_each_kind_and_a_one_kind_models_json_holds_null():
+    p = predict(model=QWEN, gpu="b200", nodes=2, ep=16, tokens=(64,))
+    lines = detail_lines(p.to_dict())
+    i = next(i for i, line in enumerate(lines) if line.startswith("attention per kind"))
+    assert "Gated DeltaNet x45" in lines[i + 1] and "GQA x15" in lines[i + 1]
+    one = predict(model="qwen3-235b-a22b", gpu="b200", nodes=2, ep=16, tokens=(64,))
+    assert all(pt["attention_kinds_s"] is None for pt in one.to_dict()["points"])
