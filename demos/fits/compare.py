@@ -36,8 +36,8 @@ import numpy as np
 from demos.fits.rooflines import experts_seconds, gdn_row_work, mla_row_work
 from demos.zoo.hardware import get_gpu, ll_bytes
 from demos.zoo.models.dtypes import dtype, storage_of
-from demos.zoo.rooflines import MLA_KV, FamilyFit
-from demos.zoo.work import gemm_work
+from demos.zoo.rooflines import MLA_KV, ChunkedCurve, FamilyFit
+from demos.zoo.work import delta_rule_chunks, gemm_work
 
 __all__ = ["FIT_TOLERANCE", "CurveDifference", "FitComparison", "compare_fits", "grid_times"]
 
@@ -107,7 +107,11 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
             kernel, phase = key.split()
             (batch, seq, nv), pts = _grid(*_GDN[phase])
             flops, nbytes = gdn_row_work(kernel, phase, batch, seq, nv / 4, 128, nv, 128, 4)
-            t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
+            if isinstance(curve, ChunkedCurve):
+                chain = delta_rule_chunks(phase, batch * seq, seq)
+                t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth, chain)
+            else:
+                t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
             add(f"gdn {key}", [f"{name} batch={a} seq={b} value_heads={c}" for a, b, c in pts], t)
     add("mla module", ["fixed time"], fit.mla_module)
     return {curve: (names, np.array(times)) for curve, (names, times) in out.items()}

@@ -19,9 +19,9 @@ which take the rows as numpy arrays. Fitted:
 
 * ``fit_gemm``: a ``GemmCurve`` per dtype to the GEMM tables;
 * ``fit_attention``: an MLA ``AttentionCurve`` per phase to the attention-core tables (BF16 cache);
-* ``fit_gdn``: a Gated DeltaNet layer's ``AttentionCurve`` per kernel and phase (``GDN_CURVES``: the delta
-  rule, decode's fused recurrent kernel and prefill's chunked one; the causal convolution) to SGLang's
-  kernel rows;
+* ``fit_gdn``: a Gated DeltaNet layer's curve per kernel and phase (``GDN_CURVES``: the delta rule, decode's
+  fused recurrent kernel and prefill's chunked one, a ``ChunkedCurve``; the causal convolution) to
+  SGLang's kernel rows;
 * ``fit_experts``: the routed experts' ``GroupedCurve`` (their grouped GEMMs' share of bandwidth and the
   op's fixed time) to the uniform MoE rows, the FP8 GEMM curve held (``experts_seconds``);
 * ``fit_ll_sm``: a ``LinearCost`` per DeepEP low-latency kernel to the single-node rows (a weighted
@@ -47,6 +47,7 @@ from demos.zoo.rooflines import (
     GEMM_DTYPES,
     MLA_KV,
     AttentionCurve,
+    ChunkedCurve,
     FamilyFit,
     GemmCurve,
     GemmShape,
@@ -57,6 +58,7 @@ from demos.zoo.work import (
     causal_pairs,
     conv_work,
     decode_pairs,
+    delta_rule_chunks,
     delta_rule_work,
     gemm_work,
     mla_core_work,
@@ -264,16 +266,36 @@ GDN_FIELDS = ("batch", "seq_len", "key_heads", "key_dim", "value_heads", "value_
 """The ``GdnRow`` fields ``gdn_row_work`` reads, in its order."""
 
 
-def fit_gdn(rows_by_gpu: Sequence[tuple[GpuSpec, list]], curve: str) -> AttentionCurve:
-    """The Gated DeltaNet ``AttentionCurve`` ``curve`` (a ``GDN_CURVES`` key: "<kernel> <phase>") fitted to
-    ``[(gpu, rows)]`` (``demos.zoo.measured.GdnRow``; the rows of other kernels and phases left out)."""
+_CHUNKED_STARTS = ((0.1, 0.5, 2e-5, 5e-6), (0.05, 0.2, 2e-5, 1e-5), (0.3, 0.5, 1e-5, 2e-6))
+
+
+def _chunked_curve(u: np.ndarray) -> ChunkedCurve:
+    e = np.exp(u)
+    return ChunkedCurve(min(1.0, e[0]), min(1.0, e[1]), e[2], e[3])
+
+
+def fit_gdn(rows_by_gpu: Sequence[tuple[GpuSpec, list]], curve: str) -> AttentionCurve | ChunkedCurve:
+    """The Gated DeltaNet curve ``curve`` (a ``GDN_CURVES`` key: "<kernel> <phase>") fitted to ``[(gpu,
+    rows)]`` (``demos.zoo.measured.GdnRow``; the rows of other kernels and phases left out): an
+    ``AttentionCurve``, and for the prefill delta rule a ``ChunkedCurve`` over each row's chain of chunks
+    (``demos.zoo.work.delta_rule_chunks``: a prompt's chunks, one after another)."""
     kernel, phase = curve.split()
     picked = [(g, "bfloat16", [r for r in rows if r.phase == phase and r.kernel == kernel]) for g, rows in rows_by_gpu]
     data, peak, hbm, t = _columns(picked, GDN_FIELDS)
-    if len(t) < 3:
-        raise ValueError(f"need at least 3 {curve} rows to fit 3 parameters, got {len(t)}")
+    if len(t) < 4:
+        raise ValueError(f"need at least 4 {curve} rows to fit 4 parameters, got {len(t)}")
     flops, nbytes = gdn_row_work(kernel, phase, *(data[f] for f in GDN_FIELDS))
     logt = np.log(t)
+    if curve == "delta_rule prefill":
+        chunks = delta_rule_chunks(phase, data["batch"] * data["seq_len"], data["seq_len"])
+        return _round(
+            _chunked_curve(
+                fit_log(
+                    lambda u: np.log(_chunked_curve(u).seconds(flops, nbytes, peak, hbm, chunks)) - logt,
+                    _CHUNKED_STARTS,
+                )
+            )
+        )
 
     def residuals(u: np.ndarray) -> np.ndarray:
         return np.log(_attn_curve(u).seconds(flops, nbytes, peak, hbm)) - logt

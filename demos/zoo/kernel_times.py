@@ -28,7 +28,7 @@ from dbo.costs import DeviceProfile
 from demos.errors import ConfigError, field_ref
 from demos.vocabulary import KernelSource, Phase
 from demos.zoo.hardware import GpuSpec
-from demos.zoo.rooflines import GEMM_DTYPES, MLA_KV, FamilyFit, family_fit
+from demos.zoo.rooflines import GEMM_DTYPES, MLA_KV, ChunkedCurve, FamilyFit, family_fit
 
 __all__ = ["KERNEL_SOURCES", "KernelTimes", "MeasuredKernelTimes", "kernel_times"]
 
@@ -75,16 +75,20 @@ class KernelTimes:
         core = curve.seconds(flops, nbytes, peak, self.gpu.hbm_bandwidth) - curve.latency
         return core + self.module_extra(phase, shape)
 
-    def gdn(self, kernel: str, phase: str, flops: float, nbytes: float) -> float:
+    def gdn(self, kernel: str, phase: str, flops: float, nbytes: float, chunks: float = 0.0) -> float:
         """Seconds of a Gated DeltaNet ``kernel`` ("delta_rule" or "conv") of ``flops`` and ``nbytes`` in
-        ``phase`` on the family's fitted curve (``FamilyFit.gdn``), its fixed time left to the kernel floor
-        as for every curve; a family without that curve is a ``ConfigError``."""
+        ``phase`` on the family's fitted curve (``FamilyFit.gdn``; the prefill delta rule's a ``ChunkedCurve``
+        over a chain of ``chunks``), its fixed time left to the kernel floor as for every curve; a family
+        without that curve is a ``ConfigError``."""
         curve = self.fit.gdn.get(f"{kernel} {phase}")
         if curve is None:
             raise ConfigError(
                 f"no Gated DeltaNet {kernel} curve fitted for the {self.fit.family} family (python -m demos.fits write)"
             )
-        return curve.seconds(flops, nbytes, self.profile.flops_rate("bfloat16"), self.gpu.hbm_bandwidth) - curve.latency
+        peak, hbm = self.profile.flops_rate("bfloat16"), self.gpu.hbm_bandwidth
+        if isinstance(curve, ChunkedCurve):
+            return curve.seconds(flops, nbytes, peak, hbm, chunks) - curve.latency
+        return curve.seconds(flops, nbytes, peak, hbm) - curve.latency
 
     def module_extra(self, phase: str, shape: tuple | None) -> float:
         """The seconds a whole MLA decode module takes beyond the kernels it is composed of

@@ -12,7 +12,8 @@ in launch order:
 * ``gdn_recurrent`` (decode) or ``gdn_chunk`` (prefill): the gated delta rule itself, its work counted by
   ``demos.zoo.work.delta_rule_work`` and timed on the family's fitted curve (``KernelTimes.gdn``, fitted to
   SGLang's measured kernels): decode reads and writes each request's FP32 state per value head,
-  a time that does not grow with the context; prefill runs the chunked form;
+  a time that does not grow with the context; prefill runs the chunked form, at least a fitted time per
+  chunk of a request's chain of chunks (``demos.zoo.rooflines.ChunkedCurve``);
 * ``gdn_out``: the gated RMSNorm (the output gate applied) and ``out_proj`` back to the hidden size.
 
 Attention TP splits the key and value heads (both engines shard a Gated DeltaNet layer by heads), so each
@@ -35,7 +36,7 @@ from demos.zoo import kernels as K
 from demos.zoo.attention_base import AttentionCosts, AttentionKind
 from demos.zoo.fold import Folder, gemm, memory_pass
 from demos.zoo.models import GatedDeltaNet
-from demos.zoo.work import conv_work, delta_rule_work
+from demos.zoo.work import conv_work, delta_rule_chunks, delta_rule_work
 from demos.zoo.workload import Workload
 
 __all__ = ["DeltaRule"]
@@ -58,7 +59,9 @@ class DeltaRule(AttentionKind):
         conv_s = fold.kernels.gdn("conv", w.phase, flops, nbytes)
         conv = fold.named("gdn_conv")(Work(seconds=conv_s, bytes=nbytes), memory_pass(t, 2 * nv, 1))
         flops, nbytes = delta_rule_work(w.phase, t, w.context, nv, dk, dv, key_heads=nk)
-        core = Work(seconds=fold.kernels.gdn("delta_rule", w.phase, flops, nbytes), bytes=nbytes, dtype="bfloat16")
+        chain = delta_rule_chunks(w.phase, t, w.context)
+        seconds = fold.kernels.gdn("delta_rule", w.phase, flops, nbytes, chain)
+        core = Work(seconds=seconds, bytes=nbytes, dtype="bfloat16")
         out = fold.named("gdn_out")(memory_pass(t, nv * dv, 1.5), gemm(t, H, nv * dv, store))
         names = ("gdn_proj", "gdn_recurrent" if w.phase == Phase.DECODE else "gdn_chunk", "gdn_out")
         return AttentionCosts(proj, core, out, (flops, nbytes), extra=(("gdn_conv", conv),), names=names)

@@ -71,6 +71,7 @@ __all__ = [
     "OUT_TILE",
     "ROW_TILE",
     "AttentionCurve",
+    "ChunkedCurve",
     "FamilyFit",
     "GemmCurve",
     "GemmShape",
@@ -190,6 +191,23 @@ class AttentionCurve:
 
 
 @dataclass(frozen=True)
+class ChunkedCurve:
+    """A kernel whose work runs as a chain of chunks one after another (the chunked delta rule of a Gated
+    DeltaNet prefill: each chunk's state pass needs the one before): an ``AttentionCurve``'s shares and
+    fixed time, and at least ``per_chunk`` seconds per chunk of the longest chain, however much of the GPU
+    the chains leave idle (one long prompt at a few heads)."""
+
+    ceiling: float
+    mem_efficiency: float
+    latency: float
+    per_chunk: float
+
+    def seconds(self, flops: float, nbytes: float, peak: float, hbm: float, chunks: float) -> float:
+        roof = _max(flops / (peak * self.ceiling), nbytes / (hbm * self.mem_efficiency))
+        return self.latency + _max(roof, chunks * self.per_chunk)
+
+
+@dataclass(frozen=True)
 class LinearCost:
     """``fixed + per_byte x bytes + per_peer x peers`` seconds (module docstring)."""
 
@@ -219,8 +237,8 @@ class FamilyFit:
     module takes beyond the kernels the predictor composes it of (``demos.zoo.attention_module``; 0 in a
     file written before it was fitted); ``gdn`` a Gated DeltaNet layer's kernel curves, keyed by
     ``GDN_CURVES`` ("delta_rule decode" ... "conv prefill": the recurrence's and the causal convolution's per
-    phase, their work by ``demos.zoo.work.delta_rule_work`` and ``conv_work``; empty in a file written
-    before they were fitted);
+    phase, their work by ``demos.zoo.work.delta_rule_work`` and ``conv_work``; the prefill delta rule a
+    ``ChunkedCurve``, its chain ``delta_rule_chunks``; empty in a file written before they were fitted);
     ``fitted_on`` the GPUs whose tables gave them; ``source`` the
     tables' provenance."""
 
@@ -261,7 +279,9 @@ class FamilyFit:
             source=d["source"],
             experts=GroupedCurve(**d["experts"]) if d.get("experts") else None,
             mla_module=float(d.get("mla_module", 0.0)),
-            gdn={k: AttentionCurve(**v) for k, v in (d.get("gdn") or {}).items()},
+            gdn={
+                k: (ChunkedCurve if "per_chunk" in v else AttentionCurve)(**v) for k, v in (d.get("gdn") or {}).items()
+            },
         )
 
 

@@ -20,6 +20,7 @@ numbers or numpy arrays alike (plain arithmetic; ``divmod`` works on both).
   values, causal).
 * ``delta_rule_work``: a Gated DeltaNet layer's recurrence on one rank (decode: each token reads and writes
   its request's FP32 state per value head; prefill: the chunked form, per chunk of ``DELTA_CHUNK`` tokens).
+* ``delta_rule_chunks``: the longest chain of chunks the chunked delta rule runs one after another.
 * ``conv_work``: a Gated DeltaNet layer's short causal convolution (its inputs, outputs and conv states).
 * ``pass_work(tokens, width, passes)``: ``passes`` BF16 read-and-write memory passes over ``tokens x
   width`` values (norms, activations, residual adds).
@@ -38,6 +39,7 @@ __all__ = [
     "causal_pairs",
     "conv_work",
     "decode_pairs",
+    "delta_rule_chunks",
     "delta_rule_work",
     "gemm_work",
     "index_score_work",
@@ -137,3 +139,13 @@ def conv_work(phase: str, tokens, context, channels, width):
     requests = tokens if phase == Phase.DECODE else -(-tokens // context)
     state = 2.0 * requests * channels * (width - 1) * ACT_BYTES
     return 2.0 * width * tokens * channels, 2.0 * tokens * channels * ACT_BYTES + state
+
+
+def delta_rule_chunks(phase: str, tokens, context):
+    """The chunks of the longest chain the chunked delta rule runs one after another over ``tokens`` tokens
+    in requests of ``context`` tokens: a request's chunks of ``DELTA_CHUNK`` (each chunk's state pass
+    needs the one before); 0 in decode (one step per token, no chain)."""
+    if phase == Phase.DECODE:
+        return 0.0 * tokens
+    longest = (tokens + context - abs(tokens - context)) / 2  # min(tokens, context), arrays too
+    return -(-longest // DELTA_CHUNK)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import statistics
 
 import pytest
 
@@ -156,6 +157,18 @@ def test_the_gated_deltanet_kernels_sit_on_their_curves_on_every_gpu(gpu):
     assert set(got) == set(ops)
     for op, s in got.items():
         assert s["rows"] > 400 and abs(s["median_error"]) < (0.10 if "conv" not in op else 0.20), s
+
+
+@needs_extra
+@pytest.mark.measured
+@pytest.mark.parametrize("gpu", sorted(measured.SYSTEMS))
+def test_one_long_prompt_takes_its_chain_of_chunks(gpu):
+    """One request of 1,024 tokens or more: its chunks run one after another, which the roofline alone
+    puts 19-48% short; with the chain's time per chunk (``ChunkedCurve``) the median is within 11%."""
+    rows = kernel_rows(gpu, ops=("gdn prefill",))
+    alone = [r for r in rows if " batch=1 " in r.shape and int(r.shape.split("seq=")[1].split()[0]) >= 1024]
+    assert len(alone) > 200
+    assert abs(statistics.median(r.error for r in alone)) < 0.11
 
 
 def test_neither_engine_line_runs_an_overlap_the_pinned_release_refuses_for_this_model():
