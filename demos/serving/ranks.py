@@ -87,7 +87,7 @@ def prepare(
     hbm_gb = base.gpu.hbm_capacity / 1e9
     budget = make_rank(engine, 1, hbm_gb=hbm_gb, dp=dp, max_seqs=max_seqs)
     step_tokens = getattr(budget, "budget", None) or getattr(budget, "chunk", 8192)
-    kv = kv_capacity_tokens(base, step_tokens)
+    kv = kv_capacity_tokens(base, step_tokens, getattr(budget, "max_seqs", 0) or 0)
     if kv < 1:
         raise ConfigError(
             f"{field_ref('model')} {native.name} leaves no room for a KV cache on {c.nodes} x {c.gpus_per_node} "

@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 from demos.serving.batch import RankBatch, SplitDecision
 from demos.vocabulary import Mode, Phase, Schedule
 from demos.zoo.kernel_times import kernel_times
-from demos.zoo.memory import kv_bytes_per_token, memory_estimate
+from demos.zoo.memory import kv_bytes_per_token, memory_estimate, state_bytes_per_request
 from demos.zoo.overlap_costs import step_profile
 from demos.zoo.run import ZooRun
 from demos.zoo.workload import Workload
@@ -75,16 +75,18 @@ of ``SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP`` = 256 token
 (``FusedMoEConfig.max_num_tokens``), so its buffers hold 256, not a whole step's tokens."""
 
 
-def kv_capacity_tokens(w: Workload, step_tokens: int) -> int:
+def kv_capacity_tokens(w: Workload, step_tokens: int, max_seqs: int = 0) -> int:
     """The KV cache one rank holds, in tokens: the usable HBM less the weights, a step of ``step_tokens``
-    tokens' activations and the all-to-all buffers (the low-latency ones for ``LL_DISPATCH_TOKENS``;
-    ``demos.zoo.memory``; no workspace measured), over the bytes one token's cache takes."""
+    tokens' activations, the all-to-all buffers (the low-latency ones for ``LL_DISPATCH_TOKENS``;
+    ``demos.zoo.memory``; no workspace measured) and, for a hybrid model, the linear-attention states of
+    ``max_seqs`` requests (the engines set a state pool aside for their running requests:
+    ``demos.zoo.memory.state_bytes_per_request``), over the bytes one token's cache takes."""
     m = memory_estimate(w.with_(tokens=max(step_tokens, w.ubatches), context=1))
     comm = m.comm_buffers
     if w.schedule == Schedule.LL:
         comm = memory_estimate(w.with_(tokens=max(min(step_tokens, LL_DISPATCH_TOKENS), w.ubatches), context=1))
         comm = comm.comm_buffers
-    free = m.usable - m.weights - m.activations - comm
+    free = m.usable - m.weights - m.activations - comm - max_seqs * state_bytes_per_request(w)
     return max(0, int(free // kv_bytes_per_token(w)))
 
 

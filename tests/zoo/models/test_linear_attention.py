@@ -200,3 +200,16 @@ def test_detail_prints_the_attention_of_each_kind_and_a_one_kind_models_json_hol
     assert "Gated DeltaNet x45" in lines[i + 1] and "GQA x15" in lines[i + 1]
     one = predict(model="qwen3-235b-a22b", gpu="b200", nodes=2, ep=16, tokens=(64,))
     assert all(pt["attention_kinds_s"] is None for pt in one.to_dict()["points"])
+
+
+def test_the_serving_kv_capacity_sets_the_running_requests_states_aside():
+    from demos.serving.step_times import kv_capacity_tokens
+    from demos.zoo.models import with_precision
+
+    spec = with_precision(get_preset(QWEN), weights="fp8")
+    w = Workload(spec, cluster_for("b200", 1, 4, 4), tokens=64, context=2048, attention_tp=4)
+    free, held = kv_capacity_tokens(w, 8192), kv_capacity_tokens(w, 8192, 128)
+    # 128 requests' states (45 layers, a quarter of the heads each) in tokens of the full layers' cache
+    assert free - held == pytest.approx(128 * state_bytes_per_request(w) / kv_bytes_per_token(w), abs=1)
+    other = Workload(get_preset("qwen3-235b-a22b"), cluster_for("b200", 1, 8, 8), tokens=64, context=2048)
+    assert kv_capacity_tokens(other, 8192, 128) == kv_capacity_tokens(other, 8192)  # no states, no change
