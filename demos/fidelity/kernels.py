@@ -17,7 +17,7 @@ way the predictor times that kernel, and compared:
 * ``gdn decode`` / ``gdn prefill`` and ``gdn conv decode`` / ``gdn conv prefill``: SGLang's Gated DeltaNet
   kernels (Qwen3.5's shapes, 0.8B to 397B, at several head splits), the delta rule and the causal
   convolution, each on the family's fitted curve (``FamilyFit.gdn``), their work counted as the predictor
-  counts it (``demos.fits.rooflines.gdn_row_work``: ``demos.zoo.work.delta_rule_work``, ``conv_work``);
+  counts it (``demos.fits.linear.gdn_row_work``: ``demos.zoo.work.delta_rule_work``, ``conv_work``);
   B300 and GB300 rows are held out (fitted on B200 and GB200);
 * ``experts``: DeepEP MoE's expert compute (uniform routing rows) as ``demos.zoo.costs`` folds the
   routed experts (``demos.fits.rooflines.experts_seconds``: two grouped GEMMs on the family's
@@ -41,7 +41,8 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from demos.fidelity.stats import error_stats
-from demos.fits.rooflines import GDN_FIELDS, experts_seconds, gdn_row_work, mla_row_work
+from demos.fits.linear import GDN_FIELDS, gdn_row_work
+from demos.fits.rooflines import experts_seconds, mla_row_work
 from demos.vocabulary import Phase
 from demos.zoo.hardware import get_gpu
 from demos.zoo.models.dtypes import dtype, storage_of

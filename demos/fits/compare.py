@@ -33,7 +33,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from demos.fits.rooflines import experts_seconds, gdn_row_work, mla_row_work
+from demos.fits.linear import gdn_row_work
+from demos.fits.rooflines import experts_seconds, mla_row_work
 from demos.zoo.hardware import get_gpu, ll_bytes
 from demos.zoo.models.dtypes import dtype, storage_of
 from demos.zoo.rooflines import MLA_KV, ChunkedCurve, FamilyFit

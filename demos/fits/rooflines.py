@@ -19,9 +19,9 @@ which take the rows as numpy arrays. Fitted:
 
 * ``fit_gemm``: a ``GemmCurve`` per dtype to the GEMM tables;
 * ``fit_attention``: an MLA ``AttentionCurve`` per phase to the attention-core tables (BF16 cache);
-* ``fit_gdn``: a Gated DeltaNet layer's curve per kernel and phase (``GDN_CURVES``: the delta rule, decode's
-  fused recurrent kernel and prefill's chunked one, a ``ChunkedCurve``; the causal convolution) to
-  SGLang's kernel rows;
+* ``fit_gdn`` (``demos.fits.linear``): a Gated DeltaNet layer's curve per kernel and phase (``GDN_CURVES``:
+  the delta rule, decode's fused recurrent kernel and prefill's chunked one, a ``ChunkedCurve``; the
+  causal convolution) to SGLang's kernel rows;
 * ``fit_experts``: the routed experts' ``GroupedCurve`` (their grouped GEMMs' share of bandwidth and the
   op's fixed time) to the uniform MoE rows, the FP8 GEMM curve held (``experts_seconds``);
 * ``fit_ll_sm``: a ``LinearCost`` per DeepEP low-latency kernel to the single-node rows (a weighted
@@ -38,6 +38,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from demos.fits.linear import fit_gdn
+from demos.fits.solver import ATTENTION_STARTS, attention_curve, columns, fit_log, minimize, nelder_mead, rounded
 from demos.vocabulary import Phase
 from demos.zoo.hardware import GpuSpec, get_gpu, ll_bytes
 from demos.zoo.models.dtypes import dtype, storage_of
@@ -47,7 +49,6 @@ from demos.zoo.rooflines import (
     GEMM_DTYPES,
     MLA_KV,
     AttentionCurve,
-    ChunkedCurve,
     FamilyFit,
     GemmCurve,
     GemmShape,
@@ -56,10 +57,7 @@ from demos.zoo.rooflines import (
 )
 from demos.zoo.work import (
     causal_pairs,
-    conv_work,
     decode_pairs,
-    delta_rule_chunks,
-    delta_rule_work,
     gemm_work,
     mla_core_work,
     pass_work,
@@ -69,9 +67,6 @@ __all__ = [
     "GEMM_COARSE_STRIDE",
     "MLA_DIMS",
     "PHASES",
-    "GDN_FIELDS",
-    "fit_gdn",
-    "gdn_row_work",
     "experts_seconds",
     "fit_attention",
     "fit_experts",
@@ -88,91 +83,6 @@ MLA_DIMS = {"latent": 512, "rope": 64, "nope": 128, "v": 128}
 """DeepSeek-V3's MLA dimensions, the shape every measured MLA table was taken at."""
 
 PHASES = tuple(Phase)
-
-
-def nelder_mead(f: Callable[[np.ndarray], float], x0: Sequence[float], step: float = 0.5, iters: int = 2000):
-    """A deterministic Nelder-Mead minimum of ``f`` from ``x0``: (point, value)."""
-    n = len(x0)
-    pts = [np.array(x0, dtype=float)] + [np.array(x0, dtype=float) + step * np.eye(n)[i] for i in range(n)]
-    vals = [f(p) for p in pts]
-    for _ in range(iters):
-        order = np.argsort(vals, kind="stable")
-        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
-        if vals[-1] - vals[0] < 1e-12:
-            break
-        c = sum(pts[:-1]) / n
-        xr = 2 * c - pts[-1]
-        fr = f(xr)
-        if fr < vals[0]:
-            xe = 3 * c - 2 * pts[-1]
-            fe = f(xe)
-            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
-        elif fr < vals[-2]:
-            pts[-1], vals[-1] = xr, fr
-        else:
-            xc = 0.5 * (c + pts[-1])
-            fc = f(xc)
-            if fc < vals[-1]:
-                pts[-1], vals[-1] = xc, fc
-            else:
-                for i in range(1, n + 1):
-                    pts[i] = pts[0] + 0.5 * (pts[i] - pts[0])
-                    vals[i] = f(pts[i])
-    i = int(np.argmin(vals))
-    return pts[i], vals[i]
-
-
-def minimize(
-    loss: Callable[[np.ndarray], float],
-    starts: Sequence[Sequence[float]],
-    *,
-    restarts: int = 6,
-    iters: int = 2000,
-    tol: float = 1e-9,
-) -> np.ndarray:
-    """The best of ``nelder_mead`` runs in log coordinates from each of ``starts``, each restarted (at most
-    ``restarts`` times) until it improves by less than ``tol``."""
-    best_u, best_v = None, math.inf
-    for s in starts:
-        u, v = np.log(np.array(s, dtype=float)), math.inf
-        for _ in range(restarts):  # restart until it stops improving
-            u, nv = nelder_mead(loss, u, iters=iters)
-            if v - nv < tol:
-                v = min(v, nv)
-                break
-            v = nv
-        if v < best_v:
-            best_u, best_v = u, v
-    return best_u
-
-
-def fit_log(
-    residuals: Callable[[np.ndarray], np.ndarray],
-    starts: Sequence[Sequence[float]],
-    coarse: Callable[[np.ndarray], np.ndarray] | None = None,
-) -> np.ndarray:
-    """The parameters (log coordinates) that minimize the sum of ``|residuals|`` (log errors): least
-    squares from each of ``starts`` first (``minimize``), then polished to least absolute error from its
-    best (module docstring). ``coarse``, when given, is the residuals of a fixed subsample of the rows: the
-    least-squares stage, which only picks the basin the polish starts in, runs on it (``fit_gemm``)."""
-    u = minimize(lambda v: float(np.sum((coarse or residuals)(v) ** 2)), starts)
-    return minimize(lambda v: float(np.sum(np.abs(residuals(v)))), [np.exp(u)], restarts=2)
-
-
-def _columns(rows_by_gpu, fields: Sequence[str]):
-    """The rows' ``fields`` as float arrays, with each row's GPU's SMs (``sms``), datasheet peak of the
-    rows' math dtype and HBM bandwidth, and the rows' seconds."""
-    cols = {f: [] for f in (*fields, "sms")}
-    peak, hbm, t = [], [], []
-    for gpu, dtype_rate, rows in rows_by_gpu:
-        for r in rows:
-            for f in fields:
-                cols[f].append(getattr(r, f))
-            cols["sms"].append(gpu.sm_count)
-            peak.append(gpu.flops(dtype_rate))
-            hbm.append(gpu.hbm_bandwidth)
-            t.append(r.seconds)
-    return {f: np.array(v, dtype=float) for f, v in cols.items()}, np.array(peak), np.array(hbm), np.array(t)
 
 
 GEMM_COARSE_STRIDE = 8
@@ -197,7 +107,7 @@ def _gemm_curve(u: np.ndarray) -> GemmCurve:
 def fit_gemm(rows_by_gpu: Sequence[tuple[GpuSpec, list]], math: str) -> GemmCurve:
     """The ``GemmCurve`` of the ``math`` dtype ("fp8", "bfloat16") fitted to ``[(gpu, rows)]``
     (``demos.zoo.measured.GemmRow``), each row's work that of ``storage_of(math)`` weights."""
-    data, peak, hbm, t = _columns([(g, math, rows) for g, rows in rows_by_gpu], ("m", "n", "k"))
+    data, peak, hbm, t = columns([(g, math, rows) for g, rows in rows_by_gpu], ("m", "n", "k"))
     if len(t) < 7:
         raise ValueError(f"need at least 7 rows to fit 7 parameters, got {len(t)}")
     m, n, k, sms = data["m"], data["n"], data["k"], data["sms"]
@@ -209,15 +119,7 @@ def fit_gemm(rows_by_gpu: Sequence[tuple[GpuSpec, list]], math: str) -> GemmCurv
         return lambda u: np.log(_gemm_curve(u).seconds_of(shape, p, h, s)) - logt
 
     coarse = residuals_of(slice(None, None, GEMM_COARSE_STRIDE)) if len(t) >= 7 * GEMM_COARSE_STRIDE else None
-    return _round(_gemm_curve(fit_log(residuals_of(slice(None)), _GEMM_STARTS, coarse)))
-
-
-_ATTN_STARTS = ((0.5, 0.7, 1e-5), (0.8, 0.9, 3e-6), (0.3, 0.5, 2e-5))
-
-
-def _attn_curve(u: np.ndarray) -> AttentionCurve:
-    e = np.exp(u)
-    return AttentionCurve(min(1.0, e[0]), min(1.0, e[1]), e[2])
+    return rounded(_gemm_curve(fit_log(residuals_of(slice(None)), _GEMM_STARTS, coarse)))
 
 
 def mla_row_work(phase: str, batch, heads, kv_len, kv_bytes):
@@ -241,66 +143,14 @@ def fit_attention(rows_by_gpu: Sequence[tuple[GpuSpec, list]], phase: str) -> At
     kinds = {r.kv_dtype for _, rows in rows_by_gpu for r in rows}
     if kinds - {MLA_KV}:
         raise ValueError(f"the attention curves are fitted to {MLA_KV} caches, got {sorted(kinds)}")
-    data, peak, hbm, t = _columns([(g, "bfloat16", rows) for g, rows in rows_by_gpu], ("batch", "heads", "kv_len"))
+    data, peak, hbm, t = columns([(g, "bfloat16", rows) for g, rows in rows_by_gpu], ("batch", "heads", "kv_len"))
     flops, nbytes = mla_row_work(phase, data["batch"], data["heads"], data["kv_len"], dtype(MLA_KV).bytes)
     logt = np.log(t)
 
     def residuals(u: np.ndarray) -> np.ndarray:
-        return np.log(_attn_curve(u).seconds(flops, nbytes, peak, hbm)) - logt
+        return np.log(attention_curve(u).seconds(flops, nbytes, peak, hbm)) - logt
 
-    return _round(_attn_curve(fit_log(residuals, _ATTN_STARTS)))
-
-
-def gdn_row_work(kernel: str, phase: str, batch, seq_len, key_heads, key_dim, value_heads, value_dim, conv_kernel):
-    """(flops, bytes) of a Gated DeltaNet kernel row (arrays or numbers) as the predictor counts it: decode,
-    ``batch`` requests of one token; prefill, ``batch`` requests of ``seq_len`` prompt tokens; the delta rule
-    by ``demos.zoo.work.delta_rule_work``, the convolution over the query, key and value channels by
-    ``conv_work``."""
-    tokens = batch if phase == Phase.DECODE else batch * seq_len
-    if kernel == "conv":
-        return conv_work(phase, tokens, seq_len, 2 * key_heads * key_dim + value_heads * value_dim, conv_kernel)
-    return delta_rule_work(phase, tokens, seq_len, value_heads, key_dim, value_dim, key_heads=key_heads)
-
-
-GDN_FIELDS = ("batch", "seq_len", "key_heads", "key_dim", "value_heads", "value_dim", "conv_kernel")
-"""The ``GdnRow`` fields ``gdn_row_work`` reads, in its order."""
-
-
-_CHUNKED_STARTS = ((0.1, 0.5, 2e-5, 5e-6), (0.05, 0.2, 2e-5, 1e-5), (0.3, 0.5, 1e-5, 2e-6))
-
-
-def _chunked_curve(u: np.ndarray) -> ChunkedCurve:
-    e = np.exp(u)
-    return ChunkedCurve(min(1.0, e[0]), min(1.0, e[1]), e[2], e[3])
-
-
-def fit_gdn(rows_by_gpu: Sequence[tuple[GpuSpec, list]], curve: str) -> AttentionCurve | ChunkedCurve:
-    """The Gated DeltaNet curve ``curve`` (a ``GDN_CURVES`` key: "<kernel> <phase>") fitted to ``[(gpu,
-    rows)]`` (``demos.zoo.measured.GdnRow``; the rows of other kernels and phases left out): an
-    ``AttentionCurve``, and for the prefill delta rule a ``ChunkedCurve`` over each row's chain of chunks
-    (``demos.zoo.work.delta_rule_chunks``: a prompt's chunks, one after another)."""
-    kernel, phase = curve.split()
-    picked = [(g, "bfloat16", [r for r in rows if r.phase == phase and r.kernel == kernel]) for g, rows in rows_by_gpu]
-    data, peak, hbm, t = _columns(picked, GDN_FIELDS)
-    if len(t) < 4:
-        raise ValueError(f"need at least 4 {curve} rows to fit 4 parameters, got {len(t)}")
-    flops, nbytes = gdn_row_work(kernel, phase, *(data[f] for f in GDN_FIELDS))
-    logt = np.log(t)
-    if curve == "delta_rule prefill":
-        chunks = delta_rule_chunks(phase, data["batch"] * data["seq_len"], data["seq_len"])
-        return _round(
-            _chunked_curve(
-                fit_log(
-                    lambda u: np.log(_chunked_curve(u).seconds(flops, nbytes, peak, hbm, chunks)) - logt,
-                    _CHUNKED_STARTS,
-                )
-            )
-        )
-
-    def residuals(u: np.ndarray) -> np.ndarray:
-        return np.log(_attn_curve(u).seconds(flops, nbytes, peak, hbm)) - logt
-
-    return _round(_attn_curve(fit_log(residuals, _ATTN_STARTS)))
+    return rounded(attention_curve(fit_log(residuals, ATTENTION_STARTS)))
 
 
 _EXPERTS_STORAGE = storage_of("fp8")  # the MoE tables' grouped GEMMs: FP8 block weights
@@ -350,12 +200,7 @@ def fit_experts(rows_by_gpu: Sequence[tuple[GpuSpec, list]], gemm: GemmCurve) ->
         return np.log(pred) - logt
 
     u = fit_log(residuals, ((0.7, 1e-5), (0.9, 3e-5)))
-    return _round(GroupedCurve(min(1.0, math.exp(u[0])), math.exp(u[1])))
-
-
-def _round(curve):
-    """``curve`` with every figure rounded to 4 significant figures (what the data file stores)."""
-    return type(curve)(**{k: float(f"{v:.4g}") for k, v in curve.__dict__.items()})
+    return rounded(GroupedCurve(min(1.0, math.exp(u[0])), math.exp(u[1])))
 
 
 def fit_ll_sm(rows: Sequence, kernel: str) -> LinearCost:

@@ -171,6 +171,7 @@ def test_one_long_prompt_takes_its_chain_of_chunks(gpu):
     assert abs(statistics.median(r.error for r in alone)) < 0.11
 
 
+@pytest.mark.slow  # a whole prediction: over a second
 def test_neither_engine_line_runs_an_overlap_the_pinned_release_refuses_for_this_model():
     p = predict(model=QWEN, gpu="b200", nodes=2, ep=16, tokens=(64, 256))
     r = p.recommendation
@@ -193,6 +194,7 @@ def test_the_breakdown_gives_each_kinds_attention_and_they_add_up_to_the_layers_
     assert layer_breakdown(single, 64, gpu_profile("b200"))["attention_kinds_s"] is None
 
 
+@pytest.mark.slow  # a whole prediction: over a second
 def test_detail_prints_the_attention_of_each_kind_and_a_one_kind_models_json_holds_null():
     p = predict(model=QWEN, gpu="b200", nodes=2, ep=16, tokens=(64,))
     lines = detail_lines(p.to_dict())

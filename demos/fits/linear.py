@@ -1,0 +1,70 @@
+"""Fitting a Gated DeltaNet layer's kernel curves (``demos.zoo.rooflines.FamilyFit.gdn``) to SGLang's
+measured ``gdn_perf`` rows: ``fit_gdn`` per ``GDN_CURVES`` key, each row's work counted by the predictor's
+formulas (``gdn_row_work``: ``demos.zoo.work.delta_rule_work``, ``conv_work``, ``delta_rule_chunks``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from demos.fits.solver import ATTENTION_STARTS, attention_curve, columns, fit_log, rounded
+from demos.vocabulary import Phase
+from demos.zoo.hardware import GpuSpec
+from demos.zoo.rooflines import AttentionCurve, ChunkedCurve
+from demos.zoo.work import conv_work, delta_rule_chunks, delta_rule_work
+
+__all__ = ["GDN_FIELDS", "fit_gdn", "gdn_row_work"]
+
+
+def gdn_row_work(kernel: str, phase: str, batch, seq_len, key_heads, key_dim, value_heads, value_dim, conv_kernel):
+    """(flops, bytes) of a Gated DeltaNet kernel row (arrays or numbers) as the predictor counts it: decode,
+    ``batch`` requests of one token; prefill, ``batch`` requests of ``seq_len`` prompt tokens; the delta rule
+    by ``demos.zoo.work.delta_rule_work``, the convolution over the query, key and value channels by
+    ``conv_work``."""
+    tokens = batch if phase == Phase.DECODE else batch * seq_len
+    if kernel == "conv":
+        return conv_work(phase, tokens, seq_len, 2 * key_heads * key_dim + value_heads * value_dim, conv_kernel)
+    return delta_rule_work(phase, tokens, seq_len, value_heads, key_dim, value_dim, key_heads=key_heads)
+
+
+GDN_FIELDS = ("batch", "seq_len", "key_heads", "key_dim", "value_heads", "value_dim", "conv_kernel")
+"""The ``GdnRow`` fields ``gdn_row_work`` reads, in its order."""
+
+
+_CHUNKED_STARTS = ((0.1, 0.5, 2e-5, 5e-6), (0.05, 0.2, 2e-5, 1e-5), (0.3, 0.5, 1e-5, 2e-6))
+
+
+def _chunked_curve(u: np.ndarray) -> ChunkedCurve:
+    e = np.exp(u)
+    return ChunkedCurve(min(1.0, e[0]), min(1.0, e[1]), e[2], e[3])
+
+
+def fit_gdn(rows_by_gpu: Sequence[tuple[GpuSpec, list]], curve: str) -> AttentionCurve | ChunkedCurve:
+    """The Gated DeltaNet curve ``curve`` (a ``GDN_CURVES`` key: "<kernel> <phase>") fitted to ``[(gpu,
+    rows)]`` (``demos.zoo.measured.GdnRow``; the rows of other kernels and phases left out): an
+    ``AttentionCurve``, and for the prefill delta rule a ``ChunkedCurve`` over each row's chain of chunks
+    (``demos.zoo.work.delta_rule_chunks``: a prompt's chunks, one after another)."""
+    kernel, phase = curve.split()
+    picked = [(g, "bfloat16", [r for r in rows if r.phase == phase and r.kernel == kernel]) for g, rows in rows_by_gpu]
+    data, peak, hbm, t = columns(picked, GDN_FIELDS)
+    if len(t) < 4:
+        raise ValueError(f"need at least 4 {curve} rows to fit 4 parameters, got {len(t)}")
+    flops, nbytes = gdn_row_work(kernel, phase, *(data[f] for f in GDN_FIELDS))
+    logt = np.log(t)
+    if curve == "delta_rule prefill":
+        chunks = delta_rule_chunks(phase, data["batch"] * data["seq_len"], data["seq_len"])
+        return rounded(
+            _chunked_curve(
+                fit_log(
+                    lambda u: np.log(_chunked_curve(u).seconds(flops, nbytes, peak, hbm, chunks)) - logt,
+                    _CHUNKED_STARTS,
+                )
+            )
+        )
+
+    def residuals(u: np.ndarray) -> np.ndarray:
+        return np.log(attention_curve(u).seconds(flops, nbytes, peak, hbm)) - logt
+
+    return rounded(attention_curve(fit_log(residuals, ATTENTION_STARTS)))
