@@ -5,6 +5,7 @@ check against SGLang's measured kernels, and the engine lines (no DBO or TBO for
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import statistics
 
@@ -29,6 +30,12 @@ from demos.zoo.workload import Workload, cluster_for
 needs_extra = pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
 
 QWEN = "qwen3.5-397b-a17b"
+
+
+@functools.lru_cache(maxsize=None)
+def _gdn_rows(gpu: str) -> tuple:
+    """Every Gated DeltaNet check row of ``gpu`` (``validate kernels``' gdn ops), read once per session."""
+    return tuple(kernel_rows(gpu, ops=("gdn decode", "gdn prefill", "gdn conv decode", "gdn conv prefill")))
 
 
 def _workload(phase=Phase.DECODE, context=1024, tokens=64, tp=1):
@@ -152,8 +159,8 @@ def test_the_gated_deltanet_kernels_sit_on_their_curves_on_every_gpu(gpu):
     """SGLang's measured delta-rule kernels within 10% (signed median) of the family's curves, the
     convolutions within 20% (H200's prefill ones -18.5%: the Hopper curve is fitted on H100 too); B300 and
     GB300 held out."""
+    got = {s["op"]: s for s in summaries(_gdn_rows(gpu))}
     ops = ("gdn decode", "gdn prefill", "gdn conv decode", "gdn conv prefill")
-    got = {s["op"]: s for s in summaries(kernel_rows(gpu, ops=ops))}
     assert set(got) == set(ops)
     for op, s in got.items():
         assert s["rows"] > 400 and abs(s["median_error"]) < (0.10 if "conv" not in op else 0.20), s
@@ -165,7 +172,7 @@ def test_the_gated_deltanet_kernels_sit_on_their_curves_on_every_gpu(gpu):
 def test_one_long_prompt_takes_its_chain_of_chunks(gpu):
     """One request of 1,024 tokens or more: its chunks run one after another, which the roofline alone
     puts 19-48% short; with the chain's time per chunk (``ChunkedCurve``) the median is within 11%."""
-    rows = kernel_rows(gpu, ops=("gdn prefill",))
+    rows = [r for r in _gdn_rows(gpu) if r.op == "gdn prefill"]
     alone = [r for r in rows if " batch=1 " in r.shape and int(r.shape.split("seq=")[1].split()[0]) >= 1024]
     assert len(alone) > 200
     assert abs(statistics.median(r.error for r in alone)) < 0.11
