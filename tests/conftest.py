@@ -77,8 +77,9 @@ fails a run in which a file not listed here uses ``validate_json``."""
 
 def whole_suite_on_workers(config) -> bool:
     """Whether this run spreads itself over ``WORKERS`` processes: pytest-xdist is installed, this is not
-    one of its workers, the command named no ``-n``/``--dist``/``--tx``, no path or test, no ``-m``/``-k``
-    selection, no ``-s``, ``--pdb`` or ``--collect-only``, and the process may use ``WORKERS`` CPUs."""
+    one of its workers, the command named no ``-n``/``--dist``/``--tx``, no path or test, no ``-k``
+    selection (a ``-m`` tier is the whole tree's tests of that tier: the fast tier spreads too), no ``-s``,
+    ``--pdb`` or ``--collect-only``, and the process may use ``WORKERS`` CPUs."""
     o = config.option
     return (
         config.pluginmanager.hasplugin("xdist")
@@ -87,7 +88,6 @@ def whole_suite_on_workers(config) -> bool:
         and getattr(o, "dist", "no") == "no"
         and not getattr(o, "tx", None)
         and config.args_source == pytest.Config.ArgsSource.TESTPATHS
-        and not o.markexpr
         and not o.keyword
         and o.capture != "no"
         and not o.usepdb

@@ -26,11 +26,11 @@ def config(**option) -> SimpleNamespace:
 def test_only_a_plain_whole_suite_run_spreads_over_workers(monkeypatch):
     monkeypatch.setattr(conftest.os, "sched_getaffinity", lambda pid: {0, 1})
     assert conftest.whole_suite_on_workers(config())
+    assert conftest.whole_suite_on_workers(config(markexpr="not slow and not stress"))  # a tier: the fast one
     for narrower in (
         dict(numprocesses=0),  # -n 0
         dict(dist="load"),
         dict(tx=["popen"]),
-        dict(markexpr="not slow and not stress"),
         dict(keyword="storm"),
         dict(capture="no"),  # -s
         dict(usepdb=True),
