@@ -274,14 +274,15 @@ def _pct(x: float | None) -> str:
 
 def format_kernels(summaries: list[dict]) -> str:
     """The ``--kernels`` table: per GPU and op family, signed median and max error, median |error|, worst row."""
+    op = max([12, *(len(s["op"]) for s in summaries)])  # the op column as wide as its longest name
     lines = [
         "Kernel times: the fitted roofline (python -m demos.predict's default) against the measured tables",
-        f"{'gpu':6} {'op':12} {'rows':>6} {'median':>8} {'|median|':>9} {'max':>8}  worst row",
+        f"{'gpu':6} {'op':{op}} {'rows':>6} {'median':>8} {'|median|':>9} {'max':>8}  worst row",
     ]
     for s in summaries:
         w = s["worst"]
         lines.append(
-            f"{s['gpu']:6} {s['op']:12} {s['rows']:6d} {_pct(s['median_error']):>8} {s['median_abs_error']:8.1%} "
+            f"{s['gpu']:6} {s['op']:{op}} {s['rows']:6d} {_pct(s['median_error']):>8} {s['median_abs_error']:8.1%} "
             f"{_pct(s['max_error']):>8}  {w['shape']} "
             f"({w['predicted_s'] * 1e6:.1f} us vs {w['measured_s'] * 1e6:.1f} us)"
         )
