@@ -255,6 +255,7 @@ SURFACE = {
     "demos.zoo.models": [
         "ALIASES",
         "CHECKPOINTS",
+        "CompressedAttention",
         "GQAAttention",
         "GatedDeltaNet",
         "MLAAttention",

@@ -8,12 +8,16 @@ What is counted (every weight, bias and norm scale of the HuggingFace implementa
   ``o_proj`` and its two latent norms, and a sparse MLA's lightning indexer (``indexer_params``); GQA's
   q/k/v/o projections with their biases when ``bias``, the per-head q/k norms when ``qk_norm``, one sink
   per head when ``sinks`` and ``q_proj``'s output-gate half when ``output_gate``; a hybrid model's Gated
-  DeltaNet layers (``linear_attention_params``) in its ``linear_attention`` layers;
-* ``norms``: two RMSNorms per layer (before attention and before the MLP) and the final norm;
+  DeltaNet layers (``linear_attention_params``) in its ``linear_attention`` layers; DeepSeek-V4's
+  compressed attention per layer (``compressed_attention_params``: its projections, its compressor and, at
+  ratio 4, its indexer);
+* ``norms``: two RMSNorms per layer (before attention and before the MLP) and the final norm, and a wide
+  residual's mixing weights (``hyper_connection_params``: DeepSeek-V4's ``hc_*`` tensors);
 * ``dense_mlp``: the gated MLPs (gate, up, down) of the ``first_k_dense`` layers;
 * ``routed_experts`` / ``routed_active``: all routed experts of every MoE layer / the ``top_k`` a token uses;
   ``shared_experts``: the always-on experts; ``router``: the gate linear, its bias, and DeepSeek-V3's
-  selection-only correction bias;
+  selection-only correction bias (which DeepSeek-V4's hash-routed layers do not have; their token-id table
+  is a buffer, not counted);
 * ``mtp``: the multi-token-prediction modules (DeepSeek-V3 and GLM-4.5 ship one): a full MoE layer plus
   ``enorm``, ``hnorm``, ``eh_proj`` (2·hidden -> hidden) and the head norm, sharing the trunk's embedding and head.
 
@@ -36,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from demos.zoo.models.spec import (
+    CompressedAttention,
     GatedDeltaNet,
     GQAAttention,
     MLAAttention,
@@ -47,8 +52,10 @@ from demos.zoo.models.spec import (
 __all__ = [
     "ParamCount",
     "attention_params",
+    "compressed_attention_params",
     "count_params",
     "expert_params",
+    "hyper_connection_params",
     "indexer_params",
     "layer_attention_params",
     "linear_attention_params",
@@ -146,12 +153,50 @@ def linear_attention_params(hidden: int, a: GatedDeltaNet) -> int:
     )
 
 
+def compressed_attention_params(hidden: int, a: CompressedAttention, ratio: int) -> int:
+    """One DeepSeek-V4 attention layer of compression ratio ``ratio``: ``wq_a`` with the query latent's norm,
+    ``wq_b``, ``wkv`` (the one latent head) with its norm, the grouped ``wo_a`` (each group's heads to
+    ``o_lora_rank``) and ``wo_b``, one sink per head; at a ratio, the compressor (``wkv`` and ``wgate`` to
+    ``compressor_width`` columns, ``ape`` per position of the ratio, the entry's norm); at ratio 4 the
+    indexer too (``wq_b`` from the query latent, ``weights_proj`` from the hidden state, and a compressor of
+    its own over ``index_head_dim``)."""
+    hd, heads = a.head_dim, a.heads
+    total = hidden * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * heads * hd + hidden * hd + hd
+    total += heads * hd * a.o_lora_rank + a.o_groups * a.o_lora_rank * hidden + heads
+
+    def compressor(dim: int) -> int:
+        width = a.compressor_width(ratio, dim)
+        return 2 * hidden * width + ratio * width + dim
+
+    if ratio:
+        total += compressor(hd)
+    if ratio == 4:
+        ih, idim = a.index_heads, a.index_head_dim
+        total += a.q_lora_rank * ih * idim + hidden * ih + compressor(idim)
+    return total
+
+
+def hyper_connection_params(spec: ModelSpec) -> int:
+    """A wide residual's mixing weights (DeepSeek-V4's manifold-constrained hyper-connections; 0 when
+    ``hc_mult`` is 1): at each of a layer's two sub-layers, ``hc_fn`` maps the ``hc x hidden`` stream to the
+    ``(2 + hc) x hc`` pre, post and combination weights, with ``hc_base`` and three scales; before the head,
+    ``hc_head_fn`` to ``hc`` weights with its base and scale."""
+    hc, h = spec.hc_mult, spec.hidden_size
+    if hc == 1:
+        return 0
+    mixes = (2 + hc) * hc
+    per_site = mixes * hc * h + mixes + 3
+    return spec.num_layers * 2 * per_site + hc * hc * h + hc + 1
+
+
 def layer_attention_params(spec: ModelSpec, layer: int) -> int:
     """The attention parameters of layer ``layer``: a hybrid model's linear layers their Gated DeltaNet's,
-    every other layer ``attention_params``."""
+    DeepSeek-V4's at the layer's compression ratio, every other layer ``attention_params``."""
     a = spec.attention
     if isinstance(a, GQAAttention) and a.is_linear(layer):
         return linear_attention_params(spec.hidden_size, a.linear)
+    if isinstance(a, CompressedAttention):
+        return compressed_attention_params(spec.hidden_size, a, a.ratio_of(layer))
     return attention_params(spec)
 
 
@@ -179,6 +224,8 @@ def attention_params(spec: ModelSpec) -> int:
         if a.sinks:
             total += a.heads
         return total
+    if isinstance(a, CompressedAttention):  # the MTP layer's: a sliding window only, as DeepSeek's configs give it
+        return compressed_attention_params(h, a, 0)
     raise ModelSpecError("ModelSpec.attention", f"has no parameter count for {type(a).__name__}")
 
 
@@ -215,6 +262,12 @@ def _router_params(spec: ModelSpec) -> int:
     return total
 
 
+def _hash_layer_bias(spec: ModelSpec) -> int:
+    """The correction biases DeepSeek-V4's hash-routed layers do not have (they select by the table)."""
+    moe = spec.moe
+    return moe.hash_layers * moe.routed_experts if moe is not None and moe.score_correction_bias else 0
+
+
 def count_params(spec: ModelSpec) -> ParamCount:
     """Parameters of ``spec`` by part; sums and conventions on ``ParamCount`` (module docstring)."""
     if not isinstance(spec, ModelSpec):
@@ -235,12 +288,12 @@ def count_params(spec: ModelSpec) -> ParamCount:
         embedding=table,
         lm_head=0 if spec.tie_embeddings else table,
         attention=sum(layer_attention_params(spec, i) for i in range(spec.num_layers)),
-        norms=spec.num_layers * 2 * h + h,
+        norms=spec.num_layers * 2 * h + h + hyper_connection_params(spec),
         dense_mlp=spec.first_k_dense * dense,
         routed_experts=spec.moe_layers * routed_per_layer,
         routed_active=spec.moe_layers * active_per_layer,
         shared_experts=spec.moe_layers * shared_per_layer,
-        router=spec.moe_layers * router,
+        router=spec.moe_layers * router - _hash_layer_bias(spec),
         mtp=spec.mtp_layers * mtp_layer,
         mtp_modules=spec.mtp_layers,
     )

@@ -2,11 +2,14 @@
 
 Contract. The result is a valid ``ModelSpec`` (its ``__post_init__`` checked it) with:
 
-* the layer structure kept: ``num_layers``, ``first_k_dense``, ``mtp_layers``, the attention kind, the
-  per-layer ``layer_types`` and ``sliding_window`` (a window is a token count, not a width), the flags
+* the layer structure kept: ``num_layers``, ``first_k_dense``, ``mtp_layers``, ``hc_mult``, the attention
+  kind, the per-layer ``layer_types``, ``compress_ratios`` and ``sliding_window`` (a window is a token
+  count, not a width), the flags
   (biases, sinks, q/k norms, router biases), the routing functions and ``precision``;
 * every width divided by ``factor`` (floor, at least 1): ``hidden_size``, ``vocab_size``, the dense and
-  expert intermediate sizes, MLA's ``q_lora_rank`` and ``kv_lora_rank``;
+  expert intermediate sizes, MLA's ``q_lora_rank`` and ``kv_lora_rank``, DeepSeek-V4's ``q_lora_rank`` and
+  ``o_lora_rank`` (its ``o_groups`` the largest divisor of the new heads not above ``o_groups // factor``),
+  and an indexer's heads and ``index_topk``;
 * head dims divided by ``factor`` and kept even and >= 2 (RoPE rotates pairs); head counts divided by
   ``factor`` (at least 1) with ``kv_heads`` the largest divisor of the new ``heads`` not above
   ``kv_heads // factor`` (at least 1);
@@ -26,7 +29,14 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
-from demos.zoo.models.spec import GQAAttention, MLAAttention, ModelSpec, ModelSpecError, MoESpec, SparseMLAAttention
+from demos.zoo.models.spec import (
+    CompressedAttention,
+    MLAAttention,
+    ModelSpec,
+    ModelSpecError,
+    MoESpec,
+    SparseMLAAttention,
+)
 
 __all__ = ["shrink"]
 
@@ -47,7 +57,25 @@ def _largest_divisor(n: int, at_most: int) -> int:
     return 1
 
 
-def _shrink_attention(a: MLAAttention | GQAAttention, factor: int) -> MLAAttention | GQAAttention:
+def _shrink_compressed(a: CompressedAttention, factor: int) -> CompressedAttention:
+    heads, head_dim = _width(a.heads, factor), _head_dim(a.head_dim, factor)
+    return replace(
+        a,
+        heads=heads,
+        head_dim=head_dim,
+        qk_rope_head_dim=min(_head_dim(a.qk_rope_head_dim, factor), head_dim - 2) if a.qk_rope_head_dim else 0,
+        q_lora_rank=_width(a.q_lora_rank, factor),
+        o_groups=_largest_divisor(heads, a.o_groups // factor),
+        o_lora_rank=_width(a.o_lora_rank, factor),
+        index_heads=_width(a.index_heads, factor),
+        index_head_dim=_head_dim(a.index_head_dim, factor),
+        index_topk=_width(a.index_topk, factor),
+    )
+
+
+def _shrink_attention(a, factor: int):
+    if isinstance(a, CompressedAttention):
+        return _shrink_compressed(a, factor)
     heads = _width(a.heads, factor)
     if isinstance(a, MLAAttention):
         mla = MLAAttention(

@@ -9,11 +9,14 @@ A spec holds the shapes that set compute, memory and all-to-all traffic, and not
 * attention by kind: ``MLAAttention`` (DeepSeek's multi-head latent attention), ``SparseMLAAttention``
   (MLA behind a lightning indexer: DeepSeek sparse attention) or ``GQAAttention`` (grouped-query, MHA
   when ``kv_heads == heads``), with the per-layer sliding-window pattern, the attention sinks of the
-  families that have them, and the Gated DeltaNet linear-attention layers of the hybrid ones
-  (``GatedDeltaNet``, ``demos.zoo.models.linear_spec``);
+  families that have them, the Gated DeltaNet linear-attention layers of the hybrid ones
+  (``GatedDeltaNet``, ``demos.zoo.models.linear_spec``), or DeepSeek-V4's per-layer compressed attention
+  (``CompressedAttention``, ``demos.zoo.models.compressed_spec``);
 * ``Precision``: the dtype of each part (non-expert weights, expert weights, dispatch, combine, KV cache);
 * ``mtp_layers``: multi-token-prediction modules shipped beside the trunk (DeepSeek-V3), which the
-  published totals leave out (``demos.zoo.models.params``).
+  published totals leave out (``demos.zoo.models.params``);
+* ``hc_mult``: the residual stream's width in hidden-size rows (DeepSeek-V4's manifold-constrained
+  hyper-connections: 4; 1 is the plain residual).
 
 Contract: every dataclass here is frozen and checks every field in ``__post_init__``; a bad value raises
 ``ModelSpecError``, one line that names the field as ``Class.field`` (also in ``e.field``) and says what
@@ -33,12 +36,14 @@ from demos.zoo.models._checks import (
     check_str,
     is_int,
 )
+from demos.zoo.models.compressed_spec import CompressedAttention
 from demos.zoo.models.dtypes import DTYPES, dtype
 from demos.zoo.models.linear_spec import GatedDeltaNet
 
 __all__ = [
     "ATTENTION_LAYER_TYPES",
     "SCORING_FUNCS",
+    "CompressedAttention",
     "GQAAttention",
     "GatedDeltaNet",
     "MLAAttention",
@@ -49,7 +54,7 @@ __all__ = [
     "SparseMLAAttention",
 ]
 
-SCORING_FUNCS = ("softmax", "sigmoid")
+SCORING_FUNCS = ("softmax", "sigmoid", "sqrtsoftplus")
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention")
 
 
@@ -233,7 +238,8 @@ class MoESpec:
     ``n_group`` equal groups of which a token may use ``topk_group`` (1 and 1: no group limit).
     ``router_bias``: the router linear has a bias (gpt-oss); ``score_correction_bias``: a per-expert bias used
     only for selection (DeepSeek-V3's auxiliary-loss-free balancing); ``expert_bias``: expert projections
-    carry biases (gpt-oss).
+    carry biases (gpt-oss); ``hash_layers``: the first ``hash_layers`` MoE layers route each token by a
+    fixed table of its token id instead of a gate (DeepSeek-V4's ``num_hash_layers``).
     """
 
     routed_experts: int
@@ -248,6 +254,7 @@ class MoESpec:
     router_bias: bool = False
     score_correction_bias: bool = False
     expert_bias: bool = False
+    hash_layers: int = 0
 
     def __post_init__(self) -> None:
         check_int("MoESpec", "routed_experts", self.routed_experts, minimum=1)
@@ -279,6 +286,7 @@ class MoESpec:
             )
         for name in ("router_bias", "score_correction_bias", "expert_bias"):
             check_bool("MoESpec", name, getattr(self, name))
+        check_int("MoESpec", "hash_layers", self.hash_layers, minimum=0)
 
 
 @dataclass(frozen=True)
@@ -299,11 +307,12 @@ class ModelSpec:
     vocab_size: int
     first_k_dense: int
     dense_intermediate_size: int | None
-    attention: MLAAttention | GQAAttention
+    attention: MLAAttention | GQAAttention | CompressedAttention
     moe: MoESpec | None
     tie_embeddings: bool = False
     precision: Precision = Precision()
     mtp_layers: int = 0
+    hc_mult: int = 1
 
     def __post_init__(self) -> None:
         for name in ("name", "source", "model_type"):
@@ -330,10 +339,16 @@ class ModelSpec:
                 "ModelSpec.dense_intermediate_size",
                 f"must be None without dense layers (first_k_dense 0), got {self.dense_intermediate_size!r}",
             )
-        if not isinstance(self.attention, (MLAAttention, GQAAttention)):
+        if not isinstance(self.attention, (MLAAttention, GQAAttention, CompressedAttention)):
             raise ModelSpecError(
                 "ModelSpec.attention",
-                f"must be an MLAAttention or GQAAttention, got {type(self.attention).__name__}",
+                f"must be an MLAAttention, GQAAttention or CompressedAttention, got {type(self.attention).__name__}",
+            )
+        ratios = getattr(self.attention, "compress_ratios", None)
+        if ratios is not None and len(ratios) != self.num_layers:
+            raise ModelSpecError(
+                "CompressedAttention.compress_ratios",
+                f"must have num_layers ({self.num_layers}) entries, got {len(ratios)}",
             )
         types = getattr(self.attention, "layer_types", None)
         if types is not None and len(types) != self.num_layers:
@@ -344,6 +359,16 @@ class ModelSpec:
         if not isinstance(self.precision, Precision):
             raise ModelSpecError("ModelSpec.precision", f"must be a Precision, got {type(self.precision).__name__}")
         check_int("ModelSpec", "mtp_layers", self.mtp_layers, minimum=0)
+        check_int("ModelSpec", "hc_mult", self.hc_mult, minimum=1)
+        if self.hc_mult > 1 and self.first_k_dense:
+            raise ModelSpecError(
+                "ModelSpec.hc_mult",
+                f"a wide residual ({self.hc_mult}) is modelled around MoE layers only, got {self.first_k_dense} dense",
+            )
+        if self.moe is not None and self.moe.hash_layers > self.moe_layers:
+            raise ModelSpecError(
+                "MoESpec.hash_layers", f"must be <= the {self.moe_layers} MoE layers, got {self.moe.hash_layers}"
+            )
 
     @property
     def moe_layers(self) -> int:

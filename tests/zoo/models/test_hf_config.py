@@ -27,8 +27,13 @@ FAMILY_OF = {
     "deepseek-v3.2": "deepseek_v32",
     "glm-5": "glm_moe_dsa",
     "qwen3.5-397b-a17b": "qwen3_5_moe",
+    "deepseek-v4-flash": "deepseek_v4",
+    "deepseek-v4-pro": "deepseek_v4",
 }
-NO_PRESET = {"qwen3_next": "tests/zoo/models/test_linear_attention.py loads a flat copy of Qwen3.5's text model"}
+NO_PRESET = {
+    "qwen3_next": "tests/zoo/models/test_linear_attention.py loads a flat copy of Qwen3.5's text model",
+    "deepseek_ref": "tests/zoo/models/test_deepseek_v4.py loads SGLang's FP8 copies from the measured extra",
+}
 """Families the loader reads without a preset of their own, and where a test loads one."""
 
 # Fields a real config.json carries that the loader does not read: they must not get in the way.

@@ -23,6 +23,8 @@ REPOS = {
     "deepseek-v3.2": "deepseek-ai/DeepSeek-V3.2",
     "glm-5": "zai-org/GLM-5-FP8",
     "qwen3.5-397b-a17b": "Qwen/Qwen3.5-397B-A17B",
+    "deepseek-v4-flash": "deepseek-ai/DeepSeek-V4-Flash",
+    "deepseek-v4-pro": "deepseek-ai/DeepSeek-V4-Pro",
 }
 
 

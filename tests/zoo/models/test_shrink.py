@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 from demos.zoo.models.params import count_params
 from demos.zoo.models.presets import PRESET_NAMES, get_preset
 from demos.zoo.models.shrink import shrink
-from demos.zoo.models.spec import MLAAttention, ModelSpec, ModelSpecError
+from demos.zoo.models.spec import CompressedAttention, MLAAttention, ModelSpec, ModelSpecError
 
 
 def check_shrunk(original: ModelSpec, small: ModelSpec, factor: int, min_experts: int = 1) -> None:
     # Layer structure, kinds, flags and precision kept.
-    for name in ("num_layers", "first_k_dense", "mtp_layers", "model_type", "tie_embeddings", "precision"):
+    for name in ("num_layers", "first_k_dense", "mtp_layers", "model_type", "tie_embeddings", "precision", "hc_mult"):
         assert getattr(small, name) == getattr(original, name), name
     assert small.attention.kind == original.attention.kind
     # Widths divided (floor, at least 1).
@@ -32,6 +32,11 @@ def check_shrunk(original: ModelSpec, small: ModelSpec, factor: int, min_experts
         assert b.kv_lora_rank == max(1, a.kv_lora_rank // factor)
         assert (b.q_lora_rank is None) == (a.q_lora_rank is None)
         dims = (b.qk_nope_head_dim, b.qk_rope_head_dim, b.v_head_dim)
+    elif isinstance(a, CompressedAttention):
+        assert (b.compress_ratios, b.sliding_window) == (a.compress_ratios, a.sliding_window)
+        assert b.heads % b.o_groups == 0 and b.o_groups <= max(1, a.o_groups // factor)
+        assert b.qk_rope_head_dim < b.head_dim
+        dims = (b.head_dim, b.index_head_dim)
     else:
         assert b.heads % b.kv_heads == 0 and b.kv_heads <= max(1, a.kv_heads // factor)
         assert (b.bias, b.qk_norm, b.sinks, b.sliding_window, b.layer_types) == (

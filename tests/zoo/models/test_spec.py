@@ -8,6 +8,7 @@ import pytest
 
 from demos.zoo.models.dtypes import DTYPES, dtype, storage_of
 from demos.zoo.models.spec import (
+    CompressedAttention,
     GatedDeltaNet,
     GQAAttention,
     MLAAttention,
@@ -27,6 +28,19 @@ MLA = {
 }
 GQA = {"heads": 8, "kv_heads": 2, "head_dim": 16}
 GDN = {"key_heads": 4, "value_heads": 8, "key_head_dim": 16, "value_head_dim": 16}
+V4 = {
+    "heads": 8,
+    "head_dim": 32,
+    "qk_rope_head_dim": 8,
+    "q_lora_rank": 16,
+    "o_groups": 2,
+    "o_lora_rank": 16,
+    "sliding_window": 8,
+    "compress_ratios": (0, 4, 128, 4),
+    "index_heads": 4,
+    "index_head_dim": 16,
+    "index_topk": 8,
+}
 MOE = {"routed_experts": 16, "top_k": 4, "intermediate_size": 32, "shared_experts": 1, "n_group": 4, "topk_group": 2}
 
 
@@ -159,6 +173,20 @@ BAD = [
     (MoESpec, {**MOE, "router_bias": 0}, "MoESpec.router_bias", "must be a bool"),
     (MoESpec, {**MOE, "score_correction_bias": None}, "MoESpec.score_correction_bias", "must be a bool"),
     (MoESpec, {**MOE, "expert_bias": "no"}, "MoESpec.expert_bias", "must be a bool"),
+    (MoESpec, {**MOE, "hash_layers": -1}, "MoESpec.hash_layers", "must be >= 0"),
+    (CompressedAttention, {**V4, "heads": 0}, "CompressedAttention.heads", "must be >= 1"),
+    (CompressedAttention, {**V4, "head_dim": 0}, "CompressedAttention.head_dim", "must be >= 1"),
+    (CompressedAttention, {**V4, "qk_rope_head_dim": 7}, "CompressedAttention.qk_rope_head_dim", "must be even"),
+    (CompressedAttention, {**V4, "qk_rope_head_dim": 32}, "CompressedAttention.qk_rope_head_dim", "below head_dim"),
+    (CompressedAttention, {**V4, "q_lora_rank": 0}, "CompressedAttention.q_lora_rank", "must be >= 1"),
+    (CompressedAttention, {**V4, "o_groups": 3}, "CompressedAttention.o_groups", "must divide heads (8)"),
+    (CompressedAttention, {**V4, "o_lora_rank": 1.0}, "CompressedAttention.o_lora_rank", "must be an int"),
+    (CompressedAttention, {**V4, "sliding_window": 0}, "CompressedAttention.sliding_window", "must be >= 1"),
+    (CompressedAttention, {**V4, "compress_ratios": [4]}, "CompressedAttention.compress_ratios", "non-empty tuple"),
+    (CompressedAttention, {**V4, "compress_ratios": (8,)}, "CompressedAttention.compress_ratios", "entry 0 must be"),
+    (CompressedAttention, {**V4, "index_heads": 0}, "CompressedAttention.index_heads", "must be >= 1"),
+    (CompressedAttention, {**V4, "index_head_dim": 0}, "CompressedAttention.index_head_dim", "must be >= 1"),
+    (CompressedAttention, {**V4, "index_topk": 0}, "CompressedAttention.index_topk", "must be >= 1"),
 ]
 
 
@@ -186,7 +214,19 @@ BAD_SPEC = [
     ({"moe": {"routed_experts": 4}}, "ModelSpec.moe", "must be a MoESpec or None"),
     ({"dense_intermediate_size": None}, "ModelSpec.dense_intermediate_size", "must be an int, got NoneType"),
     ({"first_k_dense": 0}, "ModelSpec.dense_intermediate_size", "must be None without dense layers"),
-    ({"attention": dict(MLA)}, "ModelSpec.attention", "must be an MLAAttention or GQAAttention"),
+    ({"attention": dict(MLA)}, "ModelSpec.attention", "must be an MLAAttention, GQAAttention or CompressedAttention"),
+    (
+        {"attention": CompressedAttention(**{**V4, "compress_ratios": (4, 4)})},
+        "CompressedAttention.compress_ratios",
+        "must have num_layers (4) entries, got 2",
+    ),
+    ({"hc_mult": 0}, "ModelSpec.hc_mult", "must be >= 1"),
+    ({"hc_mult": 4}, "ModelSpec.hc_mult", "modelled around MoE layers only, got 1 dense"),
+    (
+        {"moe": MoESpec(**MOE, hash_layers=4)},
+        "MoESpec.hash_layers",
+        "must be <= the 3 MoE layers, got 4",
+    ),
     (
         {"attention": GQAAttention(**GQA, sliding_window=8, layer_types=("sliding_attention",) * 3)},
         "GQAAttention.layer_types",
@@ -211,7 +251,7 @@ def test_model_spec_rejects_bad_fields_in_one_line(overrides, field, reason):
 def test_every_field_of_every_part_is_covered_by_a_rejection_case():
     """A field added without a check (and without a case above) fails here."""
     named = {b[2] for b in BAD} | {b[1] for b in BAD_SPEC}
-    for cls in (Precision, MLAAttention, GQAAttention, GatedDeltaNet, MoESpec, ModelSpec):
+    for cls in (Precision, MLAAttention, GQAAttention, GatedDeltaNet, CompressedAttention, MoESpec, ModelSpec):
         for f in dataclasses.fields(cls):
             qualified = f"{cls.__name__}.{f.name}"
             assert qualified in named or cls is Precision, f"no rejection case names {qualified}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from demos.zoo.models.hf_config._deepseek import deepseek, deepseek_sparse, glm4_moe, kimi_k25
+from demos.zoo.models.hf_config._deepseek import deepseek, deepseek_sparse, deepseek_v4, glm4_moe, kimi_k25
 from demos.zoo.models.hf_config._fields import Fields
 from demos.zoo.models.hf_config._gqa import gpt_oss, minimax_m2, mixtral, qwen3_moe, qwen3_next
 from demos.zoo.models.spec import ModelSpec
@@ -17,6 +17,8 @@ FAMILIES: dict[str, Callable[[Fields, str, str], ModelSpec]] = {
     "kimi_k2": deepseek,
     "deepseek_v32": deepseek_sparse,
     "glm_moe_dsa": deepseek_sparse,
+    "deepseek_v4": deepseek_v4,
+    "deepseek_ref": deepseek_v4,
     "kimi_k25": kimi_k25,
     "glm4_moe": glm4_moe,
     "qwen3_moe": qwen3_moe,
@@ -28,16 +30,9 @@ FAMILIES: dict[str, Callable[[Fields, str, str], ModelSpec]] = {
 }
 SUPPORTED_MODEL_TYPES = tuple(sorted(FAMILIES))
 
-_V4 = (
-    "compressed sparse attention (compress_ratios 4 and 128, a lightning indexer keeping the top index_topk), its "
-    "sliding-window branch, the 4x-wide residual (hc_mult: manifold hyper-connections), the grouped output "
-    "projection (o_groups) and hash-routed MoE layers (num_hash_layers)"
-)
 _M3 = "block-sparse attention (sparse_attention_config: the top sparse_topk_blocks blocks of sparse_block_size)"
 _KDA = "KDA linear attention beside MLA (linear_attn_config)"
 NOT_EXPRESSIBLE: dict[str, tuple[str, str]] = {
-    "deepseek_v4": ("DeepSeek-V4", _V4),
-    "deepseek_ref": ("DeepSeek-V4, SGLang's reference copy", _V4),
     "minimax_m3": ("MiniMax-M3", _M3),
     "minimax_m3_vl": ("MiniMax-M3", _M3),
     "minimax": ("MiniMax-Text-01 and -M1", "lightning (linear) attention in seven of every eight layers"),
@@ -98,6 +93,26 @@ _QWEN3_NEXT_NAMES = {
     "GatedDeltaNet.value_head_dim": "linear_value_head_dim",
     "GatedDeltaNet.conv_kernel": "linear_conv_kernel_dim",
 }
+_V4_NAMES = {
+    **_COMMON_NAMES,
+    "MoESpec.routed_experts": "n_routed_experts",
+    "MoESpec.shared_experts": "n_shared_experts",
+    "MoESpec.routed_scaling_factor": "routed_scaling_factor",
+    "MoESpec.hash_layers": "num_hash_layers",
+    "ModelSpec.mtp_layers": "num_nextn_predict_layers",
+    "ModelSpec.hc_mult": "hc_mult",
+    "CompressedAttention.heads": "num_attention_heads",
+    "CompressedAttention.head_dim": "head_dim",
+    "CompressedAttention.qk_rope_head_dim": "qk_rope_head_dim",
+    "CompressedAttention.q_lora_rank": "q_lora_rank",
+    "CompressedAttention.o_groups": "o_groups",
+    "CompressedAttention.o_lora_rank": "o_lora_rank",
+    "CompressedAttention.sliding_window": "sliding_window",
+    "CompressedAttention.compress_ratios": "compress_ratios",
+    "CompressedAttention.index_heads": "index_n_heads",
+    "CompressedAttention.index_head_dim": "index_head_dim",
+    "CompressedAttention.index_topk": "index_topk",
+}
 _KIMI_K25_NAMES = {k: f"text_config.{v}" for k, v in {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES}.items()}
 FIELD_NAMES: dict[str, dict[str, str]] = {
     "deepseek_v2": {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES},
@@ -106,6 +121,8 @@ FIELD_NAMES: dict[str, dict[str, str]] = {
     "deepseek_v32": {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES, **_DSA_NAMES},
     "glm_moe_dsa": {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES, **_DSA_NAMES},
     "glm4_moe": {**_DEEPSEEK_MOE_NAMES, **_GQA_NAMES},
+    "deepseek_v4": _V4_NAMES,
+    "deepseek_ref": _V4_NAMES,
     "qwen3_moe": {**_COMMON_NAMES, **_GQA_NAMES, "MoESpec.routed_experts": "num_experts"},
     "mixtral": {**_COMMON_NAMES, **_GQA_NAMES, **_LOCAL_EXPERTS},
     "gpt_oss": {**_COMMON_NAMES, **_GQA_NAMES, **_LOCAL_EXPERTS},

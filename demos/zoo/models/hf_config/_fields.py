@@ -99,6 +99,12 @@ class Fields:
             raise self.fail(field, f"must be a list of strings, got {type(value).__name__} {show(value)}")
         return tuple(value)
 
+    def get_int_list(self, field: str) -> tuple[int, ...]:
+        value = self._get(field, MISSING)
+        if not isinstance(value, list) or not all(type(v) is int for v in value):
+            raise self.fail(field, f"must be a list of integers, got {type(value).__name__} {show(value)}")
+        return tuple(value)
+
     def unsupported_unless(self, field: str, default: Any, ok: Callable[[Any], bool], what: str) -> None:
         """Fail when ``field`` (``default`` when absent) holds a layout the spec cannot express."""
         value = self.config.get(field, default)

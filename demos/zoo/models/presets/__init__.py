@@ -2,7 +2,7 @@
 
 Each preset is the subset of a published HuggingFace ``config.json`` that the loader reads (plus
 ``architectures`` and ``model_type``), kept in this package as a dict (``_mla``: DeepSeek's MLA family,
-``_gqa``: the GQA families) and turned into a spec by the same
+``_gqa``: the GQA families, ``_v4``: DeepSeek-V4) and turned into a spec by the same
 ``demos.zoo.models.hf_config.spec_from_config`` that reads files, so every preset exercises the loader. The
 spec's ``source`` names the HuggingFace repository and file the values come from; docs/models.md says,
 per preset, where the copy was read and what could not be checked.
@@ -37,6 +37,7 @@ from demos.zoo.models.presets._gqa import (
     QWEN3_235B_A22B,
 )
 from demos.zoo.models.presets._mla import DEEPSEEK_V2_LITE, DEEPSEEK_V3, DEEPSEEK_V3_2, GLM_5, KIMI_K2, KIMI_K2_5
+from demos.zoo.models.presets._v4 import DEEPSEEK_V4_FLASH, DEEPSEEK_V4_PRO
 from demos.zoo.models.spec import ModelSpec
 
 __all__ = [
@@ -71,6 +72,8 @@ _PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "deepseek-v3.2": ("huggingface.co/deepseek-ai/DeepSeek-V3.2 config.json", DEEPSEEK_V3_2),
     "glm-5": ("huggingface.co/zai-org/GLM-5-FP8 config.json", GLM_5),
     "qwen3.5-397b-a17b": ("huggingface.co/Qwen/Qwen3.5-397B-A17B config.json", QWEN3_5_397B_A17B),
+    "deepseek-v4-flash": ("huggingface.co/deepseek-ai/DeepSeek-V4-Flash config.json", DEEPSEEK_V4_FLASH),
+    "deepseek-v4-pro": ("huggingface.co/deepseek-ai/DeepSeek-V4-Pro config.json", DEEPSEEK_V4_PRO),
 }
 
 PRESET_NAMES = tuple(_PRESETS)
