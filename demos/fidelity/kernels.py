@@ -14,6 +14,12 @@ way the predictor times that kernel, and compared:
   cache, the indexer, FlashAttention-3 on Hopper and TRT-LLM's attention on Blackwell) against the
   predictor's sparse attention op, composed as for ``mla module`` and fitted to nothing
   (``demos.zoo.attention_module.dsa_rows``);
+* ``csa module`` / ``hca module``: SGLang's whole DeepSeek-V4 decode modules (Flash and Pro, FP8 block GEMMs and
+  an FP8 cache, attention TP 1 to 8) against the predictor's compressed attention op of a layer of that
+  ratio (``demos.zoo.attention_module.v4_rows``), fitted to nothing;
+* ``mhc pre`` / ``mhc post``: SGLang's DeepSeek-V4 hyper-connection kernels on the family's fitted curve
+  (``FamilyFit.mhc``), their work counted as the predictor counts it (``demos.zoo.work.mhc_work``); B300 and
+  GB300 rows are held out;
 * ``gdn decode`` / ``gdn prefill`` and ``gdn conv decode`` / ``gdn conv prefill``: SGLang's Gated DeltaNet
   kernels (Qwen3.5's shapes, 0.8B to 397B, at several head splits), the delta rule and the causal
   convolution, each on the family's fitted curve (``FamilyFit.gdn``), their work counted as the predictor
@@ -48,7 +54,7 @@ from demos.zoo.hardware import get_gpu
 from demos.zoo.models.dtypes import dtype, storage_of
 from demos.zoo.overlap_costs import ll_node_seconds
 from demos.zoo.rooflines import FIT_GPUS, GEMM_DTYPES, MLA_KV, ChunkedCurve, FamilyFit, family_fit
-from demos.zoo.work import delta_rule_chunks, gemm_work
+from demos.zoo.work import delta_rule_chunks, gemm_work, mhc_work
 
 __all__ = ["OPS", "CheckRow", "cross_validation", "kernel_rows", "summaries"]
 
@@ -59,6 +65,10 @@ OPS = (
     "mla prefill",
     "mla module",
     "dsa module",
+    "csa module",
+    "hca module",
+    "mhc pre",
+    "mhc post",
     "gdn decode",
     "gdn prefill",
     "gdn conv decode",
@@ -126,6 +136,25 @@ def _dsa_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
         yield CheckRow(gpu, "dsa module", shape, composed_seconds(gpu, r, fit, model), r.seconds)
 
 
+def _v4_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
+    from demos.zoo.attention_module import V4_MODELS, v4_composed_seconds, v4_rows
+
+    for r in v4_rows(gpu):
+        op = "csa module" if r.ratio == 4 else "hca module"
+        shape = f"{V4_MODELS[r.model]} batch={r.batch} heads={r.heads} kv={r.length}"
+        yield CheckRow(gpu, op, shape, v4_composed_seconds(gpu, r, fit), r.seconds)
+
+
+def _mhc_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
+    from demos.zoo import measured
+
+    g = get_gpu(gpu)
+    for r in measured.mhc_rows(gpu):
+        flops, nbytes = mhc_work(r.site, r.tokens, r.hidden, r.hc)
+        pred = fit.mhc[r.site].seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
+        yield CheckRow(gpu, f"mhc {r.site}", f"tokens={r.tokens} hidden={r.hidden}", pred, r.seconds)
+
+
 def _gdn_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
     from demos.zoo import measured
 
@@ -191,6 +220,10 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
         out += list(_module_rows(gpu, fit))
     if "dsa module" in ops:
         out += list(_dsa_rows(gpu, fit))
+    if ops & {"csa module", "hca module"}:
+        out += [r for r in _v4_rows(gpu, fit) if r.op in ops]
+    if ops & {"mhc pre", "mhc post"} and fit.mhc:
+        out += [r for r in _mhc_rows(gpu, fit) if r.op in ops]
     if ops & {"gdn decode", "gdn prefill", "gdn conv decode", "gdn conv prefill"} and fit.gdn:
         out += [r for r in _gdn_rows(gpu, fit) if r.op in ops]
     if "experts" in ops:

@@ -38,7 +38,7 @@ from demos.fits.rooflines import experts_seconds, mla_row_work
 from demos.zoo.hardware import get_gpu, ll_bytes
 from demos.zoo.models.dtypes import dtype, storage_of
 from demos.zoo.rooflines import MLA_KV, ChunkedCurve, FamilyFit
-from demos.zoo.work import delta_rule_chunks, gemm_work
+from demos.zoo.work import delta_rule_chunks, gemm_work, mhc_work
 
 __all__ = ["FIT_TOLERANCE", "CurveDifference", "FitComparison", "compare_fits", "grid_times"]
 
@@ -56,6 +56,7 @@ _GDN = {  # batch, tokens per request, value heads (4 per key head, heads of 128
     "decode": ((1, 8, 64, 512), (1,), (4, 16, 64)),
     "prefill": ((1, 8), (512, 4096, 16384), (8, 32)),
 }
+_MHC = ((1, 16, 256, 4096, 65536), (4096, 7168))  # tokens, hidden (a stream of 4 rows)
 
 
 class _MoeShape(NamedTuple):
@@ -114,6 +115,11 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
             else:
                 t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
             add(f"gdn {key}", [f"{name} batch={a} seq={b} value_heads={c}" for a, b, c in pts], t)
+        for site, curve in fit.mhc.items():
+            (tokens, hidden), pts = _grid(*_MHC)
+            flops, nbytes = mhc_work(site, tokens, hidden, 4)
+            t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
+            add(f"mhc {site}", [f"{name} tokens={a} hidden={b}" for a, b in pts], t)
     add("mla module", ["fixed time"], fit.mla_module)
     return {curve: (names, np.array(times)) for curve, (names, times) in out.items()}
 

@@ -22,6 +22,8 @@ which take the rows as numpy arrays. Fitted:
 * ``fit_gdn`` (``demos.fits.linear``): a Gated DeltaNet layer's curve per kernel and phase (``GDN_CURVES``:
   the delta rule, decode's fused recurrent kernel and prefill's chunked one, a ``ChunkedCurve``; the
   causal convolution) to SGLang's kernel rows;
+* ``fit_mhc`` (``demos.fits.mhc``): a wide residual's ``AttentionCurve`` per kernel (``MHC_SITES``: DeepSeek-V4's
+  hyper-connection pre and post) to SGLang's kernel rows, each row's work by ``demos.zoo.work.mhc_work``;
 * ``fit_experts``: the routed experts' ``GroupedCurve`` (their grouped GEMMs' share of bandwidth and the
   op's fixed time) to the uniform MoE rows, the FP8 GEMM curve held (``experts_seconds``);
 * ``fit_ll_sm``: a ``LinearCost`` per DeepEP low-latency kernel to the single-node rows (a weighted
@@ -39,6 +41,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from demos.fits.linear import fit_gdn
+from demos.fits.mhc import fit_mhc
 from demos.fits.solver import ATTENTION_STARTS, attention_curve, columns, fit_log, minimize, nelder_mead, rounded
 from demos.vocabulary import Phase
 from demos.zoo.hardware import GpuSpec, get_gpu, ll_bytes
@@ -47,6 +50,7 @@ from demos.zoo.rooflines import (
     FIT_GPUS,
     GDN_CURVES,
     GEMM_DTYPES,
+    MHC_SITES,
     MLA_KV,
     AttentionCurve,
     FamilyFit,
@@ -237,12 +241,14 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     experts = fit_experts(moe, gemm["fp8"])
     gdn_rows = [(spec, measured.gdn_rows(g)) for spec, g in specs]
     gdn = {curve: fit_gdn(gdn_rows, curve) for curve in GDN_CURVES}
+    mhc_rows = [(spec, measured.mhc_rows(g)) for spec, g in specs]
+    mhc = {site: fit_mhc(mhc_rows, site) for site in MHC_SITES}
     ll = [r for g in names for r in measured.alltoall_rows(g) if r.gpus <= get_gpu(g).gpus_per_node]
     ll_sm = {kernel: fit_ll_sm(ll, kernel) for kernel in ("dispatch", "combine")}
     tables = ", ".join(
         f"{t[3]} ({t[1]} {t[2]})"
         for k, t in measured.TABLES.items()
-        if k in ("gemm", "mla_decode", "mla_prefill", "moe_decode", "deepep_ll", "gdn")
+        if k in ("gemm", "mla_decode", "mla_prefill", "moe_decode", "deepep_ll", "gdn", "mhc")
     )
     source = f"aiconfigurator-core {measured.package_version()}: {tables} on {', '.join(names)}"
     return FamilyFit(
@@ -255,4 +261,5 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         source,
         experts,
         gdn=gdn,
+        mhc=mhc,
     )

@@ -34,7 +34,7 @@ from demos.prediction.workload import (
 from demos.vocabulary import KernelSource, Mode, Phase, Schedule
 from demos.zoo.loading import TOY, load_model, workload_for
 from demos.zoo.memory import ServingLimits, memory_estimate, serving_limits
-from demos.zoo.models import ModelSpec, SparseMLAAttention
+from demos.zoo.models import CompressedAttention, ModelSpec, SparseMLAAttention
 from demos.zoo.rooflines import FITTED_WITH
 from demos.zoo.workload import WORKLOAD_SCHEDULES
 
@@ -226,8 +226,15 @@ def _sources(sweep: Sweep) -> tuple[str, ...]:
         if isinstance(w.spec.attention, SparseMLAAttention)
         else ""
     )
+    if isinstance(w.spec.attention, CompressedAttention):
+        sparse = (
+            "; DeepSeek-V4's attention core timed on the MLA curve and its indexer scores on the FP8 GEMM curve "
+            "(extrapolations checked against its measured decode modules, docs/models.md)"
+        )
     linear = getattr(w.spec.attention, "linear", None) is not None
     tables = "GEMM, MLA and Gated DeltaNet tables" if linear else "GEMM and MLA tables"
+    if w.spec.hc_mult > 1:
+        tables = tables.replace(" and MLA", ", MLA and hyper-connection")
     return tp + (
         f"model: {w.spec.source}",
         f"GPU {w.gpu.name}: {w.gpu.source}",

@@ -35,6 +35,9 @@ The kinds:
 * ``DeltaRule`` (``demos.zoo.linear_attention``): a hybrid model's Gated DeltaNet layers (Qwen3-Next,
   Qwen3.5), picked per layer by ``layer_attention``: a fixed-size recurrent state per request instead of
   a KV cache, its own ops (``gdn_*``).
+* ``Compressed`` (``demos.zoo.compressed_attention``): DeepSeek-V4's layers, each a sliding window and, by
+  its compression ratio, a compressed cache (read whole, or through a lightning indexer's top-k), with
+  its own op ``attn_compress`` (and ``attn_index`` at ratio 4).
 
 A new kind of attention (compressed, sparse, linear) is one class here and one entry in
 ``ATTENTION_KINDS``, plus an entry in ``demos.zoo.ops.OPS`` for each op of its own: the plan, the
@@ -54,6 +57,7 @@ from dbo.costs import Work
 from demos.vocabulary import Phase
 from demos.zoo import kernels as K
 from demos.zoo.attention_base import AttentionCosts, AttentionKind, attention_pairs, timed_core
+from demos.zoo.compressed_attention import Compressed
 from demos.zoo.fold import Folder, bmm, gemm, memory_pass
 from demos.zoo.linear_attention import DeltaRule
 from demos.zoo.models import GatedDeltaNet, GQAAttention, MLAAttention, SparseMLAAttention
@@ -64,6 +68,7 @@ from demos.zoo.workload import Workload
 __all__ = [
     "ATTENTION_KINDS",
     "GQA",
+    "Compressed",
     "DeltaRule",
     "MLA",
     "SparseMLA",
@@ -273,7 +278,9 @@ class GQA(AttentionKind):
             run(costs, "attn_out", K.out_kernel, out, w_o, h, layer=layer, ub=ub)
 
 
-ATTENTION_KINDS: dict[type, AttentionKind] = {k.spec_type: k for k in (MLA(), SparseMLA(), GQA(), DeltaRule())}
+ATTENTION_KINDS: dict[type, AttentionKind] = {
+    k.spec_type: k for k in (MLA(), SparseMLA(), GQA(), DeltaRule(), Compressed())
+}
 """Every kind of attention the zoo runs, keyed by its spec class (``demos.zoo.models``)."""
 
 

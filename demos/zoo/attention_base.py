@@ -65,6 +65,10 @@ class AttentionKind:
     def cost_key(self, a: Any, layer: int) -> Hashable:
         return None
 
+    def layer_label(self, a: Any, layer: int) -> str:
+        """What a report calls layer ``layer`` of this kind (``label``; DeepSeek-V4 names its layers by ratio)."""
+        return self.label
+
     def weights(self, a: Any, hidden: int, context: int, rand: Callable) -> SimpleNamespace:
         raise NotImplementedError
 

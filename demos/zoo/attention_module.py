@@ -23,6 +23,12 @@ which ``validate kernels`` (op ``dsa module``) compares with the predictor's spa
 (``composed_seconds`` with the row's model): the indexer and the core over its top-k composed as
 ``demos.zoo.attention.SparseMLA`` composes them, the family's MLA module time included; nothing is fitted
 to them.
+
+``v4_rows(gpu)`` are SGLang's whole DeepSeek-V4 decode modules (``V4_MODELS``: Flash and Pro, CSA and HCA
+layers, FP8 block GEMMs and an FP8 cache, attention TP 1 to 8), which ``validate kernels`` (ops ``csa
+module``, ``hca module``) compares with the predictor's attention op of a layer of the row's ratio
+(``v4_composed_seconds``: ``demos.zoo.compressed_attention.Compressed`` composed, its hyper-connection
+kernels apart); nothing is fitted to them either.
 """
 
 from __future__ import annotations
@@ -37,7 +43,17 @@ from demos.zoo.profile import gpu_profile
 from demos.zoo.rooflines import FamilyFit
 from demos.zoo.workload import Workload, cluster_for
 
-__all__ = ["DSA_MODELS", "DSA_ROWS", "FIT_ROWS", "composed_seconds", "dsa_rows", "module_rows"]
+__all__ = [
+    "DSA_MODELS",
+    "DSA_ROWS",
+    "FIT_ROWS",
+    "V4_MODELS",
+    "composed_seconds",
+    "dsa_rows",
+    "module_rows",
+    "v4_composed_seconds",
+    "v4_rows",
+]
 
 FIT_ROWS = {"gemm_dtype": "fp8_block", "kv_dtype": "bfloat16", "heads": (16, 32, 64, 128)}
 """The module rows fitted and checked: FP8 block GEMMs, a BF16 cache, 16 to 128 query heads per GPU."""
@@ -113,3 +129,41 @@ def composed_seconds(gpu: str, row, fit: FamilyFit, model: str = _MODEL) -> floa
     )
     profile = gpu_profile(g, fit=fit)
     return attention_seconds(w, row.batch, spec.first_k_dense, profile, KernelTimes(g, profile, fit))
+
+
+V4_MODELS = {
+    "sgl-project/DeepSeek-V4-Flash-FP8": "deepseek-v4-flash",
+    "deepseek-ai/DeepSeek-V4-Flash": "deepseek-v4-flash",
+    "sgl-project/DeepSeek-V4-Pro-FP8": "deepseek-v4-pro",
+    "deepseek-ai/DeepSeek-V4-Pro": "deepseek-v4-pro",
+}
+"""The DeepSeek-V4 module tables' models -> the preset of each (their attention is the same in every
+checkpoint: FP8 block GEMMs; the checkpoints differ in their experts only)."""
+
+
+def v4_rows(gpu: str) -> list:
+    """``gpu``'s measured DeepSeek-V4 decode module rows of the ``V4_MODELS`` with FP8 block GEMMs (the
+    checkpoints' attention; the table's BF16 rows are an unquantized path) (needs the ``measured`` extra)."""
+    from demos.zoo import measured
+
+    return [r for r in measured.v4_module_rows(gpu) if r.gemm_dtype == "fp8_block" and r.model in V4_MODELS]
+
+
+def v4_composed_seconds(gpu: str, row, fit: FamilyFit) -> float:
+    """The predictor's attention ops of one layer of ``row.ratio`` (``attention_seconds``) for DeepSeek-V4
+    module row ``row`` on ``gpu``, its kernels timed with ``fit``: the row's model with an FP8 cache,
+    ``row.batch`` requests of ``row.length`` cached tokens, attention TP ``row.tp``."""
+    g = get_gpu(gpu)
+    spec = _spec(V4_MODELS[row.model], "fp8")
+    layer = spec.attention.compress_ratios.index(row.ratio)
+    per = min(_EP, g.gpus_per_node)
+    w = Workload(
+        spec,
+        cluster_for(gpu, _EP // per, per, _EP),
+        tokens=row.batch,
+        context=max(1, row.length),
+        ubatches=1,
+        attention_tp=row.tp,
+    )
+    profile = gpu_profile(g, fit=fit)
+    return attention_seconds(w, row.batch, layer, profile, KernelTimes(g, profile, fit))

@@ -66,8 +66,9 @@ def layer_breakdown(
     layer of a ubatch of ``t`` tokens of ``w`` (the no-DBO step: ``t = w.tokens``) on ``profile`` (module
     docstring); each of the first two is the mean over the model's layers of that kind, None when the model
     has none; ``attention_kinds_s``, for a model whose layers differ in attention kind (a hybrid model's
-    linear and full layers), the attention group's seconds per layer of each kind with its layer count
-    (``{label: {"layers": n, "seconds": s}}``, ``AttentionKind.label``), None for a model of one kind.
+    linear and full layers; DeepSeek-V4's SWA, CSA and HCA layers), the attention group's seconds per layer of
+    each kind with its layer count (``{label: {"layers": n, "seconds": s}}``, ``AttentionKind.layer_label``;
+    a wide residual's kernels around the attention included), None for a model of one kind.
     ``kernels``: where the plan's kernel times come from (default: the roofline of ``w``'s GPU; pass the
     run's ``ZooRun.kernels`` to time what the run times)."""
     plan = StepPlan(w, profile, kernels)
@@ -84,7 +85,8 @@ def layer_breakdown(
         acc = sums.setdefault(moe, dict.fromkeys(ops, 0.0))
         for group, s in ops.items():
             acc[group] += s
-        kinds.setdefault(layer_attention(w.spec.attention, i)[0].label, []).append(ops["attention"])
+        kind, a = layer_attention(w.spec.attention, i)
+        kinds.setdefault(kind.layer_label(a, i), []).append(ops["attention"])
     out = {
         name: None if not counts[moe] else {group: s / counts[moe] for group, s in sums[moe].items()}
         for name, moe in (("moe_layer_s", True), ("dense_layer_s", False))

@@ -29,6 +29,9 @@ principles (docs/models.md, "What a step costs"; the flops and bytes formulas ar
   (``dispatch_recv``, ``combine_recv``).
 * Single-batch overlap (``experts_split``, ll with an all-to-all; None otherwise): the routed experts as two
   kernels' Works, the up GEMM with the activation and the down GEMM alone, each paying its own floor.
+* A wide residual (``hc_mult`` > 1, DeepSeek-V4's hyper-connections): a pre and a post kernel around the
+  attention and around the MLP (``LayerCosts.mhc``), each timed on the family's fitted mHC curve
+  (``KernelTimes.mhc``, its work ``demos.zoo.work.mhc_work``) over the sub-layer's tokens.
 * Norms, residual adds, activations, quantization: memory passes folded into the op that carries them
   (their kernel counts, which set the per-kernel floor, are in ``demos.zoo.ops``).
 * Attention TP (``attention_tp`` > 1, docs/clusters.md): attention runs the group's ``t`` tokens with
@@ -59,6 +62,7 @@ from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.models.dtypes import ACT_BYTES
 from demos.zoo.overlap_costs import ll_node_seconds, ll_send_seconds, local_rows, masked_rows
 from demos.zoo.profile import MIN_KERNEL
+from demos.zoo.work import mhc_work
 from demos.zoo.workload import Workload
 
 __all__ = ["LayerCosts", "active_experts", "layer_costs"]
@@ -114,6 +118,7 @@ class LayerCosts:
     combine_send: float | None = None
     experts_split: tuple[Work, Work] | None = None
     attention_ops: tuple[tuple[str, Work], ...] = ()
+    mhc: tuple[Work, Work, Work, Work] | None = None
 
 
 def _recv_seconds(kt: KernelTimes, w: Work) -> float:
@@ -134,6 +139,20 @@ def _ll_kernel(w: Workload, kind: str, modelled: float, t: int, imbalance: float
     if w.cluster.ep <= w.cluster.gpus_per_node:
         modelled = max(0.0, ll_node_seconds(g, kind, t * imbalance, H, k, peers, fp8=fp8) - recv_s)
     return max(0.0, modelled - send), send
+
+
+def _mhc(w: Workload, kt: KernelTimes, t_attn: int, t_mlp: int) -> tuple[Work, Work, Work, Work] | None:
+    """A wide residual's pre and post kernels around the attention (``t_attn`` tokens) and the MLP (``t_mlp``),
+    each timed on the family's mHC curve of its site; None with a plain residual (``hc_mult`` 1)."""
+    hc, H = w.spec.hc_mult, w.spec.hidden_size
+    if hc == 1:
+        return None
+
+    def one(site: str, t: int) -> Work:
+        flops, nbytes = mhc_work(site, t, H, hc)
+        return Work(seconds=kt.mhc(site, flops, nbytes), bytes=nbytes, dtype="bfloat16")
+
+    return one("pre", t_attn), one("post", t_attn), one("pre", t_mlp), one("post", t_mlp)
 
 
 def _all_reduced(w: Workload, c: LayerCosts, t: int) -> LayerCosts:
@@ -170,7 +189,7 @@ def layer_costs(
             gemm(t, 2 * inter, H, store), gemm(t, H, inter, store), _pass(t, H, 2), _pass(t, inter, 1)
         )
         c = LayerCosts(t, proj, core, out, _pass(t, H, 1), dense, None, None, None, None, None, None, finalize)
-        c = replace(c, attention_ops=attn.ops)
+        c = replace(c, attention_ops=attn.ops, mhc=_mhc(w, kt, t, t))
         if tp == 1:
             return c
         return _all_reduced(w, c, t)
@@ -240,6 +259,7 @@ def layer_costs(
         t, proj, core, out, router, None, experts, shared, dispatch, combine, recv_d, recv_c, finalize, d_bytes, c_bytes
     )
     c = replace(c, dispatch_send=send_d, combine_send=send_c, experts_split=split, attention_ops=attn.ops)
+    c = replace(c, mhc=_mhc(w, kt, t_attn, t))
     if tp == 1:
         return c
     if w.moe_replicated:

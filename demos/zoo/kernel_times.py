@@ -90,6 +90,18 @@ class KernelTimes:
             return curve.seconds(flops, nbytes, peak, hbm, chunks) - curve.latency
         return curve.seconds(flops, nbytes, peak, hbm) - curve.latency
 
+    def mhc(self, site: str, flops: float, nbytes: float) -> float:
+        """Seconds of a wide residual's ``site`` kernel ("pre" or "post") of ``flops`` and ``nbytes`` on the
+        family's fitted curve (``FamilyFit.mhc``), its fixed time included: the kernel's own (the pre
+        kernel's Sinkhorn iterations run one after another), several times the per-kernel floor; a family
+        without that curve is a ``ConfigError``."""
+        curve = self.fit.mhc.get(site)
+        if curve is None:
+            raise ConfigError(
+                f"no hyper-connection {site} curve fitted for the {self.fit.family} family (python -m demos.fits write)"
+            )
+        return curve.seconds(flops, nbytes, self.profile.flops_rate("bfloat16"), self.gpu.hbm_bandwidth)
+
     def module_extra(self, phase: str, shape: tuple | None) -> float:
         """The seconds a whole MLA decode module takes beyond the kernels it is composed of
         (``FamilyFit.mla_module``, fitted to TRT-LLM's measured modules: ``demos.zoo.attention_module``);

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 __all__ = [
     "meta_kernel",
+    "rmsnorm",
     "embed_kernel",
     "gqa_proj_kernel",
     "gqa_core_kernel",
@@ -47,7 +48,8 @@ def meta_kernel(*_args) -> None:
     """Stands in for every kernel at full size on meta tensors: only the declared cost matters."""
 
 
-def _rmsnorm(x: torch.Tensor) -> torch.Tensor:
+def rmsnorm(x: torch.Tensor) -> torch.Tensor:
+    """Each row of ``x`` over its root mean square (no scale: the real math leaves the norms unweighted)."""
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
 
 
@@ -56,7 +58,7 @@ def embed_kernel(x0: torch.Tensor, h: torch.Tensor) -> None:
 
 
 def gqa_proj_kernel(h: torch.Tensor, w_qkv: torch.Tensor, qkv: torch.Tensor) -> None:
-    torch.mm(_rmsnorm(h), w_qkv, out=qkv)
+    torch.mm(rmsnorm(h), w_qkv, out=qkv)
 
 
 def gqa_core_kernel(
@@ -88,7 +90,7 @@ def mla_proj_kernel(
 ) -> None:
     """MLA's projections, absorbed: the query into the latent space (``q_lat``: (t, heads, latent)) and
     its RoPE part (``q_rope``), the token's own latent and RoPE key (``kv_self``: (t, latent + rope))."""
-    x = _rmsnorm(h)
+    x = rmsnorm(h)
     q = x
     for w in w_q:
         q = q @ w
@@ -122,7 +124,7 @@ def dsa_index_kernel(
     its ``heads`` query heads of a per-head weight times the ReLU of the query-key product, and the indices
     of its ``sel.shape[1]`` best keys into ``sel`` (the real indexer's queries come from the query latent;
     here from the normed hidden state, the same shape of work)."""
-    x = _rmsnorm(h)
+    x = rmsnorm(h)
     q = (x @ w_iq).reshape(h.shape[0], heads, -1)
     scores = (torch.einsum("thd,cd->thc", q, k_index).relu() * (x @ w_iw)[..., None]).sum(1)
     sel.copy_(torch.topk(scores, sel.shape[1], dim=-1).indices)
@@ -170,7 +172,7 @@ def gated_out_kernel(attn: torch.Tensor, qkv: torch.Tensor, w_o: torch.Tensor, h
 def gdn_proj_kernel(h: torch.Tensor, w_qkvz: torch.Tensor, w_ba: torch.Tensor, qkvz: torch.Tensor, ba: torch.Tensor):
     """A Gated DeltaNet layer's input projections of the normed hidden states: query, key, value and the
     output gate (``qkvz``), and each value head's write strength and decay (``ba``)."""
-    x = _rmsnorm(h)
+    x = rmsnorm(h)
     torch.mm(x, w_qkvz, out=qkvz)
     torch.mm(x, w_ba, out=ba)
 
@@ -202,7 +204,7 @@ def gdn_delta_kernel(qkvz: torch.Tensor, ba: torch.Tensor, s0: torch.Tensor, key
 def gdn_out_kernel(o: torch.Tensor, qkvz: torch.Tensor, w_o: torch.Tensor, h: torch.Tensor) -> None:
     """The gated RMSNorm (the output gate: the last columns of ``qkvz``) and ``out_proj`` into ``h``."""
     z = qkvz[:, qkvz.shape[1] - o.shape[1] :]
-    h.add_((_rmsnorm(o) * F.silu(z)) @ w_o)
+    h.add_((rmsnorm(o) * F.silu(z)) @ w_o)
 
 
 def router_kernel(
@@ -218,7 +220,7 @@ def router_kernel(
 ) -> None:
     """The MoE input (``x_out``: the normed hidden states) and each token's gate per expert (``gates``:
     (t, experts), 0 for the experts it did not pick)."""
-    x = _rmsnorm(h)
+    x = rmsnorm(h)
     x_out.copy_(x)
     logits = x @ w_gate
     scores = torch.sigmoid(logits) if sigmoid else torch.softmax(logits, dim=-1)
@@ -264,7 +266,7 @@ def mlp_kernel(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, hbuf: torch.
 
 def dense_kernel(h: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, hbuf: torch.Tensor, out: torch.Tensor) -> None:
     """A dense layer's MLP with its norm and residual: ``h += mlp(norm(h))``."""
-    mlp_kernel(_rmsnorm(h), w1, w2, hbuf, out)
+    mlp_kernel(rmsnorm(h), w1, w2, hbuf, out)
     h.add_(out)
 
 

@@ -28,10 +28,12 @@ from demos.zoo.measured_rows import (
     DsaModuleRow,
     GdnRow,
     GemmRow,
+    MhcRow,
     MlaModuleRow,
     MlaRow,
     MoeRow,
     SiliconRow,
+    V4ModuleRow,
 )
 
 __all__ = [
@@ -43,15 +45,18 @@ __all__ = [
     "GdnRow",
     "GemmRow",
     "MeasuredTablesError",
+    "MhcRow",
     "MlaModuleRow",
     "MlaRow",
     "MoeRow",
     "SiliconRow",
+    "V4ModuleRow",
     "alltoall_rows",
     "dsa_module_rows",
     "available",
     "data_root",
     "gdn_rows",
+    "mhc_rows",
     "gemm_rows",
     "mla_module_rows",
     "mla_rows",
@@ -61,6 +66,7 @@ __all__ = [
     "package_version",
     "silicon_rows",
     "table_path",
+    "v4_module_rows",
 ]
 
 INSTALL_HINT = "the measured kernel tables need the optional extra: python -m pip install -e '.[measured]'"
@@ -84,11 +90,15 @@ TABLES = {
     "mla_module": ("mla", "trtllm", "1.3.0rc20", "mla_generation_module_perf"),
     "dsa_module": ("sparse_attention", "sglang", "0.5.14", "dsa_generation_module_perf"),
     "gdn": ("linear_attention", "sglang", "0.5.14", "gdn_perf"),
+    "mhc": ("mhc", "sglang", "0.5.14", "mhc_module_perf"),
+    "csa_decode": ("sparse_attention", "sglang", "0.5.14", "dsv4_csa_generation_module_perf"),
+    "hca_decode": ("sparse_attention", "sglang", "0.5.14", "dsv4_hca_generation_module_perf"),
 }
 """Table -> (family, framework, version, file stem): the version of each table this project reads
 (the newest SGLang collection of each on every GPU in ``SYSTEMS``, aiconfigurator-core 0.12.0; the whole
 MLA decode module, projections and all, only TRT-LLM's collection measures on every one of them; the whole
-DeepSeek-sparse-attention decode module, SGLang's; Gated DeltaNet's kernels, SGLang's)."""
+DeepSeek-sparse-attention decode module, SGLang's; Gated DeltaNet's kernels, SGLang's; DeepSeek-V4's
+hyper-connection kernels and its CSA and HCA decode modules, SGLang's)."""
 
 
 class MeasuredTablesError(ConfigError):
@@ -229,6 +239,32 @@ def gdn_rows(gpu: str) -> list[GdnRow]:
         GdnRow(m, phase[ph], _GDN_KERNELS[k], *rest, ms * 1e-3)
         for (m, ph, k, *rest), ms in zip(cols, d.latency.tolist())
     ]
+
+
+def mhc_rows(gpu: str) -> list[MhcRow]:
+    """DeepSeek-V4's hyper-connection kernel rows of ``gpu`` (SGLang's collection), latency in seconds; a
+    site the table names other than "pre" or "post" is an error (the upstream layout changed)."""
+    d = _frame(gpu, "mhc")
+    unknown = set(d.op_name.unique()) - {"pre", "post"}
+    if unknown:
+        raise MeasuredTablesError(f"mhc_module_perf on {gpu}: unknown op_name {sorted(unknown)}")
+    names = ("op_name", "num_tokens", "hidden_size", "hc_mult")
+    cols = zip(*(d[c].tolist() for c in names), d.latency.tolist())
+    return [MhcRow(*row[:-1], row[-1] * 1e-3) for row in cols]
+
+
+def v4_module_rows(gpu: str) -> list[V4ModuleRow]:
+    """DeepSeek-V4's CSA and HCA decode module rows of ``gpu`` (SGLang's collection), latency in seconds."""
+    out = []
+    for table in ("csa_decode", "hca_decode"):
+        d = _frame(gpu, table)
+        names = ("model", "compress_ratio", "batch_size", "num_heads", "tp_size", "step", "gemm_type")
+        cols = zip(*(d[c].tolist() for c in names), d.kv_cache_dtype.tolist(), d.latency.tolist())
+        out += [
+            V4ModuleRow(m, r, Phase.DECODE, b, h, tp, s, g, kv, ms * 1e-3)
+            for (m, r, b, h, tp, s, g), kv, ms in ((row[:7], row[7], row[8]) for row in cols)
+        ]
+    return out
 
 
 def moe_rows(gpu: str) -> list[MoeRow]:

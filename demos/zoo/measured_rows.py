@@ -92,6 +92,36 @@ class GdnRow(NamedTuple):
     seconds: float
 
 
+class MhcRow(NamedTuple):
+    """One wide-residual kernel (DeepSeek-V4's manifold-constrained hyper-connections, SGLang's TileLang
+    kernels): ``site`` "pre" (the stream's rows combined into a sub-layer's input) or "post" (its output
+    mixed back), over ``tokens`` tokens whose stream is ``hc`` rows of ``hidden``."""
+
+    site: str
+    tokens: int
+    hidden: int
+    hc: int
+    seconds: float
+
+
+class V4ModuleRow(NamedTuple):
+    """One DeepSeek-V4 attention module measured whole (SGLang's collection, the input norm to ``wo_b``):
+    ``ratio`` 4 (CSA) or 128 (HCA), ``phase``, ``batch`` requests with ``heads`` query heads on the GPU
+    (attention TP ``tp``) and ``length`` tokens (decode: the cached context; prefill: each prompt), its
+    GEMMs ``gemm_dtype`` and its cache ``kv_dtype``; ``model`` the table's repository id."""
+
+    model: str
+    ratio: int
+    phase: str
+    batch: int
+    heads: int
+    tp: int
+    length: int
+    gemm_dtype: str
+    kv_dtype: str
+    seconds: float
+
+
 class MoeRow(NamedTuple):
     """DeepEP MoE's expert compute (grouped GEMMs, FP8 block) on one rank of an ``ep``-way group:
     ``tokens`` per rank, ``hidden`` -> ``inter`` experts, ``top_k`` of ``experts``, routing ``distribution``."""

@@ -12,7 +12,10 @@ cache the whole latent of the group's requests):
 * ``kv_cache``: the cache of the step's requests, ``context`` tokens each in decode (``tokens`` of them
   in prefill), at ``precision.kv_cache`` (MLA: latent plus RoPE key, and a sparse MLA's FP8 indexer key
   with its scale; GQA: keys and values of the KV heads), and in a hybrid model each request's Gated
-  DeltaNet states, the same at any context (``state_bytes_per_request``);
+  DeltaNet states, the same at any context (``state_bytes_per_request``); DeepSeek-V4 holds per layer a
+  sliding window of ``sliding_window`` entries and its compressor's FP32 state per request, whatever the
+  context (``state_bytes_per_request``), and one compressed entry per ``ratio`` tokens (at ratio 4 with
+  the indexer's key beside it), which grows with it;
 * ``activations``: the step's hidden states and the per-ubatch persistent buffers the model keeps
   (MoE input and output, shared-expert output, the received tokens), BF16;
 * ``workspace``: the workspace manager's slots, one per ubatch, at the sizes the run grew them to
@@ -41,7 +44,7 @@ from demos.vocabulary import Phase, Schedule
 from demos.zoo.hardware import ll_buffer_bytes
 from demos.zoo.models import count_params
 from demos.zoo.models.params import expert_params, indexer_params
-from demos.zoo.models.spec import GQAAttention, MLAAttention, SparseMLAAttention
+from demos.zoo.models.spec import CompressedAttention, GQAAttention, MLAAttention, SparseMLAAttention
 from demos.zoo.overlap_costs import ubatch_sizes
 from demos.zoo.workload import Workload
 
@@ -67,11 +70,32 @@ def _kv_layers(w: Workload) -> list[int]:
     return [i for i in range(w.spec.num_layers) if not (isinstance(a, GQAAttention) and a.is_linear(i))]
 
 
+def _compressed_bytes(w: Workload) -> tuple[float, float]:
+    """DeepSeek-V4's cache of one request on one rank over all layers: (bytes per token of context: one
+    compressed entry per ``ratio`` tokens, with the indexer's key at ratio 4; bytes whatever the context:
+    each layer's window of ``sliding_window`` entries and its compressors' FP32 states, ``coff x ratio``
+    rows of ``compressor_width`` values). The one latent head is whole on every rank, as MLA's."""
+    a, kvb = w.spec.attention, w.spec.precision.bytes_of("kv_cache")
+    per_token = fixed = 0.0
+    for r in a.compress_ratios:
+        fixed += a.sliding_window * a.head_dim * kvb
+        if not r:
+            continue
+        per_token += (a.head_dim * kvb + (a.index_key_bytes if r == 4 else 0)) / r
+        dims = (a.head_dim, a.index_head_dim) if r == 4 else (a.head_dim,)
+        for d in dims:
+            width = a.compressor_width(r, d)
+            fixed += (width // d) * r * width * 4.0
+    return per_token, fixed
+
+
 def kv_bytes_per_token(w: Workload) -> float:
     """KV-cache bytes one token of context takes over all layers (a sparse MLA's indexer keys included; a
-    hybrid model's linear layers none: ``state_bytes_per_request``)."""
+    hybrid model's linear layers none: ``state_bytes_per_request``; DeepSeek-V4's compressed entries)."""
     s = w.spec
     a = s.attention
+    if isinstance(a, CompressedAttention):
+        return _compressed_bytes(w)[0]
     kv_heads = max(1, a.kv_heads // w.attention_tp) if not isinstance(a, MLAAttention) else 0
     width = a.kv_cache_width if isinstance(a, MLAAttention) else 2 * kv_heads * a.head_dim
     index = a.index_key_bytes if isinstance(a, SparseMLAAttention) else 0
@@ -80,8 +104,11 @@ def kv_bytes_per_token(w: Workload) -> float:
 
 def state_bytes_per_request(w: Workload) -> float:
     """Bytes one request holds on one rank whatever its context: a hybrid model's Gated DeltaNet states
-    (FP32) and conv states (in the cache's dtype), its heads split by attention TP; 0 for other models."""
+    (FP32) and conv states (in the cache's dtype), its heads split by attention TP; DeepSeek-V4's windows
+    and compressor states (``_compressed_bytes``); 0 for other models."""
     a = w.spec.attention
+    if isinstance(a, CompressedAttention):
+        return _compressed_bytes(w)[1]
     if not isinstance(a, GQAAttention) or a.linear is None:
         return 0.0
     linear_layers = w.spec.num_layers - len(_kv_layers(w))
@@ -95,12 +122,14 @@ def kv_cache_bytes(w: Workload) -> float:
     (``state_bytes_per_request``), which do not grow with the context."""
     s = w.spec
     a = s.attention
-    layers = _kv_layers(w)
-    per_layer = kv_bytes_per_token(w) / len(layers)
     if w.phase == Phase.DECODE:
         requests, length = float(w.tokens), float(w.context)
     else:
         requests, length = w.requests, float(min(w.context, w.tokens))
+    if isinstance(a, CompressedAttention):  # its windows held whole from the first token (an upper bound)
+        return requests * (length * kv_bytes_per_token(w) + state_bytes_per_request(w))
+    layers = _kv_layers(w)
+    per_layer = kv_bytes_per_token(w) / len(layers)
     held = 0.0
     for i in layers:
         window = None if isinstance(a, MLAAttention) else a.window_of(i)
@@ -166,6 +195,10 @@ def memory_estimate(w: Workload, slot_bytes: list[int] | None = None) -> MemoryE
     if isinstance(a, MLAAttention):  # q_a and kv_a down-projections, replicated under TP (vLLM: disable_tp)
         replicated = s.num_layers * H * ((a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim)
         replicated += s.num_layers * indexer_params(s)  # a sparse MLA's indexer, whole on every rank (assumed)
+    elif isinstance(a, CompressedAttention):  # wq_a, wkv, the compressors and the indexer, whole (assumed)
+        sharded = a.q_lora_rank * a.heads * a.head_dim + a.heads * a.head_dim * a.o_lora_rank
+        sharded += a.o_groups * a.o_lora_rank * H + a.heads
+        replicated = c.attention - s.num_layers * sharded
     attention = replicated + (c.attention - replicated) / tp
     non_expert = attention + c.norms + (c.dense_mlp + c.shared_experts) / tp + c.router
     table = (c.embedding + c.lm_head) * 2.0 / tp

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 import dbo
+from demos.zoo import compressed_kernels as CK
 from demos.zoo import kernels as K
 from demos.zoo.attention import layer_attention
 from demos.zoo.kernel_times import KernelTimes
@@ -63,14 +64,17 @@ class ZooModel:
         self.run = Launcher(self.meta)
         T, H = workload.tokens, s.hidden_size
         self._gen = torch.Generator().manual_seed(seed)
+        hc = s.hc_mult
         if self.meta:
             self.layers = [None] * s.num_layers
             self.x0 = self.hidden = torch.empty((T, H), dtype=self.dtype, device="meta")
+            self.stream = torch.empty((T, hc, H), dtype=self.dtype, device="meta") if hc > 1 else None
         else:
             self.real_context = real_context
             self.layers = [self._make_layer(i) for i in range(s.num_layers)]
             self.x0 = self._rand((T, H), 1.0)
             self.hidden = torch.zeros((T, H), dtype=self.dtype)
+            self.stream = torch.zeros((T, hc, H), dtype=self.dtype) if hc > 1 else None
         self.moe = MoEBlock(s, workload, self.run, self.layers, num_ubatches, self.meta)
 
     @property
@@ -91,6 +95,9 @@ class ZooModel:
         s, H = self.spec, self.spec.hidden_size
         kind, a = self.attention[i]
         L = kind.weights(a, H, self.real_context, self._rand)
+        if s.hc_mult > 1:  # the wide residual's mixing weights, per sub-layer: (pre, comb, post)
+            hc = s.hc_mult
+            L.hc = [(self._rand((hc,), 1.0), self._rand((hc, hc), 1.0), self._rand((hc,), 0.5)) for _ in range(2)]
         if not s.is_moe_layer(i):
             inter = s.dense_intermediate_size
             L.w1, L.w2 = self._rand((H, 2 * inter), H**-0.5), self._rand((inter, H), inter**-0.5)
@@ -116,20 +123,42 @@ class ZooModel:
         ub = dbo.dbo_current_ubatch_id()
         t = len(rows)
         h = self.hidden[rows.start : rows.stop]
+        wide = None if self.stream is None else self.stream[rows.start : rows.stop]
         plan = self.plan.ubatch(t)
-        self.run(plan.embed, "embed", K.embed_kernel, self.x0[rows.start : rows.stop], h, layer=0, ub=ub)
+        x0 = self.x0[rows.start : rows.stop]
+        if wide is None:
+            self.run(plan.embed, "embed", K.embed_kernel, x0, h, layer=0, ub=ub)
+        else:
+            self.run(plan.embed, "embed", CK.wide_embed_kernel, x0, h, wide, layer=0, ub=ub)
         self._collective(plan.embed, "tp_embed_reduce", 0, ub)
         for i, lp in enumerate(plan.layers):
             kind, a = self.attention[i]
+            self._mhc(lp.plain, "mhc_attn_pre", i, 0, h, wide, ub)
             kind.launch(self.run, a, self.layers[i], h, t, lp.plain, i, ub, self.dtype)
             self._collective(lp.plain, "tp_attn_reduce", i, ub)
+            self._mhc(lp.plain, "mhc_attn_post", i, 0, h, wide, ub)
+            self._mhc(lp.plain, "mhc_mlp_pre", i, 1, h, wide, ub)
             if lp.moe:
                 self.moe.forward(i, h, t, ub, lp)
+                self._mhc(lp.plain, "mhc_mlp_post", i, 1, h, wide, ub)
                 self._collective(lp.plain, "tp_moe_gather", i, ub)
             else:
                 self._dense(i, h, t, ub, lp)
+                self._mhc(lp.plain, "mhc_mlp_post", i, 1, h, wide, ub)
             self._collective(lp.plain, "tp_mlp_reduce", i, ub)
         return h
+
+    def _mhc(self, costs: Any, name: str, i: int, site: int, h: torch.Tensor, wide: Any, ub: int) -> None:
+        """A wide residual's pre or post kernel of sub-layer ``site`` (0 attention, 1 MLP) where the plan
+        holds it (``demos.zoo.compressed_kernels``: ``h`` from the stream's rows, or back into them)."""
+        if name not in costs:
+            return
+        L = self.layers[i]
+        pre, comb, post = (None, None, None) if L is None else L.hc[site]
+        if name.endswith("_pre"):
+            self.run(costs, name, CK.mhc_pre_kernel, wide, pre, h, layer=i, ub=ub)
+        else:
+            self.run(costs, name, CK.mhc_post_kernel, h, comb, post, wide, layer=i, ub=ub)
 
     def _collective(self, costs: Any, name: str, i: int, ub: int) -> None:
         """An attention-TP collective the plan holds, on the compute stream (as vLLM runs it); moves nothing."""

@@ -64,6 +64,8 @@ OPS = MappingProxyType(
             Op("attn_proj", 8, _A, "attention"),  # input norm, fused q_a/kv_a GEMM, two latent norms, q_b, RoPE,
             #                                       cache write, quant
             Op("attn_index", 5, _A, "attention"),  # sparse MLA's indexer: q/k/weights GEMMs, key cache, scores, top-k
+            Op("attn_compress", 3, _A, "attention"),  # DeepSeek-V4's compressor: kv/gate GEMM, pooling+norm+RoPE,
+            #                                           the entry's cache write
             Op("attn_core", 3, _A, "attention"),  # metadata, attention, split-KV combine
             Op("attn_out", 3, _A, "attention"),  # value un-absorb, quant, o_proj
             Op("gdn_proj", 3, _A, "attention"),  # Gated DeltaNet: input norm, in_proj_qkvz and in_proj_ba GEMMs
@@ -71,6 +73,10 @@ OPS = MappingProxyType(
             Op("gdn_recurrent", 1, _A, "attention"),  # decode: the fused recurrent delta rule
             Op("gdn_chunk", 6, _A, "attention"),  # prefill: the chunked delta rule's kernels
             Op("gdn_out", 2, _A, "attention"),  # the gated RMSNorm, out_proj
+            Op("mhc_attn_pre", 1, _A, "attention"),  # a wide residual's rows combined into the attention's input
+            Op("mhc_attn_post", 1, _A, "attention"),  # the attention's output mixed back into the rows
+            Op("mhc_mlp_pre", 1, _M, "router"),  # the same around the MLP (MoE: before the router)
+            Op("mhc_mlp_post", 1, _M, "finalize"),  # (MoE: after the finalize, the MLP's output complete)
             Op("tp_attn_reduce", 1, _A, "tp_attn_reduce"),  # o_proj's partial sums (all-reduce or reduce-scatter)
             Op("router", 3, _A, "router"),  # fused add+norm, gate GEMM, top-k
             Op("dense_mlp", 4, _M, "mlp"),  # gate/up GEMM, activation+quant, down GEMM, add

@@ -28,10 +28,12 @@ no all-to-all          router, dispatch_recv, experts (ll: experts_ll), combine_
 
 (``shared`` only with shared experts), between the attention's ops (and ``tp_attn_reduce``) and the
 attention-TP collectives after the MLP (``tp_moe_gather``, ``tp_mlp_reduce``); a dense layer is the
-attention's ops, ``dense_mlp`` and its collectives. The model (``demos.zoo.model``, ``demos.zoo.moe``)
-launches these ops by name with these costs, and the breakdown (``demos.zoo.breakdown``) sums the same
-plan (``launch_seconds``: what the virtual backend charges each launch), so the two cannot disagree about
-which ops run; ``tests/zoo/test_plan.py`` holds the launched ops to the plan's.
+attention's ops, ``dense_mlp`` and its collectives. A wide residual (DeepSeek-V4) adds its pre and post
+kernels around each sub-layer: ``mhc_attn_pre`` first, ``mhc_attn_post`` after ``tp_attn_reduce``,
+``mhc_mlp_pre`` before the router and ``mhc_mlp_post`` after the finalize. The model (``demos.zoo.model``,
+``demos.zoo.moe``) launches these ops by name with these costs, and the breakdown (``demos.zoo.breakdown``)
+sums the same plan (``launch_seconds``: what the virtual backend charges each launch), so the two cannot
+disagree about which ops run; ``tests/zoo/test_plan.py`` holds the launched ops to the plan's.
 
 Layers that cost the same (``layer_key``: MoE or dense, and what the attention kind says makes its cost
 differ, a sliding window) share one ``LayerPlan``.
@@ -101,8 +103,10 @@ def _send(seconds: float | None) -> Work | None:
 def layer_launches(w: Workload, c: LayerCosts, *, sbo: bool = False) -> Mapping[str, Cost]:
     """The ops a layer whose costs are ``c`` launches, in order, with their costs (module docstring);
     ``sbo``: the step with single-batch overlap (ll with an all-to-all only)."""
-    head = [*c.attention_ops, ("tp_attn_reduce", c.tp_attn_reduce)]
-    tail = [("tp_moe_gather", c.tp_moe_gather), ("tp_mlp_reduce", c.tp_mlp_reduce)]
+    hc = c.mhc or (None, None, None, None)  # a wide residual's kernels around each sub-layer
+    head = [("mhc_attn_pre", hc[0]), *c.attention_ops, ("tp_attn_reduce", c.tp_attn_reduce), ("mhc_attn_post", hc[1])]
+    head.append(("mhc_mlp_pre", hc[2]))
+    tail = [("mhc_mlp_post", hc[3]), ("tp_moe_gather", c.tp_moe_gather), ("tp_mlp_reduce", c.tp_mlp_reduce)]
     if c.experts is None:
         return _ordered(head + [("dense_mlp", c.dense_mlp)] + tail)
     if not w.alltoall:

@@ -67,6 +67,7 @@ __all__ = [
     "FIT_GPUS",
     "GDN_CURVES",
     "GEMM_DTYPES",
+    "MHC_SITES",
     "MLA_KV",
     "OUT_TILE",
     "ROW_TILE",
@@ -97,6 +98,9 @@ for the FP8 DeepSeek checkpoints, and the zoo's presets' (an FP8 cache takes ano
 
 GDN_CURVES = ("delta_rule decode", "delta_rule prefill", "conv decode", "conv prefill")
 """The keys of ``FamilyFit.gdn``: a Gated DeltaNet layer's fitted kernels, "<kernel> <phase>"."""
+
+MHC_SITES = ("pre", "post")
+"""The keys of ``FamilyFit.mhc``: a wide residual's two kernels around every sub-layer."""
 
 FIT_GPUS = {"hopper": ("h100", "h200"), "blackwell": ("b200", "gb200")}
 """The GPUs whose measured tables each family's curves are fitted to (every GPU with tables)."""
@@ -239,8 +243,10 @@ class FamilyFit:
     ``GDN_CURVES`` ("delta_rule decode" ... "conv prefill": the recurrence's and the causal convolution's per
     phase, their work by ``demos.zoo.work.delta_rule_work`` and ``conv_work``; the prefill delta rule a
     ``ChunkedCurve``, its chain ``delta_rule_chunks``; empty in a file written before they were fitted);
-    ``fitted_on`` the GPUs whose tables gave them; ``source`` the
-    tables' provenance."""
+    ``mhc`` a wide residual's kernels (DeepSeek-V4's hyper-connections), keyed by ``MHC_SITES`` ("pre",
+    "post"), each an ``AttentionCurve`` whose fixed time is the kernel's own (20 Sinkhorn iterations in
+    "pre"), their work by ``demos.zoo.work.mhc_work``; ``fitted_on`` the GPUs whose tables gave them;
+    ``source`` the tables' provenance."""
 
     family: str
     gemm: dict
@@ -252,6 +258,7 @@ class FamilyFit:
     experts: GroupedCurve | None = None
     mla_module: float = 0.0
     gdn: dict = field(default_factory=dict)
+    mhc: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -263,6 +270,7 @@ class FamilyFit:
             "experts": None if self.experts is None else asdict(self.experts),
             "mla_module": self.mla_module,
             "gdn": {k: asdict(v) for k, v in self.gdn.items()},
+            "mhc": {k: asdict(v) for k, v in self.mhc.items()},
             "fitted_on": list(self.fitted_on),
             "source": self.source,
         }
@@ -282,6 +290,7 @@ class FamilyFit:
             gdn={
                 k: (ChunkedCurve if "per_chunk" in v else AttentionCurve)(**v) for k, v in (d.get("gdn") or {}).items()
             },
+            mhc={k: AttentionCurve(**v) for k, v in (d.get("mhc") or {}).items()},
         )
 
 

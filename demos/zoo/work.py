@@ -15,6 +15,9 @@ numbers or numpy arrays alike (plain arithmetic; ``divmod`` works on both).
   most ``topk`` keys (numbers only).
 * ``index_score_work``: a lightning indexer's scores (DeepSeek sparse attention): FP8 query-key products
   over the pairs it scores, the cached keys it reads, one FP32 score per pair.
+* ``compressed_core_work``: DeepSeek-V4's attention core on one rank: every query head against the entries
+  it reads (its window and its compressed entries) of the one latent head, which is key and value.
+* ``mhc_work``: a wide residual's pre or post kernel (DeepSeek-V4's hyper-connections) over an FP32 stream.
 * ``mla_core_work``: MLA's attention core on one rank (DeepSeek's decode path absorbed: the latent cache
   read once per kernel, scores and values in the latent + RoPE space; prefill expanded: per-head keys and
   values, causal).
@@ -37,12 +40,14 @@ DELTA_CHUNK = 64
 __all__ = [
     "DELTA_CHUNK",
     "causal_pairs",
+    "compressed_core_work",
     "conv_work",
     "decode_pairs",
     "delta_rule_chunks",
     "delta_rule_work",
     "gemm_work",
     "index_score_work",
+    "mhc_work",
     "mla_core_work",
     "pass_work",
     "sparse_causal_pairs",
@@ -103,6 +108,32 @@ def mla_core_work(phase: str, tokens, heads, pairs, *, latent: int, rope: int, n
         flops = 2.0 * heads * pairs * (nope + rope) + 2.0 * heads * pairs * v
         nbytes = tokens * heads * (2 * (nope + rope) + 2 * v) * ACT_BYTES + tokens * (latent + rope) * kv_bytes
     return flops, nbytes
+
+
+def compressed_core_work(tokens, heads, pairs, head_dim, kv_bytes, entries_read):
+    """(flops, bytes) of DeepSeek-V4's attention core for ``tokens`` queries of ``heads`` heads on one rank and
+    ``pairs`` query-entry pairs per head: scores and values both over the ``head_dim``-wide latent entry (the
+    same vector is key and value: ``4 head_dim`` flops a pair and head), the ``entries_read`` cached entries
+    read once per kernel (decode: every token its own; prefill: each request's once), the BF16 queries in
+    and outputs out."""
+    flops = 4.0 * heads * pairs * head_dim
+    return flops, entries_read * head_dim * kv_bytes + 2.0 * tokens * heads * head_dim * ACT_BYTES
+
+
+MHC_STREAM_BYTES = 4
+"""Bytes of a value of the wide residual stream: FP32 (an assumption; the measured post kernels move it at
+81% of B200's and 82% of H200's HBM bandwidth counted so, 41% counted in BF16: docs/models.md)."""
+
+
+def mhc_work(site: str, tokens, hidden, hc):
+    """(flops, bytes) of a wide residual's ``site`` kernel ("pre" or "post") over ``tokens`` tokens whose stream
+    is ``hc`` rows of ``hidden`` (``MHC_STREAM_BYTES`` each). Pre: the stream read, its ``(2 + hc) x hc`` mixing
+    weights projected from it, the rows combined into one BF16 row for the sub-layer; post: the stream and
+    the sub-layer's BF16 output read, the stream mixed (``hc x hc``) with the output added, written back."""
+    stream = tokens * hc * hidden
+    if site == "pre":
+        return 2.0 * stream * ((2 + hc) * hc + 1), stream * MHC_STREAM_BYTES + tokens * hidden * ACT_BYTES
+    return 2.0 * stream * (hc + 1), 2.0 * stream * MHC_STREAM_BYTES + tokens * hidden * ACT_BYTES
 
 
 def pass_work(tokens, width, passes):

@@ -14,14 +14,15 @@ import numpy as np
 import pytest
 
 from demos.fits.compare import FIT_TOLERANCE, compare_fits, grid_times
+from demos.fits.mhc import fit_mhc
 from demos.fits.rooflines import experts_seconds, fit_experts, fit_gemm, fit_ll_sm
 from demos.zoo import measured
 from demos.zoo.hardware import get_gpu, ll_bytes
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.measured import AllToAllRow
 from demos.zoo.profile import gpu_profile
-from demos.zoo.rooflines import FITS, GemmCurve, GroupedCurve, family_fit
-from demos.zoo.work import gemm_work
+from demos.zoo.rooflines import FITS, AttentionCurve, GemmCurve, GroupedCurve, family_fit
+from demos.zoo.work import gemm_work, mhc_work
 from tests.support.paths import REPO
 
 _skip = pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
@@ -52,6 +53,23 @@ def test_fit_gemm_recovers_a_known_curve_from_its_own_rows(ms):
         for r in rows
     ]
     assert np.max(np.abs(np.array(pred) / np.array([r.seconds for r in rows]) - 1)) < 0.02
+
+
+@pytest.mark.parametrize("site", ["pre", "post"])
+def test_fit_mhc_recovers_a_known_curve_and_its_fixed_time_from_its_own_rows(site):
+    """A hyper-connection kernel's curve: a fixed time that dominates at a few tokens (the pre kernel's
+    Sinkhorn iterations), a share of bandwidth beyond; the other site's rows are left out of the fit."""
+    truth = AttentionCurve(ceiling=0.6, mem_efficiency=0.45 if site == "pre" else 0.8, latency=1.8e-5)
+    g = get_gpu("b200")
+    rows = []
+    for tokens in (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144):
+        for hidden in (4096, 7168):
+            t = truth.seconds(*mhc_work(site, tokens, hidden, 4), g.bf16, g.hbm_bandwidth)
+            rows.append(measured.MhcRow(site, tokens, hidden, 4, t))
+            rows.append(measured.MhcRow("post" if site == "pre" else "pre", tokens, hidden, 4, 1.0))  # not read
+    got = fit_mhc([(g, rows)], site)
+    assert got.latency == pytest.approx(truth.latency, rel=0.02)
+    assert got.mem_efficiency == pytest.approx(truth.mem_efficiency, rel=0.02)
 
 
 def test_fit_experts_recovers_a_known_grouped_curve_and_the_step_times_grouped_gemms_on_it():
@@ -101,7 +119,17 @@ def test_a_fit_matches_itself_on_every_curve_of_the_grid():
     assert c.same and not c.mismatches
     curves = {(d.family, d.curve) for d in c.differences}
     for family in FITS:
-        for curve in ("gemm fp8", "gemm bfloat16", "mla decode", "mla prefill", "experts", "ll dispatch", "mla module"):
+        for curve in (
+            "gemm fp8",
+            "gemm bfloat16",
+            "mla decode",
+            "mla prefill",
+            "experts",
+            "ll dispatch",
+            "mla module",
+            "mhc pre",
+            "mhc post",
+        ):
             assert (family, curve) in curves
     assert all(d.max_relative == 0.0 for d in c.differences)
 

@@ -11,7 +11,7 @@ import tracemalloc
 import pytest
 
 from demos.zoo.loading import shrunk_spec
-from demos.zoo.models import PRESET_NAMES, SparseMLAAttention, get_preset, load_config
+from demos.zoo.models import PRESET_NAMES, CompressedAttention, SparseMLAAttention, get_preset, load_config
 from demos.zoo.models.presets import preset_config
 from demos.zoo.run import ZooRun
 from demos.zoo.workload import Workload, cluster_for
@@ -23,15 +23,19 @@ CLUSTER = cluster_for("h100", 2, 8, 16)
 
 def _expected_kernels(w: Workload) -> int:
     """Kernels of one ubatch's forward: embed, 3 attention kernels per layer (4 with a sparse MLA's
-    indexer, 4 in a hybrid model's Gated DeltaNet layers: projections, conv, delta rule, out), the dense MLP or the MoE
-    block: ll router, dispatch's SM-held send half, flight and receive, experts, the same three of the
-    combine, finalize; ht router, dispatch, experts, combine, the combine's copy, finalize; both the shared
-    experts when there are."""
+    indexer, 4 in a hybrid model's Gated DeltaNet layers: projections, conv, delta rule, out; DeepSeek-V4's
+    one more with a compressor and another with its indexer, and four hyper-connection kernels a layer), the
+    dense MLP or the MoE block: ll router, dispatch's SM-held send half, flight and receive, experts, the
+    same three of the combine, finalize; ht router, dispatch, experts, combine, the combine's copy,
+    finalize; both the shared experts when there are."""
     s = w.spec
     moe = (9 if w.schedule == "ll" else 6) + (1 if s.moe and s.moe.shared_experts else 0)
     attention = 4 if isinstance(s.attention, SparseMLAAttention) else 3
     linear = sum(getattr(s.attention, "is_linear", lambda i: False)(i) for i in range(s.num_layers))
-    return 1 + attention * s.num_layers + linear + s.first_k_dense + moe * s.moe_layers
+    if isinstance(s.attention, CompressedAttention):
+        linear = sum((r > 0) + (r == 4) for r in s.attention.compress_ratios)  # compressor, indexer
+    wide = 4 * s.num_layers if s.hc_mult > 1 else 0
+    return 1 + attention * s.num_layers + linear + wide + s.first_k_dense + moe * s.moe_layers
 
 
 @pytest.mark.parametrize("phase", ["decode", "prefill"])

@@ -126,6 +126,12 @@ the families the predictor loads (``batch_overlap/operations_strategy.py``, ``in
 MiniMaxM2DecoderLayer, whose ``models/minimax_m2.py`` defines TBO operations the strategy does not call, nor
 for gpt-oss's layer)."""
 
+SGLANG_TBO_PREFILL_ONLY_MODEL_TYPES = frozenset({"deepseek_v4", "deepseek_ref"})
+"""The ``model_type``s whose decoder layers SGLang 0.5.23's two-batch overlap splits in prefill only:
+DeepSeek-V4's (``deepseek_ref`` is how SGLang's FP8 copies name it), whose operations strategy has its
+prefill split (two yields a layer, around the dispatch and the combine) and no decode one (issue 45, read
+from the public discussion of ``batch_overlap/operations_strategy.py``, not from the tagged file)."""
+
 SGLANG_SBO_MODEL_TYPES = _DEEPSEEK_V2_CLASSES | {"kimi_k25"}
 """The ``model_type``s whose MoE runs SGLang 0.5.23's single-batch overlap (``compute_overlap_args`` is
 called in ``models/deepseek_v2.py`` only: Kimi-K2.5's text model is that file's, and DeepSeek-V3.2's and

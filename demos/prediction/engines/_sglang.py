@@ -6,17 +6,30 @@ from __future__ import annotations
 
 from demos.prediction.engines._carry import expert_flags, memory_flags
 from demos.prediction.engines._deployment import Deployment
-from demos.prediction.engines._releases import SGLANG_DEEPEP_MODES, SGLANG_SBO_MODEL_TYPES, SGLANG_TBO_MODEL_TYPES
+from demos.prediction.engines._releases import (
+    SGLANG_DEEPEP_MODES,
+    SGLANG_SBO_MODEL_TYPES,
+    SGLANG_TBO_MODEL_TYPES,
+    SGLANG_TBO_PREFILL_ONLY_MODEL_TYPES,
+)
 from demos.prediction.engines._shared import HEAD_IP, NODE_RANK, PORT, ep_below_world, gpus
-from demos.vocabulary import Overlap, Schedule
+from demos.vocabulary import Overlap, Phase, Schedule
 
 
 def sglang_refusal(d: Deployment, overlap: Overlap) -> str:
     """The ``#`` line (ending in a newline) when SGLang cannot run ``overlap`` for the model's architecture
-    (``SGLANG_TBO_MODEL_TYPES``, ``SGLANG_SBO_MODEL_TYPES``); "" when it can or the type is not known."""
+    (``SGLANG_TBO_MODEL_TYPES``, ``SGLANG_TBO_PREFILL_ONLY_MODEL_TYPES`` in decode, ``SGLANG_SBO_MODEL_TYPES``);
+    "" when it can or the type is not known."""
     mt, s = d.served.model_type, f"SGLang {d.engines.sglang}"
     if mt is None:
         return ""
+    if overlap == Overlap.DBO and mt in SGLANG_TBO_PREFILL_ONLY_MODEL_TYPES:
+        if d.phase == Phase.PREFILL:
+            return ""
+        return (
+            f"# {s} runs two-batch overlap for DeepSeek-V4 ({mt}) in prefill only (its operations strategy has no "
+            "decode split for its decoder layer); the line without it:\n"
+        )
     if overlap == Overlap.DBO and mt not in SGLANG_TBO_MODEL_TYPES:
         return (
             f"# {s} runs two-batch overlap only for DeepSeek-V2/V3/V3.2, GLM-5, Kimi K2/K2.5 and Qwen3-MoE decoder "

@@ -139,6 +139,10 @@ LOADED = {
     "zai-org--GLM-5": ("glm-5", "glm_moe_dsa", "bfloat16", "bfloat16"),
     "zai-org--GLM-5-FP8": ("glm-5", "glm_moe_dsa", "fp8_e4m3", "fp8_e4m3"),
     "nvidia--GLM-5.1-NVFP4": ("glm-5", "glm_moe_dsa", "bfloat16", "nvfp4"),
+    "deepseek-ai--DeepSeek-V4-Flash": ("deepseek-v4-flash", "deepseek_v4", "fp8_e4m3", "mxfp4"),
+    "deepseek-ai--DeepSeek-V4-Pro": ("deepseek-v4-pro", "deepseek_v4", "fp8_e4m3", "mxfp4"),
+    "nvidia--DeepSeek-V4-Flash-NVFP4": ("deepseek-v4-flash", "deepseek_v4", "fp8_e4m3", "nvfp4"),
+    "nvidia--DeepSeek-V4-Pro-NVFP4": ("deepseek-v4-pro", "deepseek_v4", "fp8_e4m3", "nvfp4"),
 }
 """The extra's config.json copies of each new family -> (the preset of its architecture, model_type, weights,
 experts)."""
@@ -162,6 +166,8 @@ def test_the_presets_embed_the_extras_copies():
         ("openai--gpt-oss-20b", "gpt-oss-20b"),
         ("deepseek-ai--DeepSeek-V3.2", "deepseek-v3.2"),
         ("zai-org--GLM-5-FP8", "glm-5"),
+        ("deepseek-ai--DeepSeek-V4-Flash", "deepseek-v4-flash"),
+        ("deepseek-ai--DeepSeek-V4-Pro", "deepseek-v4-pro"),
     ):
         whole = json.loads((model_configs() / f"{stem}_config.json").read_text())
         assert spec_from_config(whole, source="x") == spec_from_config(preset_config(preset), source="x"), stem
@@ -170,10 +176,6 @@ def test_the_presets_embed_the_extras_copies():
 # ---- the families the spec cannot express: one line each, saying what is missing ----
 
 REFUSED = {
-    "deepseek-ai--DeepSeek-V4-Flash": ("deepseek_v4", "compressed sparse attention"),
-    "deepseek-ai--DeepSeek-V4-Pro": ("deepseek_v4", "4x-wide residual"),
-    "nvidia--DeepSeek-V4-Pro-NVFP4": ("deepseek_v4", "hash-routed MoE layers"),
-    "sgl-project--DeepSeek-V4-Flash-FP8": ("deepseek_ref", "compressed sparse attention"),
     "MiniMaxAI--MiniMax-M3": ("minimax_m3", "block-sparse attention"),
     "nvidia--MiniMax-M3-NVFP4": ("minimax_m3_vl", "block-sparse attention"),
     "moonshotai--Kimi-K3": ("kimi_k3", "KDA linear attention beside MLA"),
@@ -203,13 +205,13 @@ def test_the_extras_configs_of_refused_families_are_one_line(stem):
 
 @needs_extra
 def test_predict_refuses_a_refused_family_in_one_line_with_status_2(capsys):
-    path = model_configs() / "deepseek-ai--DeepSeek-V4-Pro_config.json"
+    path = model_configs() / "MiniMaxAI--MiniMax-M3_config.json"
     assert main(["--model", str(path), "--gpu", "b200", "--nodes", "2", "--ep", "16"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     (line,) = captured.err.strip().splitlines()
-    assert line.startswith(f"python -m demos.predict: error: --model: {path}: model_type 'deepseek_v4' (DeepSeek-V4)")
-    assert "is not supported: the spec cannot express its compressed sparse attention" in line
+    assert line.startswith(f"python -m demos.predict: error: --model: {path}: model_type 'minimax_m3' (MiniMax-M3)")
+    assert "is not supported: the spec cannot express its block-sparse attention" in line
 
 
 # ---- predict: each new model's default sweep prints an answer with lines its engines accept ----
@@ -219,6 +221,12 @@ SERVED = {
     "minimax-m2.5": ("MiniMaxAI/MiniMax-M2.5", "", "# SGLang 0.5.23 runs two-batch overlap only"),
     "gpt-oss-20b": ("openai/gpt-oss-20b", "", "# SGLang 0.5.23 runs two-batch overlap only"),
     "glm-5": ("zai-org/GLM-5-FP8", "", "--enable-two-batch-overlap"),
+    "deepseek-v4-flash": (
+        "deepseek-ai/DeepSeek-V4-Flash",
+        "",
+        "# SGLang 0.5.23 runs two-batch overlap for DeepSeek-V4",
+    ),
+    "deepseek-v4-pro": ("deepseek-ai/DeepSeek-V4-Pro", "", "# SGLang 0.5.23 runs two-batch overlap for DeepSeek-V4"),
 }
 """Each new preset -> its repository in both lines, what the vLLM line starts with ("" for nothing said: DBO
 runs) and what the SGLang part holds (its two-batch overlap, or the # line saying it has none)."""
@@ -237,7 +245,8 @@ def _check_answer(printed: str, model: str) -> None:
 
 @pytest.mark.parametrize("model", sorted(SERVED))
 def test_predict_answers_for_each_new_model_at_two_counts(model, capsys):
-    argv = ["--model", model, "--gpu", "b200", "--nodes", "2", "--ep", "16", "--tokens", "64,256"]
+    counts = "256,1024" if model.startswith("deepseek-v4") else "64,256"  # V4's DBO pays from about 320 on
+    argv = ["--model", model, "--gpu", "b200", "--nodes", "2", "--ep", "16", "--tokens", counts]
     assert main(argv) == 0
     _check_answer(capsys.readouterr().out, model)
 

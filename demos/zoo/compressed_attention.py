@@ -1,0 +1,193 @@
+"""DeepSeek-V4's attention as a kind (``demos.zoo.attention``): ``Compressed``, per layer a sliding window and
+a compressed cache (``demos.zoo.models.compressed_spec.CompressedAttention``).
+
+A layer of compression ratio ``r`` launches, for a ubatch of ``t`` tokens on one rank (``h = heads /
+attention_tp`` query heads):
+
+* ``attn_proj``: the input norm, ``wq_a`` to the query latent and ``wkv`` to the one latent head (both
+  replicated under attention TP, as MLA's down-projections), the two latent norms, ``wq_b`` to the rank's
+  heads, RoPE and the window's cache write;
+* ``attn_compress`` (``r`` > 0): the compressor's two projections (keys/values and gates, ``compressor_width``
+  columns each, BF16 weights), the softmax pooling of each ``r`` tokens' rows (FP32) into one entry, its
+  norm, RoPE and cache write;
+* ``attn_index`` (``r`` = 4): the lightning indexer: its queries from the query latent, per-head weights
+  from the hidden state, its own compressor over ``index_head_dim``, the scores of every query against
+  every compressed key it may read (decode: ``context / 4``; prefill: its prefix's) timed as an FP8 grouped
+  GEMM on the family's FP8 curve (as ``SparseMLA``'s indexer), and their top-k;
+* ``attn_core``: every head against the entries the token reads: its window (``min(context + 1,
+  sliding_window)``), and its compressed entries: ``min(index_topk, context / 4)`` at ratio 4, ``context /
+  128`` at ratio 128 (``compressed_core_work``: key and value are the same latent entry); timed on the
+  family's MLA curve of its phase with the decode core's (batch, heads, entries) shape, so a decode core
+  pays the MLA module's fixed time as an MLA decode core does (an extrapolation: the V4 modules' measured
+  tables check it, ``validate kernels`` ops ``csa module``, ``hca module``);
+* ``attn_out``: the inverse RoPE of the output's rotated dims, the grouped ``wo_a`` (``o_groups /
+  attention_tp`` groups of the rank's heads, each to ``o_lora_rank``) and ``wo_b`` back to the hidden size
+  (its partial sums reduced over the attention-TP group as every kind's ``o_proj``).
+
+Layers of the same ratio cost the same (``cost_key``). The real math (``demos.zoo.compressed_kernels``)
+runs the same ops at a shrunken size: one cached window and one compressed cache per layer, shared by every
+request, as the other kinds' one cached context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from types import SimpleNamespace
+
+import torch
+
+from dbo.costs import Work
+from demos.vocabulary import Phase
+from demos.zoo import compressed_kernels as CK
+from demos.zoo.attention_base import AttentionCosts, AttentionKind, timed_core
+from demos.zoo.fold import Folder, gemm, memory_pass
+from demos.zoo.models import CompressedAttention
+from demos.zoo.models.dtypes import ACT_BYTES
+from demos.zoo.work import causal_pairs, compressed_core_work, index_score_work, sparse_causal_pairs
+from demos.zoo.workload import Workload
+
+__all__ = ["Compressed", "entries_read"]
+
+
+def entries_read(a: CompressedAttention, ratio: int, context: float) -> float:
+    """Cached entries a decode token of a request with ``context`` cached tokens reads in a layer of ``ratio``:
+    its window (itself included) and its compressed entries (module docstring)."""
+    window = min(context + 1.0, float(a.sliding_window))
+    if ratio == 0:
+        return window
+    compressed = context / ratio
+    return window + (min(float(a.index_topk), compressed) if ratio == 4 else compressed)
+
+
+def _prefill_pairs(a: CompressedAttention, ratio: int, t: float, context: int) -> float:
+    """Query-entry pairs per head of ``t`` prompt tokens in requests of ``context``: each query's window (at
+    most ``sliding_window`` keys of its prefix) and its compressed entries (a query at position ``p`` has
+    ``(p + 1) / ratio`` of them, at most ``index_topk`` at ratio 4)."""
+    pairs = sparse_causal_pairs(t, context, a.sliding_window)
+    if ratio == 4:
+        pairs += sparse_causal_pairs(t, context, ratio * a.index_topk) / ratio
+    elif ratio:
+        pairs += causal_pairs(t, context) / ratio
+    return pairs
+
+
+class Compressed(AttentionKind):
+    """DeepSeek-V4's attention (module docstring)."""
+
+    spec_type = CompressedAttention
+    label = "compressed"
+
+    def costs(self, w: Workload, a: CompressedAttention, t: int, layer: int, fold: Folder) -> AttentionCosts:
+        H, store, tp = w.spec.hidden_size, w.spec.precision.weights, w.attention_tp
+        d, rope, ratio = a.head_dim, a.qk_rope_head_dim, a.ratio_of(layer)
+        h, groups = max(1, a.heads // tp), max(1, a.o_groups // tp)
+        kvb = w.spec.precision.bytes_of("kv_cache")
+        _proj = fold.named("attn_proj")
+        proj = _proj(
+            memory_pass(t, H, 2),
+            gemm(t, a.q_lora_rank, H, store),
+            gemm(t, d, H, store),
+            memory_pass(t, a.q_lora_rank + d, 1),
+            gemm(t, h * d, a.q_lora_rank, store),
+            memory_pass(t, h * rope + rope, 1),
+        )
+        extra = []
+        if ratio:
+            extra.append(("attn_compress", self.compress_costs(w, a, ratio, d, t, fold, kvb)))
+        if ratio == 4:
+            extra.append(("attn_index", self.index_costs(w, a, t, fold)))
+        if w.phase == Phase.DECODE:
+            read = entries_read(a, ratio, w.context)
+            pairs, entries, shape = t * read, t * read, (t, h, read)
+        else:
+            pairs = _prefill_pairs(a, ratio, t, w.context)
+            requests = -(-t // w.context)
+            entries, shape = requests * entries_read(a, ratio, min(t, w.context)), None
+        flops, nbytes = compressed_core_work(t, h, pairs, d, kvb, entries)
+        core = timed_core(w, fold, flops, nbytes, shape)
+        width = h * d // groups  # each group's input: its heads' outputs
+        out = fold.named("attn_out")(
+            memory_pass(t, h * rope, 1),
+            gemm(t, groups * a.o_lora_rank, width, store),
+            gemm(t, H, groups * a.o_lora_rank, store),
+        )
+        return AttentionCosts(proj, core, out, (flops, nbytes), extra=tuple(extra))
+
+    def compress_costs(self, w: Workload, a, ratio: int, dim: int, t: int, fold: Folder, entry_bytes: float) -> Work:
+        """A compressor over entries of ``dim`` for ``t`` tokens: its two projections (BF16 weights), the FP32
+        pooling of the rows, and the ``t / ratio`` entries normed, rotated and written (module docstring)."""
+        width = a.compressor_width(ratio, dim)
+        H = w.spec.hidden_size
+        pool = Work(flops=4.0 * t * width, bytes=2.0 * t * width * 4.0 + t / ratio * dim * (entry_bytes + ACT_BYTES))
+        return fold.named("attn_compress")(gemm(t, 2 * width, H, "bfloat16"), pool)
+
+    def index_costs(self, w: Workload, a: CompressedAttention, t: int, fold: Folder) -> Work:
+        """The lightning indexer of a ratio-4 layer (module docstring); not split by attention TP (as
+        ``SparseMLA``'s, assumed replicated)."""
+        H, store = w.spec.hidden_size, w.spec.precision.weights
+        ih, idim = a.index_heads, a.index_head_dim
+        if w.phase == Phase.DECODE:  # every token scores its own request's compressed keys
+            keys = pairs = t * w.context / 4.0
+            rows = w.context / 4.0
+        else:
+            pairs = causal_pairs(t, w.context) / 4.0
+            keys, rows = t / 4.0, min(t, w.context) / 4.0
+        flops, nbytes = index_score_work(t, keys, pairs, ih, idim, key_bytes=a.index_key_bytes)
+        scores = Work(flops=flops, bytes=nbytes, dtype="fp8", shape=(max(1, round(rows)), ih, idim))
+        select = Work(bytes=4.0 * pairs + 4.0 * t * min(a.index_topk, max(1.0, w.context / 4.0)))
+        return fold.named("attn_index")(
+            gemm(t, ih * idim, a.q_lora_rank, store),
+            gemm(t, ih, H, "bfloat16"),
+            self.compress_costs(w, a, 4, idim, t, fold, a.index_key_bytes),
+            scores,
+            select,
+        )
+
+    def cost_key(self, a: CompressedAttention, layer: int) -> Hashable:
+        return a.ratio_of(layer)
+
+    def layer_label(self, a: CompressedAttention, layer: int) -> str:
+        return a.label(layer)
+
+    def weights(self, a: CompressedAttention, H: int, C: int, rand: Callable) -> SimpleNamespace:
+        d, r, g = a.head_dim, a.q_lora_rank, a.o_groups
+        L = SimpleNamespace()
+        L.w_q_a, L.w_q_b = rand((H, r), H**-0.5), rand((r, a.heads * d), r**-0.5)
+        L.w_kv = rand((H, d), H**-0.5)
+        L.win_ctx = rand((min(C, a.sliding_window), d), 1.0)
+        L.comp = {}
+        for ratio in sorted(set(a.compress_ratios) - {0}):
+            width = a.compressor_width(ratio, d)
+            L.comp[ratio] = (rand((H, width), H**-0.5), rand((H, width), H**-0.5), rand((max(1, C // ratio), d), 1.0))
+        L.w_iq = rand((r, a.index_heads * a.index_head_dim), r**-0.5)
+        L.w_iw = rand((H, a.index_heads), H**-0.5)
+        L.k_index = rand((max(1, C // 4), a.index_head_dim), 1.0)
+        per = a.heads * d // g
+        L.w_o_a = rand((g, per, a.o_lora_rank), per**-0.5)
+        L.w_o_b = rand((g * a.o_lora_rank, H), (g * a.o_lora_rank) ** -0.5)
+        return L
+
+    def launch(self, run, a: CompressedAttention, L, h, t, costs, layer, ub, dt) -> None:
+        d, ratio = a.head_dim, a.ratio_of(layer)
+        n = max(1, t // ratio) if ratio else 0
+        cached = None if L is None or not ratio else L.comp[ratio][2].shape[0]
+        k = a.index_topk if cached is None else min(a.index_topk, cached)
+        q_lat, q, kv_self, o = run.workspace(
+            ((t, a.q_lora_rank), dt), ((t, a.heads, d), dt), ((t, d), dt), ((t, a.heads, d), dt)
+        )
+        w = () if L is None else (L.w_q_a, L.w_q_b, L.w_kv)
+        run(costs, "attn_proj", CK.v4_proj_kernel, h, *w, q_lat, q, kv_self, layer=layer, ub=ub)
+        comp_ctx = sel = None
+        if ratio:
+            (entries,) = run.workspace(((n, d), dt))
+            w = () if L is None else L.comp[ratio][:2]
+            run(costs, "attn_compress", CK.v4_compress_kernel, h, *w, entries, layer=layer, ub=ub)
+            comp_ctx = None if L is None else L.comp[ratio][2]
+        if ratio == 4:
+            (sel,) = run.workspace(((t, k), torch.int64))
+            w = () if L is None else (L.w_iq, L.w_iw, L.k_index, a.index_heads)
+            run(costs, "attn_index", CK.v4_index_kernel, h, q_lat, *w, sel, layer=layer, ub=ub)
+        win = None if L is None else L.win_ctx
+        run(costs, "attn_core", CK.v4_core_kernel, q, kv_self, win, comp_ctx, sel, o, layer=layer, ub=ub)
+        w = () if L is None else (L.w_o_a, L.w_o_b)
+        run(costs, "attn_out", CK.v4_out_kernel, o, *w, h, layer=layer, ub=ub)
