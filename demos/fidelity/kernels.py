@@ -17,6 +17,9 @@ way the predictor times that kernel, and compared:
 * ``csa module`` / ``hca module``: SGLang's whole DeepSeek-V4 decode modules (Flash and Pro, FP8 block GEMMs and
   an FP8 cache, attention TP 1 to 8) against the predictor's compressed attention op of a layer of that
   ratio (``demos.zoo.attention_module.v4_rows``), fitted to nothing;
+* ``msa module``: SGLang's whole MiniMax-M3 block-sparse decode module (BF16, its split top-k kernel,
+  attention TP 1 to 8) against the predictor's block-sparse attention op, fitted to nothing
+  (``demos.zoo.attention_module.msa_rows``);
 * ``mhc pre`` / ``mhc post``: SGLang's DeepSeek-V4 hyper-connection kernels on the family's fitted curve
   (``FamilyFit.mhc``), their work counted as the predictor counts it (``demos.zoo.work.mhc_work``); B300 and
   GB300 rows are held out;
@@ -67,6 +70,7 @@ OPS = (
     "dsa module",
     "csa module",
     "hca module",
+    "msa module",
     "mhc pre",
     "mhc post",
     "gdn decode",
@@ -143,6 +147,14 @@ def _v4_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
         op = "csa module" if r.ratio == 4 else "hca module"
         shape = f"{V4_MODELS[r.model]} batch={r.batch} heads={r.heads} kv={r.length}"
         yield CheckRow(gpu, op, shape, v4_composed_seconds(gpu, r, fit), r.seconds)
+
+
+def _msa_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
+    from demos.zoo.attention_module import msa_composed_seconds, msa_rows
+
+    for r in msa_rows(gpu):
+        shape = f"batch={r.batch} heads={r.heads} kv={r.kv_len}"
+        yield CheckRow(gpu, "msa module", shape, msa_composed_seconds(gpu, r, fit), r.seconds)
 
 
 def _mhc_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
@@ -222,6 +234,8 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
         out += list(_dsa_rows(gpu, fit))
     if ops & {"csa module", "hca module"}:
         out += [r for r in _v4_rows(gpu, fit) if r.op in ops]
+    if "msa module" in ops:
+        out += list(_msa_rows(gpu, fit))
     if ops & {"mhc pre", "mhc post"} and fit.mhc:
         out += [r for r in _mhc_rows(gpu, fit) if r.op in ops]
     if ops & {"gdn decode", "gdn prefill", "gdn conv decode", "gdn conv prefill"} and fit.gdn:

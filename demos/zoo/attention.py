@@ -26,18 +26,19 @@ The kinds:
   prefill: at most ``topk`` keys per query), after its own op ``attn_index``: the indexer's projections,
   its scores of every query against every cached key it may read, and their top-k. The indexer is what
   grows with the context; the core stops growing at ``topk``.
-* ``GQA`` (grouped-query, MHA when ``kv_heads == heads``): decode reads each request's KV cache of
-  ``context`` tokens (a sliding-window layer at most its window); attention TP splits the query and the
-  KV heads (vLLM's QKVParallelLinear: ``max(1, kv_heads / attention_tp)`` KV heads per rank, replicated
-  when fewer than the group). Its core is timed on the MLA curve of its phase (an extrapolation,
-  docs/kernels.md).
-
+* ``GQA`` (``demos.zoo.gqa_attention``; grouped-query, MHA when ``kv_heads == heads``): decode reads each
+  request's KV cache of ``context`` tokens (a sliding-window layer at most its window); attention TP splits
+  the query and the KV heads (vLLM's QKVParallelLinear: ``max(1, kv_heads / attention_tp)`` KV heads per
+  rank, replicated when fewer than the group). Its core is timed on the MLA curve of its phase (an
+  extrapolation, docs/kernels.md).
 * ``DeltaRule`` (``demos.zoo.linear_attention``): a hybrid model's Gated DeltaNet layers (Qwen3-Next,
   Qwen3.5), picked per layer by ``layer_attention``: a fixed-size recurrent state per request instead of
   a KV cache, its own ops (``gdn_*``).
 * ``Compressed`` (``demos.zoo.compressed_attention``): DeepSeek-V4's layers, each a sliding window and, by
   its compression ratio, a compressed cache (read whole, or through a lightning indexer's top-k), with
   its own op ``attn_compress`` (and ``attn_index`` at ratio 4).
+* ``BlockSparseGQA`` (``demos.zoo.gqa_attention``): MiniMax-M3's block-sparse layers, GQA whose core reads
+  only the blocks an index picks, after the index's op ``attn_index``.
 
 A new kind of attention (compressed, sparse, linear) is one class here and one entry in
 ``ATTENTION_KINDS``, plus an entry in ``demos.zoo.ops.OPS`` for each op of its own: the plan, the
@@ -46,7 +47,7 @@ breakdown and the model take it from there (docs/design.md, "The step as one op 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -59,15 +60,16 @@ from demos.zoo import kernels as K
 from demos.zoo.attention_base import AttentionCosts, AttentionKind, attention_pairs, timed_core
 from demos.zoo.compressed_attention import Compressed
 from demos.zoo.fold import Folder, bmm, gemm, memory_pass
+from demos.zoo.gqa_attention import GQA, BlockSparseGQA
 from demos.zoo.linear_attention import DeltaRule
-from demos.zoo.models import GatedDeltaNet, GQAAttention, MLAAttention, SparseMLAAttention
-from demos.zoo.models.dtypes import ACT_BYTES
+from demos.zoo.models import BlockSparse, GatedDeltaNet, GQAAttention, MLAAttention, SparseMLAAttention
 from demos.zoo.work import causal_pairs, decode_pairs, index_score_work, mla_core_work, sparse_causal_pairs
 from demos.zoo.workload import Workload
 
 __all__ = [
     "ATTENTION_KINDS",
     "GQA",
+    "BlockSparseGQA",
     "Compressed",
     "DeltaRule",
     "MLA",
@@ -223,63 +225,8 @@ class SparseMLA(MLA):
         run(costs, "attn_out", K.mla_out_kernel, o_lat, *w, h, layer=layer, ub=ub)
 
 
-class GQA(AttentionKind):
-    """Grouped-query attention (module docstring)."""
-
-    spec_type = GQAAttention
-    label = "GQA"
-
-    def costs(self, w: Workload, a: GQAAttention, t: int, layer: int, fold: Folder) -> AttentionCosts:
-        H, store, tp = w.spec.hidden_size, w.spec.precision.weights, w.attention_tp
-        h, kvh, d = a.heads // tp, max(1, a.kv_heads // tp), a.head_dim
-        kvb = w.spec.precision.bytes_of("kv_cache")
-        window = a.window_of(layer)
-        _sum = fold.named("attn_proj")
-        gate = h if a.output_gate else 0  # q_proj's gate columns (Qwen3-Next's and Qwen3.5's gated attention)
-        proj = _sum(gemm(t, (h + 2 * kvh + gate) * d, H, store), memory_pass(t, H, 2))
-        if w.phase == Phase.DECODE:
-            seen = min(w.context + 1.0, window) if window else w.context + 1.0
-            p = t * seen
-            nbytes = t * seen * 2 * kvh * d * kvb + 2 * t * h * d * ACT_BYTES
-        else:
-            pairs = attention_pairs(w, t)
-            p = pairs if not window else min(pairs, t * float(window))
-            nbytes = t * (2 * h + 2 * kvh) * d * ACT_BYTES + t * 2 * kvh * d * kvb
-        flops = 4.0 * h * d * p
-        out = _sum(gemm(t, H, h * d, store), *((memory_pass(t, h * d, 1),) if gate else ()))
-        return AttentionCosts(proj, timed_core(w, fold, flops, nbytes, None), out, (flops, nbytes))
-
-    def cost_key(self, a: GQAAttention, layer: int) -> Hashable:
-        return a.window_of(layer)
-
-    def weights(self, a: GQAAttention, H: int, C: int, rand: Callable) -> SimpleNamespace:
-        d = a.head_dim
-        L = SimpleNamespace()
-        L.w_qkv = rand((H, self.qkv_width(a)), H**-0.5)
-        L.k_ctx = rand((a.kv_heads, C, d), 1.0)
-        L.v_ctx = rand((a.kv_heads, C, d), 1.0)
-        L.w_o = rand((a.heads * d, H), (a.heads * d) ** -0.5)
-        return L
-
-    def qkv_width(self, a: GQAAttention) -> int:
-        """Columns of the fused projection: queries, keys, values, and the output gate when it has one."""
-        return (2 * a.heads + 2 * a.kv_heads if a.output_gate else a.heads + 2 * a.kv_heads) * a.head_dim
-
-    def launch(self, run, a: GQAAttention, L, h, t, costs, layer, ub, dt) -> None:
-        d = a.head_dim
-        qkv, out = run.workspace(((t, self.qkv_width(a)), dt), ((t, a.heads * d), dt))
-        run(costs, "attn_proj", K.gqa_proj_kernel, h, None if L is None else L.w_qkv, qkv, layer=layer, ub=ub)
-        ctx = (None, None) if L is None else (L.k_ctx, L.v_ctx)
-        run(costs, "attn_core", K.gqa_core_kernel, qkv, *ctx, a.heads, a.kv_heads, out, layer=layer, ub=ub)
-        w_o = None if L is None else L.w_o
-        if a.output_gate:
-            run(costs, "attn_out", K.gated_out_kernel, out, qkv, w_o, h, layer=layer, ub=ub)
-        else:
-            run(costs, "attn_out", K.out_kernel, out, w_o, h, layer=layer, ub=ub)
-
-
 ATTENTION_KINDS: dict[type, AttentionKind] = {
-    k.spec_type: k for k in (MLA(), SparseMLA(), GQA(), DeltaRule(), Compressed())
+    k.spec_type: k for k in (MLA(), SparseMLA(), GQA(), DeltaRule(), Compressed(), BlockSparseGQA())
 }
 """Every kind of attention the zoo runs, keyed by its spec class (``demos.zoo.models``)."""
 
@@ -295,8 +242,11 @@ def attention_kind(a: Any) -> AttentionKind:
 
 def layer_attention(a: Any, layer: int) -> tuple[AttentionKind, Any]:
     """(kind, spec) of layer ``layer``'s attention in a model whose attention spec is ``a``: a hybrid model's
-    ``linear_attention`` layers are Gated DeltaNet layers (``GQAAttention.linear``), every other layer
+    ``linear_attention`` layers are Gated DeltaNet layers (``GQAAttention.linear``), MiniMax-M3's
+    ``block_sparse_attention`` layers block-sparse GQA (the kind reads ``a.block_sparse``), every other layer
     ``a`` itself. Everything that costs, launches or builds a layer asks this, never ``a`` alone."""
     if isinstance(a, GQAAttention) and a.is_linear(layer):
         return ATTENTION_KINDS[GatedDeltaNet], a.linear
+    if isinstance(a, GQAAttention) and a.is_block_sparse(layer):
+        return ATTENTION_KINDS[BlockSparse], a
     return attention_kind(a), a

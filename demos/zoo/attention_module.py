@@ -29,6 +29,11 @@ layers, FP8 block GEMMs and an FP8 cache, attention TP 1 to 8), which ``validate
 module``, ``hca module``) compares with the predictor's attention op of a layer of the row's ratio
 (``v4_composed_seconds``: ``demos.zoo.compressed_attention.Compressed`` composed, its hyper-connection
 kernels apart); nothing is fitted to them either.
+
+``msa_rows(gpu)`` are SGLang's whole MiniMax-M3 block-sparse decode modules (BF16 cache and GEMMs, its split
+top-k kernel), which ``validate kernels`` (op ``msa module``) compares with the predictor's block-sparse
+attention op (``msa_composed_seconds``: ``demos.zoo.gqa_attention.BlockSparseGQA`` composed); nothing
+fitted.
 """
 
 from __future__ import annotations
@@ -47,10 +52,13 @@ __all__ = [
     "DSA_MODELS",
     "DSA_ROWS",
     "FIT_ROWS",
+    "MSA_ROWS",
     "V4_MODELS",
     "composed_seconds",
     "dsa_rows",
     "module_rows",
+    "msa_composed_seconds",
+    "msa_rows",
     "v4_composed_seconds",
     "v4_rows",
 ]
@@ -116,19 +124,27 @@ def composed_seconds(gpu: str, row, fit: FamilyFit, model: str = _MODEL) -> floa
     kernels timed with ``fit`` (its ``mla_module`` included): ``model`` (DeepSeek-V3 by default) with the
     row's cache dtype, ``row.batch`` requests of ``row.kv_len`` cached tokens, attention TP ``heads /
     row.heads``."""
-    g = get_gpu(gpu)
     spec = _spec(model, "fp8" if row.kv_dtype.startswith("fp8") else "bf16")
+    tp = spec.attention.heads // row.heads
+    return _layer_attention_seconds(gpu, spec, spec.first_k_dense, row.batch, row.kv_len, tp, fit)
+
+
+def _layer_attention_seconds(gpu: str, spec, layer: int, batch: int, cached: int, tp: int, fit: FamilyFit) -> float:
+    """The attention ops of ``spec``'s layer ``layer`` (``attention_seconds``) for ``batch`` requests of
+    ``cached`` tokens (at least 1) at attention TP ``tp`` on ``gpu``, its kernels timed with ``fit``: what
+    every module row here is compared with (an EP group of ``_EP``, which the attention op does not see)."""
+    g = get_gpu(gpu)
     per = min(_EP, g.gpus_per_node)
     w = Workload(
         spec,
         cluster_for(gpu, _EP // per, per, _EP),
-        tokens=row.batch,
-        context=max(1, row.kv_len),
+        tokens=batch,
+        context=max(1, cached),
         ubatches=1,
-        attention_tp=spec.attention.heads // row.heads,
+        attention_tp=tp,
     )
     profile = gpu_profile(g, fit=fit)
-    return attention_seconds(w, row.batch, spec.first_k_dense, profile, KernelTimes(g, profile, fit))
+    return attention_seconds(w, batch, layer, profile, KernelTimes(g, profile, fit))
 
 
 V4_MODELS = {
@@ -153,17 +169,39 @@ def v4_composed_seconds(gpu: str, row, fit: FamilyFit) -> float:
     """The predictor's attention ops of one layer of ``row.ratio`` (``attention_seconds``) for DeepSeek-V4
     module row ``row`` on ``gpu``, its kernels timed with ``fit``: the row's model with an FP8 cache,
     ``row.batch`` requests of ``row.length`` cached tokens, attention TP ``row.tp``."""
-    g = get_gpu(gpu)
     spec = _spec(V4_MODELS[row.model], "fp8")
     layer = spec.attention.compress_ratios.index(row.ratio)
-    per = min(_EP, g.gpus_per_node)
-    w = Workload(
-        spec,
-        cluster_for(gpu, _EP // per, per, _EP),
-        tokens=row.batch,
-        context=max(1, row.length),
-        ubatches=1,
-        attention_tp=row.tp,
-    )
-    profile = gpu_profile(g, fit=fit)
-    return attention_seconds(w, row.batch, layer, profile, KernelTimes(g, profile, fit))
+    return _layer_attention_seconds(gpu, spec, layer, row.batch, row.length, row.tp, fit)
+
+
+MSA_ROWS = {"kernel": "sglang_minimax_decode_triton_sparse_topk_split", "kv_dtype": "bfloat16"}
+"""The block-sparse module rows checked: SGLang's split top-k decode kernel (every context; its radix one is
+measured at a few), over a BF16 cache (the predictor's default)."""
+
+
+def msa_rows(gpu: str) -> list:
+    """``gpu``'s measured MiniMax-M3 block-sparse decode module rows of ``MSA_ROWS`` (needs the extra)."""
+    from demos.zoo import measured
+
+    return [
+        r
+        for r in measured.msa_module_rows(gpu)
+        if r.kernel == MSA_ROWS["kernel"] and r.kv_dtype == MSA_ROWS["kv_dtype"]
+    ]
+
+
+@functools.lru_cache(maxsize=2)
+def _m3():
+    from demos.zoo import measured
+    from demos.zoo.models import load_config
+
+    return load_config(measured.model_config_path("MiniMaxAI/MiniMax-M3"))
+
+
+def msa_composed_seconds(gpu: str, row, fit: FamilyFit) -> float:
+    """The predictor's attention ops of one MiniMax-M3 block-sparse layer for module row ``row`` on ``gpu``
+    (the extra's config copy of the model; ``row.batch`` requests of ``row.kv_len`` cached tokens, attention
+    TP ``heads / row.heads``)."""
+    spec = _m3()
+    layer = spec.attention.layer_types.index("block_sparse_attention")
+    return _layer_attention_seconds(gpu, spec, layer, row.batch, row.kv_len, spec.attention.heads // row.heads, fit)

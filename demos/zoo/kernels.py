@@ -24,6 +24,8 @@ __all__ = [
     "embed_kernel",
     "gqa_proj_kernel",
     "gqa_core_kernel",
+    "block_index_kernel",
+    "gqa_sparse_core_kernel",
     "mla_proj_kernel",
     "mla_core_kernel",
     "dsa_index_kernel",
@@ -75,6 +77,38 @@ def gqa_core_kernel(
     s_self = (q * k).sum(-1, keepdim=True) * scale
     p = torch.softmax(torch.cat([s_ctx, s_self], dim=-1), dim=-1)
     o = torch.einsum("tgrc,gcd->tgrd", p[..., :-1], v_ctx) + p[..., -1:] * v
+    out.copy_(o.reshape(t, heads * d))
+
+
+def block_index_kernel(h: torch.Tensor, w_iq: torch.Tensor, k_index: torch.Tensor, heads: int, sel: torch.Tensor):
+    """A block-sparse layer's index at a shrunken size: each token's score of every cached index key
+    (``k_index``: (C, dim)), the best over its ``heads`` index heads, and the indices of its
+    ``sel.shape[1]`` best cached tokens into ``sel`` (the real index keeps whole blocks: their tokens' best)."""
+    q = (rmsnorm(h) @ w_iq).reshape(h.shape[0], heads, -1)
+    scores = torch.einsum("thd,cd->thc", q, k_index).amax(1)
+    sel.copy_(torch.topk(scores, sel.shape[1], dim=-1).indices)
+
+
+def gqa_sparse_core_kernel(
+    qkv: torch.Tensor,
+    k_ctx: torch.Tensor,
+    v_ctx: torch.Tensor,
+    sel: torch.Tensor,
+    heads: int,
+    kv_heads: int,
+    out: torch.Tensor,
+) -> None:
+    """``gqa_core_kernel`` over each token's selected cached tokens only (``sel``: (t, k) of the context)."""
+    t, d = qkv.shape[0], k_ctx.shape[-1]
+    q = qkv[:, : heads * d].view(t, kv_heads, heads // kv_heads, d)
+    k = qkv[:, heads * d : (heads + kv_heads) * d].view(t, kv_heads, 1, d)
+    v = qkv[:, (heads + kv_heads) * d : (heads + 2 * kv_heads) * d].view(t, kv_heads, 1, d)
+    kp, vp = k_ctx[:, sel], v_ctx[:, sel]  # (kv_heads, t, k, d)
+    scale = d**-0.5
+    s_ctx = torch.einsum("tgrd,gtkd->tgrk", q, kp) * scale
+    s_self = (q * k).sum(-1, keepdim=True) * scale
+    p = torch.softmax(torch.cat([s_ctx, s_self], dim=-1), dim=-1)
+    o = torch.einsum("tgrk,gtkd->tgrd", p[..., :-1], vp) + p[..., -1:] * v
     out.copy_(o.reshape(t, heads * d))
 
 

@@ -57,6 +57,7 @@ __all__ = [
     "data_root",
     "gdn_rows",
     "mhc_rows",
+    "msa_module_rows",
     "gemm_rows",
     "mla_module_rows",
     "mla_rows",
@@ -93,12 +94,14 @@ TABLES = {
     "mhc": ("mhc", "sglang", "0.5.14", "mhc_module_perf"),
     "csa_decode": ("sparse_attention", "sglang", "0.5.14", "dsv4_csa_generation_module_perf"),
     "hca_decode": ("sparse_attention", "sglang", "0.5.14", "dsv4_hca_generation_module_perf"),
+    "msa_decode": ("msa", "sglang", "0.5.16", "msa_generation_module_perf"),
 }
 """Table -> (family, framework, version, file stem): the version of each table this project reads
 (the newest SGLang collection of each on every GPU in ``SYSTEMS``, aiconfigurator-core 0.12.0; the whole
 MLA decode module, projections and all, only TRT-LLM's collection measures on every one of them; the whole
 DeepSeek-sparse-attention decode module, SGLang's; Gated DeltaNet's kernels, SGLang's; DeepSeek-V4's
-hyper-connection kernels and its CSA and HCA decode modules, SGLang's)."""
+hyper-connection kernels and its CSA and HCA decode modules, SGLang's; MiniMax-M3's block-sparse decode
+module, SGLang's)."""
 
 
 class MeasuredTablesError(ConfigError):
@@ -265,6 +268,15 @@ def v4_module_rows(gpu: str) -> list[V4ModuleRow]:
             for (m, r, b, h, tp, s, g), kv, ms in ((row[:7], row[7], row[8]) for row in cols)
         ]
     return out
+
+
+def msa_module_rows(gpu: str) -> list[DsaModuleRow]:
+    """MiniMax-M3's whole block-sparse decode module rows (SGLang's collection; ``DsaModuleRow``'s fields:
+    model, batch, heads on the GPU, cached tokens, KV and GEMM dtypes, the decode kernel), in seconds."""
+    d = _frame(gpu, "msa_decode")
+    names = ("model", "batch_size", "num_heads", "step", "kv_cache_dtype", "gemm_type", "kernel_source")
+    cols = zip(*(d[c].tolist() for c in names), d.latency.tolist())
+    return [DsaModuleRow(*row[:-1], row[-1] * 1e-3) for row in cols]
 
 
 def moe_rows(gpu: str) -> list[MoeRow]:

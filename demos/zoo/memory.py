@@ -11,8 +11,9 @@ cache the whole latent of the group's requests):
   experts of every MoE layer at ``precision.experts`` (redundant slots included);
 * ``kv_cache``: the cache of the step's requests, ``context`` tokens each in decode (``tokens`` of them
   in prefill), at ``precision.kv_cache`` (MLA: latent plus RoPE key, and a sparse MLA's FP8 indexer key
-  with its scale; GQA: keys and values of the KV heads), and in a hybrid model each request's Gated
-  DeltaNet states, the same at any context (``state_bytes_per_request``); DeepSeek-V4 holds per layer a
+  with its scale; GQA: keys and values of the KV heads, and a block-sparse layer's BF16 index key), and
+  in a hybrid model each request's Gated DeltaNet states, the same at any context
+  (``state_bytes_per_request``); DeepSeek-V4 holds per layer a
   sliding window of ``sliding_window`` entries and its compressor's FP32 state per request, whatever the
   context (``state_bytes_per_request``), and one compressed entry per ``ratio`` tokens (at ratio 4 with
   the indexer's key beside it), which grows with it;
@@ -99,7 +100,11 @@ def kv_bytes_per_token(w: Workload) -> float:
     kv_heads = max(1, a.kv_heads // w.attention_tp) if not isinstance(a, MLAAttention) else 0
     width = a.kv_cache_width if isinstance(a, MLAAttention) else 2 * kv_heads * a.head_dim
     index = a.index_key_bytes if isinstance(a, SparseMLAAttention) else 0
-    return (width * s.precision.bytes_of("kv_cache") + index) * len(_kv_layers(w))
+    layers = _kv_layers(w)
+    blocks = 0.0  # a block-sparse layer's index key (BF16) beside its keys and values
+    if isinstance(a, GQAAttention) and a.block_sparse is not None:
+        blocks = sum(a.is_block_sparse(i) for i in layers) * a.block_sparse.index_head_dim * 2.0
+    return (width * s.precision.bytes_of("kv_cache") + index) * len(layers) + blocks
 
 
 def state_bytes_per_request(w: Workload) -> float:

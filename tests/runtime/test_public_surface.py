@@ -254,6 +254,7 @@ SURFACE = {
     ],
     "demos.zoo.models": [
         "ALIASES",
+        "BlockSparse",
         "CHECKPOINTS",
         "CompressedAttention",
         "GQAAttention",

@@ -32,6 +32,8 @@ def _expected_kernels(w: Workload) -> int:
     moe = (9 if w.schedule == "ll" else 6) + (1 if s.moe and s.moe.shared_experts else 0)
     attention = 4 if isinstance(s.attention, SparseMLAAttention) else 3
     linear = sum(getattr(s.attention, "is_linear", lambda i: False)(i) for i in range(s.num_layers))
+    if getattr(s.attention, "block_sparse", None) is not None:
+        linear += sum(s.attention.is_block_sparse(i) for i in range(s.num_layers))  # the index
     if isinstance(s.attention, CompressedAttention):
         linear = sum((r > 0) + (r == 4) for r in s.attention.compress_ratios)  # compressor, indexer
     wide = 4 * s.num_layers if s.hc_mult > 1 else 0

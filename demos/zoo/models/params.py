@@ -10,7 +10,8 @@ What is counted (every weight, bias and norm scale of the HuggingFace implementa
   per head when ``sinks`` and ``q_proj``'s output-gate half when ``output_gate``; a hybrid model's Gated
   DeltaNet layers (``linear_attention_params``) in its ``linear_attention`` layers; DeepSeek-V4's
   compressed attention per layer (``compressed_attention_params``: its projections, its compressor and, at
-  ratio 4, its indexer);
+  ratio 4, its indexer); MiniMax-M3's block-sparse layers GQA's plus their index's query and key
+  projections and the key's norm (the names of those weights not read: an assumption);
 * ``norms``: two RMSNorms per layer (before attention and before the MLP) and the final norm, and a wide
   residual's mixing weights (``hyper_connection_params``: DeepSeek-V4's ``hc_*`` tensors);
 * ``dense_mlp``: the gated MLPs (gate, up, down) of the ``first_k_dense`` layers;
@@ -197,6 +198,9 @@ def layer_attention_params(spec: ModelSpec, layer: int) -> int:
         return linear_attention_params(spec.hidden_size, a.linear)
     if isinstance(a, CompressedAttention):
         return compressed_attention_params(spec.hidden_size, a, a.ratio_of(layer))
+    if isinstance(a, GQAAttention) and a.is_block_sparse(layer):
+        b = a.block_sparse  # the index's query projection and its key's, with the key's norm (assumed)
+        return attention_params(spec) + spec.hidden_size * (b.index_heads + 1) * b.index_head_dim + b.index_head_dim
     return attention_params(spec)
 
 

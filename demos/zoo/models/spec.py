@@ -11,7 +11,8 @@ A spec holds the shapes that set compute, memory and all-to-all traffic, and not
   when ``kv_heads == heads``), with the per-layer sliding-window pattern, the attention sinks of the
   families that have them, the Gated DeltaNet linear-attention layers of the hybrid ones
   (``GatedDeltaNet``, ``demos.zoo.models.linear_spec``), or DeepSeek-V4's per-layer compressed attention
-  (``CompressedAttention``, ``demos.zoo.models.compressed_spec``);
+  (``CompressedAttention``, ``demos.zoo.models.compressed_spec``), and MiniMax-M3's block-sparse layers
+  (``BlockSparse``, ``demos.zoo.models.block_sparse_spec``);
 * ``Precision``: the dtype of each part (non-expert weights, expert weights, dispatch, combine, KV cache);
 * ``mtp_layers``: multi-token-prediction modules shipped beside the trunk (DeepSeek-V3), which the
   published totals leave out (``demos.zoo.models.params``);
@@ -36,13 +37,16 @@ from demos.zoo.models._checks import (
     check_str,
     is_int,
 )
+from demos.zoo.models.block_sparse_spec import BlockSparse
 from demos.zoo.models.compressed_spec import CompressedAttention
 from demos.zoo.models.dtypes import DTYPES, dtype
 from demos.zoo.models.linear_spec import GatedDeltaNet
+from demos.zoo.models.moe_spec import SCORING_FUNCS, MoESpec
 
 __all__ = [
     "ATTENTION_LAYER_TYPES",
     "SCORING_FUNCS",
+    "BlockSparse",
     "CompressedAttention",
     "GQAAttention",
     "GatedDeltaNet",
@@ -54,8 +58,7 @@ __all__ = [
     "SparseMLAAttention",
 ]
 
-SCORING_FUNCS = ("softmax", "sigmoid", "sqrtsoftplus")
-ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention")
+ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention", "block_sparse_attention")
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,8 @@ class GQAAttention:
     ``sliding_window`` (tokens) applies to the layers ``layer_types`` marks ``"sliding_attention"``; with
     ``layer_types`` None every layer is full attention when ``sliding_window`` is None and sliding when it is
     set (Mistral style). Layers marked ``"linear_attention"`` are Gated DeltaNet layers (``linear``, which
-    they need; Qwen3-Next, Qwen3.5), the others this attention.
+    they need; Qwen3-Next, Qwen3.5), layers marked ``"block_sparse_attention"`` read only the blocks an
+    index picks (``block_sparse``, which they need; MiniMax-M3), the others this attention.
     """
 
     heads: int
@@ -176,6 +180,7 @@ class GQAAttention:
     layer_types: tuple[str, ...] | None = None
     output_gate: bool = False
     linear: GatedDeltaNet | None = None
+    block_sparse: BlockSparse | None = None
 
     kind = "gqa"
 
@@ -216,6 +221,21 @@ class GQAAttention:
                 "must be set exactly when layer_types has linear_attention layers, "
                 f"got {'None' if self.linear is None else 'a GatedDeltaNet'}",
             )
+        if not isinstance(self.block_sparse, (BlockSparse, type(None))):
+            raise ModelSpecError(
+                "GQAAttention.block_sparse", f"must be a BlockSparse or None, got {type(self.block_sparse).__name__}"
+            )
+        sparse_layers = self.layer_types is not None and "block_sparse_attention" in self.layer_types
+        if sparse_layers != (self.block_sparse is not None):
+            raise ModelSpecError(
+                "GQAAttention.block_sparse",
+                "must be set exactly when layer_types has block_sparse_attention layers, "
+                f"got {'None' if self.block_sparse is None else 'a BlockSparse'}",
+            )
+
+    def is_block_sparse(self, layer: int) -> bool:
+        """Whether ``layer`` reads only the blocks its index picks (``block_sparse``)."""
+        return self.layer_types is not None and self.layer_types[layer] == "block_sparse_attention"
 
     def is_linear(self, layer: int) -> bool:
         """Whether ``layer`` is a Gated DeltaNet layer (``linear``) rather than this attention."""
@@ -226,67 +246,6 @@ class GQAAttention:
         if self.layer_types is None:
             return self.sliding_window
         return self.sliding_window if self.layer_types[layer] == "sliding_attention" else None
-
-
-@dataclass(frozen=True)
-class MoESpec:
-    """The MoE part of every MoE layer.
-
-    ``routed_experts`` gated experts of ``intermediate_size``, ``top_k`` of them per token, plus
-    ``shared_experts`` always-on experts of the same size. Routing: ``scoring`` of the router logits,
-    ``norm_topk_prob`` renormalizes the chosen weights, ``routed_scaling_factor`` scales them; experts are in
-    ``n_group`` equal groups of which a token may use ``topk_group`` (1 and 1: no group limit).
-    ``router_bias``: the router linear has a bias (gpt-oss); ``score_correction_bias``: a per-expert bias used
-    only for selection (DeepSeek-V3's auxiliary-loss-free balancing); ``expert_bias``: expert projections
-    carry biases (gpt-oss); ``hash_layers``: the first ``hash_layers`` MoE layers route each token by a
-    fixed table of its token id instead of a gate (DeepSeek-V4's ``num_hash_layers``).
-    """
-
-    routed_experts: int
-    top_k: int
-    intermediate_size: int
-    shared_experts: int = 0
-    scoring: str = "softmax"
-    norm_topk_prob: bool = True
-    routed_scaling_factor: float = 1.0
-    n_group: int = 1
-    topk_group: int = 1
-    router_bias: bool = False
-    score_correction_bias: bool = False
-    expert_bias: bool = False
-    hash_layers: int = 0
-
-    def __post_init__(self) -> None:
-        check_int("MoESpec", "routed_experts", self.routed_experts, minimum=1)
-        check_int("MoESpec", "top_k", self.top_k, minimum=1)
-        if self.top_k > self.routed_experts:
-            raise ModelSpecError(
-                "MoESpec.top_k", f"must be <= routed_experts ({self.routed_experts}), got {self.top_k}"
-            )
-        check_int("MoESpec", "intermediate_size", self.intermediate_size, minimum=1)
-        check_int("MoESpec", "shared_experts", self.shared_experts, minimum=0)
-        check_choice("MoESpec", "scoring", self.scoring, SCORING_FUNCS)
-        check_bool("MoESpec", "norm_topk_prob", self.norm_topk_prob)
-        factor = self.routed_scaling_factor
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
-            raise ModelSpecError("MoESpec.routed_scaling_factor", f"must be a number > 0, got {factor!r}")
-        check_int("MoESpec", "n_group", self.n_group, minimum=1)
-        if self.routed_experts % self.n_group:
-            raise ModelSpecError(
-                "MoESpec.n_group", f"must divide routed_experts ({self.routed_experts}), got {self.n_group}"
-            )
-        check_int("MoESpec", "topk_group", self.topk_group, minimum=1)
-        if self.topk_group > self.n_group:
-            raise ModelSpecError("MoESpec.topk_group", f"must be <= n_group ({self.n_group}), got {self.topk_group}")
-        reachable = self.topk_group * (self.routed_experts // self.n_group)
-        if self.top_k > reachable:
-            raise ModelSpecError(
-                "MoESpec.top_k",
-                f"must be <= the {reachable} experts of topk_group ({self.topk_group}) groups, got {self.top_k}",
-            )
-        for name in ("router_bias", "score_correction_bias", "expert_bias"):
-            check_bool("MoESpec", name, getattr(self, name))
-        check_int("MoESpec", "hash_layers", self.hash_layers, minimum=0)
 
 
 @dataclass(frozen=True)

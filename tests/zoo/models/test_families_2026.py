@@ -139,6 +139,7 @@ LOADED = {
     "zai-org--GLM-5": ("glm-5", "glm_moe_dsa", "bfloat16", "bfloat16"),
     "zai-org--GLM-5-FP8": ("glm-5", "glm_moe_dsa", "fp8_e4m3", "fp8_e4m3"),
     "nvidia--GLM-5.1-NVFP4": ("glm-5", "glm_moe_dsa", "bfloat16", "nvfp4"),
+    "MiniMaxAI--MiniMax-M3": ("minimax-m3", "minimax_m3", "bfloat16", "bfloat16"),
     "deepseek-ai--DeepSeek-V4-Flash": ("deepseek-v4-flash", "deepseek_v4", "fp8_e4m3", "mxfp4"),
     "deepseek-ai--DeepSeek-V4-Pro": ("deepseek-v4-pro", "deepseek_v4", "fp8_e4m3", "mxfp4"),
     "nvidia--DeepSeek-V4-Flash-NVFP4": ("deepseek-v4-flash", "deepseek_v4", "fp8_e4m3", "nvfp4"),
@@ -166,6 +167,7 @@ def test_the_presets_embed_the_extras_copies():
         ("openai--gpt-oss-20b", "gpt-oss-20b"),
         ("deepseek-ai--DeepSeek-V3.2", "deepseek-v3.2"),
         ("zai-org--GLM-5-FP8", "glm-5"),
+        ("MiniMaxAI--MiniMax-M3", "minimax-m3"),
         ("deepseek-ai--DeepSeek-V4-Flash", "deepseek-v4-flash"),
         ("deepseek-ai--DeepSeek-V4-Pro", "deepseek-v4-pro"),
     ):
@@ -176,8 +178,7 @@ def test_the_presets_embed_the_extras_copies():
 # ---- the families the spec cannot express: one line each, saying what is missing ----
 
 REFUSED = {
-    "MiniMaxAI--MiniMax-M3": ("minimax_m3", "block-sparse attention"),
-    "nvidia--MiniMax-M3-NVFP4": ("minimax_m3_vl", "block-sparse attention"),
+    "nvidia--MiniMax-M3-NVFP4": ("minimax_m3_vl", "multimodal wrapper"),
     "moonshotai--Kimi-K3": ("kimi_k3", "KDA linear attention beside MLA"),
 }
 
@@ -205,13 +206,13 @@ def test_the_extras_configs_of_refused_families_are_one_line(stem):
 
 @needs_extra
 def test_predict_refuses_a_refused_family_in_one_line_with_status_2(capsys):
-    path = model_configs() / "MiniMaxAI--MiniMax-M3_config.json"
+    path = model_configs() / "moonshotai--Kimi-K3_config.json"
     assert main(["--model", str(path), "--gpu", "b200", "--nodes", "2", "--ep", "16"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     (line,) = captured.err.strip().splitlines()
-    assert line.startswith(f"python -m demos.predict: error: --model: {path}: model_type 'minimax_m3' (MiniMax-M3)")
-    assert "is not supported: the spec cannot express its block-sparse attention" in line
+    assert line.startswith(f"python -m demos.predict: error: --model: {path}: model_type 'kimi_k3' (Kimi-K3)")
+    assert "is not supported: the spec cannot express its KDA linear attention beside MLA" in line
 
 
 # ---- predict: each new model's default sweep prints an answer with lines its engines accept ----

@@ -29,6 +29,7 @@ FAMILY_OF = {
     "qwen3.5-397b-a17b": "qwen3_5_moe",
     "deepseek-v4-flash": "deepseek_v4",
     "deepseek-v4-pro": "deepseek_v4",
+    "minimax-m3": "minimax_m3",
 }
 NO_PRESET = {
     "qwen3_next": "tests/zoo/models/test_linear_attention.py loads a flat copy of Qwen3.5's text model",

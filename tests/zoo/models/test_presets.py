@@ -25,6 +25,7 @@ REPOS = {
     "qwen3.5-397b-a17b": "Qwen/Qwen3.5-397B-A17B",
     "deepseek-v4-flash": "deepseek-ai/DeepSeek-V4-Flash",
     "deepseek-v4-pro": "deepseek-ai/DeepSeek-V4-Pro",
+    "minimax-m3": "MiniMaxAI/MiniMax-M3",
 }
 
 

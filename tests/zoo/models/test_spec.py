@@ -8,6 +8,7 @@ import pytest
 
 from demos.zoo.models.dtypes import DTYPES, dtype, storage_of
 from demos.zoo.models.spec import (
+    BlockSparse,
     CompressedAttention,
     GatedDeltaNet,
     GQAAttention,
@@ -27,6 +28,7 @@ MLA = {
     "v_head_dim": 16,
 }
 GQA = {"heads": 8, "kv_heads": 2, "head_dim": 16}
+BSA = {"index_heads": 4, "index_head_dim": 16, "block_size": 8, "topk_blocks": 2}
 GDN = {"key_heads": 4, "value_heads": 8, "key_head_dim": 16, "value_head_dim": 16}
 V4 = {
     "heads": 8,
@@ -154,6 +156,19 @@ BAD = [
         "GQAAttention.linear",
         "must be set exactly when layer_types has linear_attention layers, got a GatedDeltaNet",
     ),
+    (GQAAttention, {**GQA, "block_sparse": dict(BSA)}, "GQAAttention.block_sparse", "must be a BlockSparse or None"),
+    (
+        GQAAttention,
+        {**GQA, "block_sparse": BlockSparse(**BSA)},
+        "GQAAttention.block_sparse",
+        "must be set exactly when layer_types has block_sparse_attention layers, got a BlockSparse",
+    ),
+    (BlockSparse, {**BSA, "index_heads": 0}, "BlockSparse.index_heads", "must be >= 1"),
+    (BlockSparse, {**BSA, "index_head_dim": 0}, "BlockSparse.index_head_dim", "must be >= 1"),
+    (BlockSparse, {**BSA, "block_size": 0}, "BlockSparse.block_size", "must be >= 1"),
+    (BlockSparse, {**BSA, "topk_blocks": 1.5}, "BlockSparse.topk_blocks", "must be an int"),
+    (BlockSparse, {**BSA, "local_blocks": -1}, "BlockSparse.local_blocks", "must be >= 0"),
+    (BlockSparse, {**BSA, "init_blocks": -1}, "BlockSparse.init_blocks", "must be >= 0"),
     (GatedDeltaNet, {**GDN, "key_heads": 0}, "GatedDeltaNet.key_heads", "must be >= 1"),
     (GatedDeltaNet, {**GDN, "value_heads": 6}, "GatedDeltaNet.value_heads", "must be a multiple of key_heads (4)"),
     (GatedDeltaNet, {**GDN, "key_head_dim": 1.5}, "GatedDeltaNet.key_head_dim", "must be an int, got float"),
@@ -251,7 +266,8 @@ def test_model_spec_rejects_bad_fields_in_one_line(overrides, field, reason):
 def test_every_field_of_every_part_is_covered_by_a_rejection_case():
     """A field added without a check (and without a case above) fails here."""
     named = {b[2] for b in BAD} | {b[1] for b in BAD_SPEC}
-    for cls in (Precision, MLAAttention, GQAAttention, GatedDeltaNet, CompressedAttention, MoESpec, ModelSpec):
+    parts = (Precision, MLAAttention, GQAAttention, GatedDeltaNet, BlockSparse, CompressedAttention, MoESpec, ModelSpec)
+    for cls in parts:
         for f in dataclasses.fields(cls):
             qualified = f"{cls.__name__}.{f.name}"
             assert qualified in named or cls is Precision, f"no rejection case names {qualified}"

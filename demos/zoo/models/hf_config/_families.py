@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from demos.zoo.models.hf_config._deepseek import deepseek, deepseek_sparse, deepseek_v4, glm4_moe, kimi_k25
 from demos.zoo.models.hf_config._fields import Fields
-from demos.zoo.models.hf_config._gqa import gpt_oss, minimax_m2, mixtral, qwen3_moe, qwen3_next
+from demos.zoo.models.hf_config._gqa import gpt_oss, minimax_m2, minimax_m3, mixtral, qwen3_moe, qwen3_next
 from demos.zoo.models.spec import ModelSpec
 
 FAMILIES: dict[str, Callable[[Fields, str, str], ModelSpec]] = {
@@ -27,14 +27,14 @@ FAMILIES: dict[str, Callable[[Fields, str, str], ModelSpec]] = {
     "mixtral": mixtral,
     "gpt_oss": gpt_oss,
     "minimax_m2": minimax_m2,
+    "minimax_m3": minimax_m3,
 }
 SUPPORTED_MODEL_TYPES = tuple(sorted(FAMILIES))
 
-_M3 = "block-sparse attention (sparse_attention_config: the top sparse_topk_blocks blocks of sparse_block_size)"
+_M3_VL = "multimodal wrapper (a text_config without model_type beside a vision tower; MiniMaxAI/MiniMax-M3 loads)"
 _KDA = "KDA linear attention beside MLA (linear_attn_config)"
 NOT_EXPRESSIBLE: dict[str, tuple[str, str]] = {
-    "minimax_m3": ("MiniMax-M3", _M3),
-    "minimax_m3_vl": ("MiniMax-M3", _M3),
+    "minimax_m3_vl": ("MiniMax-M3's NVFP4 copy", _M3_VL),
     "minimax": ("MiniMax-Text-01 and -M1", "lightning (linear) attention in seven of every eight layers"),
     "kimi_k3": ("Kimi-K3", _KDA + " and experts computed at a projected width (a latent MoE)"),
     "kimi_linear": ("Kimi Linear", _KDA),
@@ -128,6 +128,20 @@ FIELD_NAMES: dict[str, dict[str, str]] = {
     "gpt_oss": {**_COMMON_NAMES, **_GQA_NAMES, **_LOCAL_EXPERTS},
     "kimi_k25": _KIMI_K25_NAMES,
     "minimax_m2": {**_COMMON_NAMES, **_GQA_NAMES, **_LOCAL_EXPERTS},
+    "minimax_m3": {
+        **_COMMON_NAMES,
+        **_GQA_NAMES,
+        "MoESpec.routed_experts": "num_local_experts",
+        "MoESpec.shared_experts": "n_shared_experts",
+        "MoESpec.routed_scaling_factor": "routed_scaling_factor",
+        "ModelSpec.dense_intermediate_size": "dense_intermediate_size",
+        "BlockSparse.index_heads": "sparse_attention_config.sparse_num_index_heads",
+        "BlockSparse.index_head_dim": "sparse_attention_config.sparse_index_dim",
+        "BlockSparse.block_size": "sparse_attention_config.sparse_block_size",
+        "BlockSparse.topk_blocks": "sparse_attention_config.sparse_topk_blocks",
+        "BlockSparse.local_blocks": "sparse_attention_config.sparse_local_block",
+        "BlockSparse.init_blocks": "sparse_attention_config.sparse_init_block",
+    },
     "qwen3_next": _QWEN3_NEXT_NAMES,
     "qwen3_5_moe": {k: f"text_config.{v}" for k, v in _QWEN3_NEXT_NAMES.items()},
 }

@@ -1,6 +1,7 @@
 """The readers of the GQA families with routed experts only (``demos.zoo.models.hf_config``): ``qwen3_moe``,
-``mixtral``, ``minimax_m2`` and ``gpt_oss``, each with every layer an MoE layer, and the hybrid ones with Gated
-DeltaNet layers between them (``qwen3_next``, ``qwen3_5_moe``).
+``mixtral``, ``minimax_m2`` and ``gpt_oss``, each with every layer an MoE layer, the hybrid ones with Gated
+DeltaNet layers between them (``qwen3_next``, ``qwen3_5_moe``), and ``minimax_m3`` (block-sparse attention,
+dense first layers, a shared expert).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from dataclasses import replace
 from demos.zoo.models.hf_config._fields import Fields, is_one
 from demos.zoo.models.hf_config._quantization import read_precision
 from demos.zoo.models.hf_config._trunk import trunk
-from demos.zoo.models.spec import SCORING_FUNCS, GatedDeltaNet, GQAAttention, ModelSpec, MoESpec
+from demos.zoo.models.spec import SCORING_FUNCS, BlockSparse, GatedDeltaNet, GQAAttention, ModelSpec, MoESpec
 
 
 def qwen3_moe(f: Fields, name: str, source: str) -> ModelSpec:
@@ -162,3 +163,56 @@ def qwen3_next(f: Fields, name: str, source: str) -> ModelSpec:
     return replace(
         spec, model_type=f.model_type, tie_embeddings=tied, mtp_layers=text.get_int("mtp_num_hidden_layers", 0)
     )
+
+
+def minimax_m3(f: Fields, name: str, source: str) -> ModelSpec:
+    """minimax_m3 (MiniMax-M3): MiniMax-M2's GQA (q/k norms per head) with block-sparse attention in the layers
+    ``sparse_attention_config.sparse_attention_freq`` marks (``BlockSparse``: the index's heads and dim, the
+    block size, the top blocks, the local and first blocks), the first layers dense (``moe_layer_freq``
+    zeros, of ``dense_intermediate_size``), then MoE layers of ``num_local_experts`` routed experts and
+    ``n_shared_experts`` shared ones of ``moe_intermediate_size``. Not read, as for M2: the partial RoPE and
+    the MTP modules."""
+    layers = f.get_int("num_hidden_layers")
+    if layers < 1:
+        raise f.fail("num_hidden_layers", f"must be >= 1, got {layers}")
+    freq = f.get_int_list("moe_layer_freq")
+    first_k = next((i for i, v in enumerate(freq) if v), len(freq))
+    if len(freq) != layers or any(v != 1 for v in freq[first_k:]) or any(freq[:first_k]):
+        raise f.fail("moe_layer_freq", "must be dense layers (0) first, then MoE layers (1), one per layer")
+    routed = f.get_int("moe_intermediate_size")
+    shared = f.get_int("shared_intermediate_size", routed)
+    if shared != routed and routed >= 1:
+        raise f.fail("shared_intermediate_size", f"must equal moe_intermediate_size ({routed}), got {shared}")
+    f.unsupported_unless("attention_output_gate", False, lambda v: v is False, "an attention output gate")
+    sparse = f.nested("sparse_attention_config", f.get_object("sparse_attention_config"))
+    sparse.unsupported_unless("sparse_score_type", "max", lambda v: v == "max", "a block score other than max")
+    on = sparse.get_int_list("sparse_attention_freq") if sparse.get_bool("use_sparse_attention", True) else ()
+    types = tuple("block_sparse_attention" if v else "full_attention" for v in on) or None
+    block = BlockSparse(
+        index_heads=sparse.get_int("sparse_num_index_heads"),
+        index_head_dim=sparse.get_int("sparse_index_dim"),
+        block_size=sparse.get_int("sparse_block_size"),
+        topk_blocks=sparse.get_int("sparse_topk_blocks"),
+        local_blocks=sparse.get_int("sparse_local_block", 1),
+        init_blocks=sparse.get_int("sparse_init_block", 0),
+    )
+    attention = GQAAttention(
+        heads=f.get_int("num_attention_heads"),
+        kv_heads=f.get_int("num_key_value_heads"),
+        head_dim=f.get_int("head_dim"),
+        qk_norm=f.get_bool("use_qk_norm", False),
+        layer_types=types,
+        block_sparse=block if types and "block_sparse_attention" in types else None,
+    )
+    moe = MoESpec(
+        routed_experts=f.get_int("num_local_experts"),
+        top_k=f.get_int("num_experts_per_tok"),
+        intermediate_size=routed,
+        shared_experts=f.get_int("n_shared_experts", 0),
+        scoring=f.get_choice("scoring_func", SCORING_FUNCS),
+        score_correction_bias=f.get_bool("use_routing_bias", False),
+        routed_scaling_factor=f.get_float("routed_scaling_factor", 1.0),
+    )
+    spec = trunk(f, name, source, attention, moe, dense_first=False)
+    dense = f.get_int("dense_intermediate_size") if first_k else None
+    return replace(spec, first_k_dense=first_k, dense_intermediate_size=dense)

@@ -31,6 +31,7 @@ from demos.zoo.models.presets._gqa import (
     GPT_OSS_20B,
     GPT_OSS_120B,
     MINIMAX_M2_5,
+    MINIMAX_M3,
     MIXTRAL_8X7B,
     QWEN3_5_397B_A17B,
     QWEN3_30B_A3B,
@@ -74,6 +75,7 @@ _PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen3.5-397b-a17b": ("huggingface.co/Qwen/Qwen3.5-397B-A17B config.json", QWEN3_5_397B_A17B),
     "deepseek-v4-flash": ("huggingface.co/deepseek-ai/DeepSeek-V4-Flash config.json", DEEPSEEK_V4_FLASH),
     "deepseek-v4-pro": ("huggingface.co/deepseek-ai/DeepSeek-V4-Pro config.json", DEEPSEEK_V4_PRO),
+    "minimax-m3": ("huggingface.co/MiniMaxAI/MiniMax-M3 config.json", MINIMAX_M3),
 }
 
 PRESET_NAMES = tuple(_PRESETS)

@@ -26,6 +26,7 @@ CHECKPOINTS: dict[str, dict[str, str]] = {
     "gpt-oss-20b": {"fp4": "openai/gpt-oss-20b"},
     "deepseek-v3.2": {"fp8": "deepseek-ai/DeepSeek-V3.2", "fp4": "nvidia/DeepSeek-V3.2-NVFP4"},
     "glm-5": {"bf16": "zai-org/GLM-5", "fp8": "zai-org/GLM-5-FP8", "fp4": "nvidia/GLM-5-NVFP4"},
+    "minimax-m3": {"bf16": "MiniMaxAI/MiniMax-M3", "fp4": "nvidia/MiniMax-M3-NVFP4"},
     "deepseek-v4-flash": {
         "fp8": "sgl-project/DeepSeek-V4-Flash-FP8",
         "fp4": "deepseek-ai/DeepSeek-V4-Flash",
@@ -52,11 +53,11 @@ extra (``model_configs/``: moonshotai/Kimi-K2.5, nvidia/Kimi-K2.5-NVFP4, -K2.6-N
 MiniMaxAI/MiniMax-M2.5 and -M2.7 with their nvidia/...-NVFP4 copies, openai/gpt-oss-20b,
 deepseek-ai/DeepSeek-V3.2 and nvidia/DeepSeek-V3.2-NVFP4, zai-org/GLM-5, -5-FP8 and nvidia/GLM-5-NVFP4,
 Qwen/Qwen3.5-397B-A17B and nvidia/Qwen3.5-397B-A17B-NVFP4, deepseek-ai/DeepSeek-V4-Flash and -Pro with
-their sgl-project/...-FP8 and nvidia/...-NVFP4 copies), the same repositories its ``silicon_sample.csv``
-serves; Qwen3.5-397B-A17B-FP8 as SGLang's Qwen3.5 cookbook lists it (docs.sglang.io). ``int4`` is
-Kimi-K2.5's own INT4 checkpoint (``demos.zoo.models.precision.weights_name``: not a ``--weights`` choice).
-DeepSeek-V4's own checkpoints are its "fp4" (MXFP4 routed experts, FP8 elsewhere); SGLang's FP8 copies keep
-every expert in FP8."""
+their sgl-project/...-FP8 and nvidia/...-NVFP4 copies, MiniMaxAI/MiniMax-M3 and nvidia/MiniMax-M3-NVFP4), the
+same repositories its ``silicon_sample.csv`` serves; Qwen3.5-397B-A17B-FP8 as SGLang's Qwen3.5 cookbook lists it
+(docs.sglang.io). ``int4`` is Kimi-K2.5's own INT4 checkpoint (``demos.zoo.models.precision.weights_name``: not
+a ``--weights`` choice). DeepSeek-V4's own checkpoints are its "fp4" (MXFP4 routed experts, FP8 elsewhere);
+SGLang's FP8 copies keep every expert in FP8."""
 
 
 def checkpoints(name: str) -> dict[str, str]:

@@ -220,3 +220,42 @@ QWEN3_5_397B_A17B = {
         "mtp_num_hidden_layers": 1,
     },
 }
+
+MINIMAX_M3 = {
+    "architectures": ["MiniMaxM3ForCausalLM"],
+    "model_type": "minimax_m3",
+    "hidden_size": 6144,
+    "num_hidden_layers": 60,
+    "vocab_size": 200064,
+    "moe_layer_freq": [0, 0, 0] + [1] * 57,
+    "dense_intermediate_size": 12288,
+    "moe_intermediate_size": 3072,
+    "shared_intermediate_size": 3072,
+    "num_local_experts": 128,
+    "num_experts_per_tok": 4,
+    "n_shared_experts": 1,
+    "scoring_func": "sigmoid",
+    "use_routing_bias": True,
+    "routed_scaling_factor": 2.0,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "use_qk_norm": True,
+    "qk_norm_type": "per_head",
+    "attention_output_gate": False,
+    "sparse_attention_config": {
+        "use_sparse_attention": True,
+        "sparse_attention_freq": [0, 0, 0] + [1] * 57,
+        "sparse_block_size": 128,
+        "sparse_index_dim": 128,
+        "sparse_num_index_heads": 4,
+        "sparse_topk_blocks": 16,
+        "sparse_local_block": 1,
+        "sparse_init_block": 0,
+        "sparse_score_type": "max",
+    },
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+"""MiniMax-M3 (MiniMaxAI/MiniMax-M3 config.json, as the measured extra ships it): 60 layers, the first 3 dense
+with full attention, then 57 MoE layers with block-sparse attention; 128 experts top-4 + 1 shared; BF16."""
