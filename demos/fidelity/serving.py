@@ -6,8 +6,9 @@ TPOT. A row is simulated when the predictor can express it:
 
 * its model at its precision is a preset (``SERVED``: every published checkpoint of the presets,
   ``demos.zoo.models.CHECKPOINTS``, and the repositories of the presets' own configs);
-* its GPU has a profile, and its worker's parallelism is DP attention with expert-parallel MoE or
-  attention TP with expert-parallel MoE (MoE tensor parallelism is not modelled);
+* its GPU has a profile, and its worker's parallelism is DP attention with expert-parallel MoE, attention
+  TP with expert-parallel MoE, or attention TP with tensor-parallel MoE over the same GPUs
+  (``Workload.moe_tp``; co-located rows only);
 * co-located (``agg``) rows: one worker of ``tp x attention_dp`` GPUs. Disaggregated rows (a prefill and
   a decode pool of several workers) are skipped with that reason until the coupled pools are simulated.
 
@@ -62,7 +63,21 @@ def _served() -> dict[tuple[str, str], tuple[str, str | None]]:
     return out
 
 
-SERVED = _served()
+REPO_ALIASES = {"zhipuai/GLM-5": "glm-5"}
+"""Repositories the measured rows name that no preset's checkpoint list does -> the preset: GLM-5's rows name
+Zhipu AI's former organisation on the hub (its checkpoints are published as zai-org/GLM-5 and -FP8)."""
+
+
+def _served_with_aliases() -> dict[tuple[str, str], tuple[str, str | None]]:
+    out = _served()
+    for repo, name in REPO_ALIASES.items():
+        native = weights_name(get_preset(name).precision)
+        for precision in ("bf16", "fp8", "fp4"):
+            out[(repo, precision)] = (name, None if precision == native else precision)
+    return out
+
+
+SERVED = _served_with_aliases()
 """(repository, precision) of a measured row -> (preset, ``--weights`` or None for the config's own)."""
 
 
@@ -104,12 +119,12 @@ tokens simulates 50 million)."""
 
 def _layout(gpu: str, tp: int, attention_dp: int, moe_ep: int, moe_tp: int) -> dict | str:
     """One worker's cluster flags (``ep``, ``attention_tp``, ``nodes``, ``gpus_per_node``), or why not."""
-    layout = worker_layout(tp, attention_dp, moe_ep, moe_tp)
+    layout = worker_layout(tp, attention_dp, moe_ep, moe_tp, tensor_moe=True)
     if isinstance(layout, str):
         return layout
-    ep, tp = layout
+    ep, tp, *moe = layout
     hosts, per = host_layout(get_gpu(gpu), ep)
-    return dict(ep=ep, attention_tp=tp, nodes=hosts, gpus_per_node=per)
+    return dict(ep=ep, attention_tp=tp, nodes=hosts, gpus_per_node=per, moe_tp=moe[0] if moe else 1)
 
 
 def _plan(r) -> dict | str:
@@ -202,6 +217,7 @@ def _colocated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) -> t
         attention_tp=plan["attention_tp"],
         weights=plan["weights"],
         pricers=pricers,
+        moe_tp=plan["moe_tp"],
     )
     ttft, tpot = _means(run._raw["none"][0], warm)
     return ttft, tpot, plan["ep"]
@@ -211,8 +227,10 @@ def _disaggregated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) 
     """A disaggregated row run whole (``demos.serving.coupled``): mean TTFT, mean TPOT, GPUs."""
     from demos.serving.coupled import Side, simulate_disaggregated
 
+    if plan["moe_tp"] > 1 or plan["prefill"]["moe_tp"] > 1:
+        raise ConfigError("disaggregated pools with MoE tensor parallelism are not modelled")
     side = {k: plan[k] for k in ("ep", "attention_tp", "nodes", "gpus_per_node")}
-    pre = plan["prefill"]
+    pre = {k: v for k, v in plan["prefill"].items() if k != "moe_tp"}
     decode = Side(plan["gpu"], workers=plan["workers"][1], max_seqs=r.batch, **side)  # the batch is per DP rank
     prefill = Side(plan["gpu"], workers=plan["workers"][0], max_seqs=plan["prefill_batch"], **pre)
     _, lives, _ = simulate_disaggregated(

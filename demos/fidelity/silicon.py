@@ -90,11 +90,17 @@ class SiliconCheck(NamedTuple):
         return {**self._asdict(), "error": self.error, "gap_s": self.measured_s - self.predicted_s}
 
 
-def worker_layout(tp: int, dp: int, ep: int, moe_tp: int) -> tuple[int, int] | str:
-    """(ep, attention_tp) of a worker, or why it cannot be expressed."""
-    if moe_tp not in (0, 1):
-        return "MoE tensor parallelism (moe_tp > 1) is not modelled"
+def worker_layout(tp: int, dp: int, ep: int, moe_tp: int, *, tensor_moe: bool = False) -> tuple[int, ...] | str:
+    """(ep, attention_tp) of a worker, or why it cannot be expressed; with ``tensor_moe`` (the serving
+    check) also a worker whose MoE is tensor parallel over its attention TP group, as ``(tp, tp, moe_tp)``
+    (``demos.zoo.workload.Workload.moe_tp``; ``validate silicon`` does not run it yet)."""
     tp, dp = max(tp, 1), max(dp, 1)
+    if moe_tp not in (0, 1):
+        if not tensor_moe:
+            return "MoE tensor parallelism (moe_tp > 1) is not modelled"
+        if moe_tp == tp and dp == 1 and ep in (0, 1):
+            return tp, tp, moe_tp
+        return "MoE tensor parallelism beside expert or data parallelism is not modelled"
     if ep != tp * dp:
         return "EP must span the worker's GPUs (attention TP x DP)"
     if tp > 1 and dp > 1:

@@ -144,6 +144,7 @@ def simulate(
     seed: int = 0,
     progress: Callable[[int, int, str], None] | None = None,
     pricers: dict | None = None,
+    moe_tp: int = 1,
 ) -> ServingRun:
     """The serving run (module docstring). ``pricers``: a dict the step pricers are kept in by deployment,
     so runs of one deployment share their grid points (None: one pricer for this run)."""
@@ -191,6 +192,7 @@ def simulate(
         kernels=kernels,
         max_seqs=max_seqs,
         pricers=pricers,
+        moe_tp=moe_tp,
     )
     base, pricer, dp, kv = setup.base, setup.pricer, setup.dp, setup.kv
     c = base.cluster

@@ -60,11 +60,13 @@ def prepare(
     kernels: str,
     max_seqs: int | None,
     pricers: dict | None,
+    moe_tp: int = 1,
 ) -> RankSetup:
     """The ``RankSetup`` of ``native`` served by ``engine`` in ``phase`` on the cluster the flags name (as
     ``predict`` takes them). ``pricers``: a dict the step pricers are kept in by deployment, so runs of one
-    deployment share their grid points (None: a pricer of its own). A model that leaves no room for a KV
-    cache is a ``ConfigError``."""
+    deployment share their grid points (None: a pricer of its own). ``moe_tp``: MoE tensor parallelism over
+    the attention TP group (``demos.zoo.workload.Workload.moe_tp``; no flag yet). A model that leaves no
+    room for a KV cache is a ``ConfigError``."""
     base = workload_for(
         native,
         gpu=gpu,
@@ -81,6 +83,7 @@ def prepare(
         attention_tp=attention_tp,
         weights=weights,
         kv_cache_dtype=kv_cache_dtype,
+        moe_tp=moe_tp,
     )
     c = base.cluster
     dp = c.world // base.attention_tp

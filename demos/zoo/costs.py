@@ -41,7 +41,9 @@ principles (docs/models.md, "What a step costs"; the flops and bytes formulas ar
   ``demos.zoo.hardware.collectives``) reduce-scatter o_proj's sums and all-gather the MoE's output;
   without one (attention TP = EP) the MoE block runs all ``t``, its experts the copies routed to this
   rank (``Workload.routed_tokens``), its shared experts TP-sharded, and both o_proj's and the MoE's
-  sums are all-reduced, as in a dense layer.
+  sums are all-reduced, as in a dense layer. Under MoE tensor parallelism (``Workload.moe_tp``) its
+  experts are every routed expert at ``1 / moe_tp`` of their width (``expert_intermediate``), taking every
+  copy of the group's tokens, with no rank busier than another.
 
 Which of these ops a step launches, in which schedule, is the step's plan (``demos.zoo.plan``).
 """
@@ -198,7 +200,7 @@ def layer_costs(
     # one (TP = EP) every rank runs the group's tokens and the output is all-reduced (docs/clusters.md)
     t_attn, t, rt = t, w.moe_tokens(t), w.routed_tokens(t)
     finalize = _pass(t, H, 1)
-    E, k, inter = moe.routed_experts, moe.top_k, moe.intermediate_size
+    E, k, inter = moe.routed_experts, moe.top_k, w.expert_intermediate  # MoE TP: a slice of each expert
     estore = spec.precision.experts
     router = _sum.named("router")(gemm(t, E, H, "bfloat16"), _pass(t, H, 2), _pass(t, E, 4))
     imb = w.imbalance_at(rt)

@@ -162,6 +162,7 @@ def workload_for(
     attention_tp: int = 1,
     weights: str | None = None,
     kv_cache_dtype: str | None = None,
+    moe_tp: int = 1,
 ) -> Workload:
     """The ``Workload`` of ``spec`` at the precision ``weights`` and ``kv_cache_dtype`` ask (``precise_spec``)
     with the other values given by name, checked in this order: the precision, the cluster, then tokens,
@@ -179,6 +180,7 @@ def workload_for(
         imbalance=imbalance,
         comm_sms=comm_sms,
         attention_tp=attention_tp,
+        moe_tp=moe_tp,
     )
 
 

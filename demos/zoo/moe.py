@@ -122,7 +122,9 @@ class MoEBlock:
         """The router, and the layer's one workspace request (vLLM's ``workspace13`` shared with the
         experts' output, ``workspace2``, the received tokens, the shared expert's buffers)."""
         m, dt, H = self.spec.moe, self.dtype, self.spec.hidden_size
-        inter, si = m.intermediate_size, m.intermediate_size * max(1, m.shared_experts)
+        # meta: a rank's slice of each expert under MoE tensor parallelism; real math computes every expert whole
+        inter = self.w.expert_intermediate if self.meta else m.intermediate_size
+        si = m.intermediate_size * max(1, m.shared_experts)
         # rows the busiest rank's experts receive (meta: of its MoE tokens) or every token (real math, masked)
         mt, rt = (self.w.moe_tokens(t), self.w.routed_tokens(t)) if self.meta else (t, t)
         M = max(1, round(rt * m.top_k * self.w.imbalance_at(rt))) if self.meta else t

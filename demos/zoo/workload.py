@@ -12,6 +12,11 @@ GPU, nodes, GPUs per node, EP degree), the phase, and the step's shape on one ra
   attention together for the group's ``tokens`` (each with ``heads / N`` query heads), and each rank's
   MoE block holds its slice of them, ``moe_tokens``. Either way ``tokens`` is what each rank's
   attention sees, and the routed experts are sharded ``ep`` ways.
+* ``moe_tp``: 1 (the default), each expert whole on one rank; N > 1, MoE tensor parallelism: where one
+  attention TP group of N is the whole EP group (no all-to-all), every rank holds every routed expert with
+  ``1 / N`` of its intermediate width and computes every routed copy of the group's tokens at that width
+  (the engines' plain ``--tensor-parallel-size`` without expert parallelism), its sums all-reduced as the
+  replicated path's are.
 * ``schedule``: "ll" (DeepEP low-latency kernels, the decode default) or "ht" (DeepEP normal kernels,
   the prefill default). ``comm_sms``: SMs the normal kernels take from compute while they run (default
   20; the low-latency kernels take none).
@@ -78,6 +83,7 @@ class Workload:
     comm_sms: int | None = None
     attention_tp: int = 1
     mechanisms: Mechanisms = Mechanisms()
+    moe_tp: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, ModelSpec):
@@ -119,6 +125,13 @@ class Workload:
             raise ConfigError(f"{field_ref('comm_sms')}: DeepEP's normal kernels (schedule ht) need at least 1 SM")
         object.__setattr__(self, "comm_sms", sms)
         self._check_attention_tp()
+        mtp = _int("moe_tp", self.moe_tp, 1)
+        if mtp > 1 and not (mtp == self.attention_tp == self.cluster.ep):
+            raise ConfigError(
+                f"{field_ref('moe_tp')} {mtp}: MoE tensor parallelism is modelled over one attention TP group that "
+                f"is the whole EP group ({field_ref('attention_tp')} = {field_ref('ep')} = {mtp}); got "
+                f"{field_ref('attention_tp')} {self.attention_tp}, {field_ref('ep')} {self.cluster.ep}"
+            )
         if not isinstance(self.mechanisms, Mechanisms):
             raise ConfigError(f"{field_ref('what_if')}: mechanisms must be Mechanisms, got {self.mechanisms!r}")
 
@@ -173,6 +186,8 @@ class Workload:
         tokens of its attention TP group: ``moe_tokens(t)``, or ``t / attention_tp`` without an
         all-to-all (the group's copies spread over its ``attention_tp`` ranks; a fraction when ``t`` is
         smaller than the group)."""
+        if self.moe_tp > 1:  # every rank computes every copy, at 1 / moe_tp of each expert's width
+            return float(t)
         if self.moe_replicated:
             return t / self.attention_tp
         return self.moe_tokens(t)
@@ -195,15 +210,26 @@ class Workload:
 
     @property
     def experts_per_rank(self) -> int:
-        """Expert slots per rank: ``ceil(routed_experts / ep)`` (0 for a dense model)."""
+        """Expert slots per rank: ``ceil(routed_experts / ep)`` (0 for a dense model); under MoE tensor
+        parallelism every routed expert, each ``expert_intermediate`` wide."""
         moe = self.spec.moe
+        if moe is not None and self.moe_tp > 1:
+            return moe.routed_experts
         return 0 if moe is None else -(-moe.routed_experts // self.cluster.ep)
+
+    @property
+    def expert_intermediate(self) -> int:
+        """Each expert slot's intermediate width on a rank: the whole, or ``1 / moe_tp`` of it (rounded up)."""
+        moe = self.spec.moe
+        return 0 if moe is None else -(-moe.intermediate_size // self.moe_tp)
 
     @property
     def physical_experts(self) -> int:
         """Expert slots over the EP group, ``experts_per_rank x ep``: when ``ep`` does not divide the
         routed experts, the spare slots hold redundant copies of the busiest experts, as EPLB deploys
         (DeepSeek-V3 at EP 72: 256 + 32 = 288 = 4 x 72). Routing spreads over the slots evenly."""
+        if self.moe_tp > 1:
+            return self.experts_per_rank
         return self.experts_per_rank * self.cluster.ep
 
     @property
@@ -213,6 +239,8 @@ class Workload:
 
     def imbalance_at(self, tokens: int) -> float:
         """The expert-load imbalance of a ubatch of ``tokens`` tokens in each rank's MoE block (``moe_tokens``)."""
+        if self.moe_tp > 1:  # every rank computes every expert's slice: no rank has more copies than another
+            return 1.0
         if self.imbalance != "auto":
             return float(self.imbalance)
         k = self.spec.moe.top_k if self.spec.moe is not None else 1
