@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-DTYPES = ("float64", "float32", "tf32", "bfloat16", "float16", "fp8")
+DTYPES = ("float64", "float32", "tf32", "bfloat16", "float16", "fp8", "fp4")
 """Keys of ``DeviceProfile.dtype_flops`` (the math rate of each dtype)."""
 
 _DTYPE_ALIASES = {
@@ -18,6 +18,7 @@ _DTYPE_ALIASES = {
     "float8_e5m2": "fp8",
     "float8_e4m3fnuz": "fp8",
     "float8_e5m2fnuz": "fp8",
+    "float4_e2m1fn_x2": "fp4",
 }
 
 

@@ -3,7 +3,8 @@
 Every row of the measured tables this project reads (``demos.zoo.measured.TABLES``) is predicted the
 way the predictor times that kernel, and compared:
 
-* ``gemm fp8`` / ``gemm bf16``: each GEMM row on its family's fitted curve (``demos.zoo.kernel_times``);
+* ``gemm fp8`` / ``gemm bf16`` / ``gemm fp4``: each GEMM row on its family's fitted curve
+  (``demos.zoo.kernel_times``; NVFP4 on Blackwell only, the family with FP4 tensor cores and tables);
 * ``mla decode`` / ``mla prefill``: each MLA attention-core row with a BF16 cache (the engines'
   default) on its family's attention curve, its work counted as the predictor counts it
   (``demos.fits.rooflines.mla_row_work``: ``demos.zoo.work.mla_core_work``);
@@ -64,6 +65,7 @@ __all__ = ["OPS", "CheckRow", "cross_validation", "kernel_rows", "summaries"]
 OPS = (
     "gemm fp8",
     "gemm bf16",
+    "gemm fp4",
     "mla decode",
     "mla prefill",
     "mla module",
@@ -103,8 +105,10 @@ def _gemm_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
 
     g = get_gpu(gpu)
     for ours, theirs in GEMM_DTYPES.items():
+        if ours not in fit.gemm:  # FP4: a family without FP4 tensor cores has no curve (nor tables) of it
+            continue
         curve, peak = fit.gemm[ours], g.flops(ours)
-        op = "gemm fp8" if ours == "fp8" else "gemm bf16"
+        op = {"fp8": "gemm fp8", "fp4": "gemm fp4"}.get(ours, "gemm bf16")
         for r in measured.gemm_rows(gpu, theirs):
             flops, nbytes = gemm_work(r.m, r.n, r.k, storage_of(ours))
             pred = curve.seconds(flops, nbytes, r.m, r.n, r.k, peak, g.hbm_bandwidth, g.sm_count)
@@ -224,7 +228,7 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
     if gpu == "h800":
         return list(_h800_rows(fit)) if "gemm fp8" in ops else []
     out: list[CheckRow] = []
-    if ops & {"gemm fp8", "gemm bf16"}:
+    if ops & {"gemm fp8", "gemm bf16", "gemm fp4"}:
         out += [r for r in _gemm_rows(gpu, fit) if r.op in ops]
     if ops & {"mla decode", "mla prefill"}:
         out += [r for r in _mla_rows(gpu, fit) if r.op in ops]

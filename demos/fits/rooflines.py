@@ -232,6 +232,7 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     gemm = {
         ours: fit_gemm([(spec, measured.gemm_rows(g, theirs)) for spec, g in specs], ours)
         for ours, theirs in GEMM_DTYPES.items()
+        if ours != "fp4" or all(spec.has_fp4 for spec, _ in specs)  # FP4: only a family with FP4 tensor cores
     }
     attn = {
         phase: fit_attention([(spec, measured.mla_rows(g, phase, MLA_KV)) for spec, g in specs], phase)

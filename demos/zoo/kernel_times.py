@@ -52,10 +52,14 @@ class KernelTimes:
         return self.gpu.hbm_bandwidth * self.fit.gemm["fp8"].mem_efficiency
 
     def gemm(self, op: str, m: float, n: int, k: int, dtype: str, flops: float, nbytes: float) -> float:
-        """Seconds of one GEMM part of ``op`` ((m, n, k): rows per group, n, k) of ``flops`` and ``nbytes``;
-        the routed experts' grouped GEMMs (``op`` "experts") move their bytes at the family's grouped
-        share of bandwidth (``FamilyFit.experts``)."""
-        curve = self.fit.gemm["fp8" if dtype == "fp8" else "bfloat16"]
+        """Seconds of one GEMM part of ``op`` ((m, n, k): rows per group, n, k) of ``flops`` and ``nbytes``
+        on the family's curve of its math (``dtype``: "fp8", "fp4" where the family has an FP4 curve, else
+        BF16's), at the GPU's rate of that math (``GpuSpec.flops``: FP4 on a GPU without FP4 tensor cores is
+        its BF16 rate); the routed experts' grouped GEMMs (``op`` "experts") move their bytes at the
+        family's grouped share of bandwidth (``FamilyFit.experts``)."""
+        curve = self.fit.gemm.get(dtype) if dtype in ("fp8", "fp4") else None
+        if curve is None:  # BF16's, and FP4 weights on a family without an FP4 curve (dequantized to BF16)
+            curve = self.fit.gemm["bfloat16"]
         peak, hbm = self.profile.flops_rate(dtype), self.gpu.hbm_bandwidth
         math_s, mem_s = curve.parts(flops, nbytes, m, n, k, peak, hbm, self.gpu.sm_count)
         if op == "experts" and self.fit.experts is not None:
@@ -153,7 +157,8 @@ class MeasuredKernelTimes(KernelTimes):
         self.fallbacks.setdefault(op, why)
 
     def gemm(self, op: str, m: float, n: int, k: int, dtype: str, flops: float, nbytes: float) -> float:
-        key = ("fp8" if dtype == "fp8" else "bfloat16", n, k)
+        math = dtype if dtype in ("fp8", "fp4") and dtype in self.fit.gemm else "bfloat16"
+        key = (math, n, k)
         table = self._gemm.get(key)
         if flops > 2.0 * m * n * k * 1.001:  # a grouped GEMM (routed experts, per-head bmm): one kernel
             self._fall(op, f"grouped GEMM: the tables time single GEMMs on {self.table_gpu}")

@@ -88,9 +88,10 @@ ROW_TILE = 16
 OUT_TILE = 128
 """The output tile edge ``GemmShape.tiles`` counts tiles in (their share of the SMs is the occupancy)."""
 
-GEMM_DTYPES = {"fp8": "fp8_block", "bfloat16": "bfloat16"}
+GEMM_DTYPES = {"fp8": "fp8_block", "bfloat16": "bfloat16", "fp4": "nvfp4"}
 """Our math dtype -> the measured table's dtype its GEMM curve is fitted to (FP8: DeepGEMM with 128-block
-scales, what DeepSeek-style FP8 checkpoints run)."""
+scales, what DeepSeek-style FP8 checkpoints run; FP4: NVFP4, fitted only for a family whose GPUs have FP4
+tensor cores and tables of it, Blackwell)."""
 
 MLA_KV = "bfloat16"
 """The KV-cache dtype whose MLA rows the attention curves are fitted to: the engines' default ("auto")

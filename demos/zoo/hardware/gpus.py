@@ -9,7 +9,9 @@ Conventions (the datasheets mix them, these fields do not):
 
 * Math rates are dense: datasheets quote FP8/FP16/BF16/TF32 Tensor Core rates "with sparsity"
   (2:4 structured), which is twice the dense rate; the built-ins store half of those figures.
-  ``fp32`` is the non-tensor (SIMT) FP32 rate.
+  ``fp32`` is the non-tensor (SIMT) FP32 rate. ``fp4``: the dense FP4 (NVFP4) Tensor Core rate, 0 on a GPU
+  without FP4 tensor cores (Hopper), whose 4-bit GEMMs dequantize to BF16 and run at its BF16 rate
+  (``flops("fp4")`` says so).
 * ``nvlink_bandwidth`` is per GPU, per direction, over all of its NVLink links together. NVIDIA
   quotes the bidirectional total (H100: 900 GB/s = 18 links x 25 GB/s each way x 2), so the field
   is half the datasheet figure (H100: 450e9).
@@ -59,6 +61,7 @@ class GpuSpec:
     nvlink_domain: int = 8
     source: str = ""
     family: str = "hopper"
+    fp4: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -66,6 +69,10 @@ class GpuSpec:
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name in ("name", "source", "family"):
+                continue
+            if f.name == "fp4":  # 0: no FP4 tensor cores
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v == 0 or v >= self.fp8):
+                    raise ValueError(f"GpuSpec.fp4 must be 0 (none) or a rate >= fp8 ({self.fp8:g}), got {v!r}")
                 continue
             if f.name in ("sm_count", "gpus_per_node", "nvlink_domain"):
                 if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -89,14 +96,22 @@ class GpuSpec:
         """Dense peak math rate (FLOP/s) of ``dtype``: a torch.dtype or a name (``"fp8"``, ``"bf16"``,
         ``"float16"``, ``"tf32"``, ``"fp32"``, ...). A dtype without a rate here -> ValueError."""
         key = dtype_key(dtype)
+        if key == "fp4":  # a GPU without FP4 tensor cores runs 4-bit weights dequantized, at its BF16 rate
+            return float(self.fp4 or self.bf16)
         if key not in _RATE_FIELDS:
-            raise ValueError(f"GpuSpec {self.name!r} has no rate for dtype {dtype!r}; known: {', '.join(_RATE_FIELDS)}")
+            known = ", ".join((*_RATE_FIELDS, "fp4"))
+            raise ValueError(f"GpuSpec {self.name!r} has no rate for dtype {dtype!r}; known: {known}")
         return float(getattr(self, _RATE_FIELDS[key]))
+
+    @property
+    def has_fp4(self) -> bool:
+        """Whether the GPU has FP4 tensor cores (its 4-bit GEMMs run at ``fp4``)."""
+        return self.fp4 > 0
 
     @property
     def dtype_flops(self) -> dict[str, float]:
         """The rates as ``DeviceProfile.dtype_flops`` takes them (keys of ``dbo.costs.DTYPES``)."""
-        return {key: float(getattr(self, f)) for key, f in _RATE_FIELDS.items()}
+        return {**{key: float(getattr(self, f)) for key, f in _RATE_FIELDS.items()}, "fp4": self.flops("fp4")}
 
     def sm_share(self, sms: int) -> float:
         """The share of this GPU's SMs that ``sms`` SMs are (a comm kernel taking them from
@@ -117,9 +132,11 @@ _NIC_800G = 800e9 / 8  # one 800 Gb/s ConnectX-8: 100 GB/s each way
 _HOPPER = {"fp8": 1979 * _T, "bf16": 989.5 * _T, "tf32": 494.5 * _T, "fp32": 67 * _T, "sm_count": 132}
 
 # Blackwell and Blackwell Ultra, per GPU, dense: an HGX board's (B200, B300) and an NVL72 rack's (GB200,
-# GB300) rates, NVLink-5 (1.8 TB/s bidirectional) and node/domain. Blackwell Ultra keeps these rates
-# (it raises NVFP4 and cuts FP64, neither a field here); HBM, SMs and NIC are each GPU's own.
+# GB300) rates, NVLink-5 (1.8 TB/s bidirectional) and node/domain. Blackwell Ultra keeps these rates but its
+# dense FP4 (B300 14, GB300 15 PFLOPS: each GPU's own below; it cuts FP64, not a field here); HBM, SMs and
+# NIC are each GPU's own.
 _BLACKWELL_HGX = {
+    "fp4": 9000 * _T,
     "fp8": 4500 * _T,
     "bf16": 2250 * _T,
     "tf32": 1100 * _T,
@@ -128,6 +145,7 @@ _BLACKWELL_HGX = {
     "family": "blackwell",
 }
 _BLACKWELL_NVL72 = {
+    "fp4": 10000 * _T,
     "fp8": 5000 * _T,
     "bf16": 2500 * _T,
     "tf32": 1250 * _T,
@@ -201,7 +219,7 @@ _BUILTIN = (
     ),
     GpuSpec(
         "b300",
-        **_BLACKWELL_HGX,
+        **{**_BLACKWELL_HGX, "fp4": 14000 * _T},
         sm_count=160,
         hbm_bandwidth=7.75 * _TB,
         hbm_capacity=288 * _GB,
@@ -212,7 +230,7 @@ _BUILTIN = (
     ),
     GpuSpec(
         "gb300",
-        **_BLACKWELL_NVL72,
+        **{**_BLACKWELL_NVL72, "fp4": 15000 * _T},
         sm_count=160,
         hbm_bandwidth=8.0 * _TB,
         hbm_capacity=288 * _GB,

@@ -8,15 +8,18 @@
   without a zero point, as compressed-tensors' ``pack-quantized`` format stores Kimi-K2.5's experts:
   18/32, the packed int32 words holding 8 values each and the per-tensor ``weight_shape`` left out);
 * ``math``: the ``dbo.costs.DTYPES`` key of the math rate a GEMM over such weights runs at. FP8 weights
-  multiply in FP8 (their activations quantized to FP8); every other weight in BF16: MXFP4 because Hopper
-  has no FP4 tensor cores (on Blackwell this is pessimistic, a modelling choice), NVFP4 likewise (it runs
-  on Blackwell's FP4 tensor cores with its activations quantized to NVFP4 too; the cost model has no FP4
-  rate, so this is the same pessimistic choice as MXFP4's), INT4 because its kernels (W4A16: Marlin,
+  multiply in FP8 (their activations quantized to FP8); NVFP4 weights in FP4 with their activations
+  quantized to NVFP4 too (W4A4, NVIDIA's checkpoints' ``input_activations``), at the GPU's FP4 rate where it
+  has FP4 tensor cores and, dequantized, at its BF16 rate where it has none (``GpuSpec.flops("fp4")``;
+  ``demos.zoo.kernel_times`` times them on the family's FP4 GEMM curve, or its BF16 one); every other
+  weight in BF16: MXFP4 because Hopper has no FP4 tensor cores (on Blackwell, where gpt-oss's and
+  DeepSeek-V4's kernels run MXFP4 weights against MXFP8 activations at the FP8 rate, this is pessimistic: a
+  modelling choice), INT4 because its kernels (W4A16: Marlin,
   Machete, CUTLASS mixed-input GEMMs) dequantize the weights to BF16 in registers and multiply in BF16
   (W4A8 kernels, FP8 activations, exist as well: a modelling choice), FP16 at the same rate as BF16, and
   FP32 weights, which no preset ships, at the BF16 rate too (a modelling choice);
-* ``activation_bytes``: bytes of one activation value such a GEMM reads (1 when it runs in FP8, else a
-  BF16 activation's 2).
+* ``activation_bytes``: bytes of one activation value such a GEMM reads (1 when it runs in FP8, NVFP4's
+  18/32 in FP4, else a BF16 activation's 2).
 
 ``ACTIVATION`` is the activation dtype of every model in the zoo (BF16; ``ACT_BYTES`` its bytes), and
 ``storage_of(math)`` the storage name whose GEMMs run at ``math`` (the measured tables' FP8 GEMMs are
@@ -58,14 +61,14 @@ DTYPES = MappingProxyType(
             DType("fp8_e4m3", 1.0, "fp8", 1.0),
             DType("fp8_e5m2", 1.0, "fp8", 1.0),
             DType("mxfp4", 17 / 32, "bfloat16", 2.0),
-            DType("nvfp4", 18 / 32, "bfloat16", 2.0),
+            DType("nvfp4", 18 / 32, "fp4", 18 / 32),
             DType("int4_g32", 18 / 32, "bfloat16", 2.0),
         )
     }
 )
 """Every storage dtype a part may use, by name (module docstring)."""
 
-_STORAGE_OF_MATH = {"fp8": "fp8_e4m3", "bfloat16": "bfloat16"}
+_STORAGE_OF_MATH = {"fp8": "fp8_e4m3", "bfloat16": "bfloat16", "fp4": "nvfp4"}
 
 
 def dtype(name: str) -> DType:

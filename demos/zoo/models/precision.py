@@ -4,11 +4,12 @@ A config.json fixes the dtypes a checkpoint ships (``demos.zoo.models.hf_config`
 otherwise (DeepSeek-V3 in BF16, GLM-4.5 from its FP8 repo, a model quantized to 4 bits). The two names:
 
 * ``weights`` (``WEIGHT_DTYPES``): ``bf16``: every weight BF16; ``fp8``: every weight FP8 E4M3 (the
-  non-expert ones too, as DeepSeek-V3's block-FP8 checkpoint); ``fp4``: the routed experts in a 4-bit block
-  format, stored as MXFP4 (``demos.zoo.models.dtypes``: 17/32 bytes per value, the E8M0 scale of each 32 included, as
-  gpt-oss ships; NVFP4's FP8 scale per 16 would be 18/32), every other weight in the activation dtype (gpt-oss
-  keeps attention, router, embeddings and head in BF16). The dispatch payload follows the loader's rule: FP8
-  when the experts are FP8, else the activation dtype; the activation dtype (``precision.combine``) stays.
+  non-expert ones too, as DeepSeek-V3's block-FP8 checkpoint); ``fp4``: the routed experts in NVFP4
+  (``demos.zoo.models.dtypes``: 18/32 bytes per value, an FP8 scale per 16 included; the format of every
+  published FP4 checkpoint ``--weights fp4`` names, NVIDIA's ``-NVFP4`` copies; gpt-oss's own MXFP4 experts
+  are its preset's precision, without ``--weights``), every other weight in the activation dtype. The
+  dispatch payload follows the loader's rule: FP8 when the experts are FP8, else the activation dtype; the
+  activation dtype (``precision.combine``) stays.
 * ``kv_cache`` (``KV_CACHE_DTYPES``): ``bf16`` or ``fp8`` (E4M3, vLLM's ``--kv-cache-dtype fp8``).
 
 ``weights_name(precision)`` and ``kv_cache_name(precision)`` go back: the ``--weights`` and ``--kv-cache-dtype``
@@ -36,7 +37,7 @@ __all__ = ["INT_EXPERT_DTYPES", "KV_CACHE_DTYPES", "WEIGHT_DTYPES", "kv_cache_na
 WEIGHT_DTYPES: dict[str, tuple[str | None, str]] = {
     "bf16": ("bfloat16", "bfloat16"),
     "fp8": ("fp8_e4m3", "fp8_e4m3"),
-    "fp4": (None, "mxfp4"),
+    "fp4": (None, "nvfp4"),
 }
 """``--weights`` -> (non-expert weights, routed experts) as ``demos.zoo.models.dtypes.DTYPES`` names; None:
 the activation dtype."""

@@ -50,10 +50,11 @@ def test_bf16_undoes_an_fp8_checkpoint():
 
 def test_fp4_is_a_4_bit_block_format_for_the_routed_experts_only():
     spec = with_precision(get_preset("deepseek-v3"), weights="fp4")
-    # gpt-oss's MXFP4 layout: 17/32 bytes a value (E8M0 scale per 32); the rest in the activation dtype
-    assert spec.precision == get_preset("gpt-oss-120b").precision == Precision(experts="mxfp4")
+    # NVIDIA's NVFP4 layout: 18/32 bytes a value (an FP8 scale per 16); the rest in the activation dtype
+    assert spec.precision == Precision(experts="nvfp4")
+    assert get_preset("gpt-oss-120b").precision == Precision(experts="mxfp4")  # its own 17/32 MXFP4
     bf16 = with_precision(spec, weights="bf16")
-    assert expert_weight_bytes(spec) == expert_weight_bytes(bf16) * 17 / 64
+    assert expert_weight_bytes(spec) == expert_weight_bytes(bf16) * 18 / 64
 
 
 def test_kv_cache_alone_changes_only_the_cache():

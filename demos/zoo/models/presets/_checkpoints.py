@@ -47,8 +47,8 @@ extra ships their configs or serving runs (aiconfigurator-core 0.12.0: ``model_c
 Qwen3-235B-A22B-FP8, Qwen3-30B-A3B-FP8 and nvidia/Qwen3-235B-A22B-NVFP4; ``silicon_sample.csv`` serves
 nvidia/DeepSeek-R1-NVFP4) or as the model's own README lists them (GLM-4.5: GLM-4.5-FP8, GLM-4.5-Air-FP8;
 GLM-4.6-FP8 likewise). NVIDIA's FP4 checkpoints are NVFP4 (an FP8 scale per 16 values, 18/32 bytes per
-weight against the MXFP4 17/32 the predictor charges for ``--weights fp4``; their own config.json, where it
-holds its ``quantization_config``, loads as ``nvfp4``). The 2026 families: the config copies of the measured
+weight, what the predictor charges for ``--weights fp4``; their own config.json, where it holds its
+``quantization_config``, loads as ``nvfp4``). The 2026 families: the config copies of the measured
 extra (``model_configs/``: moonshotai/Kimi-K2.5, nvidia/Kimi-K2.5-NVFP4, -K2.6-NVFP4 and -K2.7-Code-NVFP4,
 MiniMaxAI/MiniMax-M2.5 and -M2.7 with their nvidia/...-NVFP4 copies, openai/gpt-oss-20b,
 deepseek-ai/DeepSeek-V3.2 and nvidia/DeepSeek-V3.2-NVFP4, zai-org/GLM-5, -5-FP8 and nvidia/GLM-5-NVFP4,
