@@ -7,8 +7,9 @@ configuration's measured TTFT and TPOT. A row is predicted when the predictor ca
 * the model is one of the zoo's presets at the row's precision (DeepSeek-V3 and -R1, one architecture,
   FP8: the ``deepseek-v3`` preset);
 * its GPU has a profile, and its parallelism is DP attention with expert-parallel MoE (attention DP
-  = EP) or attention TP with expert-parallel MoE (TP = EP, MoE TP 1); MoE tensor parallelism is not
-  modelled, and those rows are skipped with that reason;
+  = EP), attention TP with expert-parallel MoE (TP = EP, MoE TP 1) or attention TP with tensor-parallel
+  MoE over the same GPUs (MoE TP = TP, EP 1: ``Workload.moe_tp``); MoE tensor parallelism beside expert or
+  data parallelism is not modelled, and those rows are skipped with that reason;
 * decode: disaggregated decode workers (an aggregated worker's TPOT mixes prefill chunks into its
   decode steps); the row's ``batch`` is the requests each attention rank is configured for (the
   concurrency over the decode workers' attention DP ranks), the context the mean over the output,
@@ -91,9 +92,9 @@ class SiliconCheck(NamedTuple):
 
 
 def worker_layout(tp: int, dp: int, ep: int, moe_tp: int, *, tensor_moe: bool = False) -> tuple[int, ...] | str:
-    """(ep, attention_tp) of a worker, or why it cannot be expressed; with ``tensor_moe`` (the serving
-    check) also a worker whose MoE is tensor parallel over its attention TP group, as ``(tp, tp, moe_tp)``
-    (``demos.zoo.workload.Workload.moe_tp``; ``validate silicon`` does not run it yet)."""
+    """(ep, attention_tp) of a worker, or why it cannot be expressed; with ``tensor_moe`` (both checks pass
+    it) also a worker whose MoE is tensor parallel over its attention TP group, as ``(tp, tp, moe_tp)``
+    (``demos.zoo.workload.Workload.moe_tp``)."""
     tp, dp = max(tp, 1), max(dp, 1)
     if moe_tp not in (0, 1):
         if not tensor_moe:
@@ -120,11 +121,12 @@ def _plan(r) -> dict | str:
         return "aggregated worker (its TPOT mixes prefill chunks into decode steps)"
     if r.batch < 1:
         return "no decode batch size recorded"
-    layout = worker_layout(r.tp, r.attention_dp, r.moe_ep, r.moe_tp)
+    layout = worker_layout(r.tp, r.attention_dp, r.moe_ep, r.moe_tp, tensor_moe=True)
     if isinstance(layout, str):
         return layout
-    ep, tp = layout
-    return dict(preset=preset, gpu=gpu, ep=ep, tp=tp, tokens=decode_tokens(r), context=r.isl + r.osl // 2)
+    ep, tp, *moe = layout
+    plan = dict(preset=preset, gpu=gpu, ep=ep, tp=tp, tokens=decode_tokens(r), context=r.isl + r.osl // 2)
+    return {**plan, "moe_tp": moe[0]} if moe else plan
 
 
 def decode_tokens(r) -> int:
@@ -141,11 +143,11 @@ def _prefill_plan(r) -> dict | str:
     if r.mode != "disagg" or r.prefill is None or r.ttft_s is None:
         return "no disaggregated prefill worker"
     tp, dp, ep, moe_tp, batch = r.prefill
-    layout = worker_layout(tp, dp, ep, moe_tp)
+    layout = worker_layout(tp, dp, ep, moe_tp, tensor_moe=True)
     if isinstance(layout, str):
         return layout
-    ep, tp = layout
-    return dict(
+    ep, tp, *moe = layout
+    plan = dict(
         preset=MODELS[(r.model, r.precision)],
         gpu=SYSTEM_GPUS[r.system],
         ep=ep,
@@ -153,6 +155,7 @@ def _prefill_plan(r) -> dict | str:
         tokens=max(1, batch) * r.isl,
         context=r.isl,
     )
+    return {**plan, "moe_tp": moe[0]} if moe else plan
 
 
 def _step_seconds(phase: str, p: dict, kernels: str = "roofline") -> float:
@@ -168,6 +171,7 @@ def _step_seconds(phase: str, p: dict, kernels: str = "roofline") -> float:
         ubatches=1,
         imbalance="auto",
         attention_tp=p["tp"],
+        moe_tp=p.get("moe_tp", 1),
     )
     mode = Mode.GRAPH if phase == Phase.DECODE else Mode.EAGER
     profile = step_profile(w)
