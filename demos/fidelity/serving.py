@@ -50,6 +50,11 @@ __all__ = [
 ]
 
 
+REPO_ALIASES = {"zhipuai/GLM-5": "glm-5"}
+"""Repositories the measured rows name that no preset's checkpoint list does -> the preset: GLM-5's rows name
+Zhipu AI's former organisation on the hub (its checkpoints are published as zai-org/GLM-5 and -FP8)."""
+
+
 def _served() -> dict[tuple[str, str], tuple[str, str | None]]:
     out: dict[tuple[str, str], tuple[str, str | None]] = {}
     for name, by in CHECKPOINTS.items():
@@ -60,24 +65,14 @@ def _served() -> dict[tuple[str, str], tuple[str, str | None]]:
             native_repo = by.get(native)
             if native_repo is not None and (native_repo, precision) not in out:
                 out[(native_repo, precision)] = (name, None if precision == native else precision)
-    return out
-
-
-REPO_ALIASES = {"zhipuai/GLM-5": "glm-5"}
-"""Repositories the measured rows name that no preset's checkpoint list does -> the preset: GLM-5's rows name
-Zhipu AI's former organisation on the hub (its checkpoints are published as zai-org/GLM-5 and -FP8)."""
-
-
-def _served_with_aliases() -> dict[tuple[str, str], tuple[str, str | None]]:
-    out = _served()
-    for repo, name in REPO_ALIASES.items():
+    for repo, name in REPO_ALIASES.items():  # every precision of a repository named otherwise
         native = weights_name(get_preset(name).precision)
         for precision in ("bf16", "fp8", "fp4"):
             out[(repo, precision)] = (name, None if precision == native else precision)
     return out
 
 
-SERVED = _served_with_aliases()
+SERVED = _served()
 """(repository, precision) of a measured row -> (preset, ``--weights`` or None for the config's own)."""
 
 
@@ -119,7 +114,7 @@ tokens simulates 50 million)."""
 
 def _layout(gpu: str, tp: int, attention_dp: int, moe_ep: int, moe_tp: int) -> dict | str:
     """One worker's cluster flags (``ep``, ``attention_tp``, ``nodes``, ``gpus_per_node``), or why not."""
-    layout = worker_layout(tp, attention_dp, moe_ep, moe_tp, tensor_moe=True)
+    layout = worker_layout(tp, attention_dp, moe_ep, moe_tp)
     if isinstance(layout, str):
         return layout
     ep, tp, *moe = layout

@@ -91,14 +91,11 @@ class SiliconCheck(NamedTuple):
         return {**self._asdict(), "error": self.error, "gap_s": self.measured_s - self.predicted_s}
 
 
-def worker_layout(tp: int, dp: int, ep: int, moe_tp: int, *, tensor_moe: bool = False) -> tuple[int, ...] | str:
-    """(ep, attention_tp) of a worker, or why it cannot be expressed; with ``tensor_moe`` (both checks pass
-    it) also a worker whose MoE is tensor parallel over its attention TP group, as ``(tp, tp, moe_tp)``
-    (``demos.zoo.workload.Workload.moe_tp``)."""
+def worker_layout(tp: int, dp: int, ep: int, moe_tp: int) -> tuple[int, ...] | str:
+    """(ep, attention_tp) of a worker, ``(tp, tp, moe_tp)`` for one whose MoE is tensor parallel over its
+    attention TP group (``demos.zoo.workload.Workload.moe_tp``), or why it cannot be expressed."""
     tp, dp = max(tp, 1), max(dp, 1)
     if moe_tp not in (0, 1):
-        if not tensor_moe:
-            return "MoE tensor parallelism (moe_tp > 1) is not modelled"
         if moe_tp == tp and dp == 1 and ep in (0, 1):
             return tp, tp, moe_tp
         return "MoE tensor parallelism beside expert or data parallelism is not modelled"
@@ -121,7 +118,7 @@ def _plan(r) -> dict | str:
         return "aggregated worker (its TPOT mixes prefill chunks into decode steps)"
     if r.batch < 1:
         return "no decode batch size recorded"
-    layout = worker_layout(r.tp, r.attention_dp, r.moe_ep, r.moe_tp, tensor_moe=True)
+    layout = worker_layout(r.tp, r.attention_dp, r.moe_ep, r.moe_tp)
     if isinstance(layout, str):
         return layout
     ep, tp, *moe = layout
@@ -143,7 +140,7 @@ def _prefill_plan(r) -> dict | str:
     if r.mode != "disagg" or r.prefill is None or r.ttft_s is None:
         return "no disaggregated prefill worker"
     tp, dp, ep, moe_tp, batch = r.prefill
-    layout = worker_layout(tp, dp, ep, moe_tp, tensor_moe=True)
+    layout = worker_layout(tp, dp, ep, moe_tp)
     if isinstance(layout, str):
         return layout
     ep, tp, *moe = layout

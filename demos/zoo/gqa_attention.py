@@ -128,7 +128,7 @@ class BlockSparseGQA(GQA):
             keys, rows = float(t), min(t, w.context)
         flops, nbytes = index_score_work(t, keys, pairs, ih, d, key_bytes=d * ACT_BYTES)
         scores = Work(flops=flops, bytes=nbytes, dtype="bfloat16", shape=(max(1, round(rows)), ih, d))
-        select = Work(bytes=4.0 * pairs + 4.0 * t * (pairs / max(1.0, t)) / b.block_size)
+        select = Work(bytes=4.0 * pairs + 4.0 * pairs / b.block_size)  # the scores, then their blocks' maxima
         return fold.named("attn_index")(
             gemm(t, ih * d, H, store),
             gemm(t, d, H, store),

@@ -57,14 +57,17 @@ class KernelTimes:
         BF16's), at the GPU's rate of that math (``GpuSpec.flops``: FP4 on a GPU without FP4 tensor cores is
         its BF16 rate); the routed experts' grouped GEMMs (``op`` "experts") move their bytes at the
         family's grouped share of bandwidth (``FamilyFit.experts``)."""
-        curve = self.fit.gemm.get(dtype) if dtype in ("fp8", "fp4") else None
-        if curve is None:  # BF16's, and FP4 weights on a family without an FP4 curve (dequantized to BF16)
-            curve = self.fit.gemm["bfloat16"]
+        curve = self.fit.gemm[self.gemm_math(dtype)]
         peak, hbm = self.profile.flops_rate(dtype), self.gpu.hbm_bandwidth
         math_s, mem_s = curve.parts(flops, nbytes, m, n, k, peak, hbm, self.gpu.sm_count)
         if op == "experts" and self.fit.experts is not None:
             mem_s = nbytes / (hbm * self.fit.experts.mem_efficiency)
         return max(math_s, mem_s)
+
+    def gemm_math(self, dtype: str) -> str:
+        """The key of the family's GEMM curve a GEMM of math ``dtype`` takes: "fp8", "fp4" where the family has
+        an FP4 curve, else "bfloat16" (BF16's, and FP4 weights dequantized on a family without FP4 tensor cores)."""
+        return dtype if dtype in ("fp8", "fp4") and dtype in self.fit.gemm else "bfloat16"
 
     def memory(self, nbytes: float, flops: float = 0.0) -> float:
         """Seconds of a memory pass of ``nbytes`` folded into an op (its op pays the kernel floor)."""
@@ -157,8 +160,7 @@ class MeasuredKernelTimes(KernelTimes):
         self.fallbacks.setdefault(op, why)
 
     def gemm(self, op: str, m: float, n: int, k: int, dtype: str, flops: float, nbytes: float) -> float:
-        math = dtype if dtype in ("fp8", "fp4") and dtype in self.fit.gemm else "bfloat16"
-        key = (math, n, k)
+        key = (self.gemm_math(dtype), n, k)
         table = self._gemm.get(key)
         if flops > 2.0 * m * n * k * 1.001:  # a grouped GEMM (routed experts, per-head bmm): one kernel
             self._fall(op, f"grouped GEMM: the tables time single GEMMs on {self.table_gpu}")

@@ -261,12 +261,9 @@ def v4_module_rows(gpu: str) -> list[V4ModuleRow]:
     out = []
     for table in ("csa_decode", "hca_decode"):
         d = _frame(gpu, table)
-        names = ("model", "compress_ratio", "batch_size", "num_heads", "tp_size", "step", "gemm_type")
-        cols = zip(*(d[c].tolist() for c in names), d.kv_cache_dtype.tolist(), d.latency.tolist())
-        out += [
-            V4ModuleRow(m, r, Phase.DECODE, b, h, tp, s, g, kv, ms * 1e-3)
-            for (m, r, b, h, tp, s, g), kv, ms in ((row[:7], row[7], row[8]) for row in cols)
-        ]
+        names = ("model", "compress_ratio", "batch_size", "num_heads", "tp_size", "step", "gemm_type", "kv_cache_dtype")
+        cols = zip(*(d[c].tolist() for c in names), d.latency.tolist())
+        out += [V4ModuleRow(m, r, Phase.DECODE, *rest, ms * 1e-3) for m, r, *rest, ms in cols]
     return out
 
 

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 from demos.vocabulary import Phase, Schedule
 from demos.zoo.hardware import ll_buffer_bytes
 from demos.zoo.models import count_params
-from demos.zoo.models.params import expert_params, indexer_params
+from demos.zoo.models.params import compressed_head_params, expert_params, indexer_params
 from demos.zoo.models.spec import CompressedAttention, GQAAttention, MLAAttention, SparseMLAAttention
 from demos.zoo.overlap_costs import ubatch_sizes
 from demos.zoo.workload import Workload
@@ -132,7 +132,8 @@ def kv_cache_bytes(w: Workload) -> float:
     else:
         requests, length = w.requests, float(min(w.context, w.tokens))
     if isinstance(a, CompressedAttention):  # its windows held whole from the first token (an upper bound)
-        return requests * (length * kv_bytes_per_token(w) + state_bytes_per_request(w))
+        per_token, fixed = _compressed_bytes(w)
+        return requests * (length * per_token + fixed)
     layers = _kv_layers(w)
     per_layer = kv_bytes_per_token(w) / len(layers)
     held = 0.0
@@ -201,9 +202,7 @@ def memory_estimate(w: Workload, slot_bytes: list[int] | None = None) -> MemoryE
         replicated = s.num_layers * H * ((a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim)
         replicated += s.num_layers * indexer_params(s)  # a sparse MLA's indexer, whole on every rank (assumed)
     elif isinstance(a, CompressedAttention):  # wq_a, wkv, the compressors and the indexer, whole (assumed)
-        sharded = a.q_lora_rank * a.heads * a.head_dim + a.heads * a.head_dim * a.o_lora_rank
-        sharded += a.o_groups * a.o_lora_rank * H + a.heads
-        replicated = c.attention - s.num_layers * sharded
+        replicated = c.attention - s.num_layers * compressed_head_params(H, a)
     attention = replicated + (c.attention - replicated) / tp
     non_expert = attention + c.norms + (c.dense_mlp + c.shared_experts) / tp + c.router
     table = (c.embedding + c.lm_head) * 2.0 / tp

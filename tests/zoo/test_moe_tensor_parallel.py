@@ -63,11 +63,11 @@ def test_moe_tensor_parallelism_is_refused_in_one_line_beyond_one_group_that_is_
     assert "\n" not in str(info.value) and "moe_tp" in str(info.value)
 
 
-def test_the_serving_check_reads_a_tensor_parallel_moe_worker_and_validate_silicon_still_does_not():
-    assert worker_layout(8, 1, 1, 8, tensor_moe=True) == (8, 8, 8)
-    assert worker_layout(8, 1, 1, 8) == "MoE tensor parallelism (moe_tp > 1) is not modelled"
-    assert worker_layout(8, 1, 2, 4, tensor_moe=True).startswith("MoE tensor parallelism beside expert")
-    assert worker_layout(4, 1, 4, 1, tensor_moe=True) == (4, 4)
+def test_both_checks_read_a_tensor_parallel_moe_worker_and_refuse_it_beside_expert_parallelism():
+    assert worker_layout(8, 1, 1, 8) == (8, 8, 8)
+    assert worker_layout(8, 1, 2, 4).startswith("MoE tensor parallelism beside expert")
+    assert worker_layout(8, 2, 1, 8).startswith("MoE tensor parallelism beside expert")
+    assert worker_layout(4, 1, 4, 1) == (4, 4)
 
 
 @needs_extra

@@ -54,6 +54,7 @@ __all__ = [
     "ParamCount",
     "attention_params",
     "compressed_attention_params",
+    "compressed_head_params",
     "count_params",
     "expert_params",
     "hyper_connection_params",
@@ -154,6 +155,13 @@ def linear_attention_params(hidden: int, a: GatedDeltaNet) -> int:
     )
 
 
+def compressed_head_params(hidden: int, a: CompressedAttention) -> int:
+    """The part of a DeepSeek-V4 attention layer split by heads (under attention TP): ``wq_b``, the grouped
+    ``wo_a``, ``wo_b`` and the sinks (``compressed_attention_params`` holds the rest)."""
+    per_heads = a.heads * a.head_dim
+    return a.q_lora_rank * per_heads + per_heads * a.o_lora_rank + a.o_groups * a.o_lora_rank * hidden + a.heads
+
+
 def compressed_attention_params(hidden: int, a: CompressedAttention, ratio: int) -> int:
     """One DeepSeek-V4 attention layer of compression ratio ``ratio``: ``wq_a`` with the query latent's norm,
     ``wq_b``, ``wkv`` (the one latent head) with its norm, the grouped ``wo_a`` (each group's heads to
@@ -161,9 +169,8 @@ def compressed_attention_params(hidden: int, a: CompressedAttention, ratio: int)
     ``compressor_width`` columns, ``ape`` per position of the ratio, the entry's norm); at ratio 4 the
     indexer too (``wq_b`` from the query latent, ``weights_proj`` from the hidden state, and a compressor of
     its own over ``index_head_dim``)."""
-    hd, heads = a.head_dim, a.heads
-    total = hidden * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * heads * hd + hidden * hd + hd
-    total += heads * hd * a.o_lora_rank + a.o_groups * a.o_lora_rank * hidden + heads
+    hd = a.head_dim
+    total = hidden * a.q_lora_rank + a.q_lora_rank + hidden * hd + hd + compressed_head_params(hidden, a)
 
     def compressor(dim: int) -> int:
         width = a.compressor_width(ratio, dim)
