@@ -29,6 +29,12 @@ way the predictor times that kernel, and compared:
   convolution, each on the family's fitted curve (``FamilyFit.gdn``), their work counted as the predictor
   counts it (``demos.fits.linear.gdn_row_work``: ``demos.zoo.work.delta_rule_work``, ``conv_work``);
   B300 and GB300 rows are held out (fitted on B200 and GB200);
+* ``kda decode`` / ``kda prefill`` and ``kda conv decode`` / ``kda conv prefill``: SGLang 0.5.16's Kimi Delta
+  Attention kernels (Kimi-K3's shapes, 12 to 96 heads of 128), the delta rule (``chunk_kda``,
+  ``fused_recurrent_kda_packed_decode``) and the causal convolution, each on the family's fitted curve
+  (``FamilyFit.kda``), their work counted as a Gated DeltaNet layer's of as many key heads as value heads
+  (``gdn_row_work``); the fused ``kda_fused_decode`` and the speculative ``verify`` rows are not read
+  (``demos.zoo.measured.kda_rows``); B300 and GB300 rows are held out (fitted on B200 and GB200);
 * ``experts``: DeepEP MoE's expert compute (uniform routing rows) as ``demos.zoo.costs`` folds the
   routed experts (``demos.fits.rooflines.experts_seconds``: two grouped GEMMs on the family's
   grouped curve, their weights once per active expert, the activation pass), with the table's routing:
@@ -79,10 +85,22 @@ OPS = (
     "gdn prefill",
     "gdn conv decode",
     "gdn conv prefill",
+    "kda decode",
+    "kda prefill",
+    "kda conv decode",
+    "kda conv prefill",
     "experts",
     "dispatch",
     "combine",
 )
+
+
+_LINEAR_OPS = {
+    "gdn": ("gdn decode", "gdn prefill", "gdn conv decode", "gdn conv prefill"),
+    "kda": ("kda decode", "kda prefill", "kda conv decode", "kda conv prefill"),
+}
+"""A linear-attention kind's ops (Gated DeltaNet's, Kimi Delta Attention's): the delta rule and the
+causal convolution, per phase."""
 
 
 class CheckRow(NamedTuple):
@@ -171,20 +189,23 @@ def _mhc_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
         yield CheckRow(gpu, f"mhc {r.site}", f"tokens={r.tokens} hidden={r.hidden}", pred, r.seconds)
 
 
-def _gdn_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
+def _linear_rows(gpu: str, fit: FamilyFit, kind: str) -> Iterable[CheckRow]:
+    """``kind``'s ("gdn": Gated DeltaNet, "kda": Kimi Delta Attention) kernel rows of ``gpu`` on ``fit``'s
+    curves of that kind (``FamilyFit.gdn`` / ``.kda``)."""
     from demos.zoo import measured
 
     g = get_gpu(gpu)
-    for r in measured.gdn_rows(gpu):
+    rows, curves = (measured.gdn_rows(gpu), fit.gdn) if kind == "gdn" else (measured.kda_rows(gpu), fit.kda)
+    for r in rows:
         key = f"{r.kernel} {r.phase}"
         flops, nbytes = gdn_row_work(r.kernel, r.phase, *(getattr(r, f) for f in GDN_FIELDS))
-        curve, peak = fit.gdn[key], g.flops("bfloat16")
+        curve, peak = curves[key], g.flops("bfloat16")
         if isinstance(curve, ChunkedCurve):
             chunks = delta_rule_chunks(r.phase, r.batch * r.seq_len, r.seq_len)
             pred = curve.seconds(flops, nbytes, peak, g.hbm_bandwidth, chunks)
         else:
             pred = curve.seconds(flops, nbytes, peak, g.hbm_bandwidth)
-        op = f"gdn {r.phase}" if r.kernel == "delta_rule" else f"gdn conv {r.phase}"
+        op = f"{kind} {r.phase}" if r.kernel == "delta_rule" else f"{kind} conv {r.phase}"
         shape = f"{r.model} batch={r.batch} seq={r.seq_len} heads={r.key_heads}/{r.value_heads}"
         yield CheckRow(gpu, op, shape, pred, r.seconds)
 
@@ -242,8 +263,9 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
         out += list(_msa_rows(gpu, fit))
     if ops & {"mhc pre", "mhc post"} and fit.mhc:
         out += [r for r in _mhc_rows(gpu, fit) if r.op in ops]
-    if ops & {"gdn decode", "gdn prefill", "gdn conv decode", "gdn conv prefill"} and fit.gdn:
-        out += [r for r in _gdn_rows(gpu, fit) if r.op in ops]
+    for kind, curves in (("gdn", fit.gdn), ("kda", fit.kda)):
+        if ops & set(_LINEAR_OPS[kind]) and curves:
+            out += [r for r in _linear_rows(gpu, fit, kind) if r.op in ops]
     if "experts" in ops:
         out += list(_experts_rows(gpu, fit))
     if ops & {"dispatch", "combine"}:

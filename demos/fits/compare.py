@@ -16,8 +16,9 @@ decode cores of 1 to 512 requests, 16 to 128 heads, 256 to 32,768 cached tokens,
 to 8 requests of 512 to 16,384 tokens; the routed experts of DeepSeek-V3's shape at 1 to 4,096 tokens
 per rank over EP 8 to 128; DeepEP's single-node low-latency kernels of 1 to 512 tokens of hidden 4,096
 and 7,168 with 3 and 7 peers; Gated DeltaNet delta rules and convolutions of 1 to 512 decode requests
-with 4 to 64 value heads and of 1 and 8 prompts of 512 to 16,384 tokens with 8 and 32; and the MLA
-module's fixed time itself.
+with 4 to 64 value heads and of 1 and 8 prompts of 512 to 16,384 tokens with 8 and 32; Kimi Delta
+Attention's of 1 to 512 decode requests with 12 to 96 heads and of 1 and 8 prompts of 512 to 16,384 tokens
+with 12 and 48; the hyper-connection kernels; and the MLA module's fixed time itself.
 
 ``FIT_TOLERANCE`` (0.5%) is about 7 times the largest cross-processor spread seen (0.07% on one
 parameter) and well under what any figure the project prints shows (its errors are quoted to 0.1 points
@@ -55,6 +56,10 @@ _LL = ((1, 8, 32, 128, 512), (4096, 7168), (3, 7))  # tokens, hidden, peers
 _GDN = {  # batch, tokens per request, value heads (4 per key head, heads of 128)
     "decode": ((1, 8, 64, 512), (1,), (4, 16, 64)),
     "prefill": ((1, 8), (512, 4096, 16384), (8, 32)),
+}
+_KDA = {  # batch, tokens per request, heads (as many key heads as value heads, of 128)
+    "decode": ((1, 8, 64, 512), (1,), (12, 24, 48, 96)),
+    "prefill": ((1, 8), (512, 4096, 16384), (12, 48)),
 }
 _MHC = ((1, 16, 256, 4096, 65536), (4096, 7168))  # tokens, hidden (a stream of 4 rows)
 
@@ -105,16 +110,17 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
         labels = [f"{name} tokens={a} hidden={b} peers={c}" for a, b, c in pts]
         for kernel, line in fit.ll_sm.items():
             add(f"ll {kernel}", labels, [line.seconds(ll_bytes(kernel, a, b, 8), c) for a, b, c in pts])
-        for key, curve in fit.gdn.items():
-            kernel, phase = key.split()
-            (batch, seq, nv), pts = _grid(*_GDN[phase])
-            flops, nbytes = gdn_row_work(kernel, phase, batch, seq, nv / 4, 128, nv, 128, 4)
-            if isinstance(curve, ChunkedCurve):
-                chain = delta_rule_chunks(phase, batch * seq, seq)
-                t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth, chain)
-            else:
-                t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
-            add(f"gdn {key}", [f"{name} batch={a} seq={b} value_heads={c}" for a, b, c in pts], t)
+        for kind, curves, axes, per_key in (("gdn", fit.gdn, _GDN, 4), ("kda", fit.kda, _KDA, 1)):
+            for key, curve in curves.items():
+                kernel, phase = key.split()
+                (batch, seq, nv), pts = _grid(*axes[phase])
+                flops, nbytes = gdn_row_work(kernel, phase, batch, seq, nv / per_key, 128, nv, 128, 4)
+                if isinstance(curve, ChunkedCurve):
+                    chain = delta_rule_chunks(phase, batch * seq, seq)
+                    t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth, chain)
+                else:
+                    t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
+                add(f"{kind} {key}", [f"{name} batch={a} seq={b} value_heads={c}" for a, b, c in pts], t)
         for site, curve in fit.mhc.items():
             (tokens, hidden), pts = _grid(*_MHC)
             flops, nbytes = mhc_work(site, tokens, hidden, 4)

@@ -1,6 +1,12 @@
 """Fitting a Gated DeltaNet layer's kernel curves (``demos.zoo.rooflines.FamilyFit.gdn``) to SGLang's
 measured ``gdn_perf`` rows: ``fit_gdn`` per ``GDN_CURVES`` key, each row's work counted by the predictor's
 formulas (``gdn_row_work``: ``demos.zoo.work.delta_rule_work``, ``conv_work``, ``delta_rule_chunks``).
+
+A Kimi Delta Attention layer's curves (``FamilyFit.kda``) are fitted the same way to SGLang's ``kda_perf``
+rows (``demos.zoo.measured.kda_rows``: ``GdnRow``s of as many key heads as value heads, of 128): its
+recurrent state per head is ``dk x dv`` as a Gated DeltaNet head's, so ``gdn_row_work`` counts the same
+data movement; the flops its per-channel decay adds (a decay per key channel, not one per head) are left
+to the fitted ceiling.
 """
 
 from __future__ import annotations
@@ -42,10 +48,11 @@ def _chunked_curve(u: np.ndarray) -> ChunkedCurve:
 
 
 def fit_gdn(rows_by_gpu: Sequence[tuple[GpuSpec, list]], curve: str) -> AttentionCurve | ChunkedCurve:
-    """The Gated DeltaNet curve ``curve`` (a ``GDN_CURVES`` key: "<kernel> <phase>") fitted to ``[(gpu,
-    rows)]`` (``demos.zoo.measured.GdnRow``; the rows of other kernels and phases left out): an
-    ``AttentionCurve``, and for the prefill delta rule a ``ChunkedCurve`` over each row's chain of chunks
-    (``demos.zoo.work.delta_rule_chunks``: a prompt's chunks, one after another)."""
+    """The Gated DeltaNet (or, given ``kda_rows``, Kimi Delta Attention) curve ``curve`` (a ``GDN_CURVES``
+    key: "<kernel> <phase>") fitted to ``[(gpu, rows)]`` (``demos.zoo.measured.GdnRow``; the rows of other
+    kernels and phases left out): an ``AttentionCurve``, and for the prefill delta rule a ``ChunkedCurve``
+    over each row's chain of chunks (``demos.zoo.work.delta_rule_chunks``: a prompt's chunks, one after
+    another)."""
     kernel, phase = curve.split()
     picked = [(g, "bfloat16", [r for r in rows if r.phase == phase and r.kernel == kernel]) for g, rows in rows_by_gpu]
     data, peak, hbm, t = columns(picked, GDN_FIELDS)

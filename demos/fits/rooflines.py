@@ -21,7 +21,8 @@ which take the rows as numpy arrays. Fitted:
 * ``fit_attention``: an MLA ``AttentionCurve`` per phase to the attention-core tables (BF16 cache);
 * ``fit_gdn`` (``demos.fits.linear``): a Gated DeltaNet layer's curve per kernel and phase (``GDN_CURVES``:
   the delta rule, decode's fused recurrent kernel and prefill's chunked one, a ``ChunkedCurve``; the
-  causal convolution) to SGLang's kernel rows;
+  causal convolution) to SGLang's kernel rows, and a Kimi Delta Attention layer's (``FamilyFit.kda``) the
+  same way to its rows (``kda_perf``; ``demos.zoo.measured.kda_rows``);
 * ``fit_mhc`` (``demos.fits.mhc``): a wide residual's ``AttentionCurve`` per kernel (``MHC_SITES``: DeepSeek-V4's
   hyper-connection pre and post) to SGLang's kernel rows, each row's work by ``demos.zoo.work.mhc_work``;
 * ``fit_experts``: the routed experts' ``GroupedCurve`` (their grouped GEMMs' share of bandwidth and the
@@ -242,6 +243,8 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     experts = fit_experts(moe, gemm["fp8"])
     gdn_rows = [(spec, measured.gdn_rows(g)) for spec, g in specs]
     gdn = {curve: fit_gdn(gdn_rows, curve) for curve in GDN_CURVES}
+    kda_rows = [(spec, measured.kda_rows(g)) for spec, g in specs]
+    kda = {curve: fit_gdn(kda_rows, curve) for curve in GDN_CURVES}
     mhc_rows = [(spec, measured.mhc_rows(g)) for spec, g in specs]
     mhc = {site: fit_mhc(mhc_rows, site) for site in MHC_SITES}
     ll = [r for g in names for r in measured.alltoall_rows(g) if r.gpus <= get_gpu(g).gpus_per_node]
@@ -249,7 +252,7 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     tables = ", ".join(
         f"{t[3]} ({t[1]} {t[2]})"
         for k, t in measured.TABLES.items()
-        if k in ("gemm", "mla_decode", "mla_prefill", "moe_decode", "deepep_ll", "gdn", "mhc")
+        if k in ("gemm", "mla_decode", "mla_prefill", "moe_decode", "deepep_ll", "gdn", "kda", "mhc")
     )
     source = f"aiconfigurator-core {measured.package_version()}: {tables} on {', '.join(names)}"
     return FamilyFit(
@@ -263,4 +266,5 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         experts,
         gdn=gdn,
         mhc=mhc,
+        kda=kda,
     )

@@ -87,10 +87,25 @@ class KernelTimes:
         ``phase`` on the family's fitted curve (``FamilyFit.gdn``; the prefill delta rule's a ``ChunkedCurve``
         over a chain of ``chunks``), its fixed time left to the kernel floor as for every curve; a family
         without that curve is a ``ConfigError``."""
-        curve = self.fit.gdn.get(f"{kernel} {phase}")
+        return self._linear(self.fit.gdn, "Gated DeltaNet", kernel, phase, flops, nbytes, chunks)
+
+    def kda(self, kernel: str, phase: str, flops: float, nbytes: float, chunks: float = 0.0) -> float:
+        """Seconds of a Kimi Delta Attention ``kernel`` ("delta_rule" or "conv") of ``flops`` and ``nbytes`` in
+        ``phase`` on the family's fitted curve (``FamilyFit.kda``, fitted to SGLang's ``kda_perf`` kernels;
+        the prefill delta rule's a ``ChunkedCurve`` over a chain of ``chunks``), its fixed time left to the
+        kernel floor as for every curve; a family without that curve is a ``ConfigError``. Its work is
+        counted as a Gated DeltaNet layer's of as many key heads as value heads (``delta_rule_work`` and
+        ``conv_work`` of ``demos.zoo.work``): KDA's state per head is ``dk x dv`` and moves the same bytes;
+        its per-channel decay adds flops that the fitted curve absorbs."""
+        return self._linear(self.fit.kda, "Kimi Delta Attention", kernel, phase, flops, nbytes, chunks)
+
+    def _linear(self, curves: dict, what: str, kernel: str, phase: str, flops, nbytes, chunks) -> float:
+        """``gdn`` and ``kda``: ``kernel``'s curve of ``phase`` among ``curves`` (a ``GDN_CURVES``-keyed dict of
+        the family's, ``what`` the layer kind in words), less its fixed time."""
+        curve = curves.get(f"{kernel} {phase}")
         if curve is None:
             raise ConfigError(
-                f"no Gated DeltaNet {kernel} curve fitted for the {self.fit.family} family (python -m demos.fits write)"
+                f"no {what} {kernel} curve fitted for the {self.fit.family} family (python -m demos.fits write)"
             )
         peak, hbm = self.profile.flops_rate("bfloat16"), self.gpu.hbm_bandwidth
         if isinstance(curve, ChunkedCurve):

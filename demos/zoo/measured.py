@@ -56,6 +56,7 @@ __all__ = [
     "available",
     "data_root",
     "gdn_rows",
+    "kda_rows",
     "mhc_rows",
     "msa_module_rows",
     "gemm_rows",
@@ -91,6 +92,7 @@ TABLES = {
     "mla_module": ("mla", "trtllm", "1.3.0rc20", "mla_generation_module_perf"),
     "dsa_module": ("sparse_attention", "sglang", "0.5.14", "dsa_generation_module_perf"),
     "gdn": ("linear_attention", "sglang", "0.5.14", "gdn_perf"),
+    "kda": ("kda", "sglang", "0.5.16", "kda_perf"),
     "mhc": ("mhc", "sglang", "0.5.14", "mhc_module_perf"),
     "csa_decode": ("sparse_attention", "sglang", "0.5.14", "dsv4_csa_generation_module_perf"),
     "hca_decode": ("sparse_attention", "sglang", "0.5.14", "dsv4_hca_generation_module_perf"),
@@ -101,7 +103,7 @@ TABLES = {
 MLA decode module, projections and all, only TRT-LLM's collection measures on every one of them; the whole
 DeepSeek-sparse-attention decode module, SGLang's; Gated DeltaNet's kernels, SGLang's; DeepSeek-V4's
 hyper-connection kernels and its CSA and HCA decode modules, SGLang's; MiniMax-M3's block-sparse decode
-module, SGLang's)."""
+module and Kimi Delta Attention's kernels, SGLang 0.5.16's)."""
 
 
 class MeasuredTablesError(ConfigError):
@@ -114,6 +116,17 @@ _GDN_KERNELS = {
     "chunk_gated_delta_rule": "delta_rule",
     "fused_recurrent_gated_delta_rule_packed_decode": "delta_rule",
 }
+
+_KDA_KERNELS = {
+    "causal_conv1d_fn_qkv3": "conv",
+    "causal_conv1d_update": "conv",
+    "chunk_kda": "delta_rule",
+    "fused_recurrent_kda_packed_decode": "delta_rule",
+    "kda_fused_decode": None,  # a fused decode variant, 11 rows a GPU at 12 heads only: known, left out
+}
+"""A linear-attention table's kernel_source -> ``GdnRow.kernel`` (None: a kernel known and not read)."""
+
+_LINEAR_PHASES = {"generation": Phase.DECODE, "context": Phase.PREFILL}
 
 
 def available() -> bool:
@@ -231,15 +244,34 @@ def dsa_module_rows(gpu: str) -> list[DsaModuleRow]:
 def gdn_rows(gpu: str) -> list[GdnRow]:
     """Gated DeltaNet kernel rows of ``gpu`` (SGLang's collection), latency in seconds; a kernel the table
     names that ``GdnRow`` does not know is an error (the upstream layout changed)."""
-    d = _frame(gpu, "gdn")
-    unknown = set(d.kernel_source.unique()) - set(_GDN_KERNELS)
+    return _linear_rows(gpu, "gdn", _GDN_KERNELS)
+
+
+def kda_rows(gpu: str) -> list[GdnRow]:
+    """Kimi Delta Attention kernel rows of ``gpu`` as ``GdnRow``s (SGLang 0.5.16's, Kimi-K3's shapes: 12 to 96
+    heads of 128, as many key heads as value heads), latency in seconds; the speculative ``verify`` rows and
+    ``kda_fused_decode``'s are left out, another kernel is an error (the upstream layout changed)."""
+    return _linear_rows(gpu, "kda", _KDA_KERNELS, skip_phases=("verify",))
+
+
+def _linear_rows(gpu: str, table: str, kernels: dict, skip_phases: tuple = ()) -> list[GdnRow]:
+    """The rows of linear-attention ``table`` as ``GdnRow``s, of its phases (``_LINEAR_PHASES``; those in
+    ``skip_phases`` dropped whatever their kernels) and kernels (``kernels``; those it maps to None dropped);
+    another phase, or another kernel, is an error."""
+    d = _frame(gpu, table)
+    stem = TABLES[table][3]
+    unknown = set(d.phase.unique()) - set(_LINEAR_PHASES) - set(skip_phases)
     if unknown:
-        raise MeasuredTablesError(f"gdn_perf on {gpu}: unknown kernel_source {sorted(unknown)}")
-    phase = {"generation": Phase.DECODE, "context": Phase.PREFILL}
+        raise MeasuredTablesError(f"{stem} on {gpu}: unknown phase {sorted(unknown)}")
+    d = d[d.phase.isin(list(_LINEAR_PHASES))]
+    unknown = set(d.kernel_source.unique()) - set(kernels)
+    if unknown:
+        raise MeasuredTablesError(f"{stem} on {gpu}: unknown kernel_source {sorted(unknown)}")
+    d = d[d.kernel_source.isin([k for k, v in kernels.items() if v])]
     names = ("batch_size", "seq_len", "num_k_heads", "head_k_dim", "num_v_heads", "head_v_dim", "d_conv")
     cols = zip(d.model_name.tolist(), d.phase.tolist(), d.kernel_source.tolist(), *(d[c].tolist() for c in names))
     return [
-        GdnRow(m, phase[ph], _GDN_KERNELS[k], *rest, ms * 1e-3)
+        GdnRow(m, _LINEAR_PHASES[ph], kernels[k], *rest, ms * 1e-3)
         for (m, ph, k, *rest), ms in zip(cols, d.latency.tolist())
     ]
 

@@ -77,7 +77,9 @@ class GdnRow(NamedTuple):
     ``kernel`` is "conv" (the causal convolution: ``causal_conv1d_fn`` / ``causal_conv1d_update``) or
     "delta_rule" (``chunk_gated_delta_rule`` / ``fused_recurrent_gated_delta_rule_packed_decode``), over
     ``key_heads`` query/key heads of ``key_dim`` and ``value_heads`` value heads of ``value_dim`` on the GPU,
-    the convolution ``conv_kernel`` wide; ``model`` the table's repository id."""
+    the convolution ``conv_kernel`` wide; ``model`` the table's repository id. A Kimi Delta Attention kernel
+    (``demos.zoo.measured.kda_rows``: ``causal_conv1d_fn_qkv3`` / ``causal_conv1d_update``, ``chunk_kda`` /
+    ``fused_recurrent_kda_packed_decode``) is read as the same row, as many key heads as value heads."""
 
     model: str
     phase: str

@@ -98,7 +98,8 @@ MLA_KV = "bfloat16"
 for the FP8 DeepSeek checkpoints, and the zoo's presets' (an FP8 cache takes another kernel path)."""
 
 GDN_CURVES = ("delta_rule decode", "delta_rule prefill", "conv decode", "conv prefill")
-"""The keys of ``FamilyFit.gdn``: a Gated DeltaNet layer's fitted kernels, "<kernel> <phase>"."""
+"""The keys of ``FamilyFit.gdn`` and ``FamilyFit.kda``: a Gated DeltaNet (or Kimi Delta Attention) layer's
+fitted kernels, "<kernel> <phase>"."""
 
 MHC_SITES = ("pre", "post")
 """The keys of ``FamilyFit.mhc``: a wide residual's two kernels around every sub-layer."""
@@ -244,10 +245,12 @@ class FamilyFit:
     ``GDN_CURVES`` ("delta_rule decode" ... "conv prefill": the recurrence's and the causal convolution's per
     phase, their work by ``demos.zoo.work.delta_rule_work`` and ``conv_work``; the prefill delta rule a
     ``ChunkedCurve``, its chain ``delta_rule_chunks``; empty in a file written before they were fitted);
-    ``mhc`` a wide residual's kernels (DeepSeek-V4's hyper-connections), keyed by ``MHC_SITES`` ("pre",
-    "post"), each an ``AttentionCurve`` whose fixed time is the kernel's own (20 Sinkhorn iterations in
-    "pre"), their work by ``demos.zoo.work.mhc_work``; ``fitted_on`` the GPUs whose tables gave them;
-    ``source`` the tables' provenance."""
+    ``kda`` a Kimi Delta Attention layer's, the same keys and kinds of curve, fitted to SGLang's
+    ``kda_perf`` kernels, their work counted as a Gated DeltaNet layer's of as many key heads as value heads
+    (empty in a file written before they were fitted); ``mhc`` a wide residual's kernels (DeepSeek-V4's
+    hyper-connections), keyed by ``MHC_SITES`` ("pre", "post"), each an ``AttentionCurve`` whose fixed time
+    is the kernel's own (20 Sinkhorn iterations in "pre"), their work by ``demos.zoo.work.mhc_work``;
+    ``fitted_on`` the GPUs whose tables gave them; ``source`` the tables' provenance."""
 
     family: str
     gemm: dict
@@ -260,6 +263,7 @@ class FamilyFit:
     mla_module: float = 0.0
     gdn: dict = field(default_factory=dict)
     mhc: dict = field(default_factory=dict)
+    kda: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -271,6 +275,7 @@ class FamilyFit:
             "experts": None if self.experts is None else asdict(self.experts),
             "mla_module": self.mla_module,
             "gdn": {k: asdict(v) for k, v in self.gdn.items()},
+            "kda": {k: asdict(v) for k, v in self.kda.items()},
             "mhc": {k: asdict(v) for k, v in self.mhc.items()},
             "fitted_on": list(self.fitted_on),
             "source": self.source,
@@ -288,11 +293,16 @@ class FamilyFit:
             source=d["source"],
             experts=GroupedCurve(**d["experts"]) if d.get("experts") else None,
             mla_module=float(d.get("mla_module", 0.0)),
-            gdn={
-                k: (ChunkedCurve if "per_chunk" in v else AttentionCurve)(**v) for k, v in (d.get("gdn") or {}).items()
-            },
+            gdn=_linear_curves(d.get("gdn")),
+            kda=_linear_curves(d.get("kda")),
             mhc={k: AttentionCurve(**v) for k, v in (d.get("mhc") or {}).items()},
         )
+
+
+def _linear_curves(d: dict | None) -> dict:
+    """``FamilyFit.gdn`` or ``.kda`` from its dict (absent or null: empty): a ``ChunkedCurve`` where a curve
+    has a time per chunk, else an ``AttentionCurve``."""
+    return {k: (ChunkedCurve if "per_chunk" in v else AttentionCurve)(**v) for k, v in (d or {}).items()}
 
 
 def _families(data: dict) -> dict[str, FamilyFit]:
