@@ -231,8 +231,9 @@ def _sources(sweep: Sweep) -> tuple[str, ...]:
             "; DeepSeek-V4's attention core timed on the MLA curve and its indexer scores on the FP8 GEMM curve "
             "(extrapolations checked against its measured decode modules, docs/models.md)"
         )
-    linear = getattr(w.spec.attention, "linear", None) is not None
-    tables = "GEMM, MLA and Gated DeltaNet tables" if linear else "GEMM and MLA tables"
+    linear = getattr(w.spec.attention, "linear", None)
+    kind = {"gated_deltanet": "Gated DeltaNet", "kda": "KDA"}.get(getattr(linear, "kind", ""))
+    tables = f"GEMM, MLA and {kind} tables" if kind else "GEMM and MLA tables"
     if w.spec.hc_mult > 1:
         tables = tables.replace(" and MLA", ", MLA and hyper-connection")
     return tp + (

@@ -34,6 +34,9 @@ The kinds:
 * ``DeltaRule`` (``demos.zoo.linear_attention``): a hybrid model's Gated DeltaNet layers (Qwen3-Next,
   Qwen3.5), picked per layer by ``layer_attention``: a fixed-size recurrent state per request instead of
   a KV cache, its own ops (``gdn_*``).
+* ``GatedMLA``: Kimi-K3's MLA layers (``HybridMLAAttention``), MLA with its output gate (``g_proj`` from the
+  hidden state, its sigmoid multiplied into the heads' outputs before ``o_proj``, in ``attn_out``); its other
+  layers are ``KimiDelta`` (``demos.zoo.linear_attention``), picked per layer by ``layer_attention``.
 * ``Compressed`` (``demos.zoo.compressed_attention``): DeepSeek-V4's layers, each a sliding window and, by
   its compression ratio, a compressed cache (read whole, or through a lightning indexer's top-k), with
   its own op ``attn_compress`` (and ``attn_index`` at ratio 4).
@@ -61,8 +64,14 @@ from demos.zoo.attention_base import AttentionCosts, AttentionKind, attention_pa
 from demos.zoo.compressed_attention import Compressed
 from demos.zoo.fold import Folder, bmm, gemm, memory_pass
 from demos.zoo.gqa_attention import GQA, BlockSparseGQA
-from demos.zoo.linear_attention import DeltaRule
-from demos.zoo.models import BlockSparse, GatedDeltaNet, GQAAttention, MLAAttention, SparseMLAAttention
+from demos.zoo.linear_attention import DeltaRule, KimiDelta
+from demos.zoo.models import (
+    BlockSparse,
+    GQAAttention,
+    HybridMLAAttention,
+    MLAAttention,
+    SparseMLAAttention,
+)
 from demos.zoo.work import causal_pairs, decode_pairs, index_score_work, mla_core_work, sparse_causal_pairs
 from demos.zoo.workload import Workload
 
@@ -72,6 +81,8 @@ __all__ = [
     "BlockSparseGQA",
     "Compressed",
     "DeltaRule",
+    "GatedMLA",
+    "KimiDelta",
     "MLA",
     "SparseMLA",
     "AttentionCosts",
@@ -225,8 +236,42 @@ class SparseMLA(MLA):
         run(costs, "attn_out", K.mla_out_kernel, o_lat, *w, h, layer=layer, ub=ub)
 
 
+class GatedMLA(MLA):
+    """MLA with an output gate, beside KDA layers (Kimi-K3; module docstring)."""
+
+    spec_type = HybridMLAAttention
+
+    def costs(self, w: Workload, a: HybridMLAAttention, t: int, layer: int, fold: Folder) -> AttentionCosts:
+        c = super().costs(w, a, t, layer, fold)
+        if not a.output_gate:
+            return c
+        width = a.heads // w.attention_tp * a.v_head_dim
+        gate = gemm(t, width, w.spec.hidden_size, w.spec.precision.weights)
+        return replace(c, out=fold.named("attn_out")(c.out, gate, memory_pass(t, width, 1)))
+
+    def weights(self, a: HybridMLAAttention, H: int, C: int, rand: Callable) -> SimpleNamespace:
+        L = super().weights(a, H, C, rand)
+        L.w_g = rand((H, a.heads * a.v_head_dim), H**-0.5) if a.output_gate else None
+        return L
+
+    def launch(self, run, a: HybridMLAAttention, L, h, t, costs, layer, ub, dt) -> None:
+        if not a.output_gate:
+            return super().launch(run, a, L, h, t, costs, layer, ub, dt)
+        lat, rope = a.kv_lora_rank, a.qk_rope_head_dim
+        q_lat, q_rope, kv_self, o_lat = run.workspace(
+            ((t, a.heads, lat), dt), ((t, a.heads, rope), dt), ((t, lat + rope), dt), ((t, a.heads, lat), dt)
+        )
+        w = () if L is None else (L.w_q, L.w_kv_a, L.w_uk, a.qk_nope_head_dim)
+        run(costs, "attn_proj", K.mla_proj_kernel, h, *w, q_lat, q_rope, kv_self, layer=layer, ub=ub)
+        ctx = None if L is None else L.kv_ctx
+        run(costs, "attn_core", K.mla_core_kernel, q_lat, q_rope, kv_self, ctx, o_lat, layer=layer, ub=ub)
+        w = () if L is None else (L.w_uv, L.w_g, L.w_o)
+        run(costs, "attn_out", K.gated_mla_out_kernel, o_lat, *w, h, layer=layer, ub=ub)
+
+
 ATTENTION_KINDS: dict[type, AttentionKind] = {
-    k.spec_type: k for k in (MLA(), SparseMLA(), GQA(), DeltaRule(), Compressed(), BlockSparseGQA())
+    k.spec_type: k
+    for k in (MLA(), SparseMLA(), GQA(), DeltaRule(), Compressed(), BlockSparseGQA(), GatedMLA(), KimiDelta())
 }
 """Every kind of attention the zoo runs, keyed by its spec class (``demos.zoo.models``)."""
 
@@ -242,11 +287,12 @@ def attention_kind(a: Any) -> AttentionKind:
 
 def layer_attention(a: Any, layer: int) -> tuple[AttentionKind, Any]:
     """(kind, spec) of layer ``layer``'s attention in a model whose attention spec is ``a``: a hybrid model's
-    ``linear_attention`` layers are Gated DeltaNet layers (``GQAAttention.linear``), MiniMax-M3's
+    ``linear_attention`` layers are Gated DeltaNet layers (``GQAAttention.linear``) or Kimi-K3's KDA layers
+    (``HybridMLAAttention.linear``), MiniMax-M3's
     ``block_sparse_attention`` layers block-sparse GQA (the kind reads ``a.block_sparse``), every other layer
     ``a`` itself. Everything that costs, launches or builds a layer asks this, never ``a`` alone."""
-    if isinstance(a, GQAAttention) and a.is_linear(layer):
-        return ATTENTION_KINDS[GatedDeltaNet], a.linear
+    if isinstance(a, (GQAAttention, HybridMLAAttention)) and a.is_linear(layer):
+        return ATTENTION_KINDS[type(a.linear)], a.linear
     if isinstance(a, GQAAttention) and a.is_block_sparse(layer):
         return ATTENTION_KINDS[BlockSparse], a
     return attention_kind(a), a

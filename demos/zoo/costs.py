@@ -32,6 +32,14 @@ principles (docs/models.md, "What a step costs"; the flops and bytes formulas ar
 * A wide residual (``hc_mult`` > 1, DeepSeek-V4's hyper-connections): a pre and a post kernel around the
   attention and around the MLP (``LayerCosts.mhc``), each timed on the family's fitted mHC curve
   (``KernelTimes.mhc``, its work ``demos.zoo.work.mhc_work``) over the sub-layer's tokens.
+* A latent MoE (``MoESpec.latent_size``, Kimi-K3): the routed experts, the all-to-all and the receive
+  halves at the latent width (``ModelSpec.routed_width``), and two ops of its own (``LayerCosts.latent``):
+  ``latent_down`` (the normed input projected down, before the dispatch) and ``latent_up`` (the combined
+  output normed and projected back, before the finalize), replicated GEMMs at the weights' dtype.
+* Block attention residuals (``ModelSpec.attn_res_block``, Kimi-K3): each sub-layer's input mixes the
+  block representations before it (``attn_res_sources``) with the partial sum: one read of each per token
+  and one write, a memory pass folded into the sub-layer's first op (the attention's projections, the
+  router or the dense MLP), taken to be fused with its norm (no kernel of its own: a guess).
 * Norms, residual adds, activations, quantization: memory passes folded into the op that carries them
   (their kernel counts, which set the per-kernel floor, are in ``demos.zoo.ops``).
 * Attention TP (``attention_tp`` > 1, docs/clusters.md): attention runs the group's ``t`` tokens with
@@ -61,13 +69,13 @@ from demos.zoo.fold import memory_pass as _pass
 from demos.zoo.hardware import deepep_low_latency, deepep_normal
 from demos.zoo.hardware.collectives import tp_collective
 from demos.zoo.kernel_times import KernelTimes
-from demos.zoo.models.dtypes import ACT_BYTES
+from demos.zoo.models.dtypes import ACT_BYTES, dtype
 from demos.zoo.overlap_costs import ll_node_seconds, ll_send_seconds, local_rows, masked_rows
 from demos.zoo.profile import MIN_KERNEL
 from demos.zoo.work import mhc_work
 from demos.zoo.workload import Workload
 
-__all__ = ["LayerCosts", "active_experts", "layer_costs"]
+__all__ = ["LayerCosts", "active_experts", "attn_res_sources", "layer_costs"]
 
 _ACT = ACT_BYTES  # bytes of a BF16 activation
 _PAD = 128  # DeepGEMM contiguous layout: each expert's rows padded to a multiple of 128
@@ -121,6 +129,7 @@ class LayerCosts:
     experts_split: tuple[Work, Work] | None = None
     attention_ops: tuple[tuple[str, Work], ...] = ()
     mhc: tuple[Work, Work, Work, Work] | None = None
+    latent: tuple[Work, Work] | None = None
 
 
 def _recv_seconds(kt: KernelTimes, w: Work) -> float:
@@ -135,7 +144,7 @@ def _ll_kernel(w: Workload, kind: str, modelled: float, t: int, imbalance: float
     move every message: the whole kernel is the family's single-node time (``FamilyFit.ll_sm``, measured
     on one node) of the busiest rank's ``t x imbalance`` tokens, and its flight only what the ``ll_sm``
     factor takes off the send half (docs/clusters.md, "Low-latency kernels on one node")."""
-    g, H, k, factor = w.gpu, w.spec.hidden_size, w.spec.moe.top_k, w.mechanisms.ll_sm
+    g, H, k, factor = w.gpu, w.spec.routed_width, w.spec.moe.top_k, w.mechanisms.ll_sm
     peers = min(w.cluster.ep, w.cluster.gpus_per_node) - 1  # the node's other ranks of the EP group
     send = ll_send_seconds(g, kind, t, H, k, peers, recv_s, factor, fp8=fp8)
     if w.cluster.ep <= w.cluster.gpus_per_node:
@@ -155,6 +164,22 @@ def _mhc(w: Workload, kt: KernelTimes, t_attn: int, t_mlp: int) -> tuple[Work, W
         return Work(seconds=kt.mhc(site, flops, nbytes), bytes=nbytes, dtype="bfloat16")
 
     return one("pre", t_attn), one("post", t_attn), one("pre", t_mlp), one("post", t_mlp)
+
+
+def attn_res_sources(layer: int, block: int) -> int:
+    """The representations a sub-layer of ``layer`` mixes under block attention residuals of ``block`` layers a
+    block: the token embedding, each block completed before the layer's, and the current block's partial sum
+    (Kimi's Block AttnRes); 0 without (``block`` 0)."""
+    return 2 + layer // block if block else 0
+
+
+def _attn_res(w: Workload, t: int, layer: int) -> Work | None:
+    """One sub-layer's attention-residual mix for ``t`` tokens (``attn_res_sources``), None without: each
+    source read once (BF16), the mixed input written, a dot product and a weighted sum per source."""
+    n, H = attn_res_sources(layer, w.spec.attn_res_block), w.spec.hidden_size
+    if not n:
+        return None
+    return Work(flops=4.0 * t * H * n, bytes=t * H * _ACT * (n + 1))
 
 
 def _all_reduced(w: Workload, c: LayerCosts, t: int) -> LayerCosts:
@@ -180,6 +205,9 @@ def layer_costs(
     store = spec.precision.weights
     kind, a = layer_attention(spec.attention, layer)
     attn = kind.costs(w, a, t, layer, _sum)
+    res = _attn_res(w, t, layer)
+    if res is not None:
+        attn = replace(attn, proj=_sum.named(attn.names[0])(attn.proj, res))
     proj, core, out = attn.proj, attn.core, attn.out
     finalize = _pass(t, H, 1)
     moe = spec.moe
@@ -187,9 +215,8 @@ def layer_costs(
     tp = w.attention_tp
     if not spec.is_moe_layer(layer):
         inter = -(-spec.dense_intermediate_size // tp)  # attention TP: the dense MLP is TP-sharded too
-        dense = _sum.named("dense_mlp")(
-            gemm(t, 2 * inter, H, store), gemm(t, H, inter, store), _pass(t, H, 2), _pass(t, inter, 1)
-        )
+        parts = (gemm(t, 2 * inter, H, store), gemm(t, H, inter, store), _pass(t, H, 2), _pass(t, inter, 1))
+        dense = _sum.named("dense_mlp")(*parts, *(() if res is None else (res,)))
         c = LayerCosts(t, proj, core, out, _pass(t, H, 1), dense, None, None, None, None, None, None, finalize)
         c = replace(c, attention_ops=attn.ops, mhc=_mhc(w, kt, t, t))
         if tp == 1:
@@ -202,7 +229,17 @@ def layer_costs(
     finalize = _pass(t, H, 1)
     E, k, inter = moe.routed_experts, moe.top_k, w.expert_intermediate  # MoE TP: a slice of each expert
     estore = spec.precision.experts
-    router = _sum.named("router")(gemm(t, E, H, "bfloat16"), _pass(t, H, 2), _pass(t, E, 4))
+    res = _attn_res(w, t, layer)
+    router = _sum.named("router")(
+        gemm(t, E, H, "bfloat16"), _pass(t, H, 2), _pass(t, E, 4), *(() if res is None else (res,))
+    )
+    Hr = spec.routed_width  # the experts' and the all-to-all's rows: H, or a latent MoE's width
+    latent = None
+    if Hr != H:
+        latent = (
+            _sum.named("latent_down")(gemm(t, Hr, H, store)),
+            _sum.named("latent_up")(_pass(t, Hr, 1), gemm(t, H, Hr, store)),
+        )
     imb = w.imbalance_at(rt)
     rows = rt * k * imb  # copies the busiest rank's experts receive
     act = max(1.0, active_experts(w, rt))
@@ -215,16 +252,16 @@ def layer_costs(
         per = local_rows(per, w.mechanisms.tile)
     computed = per * act
     # the grouped GEMM's efficiency at the rows per active expert, its bytes once per active expert
-    up = gemm(computed, 2 * inter, H, estore, weights=act)
-    down = gemm(computed, H, inter, estore, weights=act)
+    up = gemm(computed, 2 * inter, Hr, estore, weights=act)
+    down = gemm(computed, Hr, inter, estore, weights=act)
     shape = (max(1, round(per)),)
-    fp8 = spec.precision.dispatch.startswith("fp8") and H % 128 == 0
-    msg = (H + H // 128 * 4) if fp8 else 2 * H
+    fp8 = spec.precision.dispatch.startswith("fp8") and Hr % 128 == 0
+    msg = (Hr + Hr // 128 * 4) if fp8 else 2 * Hr
     # ht: the normal dispatch delivers tokens per source rank, not per expert, so the grouped GEMM's
     # contiguous layout needs a permute in (read and write each received copy) and an un-permute out
     # (read each expert output, write the combine's input); the low-latency kernels deliver the
     # masked per-expert layout directly
-    permute = Work(bytes=rows * 2 * msg + rows * 2 * H * _ACT) if w.schedule == Schedule.HT else Work()
+    permute = Work(bytes=rows * 2 * msg + rows * 2 * Hr * _ACT) if w.schedule == Schedule.HT else Work()
     up_w = Work(flops=up.flops, bytes=up.bytes, dtype=up.dtype, shape=shape + up.shape[1:])
     down_w = Work(flops=down.flops, bytes=down.bytes, dtype=down.dtype, shape=shape + down.shape[1:])
     experts = _sum.named("experts")(up_w, down_w, _pass(computed, inter, 1.5), permute)
@@ -238,30 +275,33 @@ def layer_costs(
         Is = inter * moe.shared_experts
         if w.moe_replicated:  # the replicated tokens' shared experts are TP-sharded, as the dense MLP
             Is = -(-Is // tp)
-        shared = _sum.named("shared")(gemm(t, 2 * Is, H, estore), gemm(t, H, Is, estore), _pass(t, Is, 1))
+        # the 4-bit formats quantize the routed experts only (the checkpoints leave the shared ones out):
+        # a shared expert is then stored as the other weights, as the memory model counts it
+        sstore = store if dtype(estore).bytes < 1 else estore
+        shared = _sum.named("shared")(gemm(t, 2 * Is, H, sstore), gemm(t, H, Is, sstore), _pass(t, Is, 1))
     dispatch = combine = send_d = send_c = None
     d_bytes = c_bytes = 0.0
-    recv_d = Work(flops=rows * H, bytes=rows * (msg + H * _ACT))
-    recv_c = Work(flops=2.0 * rows * H, bytes=(rows + t) * H * _ACT)
+    recv_d = Work(flops=rows * Hr, bytes=rows * (msg + Hr * _ACT))
+    recv_c = Work(flops=2.0 * rows * Hr, bytes=(rows + t) * Hr * _ACT)
     if w.alltoall:
         routing = w.routing(t)
         if w.schedule == Schedule.LL:
-            dsp = deepep_low_latency(w.cluster, routing, t, H, "dispatch", fp8=fp8)
-            cmb = deepep_low_latency(w.cluster, routing, t, H, "combine", fp8=fp8)
+            dsp = deepep_low_latency(w.cluster, routing, t, Hr, "dispatch", fp8=fp8)
+            cmb = deepep_low_latency(w.cluster, routing, t, Hr, "combine", fp8=fp8)
             (dispatch, send_d), (combine, send_c) = (
                 _ll_kernel(w, kind, a2a.seconds, t, routing.imbalance, _recv_seconds(kt, rw), fp8)
                 for kind, a2a, rw in (("dispatch", dsp, recv_d), ("combine", cmb, recv_c))
             )
         else:
-            dsp = deepep_normal(w.cluster, routing, t, H, "dispatch", fp8=fp8, comm_sms=w.comm_sms)
-            cmb = deepep_normal(w.cluster, routing, t, H, "combine", fp8=fp8, comm_sms=w.comm_sms)
+            dsp = deepep_normal(w.cluster, routing, t, Hr, "dispatch", fp8=fp8, comm_sms=w.comm_sms)
+            cmb = deepep_normal(w.cluster, routing, t, Hr, "combine", fp8=fp8, comm_sms=w.comm_sms)
             dispatch, combine = dsp.seconds, cmb.seconds
         d_bytes, c_bytes = dsp.rdma_bytes + dsp.nvlink_bytes, cmb.rdma_bytes + cmb.nvlink_bytes
     c = LayerCosts(
         t, proj, core, out, router, None, experts, shared, dispatch, combine, recv_d, recv_c, finalize, d_bytes, c_bytes
     )
     c = replace(c, dispatch_send=send_d, combine_send=send_c, experts_split=split, attention_ops=attn.ops)
-    c = replace(c, mhc=_mhc(w, kt, t_attn, t))
+    c = replace(c, mhc=_mhc(w, kt, t_attn, t), latent=latent)
     if tp == 1:
         return c
     if w.moe_replicated:

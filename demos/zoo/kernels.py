@@ -37,6 +37,12 @@ __all__ = [
     "gdn_conv_kernel",
     "gdn_delta_kernel",
     "gdn_out_kernel",
+    "gated_mla_out_kernel",
+    "kda_delta_kernel",
+    "latent_up_kernel",
+    "project_kernel",
+    "kda_out_kernel",
+    "kda_proj_kernel",
     "router_kernel",
     "copy_kernel",
     "experts_kernel",
@@ -193,6 +199,15 @@ def mla_out_kernel(o_lat: torch.Tensor, w_uv: torch.Tensor, w_o: torch.Tensor, h
     h.add_(o @ w_o)
 
 
+def gated_mla_out_kernel(
+    o_lat: torch.Tensor, w_uv: torch.Tensor, w_g: torch.Tensor, w_o: torch.Tensor, h: torch.Tensor
+):
+    """``mla_out_kernel`` with an output gate: the sigmoid of the normed layer input times ``w_g`` multiplied
+    into the heads' outputs before ``o_proj`` (Kimi-K3's MLA layers)."""
+    o = torch.einsum("thl,hlv->thv", o_lat, w_uv).reshape(h.shape[0], -1)
+    h.add_((o * torch.sigmoid(rmsnorm(h) @ w_g)) @ w_o)
+
+
 def out_kernel(attn: torch.Tensor, w_o: torch.Tensor, h: torch.Tensor) -> None:
     h.add_(attn @ w_o)
 
@@ -239,6 +254,39 @@ def gdn_out_kernel(o: torch.Tensor, qkvz: torch.Tensor, w_o: torch.Tensor, h: to
     """The gated RMSNorm (the output gate: the last columns of ``qkvz``) and ``out_proj`` into ``h``."""
     z = qkvz[:, qkvz.shape[1] - o.shape[1] :]
     h.add_((rmsnorm(o) * F.silu(z)) @ w_o)
+
+
+def kda_proj_kernel(h, w_qkvg, w_fa, w_fb, w_b, qkvg: torch.Tensor, fb: torch.Tensor) -> None:
+    """A KDA layer's input projections of the normed hidden states: query, key, value and the output gate
+    (``qkvg``), the per-channel decay logits through the rank-``head_dim`` pair and each head's write
+    strength (``fb``)."""
+    x = rmsnorm(h)
+    torch.mm(x, w_qkvg, out=qkvg)
+    p = w_fb.shape[1]
+    torch.mm(x @ w_fa, w_fb, out=fb[:, :p])
+    torch.mm(x, w_b, out=fb[:, p:])
+
+
+def kda_delta_kernel(qkvg: torch.Tensor, fb: torch.Tensor, s0: torch.Tensor, o: torch.Tensor) -> None:
+    """One KDA step per token from the state ``s0`` ((heads, dk, dv)): the state decayed per key channel (by
+    ``exp(-5 sigmoid(f))``, Kimi-K3's bounded gate), the token's value written in along its key with strength
+    ``beta`` (the delta rule), the output read along its query; queries and keys L2-normed."""
+    t, (n, dk, dv) = qkvg.shape[0], s0.shape
+    p = n * dk
+    q = F.normalize(qkvg[:, :p].view(t, n, dk), dim=-1)
+    k = F.normalize(qkvg[:, p : 2 * p].view(t, n, dk), dim=-1)
+    v = qkvg[:, 2 * p : 3 * p].view(t, n, dv)
+    alpha = torch.exp(-5.0 * torch.sigmoid(fb[:, :p].view(t, n, dk)))
+    beta = torch.sigmoid(fb[:, p:])
+    delta = beta[..., None] * (v - torch.einsum("thk,hkv->thv", k * alpha, s0))
+    out = torch.einsum("thk,hkv->thv", q * alpha, s0) + (q * k).sum(-1, keepdim=True) * delta
+    o.copy_(out.reshape(t, p) * dk**-0.5)
+
+
+def kda_out_kernel(o: torch.Tensor, qkvg: torch.Tensor, w_o: torch.Tensor, h: torch.Tensor) -> None:
+    """The gated RMSNorm (sigmoid of the output gate: the last columns of ``qkvg``) and ``o_proj`` into ``h``."""
+    g = qkvg[:, qkvg.shape[1] - o.shape[1] :]
+    h.add_((rmsnorm(o) * torch.sigmoid(g)) @ w_o)
 
 
 def router_kernel(
@@ -302,6 +350,16 @@ def dense_kernel(h: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, hbuf: torc
     """A dense layer's MLP with its norm and residual: ``h += mlp(norm(h))``."""
     mlp_kernel(rmsnorm(h), w1, w2, hbuf, out)
     h.add_(out)
+
+
+def project_kernel(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
+    """``out = x @ w`` (a latent MoE's down-projection of the normed MoE input)."""
+    torch.mm(x, w, out=out)
+
+
+def latent_up_kernel(y: torch.Tensor, w_up: torch.Tensor, out: torch.Tensor) -> None:
+    """A latent MoE's combined rows normed and projected back to the hidden size."""
+    torch.mm(rmsnorm(y), w_up, out=out)
 
 
 def finalize_kernel(h: torch.Tensor, moe_out: torch.Tensor, shared_out: torch.Tensor | None) -> None:

@@ -1,4 +1,6 @@
-"""Linear attention's kind: the Gated DeltaNet layers of a hybrid model (Qwen3-Next, Qwen3.5).
+"""Linear attention's kinds: the Gated DeltaNet layers of a hybrid model (Qwen3-Next, Qwen3.5), and the
+Kimi Delta Attention layers of Kimi-K3 (``KimiDelta``, at the end: the same four steps with its own
+projections, ops ``kda_*`` and curves ``KernelTimes.kda``).
 
 ``DeltaRule`` is the ``AttentionKind`` of a ``GatedDeltaNet`` spec (``demos.zoo.attention.ATTENTION_KINDS``;
 ``layer_attention`` picks it for a hybrid model's ``linear_attention`` layers). Its ops (``demos.zoo.ops``),
@@ -35,11 +37,11 @@ from demos.vocabulary import Phase
 from demos.zoo import kernels as K
 from demos.zoo.attention_base import AttentionCosts, AttentionKind
 from demos.zoo.fold import Folder, gemm, memory_pass
-from demos.zoo.models import GatedDeltaNet
+from demos.zoo.models import GatedDeltaNet, KimiDeltaAttention
 from demos.zoo.work import conv_work, delta_rule_chunks, delta_rule_work
 from demos.zoo.workload import Workload
 
-__all__ = ["DeltaRule"]
+__all__ = ["DeltaRule", "KimiDelta"]
 
 
 class DeltaRule(AttentionKind):
@@ -92,3 +94,67 @@ class DeltaRule(AttentionKind):
         s0 = None if L is None else L.state
         run(costs, core, K.gdn_delta_kernel, qkvz, ba, s0, a.key_heads, o, layer=layer, ub=ub)
         run(costs, "gdn_out", K.gdn_out_kernel, o, qkvz, None if L is None else L.w_o, h, layer=layer, ub=ub)
+
+
+class KimiDelta(AttentionKind):
+    """A Kimi Delta Attention layer (``KimiDeltaAttention``; Kimi-K3's ``kda_layers``). Its ops, in launch order:
+
+    * ``kda_proj``: the input norm, ``q_proj``/``k_proj``/``v_proj`` and the output gate (``g_proj``, full rank,
+      or its rank-``head_dim`` pair), the decay gate's ``f_a_proj``/``f_b_proj`` and ``b_proj``;
+    * ``kda_conv``: the three short convolutions (``KernelTimes.kda`` "conv", fitted to SGLang's
+      ``causal_conv1d`` kernels of Kimi-K3) and the per-channel decay and strength gating (a memory pass);
+    * ``kda_recurrent`` (decode) or ``kda_chunk`` (prefill): the delta rule with a decay per key channel,
+      its work counted as a Gated DeltaNet layer's (``delta_rule_work``) and timed on the KDA curves;
+    * ``kda_out``: the gated RMSNorm (sigmoid of the output gate) and ``o_proj``.
+
+    Attention TP splits the heads (``heads / attention_tp`` states per request and rank); ``f_a_proj`` and the
+    low-rank gate's first half are replicated. Real math as ``DeltaRule``'s: each token one update of the
+    layer's random initial state, its decay per key channel."""
+
+    spec_type = KimiDeltaAttention
+    label = "KDA"
+
+    def costs(self, w: Workload, a: KimiDeltaAttention, t: int, layer: int, fold: Folder) -> AttentionCosts:
+        H, store, tp = w.spec.hidden_size, w.spec.precision.weights, w.attention_tp
+        n, d = max(1, a.heads // tp), a.head_dim
+        p = n * d
+        gate = (gemm(t, p, H, store),) if a.full_rank_gate else (gemm(t, d, H, store), gemm(t, p, d, store))
+        decay = (gemm(t, d, H, store), gemm(t, p, d, store), gemm(t, n, H, store))
+        proj = fold.named("kda_proj")(gemm(t, 3 * p, H, store), *gate, *decay, memory_pass(t, H, 2))
+        flops, nbytes = conv_work(w.phase, t, w.context, 3 * p, a.conv_kernel)
+        conv_s = fold.kernels.kda("conv", w.phase, flops, nbytes)
+        conv = fold.named("kda_conv")(Work(seconds=conv_s, bytes=nbytes), memory_pass(t, p + n, 1))
+        flops, nbytes = delta_rule_work(w.phase, t, w.context, n, d, d, key_heads=n)
+        chain = delta_rule_chunks(w.phase, t, w.context)
+        core = Work(
+            seconds=fold.kernels.kda("delta_rule", w.phase, flops, nbytes, chain), bytes=nbytes, dtype="bfloat16"
+        )
+        out = fold.named("kda_out")(memory_pass(t, p, 1.5), gemm(t, H, p, store))
+        names = ("kda_proj", "kda_recurrent" if w.phase == Phase.DECODE else "kda_chunk", "kda_out")
+        return AttentionCosts(proj, core, out, (flops, nbytes), extra=(("kda_conv", conv),), names=names)
+
+    def cost_key(self, a: KimiDeltaAttention, layer: int) -> Hashable:
+        return "linear_attention"
+
+    def weights(self, a: KimiDeltaAttention, H: int, C: int, rand: Callable) -> SimpleNamespace:
+        L = SimpleNamespace()
+        p, d = a.key_dim, a.head_dim
+        L.w_qkvg = rand((H, 4 * p), H**-0.5)  # q, k, v and the output gate (full rank, as Kimi-K3's)
+        L.w_fa, L.w_fb = rand((H, d), H**-0.5), rand((d, p), d**-0.5)
+        L.w_b = rand((H, a.heads), H**-0.5)
+        L.w_conv = rand((a.conv_dim, a.conv_kernel), a.conv_kernel**-0.5)
+        L.conv_state = rand((a.conv_dim, a.conv_kernel - 1), 1.0)
+        L.state = rand((a.heads, d, d), d**-0.5)
+        L.w_o = rand((p, H), p**-0.5)
+        return L
+
+    def launch(self, run, a: KimiDeltaAttention, L, h, t, costs, layer, ub, dt) -> None:
+        p = a.key_dim
+        qkvg, fb, o = run.workspace(((t, 4 * p), dt), ((t, p + a.heads), dt), ((t, p), dt))
+        w = (None,) * 4 if L is None else (L.w_qkvg, L.w_fa, L.w_fb, L.w_b)
+        run(costs, "kda_proj", K.kda_proj_kernel, h, *w, qkvg, fb, layer=layer, ub=ub)
+        w = (None, None) if L is None else (L.w_conv, L.conv_state)
+        run(costs, "kda_conv", K.gdn_conv_kernel, qkvg, *w, a.conv_dim, layer=layer, ub=ub)
+        core = "kda_recurrent" if "kda_recurrent" in costs else "kda_chunk"
+        run(costs, core, K.kda_delta_kernel, qkvg, fb, None if L is None else L.state, o, layer=layer, ub=ub)
+        run(costs, "kda_out", K.kda_out_kernel, o, qkvg, None if L is None else L.w_o, h, layer=layer, ub=ub)

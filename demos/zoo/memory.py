@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 from demos.vocabulary import Phase, Schedule
 from demos.zoo.hardware import ll_buffer_bytes
 from demos.zoo.models import count_params
-from demos.zoo.models.params import compressed_head_params, expert_params, indexer_params
+from demos.zoo.models.params import compressed_head_params, indexer_params, routed_expert_params
 from demos.zoo.models.spec import CompressedAttention, GQAAttention, MLAAttention, SparseMLAAttention
 from demos.zoo.overlap_costs import ubatch_sizes
 from demos.zoo.workload import Workload
@@ -68,7 +68,9 @@ _NORMAL_BUFFERS = 2e9  # DeepEP's default num_nvl_bytes + num_rdma_bytes per han
 def _kv_layers(w: Workload) -> list[int]:
     """The layers that cache keys and values (a hybrid model's linear layers hold a state instead)."""
     a = w.spec.attention
-    return [i for i in range(w.spec.num_layers) if not (isinstance(a, GQAAttention) and a.is_linear(i))]
+    if getattr(a, "linear", None) is None:
+        return list(range(w.spec.num_layers))
+    return [i for i in range(w.spec.num_layers) if not a.is_linear(i)]
 
 
 def _compressed_bytes(w: Workload) -> tuple[float, float]:
@@ -108,13 +110,13 @@ def kv_bytes_per_token(w: Workload) -> float:
 
 
 def state_bytes_per_request(w: Workload) -> float:
-    """Bytes one request holds on one rank whatever its context: a hybrid model's Gated DeltaNet states
-    (FP32) and conv states (in the cache's dtype), its heads split by attention TP; DeepSeek-V4's windows
+    """Bytes one request holds on one rank whatever its context: a hybrid model's Gated DeltaNet or KDA
+    states (FP32) and conv states (in the cache's dtype), its heads split by attention TP; DeepSeek-V4's windows
     and compressor states (``_compressed_bytes``); 0 for other models."""
     a = w.spec.attention
     if isinstance(a, CompressedAttention):
         return _compressed_bytes(w)[1]
-    if not isinstance(a, GQAAttention) or a.linear is None:
+    if getattr(a, "linear", None) is None:
         return 0.0
     linear_layers = w.spec.num_layers - len(_kv_layers(w))
     nv = max(1, a.linear.value_heads // w.attention_tp)
@@ -199,15 +201,16 @@ def memory_estimate(w: Workload, slot_bytes: list[int] | None = None) -> MemoryE
     a, H = s.attention, s.hidden_size
     replicated = 0
     if isinstance(a, MLAAttention):  # q_a and kv_a down-projections, replicated under TP (vLLM: disable_tp)
-        replicated = s.num_layers * H * ((a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim)
-        replicated += s.num_layers * indexer_params(s)  # a sparse MLA's indexer, whole on every rank (assumed)
+        mla_layers = len(_kv_layers(w))  # a hybrid model's MLA layers only
+        replicated = mla_layers * H * ((a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim)
+        replicated += mla_layers * indexer_params(s)  # a sparse MLA's indexer, whole on every rank (assumed)
     elif isinstance(a, CompressedAttention):  # wq_a, wkv, the compressors and the indexer, whole (assumed)
         replicated = c.attention - s.num_layers * compressed_head_params(H, a)
     attention = replicated + (c.attention - replicated) / tp
-    non_expert = attention + c.norms + (c.dense_mlp + c.shared_experts) / tp + c.router
+    non_expert = attention + c.norms + (c.dense_mlp + c.shared_experts) / tp + c.router + c.latent
     table = (c.embedding + c.lm_head) * 2.0 / tp
     share = w.experts_per_rank / w.moe_tp  # MoE tensor parallelism: every expert, a 1 / moe_tp slice of each
-    experts = share * s.moe_layers * expert_params(s) * eb if s.moe is not None else 0.0
+    experts = share * s.moe_layers * routed_expert_params(s) * eb if s.moe is not None else 0.0
     weights = non_expert * wb + table + experts
     kv = kv_cache_bytes(w)
     per_ubatch_rows = w.tokens  # the buffers hold the whole batch per ubatch id (they are reused)
@@ -221,8 +224,8 @@ def memory_estimate(w: Workload, slot_bytes: list[int] | None = None) -> MemoryE
     if s.moe is not None and w.alltoall:
         if w.schedule == Schedule.LL:
             per = max(ubatch_sizes(w.tokens, n, w.mechanisms.split))  # each ubatch's buffers fit the largest
-            comm = n * ll_buffer_bytes(per, H, w.physical_experts)
-            one_comm = ll_buffer_bytes(w.tokens, H, w.physical_experts)
+            comm = n * ll_buffer_bytes(per, s.routed_width, w.physical_experts)  # rows as the all-to-all carries them
+            one_comm = ll_buffer_bytes(w.tokens, s.routed_width, w.physical_experts)
         else:
             comm, one_comm = n * _NORMAL_BUFFERS, _NORMAL_BUFFERS
     extra_slots = workspace - (max(slots) if slots else 0.0)

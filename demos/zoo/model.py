@@ -106,8 +106,11 @@ class ZooModel:
         E, inter = m.routed_experts, m.intermediate_size
         L.w_gate = self._rand((H, E), H**-0.5)
         L.bias = self._rand((E,), 0.1) if m.score_correction_bias else None
-        L.w1 = self._rand((E, H, 2 * inter), H**-0.5)
-        L.w2 = self._rand((E, inter, H), inter**-0.5)
+        Hr = s.routed_width  # a latent MoE's experts run at its width, between two projections
+        L.w1 = self._rand((E, Hr, 2 * inter), Hr**-0.5)
+        L.w2 = self._rand((E, inter, Hr), inter**-0.5)
+        if Hr != H:
+            L.w_down, L.w_up = self._rand((H, Hr), H**-0.5), self._rand((Hr, H), Hr**-0.5)
         if m.shared_experts:
             si = inter * m.shared_experts
             L.ws1, L.ws2 = self._rand((H, 2 * si), H**-0.5), self._rand((si, H), si**-0.5)

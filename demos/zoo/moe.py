@@ -43,19 +43,25 @@ __all__ = ["MoEBlock", "MoEBuffers"]
 
 @dataclass
 class MoEBuffers:
-    """One ubatch's persistent real-math buffers of the MoE block, ``(tokens, hidden)`` each (``gates``:
-    ``(tokens, routed experts)``); a ubatch uses its first rows."""
+    """One ubatch's persistent real-math buffers of the MoE block (``gates``: ``(tokens, routed experts)``;
+    the rest ``(tokens, hidden)``, those the all-to-all carries ``(tokens, routed)``: a latent MoE's width);
+    a ubatch uses its first rows."""
 
     moe_in: torch.Tensor
+    routed_in: torch.Tensor
     stage: torch.Tensor
     moe_out: torch.Tensor
     landing: torch.Tensor
+    lifted: torch.Tensor
     shared_out: torch.Tensor
     gates: torch.Tensor
 
+    ROUTED = ("routed_in", "stage", "moe_out", "landing")
+
     @classmethod
-    def zeros(cls, tokens: int, hidden: int, experts: int) -> MoEBuffers:
-        rows = {f.name: torch.zeros((tokens, hidden)) for f in fields(cls) if f.name != "gates"}
+    def zeros(cls, tokens: int, hidden: int, experts: int, routed: int | None = None) -> MoEBuffers:
+        width = {f.name: (routed or hidden) if f.name in cls.ROUTED else hidden for f in fields(cls)}
+        rows = {name: torch.zeros((tokens, w)) for name, w in width.items() if name != "gates"}
         return cls(**rows, gates=torch.zeros((tokens, experts)))
 
 
@@ -77,6 +83,8 @@ class _Views:
     out: Any = None
     landing: Any = None
     shared_out: Any = None
+    xr: Any = None  # the rows the dispatch sends: ``x``, or a latent MoE's projection of it
+    lifted: Any = None  # the combined rows at the hidden size: ``out``, or a latent MoE's projection of it
 
 
 class MoEBlock:
@@ -93,7 +101,7 @@ class MoEBlock:
         self.buffers = (
             [None] * num_ubatches
             if meta or m is None
-            else [MoEBuffers.zeros(T, H, m.routed_experts) for _ in range(num_ubatches)]
+            else [MoEBuffers.zeros(T, H, m.routed_experts, spec.routed_width) for _ in range(num_ubatches)]
         )
 
     # -- one layer -----------------------------------------------------------------------------------
@@ -121,7 +129,7 @@ class MoEBlock:
     def _views(self, i: int, h: torch.Tensor, t: int, ub: int, costs: Mapping) -> _Views:
         """The router, and the layer's one workspace request (vLLM's ``workspace13`` shared with the
         experts' output, ``workspace2``, the received tokens, the shared expert's buffers)."""
-        m, dt, H = self.spec.moe, self.dtype, self.spec.hidden_size
+        m, dt, H, Hr = self.spec.moe, self.dtype, self.spec.hidden_size, self.spec.routed_width
         # meta: a rank's slice of each expert under MoE tensor parallelism; real math computes every expert whole
         inter = self.w.expert_intermediate if self.meta else m.intermediate_size
         si = m.intermediate_size * max(1, m.shared_experts)
@@ -129,11 +137,11 @@ class MoEBlock:
         mt, rt = (self.w.moe_tokens(t), self.w.routed_tokens(t)) if self.meta else (t, t)
         M = max(1, round(rt * m.top_k * self.w.imbalance_at(rt))) if self.meta else t
         ws13, ws2, recv, tmp, y, sh_h, sh_o = self.run.workspace(
-            ((M, max(2 * inter, H)), dt),
+            ((M, max(2 * inter, Hr)), dt),
             ((M, inter), dt),
-            ((M, H), dt),
-            ((M, H), dt),
-            ((M, H), dt),
+            ((M, Hr), dt),
+            ((M, Hr), dt),
+            ((M, Hr), dt),
             ((mt, 2 * si), dt),
             ((mt, H), dt),
         )
@@ -142,10 +150,16 @@ class MoEBlock:
         if b is not None:
             v.x, v.gates, v.stage = b.moe_in[:t], b.gates[:t], b.stage[:t]
             v.out, v.landing, v.shared_out = b.moe_out[:t], b.landing[:t], b.shared_out[:t]
+        latent = "latent_down" in costs
+        v.xr = b.routed_in[:t] if latent and b is not None else v.x
+        v.lifted = b.lifted[:t] if latent and b is not None else v.out
         L = self.layers[i]
         args = () if L is None else (L.w_gate, L.bias, m.top_k, m.scoring == "sigmoid", m.norm_topk_prob)
         scale = () if L is None else (m.routed_scaling_factor,)
         self.run(costs, "router", K.router_kernel, h, *args, *scale, v.x, v.gates, layer=i, ub=ub)
+        if latent:
+            w = None if L is None else L.w_down
+            self.run(costs, "latent_down", K.project_kernel, v.x, w, v.xr, layer=i, ub=ub)
         return v
 
     # -- the parts every schedule shares ------------------------------------------------------------
@@ -163,7 +177,10 @@ class MoEBlock:
 
     def _finalize(self, i: int, h: torch.Tensor, v: _Views, ub: int, costs: Mapping) -> None:
         shared = v.shared_out if "shared" in costs else None
-        self.run(costs, "finalize", K.finalize_kernel, h, v.out, shared, layer=i, ub=ub)
+        if "latent_up" in costs:
+            w = None if self.layers[i] is None else self.layers[i].w_up
+            self.run(costs, "latent_up", K.latent_up_kernel, v.out, w, v.lifted, layer=i, ub=ub)
+        self.run(costs, "finalize", K.finalize_kernel, h, v.lifted, shared, layer=i, ub=ub)
 
     def _in_flight(self, src: Any, dst: Any, kernel: str, i: int, ub: int, costs: Mapping) -> tuple[Any, Any]:
         """A low-latency ``kernel`` ("dispatch" or "combine"): its SM-held send half (staging ``src`` into
@@ -199,7 +216,7 @@ class MoEBlock:
     def _local(self, i: int, h: torch.Tensor, ub: int, v: _Views, costs: Mapping) -> None:
         """No all-to-all: the tokens copied into the experts' layout and back, on the compute stream."""
         experts = "experts_ll" if "experts_ll" in costs else "experts"
-        self.run(costs, "dispatch_recv", K.copy_kernel, v.x, v.recv, layer=i, ub=ub)
+        self.run(costs, "dispatch_recv", K.copy_kernel, v.xr, v.recv, layer=i, ub=ub)
         self._experts(i, v, ub, costs, experts)
         self.run(costs, "combine_recv", K.copy_kernel, v.y, v.out, layer=i, ub=ub)
         self._shared(i, v, ub, costs)
@@ -207,7 +224,7 @@ class MoEBlock:
 
     def _ll(self, i: int, h: torch.Tensor, ub: int, v: _Views, costs: Mapping) -> None:
         """Low-latency: one stream, send plus parked receive hook, 2 yields (DeepEP low-latency)."""
-        stream, arrived = self._in_flight(v.x, v.stage, "dispatch", i, ub, costs)
+        stream, arrived = self._in_flight(v.xr, v.stage, "dispatch", i, ub, costs)
         dbo.dbo_register_recv_hook(self._receive(stream, arrived, v.stage, v.recv, "dispatch_recv", i, ub, costs))
         dbo.dbo_yield()
         self._experts(i, v, ub, costs, "experts_ll")
@@ -221,7 +238,7 @@ class MoEBlock:
     def _sbo(self, i: int, h: torch.Tensor, ub: int, v: _Views, costs: Mapping) -> None:
         """Single-batch overlap: the shared expert beside the dispatch in flight, the combine in flight
         beside the down GEMM (its blocks sent as they finish), no split, no yield."""
-        stream, arrived = self._in_flight(v.x, v.stage, "dispatch", i, ub, costs)
+        stream, arrived = self._in_flight(v.xr, v.stage, "dispatch", i, ub, costs)
         self._shared(i, v, ub, costs)
         self._receive(stream, arrived, v.stage, v.recv, "dispatch_recv", i, ub, costs)()
         self.run(costs, "experts_up", K.meta_kernel, layer=i, ub=ub)
@@ -235,7 +252,7 @@ class MoEBlock:
         prev = dbo.dbo_get_previous_event(record_event)
         dbo.dbo_yield_and_switch_from_compute_to_comm()
         dbo.current_stream().wait_event(prev)
-        self.run(costs, "dispatch", K.copy_kernel, v.x, v.recv, layer=i, ub=ub)
+        self.run(costs, "dispatch", K.copy_kernel, v.xr, v.recv, layer=i, ub=ub)
         dbo.dbo_switch_to_compute_sync()
         self._experts(i, v, ub, costs, "experts")
         prev = dbo.dbo_get_previous_event(record_event)

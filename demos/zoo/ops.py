@@ -73,12 +73,19 @@ OPS = MappingProxyType(
             Op("gdn_recurrent", 1, _A, "attention"),  # decode: the fused recurrent delta rule
             Op("gdn_chunk", 6, _A, "attention"),  # prefill: the chunked delta rule's kernels
             Op("gdn_out", 2, _A, "attention"),  # the gated RMSNorm, out_proj
+            Op("kda_proj", 6, _A, "attention"),  # KDA: input norm, q/k/v/gate GEMM, f_a and f_b, b_proj GEMMs
+            Op("kda_conv", 2, _A, "attention"),  # the three causal conv1d (fused), the decay/strength gating
+            Op("kda_recurrent", 1, _A, "attention"),  # decode: the fused recurrent KDA rule
+            Op("kda_chunk", 6, _A, "attention"),  # prefill: the chunked KDA kernels
+            Op("kda_out", 2, _A, "attention"),  # the gated RMSNorm, o_proj
             Op("mhc_attn_pre", 1, _A, "attention"),  # a wide residual's rows combined into the attention's input
             Op("mhc_attn_post", 1, _A, "attention"),  # the attention's output mixed back into the rows
             Op("mhc_mlp_pre", 1, _M, "router"),  # the same around the MLP (MoE: before the router)
             Op("mhc_mlp_post", 1, _M, "finalize"),  # (MoE: after the finalize, the MLP's output complete)
             Op("tp_attn_reduce", 1, _A, "tp_attn_reduce"),  # o_proj's partial sums (all-reduce or reduce-scatter)
             Op("router", 3, _A, "router"),  # fused add+norm, gate GEMM, top-k
+            Op("latent_down", 1, _M, "router"),  # a latent MoE: the normed input projected to the experts' width
+            Op("latent_up", 2, _M, "finalize"),  # its combined output normed and projected back to the hidden size
             Op("dense_mlp", 4, _M, "mlp"),  # gate/up GEMM, activation+quant, down GEMM, add
             Op("dispatch", 2, _D, "dispatch", "comm"),  # DeepEP's normal dispatch (ht)
             Op("dispatch_send", 1, _D, "dispatch"),  # a low-latency kernel's SM-held send half

@@ -109,24 +109,26 @@ def layer_launches(w: Workload, c: LayerCosts, *, sbo: bool = False) -> Mapping[
     tail = [("mhc_mlp_post", hc[3]), ("tp_moe_gather", c.tp_moe_gather), ("tp_mlp_reduce", c.tp_mlp_reduce)]
     if c.experts is None:
         return _ordered(head + [("dense_mlp", c.dense_mlp)] + tail)
+    down, up = c.latent or (None, None)  # a latent MoE's projections around the routed experts
     if not w.alltoall:
         experts = "experts_ll" if w.schedule == Schedule.LL else "experts"
-        moe = [("router", c.router), ("dispatch_recv", c.dispatch_recv), (experts, c.experts)]
-        moe += [("combine_recv", c.combine_recv), ("shared", c.shared), ("finalize", c.finalize)]
+        moe = [("router", c.router), ("latent_down", down), ("dispatch_recv", c.dispatch_recv), (experts, c.experts)]
+        moe += [("combine_recv", c.combine_recv), ("shared", c.shared), ("latent_up", up), ("finalize", c.finalize)]
     elif w.schedule == Schedule.HT:
-        moe = [("router", c.router), ("dispatch", c.dispatch), ("experts", c.experts), ("combine", c.combine)]
-        moe += [("shared", c.shared), ("moe_copy", c.finalize), ("finalize", c.finalize)]
+        moe = [("router", c.router), ("latent_down", down), ("dispatch", c.dispatch), ("experts", c.experts)]
+        moe += [("combine", c.combine), ("shared", c.shared), ("moe_copy", c.finalize), ("latent_up", up)]
+        moe += [("finalize", c.finalize)]
     elif sbo:  # the shared expert beside the dispatch in flight, the combine beside the down GEMM
-        up, down = c.experts_split
-        moe = [("router", c.router), ("dispatch_send", _send(c.dispatch_send)), ("dispatch_ll", c.dispatch)]
-        moe += [("shared", c.shared), ("dispatch_recv", c.dispatch_recv), ("experts_up", up)]
-        moe += [("combine_send", _send(c.combine_send)), ("combine_ll", c.combine), ("experts_down", down)]
-        moe += [("combine_recv", c.combine_recv), ("finalize", c.finalize)]
+        e_up, e_down = c.experts_split
+        moe = [("router", c.router), ("latent_down", down), ("dispatch_send", _send(c.dispatch_send))]
+        moe += [("dispatch_ll", c.dispatch), ("shared", c.shared), ("dispatch_recv", c.dispatch_recv)]
+        moe += [("experts_up", e_up), ("combine_send", _send(c.combine_send)), ("combine_ll", c.combine)]
+        moe += [("experts_down", e_down), ("combine_recv", c.combine_recv), ("latent_up", up), ("finalize", c.finalize)]
     else:
-        moe = [("router", c.router), ("dispatch_send", _send(c.dispatch_send)), ("dispatch_ll", c.dispatch)]
-        moe += [("dispatch_recv", c.dispatch_recv), ("experts_ll", c.experts)]
+        moe = [("router", c.router), ("latent_down", down), ("dispatch_send", _send(c.dispatch_send))]
+        moe += [("dispatch_ll", c.dispatch), ("dispatch_recv", c.dispatch_recv), ("experts_ll", c.experts)]
         moe += [("combine_send", _send(c.combine_send)), ("combine_ll", c.combine), ("shared", c.shared)]
-        moe += [("combine_recv", c.combine_recv), ("finalize", c.finalize)]
+        moe += [("combine_recv", c.combine_recv), ("latent_up", up), ("finalize", c.finalize)]
     return _ordered(head + moe + tail)
 
 

@@ -259,6 +259,8 @@ SURFACE = {
         "CompressedAttention",
         "GQAAttention",
         "GatedDeltaNet",
+        "HybridMLAAttention",
+        "KimiDeltaAttention",
         "MLAAttention",
         "MoESpec",
         "ModelConfigError",

@@ -27,9 +27,11 @@ def _expected_kernels(w: Workload) -> int:
     one more with a compressor and another with its indexer, and four hyper-connection kernels a layer), the
     dense MLP or the MoE block: ll router, dispatch's SM-held send half, flight and receive, experts, the
     same three of the combine, finalize; ht router, dispatch, experts, combine, the combine's copy,
-    finalize; both the shared experts when there are."""
+    finalize; both the shared experts when there are, and a latent MoE's two projections (Kimi-K3, whose KDA
+    layers are linear layers too)."""
     s = w.spec
     moe = (9 if w.schedule == "ll" else 6) + (1 if s.moe and s.moe.shared_experts else 0)
+    moe += 2 if s.moe and s.moe.latent_size else 0  # a latent MoE's projections down and back up
     attention = 4 if isinstance(s.attention, SparseMLAAttention) else 3
     linear = sum(getattr(s.attention, "is_linear", lambda i: False)(i) for i in range(s.num_layers))
     if getattr(s.attention, "block_sparse", None) is not None:

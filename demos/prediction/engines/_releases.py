@@ -154,6 +154,8 @@ VLLM_DBO_REFUSED_MODEL_TYPES = {
         "multimodal and hybrid (Qwen3_5MoeForConditionalGeneration has a vision tower and Gated DeltaNet layers)"
     ),
     "qwen3_next": "hybrid (Qwen3NextForCausalLM's Gated DeltaNet layers: ModelConfig.is_hybrid)",
+    "kimi_k3": "multimodal and hybrid (KimiK3ForConditionalGeneration has a vision tower and KDA layers)",
+    "kimi_linear": "hybrid (KimiLinearForCausalLM's KDA layers: ModelConfig.is_hybrid)",
 }
 """The ``model_type``s whose model vLLM 0.34.0 refuses DBO for, and why (the package docstring):
 ``VllmConfig._get_dbo_unsupported_features`` lists "dual batch overlap with multimodal models" for any model

@@ -9,6 +9,8 @@ spec of the same architecture for real-math runs). Nothing here imports torch or
 """
 
 from demos.zoo.models.hf_config import SUPPORTED_MODEL_TYPES, ModelConfigError, load_config, spec_from_config
+from demos.zoo.models.hybrid_spec import HybridMLAAttention
+from demos.zoo.models.linear_spec import KimiDeltaAttention
 from demos.zoo.models.params import ParamCount, count_params
 from demos.zoo.models.precision import kv_cache_name, weights_name, with_precision
 from demos.zoo.models.presets import ALIASES, CHECKPOINTS, PRESET_NAMES, UnknownPresetError, checkpoints, get_preset
@@ -35,6 +37,8 @@ __all__ = [
     "CompressedAttention",
     "GQAAttention",
     "GatedDeltaNet",
+    "HybridMLAAttention",
+    "KimiDeltaAttention",
     "MLAAttention",
     "MoESpec",
     "ModelConfigError",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from demos.zoo.models._checks import ModelSpecError, check_int
 
-__all__ = ["GatedDeltaNet"]
+__all__ = ["GatedDeltaNet", "KimiDeltaAttention"]
 
 STATE_BYTES = 4
 """Bytes of one recurrent-state value: FP32, as both engines keep it (Qwen3.5's ``mamba_ssm_dtype``)."""
@@ -69,3 +69,64 @@ class GatedDeltaNet:
         share = nv / self.value_heads
         recurrent = nv * self.key_head_dim * self.value_head_dim * STATE_BYTES
         return recurrent + share * self.conv_dim * (self.conv_kernel - 1) * conv_bytes
+
+
+@dataclass(frozen=True)
+class KimiDeltaAttention:
+    """A Kimi Delta Attention (KDA) linear-attention layer (Kimi Linear, Kimi-K3's ``linear_attn_config``).
+
+    KDA is a gated delta rule whose decay is per key channel rather than per head: ``heads`` heads, each
+    with a ``head_dim x head_dim`` FP32 recurrent state, a short causal convolution of ``conv_kernel`` over
+    the query, key and value channels (each ``heads x head_dim``). Its projections (Moonshot's layer, as the
+    published checkpoints name the weights): ``q_proj``, ``k_proj``, ``v_proj`` (hidden -> ``heads x
+    head_dim`` each), the decay gate through a rank-``head_dim`` pair (``f_a_proj``, ``f_b_proj``), the
+    write strength ``b_proj`` (hidden -> ``heads``), the output gate full rank (``g_proj``, hidden -> ``heads x
+    head_dim``) when ``full_rank_gate`` (Kimi-K3) else through a rank-``head_dim`` pair (Kimi Linear), a gated
+    RMSNorm and ``o_proj`` back to hidden. The same layout as ``GatedDeltaNet`` with as many key heads as
+    value heads, so the memory and work formulas are shared (``key_heads``, ``value_heads``...).
+    """
+
+    heads: int
+    head_dim: int
+    conv_kernel: int = 4
+    full_rank_gate: bool = True
+
+    kind = "kda"
+
+    def __post_init__(self) -> None:
+        for name in ("heads", "head_dim", "conv_kernel"):
+            check_int("KimiDeltaAttention", name, getattr(self, name), minimum=1)
+        if not isinstance(self.full_rank_gate, bool):
+            raise ModelSpecError(
+                "KimiDeltaAttention.full_rank_gate", f"must be a bool, got {type(self.full_rank_gate).__name__}"
+            )
+
+    @property
+    def key_heads(self) -> int:
+        return self.heads
+
+    @property
+    def value_heads(self) -> int:
+        return self.heads
+
+    @property
+    def key_head_dim(self) -> int:
+        return self.head_dim
+
+    @property
+    def value_head_dim(self) -> int:
+        return self.head_dim
+
+    @property
+    def key_dim(self) -> int:
+        """Query (and key, and value) channels: ``heads x head_dim``."""
+        return self.heads * self.head_dim
+
+    value_dim = key_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels the causal convolution runs over: query, key and value."""
+        return 3 * self.key_dim
+
+    state_bytes = GatedDeltaNet.state_bytes

@@ -22,7 +22,12 @@ class MoESpec:
     ``router_bias``: the router linear has a bias (gpt-oss); ``score_correction_bias``: a per-expert bias used
     only for selection (DeepSeek-V3's auxiliary-loss-free balancing); ``expert_bias``: expert projections
     carry biases (gpt-oss); ``hash_layers``: the first ``hash_layers`` MoE layers route each token by a
-    fixed table of its token id instead of a gate (DeepSeek-V4's ``num_hash_layers``).
+    fixed table of its token id instead of a gate (DeepSeek-V4's ``num_hash_layers``); ``latent_size``: the
+    routed experts run at this width, not the hidden size (a latent MoE, Kimi-K3's
+    ``routed_expert_hidden_size``): each MoE layer projects its normed input down to it before the dispatch
+    (``routed_expert_down_proj``) and the combined output back up after the combine, through an RMSNorm
+    (``routed_expert_norm``, ``routed_expert_up_proj``), so the all-to-all carries rows of this width; the
+    router and the shared experts see the hidden width. None: the hidden size.
     """
 
     routed_experts: int
@@ -38,6 +43,7 @@ class MoESpec:
     score_correction_bias: bool = False
     expert_bias: bool = False
     hash_layers: int = 0
+    latent_size: int | None = None
 
     def __post_init__(self) -> None:
         check_int("MoESpec", "routed_experts", self.routed_experts, minimum=1)
@@ -70,3 +76,5 @@ class MoESpec:
         for name in ("router_bias", "score_correction_bias", "expert_bias"):
             check_bool("MoESpec", name, getattr(self, name))
         check_int("MoESpec", "hash_layers", self.hash_layers, minimum=0)
+        if self.latent_size is not None:
+            check_int("MoESpec", "latent_size", self.latent_size, minimum=1)

@@ -19,6 +19,10 @@ What is counted (every weight, bias and norm scale of the HuggingFace implementa
   ``shared_experts``: the always-on experts; ``router``: the gate linear, its bias, and DeepSeek-V3's
   selection-only correction bias (which DeepSeek-V4's hash-routed layers do not have; their token-id table
   is a buffer, not counted);
+* ``latent``: a latent MoE's projections around its routed experts (Kimi-K3's ``routed_expert_down_proj``,
+  ``routed_expert_norm``, ``routed_expert_up_proj``: hidden -> ``latent_size`` -> hidden), every token's;
+* block attention residuals (``attn_res_block``): a query vector and a norm scale of hidden size at each
+  sub-layer (``self_attention_res``, ``mlp_res``), counted in ``norms``;
 * ``mtp``: the multi-token-prediction modules (DeepSeek-V3 and GLM-4.5 ship one): a full MoE layer plus
   ``enorm``, ``hnorm``, ``eh_proj`` (2·hidden -> hidden) and the head norm, sharing the trunk's embedding and head.
 
@@ -40,6 +44,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from demos.zoo.models.hybrid_spec import HybridMLAAttention
+from demos.zoo.models.linear_spec import KimiDeltaAttention
 from demos.zoo.models.spec import (
     CompressedAttention,
     GatedDeltaNet,
@@ -59,8 +65,11 @@ __all__ = [
     "expert_params",
     "hyper_connection_params",
     "indexer_params",
+    "kda_params",
+    "latent_params",
     "layer_attention_params",
     "linear_attention_params",
+    "routed_expert_params",
 ]
 
 
@@ -82,6 +91,7 @@ class ParamCount:
     router: int
     mtp: int
     mtp_modules: int
+    latent: int = 0
 
     @property
     def total(self) -> int:
@@ -95,6 +105,7 @@ class ParamCount:
             + self.routed_experts
             + self.shared_experts
             + self.router
+            + self.latent
         )
 
     @property
@@ -109,7 +120,7 @@ class ParamCount:
         With tied embeddings the one table is the LM head, so it is counted.
         """
         head = self.lm_head if self.lm_head else self.embedding
-        trunk = self.attention + self.norms + self.dense_mlp + self.router
+        trunk = self.attention + self.norms + self.dense_mlp + self.router + self.latent
         return trunk + self.routed_active + self.shared_experts + head
 
     @property
@@ -140,10 +151,13 @@ def _gated_mlp(hidden: int, intermediate: int, bias: bool) -> int:
     return weights + (2 * intermediate + hidden if bias else 0)
 
 
-def linear_attention_params(hidden: int, a: GatedDeltaNet) -> int:
-    """A Gated DeltaNet layer's parameters (Qwen3-Next's ``Qwen3NextGatedDeltaNet``): ``in_proj_qkvz`` and
+def linear_attention_params(hidden: int, a: GatedDeltaNet | KimiDeltaAttention) -> int:
+    """A linear-attention layer's parameters (a KDA layer's: ``kda_params``). A Gated DeltaNet layer's (Qwen3-Next's
+    ``Qwen3NextGatedDeltaNet``): ``in_proj_qkvz`` and
     ``in_proj_ba`` (hidden -> query, key, value, gate; -> each value head's strength and decay), the depthwise
     ``conv1d`` (no bias), ``dt_bias`` and ``A_log`` per value head, the gated norm's scale, ``out_proj``."""
+    if isinstance(a, KimiDeltaAttention):
+        return kda_params(hidden, a)
     qkvz = hidden * (2 * a.key_dim + 2 * a.value_dim)
     return (
         qkvz
@@ -152,6 +166,28 @@ def linear_attention_params(hidden: int, a: GatedDeltaNet) -> int:
         + 2 * a.value_heads
         + a.value_head_dim
         + a.value_dim * hidden
+    )
+
+
+def kda_params(hidden: int, a: KimiDeltaAttention) -> int:
+    """A Kimi Delta Attention layer's parameters (the weight names of Kimi-K3's checkpoint): ``q_proj``,
+    ``k_proj``, ``v_proj``, their three depthwise convolutions, the decay gate's ``f_a_proj`` (hidden ->
+    ``head_dim``) and ``f_b_proj`` (-> every channel), ``A_log`` per head and ``dt_bias`` per channel,
+    ``b_proj`` (one strength a head), the output gate (``g_proj`` full rank, or ``g_a_proj``/``g_b_proj``
+    through ``head_dim``), the gated norm's scale (``head_dim``) and ``o_proj``."""
+    p, d = a.key_dim, a.head_dim
+    gate = hidden * p if a.full_rank_gate else hidden * d + d * p
+    return (
+        3 * hidden * p
+        + 3 * p * a.conv_kernel
+        + hidden * d
+        + d * p
+        + a.heads
+        + p
+        + hidden * a.heads
+        + gate
+        + d
+        + p * hidden
     )
 
 
@@ -201,7 +237,7 @@ def layer_attention_params(spec: ModelSpec, layer: int) -> int:
     """The attention parameters of layer ``layer``: a hybrid model's linear layers their Gated DeltaNet's,
     DeepSeek-V4's at the layer's compression ratio, every other layer ``attention_params``."""
     a = spec.attention
-    if isinstance(a, GQAAttention) and a.is_linear(layer):
+    if isinstance(a, (GQAAttention, HybridMLAAttention)) and a.is_linear(layer):
         return linear_attention_params(spec.hidden_size, a.linear)
     if isinstance(a, CompressedAttention):
         return compressed_attention_params(spec.hidden_size, a, a.ratio_of(layer))
@@ -223,7 +259,8 @@ def attention_params(spec: ModelSpec) -> int:
             q = h * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * a.heads * qk_dim
         kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank
         kv += a.kv_lora_rank * a.heads * (a.qk_nope_head_dim + a.v_head_dim)
-        return q + kv + a.heads * a.v_head_dim * h + indexer_params(spec)
+        gate = h * a.heads * a.v_head_dim if getattr(a, "output_gate", False) else 0  # Kimi-K3's g_proj
+        return q + kv + a.heads * a.v_head_dim * h + gate + indexer_params(spec)
     if isinstance(a, GQAAttention):
         q_width, kv_width = a.heads * a.head_dim, a.kv_heads * a.head_dim
         gate = h * q_width if a.output_gate else 0  # q_proj's output-gate half
@@ -263,6 +300,22 @@ def expert_params(spec: ModelSpec) -> int:
     return _gated_mlp(spec.hidden_size, spec.moe.intermediate_size, spec.moe.expert_bias)
 
 
+def routed_expert_params(spec: ModelSpec) -> int:
+    """The parameters of one routed expert: ``expert_params`` at the latent width in a latent MoE."""
+    moe = spec.moe
+    if moe is None or moe.latent_size is None:
+        return expert_params(spec)
+    return _gated_mlp(moe.latent_size, moe.intermediate_size, moe.expert_bias)
+
+
+def latent_params(spec: ModelSpec) -> int:
+    """A latent MoE's projections of one MoE layer (0 without): down to ``latent_size``, the norm, back up."""
+    moe = spec.moe
+    if moe is None or moe.latent_size is None:
+        return 0
+    return 2 * spec.hidden_size * moe.latent_size + moe.latent_size
+
+
 def _router_params(spec: ModelSpec) -> int:
     moe = spec.moe
     if moe is None:
@@ -286,11 +339,11 @@ def count_params(spec: ModelSpec) -> ParamCount:
     h = spec.hidden_size
     table = spec.vocab_size * h
     attention = attention_params(spec)
-    expert = expert_params(spec)
+    expert, routed = expert_params(spec), routed_expert_params(spec)
     router = _router_params(spec)
     moe = spec.moe
-    routed_per_layer = moe.routed_experts * expert if moe else 0
-    active_per_layer = moe.top_k * expert if moe else 0
+    routed_per_layer = moe.routed_experts * routed if moe else 0
+    active_per_layer = moe.top_k * routed if moe else 0
     shared_per_layer = moe.shared_experts * expert if moe else 0
     dense = _gated_mlp(h, spec.dense_intermediate_size, False) if spec.first_k_dense else 0
     # One MTP module: an MoE layer (attention, two norms, experts, router) + enorm, hnorm, eh_proj, head norm.
@@ -299,7 +352,7 @@ def count_params(spec: ModelSpec) -> ParamCount:
         embedding=table,
         lm_head=0 if spec.tie_embeddings else table,
         attention=sum(layer_attention_params(spec, i) for i in range(spec.num_layers)),
-        norms=spec.num_layers * 2 * h + h + hyper_connection_params(spec),
+        norms=spec.num_layers * (2 * h + (4 * h if spec.attn_res_block else 0)) + h + hyper_connection_params(spec),
         dense_mlp=spec.first_k_dense * dense,
         routed_experts=spec.moe_layers * routed_per_layer,
         routed_active=spec.moe_layers * active_per_layer,
@@ -307,5 +360,6 @@ def count_params(spec: ModelSpec) -> ParamCount:
         router=spec.moe_layers * router - _hash_layer_bias(spec),
         mtp=spec.mtp_layers * mtp_layer,
         mtp_modules=spec.mtp_layers,
+        latent=spec.moe_layers * latent_params(spec),
     )
     return count

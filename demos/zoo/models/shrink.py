@@ -7,9 +7,9 @@ Contract. The result is a valid ``ModelSpec`` (its ``__post_init__`` checked it)
   count, not a width), the flags
   (biases, sinks, q/k norms, router biases), the routing functions and ``precision``;
 * every width divided by ``factor`` (floor, at least 1): ``hidden_size``, ``vocab_size``, the dense and
-  expert intermediate sizes, MLA's ``q_lora_rank`` and ``kv_lora_rank``, DeepSeek-V4's ``q_lora_rank`` and
-  ``o_lora_rank`` (its ``o_groups`` the largest divisor of the new heads not above ``o_groups // factor``),
-  and an indexer's heads and ``index_topk``;
+  expert intermediate sizes, a latent MoE's ``latent_size``, MLA's ``q_lora_rank`` and ``kv_lora_rank``,
+  DeepSeek-V4's ``q_lora_rank`` and ``o_lora_rank`` (its ``o_groups`` the largest divisor of the new heads
+  not above ``o_groups // factor``), and an indexer's heads and ``index_topk``;
 * head dims divided by ``factor`` and kept even and >= 2 (RoPE rotates pairs); head counts divided by
   ``factor`` (at least 1) with ``kv_heads`` the largest divisor of the new ``heads`` not above
   ``kv_heads // factor`` (at least 1);
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
+from demos.zoo.models.hybrid_spec import HybridMLAAttention
 from demos.zoo.models.spec import (
     CompressedAttention,
     MLAAttention,
@@ -86,6 +87,10 @@ def _shrink_attention(a, factor: int):
             qk_rope_head_dim=_head_dim(a.qk_rope_head_dim, factor),
             v_head_dim=_head_dim(a.v_head_dim, factor),
         )
+        if isinstance(a, HybridMLAAttention):  # its KDA layers' heads and head dim too
+            kda = replace(a.linear, heads=_width(a.linear.heads, factor), head_dim=_head_dim(a.linear.head_dim, factor))
+            base = {f.name: getattr(mla, f.name) for f in fields(MLAAttention)}
+            return HybridMLAAttention(**base, layer_types=a.layer_types, linear=kda, output_gate=a.output_gate)
         if not isinstance(a, SparseMLAAttention):
             return mla
         return SparseMLAAttention(
@@ -126,6 +131,7 @@ def _shrink_moe(moe: MoESpec, factor: int, min_experts: int) -> MoESpec:
         routed_experts=experts,
         top_k=top_k,
         intermediate_size=_width(moe.intermediate_size, factor),
+        latent_size=None if moe.latent_size is None else _width(moe.latent_size, factor),
         n_group=n_group,
         topk_group=topk_group,
     )

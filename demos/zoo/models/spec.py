@@ -17,7 +17,10 @@ A spec holds the shapes that set compute, memory and all-to-all traffic, and not
 * ``mtp_layers``: multi-token-prediction modules shipped beside the trunk (DeepSeek-V3), which the
   published totals leave out (``demos.zoo.models.params``);
 * ``hc_mult``: the residual stream's width in hidden-size rows (DeepSeek-V4's manifold-constrained
-  hyper-connections: 4; 1 is the plain residual).
+  hyper-connections: 4; 1 is the plain residual);
+* ``attn_res_block``: block attention residuals (Kimi-K3's ``attn_res_block_size``): each sub-layer's input
+  is a learned softmax mix of the representations of the blocks of ``attn_res_block`` layers before it and
+  of the current block's partial sum, instead of the running sum alone (0: the plain residual).
 
 Contract: every dataclass here is frozen and checks every field in ``__post_init__``; a bad value raises
 ``ModelSpecError``, one line that names the field as ``Class.field`` (also in ``e.field``) and says what
@@ -272,6 +275,7 @@ class ModelSpec:
     precision: Precision = Precision()
     mtp_layers: int = 0
     hc_mult: int = 1
+    attn_res_block: int = 0
 
     def __post_init__(self) -> None:
         for name in ("name", "source", "model_type"):
@@ -312,13 +316,15 @@ class ModelSpec:
         types = getattr(self.attention, "layer_types", None)
         if types is not None and len(types) != self.num_layers:
             raise ModelSpecError(
-                "GQAAttention.layer_types", f"must have num_layers ({self.num_layers}) entries, got {len(types)}"
+                f"{type(self.attention).__name__}.layer_types",
+                f"must have num_layers ({self.num_layers}) entries, got {len(types)}",
             )
         check_bool("ModelSpec", "tie_embeddings", self.tie_embeddings)
         if not isinstance(self.precision, Precision):
             raise ModelSpecError("ModelSpec.precision", f"must be a Precision, got {type(self.precision).__name__}")
         check_int("ModelSpec", "mtp_layers", self.mtp_layers, minimum=0)
         check_int("ModelSpec", "hc_mult", self.hc_mult, minimum=1)
+        check_int("ModelSpec", "attn_res_block", self.attn_res_block, minimum=0)
         if self.hc_mult > 1 and self.first_k_dense:
             raise ModelSpecError(
                 "ModelSpec.hc_mult",
@@ -328,6 +334,13 @@ class ModelSpec:
             raise ModelSpecError(
                 "MoESpec.hash_layers", f"must be <= the {self.moe_layers} MoE layers, got {self.moe.hash_layers}"
             )
+
+    @property
+    def routed_width(self) -> int:
+        """The width of the rows the routed experts take and the all-to-all carries: the hidden size, or a
+        latent MoE's ``latent_size``."""
+        latent = self.moe.latent_size if self.moe is not None else None
+        return latent or self.hidden_size
 
     @property
     def moe_layers(self) -> int:

@@ -87,7 +87,11 @@ def test_kimi_k2_5_reads_its_nested_text_config_and_names_its_fields(tmp_path):
 @pytest.mark.parametrize(
     "path,value,fragment",
     [
-        (("format",), "float-quantized", "a compressed-tensors format other than pack-quantized is not supported"),
+        (
+            ("format",),
+            "float-quantized",
+            "a compressed-tensors format other than pack-quantized or mxfp4-pack-quantized is not supported",
+        ),
         (("config_groups", "group_0", "weights", "group_size"), 128, "a group size other than 32 is not supported"),
         (("config_groups", "group_0", "weights", "num_bits"), 8, "a bit width other than 4 is not supported"),
         (("config_groups", "group_0", "weights", "symmetric"), False, "asymmetric INT4"),
@@ -144,6 +148,7 @@ LOADED = {
     "deepseek-ai--DeepSeek-V4-Pro": ("deepseek-v4-pro", "deepseek_v4", "fp8_e4m3", "mxfp4"),
     "nvidia--DeepSeek-V4-Flash-NVFP4": ("deepseek-v4-flash", "deepseek_v4", "fp8_e4m3", "nvfp4"),
     "nvidia--DeepSeek-V4-Pro-NVFP4": ("deepseek-v4-pro", "deepseek_v4", "fp8_e4m3", "nvfp4"),
+    "moonshotai--Kimi-K3": ("kimi-k3", "kimi_k3", "bfloat16", "mxfp4"),
 }
 """The extra's config.json copies of each new family -> (the preset of its architecture, model_type, weights,
 experts)."""
@@ -170,6 +175,7 @@ def test_the_presets_embed_the_extras_copies():
         ("MiniMaxAI--MiniMax-M3", "minimax-m3"),
         ("deepseek-ai--DeepSeek-V4-Flash", "deepseek-v4-flash"),
         ("deepseek-ai--DeepSeek-V4-Pro", "deepseek-v4-pro"),
+        ("moonshotai--Kimi-K3", "kimi-k3"),
     ):
         whole = json.loads((model_configs() / f"{stem}_config.json").read_text())
         assert spec_from_config(whole, source="x") == spec_from_config(preset_config(preset), source="x"), stem
@@ -179,7 +185,6 @@ def test_the_presets_embed_the_extras_copies():
 
 REFUSED = {
     "nvidia--MiniMax-M3-NVFP4": ("minimax_m3_vl", "multimodal wrapper"),
-    "moonshotai--Kimi-K3": ("kimi_k3", "KDA linear attention beside MLA"),
 }
 
 
@@ -206,13 +211,14 @@ def test_the_extras_configs_of_refused_families_are_one_line(stem):
 
 @needs_extra
 def test_predict_refuses_a_refused_family_in_one_line_with_status_2(capsys):
-    path = model_configs() / "moonshotai--Kimi-K3_config.json"
+    path = model_configs() / "nvidia--MiniMax-M3-NVFP4_config.json"
     assert main(["--model", str(path), "--gpu", "b200", "--nodes", "2", "--ep", "16"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     (line,) = captured.err.strip().splitlines()
-    assert line.startswith(f"python -m demos.predict: error: --model: {path}: model_type 'kimi_k3' (Kimi-K3)")
-    assert "is not supported: the spec cannot express its KDA linear attention beside MLA" in line
+    head = f"python -m demos.predict: error: --model: {path}: model_type 'minimax_m3_vl' (MiniMax-M3's NVFP4 copy)"
+    assert line.startswith(head)
+    assert "is not supported: the spec cannot express its multimodal wrapper" in line
 
 
 # ---- predict: each new model's default sweep prints an answer with lines its engines accept ----

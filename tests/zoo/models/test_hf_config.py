@@ -30,10 +30,12 @@ FAMILY_OF = {
     "deepseek-v4-flash": "deepseek_v4",
     "deepseek-v4-pro": "deepseek_v4",
     "minimax-m3": "minimax_m3",
+    "kimi-k3": "kimi_k3",
 }
 NO_PRESET = {
     "qwen3_next": "tests/zoo/models/test_linear_attention.py loads a flat copy of Qwen3.5's text model",
     "deepseek_ref": "tests/zoo/models/test_deepseek_v4.py loads SGLang's FP8 copies from the measured extra",
+    "kimi_linear": "tests/zoo/models/test_kimi_k3.py loads Kimi-K3's text_config alone",
 }
 """Families the loader reads without a preset of their own, and where a test loads one."""
 
@@ -361,7 +363,8 @@ def test_deleting_any_field_loads_or_names_that_field(tmp_path, preset):
             assert "\n" not in str(e)
             assert str(e).startswith(f"cfg.json: missing field '{name}'"), str(e)
             required.append(path[-1])
-    assert "hidden_size" in required and "num_hidden_layers" in required and "num_experts_per_tok" in required
+    top_k = "num_experts_per_token" if preset == "kimi-k3" else "num_experts_per_tok"  # Kimi Linear's name
+    assert "hidden_size" in required and "num_hidden_layers" in required and top_k in required
 
 
 @pytest.mark.parametrize("preset", PRESET_NAMES)
@@ -382,4 +385,5 @@ def test_corrupting_any_field_loads_or_names_that_field(preset, bad):
             # The field itself, or one inside it when it is an object (quantization_config.quant_method).
             assert message.startswith((f"cfg.json: field '{key}", f"cfg.json: missing field '{key}.")), message
             named.add(path[-1])
-    assert {"hidden_size", "num_hidden_layers", "vocab_size", "num_experts_per_tok", "num_attention_heads"} <= named
+    top_k = "num_experts_per_token" if preset == "kimi-k3" else "num_experts_per_tok"  # Kimi Linear's name
+    assert {"hidden_size", "num_hidden_layers", "vocab_size", top_k, "num_attention_heads"} <= named

@@ -36,8 +36,8 @@ def test_an_id_the_extra_lacks_or_cannot_express_is_one_line():
         load_model("nobody/no-such-model")
     message = str(info.value)
     assert "\n" not in message and "holds no copy of its config.json" in message and "model_config_ids" in message
-    with pytest.raises(ConfigError, match="model_type 'kimi_k3' .* is not supported"):
-        load_model("moonshotai/Kimi-K3")
+    with pytest.raises(ConfigError, match="model_type 'minimax_m3_vl' .* is not supported"):
+        load_model("nvidia/MiniMax-M3-NVFP4")
 
 
 def test_without_the_extra_an_id_says_how_to_install_it(monkeypatch):

@@ -26,6 +26,7 @@ REPOS = {
     "deepseek-v4-flash": "deepseek-ai/DeepSeek-V4-Flash",
     "deepseek-v4-pro": "deepseek-ai/DeepSeek-V4-Pro",
     "minimax-m3": "MiniMaxAI/MiniMax-M3",
+    "kimi-k3": "moonshotai/Kimi-K3",
 }
 
 

@@ -7,6 +7,8 @@ import dataclasses
 import pytest
 
 from demos.zoo.models.dtypes import DTYPES, dtype, storage_of
+from demos.zoo.models.hybrid_spec import HybridMLAAttention
+from demos.zoo.models.linear_spec import KimiDeltaAttention
 from demos.zoo.models.spec import (
     BlockSparse,
     CompressedAttention,
@@ -30,6 +32,8 @@ MLA = {
 GQA = {"heads": 8, "kv_heads": 2, "head_dim": 16}
 BSA = {"index_heads": 4, "index_head_dim": 16, "block_size": 8, "topk_blocks": 2}
 GDN = {"key_heads": 4, "value_heads": 8, "key_head_dim": 16, "value_head_dim": 16}
+KDA = {"heads": 4, "head_dim": 16}
+HYBRID = {**MLA, "layer_types": ("linear_attention", "full_attention"), "linear": KimiDeltaAttention(**KDA)}
 V4 = {
     "heads": 8,
     "head_dim": 32,
@@ -192,6 +196,21 @@ BAD = [
     (MoESpec, {**MOE, "score_correction_bias": None}, "MoESpec.score_correction_bias", "must be a bool"),
     (MoESpec, {**MOE, "expert_bias": "no"}, "MoESpec.expert_bias", "must be a bool"),
     (MoESpec, {**MOE, "hash_layers": -1}, "MoESpec.hash_layers", "must be >= 0"),
+    (MoESpec, {**MOE, "latent_size": 0}, "MoESpec.latent_size", "must be >= 1"),
+    (KimiDeltaAttention, {**KDA, "heads": 0}, "KimiDeltaAttention.heads", "must be >= 1"),
+    (KimiDeltaAttention, {**KDA, "head_dim": 2.0}, "KimiDeltaAttention.head_dim", "must be an int, got float"),
+    (KimiDeltaAttention, {**KDA, "conv_kernel": 0}, "KimiDeltaAttention.conv_kernel", "must be >= 1"),
+    (KimiDeltaAttention, {**KDA, "full_rank_gate": 1}, "KimiDeltaAttention.full_rank_gate", "must be a bool"),
+    (HybridMLAAttention, {**HYBRID, "heads": 0}, "MLAAttention.heads", "must be >= 1"),
+    (HybridMLAAttention, {**HYBRID, "layer_types": ()}, "HybridMLAAttention.layer_types", "must be a non-empty tuple"),
+    (
+        HybridMLAAttention,
+        {**HYBRID, "layer_types": ("sliding_attention",)},
+        "HybridMLAAttention.layer_types",
+        "entry 0 must be one of full_attention, linear_attention",
+    ),
+    (HybridMLAAttention, {**HYBRID, "linear": None}, "HybridMLAAttention.linear", "must be a KimiDeltaAttention"),
+    (HybridMLAAttention, {**HYBRID, "output_gate": "no"}, "HybridMLAAttention.output_gate", "must be a bool"),
     (CompressedAttention, {**V4, "heads": 0}, "CompressedAttention.heads", "must be >= 1"),
     (CompressedAttention, {**V4, "head_dim": 0}, "CompressedAttention.head_dim", "must be >= 1"),
     (CompressedAttention, {**V4, "qk_rope_head_dim": 7}, "CompressedAttention.qk_rope_head_dim", "must be even"),
@@ -253,6 +272,12 @@ BAD_SPEC = [
     ({"tie_embeddings": "false"}, "ModelSpec.tie_embeddings", "must be a bool"),
     ({"precision": "bfloat16"}, "ModelSpec.precision", "must be a Precision"),
     ({"mtp_layers": -1}, "ModelSpec.mtp_layers", "must be >= 0"),
+    ({"attn_res_block": -1}, "ModelSpec.attn_res_block", "must be >= 0"),
+    (
+        {"attention": HybridMLAAttention(**{**HYBRID, "layer_types": ("full_attention",)})},
+        "HybridMLAAttention.layer_types",
+        "must have num_layers",
+    ),
 ]
 
 
@@ -270,8 +295,11 @@ def test_every_field_of_every_part_is_covered_by_a_rejection_case():
     """A field added without a check (and without a case above) fails here."""
     named = {b[2] for b in BAD} | {b[1] for b in BAD_SPEC}
     parts = (Precision, MLAAttention, GQAAttention, GatedDeltaNet, BlockSparse, CompressedAttention, MoESpec, ModelSpec)
+    parts += (KimiDeltaAttention, HybridMLAAttention)
     for cls in parts:
         for f in dataclasses.fields(cls):
+            if cls is HybridMLAAttention and f.name in MLA:
+                continue  # MLA's fields, checked (and named) as MLAAttention's
             qualified = f"{cls.__name__}.{f.name}"
             assert qualified in named or cls is Precision, f"no rejection case names {qualified}"
     assert {f.name for f in dataclasses.fields(Precision)} == {"weights", "experts", "dispatch", "combine", "kv_cache"}

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from demos.zoo.models.hf_config._deepseek import deepseek, deepseek_sparse, deepseek_v4, glm4_moe, kimi_k25
 from demos.zoo.models.hf_config._fields import Fields
 from demos.zoo.models.hf_config._gqa import gpt_oss, minimax_m2, minimax_m3, mixtral, qwen3_moe, qwen3_next
+from demos.zoo.models.hf_config._kimi_linear import kimi_k3, kimi_linear_text
 from demos.zoo.models.spec import ModelSpec
 
 FAMILIES: dict[str, Callable[[Fields, str, str], ModelSpec]] = {
@@ -20,6 +21,8 @@ FAMILIES: dict[str, Callable[[Fields, str, str], ModelSpec]] = {
     "deepseek_v4": deepseek_v4,
     "deepseek_ref": deepseek_v4,
     "kimi_k25": kimi_k25,
+    "kimi_k3": kimi_k3,
+    "kimi_linear": kimi_linear_text,
     "glm4_moe": glm4_moe,
     "qwen3_moe": qwen3_moe,
     "qwen3_next": qwen3_next,
@@ -32,12 +35,9 @@ FAMILIES: dict[str, Callable[[Fields, str, str], ModelSpec]] = {
 SUPPORTED_MODEL_TYPES = tuple(sorted(FAMILIES))
 
 _M3_VL = "multimodal wrapper (a text_config without model_type beside a vision tower; MiniMaxAI/MiniMax-M3 loads)"
-_KDA = "KDA linear attention beside MLA (linear_attn_config)"
 NOT_EXPRESSIBLE: dict[str, tuple[str, str]] = {
     "minimax_m3_vl": ("MiniMax-M3's NVFP4 copy", _M3_VL),
     "minimax": ("MiniMax-Text-01 and -M1", "lightning (linear) attention in seven of every eight layers"),
-    "kimi_k3": ("Kimi-K3", _KDA + " and experts computed at a projected width (a latent MoE)"),
-    "kimi_linear": ("Kimi Linear", _KDA),
 }
 """MoE families whose ``model_type`` the loader knows and refuses: the model, and what the spec cannot express
 of it (docs/models.md, "Families"); any other unknown ``model_type`` is refused listing the supported ones."""
@@ -113,6 +113,24 @@ _V4_NAMES = {
     "CompressedAttention.index_head_dim": "index_head_dim",
     "CompressedAttention.index_topk": "index_topk",
 }
+_KIMI_LINEAR_NAMES = {
+    **_COMMON_NAMES,
+    **_MLA_NAMES,
+    "MoESpec.routed_experts": "num_experts",
+    "MoESpec.top_k": "num_experts_per_token",
+    "MoESpec.shared_experts": "num_shared_experts",
+    "MoESpec.routed_scaling_factor": "routed_scaling_factor",
+    "MoESpec.n_group": "num_expert_group",
+    "MoESpec.topk_group": "topk_group",
+    "MoESpec.latent_size": "routed_expert_hidden_size",
+    "ModelSpec.first_k_dense": "first_k_dense_replace",
+    "ModelSpec.dense_intermediate_size": "intermediate_size",
+    "ModelSpec.attn_res_block": "attn_res_block_size",
+    "ModelSpec.mtp_layers": "num_nextn_predict_layers",
+    "KimiDeltaAttention.heads": "linear_attn_config.num_heads",
+    "KimiDeltaAttention.head_dim": "linear_attn_config.head_dim",
+    "KimiDeltaAttention.conv_kernel": "linear_attn_config.short_conv_kernel_size",
+}
 _KIMI_K25_NAMES = {k: f"text_config.{v}" for k, v in {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES}.items()}
 FIELD_NAMES: dict[str, dict[str, str]] = {
     "deepseek_v2": {**_DEEPSEEK_MOE_NAMES, **_MLA_NAMES},
@@ -127,6 +145,8 @@ FIELD_NAMES: dict[str, dict[str, str]] = {
     "mixtral": {**_COMMON_NAMES, **_GQA_NAMES, **_LOCAL_EXPERTS},
     "gpt_oss": {**_COMMON_NAMES, **_GQA_NAMES, **_LOCAL_EXPERTS},
     "kimi_k25": _KIMI_K25_NAMES,
+    "kimi_linear": _KIMI_LINEAR_NAMES,
+    "kimi_k3": {k: f"text_config.{v}" for k, v in _KIMI_LINEAR_NAMES.items()},
     "minimax_m2": {**_COMMON_NAMES, **_GQA_NAMES, **_LOCAL_EXPERTS},
     "minimax_m3": {
         **_COMMON_NAMES,

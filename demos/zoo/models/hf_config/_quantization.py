@@ -18,12 +18,13 @@ FP8_FORMATS = {"e4m3": "fp8_e4m3", "e5m2": "fp8_e5m2", "float8_e4m3fn": "fp8_e4m
 
 
 def compressed_tensors(q: Fields) -> str:
-    """The expert dtype of a compressed-tensors ``quantization_config``: one config group of symmetric INT4
-    weights in groups of 32 with BF16 activations (W4A16, Kimi-K2.5's ``pack-quantized`` experts), or the
-    field that holds anything else, named."""
-    q.unsupported_unless(
-        "format", None, lambda v: v == "pack-quantized", "a compressed-tensors format other than pack-quantized"
-    )
+    """The expert dtype of a compressed-tensors ``quantization_config``: one config group of symmetric 4-bit
+    weights in groups of 32 with BF16 activations: INT4 (W4A16, Kimi-K2.5's ``pack-quantized`` experts) or
+    MXFP4 (Kimi-K3's ``mxfp4-pack-quantized``); or the field that holds anything else, named."""
+    formats = ("pack-quantized", "mxfp4-pack-quantized")
+    what = "a compressed-tensors format other than pack-quantized or mxfp4-pack-quantized"
+    q.unsupported_unless("format", None, lambda v: v in formats, what)
+    fmt = q.get_choice("format", formats)
     groups = q.get_object("config_groups")
     if len(groups) != 1:
         raise q.fail("config_groups", f"has {len(groups)} groups: only one (the routed experts) is supported")
@@ -34,11 +35,12 @@ def compressed_tensors(q: Fields) -> str:
     g.unsupported_unless("input_activations", None, lambda v: v is None, "quantized activations")
     w = g.nested("weights", g.get_object("weights"))
     w.unsupported_unless("num_bits", None, lambda v: type(v) is int and v == 4, "a bit width other than 4")
-    w.unsupported_unless("type", None, lambda v: v == "int", "a weight type other than int")
+    kind = "float" if fmt == "mxfp4-pack-quantized" else "int"  # MXFP4: E2M1 values, an E8M0 scale per 32
+    w.unsupported_unless("type", None, lambda v: v == kind, f"a {fmt} weight type other than {kind}")
     w.unsupported_unless("strategy", None, lambda v: v == "group", "a strategy other than group")
     w.unsupported_unless("group_size", None, lambda v: type(v) is int and v == 32, "a group size other than 32")
     w.unsupported_unless("symmetric", True, lambda v: v is True, "asymmetric INT4 (a zero point per group)")
-    return "int4_g32"
+    return "mxfp4" if kind == "float" else "int4_g32"
 
 
 def read_precision(f: Fields, *, expert_only_quant: bool, quant: Fields | None = None) -> Precision:

@@ -37,6 +37,7 @@ from demos.zoo.models.presets._gqa import (
     QWEN3_30B_A3B,
     QWEN3_235B_A22B,
 )
+from demos.zoo.models.presets._kimi_linear import KIMI_K3
 from demos.zoo.models.presets._mla import DEEPSEEK_V2_LITE, DEEPSEEK_V3, DEEPSEEK_V3_2, GLM_5, KIMI_K2, KIMI_K2_5
 from demos.zoo.models.presets._v4 import DEEPSEEK_V4_FLASH, DEEPSEEK_V4_PRO
 from demos.zoo.models.spec import ModelSpec
@@ -76,6 +77,7 @@ _PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "deepseek-v4-flash": ("huggingface.co/deepseek-ai/DeepSeek-V4-Flash config.json", DEEPSEEK_V4_FLASH),
     "deepseek-v4-pro": ("huggingface.co/deepseek-ai/DeepSeek-V4-Pro config.json", DEEPSEEK_V4_PRO),
     "minimax-m3": ("huggingface.co/MiniMaxAI/MiniMax-M3 config.json", MINIMAX_M3),
+    "kimi-k3": ("huggingface.co/moonshotai/Kimi-K3 config.json", KIMI_K3),
 }
 
 PRESET_NAMES = tuple(_PRESETS)

@@ -27,6 +27,7 @@ CHECKPOINTS: dict[str, dict[str, str]] = {
     "deepseek-v3.2": {"fp8": "deepseek-ai/DeepSeek-V3.2", "fp4": "nvidia/DeepSeek-V3.2-NVFP4"},
     "glm-5": {"bf16": "zai-org/GLM-5", "fp8": "zai-org/GLM-5-FP8", "fp4": "nvidia/GLM-5-NVFP4"},
     "minimax-m3": {"bf16": "MiniMaxAI/MiniMax-M3", "fp4": "nvidia/MiniMax-M3-NVFP4"},
+    "kimi-k3": {"fp4": "moonshotai/Kimi-K3"},
     "deepseek-v4-flash": {
         "fp8": "sgl-project/DeepSeek-V4-Flash-FP8",
         "fp4": "deepseek-ai/DeepSeek-V4-Flash",
