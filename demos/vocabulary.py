@@ -10,7 +10,8 @@ which says the choices in one line), and a typo fails there instead of comparing
 * ``Phase``: decode (one new token per request) or prefill (prompt tokens);
 * ``Schedule``: DeepEP's low-latency kernels (``ll``, the decode default) or its normal ones (``ht``);
 * ``Mode``: a step replayed from a CUDA graph (``graph``) or launched kernel by kernel (``eager``);
-* ``Overlap``: none, dual-batch overlap (``dbo``), single-batch overlap (``sbo``);
+* ``Overlap``: none, dual-batch overlap (``dbo``), single-batch overlap (``sbo``), DeepGEMM's fused MoE
+  kernel (``fused``);
 * ``KernelSource``: where the zoo's kernel times come from: the fitted curves (``roofline``) or the
   measured tables (``measured``);
 * ``Stage``: DeepSeek's stage figures a kernel's time is reported under (attention, dispatch, mlp,
@@ -68,6 +69,7 @@ class Overlap(Word):
     NONE = "none"
     DBO = "dbo"
     SBO = "sbo"
+    FUSED = "fused"
 
 
 class KernelSource(Word):

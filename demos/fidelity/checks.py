@@ -19,10 +19,10 @@ called with one line saying what runs now.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from demos.fidelity import deepep, published
+from demos.fidelity import deepep, fused_moe, published
 from demos.fidelity.breakdown import Breakdown, breakdown, format_breakdown
 from demos.fidelity.calibration import calibrate
 from demos.fidelity.comparison import Validation
@@ -223,20 +223,24 @@ def h200_check(profile: Any = "h200", label: str = "h200") -> H200Result:
 
 @dataclass
 class DeepEPResult:
-    """DeepEP's published H800 figures against the all-to-all model (``demos.fidelity.deepep``)."""
+    """DeepEP's published H800 figures against the all-to-all model (``demos.fidelity.deepep``), and
+    DeepGEMM's published fused MoE kernel against its model (``demos.fidelity.fused_moe``, held out)."""
 
     rows: list[dict[str, Any]]
+    fused_moe: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"deepep": self.rows}
+        return {"deepep": self.rows, "fused_moe": self.fused_moe}
 
     def text(self) -> str:
-        return deepep.format_table(self.rows)
+        text = deepep.format_table(self.rows)
+        return text if not self.fused_moe else "\n\n".join([text, fused_moe.format_table(self.fused_moe)])
 
 
 def deepep_check() -> DeepEPResult:
-    """Every published figure of DeepEP's tables against the model's (``deepep.compare``)."""
-    return DeepEPResult(deepep.compare())
+    """Every published figure of DeepEP's tables against the model's (``deepep.compare``), and DeepGEMM's
+    fused MoE tables (``fused_moe.compare``)."""
+    return DeepEPResult(deepep.compare(), fused_moe.compare())
 
 
 @dataclass

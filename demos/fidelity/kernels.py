@@ -21,6 +21,9 @@ way the predictor times that kernel, and compared:
 * ``msa module``: SGLang's whole MiniMax-M3 block-sparse decode module (BF16, its split top-k kernel,
   attention TP 1 to 8) against the predictor's block-sparse attention op, fitted to nothing
   (``demos.zoo.attention_module.msa_rows``);
+* ``megamoe module``: SGLang's measured DeepGEMM fused MoE kernel (Kimi-K3's shapes on B200, DeepSeek-V4-Pro's
+  on GB200 and GB300, balanced routing) against the predictor's ``fused_moe`` op, fitted to nothing
+  (``demos.fidelity.fused_moe.megamoe_module_rows``);
 * ``mhc pre`` / ``mhc post``: SGLang's DeepSeek-V4 hyper-connection kernels on the family's fitted curve
   (``FamilyFit.mhc``), their work counted as the predictor counts it (``demos.zoo.work.mhc_work``); B300 and
   GB300 rows are held out;
@@ -79,6 +82,7 @@ OPS = (
     "csa module",
     "hca module",
     "msa module",
+    "megamoe module",
     "mhc pre",
     "mhc post",
     "gdn decode",
@@ -261,6 +265,10 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
         out += [r for r in _v4_rows(gpu, fit) if r.op in ops]
     if "msa module" in ops:
         out += list(_msa_rows(gpu, fit))
+    if "megamoe module" in ops:
+        from demos.fidelity.fused_moe import megamoe_module_rows
+
+        out += [CheckRow(gpu, "megamoe module", *row) for row in megamoe_module_rows(gpu, fit)]
     if ops & {"mhc pre", "mhc post"} and fit.mhc:
         out += [r for r in _mhc_rows(gpu, fit) if r.op in ops]
     for kind, curves in (("gdn", fit.gdn), ("kda", fit.kda)):

@@ -40,6 +40,7 @@ NOT_MODELLED = (
 OVERLAP_FLAGS = {
     "dbo": "vLLM --enable-dbo with the threshold below; SGLang --enable-two-batch-overlap",
     "sbo": "SGLang --enable-single-batch-overlap (with --moe-a2a-backend deepep); vLLM has no single-batch overlap",
+    "fused": "SGLang --moe-a2a-backend megamoe; vLLM --moe-backend deep_gemm_mega_moe (DeepGEMM's fused MoE)",
 }
 """The engine flags that select each overlap strategy (docs/predict.md, "Which overlap pays"), where the
 recommendation does not say them for its model (``demos.prediction.engines.overlap_flags``)."""
@@ -64,6 +65,7 @@ CSV_COLUMNS = (
     "fits",
     "step_sbo_s",
     "overlap",
+    "step_fused_s",
 )
 
 
@@ -71,8 +73,10 @@ def point_record(r: Any, gpus_per_node: int, overlaps: tuple[str, ...] = ()) -> 
     """One swept point as ``points`` of the JSON holds it; ``overlaps``: the strategies compared, the
     fastest of which is its ``overlap`` (None when none are)."""
     p = r.point
-    sbo = getattr(p, "sbo", None)  # the toy's points have no single-batch overlap
+    sbo = getattr(p, "sbo", None)  # the toy's points have no single-batch overlap, nor a fused kernel
+    fused = getattr(p, "fused", None)
     steps = {"none": p.no_dbo.seconds, "dbo": p.dbo.seconds, "sbo": None if sbo is None else sbo.seconds}
+    steps["fused"] = None if fused is None else fused.seconds
     cands = [o for o in overlaps if steps.get(o) is not None]
     st = p.no_dbo.stages
     mem = p.memory
@@ -93,6 +97,7 @@ def point_record(r: Any, gpus_per_node: int, overlaps: tuple[str, ...] = ()) -> 
         "fits_without_dbo": None if mem is None else mem.fits_without_dbo,
         "memory_total_bytes": None if mem is None else mem.total,
         "step_sbo_s": steps["sbo"],
+        "step_fused_s": steps["fused"],
         "overlap": min(cands, key=lambda o: steps[o]) if cands else None,
         "stages": {k: st.get(k, 0.0) for k in ("attention", "dispatch", "mlp", "combine", "other")},
         "moe_layer_s": None if p.moe_layer_s is None else dict(p.moe_layer_s),
@@ -265,7 +270,7 @@ def format_prediction(rep: dict[str, Any], *, detail: bool = False) -> str:
         lines.append(f"best     {m}: {where} (the fastest of {', '.join(rep['overlaps'])} at each swept count{dbo})")
         flags = {x["overlap"] for x in ranges}
         says = rep["recommendation"].get("overlap_flags") or OVERLAP_FLAGS
-        for o in (o for o in ("sbo", "dbo") if o in flags):
+        for o in (o for o in ("sbo", "dbo", "fused") if o in flags):
             lines.append(f"         {o}: {says[o]}")
     if rep.get("workload"):
         lines += [""] + workload_lines(rep["workload"])
@@ -328,6 +333,8 @@ def write_plot(rep: dict[str, Any], path: str) -> str | None:
         ax1.plot(xs, [p["step_dbo_s"] * 1e3 for p in pts], "o-", label=f"DBO ({mode})")
         if any(p["step_sbo_s"] is not None for p in pts):
             ax1.plot(xs, [(p["step_sbo_s"] or math.nan) * 1e3 for p in pts], "s:", label=f"SBO ({mode})")
+        if any(p.get("step_fused_s") is not None for p in pts):
+            ax1.plot(xs, [(p["step_fused_s"] or math.nan) * 1e3 for p in pts], "d:", label=f"fused MoE ({mode})")
         ax2.plot(xs, [p["speedup"] for p in pts], "o-", label=mode)
         for key, fit in (("step_no_dbo_s", "fits_without_dbo"), ("step_dbo_s", "fits")):
             out = [p for p in pts if p[fit] is False]  # a step that does not fit in HBM: crossed out

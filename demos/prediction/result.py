@@ -41,9 +41,9 @@ class SweptPoint:
     dense layer of the no-DBO step (``demos.zoo.breakdown``; None for the toy, and where the model has
     no layer of that kind); ``attention_kinds_s``: a hybrid model's attention seconds per layer of each
     attention kind, with its layer count (None for a model of one kind, and for the toy); ``step_sbo_s``: the
-    step with single-batch overlap (None where not swept or not
-    applicable); ``overlap``: the fastest of the strategies compared at this point ("none", "dbo", "sbo";
-    None for the toy)."""
+    step with single-batch overlap and ``step_fused_s`` the step with DeepGEMM's fused MoE kernel (None where
+    not swept or not applicable); ``overlap``: the fastest of the strategies compared at this point ("none",
+    "dbo", "sbo", "fused"; None for the toy)."""
 
     tokens: int
     mode: str
@@ -61,6 +61,7 @@ class SweptPoint:
     fits_without_dbo: bool | None
     memory_total_bytes: float | None
     step_sbo_s: float | None
+    step_fused_s: float | None
     overlap: str | None
     stages: dict[str, float]
     moe_layer_s: dict[str, float] | None = None

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from dbo.costs import HostCosts
 from demos.errors import ConfigError, field_ref
 from demos.vocabulary import KernelSource, Mode, Overlap, Phase, Schedule
+from demos.zoo.fused_moe import fused_moe_refusal
 from demos.zoo.hardware import ClusterSpec
 from demos.zoo.kernel_times import KERNEL_SOURCES, KernelTimes, kernel_times
 from demos.zoo.overlap_costs import MECHANISMS, step_profile
@@ -56,17 +57,20 @@ overlap mechanisms' knobs (``demos.zoo.overlap_costs.MECHANISMS``) take 0, which
 
 OVERLAPS = tuple(Overlap)
 """The overlap strategies a sweep compares (``--overlap``): none (the plain step), DBO (two-batch overlap,
-the swept ubatches) and single-batch overlap (the shared expert beside the dispatch in flight, the combine
-beside the down GEMM: SGLang's with DeepEP's low-latency kernels)."""
+the swept ubatches), single-batch overlap (the shared expert beside the dispatch in flight, the combine
+beside the down GEMM: SGLang's with DeepEP's low-latency kernels) and DeepGEMM's fused MoE kernel (the
+dispatch, the experts and the combine in one kernel: ``demos.zoo.fused_moe``)."""
 
 
 def applicable_overlaps(w: Workload) -> tuple[str, ...]:
     """The strategies that apply to ``w``: none always; DBO and SBO with an all-to-all (``Workload.alltoall``:
     EP > 1 and attention TP below it); SBO on the low-latency schedule only (it rides DeepEP's receive hook
-    and the masked GEMM's block signals)."""
+    and the masked GEMM's block signals); the fused MoE kernel where ``fused_moe_refusal`` has no objection
+    (an EP group in one NVLink domain, experts in a dtype its kernels take)."""
     if not w.alltoall:
         return (Overlap.NONE,)
-    return OVERLAPS if w.schedule == Schedule.LL else (Overlap.NONE, Overlap.DBO)
+    out = [Overlap.NONE, Overlap.DBO] + ([Overlap.SBO] if w.schedule == Schedule.LL else [])
+    return tuple(out + ([Overlap.FUSED] if fused_moe_refusal(w) is None else []))
 
 
 def default_mode(phase: str) -> Mode:
@@ -102,6 +106,8 @@ class Sweep:
                     "it needs an all-to-all (EP > 1, and attention TP below EP: with one attention group the MoE "
                     "is all-reduced)"
                     if not self.base.alltoall
+                    else fused_moe_refusal(self.base)
+                    if o == Overlap.FUSED
                     else "it needs DeepEP's low-latency kernels (ll)"
                 )
                 raise ConfigError(f"{field_ref('overlap')} {o} does not apply here: {why}")
@@ -205,7 +211,8 @@ def run_sweep(
     out = []
     for i, (t, mode, n, sms) in enumerate(plan):
         w = sweep.workload(t, n, sms)
-        p = measure_point(w, mode=mode, profile=sweep.profile(w), kernels=kt, sbo=Overlap.SBO in sweep.overlaps)
+        both = {"sbo": Overlap.SBO in sweep.overlaps, "fused": Overlap.FUSED in sweep.overlaps}
+        p = measure_point(w, mode=mode, profile=sweep.profile(w), kernels=kt, **both)
         out.append(PointResult(t, mode, n, w.comm_sms, p))
         if progress is not None:
             progress(i + 1, len(plan), f"{t} tokens, {mode}, {n} ubatches")

@@ -27,6 +27,9 @@ principles (docs/models.md, "What a step costs"; the flops and bytes formulas ar
   seconds on the compute stream, ``demos.zoo.overlap_costs.ll_send_seconds``), its flight on the link
   (``dispatch``, ``combine``: DeepEP's modelled time less the send half) and its receive half
   (``dispatch_recv``, ``combine_recv``).
+* DeepGEMM's fused MoE kernel (``LayerCosts.fused``, where ``demos.zoo.fused_moe.fused_moe_refusal`` has
+  no objection): the routed experts' grouped GEMMs in whole row blocks, timed alone, and the single-node
+  low-latency transfers, overlapped in one kernel (``fused_moe_seconds``).
 * Single-batch overlap (``experts_split``, ll with an all-to-all; None otherwise): the routed experts as two
   kernels' Works, the up GEMM with the activation and the down GEMM alone, each paying its own floor.
 * A wide residual (``hc_mult`` > 1, DeepSeek-V4's hyper-connections): a pre and a post kernel around the
@@ -66,6 +69,7 @@ from demos.vocabulary import Schedule
 from demos.zoo.attention import layer_attention
 from demos.zoo.fold import Folder, gemm
 from demos.zoo.fold import memory_pass as _pass
+from demos.zoo.fused_moe import fused_moe_math, fused_moe_refusal, fused_moe_seconds
 from demos.zoo.hardware import deepep_low_latency, deepep_normal
 from demos.zoo.hardware.collectives import tp_collective
 from demos.zoo.kernel_times import KernelTimes
@@ -130,6 +134,7 @@ class LayerCosts:
     attention_ops: tuple[tuple[str, Work], ...] = ()
     mhc: tuple[Work, Work, Work, Work] | None = None
     latent: tuple[Work, Work] | None = None
+    fused: Work | None = None
 
 
 def _recv_seconds(kt: KernelTimes, w: Work) -> float:
@@ -265,6 +270,23 @@ def layer_costs(
     up_w = Work(flops=up.flops, bytes=up.bytes, dtype=up.dtype, shape=shape + up.shape[1:])
     down_w = Work(flops=down.flops, bytes=down.bytes, dtype=down.dtype, shape=shape + down.shape[1:])
     experts = _sum.named("experts")(up_w, down_w, _pass(computed, inter, 1.5), permute)
+    # DeepGEMM's fused MoE kernel where it can run: its grouped GEMMs in whole row blocks, the transfers
+    # overlapped inside (demos.zoo.fused_moe)
+    fused = None
+    if fused_moe_refusal(w) is None:
+        per_f = masked_rows(rows / act, w.gpu.family, w.mechanisms.tile)
+        ups, downs = (
+            gemm(per_f * act, 2 * inter, Hr, estore, weights=act),
+            gemm(per_f * act, Hr, inter, estore, weights=act),
+        )
+        at = (max(1, round(per_f)),)  # each expert's rows, as the grouped GEMM's efficiency is taken
+        rate = fused_moe_math(w, ups.dtype)
+        ex = _sum.named("fused_moe")(
+            Work(flops=ups.flops, bytes=ups.bytes, dtype=rate, shape=at + ups.shape[1:]),
+            Work(flops=downs.flops, bytes=downs.bytes, dtype=rate, shape=at + downs.shape[1:]),
+            _pass(per_f * act, inter, 1.5),
+        )
+        fused = Work(seconds=fused_moe_seconds(w, t, ex.seconds), bytes=ex.bytes, dtype=ex.dtype)
     # single-batch overlap (ll with an all-to-all only) runs the down GEMM apart: the combine streams its
     # blocks out as they finish
     split = None
@@ -301,7 +323,7 @@ def layer_costs(
         t, proj, core, out, router, None, experts, shared, dispatch, combine, recv_d, recv_c, finalize, d_bytes, c_bytes
     )
     c = replace(c, dispatch_send=send_d, combine_send=send_c, experts_split=split, attention_ops=attn.ops)
-    c = replace(c, mhc=_mhc(w, kt, t_attn, t), latent=latent)
+    c = replace(c, mhc=_mhc(w, kt, t_attn, t), latent=latent, fused=fused)
     if tp == 1:
         return c
     if w.moe_replicated:

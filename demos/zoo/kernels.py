@@ -37,6 +37,7 @@ __all__ = [
     "gdn_conv_kernel",
     "gdn_delta_kernel",
     "gdn_out_kernel",
+    "fused_moe_kernel",
     "gated_mla_out_kernel",
     "kda_delta_kernel",
     "latent_up_kernel",
@@ -337,6 +338,14 @@ def experts_kernel(
         torch.mul(F.silu(ws13[:, :inter]), ws13[:, inter:], out=ws2)
         torch.mm(ws2, w2[e], out=tmp)
         y.addcmul_(tmp, gates[:, e : e + 1])
+
+
+def fused_moe_kernel(x, recv, gates, w1, w2, ws13, ws2, tmp, y, out) -> None:
+    """DeepGEMM's fused MoE kernel as one launch: the tokens copied to the experts' rows, every routed expert
+    over them (``experts_kernel``), the results copied back."""
+    recv.copy_(x)
+    experts_kernel(recv, gates, w1, w2, ws13, ws2, tmp, y)
+    out.copy_(y)
 
 
 def mlp_kernel(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, hbuf: torch.Tensor, out: torch.Tensor) -> None:

@@ -86,6 +86,15 @@ class ZooModel:
     def sbo(self, on: bool) -> None:
         self.moe.sbo = on
 
+    @property
+    def fused(self) -> bool:
+        """Whether the MoE layers run DeepGEMM's fused MoE kernel (``ZooRun`` sets it for that step)."""
+        return self.moe.fused
+
+    @fused.setter
+    def fused(self, on: bool) -> None:
+        self.moe.fused = on
+
     # -- construction -------------------------------------------------------------------------------
     def _rand(self, shape: tuple[int, ...], scale: float) -> torch.Tensor:
         return torch.randn(shape, generator=self._gen, dtype=torch.float32).mul_(scale)

@@ -12,6 +12,8 @@ layer plan's cost (``demos.zoo.plan``):
 * single-batch overlap (``sbo``, SGLang's with DeepEP's low-latency kernels, no split): the shared expert
   beside the dispatch in flight, the combine in flight beside the down GEMM (its blocks sent as they
   finish), no yield;
+* ``fused`` (DeepGEMM's fused MoE kernel, no split): the shared experts, then one kernel for the dispatch,
+  the routed experts and the combine, never yielding;
 * without an all-to-all (EP 1, or attention TP = EP) every schedule copies the tokens into the experts'
   layout and back, on the compute stream, and never yields.
 
@@ -96,6 +98,7 @@ class MoEBlock:
         self.spec, self.w, self.run, self.layers, self.meta = spec, workload, run, layers, meta
         self.dtype = torch.bfloat16 if meta else torch.float32
         self.sbo = False  # ZooRun sets it for the step with single-batch overlap (one ubatch, ll)
+        self.fused = False  # ZooRun sets it for the step with DeepGEMM's fused MoE kernel (one ubatch)
         m = spec.moe
         T, H = workload.tokens, spec.hidden_size
         self.buffers = (
@@ -110,14 +113,20 @@ class MoEBlock:
         w = self.w
         if w.schedule == Schedule.LL:
             dbo.dbo_maybe_run_recv_hook()  # the sibling's combine receive
-        if self.sbo and w.alltoall:
+        if self.fused:
+            costs = lp.fused
+            if costs is None:
+                raise ValueError("the fused MoE kernel cannot run this step (demos.zoo.fused_moe.fused_moe_refusal)")
+        elif self.sbo and w.alltoall:
             costs = lp.sbo
             if costs is None:
                 raise ValueError("single-batch overlap is a step without DBO on the ll schedule")
         else:
             costs = lp.plain
         v = self._views(i, h, t, ub, costs)
-        if not w.alltoall:
+        if self.fused:
+            self._fused(i, h, ub, v, costs)
+        elif not w.alltoall:
             self._local(i, h, ub, v, costs)
         elif w.schedule == Schedule.HT:
             self._ht(i, h, ub, v, costs)
@@ -245,6 +254,17 @@ class MoEBlock:
         stream, arrived = self._in_flight(v.y, v.landing, "combine", i, ub, costs)
         self._experts(i, v, ub, costs, "experts_down")  # the real math runs here, whole
         self._receive(stream, arrived, v.landing, v.out, "combine_recv", i, ub, costs)()
+        self._finalize(i, h, v, ub, costs)
+
+    def _fused(self, i: int, h: torch.Tensor, ub: int, v: _Views, costs: Mapping) -> None:
+        """DeepGEMM's fused MoE kernel: the shared experts, then one kernel that moves the tokens to the
+        experts, runs them and brings the results back (real math: the same copies and experts, in one
+        launch), on the compute stream; no yield (it leaves DBO nothing to overlap)."""
+        self._shared(i, v, ub, costs)
+        L = self.layers[i]
+        w = (None, None) if L is None else (L.w1, L.w2)
+        args = (v.xr, v.recv, v.gates, *w, v.ws13, v.ws2, v.tmp, v.y, v.out)
+        self.run(costs, "fused_moe", K.fused_moe_kernel, *args, layer=i, ub=ub)
         self._finalize(i, h, v, ub, costs)
 
     def _ht(self, i: int, h: torch.Tensor, ub: int, v: _Views, costs: Mapping) -> None:

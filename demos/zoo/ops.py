@@ -95,6 +95,7 @@ OPS = MappingProxyType(
             Op("experts_ll", 3, _M, "experts"),  # two masked grouped GEMMs, activation+quant
             Op("experts_up", 2, _M, "experts"),  # single-batch overlap: the up GEMM and activation+quant, then
             Op("experts_down", 1, _M, "experts"),  # the down GEMM apart, the combine streaming its blocks out
+            Op("fused_moe", 1, _M, "experts"),  # DeepGEMM's fused MoE: dispatch, both GEMMs, combine in one kernel
             Op("combine", 1, _C, "combine", "comm"),
             Op("combine_send", 1, _C, "combine"),
             Op("combine_ll", 1, _C, "combine", "comm"),

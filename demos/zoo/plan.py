@@ -24,6 +24,7 @@ ll, all-to-all         router, dispatch_send, dispatch_ll, dispatch_recv, expert
                        combine_ll, shared, combine_recv, finalize (a send half only where it is > 0)
 ht, all-to-all         router, dispatch, experts, combine, shared, moe_copy, finalize
 no all-to-all          router, dispatch_recv, experts (ll: experts_ll), combine_recv, shared, finalize
+fused MoE (its step)   router, shared, fused_moe, finalize (``LayerPlan.fused``: DeepGEMM's fused kernel)
 =====================  ==========================================================================
 
 (``shared`` only with shared experts), between the attention's ops (and ``tp_attn_reduce``) and the
@@ -100,9 +101,10 @@ def _send(seconds: float | None) -> Work | None:
     return Work(seconds=seconds, dtype="bfloat16") if seconds else None
 
 
-def layer_launches(w: Workload, c: LayerCosts, *, sbo: bool = False) -> Mapping[str, Cost]:
+def layer_launches(w: Workload, c: LayerCosts, *, sbo: bool = False, fused: bool = False) -> Mapping[str, Cost]:
     """The ops a layer whose costs are ``c`` launches, in order, with their costs (module docstring);
-    ``sbo``: the step with single-batch overlap (ll with an all-to-all only)."""
+    ``sbo``: the step with single-batch overlap (ll with an all-to-all only); ``fused``: the step with
+    DeepGEMM's fused MoE kernel (where ``c.fused`` is set)."""
     hc = c.mhc or (None, None, None, None)  # a wide residual's kernels around each sub-layer
     head = [("mhc_attn_pre", hc[0]), *c.attention_ops, ("tp_attn_reduce", c.tp_attn_reduce), ("mhc_attn_post", hc[1])]
     head.append(("mhc_mlp_pre", hc[2]))
@@ -110,7 +112,10 @@ def layer_launches(w: Workload, c: LayerCosts, *, sbo: bool = False) -> Mapping[
     if c.experts is None:
         return _ordered(head + [("dense_mlp", c.dense_mlp)] + tail)
     down, up = c.latent or (None, None)  # a latent MoE's projections around the routed experts
-    if not w.alltoall:
+    if fused:  # the shared experts, then one kernel for the dispatch, the routed experts and the combine
+        moe = [("router", c.router), ("latent_down", down), ("shared", c.shared), ("fused_moe", c.fused)]
+        moe += [("latent_up", up), ("finalize", c.finalize)]
+    elif not w.alltoall:
         experts = "experts_ll" if w.schedule == Schedule.LL else "experts"
         moe = [("router", c.router), ("latent_down", down), ("dispatch_recv", c.dispatch_recv), (experts, c.experts)]
         moe += [("combine_recv", c.combine_recv), ("shared", c.shared), ("latent_up", up), ("finalize", c.finalize)]
@@ -135,13 +140,14 @@ def layer_launches(w: Workload, c: LayerCosts, *, sbo: bool = False) -> Mapping[
 @dataclass(frozen=True)
 class LayerPlan:
     """One layer's launches (module docstring): ``plain`` (the step without single-batch overlap, with or
-    without DBO) and ``sbo`` (None where single-batch overlap cannot run), both op -> cost; ``costs`` the
-    kernels' ``LayerCosts`` they come from."""
+    without DBO), ``sbo`` (None where single-batch overlap cannot run) and ``fused`` (DeepGEMM's fused MoE
+    kernel; None where it cannot run), each op -> cost; ``costs`` the kernels' ``LayerCosts`` they come from."""
 
     moe: bool
     costs: LayerCosts
     plain: Mapping[str, Cost]
     sbo: Mapping[str, Cost] | None
+    fused: Mapping[str, Cost] | None = None
 
     def __contains__(self, name: str) -> bool:
         return name in self.plain
@@ -187,7 +193,8 @@ class StepPlan:
             if lp is None:
                 c = layer_costs(w, t, i, self.profile, self.kernels)
                 sbo = layer_launches(w, c, sbo=True) if c.experts_split is not None else None
-                lp = by_key[key] = LayerPlan(c.experts is not None, c, layer_launches(w, c), sbo)
+                fused = layer_launches(w, c, fused=True) if c.fused is not None else None
+                lp = by_key[key] = LayerPlan(c.experts is not None, c, layer_launches(w, c), sbo, fused)
             layers.append(lp)
         tp = w.attention_tp
         reduce = tp_collective(w.gpu, "all_reduce", 2.0 * t * H, tp) if tp > 1 else None  # BF16 partial rows

@@ -1,9 +1,9 @@
 """The report of one zoo step with and without DBO: ``step_report`` (a JSON-ready dict, the keys
 docs/models.md lists) and ``format_step_report`` (the text ``demos.overlap --model`` prints).
 
-``measure_point(workload, backend=, mode=, sbo=)`` runs the two steps (and, with ``sbo``, the step with
-single-batch overlap) (``demos.zoo.run.ZooRun``) and returns a
-``Point``: both steps' times and stages, the speedup, the hidden fraction (the share of the hideable
+``measure_point(workload, backend=, mode=, sbo=, fused=)`` runs the two steps (and, with ``sbo``, the step
+with single-batch overlap; with ``fused``, the step with DeepGEMM's fused MoE kernel) (``demos.zoo.run.ZooRun``)
+and returns a ``Point``: both steps' times and stages, the speedup, the hidden fraction (the share of the hideable
 comm the DBO step hid, as the toy's report defines it: docs/overlap.md), the memory estimate, the
 seconds per op of one MoE and one dense layer of the no-DBO step (``demos.zoo.breakdown``) and, on
 real math, the exactness check. ``format_step_report(rep, detail=True)`` adds those seconds as a table.
@@ -43,6 +43,7 @@ class Point:
     kernels: dict[str, Any] | None = None
     sbo: StepTimes | None = None
     attention_kinds_s: dict[str, dict[str, float]] | None = None
+    fused: StepTimes | None = None
 
     @property
     def speedup(self) -> float:
@@ -79,14 +80,17 @@ def measure_point(
     profile: Any = None,
     kernels: Any = None,
     sbo: bool = False,
+    fused: bool = False,
 ) -> Point:
     """Both steps of ``w`` (module docstring); ``check``: also the bitwise check (real math only);
     ``kernels``: where kernel times come from (``demos.zoo.kernel_times``; default the roofline);
-    ``sbo``: also the step with single-batch overlap (``Point.sbo``; the ll schedule with EP > 1 only)."""
+    ``sbo``: also the step with single-batch overlap (``Point.sbo``; the ll schedule with EP > 1 only);
+    ``fused``: also the step with DeepGEMM's fused MoE kernel (``Point.fused``; where it can run)."""
     with ZooRun(w, backend=backend, mode=mode, profile=profile, kernels=kernels) as r:
         no = r.step(False)
         yes = r.step(True)
         single = r.step(False, sbo=True) if sbo else None
+        one_kernel = r.step(False, fused=True) if fused else None
         slots = r.slot_sizes()
         exact = r.check_exact() if check else None
         ops = layer_breakdown(w, w.tokens, r.profile, r.kernels)
@@ -105,6 +109,7 @@ def measure_point(
         kernels,
         single,
         ops["attention_kinds_s"],
+        one_kernel,
     )
 
 

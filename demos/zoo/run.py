@@ -190,22 +190,25 @@ class ZooRun:
         self.manager.lock()
         self.warm = True
 
-    def step(self, dbo_on: bool, *, sbo: bool = False, tracer: Tracer | None = None) -> StepTimes:
+    def step(self, dbo_on: bool, *, sbo: bool = False, fused: bool = False, tracer: Tracer | None = None) -> StepTimes:
         """One timed step (eager run or graph replay) with or without DBO; ``sbo`` (without DBO, on the
-        ll schedule): with single-batch overlap (``ZooModel._moe_sbo``)."""
+        ll schedule): with single-batch overlap (``ZooModel._moe_sbo``); ``fused`` (without DBO): with
+        DeepGEMM's fused MoE kernel (``demos.zoo.fused_moe``)."""
         if sbo and (dbo_on or self.w.schedule != Schedule.LL):
             raise ValueError("single-batch overlap is a step without DBO on the ll schedule")
+        if fused and (dbo_on or sbo):
+            raise ValueError("the fused MoE kernel is a step without DBO or single-batch overlap")
         if not self.warm:
             self.warmup()
         orch, inputs = self._inputs(dbo_on)
         rec = tracer if tracer is not None else Tracer(enabled=True)
         first = len(rec.records)
-        self.model.sbo = sbo
+        self.model.sbo, self.model.fused = sbo, fused
         try:
             if self.mode == Mode.GRAPH:
-                cap = self._captured.get((dbo_on, sbo))
+                cap = self._captured.get((dbo_on, sbo, fused))
                 if cap is None:
-                    cap = self._captured[(dbo_on, sbo)] = orch.capture(self.model.forward, inputs)
+                    cap = self._captured[(dbo_on, sbo, fused)] = orch.capture(self.model.forward, inputs)
                 self.backend.tracer = rec
                 t0 = self.backend.now()
                 cap.replay()
@@ -215,7 +218,7 @@ class ZooRun:
                 orch.run(self.model.forward, inputs)
             t1 = self.backend.now()
         finally:
-            self.model.sbo = False
+            self.model.sbo = self.model.fused = False
             self.backend.tracer = None
         records = rec.records[first:]
         stages = stage_seconds(records)

@@ -82,11 +82,13 @@ from demos.prediction.engines._lines import EngineLines, overlap_flags, serve_li
 from demos.prediction.engines._releases import (
     EPLB_MODEL_TYPES,
     SGLANG_FLAGS,
+    SGLANG_MEGAMOE_MODEL_TYPES,
     SGLANG_SBO_MODEL_TYPES,
     SGLANG_TBO_MODEL_TYPES,
     SGLANG_VERSION,
     VLLM_DBO_REFUSED_MODEL_TYPES,
     VLLM_FLAGS,
+    VLLM_MEGAMOE_MODEL_TYPES,
     VLLM_VERSION,
     Engines,
 )
@@ -104,10 +106,12 @@ from demos.prediction.engines._shared import START_RANK as START_RANK
 __all__ = [
     "EPLB_MODEL_TYPES",
     "SGLANG_FLAGS",
+    "SGLANG_MEGAMOE_MODEL_TYPES",
     "SGLANG_SBO_MODEL_TYPES",
     "SGLANG_TBO_MODEL_TYPES",
     "SGLANG_VERSION",
     "VLLM_DBO_REFUSED_MODEL_TYPES",
+    "VLLM_MEGAMOE_MODEL_TYPES",
     "VLLM_FLAGS",
     "VLLM_VERSION",
     "Deployment",

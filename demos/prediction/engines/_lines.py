@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from demos.prediction.engines._carry import model_flags
 from demos.prediction.engines._deployment import Deployment
+from demos.prediction.engines._releases import SGLANG_MEGAMOE_MODEL_TYPES, VLLM_MEGAMOE_MODEL_TYPES
 from demos.prediction.engines._sglang import sglang_command, sglang_refusal
 from demos.prediction.engines._shared import HEAD_IP, MODEL, PORT
 from demos.prediction.engines._vllm import vllm_command, vllm_refusal
@@ -27,8 +28,9 @@ class EngineLines:
 
 
 def overlap_flags(deployment: Deployment) -> dict[str, str]:
-    """What selects each overlap strategy in each engine, one line per strategy (``dbo``, ``sbo``), for the
-    model's architecture (``VLLM_DBO_REFUSED_MODEL_TYPES``, ``SGLANG_TBO_MODEL_TYPES``, ``SGLANG_SBO_MODEL_TYPES``)."""
+    """What selects each overlap strategy in each engine, one line per strategy (``dbo``, ``sbo``, ``fused``), for
+    the model's architecture (``VLLM_DBO_REFUSED_MODEL_TYPES``, ``SGLANG_TBO_MODEL_TYPES``, ``SGLANG_SBO_MODEL_TYPES``,
+    ``SGLANG_MEGAMOE_MODEL_TYPES``, ``VLLM_MEGAMOE_MODEL_TYPES``)."""
     d, sg = deployment, f"SGLang {deployment.engines.sglang}"
     tbo = "SGLang --enable-two-batch-overlap"
     sbo = "SGLang --enable-single-batch-overlap (with --moe-a2a-backend deepep)"
@@ -39,9 +41,17 @@ def overlap_flags(deployment: Deployment) -> dict[str, str]:
     dbo = "vLLM --enable-dbo with the threshold below"
     if vllm_refusal(d, Overlap.DBO):
         dbo = f"vLLM {d.engines.vllm} refuses DBO for {d.served.model_type}"
+    mt = d.served.model_type
+    fused = "SGLang --moe-a2a-backend megamoe (without --enable-two-batch-overlap)"
+    if mt is not None and mt not in SGLANG_MEGAMOE_MODEL_TYPES:
+        fused = f"{sg} has no fused MoE kernel for {mt}"
+    v_fused = "vLLM --moe-backend deep_gemm_mega_moe (SM100 GPUs; without --enable-dbo)"
+    if mt is not None and mt not in VLLM_MEGAMOE_MODEL_TYPES:
+        v_fused = f"vLLM {d.engines.vllm} has no fused MoE kernel for {mt}"
     return {
         "dbo": f"{dbo}; {tbo}",
         "sbo": f"{sbo}; vLLM has no single-batch overlap",
+        "fused": f"{fused}; {v_fused}",
     }
 
 

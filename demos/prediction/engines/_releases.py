@@ -137,6 +137,32 @@ SGLANG_SBO_MODEL_TYPES = _DEEPSEEK_V2_CLASSES | {"kimi_k25"}
 called in ``models/deepseek_v2.py`` only: Kimi-K2.5's text model is that file's, and DeepSeek-V3.2's and
 GLM-5's models are its subclasses)."""
 
+SGLANG_MEGAMOE_MODEL_TYPES = _DEEPSEEK_V2_CLASSES | {
+    "kimi_k25",
+    "deepseek_v4",
+    "deepseek_ref",
+    "kimi_k3",
+    "glm4_moe",
+    "qwen3_moe",
+    "qwen3_next",
+    "qwen3_5_moe",
+    "minimax_m3",
+}
+"""The ``model_type``s whose MoE SGLang 0.5.23 runs with DeepGEMM's fused kernel (``--moe-a2a-backend
+megamoe``): the model files that call it (``models/deepseek_v2.py``, which Kimi-K2.5's language model is,
+``deepseek_v4.py``, ``kimi_k3.py``, ``glm4_moe.py``, ``qwen3_moe.py``, ``minimax_m3.py``) and the Qwen3-Next and
+Qwen3.5 MoE architectures its ``mega_moe_hook.py`` lists among those without a fallback. It refuses the flag with
+``--enable-two-batch-overlap`` or ``--enable-single-batch-overlap`` (``check_mega_moe_compat``), needs an SM90
+GPU (block-FP8 experts) or an SM100 one (MXFP4 or NVFP4 experts), and runs at most
+``SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK`` (8192) tokens a rank, falling back to its normal MoE
+above that where the architecture has a fallback (read in the 0.5.23 wheel)."""
+
+VLLM_MEGAMOE_MODEL_TYPES = {"deepseek_v4", "kimi_k3", "minimax_m3"}
+"""The ``model_type``s vLLM 0.34.0 runs with DeepGEMM's fused kernel (``--moe-backend deep_gemm_mega_moe``,
+``NATIVE_MEGA_MOE_BACKENDS``): its ``models/deepseek_v4/nvidia``, ``kimi_k3/nvidia`` and ``minimax_m3/nvidia``
+model files (DeepSeek-V4's needs ``--enable-expert-parallel`` and FP4 experts); SM100 GPUs (read in the 0.34.0
+wheel)."""
+
 EPLB_MODEL_TYPES = {
     "vllm": _DEEPSEEK_V2_CLASSES | {"qwen3_moe", "glm4_moe", "mixtral"},
     "sglang": _DEEPSEEK_V2_CLASSES | {"kimi_k25", "qwen3_moe", "glm4_moe", "gpt_oss", "minimax_m2"},
