@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-DTYPES = ("float64", "float32", "tf32", "bfloat16", "float16", "fp8", "fp4")
-"""Keys of ``DeviceProfile.dtype_flops`` (the math rate of each dtype)."""
+DTYPES = ("float64", "float32", "tf32", "bfloat16", "float16", "fp8", "fp4", "w4a8")
+"""Keys of ``DeviceProfile.dtype_flops`` (the math rate of each dtype; ``w4a8``: 4-bit weights against 8-bit
+activations, the FP8 rate where the tensor cores take FP4 operands, else the weights dequantized)."""
 
 _DTYPE_ALIASES = {
     "double": "float64",

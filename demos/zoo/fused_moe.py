@@ -15,8 +15,8 @@ nodes failing), and experts in a format
 its kernels take: 4-bit (MXFP4 or NVFP4) on Blackwell, block FP8 on Hopper (SGLang's ``mega_moe_hook``), at
 widths they tile (``FUSED_ALIGN``: gpt-oss's 2880 is not).
 
-``fused_moe_math(w, math)``: the rate its grouped GEMMs run at (MXFP4 experts against FP8 activations at the FP8
-rate on Blackwell, the kernel's ``fp8xfp4``).
+``fused_moe_math(w, math)``: the rate its grouped GEMMs run at (MXFP4 experts against FP8 activations, W4A8,
+whatever the checkpoint declares: the kernel's ``fp8xfp4``).
 
 ``fused_moe_seconds(w, t, experts_s)``: one layer's kernel for ``t`` tokens per rank whose grouped GEMMs
 take ``experts_s`` when run alone. Its transfers are the single-node low-latency kernels' (the line fitted to
@@ -39,14 +39,14 @@ from demos.zoo.workload import Workload
 __all__ = ["FUSED_ALIGN", "FUSED_EXPERT_DTYPES", "fused_moe_math", "fused_moe_refusal", "fused_moe_seconds"]
 
 FUSED_EXPERT_DTYPES = {
-    "blackwell": ("mxfp4", "nvfp4"),  # SM100: fp8 x fp4 (MXFP4 weights), mxfp4 x mxfp4, nvfp4 x nvfp4
+    "blackwell": ("mxfp4", "mxfp4_w4a16", "nvfp4"),  # SM100: fp8 x fp4 (MXFP4 weights), nvfp4 x nvfp4
     "hopper": ("fp8_e4m3",),  # SM90: block-FP8 weights (DeepGEMM #383)
 }
 """The routed experts' dtypes DeepGEMM's fused MoE kernels take, per GPU family (SGLang 0.5.23's
 ``mega_moe.py``, ``_mega_moe_mma_type``, and ``mega_moe_hook.py``)."""
 
 
-FUSED_ALIGN = {"mxfp4": (512, 128), "nvfp4": (256, 256), "fp8_e4m3": (128, 128)}
+FUSED_ALIGN = {"mxfp4": (512, 128), "mxfp4_w4a16": (512, 128), "nvfp4": (256, 256), "fp8_e4m3": (128, 128)}
 """(hidden, expert width) multiples the kernels need per expert dtype: SGLang 0.5.23's
 ``check_mega_moe_shapes`` (FP8 x FP4: 16 scale groups of 32 a row, the width in 128s; NVFP4: groups of 16 and
 both in 256s); block FP8 on Hopper in its 128-wide blocks (assumed)."""
@@ -76,11 +76,11 @@ def fused_moe_refusal(w: Workload) -> str | None:
 
 def fused_moe_math(w: Workload, math: str) -> str:
     """The math the fused kernel's grouped GEMMs run at, where the unfused experts run at ``math``: MXFP4
-    experts on Blackwell multiply against FP8 activations at the FP8 rate (its ``fp8xfp4`` kernel: SGLang's
-    ``_mega_moe_mma_type``), where the unfused path is modelled at the BF16 rate (``demos.zoo.models.dtypes``:
-    a pessimistic choice there); every other dtype as unfused."""
-    if w.gpu.family == "blackwell" and w.spec.precision.experts == "mxfp4":
-        return "fp8"
+    experts multiply against the FP8 activations it quantizes itself (its ``fp8xfp4`` kernel: SGLang's
+    ``_mega_moe_mma_type``), W4A8 (``w4a8``: the FP8 rate on Blackwell) even where the checkpoint declares
+    BF16 activations for the unfused path (Kimi-K3's ``mxfp4_w4a16``); every other dtype as unfused."""
+    if w.spec.precision.experts in ("mxfp4", "mxfp4_w4a16"):
+        return "w4a8"
     return math
 
 

@@ -66,7 +66,10 @@ class KernelTimes:
 
     def gemm_math(self, dtype: str) -> str:
         """The key of the family's GEMM curve a GEMM of math ``dtype`` takes: "fp8", "fp4" where the family has
-        an FP4 curve, else "bfloat16" (BF16's, and FP4 weights dequantized on a family without FP4 tensor cores)."""
+        an FP4 curve, else "bfloat16" (BF16's, and FP4 weights dequantized on a family without FP4 tensor cores);
+        "w4a8" (MXFP4 weights against FP8 activations) takes FP8's on a GPU with FP4 tensor cores, else BF16's."""
+        if dtype == "w4a8":  # FP8 x FP4 kernels on FP4 tensor cores run on the FP8 curve; elsewhere dequantized
+            dtype = "fp8" if self.gpu.has_fp4 else "bfloat16"
         return dtype if dtype in ("fp8", "fp4") and dtype in self.fit.gemm else "bfloat16"
 
     def memory(self, nbytes: float, flops: float = 0.0) -> float:

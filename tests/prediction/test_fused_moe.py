@@ -56,8 +56,9 @@ def test_the_kernel_hides_the_shorter_of_transfers_and_gemms_behind_the_longer()
     assert fused_moe_seconds(w, 512, flight / 2) == pytest.approx(floor + flight)
 
 
-def test_mxfp4_experts_multiply_at_the_fp8_rate_in_the_fused_kernel_on_blackwell_only():
-    assert fused_moe_math(_w(), "bfloat16") == "fp8"
+def test_mxfp4_experts_multiply_as_w4a8_in_the_fused_kernel_whatever_the_checkpoint_declares():
+    assert fused_moe_math(_w(), "w4a8") == "w4a8"
+    assert fused_moe_math(_w(get_preset("kimi-k3")), "bfloat16") == "w4a8"  # K3's W4A16 checkpoint
     assert fused_moe_math(_w(_with_experts(FLASH, "fp8_e4m3"), gpu="h200"), "fp8") == "fp8"
     assert fused_moe_math(_w(_with_experts(FLASH, "nvfp4")), "fp4") == "fp4"
 

@@ -42,7 +42,8 @@ def test_a_gpu_refuses_an_fp4_rate_below_its_fp8_rate():
 
 def test_nvfp4_multiplies_in_fp4_with_nvfp4_activations_and_weights_fp4_is_nvfp4():
     assert (dtype("nvfp4").math, dtype("nvfp4").activation_bytes) == ("fp4", 18 / 32)
-    assert dtype("mxfp4").math == "bfloat16"  # MXFP4 (gpt-oss, DeepSeek-V4) stays at the BF16 rate
+    assert dtype("mxfp4").math == "w4a8"  # MXFP4 (gpt-oss, DeepSeek-V4) against FP8 activations
+    assert dtype("mxfp4_w4a16").math == "bfloat16"  # Kimi-K3's, its activations BF16
     assert storage_of("fp4") == "nvfp4"
     assert with_precision(get_preset("deepseek-v3"), weights="fp4").precision.experts == "nvfp4"
     assert with_precision(get_preset("gpt-oss-120b"), weights="fp4").precision.experts == "nvfp4"
@@ -79,3 +80,17 @@ def test_the_fp4_gemm_curve_holds_its_tables_and_the_blackwell_ultra_ones_held_o
         (s,) = summaries(kernel_rows(gpu, ops=("gemm fp4",)))
         assert s["rows"] == 29526 and abs(s["median_error"]) < 0.1, (gpu, s["median_error"])
     assert kernel_rows("h200", ops=("gemm fp4",)) == []
+
+
+@pytest.mark.parametrize("gpu,rate", [("b200", "fp8"), ("h200", "bfloat16")])
+def test_mxfp4_w4a8_runs_at_the_fp8_rate_on_fp4_tensor_cores_and_dequantized_on_hopper(gpu, rate):
+    """W4A8 (MXFP4 weights, FP8 activations) on the FP8 curve at the FP8 rate where the MMA takes FP4 operands;
+    on Hopper the weights dequantized at the BF16 rate; a W4A16 checkpoint's at the BF16 rate everywhere."""
+    g = get_gpu(gpu)
+    kt = KernelTimes(g, gpu_profile(g))
+    assert kt.gemm_math("w4a8") == rate and g.flops("w4a8") == g.flops(rate)
+    m, n, k = 4096, 7168, 2048  # compute-bound
+    w4a8, w4a16 = gemm(m, n, k, "mxfp4"), gemm(m, n, k, "mxfp4_w4a16")
+    t8 = kt.gemm("x", m, n, k, w4a8.dtype, w4a8.flops, w4a8.bytes)
+    t16 = kt.gemm("x", m, n, k, w4a16.dtype, w4a16.flops, w4a16.bytes)
+    assert (t8 < 0.7 * t16) if rate == "fp8" else t8 == pytest.approx(t16)

@@ -98,8 +98,10 @@ class GpuSpec:
         key = dtype_key(dtype)
         if key == "fp4":  # a GPU without FP4 tensor cores runs 4-bit weights dequantized, at its BF16 rate
             return float(self.fp4 or self.bf16)
+        if key == "w4a8":  # 4-bit weights x FP8 activations: the FP8 rate on FP4 tensor cores, else dequantized
+            return float(self.fp8 if self.fp4 else self.bf16)
         if key not in _RATE_FIELDS:
-            known = ", ".join((*_RATE_FIELDS, "fp4"))
+            known = ", ".join((*_RATE_FIELDS, "fp4", "w4a8"))
             raise ValueError(f"GpuSpec {self.name!r} has no rate for dtype {dtype!r}; known: {known}")
         return float(getattr(self, _RATE_FIELDS[key]))
 
@@ -111,7 +113,8 @@ class GpuSpec:
     @property
     def dtype_flops(self) -> dict[str, float]:
         """The rates as ``DeviceProfile.dtype_flops`` takes them (keys of ``dbo.costs.DTYPES``)."""
-        return {**{key: float(getattr(self, f)) for key, f in _RATE_FIELDS.items()}, "fp4": self.flops("fp4")}
+        rates = {key: float(getattr(self, f)) for key, f in _RATE_FIELDS.items()}
+        return {**rates, "fp4": self.flops("fp4"), "w4a8": self.flops("w4a8")}
 
     def sm_share(self, sms: int) -> float:
         """The share of this GPU's SMs that ``sms`` SMs are (a comm kernel taking them from

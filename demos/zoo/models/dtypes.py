@@ -11,10 +11,15 @@
   multiply in FP8 (their activations quantized to FP8); NVFP4 weights in FP4 with their activations
   quantized to NVFP4 too (W4A4, NVIDIA's checkpoints' ``input_activations``), at the GPU's FP4 rate where it
   has FP4 tensor cores and, dequantized, at its BF16 rate where it has none (``GpuSpec.flops("fp4")``;
-  ``demos.zoo.kernel_times`` times them on the family's FP4 GEMM curve, or its BF16 one); every other
-  weight in BF16: MXFP4 because Hopper has no FP4 tensor cores (on Blackwell, where gpt-oss's and
-  DeepSeek-V4's kernels run MXFP4 weights against MXFP8 activations at the FP8 rate, this is pessimistic: a
-  modelling choice), INT4 because its kernels (W4A16: Marlin,
+  ``demos.zoo.kernel_times`` times them on the family's FP4 GEMM curve, or its BF16 one); MXFP4 weights
+  (gpt-oss's ``mxfp4``, DeepSeek-V4's FP4 experts) against FP8 activations (W4A8, ``w4a8``: DeepGEMM's FP8 x
+  FP4 grouped GEMMs for V4, FlashInfer's MXFP4 x MXFP8 MoE), at the FP8 rate on the FP8 GEMM curve where the
+  GPU has FP4 tensor cores (Blackwell: its MMA takes FP8 and FP4 operands) and dequantized at the BF16 rate
+  where it has none (Hopper); MXFP4 weights a checkpoint declares with BF16 activations (``mxfp4_w4a16``,
+  Kimi-K3's compressed-tensors ``input_activations`` null) at the BF16 rate. SGLang's measured MoE
+  tables of Kimi-K3's shapes on B200 (``moe_perf``) run W4A8 1.1-1.3 times as fast as W4A16 where the
+  weights' bytes bound them and 2-3 times from a few thousand tokens a rank. Every other weight in
+  BF16: INT4 because its kernels (W4A16: Marlin,
   Machete, CUTLASS mixed-input GEMMs) dequantize the weights to BF16 in registers and multiply in BF16
   (W4A8 kernels, FP8 activations, exist as well: a modelling choice), FP16 at the same rate as BF16, and
   FP32 weights, which no preset ships, at the BF16 rate too (a modelling choice);
@@ -60,7 +65,8 @@ DTYPES = MappingProxyType(
             DType("float16", 2.0, "bfloat16", 2.0),
             DType("fp8_e4m3", 1.0, "fp8", 1.0),
             DType("fp8_e5m2", 1.0, "fp8", 1.0),
-            DType("mxfp4", 17 / 32, "bfloat16", 2.0),
+            DType("mxfp4", 17 / 32, "w4a8", 2.0),
+            DType("mxfp4_w4a16", 17 / 32, "bfloat16", 2.0),
             DType("nvfp4", 18 / 32, "fp4", 18 / 32),
             DType("int4_g32", 18 / 32, "bfloat16", 2.0),
         )

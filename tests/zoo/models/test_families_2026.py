@@ -148,7 +148,7 @@ LOADED = {
     "deepseek-ai--DeepSeek-V4-Pro": ("deepseek-v4-pro", "deepseek_v4", "fp8_e4m3", "mxfp4"),
     "nvidia--DeepSeek-V4-Flash-NVFP4": ("deepseek-v4-flash", "deepseek_v4", "fp8_e4m3", "nvfp4"),
     "nvidia--DeepSeek-V4-Pro-NVFP4": ("deepseek-v4-pro", "deepseek_v4", "fp8_e4m3", "nvfp4"),
-    "moonshotai--Kimi-K3": ("kimi-k3", "kimi_k3", "bfloat16", "mxfp4"),
+    "moonshotai--Kimi-K3": ("kimi-k3", "kimi_k3", "bfloat16", "mxfp4_w4a16"),
 }
 """The extra's config.json copies of each new family -> (the preset of its architecture, model_type, weights,
 experts)."""

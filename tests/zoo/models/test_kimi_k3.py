@@ -42,7 +42,7 @@ def test_the_layers_are_kda_and_mla_as_linear_attn_config_numbers_them_from_one(
     assert kinds[:4] == ["KDA", "KDA", "KDA", "MLA"] and kinds[-2:] == ["MLA", "MLA"]  # layers 1-3, 4; 92, 93
     assert a.output_gate and a.linear.full_rank_gate and (a.linear.heads, a.linear.head_dim) == (96, 128)
     assert (s.moe.latent_size, s.moe.routed_experts, s.moe.top_k, s.moe.shared_experts) == (3584, 896, 16, 2)
-    assert s.attn_res_block == 12 and s.first_k_dense == 1 and s.precision.experts == "mxfp4"
+    assert s.attn_res_block == 12 and s.first_k_dense == 1 and s.precision.experts == "mxfp4_w4a16"
 
 
 def test_a_layer_in_both_lists_or_in_neither_is_one_line():

@@ -108,14 +108,15 @@ def test_precision_bytes():
 
 
 def test_the_dtype_table_gives_bytes_and_the_math_rate_of_each_storage():
-    """One table: FP8 weights multiply in FP8 with FP8 activations, NVFP4 in FP4 with NVFP4 activations;
-    every other storage at the BF16 rate with BF16 activations (MXFP4: no FP4 tensor cores on Hopper, its
-    scales in its bytes)."""
+    """One table: FP8 weights multiply in FP8 with FP8 activations, NVFP4 in FP4 with NVFP4 activations, MXFP4
+    as W4A8 (the FP8 rate where the GPU has FP4 tensor cores); every other storage at the BF16 rate with BF16
+    activations (a W4A16 MXFP4 checkpoint's scales in its bytes)."""
     assert dtype("fp8_e4m3") == dtype("fp8_e4m3") and dtype("fp8_e4m3").math == "fp8"
     assert (dtype("fp8_e5m2").bytes, dtype("fp8_e5m2").activation_bytes) == (1.0, 1.0)
-    assert (dtype("mxfp4").bytes, dtype("mxfp4").math, dtype("mxfp4").activation_bytes) == (17 / 32, "bfloat16", 2.0)
+    assert (dtype("mxfp4").bytes, dtype("mxfp4").math, dtype("mxfp4").activation_bytes) == (17 / 32, "w4a8", 2.0)
+    assert (dtype("mxfp4_w4a16").bytes, dtype("mxfp4_w4a16").math) == (17 / 32, "bfloat16")
     assert (dtype("nvfp4").bytes, dtype("nvfp4").math, dtype("nvfp4").activation_bytes) == (18 / 32, "fp4", 18 / 32)
-    others = (d for n, d in DTYPES.items() if not n.startswith("fp8") and n != "nvfp4")
+    others = (d for n, d in DTYPES.items() if not n.startswith("fp8") and n not in ("nvfp4", "mxfp4"))
     assert all(d.math == "bfloat16" and d.activation_bytes == 2.0 for d in others)
     assert storage_of("fp8") == "fp8_e4m3" and storage_of("bfloat16") == "bfloat16" and storage_of("fp4") == "nvfp4"
     with pytest.raises(KeyError, match="unknown dtype 'fp6'; known: float32"):

@@ -20,7 +20,8 @@ FP8_FORMATS = {"e4m3": "fp8_e4m3", "e5m2": "fp8_e5m2", "float8_e4m3fn": "fp8_e4m
 def compressed_tensors(q: Fields) -> str:
     """The expert dtype of a compressed-tensors ``quantization_config``: one config group of symmetric 4-bit
     weights in groups of 32 with BF16 activations: INT4 (W4A16, Kimi-K2.5's ``pack-quantized`` experts) or
-    MXFP4 (Kimi-K3's ``mxfp4-pack-quantized``); or the field that holds anything else, named."""
+    MXFP4 (Kimi-K3's ``mxfp4-pack-quantized``, ``mxfp4_w4a16``: its activations stay BF16); or the field that
+    holds anything else, named."""
     formats = ("pack-quantized", "mxfp4-pack-quantized")
     what = "a compressed-tensors format other than pack-quantized or mxfp4-pack-quantized"
     q.unsupported_unless("format", None, lambda v: v in formats, what)
@@ -40,7 +41,7 @@ def compressed_tensors(q: Fields) -> str:
     w.unsupported_unless("strategy", None, lambda v: v == "group", "a strategy other than group")
     w.unsupported_unless("group_size", None, lambda v: type(v) is int and v == 32, "a group size other than 32")
     w.unsupported_unless("symmetric", True, lambda v: v is True, "asymmetric INT4 (a zero point per group)")
-    return "mxfp4" if kind == "float" else "int4_g32"
+    return "mxfp4_w4a16" if kind == "float" else "int4_g32"
 
 
 def read_precision(f: Fields, *, expert_only_quant: bool, quant: Fields | None = None) -> Precision:
