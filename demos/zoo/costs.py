@@ -297,9 +297,10 @@ def layer_costs(
         Is = inter * moe.shared_experts
         if w.moe_replicated:  # the replicated tokens' shared experts are TP-sharded, as the dense MLP
             Is = -(-Is // tp)
-        # the 4-bit formats quantize the routed experts only (the checkpoints leave the shared ones out):
-        # a shared expert is then stored as the other weights, as the memory model counts it
-        sstore = store if dtype(estore).bytes < 1 else estore
+        # INT4 and MXFP4 checkpoints quantize the routed experts only (their ignore lists leave the shared ones
+        # out): a shared expert is then stored as the other weights, as the memory model counts it; NVIDIA's
+        # NVFP4 checkpoints quantize the shared experts too
+        sstore = store if dtype(estore).bytes < 1 and estore != "nvfp4" else estore
         shared = _sum.named("shared")(gemm(t, 2 * Is, H, sstore), gemm(t, H, Is, sstore), _pass(t, Is, 1))
     dispatch = combine = send_d = send_c = None
     d_bytes = c_bytes = 0.0

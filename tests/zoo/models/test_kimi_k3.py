@@ -109,10 +109,15 @@ def test_attention_residuals_read_more_blocks_deeper_in_the_model():
         assert res.router.bytes - none.router.bytes == 256 * 7168 * 2 * (attn_res_sources(layer, 12) + 1)
 
 
-def test_four_bit_experts_leave_the_shared_experts_at_the_weights_dtype():
-    """The checkpoints quantize the routed experts only: K3's shared experts read BF16 weights."""
-    _, c = _costs(get_preset("kimi-k3"), 8, t=2)
+def test_four_bit_experts_leave_the_shared_experts_at_the_weights_dtype_but_nvfp4_quantizes_them():
+    """INT4 and MXFP4 checkpoints quantize the routed experts only: K3's shared experts read BF16 weights;
+    NVIDIA's NVFP4 checkpoints quantize the shared experts too."""
+    k3 = get_preset("kimi-k3")
+    _, c = _costs(k3, 8, t=2)
     assert c.shared.bytes >= 2 * 3 * 7168 * 6144  # two shared experts of 3072, gate/up/down, 2 bytes each
+    nv = dataclasses.replace(k3, precision=dataclasses.replace(k3.precision, experts="nvfp4"))
+    _, n = _costs(nv, 8, t=2)
+    assert n.shared.bytes < 0.3 * c.shared.bytes
 
 
 def test_predict_answers_with_vllm_refusing_dbo_for_kimi_k3(capsys):
