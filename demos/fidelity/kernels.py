@@ -38,6 +38,12 @@ way the predictor times that kernel, and compared:
   (``FamilyFit.kda``), their work counted as a Gated DeltaNet layer's of as many key heads as value heads
   (``gdn_row_work``); the fused ``kda_fused_decode`` and the speculative ``verify`` rows are not read
   (``demos.zoo.measured.kda_rows``); B300 and GB300 rows are held out (fitted on B200 and GB200);
+* ``index scores``, ``csa topk`` / ``csa topk flat``, ``dsa topk`` / ``dsa topk flat``: SGLang 0.5.14's
+  decode indexer kernels (``demos.zoo.measured_index``): DeepGEMM's paged scores (DeepSeek-V4-Flash's
+  indexer), DeepSeek-V4's ``topk_transform_v2`` and GLM-5's ``fast_topk_transform_fused`` at distinct
+  ("top_last": what the predictor charges) and tied ("flat": what the module tables' harness ran) scores,
+  each on the family's fitted curve (``FamilyFit.index``), the top-k rows with something to select only;
+  B300 and GB300 rows are held out (fitted on B200 and GB200);
 * ``experts``: DeepEP MoE's expert compute (uniform routing rows) as ``demos.zoo.costs`` folds the
   routed experts (``demos.fits.rooflines.experts_seconds``: two grouped GEMMs on the family's
   grouped curve, their weights once per active expert, the activation pass), with the table's routing:
@@ -67,7 +73,7 @@ from demos.zoo.hardware import get_gpu
 from demos.zoo.models.dtypes import dtype, storage_of
 from demos.zoo.overlap_costs import ll_node_seconds
 from demos.zoo.rooflines import FIT_GPUS, GEMM_DTYPES, MLA_KV, ChunkedCurve, FamilyFit, family_fit
-from demos.zoo.work import delta_rule_chunks, gemm_work, mhc_work
+from demos.zoo.work import delta_rule_chunks, gemm_work, index_entries, mhc_work
 
 __all__ = ["OPS", "CheckRow", "cross_validation", "kernel_rows", "summaries"]
 
@@ -93,6 +99,11 @@ OPS = (
     "kda prefill",
     "kda conv decode",
     "kda conv prefill",
+    "index scores",
+    "csa topk",
+    "csa topk flat",
+    "dsa topk",
+    "dsa topk flat",
     "experts",
     "dispatch",
     "combine",
@@ -105,6 +116,9 @@ _LINEAR_OPS = {
 }
 """A linear-attention kind's ops (Gated DeltaNet's, Kimi Delta Attention's): the delta rule and the
 causal convolution, per phase."""
+
+_INDEX_OPS = ("index scores", "csa topk", "csa topk flat", "dsa topk", "dsa topk flat")
+"""A lightning indexer's decode kernels: the scores, and each top-k at distinct and at tied scores."""
 
 
 class CheckRow(NamedTuple):
@@ -214,6 +228,27 @@ def _linear_rows(gpu: str, fit: FamilyFit, kind: str) -> Iterable[CheckRow]:
         yield CheckRow(gpu, op, shape, pred, r.seconds)
 
 
+def _index_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
+    """SGLang's decode indexer kernels of ``gpu`` on ``fit``'s curves (``FamilyFit.index``): the scores, and
+    each top-k's rows with something to select (the others are 0 by rule, as the curve gives)."""
+    from demos.fits.index import index_row_work, row_topk, topk_ratio
+    from demos.zoo import measured_index
+
+    g = get_gpu(gpu)
+    curve = fit.index["scores"]
+    for r in measured_index.index_score_rows(gpu):
+        flops, nbytes = index_row_work(r.batch, r.context, r.heads)
+        pred = curve.seconds(flops, nbytes, g.flops("fp8"), g.hbm_bandwidth)
+        yield CheckRow(gpu, "index scores", f"batch={r.batch} heads={r.heads} kv={r.context}", pred, r.seconds)
+    for r in measured_index.index_topk_rows(gpu):
+        topk, entries = row_topk(r.model), index_entries(r.context, topk_ratio(r.kernel))
+        if entries > topk:
+            flat = r.scores == "flat"
+            pred = fit.index[f"{r.kernel} topk {r.scores}"].seconds(r.batch, entries, topk, g.sm_count, entries * flat)
+            op = f"{r.kernel} topk" + (" flat" if flat else "")
+            yield CheckRow(gpu, op, f"{r.model} batch={r.batch} entries={entries} top={topk}", pred, r.seconds)
+
+
 def _experts_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
     from demos.zoo import measured
 
@@ -274,6 +309,8 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
     for kind, curves in (("gdn", fit.gdn), ("kda", fit.kda)):
         if ops & set(_LINEAR_OPS[kind]) and curves:
             out += [r for r in _linear_rows(gpu, fit, kind) if r.op in ops]
+    if ops & set(_INDEX_OPS) and fit.index:
+        out += [r for r in _index_rows(gpu, fit) if r.op in ops]
     if "experts" in ops:
         out += list(_experts_rows(gpu, fit))
     if ops & {"dispatch", "combine"}:

@@ -18,7 +18,9 @@ per rank over EP 8 to 128; DeepEP's single-node low-latency kernels of 1 to 512 
 and 7,168 with 3 and 7 peers; Gated DeltaNet delta rules and convolutions of 1 to 512 decode requests
 with 4 to 64 value heads and of 1 and 8 prompts of 512 to 16,384 tokens with 8 and 32; Kimi Delta
 Attention's of 1 to 512 decode requests with 12 to 96 heads and of 1 and 8 prompts of 512 to 16,384 tokens
-with 12 and 48; the hyper-connection kernels; and the MLA module's fixed time itself.
+with 12 and 48; the hyper-connection kernels; a lightning indexer's decode scores of 1 to 512 requests of
+256 to 1,048,575 cached tokens and its top-k of 1 to 512 rows of 600 to 262,144 entries (top 512, V4's
+kernel) and of 4,096 to 262,144 (top 2,048, DSA's); and the MLA module's fixed time itself.
 
 ``FIT_TOLERANCE`` (0.5%) is about 7 times the largest cross-processor spread seen (0.07% on one
 parameter) and well under what any figure the project prints shows (its errors are quoted to 0.1 points
@@ -34,6 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from demos.fits.index import index_row_work
 from demos.fits.linear import gdn_row_work
 from demos.fits.rooflines import experts_seconds, mla_row_work
 from demos.zoo.hardware import get_gpu, ll_bytes
@@ -62,6 +65,11 @@ _KDA = {  # batch, tokens per request, heads (as many key heads as value heads, 
     "prefill": ((1, 8), (512, 4096, 16384), (12, 48)),
 }
 _MHC = ((1, 16, 256, 4096, 65536), (4096, 7168))  # tokens, hidden (a stream of 4 rows)
+_INDEX_SCORES = ((1, 8, 64, 512), (256, 4096, 65536, 1048575))  # requests, cached tokens
+_INDEX_TOPK = {  # rows; entries; the top-k
+    "csa": ((1, 8, 128, 512), (600, 1024, 4096, 16384, 65536, 262144), 512),
+    "dsa": ((1, 8, 128, 512), (4096, 32768, 262144), 2048),
+}
 
 
 class _MoeShape(NamedTuple):
@@ -126,6 +134,18 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
             flops, nbytes = mhc_work(site, tokens, hidden, 4)
             t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
             add(f"mhc {site}", [f"{name} tokens={a} hidden={b}" for a, b in pts], t)
+        for key, curve in fit.index.items():
+            if key == "scores":
+                (batch, context), pts = _grid(*_INDEX_SCORES)
+                flops, nbytes = index_row_work(batch, context)
+                t = curve.seconds(flops, nbytes, g.flops("fp8"), g.hbm_bandwidth)
+                add("index scores", [f"{name} batch={a} context={b}" for a, b in pts], t)
+                continue
+            kernel, _, scores = key.split()
+            rows, entries, topk = _INDEX_TOPK[kernel]
+            (r, e), pts = _grid(rows, entries)
+            t = curve.seconds(r, e, topk, g.sm_count, e if scores == "flat" else 0.0)
+            add(f"index {key}", [f"{name} rows={a} entries={b}" for a, b in pts], t)
     add("mla module", ["fixed time"], fit.mla_module)
     return {curve: (names, np.array(times)) for curve, (names, times) in out.items()}
 

@@ -25,6 +25,9 @@ which take the rows as numpy arrays. Fitted:
   same way to its rows (``kda_perf``; ``demos.zoo.measured.kda_rows``);
 * ``fit_mhc`` (``demos.fits.mhc``): a wide residual's ``AttentionCurve`` per kernel (``MHC_SITES``: DeepSeek-V4's
   hyper-connection pre and post) to SGLang's kernel rows, each row's work by ``demos.zoo.work.mhc_work``;
+* ``fit_index`` (``demos.fits.index``): a lightning indexer's decode kernels (``FamilyFit.index``): its
+  scores' ``AttentionCurve`` and a ``TopkCurve`` per top-k kernel and score distribution, to SGLang's
+  kernel-level tables (``demos.zoo.measured_index``);
 * ``fit_experts``: the routed experts' ``GroupedCurve`` (their grouped GEMMs' share of bandwidth and the
   op's fixed time) to the uniform MoE rows, the FP8 GEMM curve held (``experts_seconds``);
 * ``fit_ll_sm``: a ``LinearCost`` per DeepEP low-latency kernel to the single-node rows (a weighted
@@ -226,7 +229,8 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     """``family``'s curves fitted to the measured tables of ``gpus`` (default ``FIT_GPUS[family]``), the
     MLA module's fixed time left at 0 (``demos.fits.module.fitted_family`` adds it); needs the
     ``measured`` extra."""
-    from demos.zoo import measured
+    from demos.fits.index import fit_index
+    from demos.zoo import measured, measured_index
 
     names = tuple(gpus or FIT_GPUS[family])
     specs = [(get_gpu(g), g) for g in names]
@@ -247,6 +251,10 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     kda = {curve: fit_gdn(kda_rows, curve) for curve in GDN_CURVES}
     mhc_rows = [(spec, measured.mhc_rows(g)) for spec, g in specs]
     mhc = {site: fit_mhc(mhc_rows, site) for site in MHC_SITES}
+    index = fit_index(
+        [(spec, measured_index.index_score_rows(g)) for spec, g in specs],
+        [(spec, measured_index.index_topk_rows(g)) for spec, g in specs],
+    )
     ll = [r for g in names for r in measured.alltoall_rows(g) if r.gpus <= get_gpu(g).gpus_per_node]
     ll_sm = {kernel: fit_ll_sm(ll, kernel) for kernel in ("dispatch", "combine")}
     tables = ", ".join(
@@ -254,6 +262,7 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         for k, t in measured.TABLES.items()
         if k in ("gemm", "mla_decode", "mla_prefill", "moe_decode", "deepep_ll", "gdn", "kda", "mhc")
     )
+    tables += f", {measured_index.index_tables()}"
     source = f"aiconfigurator-core {measured.package_version()}: {tables} on {', '.join(names)}"
     return FamilyFit(
         family,
@@ -267,4 +276,5 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         gdn=gdn,
         mhc=mhc,
         kda=kda,
+        index=index,
     )

@@ -28,7 +28,9 @@ to them.
 layers, FP8 block GEMMs and an FP8 cache, attention TP 1 to 8), which ``validate kernels`` (ops ``csa
 module``, ``hca module``) compares with the predictor's attention op of a layer of the row's ratio
 (``v4_composed_seconds``: ``demos.zoo.compressed_attention.Compressed`` composed, its hyper-connection
-kernels apart); nothing is fitted to them either.
+kernels apart); nothing is fitted to them either. A CSA row's indexer is composed with its top-k at the
+harness's tied scores (``HARNESS_SCORES``), the one condition in which a module row differs from what the
+predictor times for a served model.
 
 ``msa_rows(gpu)`` are SGLang's whole MiniMax-M3 block-sparse decode modules (BF16 cache and GEMMs, its split
 top-k kernel), which ``validate kernels`` (op ``msa module``) compares with the predictor's block-sparse
@@ -52,6 +54,7 @@ __all__ = [
     "DSA_MODELS",
     "DSA_ROWS",
     "FIT_ROWS",
+    "HARNESS_SCORES",
     "MSA_ROWS",
     "V4_MODELS",
     "composed_seconds",
@@ -62,6 +65,14 @@ __all__ = [
     "v4_composed_seconds",
     "v4_rows",
 ]
+
+HARNESS_SCORES = "flat"
+"""The score distribution of the module tables' indexers: SGLang's module harness runs dummy weights, whose
+indexer scores all tie (aiconfigurator-core's own models say so: "module is dummy/flat", and correct its
+module rows by the flat less the distinct top-k time); every module row here is composed with the top-k
+timed at it (``KernelTimes.index_topk_seconds``), where the predictor times distinct scores
+(``demos.zoo.kernel_times.SERVED_SCORES``). Only DeepSeek-V4's CSA indexer takes the fitted top-k (the DSA
+models' keeps a memory pass for now: docs/models.md)."""
 
 FIT_ROWS = {"gemm_dtype": "fp8_block", "kv_dtype": "bfloat16", "heads": (16, 32, 64, 128)}
 """The module rows fitted and checked: FP8 block GEMMs, a BF16 cache, 16 to 128 query heads per GPU."""
@@ -144,7 +155,7 @@ def _layer_attention_seconds(gpu: str, spec, layer: int, batch: int, cached: int
         attention_tp=tp,
     )
     profile = gpu_profile(g, fit=fit)
-    return attention_seconds(w, batch, layer, profile, KernelTimes(g, profile, fit))
+    return attention_seconds(w, batch, layer, profile, KernelTimes(g, profile, fit, index_scores=HARNESS_SCORES))
 
 
 V4_MODELS = {

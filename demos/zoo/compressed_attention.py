@@ -12,8 +12,13 @@ attention_tp`` query heads):
   norm, RoPE and cache write;
 * ``attn_index`` (``r`` = 4): the lightning indexer: its queries from the query latent, per-head weights
   from the hidden state, its own compressor over ``index_head_dim``, the scores of every query against
-  every compressed key it may read (decode: ``context / 4``; prefill: its prefix's) timed as an FP8 grouped
-  GEMM on the family's FP8 curve (as ``SparseMLA``'s indexer), and their top-k;
+  every compressed key it may read and their top-k. Decode (``decode_index_parts``; DeepSeek sparse
+  attention's indexer keeps its FP8 GEMM for now, docs/models.md): ``(context + 1) / 4`` keys per token,
+  the scores on the family's fitted curve of DeepGEMM's ``fp8_paged_mqa_logits`` and the top-k on its
+  fitted curve of SGLang's ``topk_transform_v2`` (nothing to select up to ``index_topk`` entries; one
+  block per token up to 16,384 entries, another path beyond; distinct scores:
+  ``KernelTimes.index_topk_seconds``); prefill (no table of its kernels): its prefix's keys, the scores
+  as an FP8 grouped GEMM on the family's FP8 curve, the top-k a memory pass;
 * ``attn_core``: every head against the entries the token reads: its window (``min(context + 1,
   sliding_window)``), and its compressed entries: ``min(index_topk, context / 4)`` at ratio 4, ``context /
   128`` at ratio 128 (``compressed_core_work``: key and value are the same latent entry); timed on the
@@ -43,10 +48,10 @@ from demos.zoo.attention_base import AttentionCosts, AttentionKind, timed_core
 from demos.zoo.fold import Folder, gemm, memory_pass
 from demos.zoo.models import CompressedAttention
 from demos.zoo.models.dtypes import ACT_BYTES
-from demos.zoo.work import causal_pairs, compressed_core_work, index_score_work, sparse_causal_pairs
+from demos.zoo.work import causal_pairs, compressed_core_work, index_entries, index_score_work, sparse_causal_pairs
 from demos.zoo.workload import Workload
 
-__all__ = ["Compressed", "entries_read"]
+__all__ = ["Compressed", "decode_index_parts", "entries_read"]
 
 
 def entries_read(a: CompressedAttention, ratio: int, context: float) -> float:
@@ -57,6 +62,21 @@ def entries_read(a: CompressedAttention, ratio: int, context: float) -> float:
         return window
     compressed = context / ratio
     return window + (min(float(a.index_topk), compressed) if ratio == 4 else compressed)
+
+
+def decode_index_parts(fold: Folder, t: int, context: float, ratio: int, a, kernel: str) -> tuple[Work, Work]:
+    """A decode indexer's scores and top-k (``attn_index``'s last two parts) for ``t`` tokens of requests of
+    ``context`` cached tokens, each scoring ``index_entries(context, ratio)`` keys with ``a``'s indexer (its
+    ``index_heads`` of ``index_head_dim``, ``index_key_bytes`` keys, ``index_topk``): the scores on the
+    family's fitted curve of DeepGEMM's paged kernel, the top-k on its curve of ``kernel`` ("csa", "dsa"),
+    one row per token (``KernelTimes.index_scores_seconds``, ``index_topk_seconds``; docs/kernels.md)."""
+    kt = fold.kernels
+    entries = index_entries(context, ratio)
+    keys = t * entries
+    flops, nbytes = index_score_work(t, keys, keys, a.index_heads, a.index_head_dim, key_bytes=a.index_key_bytes)
+    scores = Work(seconds=kt.index_scores_seconds(flops, nbytes), bytes=nbytes)
+    picked = 4.0 * keys + 4.0 * t * min(a.index_topk, entries)  # the scores read, the indices written
+    return scores, Work(seconds=kt.index_topk_seconds(kernel, t, entries, a.index_topk), bytes=picked)
 
 
 def _prefill_pairs(a: CompressedAttention, ratio: int, t: float, context: int) -> float:
@@ -126,15 +146,18 @@ class Compressed(AttentionKind):
         ``SparseMLA``'s, assumed replicated)."""
         H, store = w.spec.hidden_size, w.spec.precision.weights
         ih, idim = a.index_heads, a.index_head_dim
-        if w.phase == Phase.DECODE:  # every token scores its own request's compressed keys
-            keys = pairs = t * w.context / 4.0
-            rows = w.context / 4.0
+        if w.phase == Phase.DECODE and fold.kernels.has_index:
+            scores, select = decode_index_parts(fold, t, w.context, 4, a, "csa")
         else:
-            pairs = causal_pairs(t, w.context) / 4.0
-            keys, rows = t / 4.0, min(t, w.context) / 4.0
-        flops, nbytes = index_score_work(t, keys, pairs, ih, idim, key_bytes=a.index_key_bytes)
-        scores = Work(flops=flops, bytes=nbytes, dtype="fp8", shape=(max(1, round(rows)), ih, idim))
-        select = Work(bytes=4.0 * pairs + 4.0 * t * min(a.index_topk, max(1.0, w.context / 4.0)))
+            if w.phase == Phase.DECODE:  # every token scores its own request's compressed keys
+                keys = pairs = t * w.context / 4.0
+                rows = w.context / 4.0
+            else:
+                pairs = causal_pairs(t, w.context) / 4.0
+                keys, rows = t / 4.0, min(t, w.context) / 4.0
+            flops, nbytes = index_score_work(t, keys, pairs, ih, idim, key_bytes=a.index_key_bytes)
+            scores = Work(flops=flops, bytes=nbytes, dtype="fp8", shape=(max(1, round(rows)), ih, idim))
+            select = Work(bytes=4.0 * pairs + 4.0 * t * min(a.index_topk, max(1.0, w.context / 4.0)))
         return fold.named("attn_index")(
             gemm(t, ih * idim, a.q_lora_rank, store),
             gemm(t, ih, H, "bfloat16"),

@@ -9,6 +9,10 @@ datasheet peaks (``profile``'s per-dtype rates, which carry a ``gemm`` what-if) 
 to the roofline where they do not; ``fallbacks`` records each op that fell back and why, so that a
 report can say so (no silent substitution).
 
+A lightning indexer's decode kernels (``index_scores_seconds``, ``index_topk_seconds``) take the family's
+``FamilyFit.index`` curves, the top-k at the score distribution the source was built with
+(``index_scores``: ``SERVED_SCORES`` unless a check composes a harness's).
+
 A curve's ``latency`` is the fixed time of one kernel as the tables' harness timed it alone; in a step
 the fixed time of each kernel is the profile's per-kernel floor (``demos.zoo.profile.MIN_KERNEL``,
 measured in graph replays on our H200), which each op pays per device kernel it issues, so the roofline
@@ -28,11 +32,16 @@ from dbo.costs import DeviceProfile
 from demos.errors import ConfigError, field_ref
 from demos.vocabulary import KernelSource, Phase
 from demos.zoo.hardware import GpuSpec
-from demos.zoo.rooflines import GEMM_DTYPES, MLA_KV, ChunkedCurve, FamilyFit, family_fit
+from demos.zoo.rooflines import GEMM_DTYPES, INDEX_SCORES, MLA_KV, ChunkedCurve, FamilyFit, family_fit
 
-__all__ = ["KERNEL_SOURCES", "KernelTimes", "MeasuredKernelTimes", "kernel_times"]
+__all__ = ["KERNEL_SOURCES", "SERVED_SCORES", "KernelTimes", "MeasuredKernelTimes", "kernel_times"]
 
 KERNEL_SOURCES = KernelSource.choices()
+
+SERVED_SCORES = "top_last"
+"""The score distribution a served model's indexer top-k is timed at (``demos.zoo.rooflines.INDEX_SCORES``):
+distinct scores. The whole-module tables' harness ran dummy weights, whose scores all tie ("flat");
+``demos.zoo.attention_module`` composes those rows at that distribution."""
 
 
 class KernelTimes:
@@ -40,10 +49,15 @@ class KernelTimes:
 
     source = KernelSource.ROOFLINE
 
-    def __init__(self, gpu: GpuSpec, profile: DeviceProfile, fit: FamilyFit | None = None):
+    def __init__(
+        self, gpu: GpuSpec, profile: DeviceProfile, fit: FamilyFit | None = None, index_scores: str = SERVED_SCORES
+    ):
+        if index_scores not in INDEX_SCORES:
+            raise ValueError(f"index_scores must be one of {', '.join(INDEX_SCORES)}, got {index_scores!r}")
         self.gpu = gpu
         self.profile = profile
         self.fit = family_fit(gpu.family) if fit is None else fit
+        self.index_scores = index_scores
         self.fallbacks: dict[str, str] = {}
 
     @property
@@ -126,6 +140,29 @@ class KernelTimes:
                 f"no hyper-connection {site} curve fitted for the {self.fit.family} family (python -m demos.fits write)"
             )
         return curve.seconds(flops, nbytes, self.profile.flops_rate("bfloat16"), self.gpu.hbm_bandwidth)
+
+    @property
+    def has_index(self) -> bool:
+        """Whether the family has a lightning indexer's decode curves (``FamilyFit.index``; a file written
+        before they were fitted has none, and its indexer is timed as before: ``demos.zoo.compressed_attention``)."""
+        return bool(self.fit.index)
+
+    def index_scores_seconds(self, flops: float, nbytes: float) -> float:
+        """Seconds of a decode indexer's scores (DeepGEMM's ``fp8_paged_mqa_logits``) of ``flops`` and ``nbytes``
+        (``demos.zoo.work.index_score_work``) on the family's fitted curve at the GPU's FP8 rate, its fixed
+        time left to the kernel floor as for every curve."""
+        curve = self.fit.index["scores"]
+        return curve.seconds(flops, nbytes, self.profile.flops_rate("fp8"), self.gpu.hbm_bandwidth) - curve.latency
+
+    def index_topk_seconds(self, kernel: str, rows: float, entries: float, topk: int) -> float:
+        """Seconds of ``kernel``'s ("csa": DeepSeek-V4's, "dsa": DeepSeek-V3.2's and GLM-5's) top-``topk`` of
+        ``rows`` rows of ``entries`` scores on the family's fitted curve at this source's score distribution
+        (``index_scores``: every score tied when "flat"), its fixed time left to the kernel floor; 0 when
+        ``entries <= topk``."""
+        curve = self.fit.index[f"{kernel} topk {self.index_scores}"]
+        ties = entries if self.index_scores == "flat" else 0.0
+        t = curve.seconds(rows, entries, topk, self.gpu.sm_count, ties)
+        return max(0.0, t - curve.latency) if t else 0.0
 
     def module_extra(self, phase: str, shape: tuple | None) -> float:
         """The seconds a whole MLA decode module takes beyond the kernels it is composed of

@@ -41,6 +41,16 @@ the fitting alike: which measured tables each of our dtypes is fitted to (``GEMM
 on which GPUs each family is fitted (``FIT_GPUS``). The fitting (``demos.fits``) imports this module; this
 module never imports the fitting.
 
+A lightning indexer's kernels in decode (``FamilyFit.index``, keyed by ``INDEX_CURVES``): its scores
+(DeepGEMM's ``fp8_paged_mqa_logits``, an ``AttentionCurve`` over the FP8 peak, its work by
+``demos.zoo.work.index_score_work``) and its top-k selection (``TopkCurve``): nothing where a row's
+entries are at most the top-k (every entry is picked), else one thread block per row (``waves`` of the
+GPU's SMs), each its fixed time, ``per_entry`` per entry it histograms and ``per_tie`` per squared tie it
+ranks (a threshold bin of equal scores, at most ``TIE_CAP``: every entry when all scores are equal); a row
+of more than ``small_max`` entries takes the kernel's other path (``large_fixed`` more, ``large_per_entry``
+per entry). One top-k curve per kernel (DeepSeek-V4's ``topk_transform_v2``, "csa"; the DSA models'
+``fast_topk_transform_fused``, "dsa") and score distribution (``INDEX_SCORES``).
+
 Every curve's formula takes numbers or numpy arrays alike (``_ceil``, ``_min``, ``_max`` pick the numpy
 function for an array), so the fitting evaluates the very formula the simulator runs, over all the rows at
 once, and a number in gives the same float out as a plain ``math`` formula would.
@@ -67,10 +77,13 @@ __all__ = [
     "FIT_GPUS",
     "GDN_CURVES",
     "GEMM_DTYPES",
+    "INDEX_CURVES",
+    "INDEX_SCORES",
     "MHC_SITES",
     "MLA_KV",
     "OUT_TILE",
     "ROW_TILE",
+    "TIE_CAP",
     "AttentionCurve",
     "ChunkedCurve",
     "FamilyFit",
@@ -78,6 +91,7 @@ __all__ = [
     "GemmShape",
     "GroupedCurve",
     "LinearCost",
+    "TopkCurve",
     "family_fit",
     "load_fits",
 ]
@@ -104,6 +118,19 @@ fitted kernels, "<kernel> <phase>"."""
 MHC_SITES = ("pre", "post")
 """The keys of ``FamilyFit.mhc``: a wide residual's two kernels around every sub-layer."""
 
+INDEX_SCORES = ("top_last", "flat")
+"""The score distributions the top-k tables were measured at (their ``score_mode``): "top_last", distinct
+scores (the top ones last), what a served model's indexer gives and what the predictor charges; "flat",
+every score equal, what a harness of dummy weights gives (the whole decode modules were measured so:
+``demos.zoo.attention_module``), where SGLang's V4 kernel ranks a bin of ties one by one."""
+
+INDEX_CURVES = ("scores", *(f"{k} topk {s}" for k in ("csa", "dsa") for s in INDEX_SCORES))
+"""The keys of ``FamilyFit.index``: the scores, and the top-k of each kernel ("csa": DeepSeek-V4's, "dsa":
+DeepSeek-V3.2's and GLM-5's) at each score distribution."""
+
+TIE_CAP = 1024
+"""The most tied scores the V4 top-k ranks (its tie buffer: one per thread of its 1,024-thread block)."""
+
 FIT_GPUS = {"hopper": ("h100", "h200"), "blackwell": ("b200", "gb200")}
 """The GPUs whose measured tables each family's curves are fitted to (every GPU with tables)."""
 
@@ -116,6 +143,11 @@ def _ceil(x):
 def _min(a, b):
     """The smaller of two numbers, or their elementwise minimum when either is a numpy array."""
     return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
+
+
+def _where(cond, a, b):
+    """``a`` where ``cond`` holds, else ``b``: elementwise when ``cond`` is a numpy array."""
+    return np.where(cond, a, b) if isinstance(cond, np.ndarray) else (a if cond else b)
 
 
 def _max(a, b):
@@ -214,6 +246,33 @@ class ChunkedCurve:
 
 
 @dataclass(frozen=True)
+class TopkCurve:
+    """A top-k selection kernel's time (module docstring): ``latency`` the fixed time of the kernel as a
+    harness times it alone; per wave of rows ``per_entry`` seconds per entry and ``per_tie`` per squared tie;
+    beyond ``small_max`` entries a row (0: no other path) ``large_fixed`` more and ``large_per_entry`` per
+    entry instead."""
+
+    latency: float
+    per_entry: float
+    per_tie: float = 0.0
+    small_max: float = 0.0
+    large_fixed: float = 0.0
+    large_per_entry: float = 0.0
+
+    def seconds(self, rows, entries, topk, sms: int, ties=0.0):
+        """Seconds of the top-``topk`` of ``rows`` rows of ``entries`` scores each on a GPU of ``sms`` SMs,
+        ``ties`` of them equal (at most ``TIE_CAP`` count); 0 where ``entries <= topk``."""
+        waves = _ceil(rows / sms)
+        tied = _min(ties, TIE_CAP)
+        t = self.latency + waves * (self.per_entry * entries + self.per_tie * tied * tied)
+        if self.small_max:
+            t = _where(
+                entries <= self.small_max, t, self.latency + self.large_fixed + waves * self.large_per_entry * entries
+            )
+        return _where(entries <= topk, 0.0, t)
+
+
+@dataclass(frozen=True)
 class LinearCost:
     """``fixed + per_byte x bytes + per_peer x peers`` seconds (module docstring)."""
 
@@ -250,6 +309,8 @@ class FamilyFit:
     (empty in a file written before they were fitted); ``mhc`` a wide residual's kernels (DeepSeek-V4's
     hyper-connections), keyed by ``MHC_SITES`` ("pre", "post"), each an ``AttentionCurve`` whose fixed time
     is the kernel's own (20 Sinkhorn iterations in "pre"), their work by ``demos.zoo.work.mhc_work``;
+    ``index`` a lightning indexer's decode kernels, keyed by ``INDEX_CURVES`` ("scores": an
+    ``AttentionCurve``; each top-k a ``TopkCurve``; empty in a file written before they were fitted);
     ``fitted_on`` the GPUs whose tables gave them; ``source`` the tables' provenance."""
 
     family: str
@@ -264,6 +325,7 @@ class FamilyFit:
     gdn: dict = field(default_factory=dict)
     mhc: dict = field(default_factory=dict)
     kda: dict = field(default_factory=dict)
+    index: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -277,6 +339,7 @@ class FamilyFit:
             "gdn": {k: asdict(v) for k, v in self.gdn.items()},
             "kda": {k: asdict(v) for k, v in self.kda.items()},
             "mhc": {k: asdict(v) for k, v in self.mhc.items()},
+            "index": {k: asdict(v) for k, v in self.index.items()},
             "fitted_on": list(self.fitted_on),
             "source": self.source,
         }
@@ -296,6 +359,9 @@ class FamilyFit:
             gdn=_linear_curves(d.get("gdn")),
             kda=_linear_curves(d.get("kda")),
             mhc={k: AttentionCurve(**v) for k, v in (d.get("mhc") or {}).items()},
+            index={
+                k: (TopkCurve if "per_entry" in v else AttentionCurve)(**v) for k, v in (d.get("index") or {}).items()
+            },
         )
 
 

@@ -14,7 +14,9 @@ numbers or numpy arrays alike (plain arithmetic; ``divmod`` works on both).
   ``context`` tokens (the last one shorter); ``sparse_causal_pairs`` the same with each query reading at
   most ``topk`` keys (numbers only).
 * ``index_score_work``: a lightning indexer's scores (DeepSeek sparse attention): FP8 query-key products
-  over the pairs it scores, the cached keys it reads, one FP32 score per pair.
+  over the pairs it scores, the cached keys it reads, one FP32 score per pair; ``index_entries`` the keys
+  a decode token's indexer scores and its top-k selects from (its request's cached tokens and itself,
+  ``ratio`` to a compressed entry).
 * ``compressed_core_work``: DeepSeek-V4's attention core on one rank: every query head against the entries
   it reads (its window and its compressed entries) of the one latent head, which is key and value.
 * ``mhc_work``: a wide residual's pre or post kernel (DeepSeek-V4's hyper-connections) over an FP32 stream.
@@ -46,6 +48,7 @@ __all__ = [
     "delta_rule_chunks",
     "delta_rule_work",
     "gemm_work",
+    "index_entries",
     "index_score_work",
     "mhc_work",
     "mla_core_work",
@@ -95,6 +98,13 @@ def index_score_work(queries, keys_read, pairs, heads, head_dim, *, key_bytes):
     flops = 2.0 * pairs * heads * head_dim
     nbytes = keys_read * key_bytes + 4.0 * pairs + queries * heads * head_dim
     return flops, nbytes
+
+
+def index_entries(context, ratio=1):
+    """Entries a decode token's indexer scores in a request of ``context`` cached tokens: the cached tokens
+    and the token itself, one entry per ``ratio`` of them (DeepSeek-V4's compressed cache: 4; DSA: 1), as
+    the measured top-k counts them (nothing to select up to ``index_topk`` entries)."""
+    return (context + 1) // ratio
 
 
 def mla_core_work(phase: str, tokens, heads, pairs, *, latent: int, rope: int, nope: int, v: int, kv_bytes):
