@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from statistics import median
 
 from demos.vocabulary import Phase, Schedule
 from demos.zoo.models import get_preset
@@ -166,12 +167,6 @@ def compare() -> list[dict]:
     return rows
 
 
-def _median(xs: Sequence[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
-
-
 def format_table(rows: Sequence[dict]) -> str:
     """The records as a text table, with the signed and absolute median errors per source."""
     lines = [
@@ -190,8 +185,8 @@ def format_table(rows: Sequence[dict]) -> str:
         f = [r["error"] for r in mine]
         u = [r["unfused_error"] for r in mine]
         lines.append(
-            f"{src}: fused median {_median(f) * 100:+.1f}% (|error| {_median([abs(x) for x in f]) * 100:.1f}%), "
-            f"unfused median {_median(u) * 100:+.1f}% (|error| {_median([abs(x) for x in u]) * 100:.1f}%) "
+            f"{src}: fused median {median(f) * 100:+.1f}% (|error| {median([abs(x) for x in f]) * 100:.1f}%), "
+            f"unfused median {median(u) * 100:+.1f}% (|error| {median([abs(x) for x in u]) * 100:.1f}%) "
             f"over {len(mine)} rows"
         )
     lines.append(

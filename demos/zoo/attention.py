@@ -157,6 +157,10 @@ class MLA(AttentionKind):
         run(costs, "attn_proj", K.mla_proj_kernel, h, *w, q_lat, q_rope, kv_self, layer=layer, ub=ub)
         ctx = None if L is None else L.kv_ctx
         run(costs, "attn_core", K.mla_core_kernel, q_lat, q_rope, kv_self, ctx, o_lat, layer=layer, ub=ub)
+        self.launch_out(run, a, L, h, o_lat, costs, layer, ub)
+
+    def launch_out(self, run, a: MLAAttention, L, h, o_lat, costs, layer, ub) -> None:
+        """``attn_out``: the values un-absorbed from the latent and ``o_proj`` into ``h``."""
         w = () if L is None else (L.w_uv, L.w_o)
         run(costs, "attn_out", K.mla_out_kernel, o_lat, *w, h, layer=layer, ub=ub)
 
@@ -254,17 +258,10 @@ class GatedMLA(MLA):
         L.w_g = rand((H, a.heads * a.v_head_dim), H**-0.5) if a.output_gate else None
         return L
 
-    def launch(self, run, a: HybridMLAAttention, L, h, t, costs, layer, ub, dt) -> None:
+    def launch_out(self, run, a: HybridMLAAttention, L, h, o_lat, costs, layer, ub) -> None:
+        """``attn_out`` with the output gate (``g_proj``'s sigmoid) multiplied in before ``o_proj``."""
         if not a.output_gate:
-            return super().launch(run, a, L, h, t, costs, layer, ub, dt)
-        lat, rope = a.kv_lora_rank, a.qk_rope_head_dim
-        q_lat, q_rope, kv_self, o_lat = run.workspace(
-            ((t, a.heads, lat), dt), ((t, a.heads, rope), dt), ((t, lat + rope), dt), ((t, a.heads, lat), dt)
-        )
-        w = () if L is None else (L.w_q, L.w_kv_a, L.w_uk, a.qk_nope_head_dim)
-        run(costs, "attn_proj", K.mla_proj_kernel, h, *w, q_lat, q_rope, kv_self, layer=layer, ub=ub)
-        ctx = None if L is None else L.kv_ctx
-        run(costs, "attn_core", K.mla_core_kernel, q_lat, q_rope, kv_self, ctx, o_lat, layer=layer, ub=ub)
+            return super().launch_out(run, a, L, h, o_lat, costs, layer, ub)
         w = () if L is None else (L.w_uv, L.w_g, L.w_o)
         run(costs, "attn_out", K.gated_mla_out_kernel, o_lat, *w, h, layer=layer, ub=ub)
 

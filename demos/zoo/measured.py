@@ -180,11 +180,11 @@ def model_config_ids() -> list[str]:
     return sorted(n.replace("--", "/", 1) for n in names if not n.endswith("_hf_quant"))
 
 
-def table_path(gpu: str, table: str) -> Path:
-    """The parquet file of ``table`` (a ``TABLES`` key) for ``gpu`` (a ``SYSTEMS`` key)."""
+def table_path(gpu: str, table: str, tables: dict | None = None) -> Path:
+    """The parquet file of ``table`` (a key of ``tables``, default ``TABLES``) for ``gpu`` (a ``SYSTEMS`` key)."""
     if gpu not in SYSTEMS:
         raise MeasuredTablesError(f"no measured tables for GPU {gpu!r}; tables exist for {', '.join(SYSTEMS)}")
-    family, framework, version, stem = TABLES[table]
+    family, framework, version, stem = (tables or TABLES)[table]
     path = data_root() / "data" / SYSTEMS[gpu] / family / framework / version / f"{stem}.parquet"
     if not path.is_file():
         raise MeasuredTablesError(f"the installed aiconfigurator-core has no {stem} {framework} {version} for {gpu}")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
-from demos.zoo.measured import SYSTEMS, MeasuredTablesError, data_root, package_version
+from demos.zoo.measured import MeasuredTablesError, package_version, table_path
 
 __all__ = ["INDEX_TABLES", "IndexScoreRow", "TopkRow", "index_score_rows", "index_topk_rows", "index_tables"]
 
@@ -75,13 +75,7 @@ def index_tables() -> str:
 def _frame(gpu: str, table: str):
     import pandas as pd
 
-    if gpu not in SYSTEMS:
-        raise MeasuredTablesError(f"no measured tables for GPU {gpu!r}; tables exist for {', '.join(SYSTEMS)}")
-    family, framework, version, stem = INDEX_TABLES[table]
-    path = data_root() / "data" / SYSTEMS[gpu] / family / framework / version / f"{stem}.parquet"
-    if not path.is_file():
-        raise MeasuredTablesError(f"the installed aiconfigurator-core has no {stem} {framework} {version} for {gpu}")
-    return pd.read_parquet(path)
+    return pd.read_parquet(table_path(gpu, table, INDEX_TABLES))
 
 
 def _decode(gpu: str, table: str):

@@ -44,15 +44,20 @@ def deepseek(f: Fields, name: str, source: str, precision: Precision | None = No
     f.unsupported_unless("attention_bias", False, lambda v: v is False, "MLA with projection biases")
     topk_method = f.get_choice("topk_method", ("greedy", "group_limited_greedy", "noaux_tc"))
     moe = routed_and_shared(f, f.get_choice("scoring_func", ("softmax", "sigmoid")), topk_method == "noaux_tc")
-    attention = MLAAttention(
-        heads=f.get_int("num_attention_heads"),
-        q_lora_rank=f.get_int("q_lora_rank", nullable=True),
-        kv_lora_rank=f.get_int("kv_lora_rank"),
-        qk_nope_head_dim=f.get_int("qk_nope_head_dim"),
-        qk_rope_head_dim=f.get_int("qk_rope_head_dim"),
-        v_head_dim=f.get_int("v_head_dim"),
-    )
+    attention = MLAAttention(**mla_fields(f))
     return trunk(f, name, source, attention, moe, dense_first=True, precision=precision)
+
+
+def mla_fields(f: Fields) -> dict:
+    """``MLAAttention``'s fields as DeepSeek's configs name them (Kimi Linear's MLA layers too)."""
+    return {
+        "heads": f.get_int("num_attention_heads"),
+        "q_lora_rank": f.get_int("q_lora_rank", nullable=True),
+        "kv_lora_rank": f.get_int("kv_lora_rank"),
+        "qk_nope_head_dim": f.get_int("qk_nope_head_dim"),
+        "qk_rope_head_dim": f.get_int("qk_rope_head_dim"),
+        "v_head_dim": f.get_int("v_head_dim"),
+    }
 
 
 def deepseek_sparse(f: Fields, name: str, source: str) -> ModelSpec:

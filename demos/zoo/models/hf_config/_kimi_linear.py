@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from demos.zoo.models.hf_config._deepseek import mla_fields
 from demos.zoo.models.hf_config._fields import Fields, is_one
 from demos.zoo.models.hf_config._quantization import read_precision
 from demos.zoo.models.hf_config._trunk import trunk
@@ -49,12 +50,7 @@ def kimi_linear_text(f: Fields, name: str, source: str) -> ModelSpec:
         full_rank_gate=lin.get_bool("use_full_rank_gate", False),
     )
     attention = HybridMLAAttention(
-        heads=f.get_int("num_attention_heads"),
-        q_lora_rank=f.get_int("q_lora_rank", nullable=True),
-        kv_lora_rank=f.get_int("kv_lora_rank"),
-        qk_nope_head_dim=f.get_int("qk_nope_head_dim"),
-        qk_rope_head_dim=f.get_int("qk_rope_head_dim"),
-        v_head_dim=f.get_int("v_head_dim"),
+        **mla_fields(f),
         layer_types=_layer_types(lin, layers),
         linear=kda,
         output_gate=f.get_bool("mla_use_output_gate", False),
