@@ -48,9 +48,15 @@ def _launched(records: list[KernelRecord], ubatch: int | None = None) -> tuple[C
     return embed, layers
 
 
-def _expected(plan, t: int, sbo: bool = False) -> tuple[Counter, dict[int, Counter]]:
+def _expected(plan, t: int, sbo: bool = False, fused: bool = False) -> tuple[Counter, dict[int, Counter]]:
     ub = plan.ubatch(t)
-    layers = {i: Counter(list(lp.sbo if sbo and lp.moe else lp.plain)) for i, lp in enumerate(ub.layers)}
+
+    def ops(lp):
+        if lp.moe and (sbo or fused):
+            return lp.sbo if sbo else lp.fused
+        return lp.plain
+
+    layers = {i: Counter(list(ops(lp))) for i, lp in enumerate(ub.layers)}
     return Counter(list(ub.embed)), layers
 
 
@@ -74,6 +80,20 @@ def test_the_single_batch_overlap_step_launches_the_plans_split_experts():
     moe = next(lp for lp in plan.ubatch(w.tokens).layers if lp.moe)
     assert {"experts_up", "experts_down"} <= set(moe.sbo) and "experts_ll" not in moe.sbo
     assert all(lp.sbo is None for lp in plan.ubatch(w.tokens).layers if not lp.moe)
+
+
+@pytest.mark.parametrize("model", ["deepseek-v4-flash", "kimi-k3"])
+def test_the_fused_moe_step_launches_the_plans_one_kernel_per_moe_layer(model):
+    """DeepGEMM's fused kernel where it runs (one NVLink domain, 4-bit experts on Blackwell): the router, a
+    latent MoE's projections, the shared experts, ``fused_moe`` and the finalize; nothing of the all-to-all."""
+    w = Workload(get_preset(model), cluster_for("gb300", 18, 4, 72), "decode", 32, 1024)
+    with ZooRun(w) as r:
+        fused = r.step(False, fused=True)
+        plan = r.model.plan
+    assert _launched(fused.records) == _expected(plan, w.tokens, fused=True)
+    moe = next(lp for lp in plan.ubatch(w.tokens).layers if lp.moe)
+    assert "fused_moe" in moe.fused and not set(moe.fused) & {"dispatch_ll", "dispatch_recv", "experts_ll"}
+    assert ("latent_down" in moe.fused) == (model == "kimi-k3")
 
 
 def test_which_ops_an_moe_layer_launches_by_schedule():
