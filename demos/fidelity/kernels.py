@@ -44,6 +44,9 @@ way the predictor times that kernel, and compared:
   ("top_last": what the predictor charges) and tied ("flat": what the module tables' harness ran) scores,
   each on the family's fitted curve (``FamilyFit.index``), the top-k rows with something to select only;
   B300 and GB300 rows are held out (fitted on B200 and GB200);
+* ``index prefill scores``: SGLang 0.5.14's prefill indexer scores (DeepGEMM's ragged ``fp8_mqa_logits``,
+  GLM-5's indexer: ``demos.zoo.measured_index.prefill_score_rows``) on the family's fitted
+  ``MqaLogitsCurve`` (``FamilyFit.index["prefill scores"]``); B300 and GB300 rows are held out;
 * ``experts``: DeepEP MoE's expert compute (uniform routing rows) as ``demos.zoo.costs`` folds the
   routed experts (``demos.fits.rooflines.experts_seconds``: two grouped GEMMs on the family's
   grouped curve, their weights once per active expert, the activation pass), with the table's routing:
@@ -104,6 +107,7 @@ OPS = (
     "csa topk flat",
     "dsa topk",
     "dsa topk flat",
+    "index prefill scores",
     "experts",
     "dispatch",
     "combine",
@@ -117,8 +121,9 @@ _LINEAR_OPS = {
 """A linear-attention kind's ops (Gated DeltaNet's, Kimi Delta Attention's): the delta rule and the
 causal convolution, per phase."""
 
-_INDEX_OPS = ("index scores", "csa topk", "csa topk flat", "dsa topk", "dsa topk flat")
-"""A lightning indexer's decode kernels: the scores, and each top-k at distinct and at tied scores."""
+_INDEX_OPS = ("index scores", "csa topk", "csa topk flat", "dsa topk", "dsa topk flat", "index prefill scores")
+"""A lightning indexer's kernels: the decode scores, each top-k at distinct and at tied scores, the prefill
+scores."""
 
 
 class CheckRow(NamedTuple):
@@ -231,7 +236,14 @@ def _linear_rows(gpu: str, fit: FamilyFit, kind: str) -> Iterable[CheckRow]:
 def _index_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
     """SGLang's decode indexer kernels of ``gpu`` on ``fit``'s curves (``FamilyFit.index``): the scores, and
     each top-k's rows with something to select (the others are 0 by rule, as the curve gives)."""
-    from demos.fits.index import index_row_work, row_topk, topk_ratio
+    from demos.fits.index import (
+        PREFILL_HEADS,
+        SCORE_DIM,
+        index_row_work,
+        prefill_row_work,
+        row_topk,
+        topk_ratio,
+    )
     from demos.zoo import measured_index
 
     g = get_gpu(gpu)
@@ -247,6 +259,13 @@ def _index_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
             pred = fit.index[f"{r.kernel} topk {r.scores}"].seconds(r.batch, entries, topk, g.sm_count, entries * flat)
             op = f"{r.kernel} topk" + (" flat" if flat else "")
             yield CheckRow(gpu, op, f"{r.model} batch={r.batch} entries={entries} top={topk}", pred, r.seconds)
+    prefill = fit.index.get("prefill scores")
+    if prefill is not None:
+        for r in measured_index.prefill_score_rows(gpu):
+            pairs, longest = prefill_row_work(prefill, r.batch, r.queries, r.prefix)
+            pred = prefill.seconds(pairs, longest, 2.0 * PREFILL_HEADS * SCORE_DIM, g.flops("fp8"), g.sm_count)
+            shape = f"batch={r.batch} isl={r.queries} step={r.prefix}"
+            yield CheckRow(gpu, "index prefill scores", shape, pred, r.seconds)
 
 
 def _experts_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:

@@ -20,7 +20,8 @@ with 4 to 64 value heads and of 1 and 8 prompts of 512 to 16,384 tokens with 8 a
 Attention's of 1 to 512 decode requests with 12 to 96 heads and of 1 and 8 prompts of 512 to 16,384 tokens
 with 12 and 48; the hyper-connection kernels; a lightning indexer's decode scores of 1 to 512 requests of
 256 to 1,048,575 cached tokens and its top-k of 1 to 512 rows of 600 to 262,144 entries (top 512, V4's
-kernel) and of 4,096 to 262,144 (top 2,048, DSA's); and the MLA module's fixed time itself.
+kernel) and of 4,096 to 262,144 (top 2,048, DSA's); its prefill scores of 1 to 64 prompts of 512 to 16,384
+tokens after 0 to 65,536 cached; and the MLA module's fixed time itself.
 
 ``FIT_TOLERANCE`` (0.5%) is about 7 times the largest cross-processor spread seen (0.07% on one
 parameter) and well under what any figure the project prints shows (its errors are quoted to 0.1 points
@@ -36,7 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from demos.fits.index import index_row_work
+from demos.fits.index import PREFILL_HEADS, SCORE_DIM, index_row_work, prefill_row_work
 from demos.fits.linear import gdn_row_work
 from demos.fits.rooflines import experts_seconds, mla_row_work
 from demos.zoo.hardware import get_gpu, ll_bytes
@@ -66,6 +67,7 @@ _KDA = {  # batch, tokens per request, heads (as many key heads as value heads, 
 }
 _MHC = ((1, 16, 256, 4096, 65536), (4096, 7168))  # tokens, hidden (a stream of 4 rows)
 _INDEX_SCORES = ((1, 8, 64, 512), (256, 4096, 65536, 1048575))  # requests, cached tokens
+_INDEX_PREFILL = ((1, 8, 64), (512, 4096, 16384), (0, 65536))  # requests, prompt tokens, cached tokens
 _INDEX_TOPK = {  # rows; entries; the top-k
     "csa": ((1, 8, 128, 512), (600, 1024, 4096, 16384, 65536, 262144), 512),
     "dsa": ((1, 8, 128, 512), (4096, 32768, 262144), 2048),
@@ -140,6 +142,12 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
                 flops, nbytes = index_row_work(batch, context)
                 t = curve.seconds(flops, nbytes, g.flops("fp8"), g.hbm_bandwidth)
                 add("index scores", [f"{name} batch={a} context={b}" for a, b in pts], t)
+                continue
+            if key == "prefill scores":
+                (batch, queries, prefix), pts = _grid(*_INDEX_PREFILL)
+                pairs, longest = prefill_row_work(curve, batch, queries, prefix)
+                t = curve.seconds(pairs, longest, 2.0 * PREFILL_HEADS * SCORE_DIM, g.flops("fp8"), g.sm_count)
+                add("index prefill scores", [f"{name} batch={a} isl={b} step={c}" for a, b, c in pts], t)
                 continue
             kernel, _, scores = key.split()
             rows, entries, topk = _INDEX_TOPK[kernel]

@@ -9,6 +9,9 @@ kernel-level tables (``demos.zoo.measured_index``): ``fit_index`` gives every ``
   entries exceed the top-k (the others are 0, which the curve gives by rule): "csa" (DeepSeek-V4's
   ``topk_transform_v2``) with its second path past ``CSA_SMALL_MAX`` entries and, at flat scores, the tie
   ranking (every entry tied); "dsa" (``fast_topk_transform_fused``) one path, a time per entry.
+* "prefill scores": DeepGEMM's ``fp8_mqa_logits`` rows (GLM-5's prefill indexer, ``PREFILL_HEADS`` heads of
+  ``SCORE_DIM``), a ``MqaLogitsCurve`` over the FP8 peak (``fit_prefill_scores``): each row's padded causal
+  pairs and its longest query row (``prefill_row_work``).
 
 Each row's top-k is its model's (``INDEX_MODELS``: the presets' ``index_topk``), its entries
 ``demos.zoo.work.index_entries`` of its context (compressed by 4 for V4, every token for DSA).
@@ -24,17 +27,20 @@ import numpy as np
 from demos.fits.solver import ATTENTION_STARTS, attention_curve, fit_log, rounded
 from demos.zoo.attention_module import V4_MODELS
 from demos.zoo.hardware import GpuSpec
-from demos.zoo.rooflines import INDEX_SCORES, AttentionCurve, TopkCurve
+from demos.zoo.rooflines import INDEX_SCORES, AttentionCurve, MqaLogitsCurve, TopkCurve
 from demos.zoo.work import index_entries, index_score_work
 
 __all__ = [
     "CSA_SMALL_MAX",
     "INDEX_MODELS",
+    "PREFILL_HEADS",
     "SCORE_HEADS",
     "fit_index",
+    "fit_prefill_scores",
     "fit_scores",
     "fit_topk",
     "index_row_work",
+    "prefill_row_work",
     "row_topk",
     "topk_ratio",
 ]
@@ -45,6 +51,9 @@ CSA_SMALL_MAX = 16384
 
 SCORE_HEADS, SCORE_DIM, SCORE_KEY_BYTES = 64, 128, 132
 """The scores table's indexer: DeepSeek-V4-Flash's 64 heads of 128, FP8 keys with a 4-byte scale."""
+
+PREFILL_HEADS = 32
+"""The prefill scores table's indexer: GLM-5's 32 heads (of ``SCORE_DIM``; the preset's ``index_heads``)."""
 
 INDEX_MODELS = {**V4_MODELS, "zai-org/GLM-5": "glm-5", "nvidia/GLM-5.2-NVFP4": "glm-5"}
 """The top-k tables' models -> the preset whose ``index_topk`` a row selects (the V4 module tables' models;
@@ -90,6 +99,38 @@ def fit_scores(rows_by_gpu: Sequence[tuple[GpuSpec, list]]) -> AttentionCurve:
     return rounded(attention_curve(fit_log(residuals, ATTENTION_STARTS)))
 
 
+def prefill_row_work(curve: MqaLogitsCurve, batch, queries, prefix):
+    """(padded pairs, longest row's keys) of a prefill scores row (arrays or numbers): ``batch`` requests of
+    ``queries`` prompt tokens after ``prefix`` cached ones, on ``curve``'s key tile (``MqaLogitsCurve.pairs``)."""
+    return batch * curve.pairs(queries, prefix), prefix + queries
+
+
+def _mqa_curve(u: np.ndarray) -> MqaLogitsCurve:
+    """The ``MqaLogitsCurve`` of log parameters ``u`` (shares of the peak at most 1)."""
+    e = np.exp(u)
+    return MqaLogitsCurve(e[0], min(1.0, e[1]), e[2], min(1.0, e[3]))
+
+
+def fit_prefill_scores(rows_by_gpu: Sequence[tuple[GpuSpec, list]]) -> MqaLogitsCurve:
+    """The "prefill scores" curve fitted to ``[(gpu, rows)]`` (``demos.zoo.measured_index.PrefillScoreRow``)."""
+    rows = [(g, r) for g, rs in rows_by_gpu for r in rs]
+    if len(rows) < 8:
+        raise ValueError(f"need at least 8 prefill index score rows to fit 4 parameters, got {len(rows)}")
+    batch, queries, prefix, peak, sms, t = (
+        np.array(c, dtype=float)
+        for c in zip(*((r.batch, r.queries, r.prefix, g.flops("fp8"), g.sm_count, r.seconds) for g, r in rows))
+    )
+    per_pair = 2.0 * PREFILL_HEADS * SCORE_DIM
+    logt = np.log(t)
+
+    def residuals(u: np.ndarray) -> np.ndarray:
+        c = _mqa_curve(u)
+        pairs, longest = prefill_row_work(c, batch, queries, prefix)
+        return np.log(c.seconds(pairs, longest, per_pair, peak, sms)) - logt
+
+    return rounded(_mqa_curve(fit_log(residuals, ((4e-6, 0.5, 256.0, 0.3), (3e-6, 0.3, 128.0, 0.1)))))
+
+
 def _topk_curve(u: np.ndarray, kernel: str, scores: str) -> TopkCurve:
     """The ``TopkCurve`` of log parameters ``u``: latency and per entry; the tie ranking at flat scores and
     the second path of the "csa" kernel."""
@@ -126,10 +167,16 @@ def fit_topk(rows_by_gpu: Sequence[tuple[GpuSpec, list]], kernel: str, scores: s
     return replace(rounded(curve), small_max=curve.small_max)  # the kernel's constant, not a figure to round
 
 
-def fit_index(score_rows: Sequence[tuple[GpuSpec, list]], topk_rows: Sequence[tuple[GpuSpec, list]]) -> dict:
-    """Every ``INDEX_CURVES`` curve: "scores" from ``score_rows``, each top-k from ``topk_rows``."""
+def fit_index(
+    score_rows: Sequence[tuple[GpuSpec, list]],
+    topk_rows: Sequence[tuple[GpuSpec, list]],
+    prefill_rows: Sequence[tuple[GpuSpec, list]],
+) -> dict:
+    """Every ``INDEX_CURVES`` curve: "scores" from ``score_rows``, each top-k from ``topk_rows``, "prefill
+    scores" from ``prefill_rows``."""
     out: dict = {"scores": fit_scores(score_rows)}
     for kernel in ("csa", "dsa"):
         for scores in INDEX_SCORES:
             out[f"{kernel} topk {scores}"] = fit_topk(topk_rows, kernel, scores)
+    out["prefill scores"] = fit_prefill_scores(prefill_rows)
     return out

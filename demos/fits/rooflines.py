@@ -25,9 +25,9 @@ which take the rows as numpy arrays. Fitted:
   same way to its rows (``kda_perf``; ``demos.zoo.measured.kda_rows``);
 * ``fit_mhc`` (``demos.fits.mhc``): a wide residual's ``AttentionCurve`` per kernel (``MHC_SITES``: DeepSeek-V4's
   hyper-connection pre and post) to SGLang's kernel rows, each row's work by ``demos.zoo.work.mhc_work``;
-* ``fit_index`` (``demos.fits.index``): a lightning indexer's decode kernels (``FamilyFit.index``): its
-  scores' ``AttentionCurve`` and a ``TopkCurve`` per top-k kernel and score distribution, to SGLang's
-  kernel-level tables (``demos.zoo.measured_index``);
+* ``fit_index`` (``demos.fits.index``): a lightning indexer's kernels (``FamilyFit.index``): its decode
+  scores' ``AttentionCurve``, a ``TopkCurve`` per top-k kernel and score distribution, and its prefill
+  scores' ``MqaLogitsCurve``, to SGLang's kernel-level tables (``demos.zoo.measured_index``);
 * ``fit_experts``: the routed experts' ``GroupedCurve`` (their grouped GEMMs' share of bandwidth and the
   op's fixed time) to the uniform MoE rows, the FP8 GEMM curve held (``experts_seconds``);
 * ``fit_ll_sm``: a ``LinearCost`` per DeepEP low-latency kernel to the single-node rows (a weighted
@@ -254,6 +254,7 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     index = fit_index(
         [(spec, measured_index.index_score_rows(g)) for spec, g in specs],
         [(spec, measured_index.index_topk_rows(g)) for spec, g in specs],
+        [(spec, measured_index.prefill_score_rows(g)) for spec, g in specs],
     )
     ll = [r for g in names for r in measured.alltoall_rows(g) if r.gpus <= get_gpu(g).gpus_per_node]
     ll_sm = {kernel: fit_ll_sm(ll, kernel) for kernel in ("dispatch", "combine")}

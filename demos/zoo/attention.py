@@ -187,9 +187,11 @@ class SparseMLA(MLA):
     def index_costs(self, w: Workload, a: SparseMLAAttention, t: int, fold: Folder) -> Work:
         """The indexer of a ubatch of ``t`` tokens: its query projection from the query latent, its key and
         per-head weight projections from the hidden state, the key's norm, RoPE and FP8 cache write, the
-        scores of every query against every cached key it may read (decode: the whole context; prefill:
-        its causal prefix), timed as an FP8 grouped GEMM of (keys, heads, head dim) on the family's FP8
-        curve (an extrapolation, docs/models.md), and the top-k over the scores (a memory pass). The
+        scores of every query against every cached key it may read (decode: the whole context, timed as an
+        FP8 grouped GEMM of (keys, heads, head dim) on the family's FP8 curve, an extrapolation; prefill: its
+        causal prefix, on the family's fitted curve of DeepGEMM's ``fp8_mqa_logits``,
+        ``KernelTimes.index_prefill_scores_seconds``, where the family has one; docs/models.md), and the
+        top-k over the scores (a memory pass). The
         indexer is not split by attention TP (assumed replicated, as ``demos.zoo.memory`` counts it)."""
         H, store = w.spec.hidden_size, w.spec.precision.weights
         ih, d = a.index_heads, a.index_head_dim
@@ -201,7 +203,10 @@ class SparseMLA(MLA):
             pairs = causal_pairs(t, w.context)
             keys, rows = float(t), min(t, w.context)
         flops, nbytes = index_score_work(t, keys, pairs, ih, d, key_bytes=key_bytes)
-        scores = Work(flops=flops, bytes=nbytes, dtype="fp8", shape=(max(1, round(rows)), ih, d))
+        if w.phase != Phase.DECODE and fold.kernels.has_prefill_index:
+            scores = Work(seconds=fold.kernels.index_prefill_scores_seconds(t, w.context, ih, d), bytes=nbytes)
+        else:
+            scores = Work(flops=flops, bytes=nbytes, dtype="fp8", shape=(max(1, round(rows)), ih, d))
         select = Work(bytes=4.0 * pairs + 4.0 * t * min(a.index_topk, w.context))
         return fold.named("attn_index")(
             gemm(t, ih * d, a.q_lora_rank, store),

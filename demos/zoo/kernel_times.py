@@ -154,6 +154,24 @@ class KernelTimes:
         curve = self.fit.index["scores"]
         return curve.seconds(flops, nbytes, self.profile.flops_rate("fp8"), self.gpu.hbm_bandwidth) - curve.latency
 
+    @property
+    def has_prefill_index(self) -> bool:
+        """Whether the family has a prefill indexer's scores curve (``FamilyFit.index["prefill scores"]``; a
+        file written before it was fitted has none, and the prefill indexer is timed as an FP8 GEMM)."""
+        return "prefill scores" in self.fit.index
+
+    def index_prefill_scores_seconds(self, tokens: float, context: float, heads: int, head_dim: int) -> float:
+        """Seconds of a prefill indexer's scores (DeepGEMM's ``fp8_mqa_logits``) of ``tokens`` prompt tokens in
+        requests of ``context`` tokens (causal within each, the last request the remainder; no cached prefix)
+        with ``heads`` heads of ``head_dim``, on the family's fitted curve at the GPU's FP8 rate, its fixed
+        time left to the kernel floor."""
+        curve = self.fit.index["prefill scores"]
+        full, rest = divmod(float(tokens), float(context))
+        pairs = full * curve.pairs(float(context), 0.0) + (curve.pairs(rest, 0.0) if rest else 0.0)
+        longest = float(context) if full else rest
+        peak = self.profile.flops_rate("fp8")
+        return curve.seconds(pairs, longest, 2.0 * heads * head_dim, peak, self.gpu.sm_count) - curve.latency
+
     def index_topk_seconds(self, kernel: str, rows: float, entries: float, topk: int) -> float:
         """Seconds of ``kernel``'s ("csa": DeepSeek-V4's, "dsa": DeepSeek-V3.2's and GLM-5's) top-``topk`` of
         ``rows`` rows of ``entries`` scores on the family's fitted curve at this source's score distribution

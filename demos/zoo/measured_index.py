@@ -14,6 +14,12 @@ collection beside its whole DeepSeek-V4 and DSA decode modules.
   V4 decode runs v2 (the module tables' step up at ``index_topk`` entries and down past 16,384 is v2's),
   and v2 is measured at one query per request only, so the table's ``isl`` > 1 rows are v1's.
 
+* ``prefill_score_rows(gpu)``: DeepGEMM's ``fp8_mqa_logits`` (``glm5_mqa_logits_module_perf``, GLM-5's
+  prefill indexer: 32 heads of 128, FP8 keys; the table's ``num_heads``, 64, is GLM-5's attention heads, a
+  column every table of the collection carries), the rows of more than one query per request (``isl`` > 1:
+  prefill): ``batch`` requests of ``queries`` prompt tokens (``isl``) after ``prefix`` cached ones
+  (``step``), ragged and causal (a query at position ``i`` scores ``prefix + i`` keys).
+
 A row's time is 0 where the entries are at most the top-k (the harness skips the kernel: every entry is
 picked). A kernel source or score mode the readers do not know is an error (the upstream layout changed).
 """
@@ -25,12 +31,22 @@ from typing import NamedTuple
 
 from demos.zoo.measured import MeasuredTablesError, package_version, table_path
 
-__all__ = ["INDEX_TABLES", "IndexScoreRow", "TopkRow", "index_score_rows", "index_topk_rows", "index_tables"]
+__all__ = [
+    "INDEX_TABLES",
+    "IndexScoreRow",
+    "PrefillScoreRow",
+    "TopkRow",
+    "index_score_rows",
+    "index_tables",
+    "index_topk_rows",
+    "prefill_score_rows",
+]
 
 INDEX_TABLES = {
     "index_scores": ("sparse_attention", "sglang", "0.5.14", "dsv4_paged_mqa_logits_module_perf"),
     "csa_topk": ("sparse_attention", "sglang", "0.5.14", "dsv4_csa_topk_calib_perf"),
     "dsa_topk": ("sparse_attention", "sglang", "0.5.14", "glm5_topk_module_perf"),
+    "prefill_scores": ("sparse_attention", "sglang", "0.5.14", "glm5_mqa_logits_module_perf"),
 }
 """Table -> (family, framework, version, file stem), as ``demos.zoo.measured.TABLES``."""
 
@@ -51,6 +67,16 @@ class IndexScoreRow(NamedTuple):
     batch: int
     heads: int
     context: int
+    seconds: float
+
+
+class PrefillScoreRow(NamedTuple):
+    """The prefill indexer's scores of ``batch`` requests of ``queries`` prompt tokens after ``prefix``."""
+
+    model: str
+    batch: int
+    queries: int
+    prefix: int
     seconds: float
 
 
@@ -89,6 +115,20 @@ def index_score_rows(gpu: str) -> list[IndexScoreRow]:
     d = _decode(gpu, "index_scores")
     cols = zip(d.model.tolist(), d.batch_size.tolist(), d.num_heads.tolist(), d.step.tolist(), d.latency.tolist())
     return [IndexScoreRow(m, b, h, s, ms * 1e-3) for m, b, h, s, ms in cols]
+
+
+def prefill_score_rows(gpu: str) -> list[PrefillScoreRow]:
+    """``gpu``'s prefill rows of DeepGEMM's ragged indexer scores (module docstring), latency in seconds."""
+    package_version()
+    d = _frame(gpu, "prefill_scores")
+    unknown = set(d.kernel_source.unique()) - {"deep_gemm.fp8_mqa_logits"}
+    if unknown:
+        raise MeasuredTablesError(
+            f"{INDEX_TABLES['prefill_scores'][3]} on {gpu}: unknown kernel_source {sorted(unknown)}"
+        )
+    d = d[d.isl > 1]
+    cols = zip(d.model.tolist(), d.batch_size.tolist(), d.isl.tolist(), d.step.tolist(), d.latency.tolist())
+    return [PrefillScoreRow(m, b, q, s, ms * 1e-3) for m, b, q, s, ms in cols]
 
 
 def index_topk_rows(gpu: str) -> list[TopkRow]:

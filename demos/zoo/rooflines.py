@@ -59,15 +59,16 @@ once, and a number in gives the same float out as a plain ``math`` formula would
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import numpy as np
-
+from demos.zoo.elementwise import ceil_ as _ceil
+from demos.zoo.elementwise import max_ as _max
+from demos.zoo.elementwise import min_ as _min
 from demos.zoo.hardware import FAMILIES
+from demos.zoo.index_curves import INDEX_CURVES, INDEX_SCORES, TIE_CAP, MqaLogitsCurve, TopkCurve
 
 __all__ = [
     "FAMILIES",
@@ -91,6 +92,7 @@ __all__ = [
     "GemmShape",
     "GroupedCurve",
     "LinearCost",
+    "MqaLogitsCurve",
     "TopkCurve",
     "family_fit",
     "load_fits",
@@ -118,41 +120,8 @@ fitted kernels, "<kernel> <phase>"."""
 MHC_SITES = ("pre", "post")
 """The keys of ``FamilyFit.mhc``: a wide residual's two kernels around every sub-layer."""
 
-INDEX_SCORES = ("top_last", "flat")
-"""The score distributions the top-k tables were measured at (their ``score_mode``): "top_last", distinct
-scores (the top ones last), what a served model's indexer gives and what the predictor charges; "flat",
-every score equal, what a harness of dummy weights gives (the whole decode modules were measured so:
-``demos.zoo.attention_module``), where SGLang's V4 kernel ranks a bin of ties one by one."""
-
-INDEX_CURVES = ("scores", *(f"{k} topk {s}" for k in ("csa", "dsa") for s in INDEX_SCORES))
-"""The keys of ``FamilyFit.index``: the scores, and the top-k of each kernel ("csa": DeepSeek-V4's, "dsa":
-DeepSeek-V3.2's and GLM-5's) at each score distribution."""
-
-TIE_CAP = 1024
-"""The most tied scores the V4 top-k ranks (its tie buffer: one per thread of its 1,024-thread block)."""
-
 FIT_GPUS = {"hopper": ("h100", "h200"), "blackwell": ("b200", "gb200")}
 """The GPUs whose measured tables each family's curves are fitted to (every GPU with tables)."""
-
-
-def _ceil(x):
-    """``ceil`` of a number (an int, as ``math.ceil``) or of a numpy array (elementwise)."""
-    return np.ceil(x) if isinstance(x, np.ndarray) else math.ceil(x)
-
-
-def _min(a, b):
-    """The smaller of two numbers, or their elementwise minimum when either is a numpy array."""
-    return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
-
-
-def _where(cond, a, b):
-    """``a`` where ``cond`` holds, else ``b``: elementwise when ``cond`` is a numpy array."""
-    return np.where(cond, a, b) if isinstance(cond, np.ndarray) else (a if cond else b)
-
-
-def _max(a, b):
-    """The larger of two numbers, or their elementwise maximum when either is a numpy array."""
-    return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
 
 
 @dataclass(frozen=True)
@@ -246,33 +215,6 @@ class ChunkedCurve:
 
 
 @dataclass(frozen=True)
-class TopkCurve:
-    """A top-k selection kernel's time (module docstring): ``latency`` the fixed time of the kernel as a
-    harness times it alone; per wave of rows ``per_entry`` seconds per entry and ``per_tie`` per squared tie;
-    beyond ``small_max`` entries a row (0: no other path) ``large_fixed`` more and ``large_per_entry`` per
-    entry instead."""
-
-    latency: float
-    per_entry: float
-    per_tie: float = 0.0
-    small_max: float = 0.0
-    large_fixed: float = 0.0
-    large_per_entry: float = 0.0
-
-    def seconds(self, rows, entries, topk, sms: int, ties=0.0):
-        """Seconds of the top-``topk`` of ``rows`` rows of ``entries`` scores each on a GPU of ``sms`` SMs,
-        ``ties`` of them equal (at most ``TIE_CAP`` count); 0 where ``entries <= topk``."""
-        waves = _ceil(rows / sms)
-        tied = _min(ties, TIE_CAP)
-        t = self.latency + waves * (self.per_entry * entries + self.per_tie * tied * tied)
-        if self.small_max:
-            t = _where(
-                entries <= self.small_max, t, self.latency + self.large_fixed + waves * self.large_per_entry * entries
-            )
-        return _where(entries <= topk, 0.0, t)
-
-
-@dataclass(frozen=True)
 class LinearCost:
     """``fixed + per_byte x bytes + per_peer x peers`` seconds (module docstring)."""
 
@@ -360,7 +302,8 @@ class FamilyFit:
             kda=_linear_curves(d.get("kda")),
             mhc={k: AttentionCurve(**v) for k, v in (d.get("mhc") or {}).items()},
             index={
-                k: (TopkCurve if "per_entry" in v else AttentionCurve)(**v) for k, v in (d.get("index") or {}).items()
+                k: (TopkCurve if "per_entry" in v else MqaLogitsCurve if "min_keys" in v else AttentionCurve)(**v)
+                for k, v in (d.get("index") or {}).items()
             },
         )
 

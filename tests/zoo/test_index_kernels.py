@@ -1,7 +1,8 @@
 """A lightning indexer's decode kernels (``FamilyFit.index``, docs/kernels.md): DeepGEMM's paged scores and
 the two top-k kernels, fitted per GPU family to SGLang's kernel-level tables (``demos.zoo.measured_index``),
 timed by ``KernelTimes.index_scores_seconds`` / ``index_topk_seconds``, charged by DeepSeek-V4's CSA
-``attn_index`` in decode, and checked by ``validate kernels``' index ops.
+``attn_index`` in decode, and checked by ``validate kernels``' index ops; and its prefill scores (DeepGEMM's
+``fp8_mqa_logits``, ``MqaLogitsCurve``), charged by the DSA models' prefill ``attn_index``.
 
 Tests marked ``measured`` read the real tables (CI installs the extra) and are skipped without it."""
 
@@ -16,7 +17,16 @@ import pytest
 
 from demos.fidelity.kernels import OPS, kernel_rows, summaries
 from demos.fits.compare import FIT_TOLERANCE, compare_fits
-from demos.fits.index import CSA_SMALL_MAX, fit_topk, row_topk, topk_ratio
+from demos.fits.index import (
+    CSA_SMALL_MAX,
+    PREFILL_HEADS,
+    SCORE_DIM,
+    fit_prefill_scores,
+    fit_topk,
+    prefill_row_work,
+    row_topk,
+    topk_ratio,
+)
 from demos.vocabulary import Phase
 from demos.zoo import measured, measured_index
 from demos.zoo.attention import layer_attention
@@ -24,10 +34,19 @@ from demos.zoo.attention_module import HARNESS_SCORES, v4_composed_seconds, v4_r
 from demos.zoo.fold import Folder
 from demos.zoo.hardware import get_gpu
 from demos.zoo.kernel_times import SERVED_SCORES, KernelTimes
-from demos.zoo.measured_index import TopkRow
+from demos.zoo.measured_index import PrefillScoreRow, TopkRow
 from demos.zoo.models import get_preset
 from demos.zoo.profile import gpu_profile
-from demos.zoo.rooflines import FIT_GPUS, FITS, INDEX_CURVES, TIE_CAP, AttentionCurve, FamilyFit, TopkCurve
+from demos.zoo.rooflines import (
+    FIT_GPUS,
+    FITS,
+    INDEX_CURVES,
+    TIE_CAP,
+    AttentionCurve,
+    FamilyFit,
+    MqaLogitsCurve,
+    TopkCurve,
+)
 from demos.zoo.work import index_entries
 from demos.zoo.workload import Workload, cluster_for
 
@@ -50,12 +69,14 @@ def test_every_family_stores_the_scores_and_four_top_k_curves(family):
     fit = FITS[family]
     assert tuple(fit.index) == INDEX_CURVES
     assert type(fit.index["scores"]) is AttentionCurve
-    for key in INDEX_CURVES[1:]:
+    assert type(fit.index["prefill scores"]) is MqaLogitsCurve
+    for key in INDEX_CURVES[1:-1]:
         curve = fit.index[key]
         assert type(curve) is TopkCurve and curve.latency > 0 and curve.per_entry > 0
         assert (curve.per_tie > 0) == (key == "csa topk flat")  # only V4's kernel ranks ties one by one
         assert curve.small_max == (CSA_SMALL_MAX if key.startswith("csa") else 0)
     assert "dsv4_csa_topk_calib_perf (sglang 0.5.14)" in fit.source and "glm5_topk_module_perf" in fit.source
+    assert "glm5_mqa_logits_module_perf (sglang 0.5.14)" in fit.source
 
 
 @pytest.mark.parametrize("gpu", ["h200", "b200"])
@@ -226,3 +247,80 @@ def test_a_decode_phase_and_no_other_takes_the_fitted_curves():
     with_fit = kind.index_costs(w, a, 4096, Folder(profile, KernelTimes(g, profile))).seconds
     bare = KernelTimes(g, profile, dataclasses.replace(FITS["hopper"], index={}))
     assert with_fit == kind.index_costs(w, a, 4096, Folder(profile, bare)).seconds  # prefill: as before
+
+
+# ---- the prefill scores (DeepGEMM's fp8_mqa_logits) ----
+
+
+@pytest.mark.parametrize("family", sorted(FITS))
+def test_the_prefill_curve_pads_short_rows_and_counts_the_causal_pairs_exactly(family):
+    curve = FITS[family].index["prefill scores"]
+    assert curve.latency > 0 and 0 < curve.ceiling <= 1 and 0 < curve.row_share <= 1 and curve.min_keys > 1
+    whole = dataclasses.replace(curve, min_keys=float(round(curve.min_keys)))  # exact at a whole tile
+    k = whole.min_keys
+    for queries, prefix in ((0, 0), (1, 0), (5, 0), (300, 0), (4096, 0), (700, 1000), (16, 202736)):
+        by_hand = sum(max(prefix + i, k) for i in range(1, queries + 1))
+        assert whole.pairs(queries, prefix) == pytest.approx(by_hand, rel=1e-12, abs=1e-9), (queries, prefix)
+        assert curve.pairs(queries, prefix) == pytest.approx(by_hand, rel=2e-3, abs=1.0)  # a fractional tile
+    assert curve.pairs(0, 0) == 0
+    g = get_gpu("h200" if family == "hopper" else "b200")
+    per_pair, peak = 2.0 * PREFILL_HEADS * SCORE_DIM, g.flops("fp8")
+    assert curve.seconds(0.0, 0.0, per_pair, peak, g.sm_count) == curve.latency  # nothing to score: its fixed time
+    one, four = (prefill_row_work(curve, b, 4096, 0) for b in (1, 4))
+    t1, t4 = (curve.seconds(*w, per_pair, peak, g.sm_count) for w in (one, four))
+    assert t4 - curve.latency == pytest.approx(4 * (t1 - curve.latency))  # many rows: the whole GPU's share
+
+
+def test_fit_prefill_scores_recovers_a_known_curve_from_its_own_rows():
+    true = MqaLogitsCurve(latency=4e-6, ceiling=0.42, min_keys=300.0, row_share=0.12)
+    g = get_gpu("h100")
+    rows = []
+    for b in (1, 4, 64):
+        for q in (16, 512, 4096):
+            for p in (0, 8192, 131072):
+                pairs, longest = prefill_row_work(true, b, q, p)
+                t = true.seconds(pairs, longest, 2.0 * PREFILL_HEADS * SCORE_DIM, g.flops("fp8"), g.sm_count)
+                rows.append(PrefillScoreRow("zai-org/GLM-5", b, q, p, t))
+    got = fit_prefill_scores([(g, rows)])
+    for f in dataclasses.fields(true):
+        assert getattr(got, f.name) == pytest.approx(getattr(true, f.name), rel=0.01), f.name
+
+
+@needs_extra
+@pytest.mark.measured
+@pytest.mark.parametrize("gpu", sorted(measured.SYSTEMS))
+def test_the_prefill_curve_reproduces_its_component_rows(gpu):
+    """Fitted GPUs within 8% median |error| and 5% signed median (stored: 6.0% to 6.7%, -1.5% to +1.1%);
+    held-out B300 and GB300 within 12% and 10% (stored: 8.3% to 10.2%, +4.8% to +7.6%)."""
+    rows = kernel_rows(gpu, ops=("index prefill scores",))
+    (s,) = summaries(rows)
+    assert s["rows"] > 2500
+    fitted = gpu in {g for gs in FIT_GPUS.values() for g in gs}
+    assert s["median_abs_error"] <= (0.08 if fitted else 0.12)
+    assert abs(s["median_error"]) <= (0.05 if fitted else 0.10), s["median_error"]
+
+
+@pytest.mark.parametrize("model", ["glm-5", "deepseek-v3.2"])
+def test_a_dsa_prefill_indexer_takes_the_prefill_curve_and_its_decode_keeps_the_fp8_gemm(model):
+    spec = get_preset(model)
+    a = spec.attention
+    g = get_gpu("h200")
+    profile = gpu_profile(g)
+    kind, a = layer_attention(a, 0)
+    fitted = KernelTimes(g, profile)
+    bare = KernelTimes(g, profile, dataclasses.replace(FITS["hopper"], index={}))
+    cluster = cluster_for("h200", 1, 8, 8)
+    pre = Workload(spec, cluster, phase=Phase.PREFILL, tokens=16384, context=4096, ubatches=1)
+    dec = Workload(spec, cluster, phase=Phase.DECODE, tokens=64, context=8192, ubatches=1)
+    assert (
+        kind.index_costs(dec, a, 64, Folder(profile, fitted)).seconds
+        == kind.index_costs(dec, a, 64, Folder(profile, bare)).seconds
+    )
+    with_fit = kind.index_costs(pre, a, 16384, Folder(profile, fitted)).seconds
+    without = kind.index_costs(pre, a, 16384, Folder(profile, bare)).seconds
+    scores = fitted.index_prefill_scores_seconds(16384, 4096, a.index_heads, a.index_head_dim)
+    curve = FITS["hopper"].index["prefill scores"]
+    pairs = 4 * curve.pairs(4096, 0)
+    per_pair = 2.0 * a.index_heads * a.index_head_dim
+    assert scores == pytest.approx(pairs * per_pair / (profile.flops_rate("fp8") * curve.ceiling))
+    assert 0 < with_fit < without  # the thin FP8 GEMM charged the scores several times the kernel's time
