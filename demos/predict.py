@@ -148,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gpus_per_node=ns.gpus_per_node,
             ep=ns.ep,
             attention_tp=ns.attention_tp,
+            moe_tp=ns.moe_tp,
             kernels=ns.kernels,
             phase=ns.phase,
             context=ns.context,

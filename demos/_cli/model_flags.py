@@ -1,7 +1,7 @@
 """The model, GPU and cluster flags that ``demos.overlap --model`` and ``demos.predict`` share.
 
 ``add_model_flags(parser)`` adds ``--model --weights --kv-cache-dtype --gpu --nodes --gpus-per-node --ep
---attention-tp --kernels --phase --context --imbalance --comm-sms --schedule --shrink``; ``workload_of(ns,
+--attention-tp --moe-tp --kernels --phase --context --imbalance --comm-sms --schedule --shrink``; ``workload_of(ns,
 tokens=, ubatches=)`` builds the ``Workload`` from the parsed flags (``demos.zoo.loading.workload_for``, with
 ``--model`` loaded by ``load_model``). A ``ConfigError`` names its fields as the flags' names with
 underscores; ``flag_of`` spells them as flags. This module is the command line's (the commands layer,
@@ -100,6 +100,15 @@ def add_model_flags(parser: argparse.ArgumentParser, *, model_default: str | Non
         "--enable-expert-parallel; docs/clusters.md). Default 1: data-parallel attention",
     )
     a(
+        "--moe-tp",
+        type=int,
+        default=1,
+        metavar="N",
+        help="MoE tensor parallelism: every routed expert on every GPU at 1/N of its width, over one attention TP "
+        "group that is the whole EP group (N = --attention-tp = --ep; the engines' TP MoE: vLLM without "
+        "--enable-expert-parallel, SGLang without --ep-size). Default 1: the experts sharded by EP",
+    )
+    a(
         "--kernels",
         choices=KERNEL_SOURCES,
         default="roofline",
@@ -171,6 +180,7 @@ def workload_of(ns: argparse.Namespace, *, tokens: int, ubatches: int, spec: Mod
         tokens=tokens,
         ubatches=ubatches,
         attention_tp=ns.attention_tp,
+        moe_tp=getattr(ns, "moe_tp", 1),
         weights=getattr(ns, "weights", None),
         kv_cache_dtype=getattr(ns, "kv_cache_dtype", None),
     )

@@ -54,6 +54,7 @@ def predict(
     gpus_per_node: int | None = None,
     ep: int | None = None,
     attention_tp: int = 1,
+    moe_tp: int = 1,
     phase: str = Phase.DECODE,
     context: int = 2048,
     imbalance: float | str = "auto",
@@ -81,7 +82,10 @@ def predict(
     GPU name (h100, h200, h800, h20, b200, gb200, b300, gb300) or a ``GpuSpec``; ``gpus_per_node`` and ``ep``: None
     for the GPU's node and every GPU. ``attention_tp``: GPUs of one NVLink domain that run attention
     together (tensor parallel, heads / attention_tp heads each) before each runs the MoE on its share of
-    their tokens; 1 (the default) is data-parallel attention (docs/clusters.md). ``tokens``: the tokens
+    their tokens; 1 (the default) is data-parallel attention (docs/clusters.md). ``moe_tp``: MoE tensor
+    parallelism, every routed expert on every GPU at ``1 / moe_tp`` of its width, over one attention TP group
+    that is the whole EP group (``moe_tp = attention_tp = ep``; the engines' TP MoE, no expert parallelism);
+    1 (the default) shards the experts by EP. ``tokens``: the tokens
     per GPU to sweep, what each GPU's attention sees (the whole group's batch under attention TP; None:
     the phase's default); ``ubatches`` and ``comm_sms``: one value or a list to sweep; ``mode``: "graph",
     "eager", "both" or None (graph for decode, eager for prefill); ``imbalance``: a number >= 1 or
@@ -109,6 +113,8 @@ def predict(
     if isinstance(model, str) and model == TOY:
         if isinstance(attention_tp, bool) or attention_tp != 1:
             raise ConfigError(f"{field_ref('attention_tp')} applies to real models, not to {field_ref('model')} toy")
+        if isinstance(moe_tp, bool) or moe_tp != 1:
+            raise ConfigError(f"{field_ref('moe_tp')} applies to real models, not to {field_ref('model')} toy")
         for name, value, unset in (
             ("kernels", kernels, KernelSource.ROOFLINE),
             ("weights", weights, None),
@@ -162,6 +168,7 @@ def predict(
         attention_tp=attention_tp,
         weights=weights,
         kv_cache_dtype=kv_cache_dtype,
+        moe_tp=moe_tp,
     )
     sweep = Sweep(base, toks, modes, ubs, sms, what_if_factors(what_if), kernels, overlap_names(overlap))
     _check_fits(sweep)
@@ -173,6 +180,7 @@ def predict(
         gpus_per_node=gpus_per_node,
         ep=ep,
         attention_tp=attention_tp,
+        moe_tp=moe_tp,
         imbalance=as_float(imbalance),
         weights=weights,
         kv_cache_dtype=kv_cache_dtype,
@@ -282,6 +290,7 @@ def _predict_sweep(
     return Prediction(
         title=f"{w.spec.name} {w.phase} on {c.nodes} x {c.gpus_per_node} {w.gpu.name}, EP {c.ep}"
         + (f", attention TP {w.attention_tp}" if w.attention_tp > 1 else "")
+        + (f", MoE TP {w.moe_tp}" if w.moe_tp > 1 else "")
         + f", context {w.context}, imbalance {w.imbalance}"
         + (f", what-if {what}" if what else "")
         + f"; weights {pr.weights}, experts {pr.experts}, KV cache {pr.kv_cache}",
@@ -294,6 +303,7 @@ def _predict_sweep(
             gpus_per_node=c.gpus_per_node,
             ep=c.ep,
             attention_tp=w.attention_tp,
+            moe_tp=w.moe_tp,
             context=w.context,
             imbalance=w.imbalance,
             what_if=dict(sweep.what_if),

@@ -97,7 +97,7 @@ the same, byte for byte."""
 @dataclass(frozen=True)
 class ClusterSetup:
     """What a real model's prediction was asked and assumed: the cluster (``gpu``, ``nodes``,
-    ``gpus_per_node``, ``ep``, ``attention_tp``), ``context`` and ``imbalance``; ``what_if``: the factors
+    ``gpus_per_node``, ``ep``, ``attention_tp``, ``moe_tp``), ``context`` and ``imbalance``; ``what_if``: the factors
     applied; ``precision``: the dtype of each part (``weights``, ``experts``, ``dispatch``, ``combine``,
     ``kv_cache``; ``--weights``, ``--kv-cache-dtype``); ``kernels``: ``{"source": "roofline" or
     "measured", "fallbacks": {op: why}}``, each op the measured source timed on the roofline instead, and
@@ -111,6 +111,7 @@ class ClusterSetup:
     gpus_per_node: int
     ep: int
     attention_tp: int
+    moe_tp: int
     context: int
     imbalance: float | str
     what_if: dict[str, float]
@@ -168,7 +169,7 @@ class Prediction:
         if isinstance(self.setup, ToySetup):
             return {**head, "profile": self.setup.profile, "schedule": self.schedule, "phase": self.phase}
         c = self.setup
-        cluster = ("gpu", "nodes", "gpus_per_node", "ep", "attention_tp")
+        cluster = ("gpu", "nodes", "gpus_per_node", "ep", "attention_tp", "moe_tp")
         return {
             **head,
             **{k: getattr(c, k) for k in cluster},

@@ -51,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "gpus_per_node": None,
     "ep": None,
     "attention_tp": 1,
+    "moe_tp": 1,
     "imbalance": "auto",
     "weights": None,
     "kv_cache_dtype": None,

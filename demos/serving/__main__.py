@@ -75,6 +75,14 @@ def build_parser() -> cli_common.OneLineParser:
     a("--ep", type=int, default=None, help="expert-parallel degree (default: every GPU)")
     a("--attention-tp", type=int, default=1, metavar="N", help="attention tensor parallelism (default 1)")
     a(
+        "--moe-tp",
+        type=int,
+        default=1,
+        metavar="N",
+        help="MoE tensor parallelism over one attention TP group that is the EP group (N = --attention-tp = --ep; "
+        "default 1: the experts sharded by EP)",
+    )
+    a(
         "--imbalance",
         type=parse_imbalance,
         default="auto",
@@ -122,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gpus_per_node=ns.gpus_per_node,
             ep=ns.ep,
             attention_tp=ns.attention_tp,
+            moe_tp=ns.moe_tp,
             imbalance=ns.imbalance,
             weights=ns.weights,
             kv_cache_dtype=ns.kv_cache_dtype,

@@ -67,7 +67,8 @@ class ExpertBalance:
 class Deployment:
     """What the engine lines are written for (the package docstring): ``model_id`` (a Hugging Face repo id, or
     None for ``<MODEL>``), ``world`` GPUs on ``nodes`` nodes of ``gpus_per_node``, the experts over ``ep``
-    of them, attention tensor parallel over ``attention_tp``, the ``phase`` (decode or prefill), the
+    of them (or, ``moe_tp`` > 1, every expert on each of them at a slice of its width), attention tensor
+    parallel over ``attention_tp``, the ``phase`` (decode or prefill), the
     ``schedule`` (ll: DeepEP low-latency, ht: normal) and the ``engines``' releases. A bad field is a
     ``ValueError`` naming it."""
 
@@ -83,9 +84,10 @@ class Deployment:
     served: ServedModel = field(default_factory=ServedModel)
     limits: ServingLimits | None = None
     experts: ExpertBalance = field(default_factory=ExpertBalance)
+    moe_tp: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("world", "ep", "gpus_per_node", "nodes", "attention_tp"):
+        for name in ("world", "ep", "gpus_per_node", "nodes", "attention_tp", "moe_tp"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -95,6 +97,10 @@ class Deployment:
             )
         if self.world % self.ep or self.world % self.attention_tp:
             raise ValueError(f"ep ({self.ep}) and attention_tp ({self.attention_tp}) must divide the {self.world} GPUs")
+        if self.moe_tp > 1 and not self.moe_tp == self.attention_tp == self.ep:
+            raise ValueError(
+                f"moe_tp ({self.moe_tp}) is one attention TP group that is the EP group: attention_tp and ep"
+            )
         object.__setattr__(self, "phase", Phase.parse(self.phase, "phase"))
         object.__setattr__(self, "schedule", Schedule.parse(self.schedule, "schedule"))
         for name, kind in (("engines", Engines), ("served", ServedModel), ("experts", ExpertBalance)):
@@ -128,6 +134,7 @@ class Deployment:
             served=served or ServedModel(),
             limits=limits,
             experts=ExpertBalance(workload.redundant_experts, imbalance),
+            moe_tp=getattr(workload, "moe_tp", 1),
         )
 
 

@@ -56,17 +56,24 @@ def sglang_command(
     groups = world // tp
     line = f"python -m sglang.launch_server --model-path {model} --tp-size {world}" + flags
     if groups == 1:  # no all-to-all (docs/clusters.md, "Attention tensor parallelism": the replicated path)
-        notes.append(
-            f"{s}: one attention group of {gpus(tp)}: --ep-size {world} shards the experts over it and their "
-            "outputs are all-reduced, with no all-to-all (no --moe-a2a-backend, the path the prediction models)"
-        )
+        if d.moe_tp > 1:
+            notes.append(
+                f"{s}: one attention group of {gpus(tp)} without --ep-size: its MoE is tensor parallel, every GPU "
+                f"holding every routed expert at 1/{world} of its width, their outputs all-reduced (--moe-tp {world})"
+            )
+        else:
+            notes.append(
+                f"{s}: one attention group of {gpus(tp)}: --ep-size {world} shards the experts over it and their "
+                "outputs are all-reduced, with no all-to-all (no --moe-a2a-backend, the path the prediction models)"
+            )
         head = ""
         if overlap in (Overlap.DBO, Overlap.SBO):
             head = (
                 f"# {s} overlaps micro-batches only around DeepEP's all-to-all, which one attention group of "
                 "every GPU does not run; the line without overlap:\n"
             )
-        line += f" --ep-size {world}" + expert_flags(d, "sglang", s, notes) + memory_flags(d, "sglang", s, False, notes)
+        ep_flag = "" if d.moe_tp > 1 else f" --ep-size {world}"
+        line += ep_flag + expert_flags(d, "sglang", s, notes) + memory_flags(d, "sglang", s, False, notes)
         return head + line + _sglang_nodes(s, nodes, notes)
     line += f" --attn-dp-size {groups}"  # more than one attention group from here on
     notes.append(

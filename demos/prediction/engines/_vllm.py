@@ -52,7 +52,13 @@ def vllm_command(
     dp = ep // tp
     base = f"vllm serve {model} --tensor-parallel-size {tp} --data-parallel-size {dp} --enable-expert-parallel"
     sharded = f"{v}: with --enable-expert-parallel the experts are sharded over tensor x data parallel, {tp} x {dp}"
-    if dp > 1:
+    if d.moe_tp > 1:  # one TP group of every GPU: no expert parallelism, every expert tensor parallel
+        base = f"vllm serve {model} --tensor-parallel-size {tp} --data-parallel-size 1"
+        notes.append(
+            f"{v}: without --enable-expert-parallel its MoE is tensor parallel: every GPU holds every routed expert "
+            f"at 1/{tp} of its width, their outputs all-reduced (--moe-tp {tp})"
+        )
+    elif dp > 1:
         base += f" --all2all-backend {VLLM_DEEPEP_BACKENDS[schedule]}"
         kind = "low-latency" if schedule == Schedule.LL else "high-throughput (normal)"
         notes.append(
