@@ -32,6 +32,7 @@ from demos.prediction.workload import (
     verdict,
 )
 from demos.vocabulary import KernelSource, Mode, Phase, Schedule
+from demos.zoo.attention import attention_kind
 from demos.zoo.loading import TOY, load_model, workload_for
 from demos.zoo.memory import ServingLimits, memory_estimate, serving_limits
 from demos.zoo.models import CompressedAttention, ModelSpec, SparseMLAAttention
@@ -240,7 +241,7 @@ def _sources(sweep: Sweep) -> tuple[str, ...]:
             "(extrapolations checked against its measured decode modules, docs/models.md)"
         )
     linear = getattr(w.spec.attention, "linear", None)
-    kind = {"gated_deltanet": "Gated DeltaNet", "kda": "KDA"}.get(getattr(linear, "kind", ""))
+    kind = None if linear is None else attention_kind(linear).label
     tables = f"GEMM, MLA and {kind} tables" if kind else "GEMM and MLA tables"
     if w.spec.hc_mult > 1:
         tables = tables.replace(" and MLA", ", MLA and hyper-connection")

@@ -72,6 +72,7 @@ from demos.zoo.models import (
     MLAAttention,
     SparseMLAAttention,
 )
+from demos.zoo.models.linear_spec import linear_of
 from demos.zoo.work import causal_pairs, decode_pairs, index_score_work, mla_core_work, sparse_causal_pairs
 from demos.zoo.workload import Workload
 
@@ -293,8 +294,9 @@ def layer_attention(a: Any, layer: int) -> tuple[AttentionKind, Any]:
     (``HybridMLAAttention.linear``), MiniMax-M3's
     ``block_sparse_attention`` layers block-sparse GQA (the kind reads ``a.block_sparse``), every other layer
     ``a`` itself. Everything that costs, launches or builds a layer asks this, never ``a`` alone."""
-    if isinstance(a, (GQAAttention, HybridMLAAttention)) and a.is_linear(layer):
-        return ATTENTION_KINDS[type(a.linear)], a.linear
+    linear = linear_of(a, layer)
+    if linear is not None:
+        return ATTENTION_KINDS[type(linear)], linear
     if isinstance(a, GQAAttention) and a.is_block_sparse(layer):
         return ATTENTION_KINDS[BlockSparse], a
     return attention_kind(a), a

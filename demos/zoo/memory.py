@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass
 from demos.vocabulary import Phase, Schedule
 from demos.zoo.hardware import ll_buffer_bytes
 from demos.zoo.models import count_params
+from demos.zoo.models.linear_spec import linear_of
 from demos.zoo.models.params import compressed_head_params, indexer_params, routed_expert_params
 from demos.zoo.models.spec import CompressedAttention, GQAAttention, MLAAttention, SparseMLAAttention
 from demos.zoo.overlap_costs import ubatch_sizes
@@ -67,10 +68,7 @@ _NORMAL_BUFFERS = 2e9  # DeepEP's default num_nvl_bytes + num_rdma_bytes per han
 
 def _kv_layers(w: Workload) -> list[int]:
     """The layers that cache keys and values (a hybrid model's linear layers hold a state instead)."""
-    a = w.spec.attention
-    if getattr(a, "linear", None) is None:
-        return list(range(w.spec.num_layers))
-    return [i for i in range(w.spec.num_layers) if not a.is_linear(i)]
+    return [i for i in range(w.spec.num_layers) if linear_of(w.spec.attention, i) is None]
 
 
 def _compressed_bytes(w: Workload) -> tuple[float, float]:

@@ -15,10 +15,11 @@ layers use this spec, the others full attention), as the config.json files give 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from demos.zoo.models._checks import ModelSpecError, check_int
 
-__all__ = ["GatedDeltaNet", "KimiDeltaAttention"]
+__all__ = ["GatedDeltaNet", "KimiDeltaAttention", "linear_of"]
 
 STATE_BYTES = 4
 """Bytes of one recurrent-state value: FP32, as both engines keep it (Qwen3.5's ``mamba_ssm_dtype``)."""
@@ -130,3 +131,12 @@ class KimiDeltaAttention:
         return 3 * self.key_dim
 
     state_bytes = GatedDeltaNet.state_bytes
+
+
+def linear_of(attention: Any, layer: int) -> GatedDeltaNet | KimiDeltaAttention | None:
+    """The linear-attention spec of layer ``layer`` of a model whose attention spec is ``attention``: its
+    ``linear`` where its ``layer_types`` mark the layer ``linear_attention`` (a hybrid model: Qwen3.5's
+    ``GQAAttention``, Kimi-K3's ``HybridMLAAttention``), None for any other layer or model. Everything that
+    tells a linear layer from the others (its kind, its parameters, its cache) asks this."""
+    linear = getattr(attention, "linear", None)
+    return linear if linear is not None and attention.is_linear(layer) else None

@@ -44,8 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from demos.zoo.models.hybrid_spec import HybridMLAAttention
-from demos.zoo.models.linear_spec import KimiDeltaAttention
+from demos.zoo.models.linear_spec import KimiDeltaAttention, linear_of
 from demos.zoo.models.spec import (
     CompressedAttention,
     GatedDeltaNet,
@@ -237,8 +236,9 @@ def layer_attention_params(spec: ModelSpec, layer: int) -> int:
     """The attention parameters of layer ``layer``: a hybrid model's linear layers their Gated DeltaNet's,
     DeepSeek-V4's at the layer's compression ratio, every other layer ``attention_params``."""
     a = spec.attention
-    if isinstance(a, (GQAAttention, HybridMLAAttention)) and a.is_linear(layer):
-        return linear_attention_params(spec.hidden_size, a.linear)
+    linear = linear_of(a, layer)
+    if linear is not None:
+        return linear_attention_params(spec.hidden_size, linear)
     if isinstance(a, CompressedAttention):
         return compressed_attention_params(spec.hidden_size, a, a.ratio_of(layer))
     if isinstance(a, GQAAttention) and a.is_block_sparse(layer):
