@@ -30,6 +30,8 @@ from dataclasses import replace
 from statistics import median
 
 from demos.vocabulary import Phase, Schedule
+from demos.zoo.hardware import get_gpu
+from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.models import get_preset
 from demos.zoo.plan import StepPlan, launch_seconds
 from demos.zoo.profile import gpu_profile
@@ -129,14 +131,14 @@ def _workload(model: str, gpu: str, tokens: int, schedule: Schedule) -> Workload
     )
 
 
-def _layer_us(w: Workload) -> tuple[float, float]:
-    """(the model's fused kernel, its unfused dispatch + experts + combine) in us for one MoE layer of ``w``."""
+def _last_layer(w: Workload, fit=None) -> tuple[float, float]:
+    """(the model's fused kernel, its unfused dispatch + experts + combine) in seconds for the last (an MoE)
+    layer of ``w``, timed on ``fit`` (default the GPU family's curves)."""
     profile = gpu_profile(w.gpu)
-    plan = StepPlan(w, profile)
-    lp = plan.ubatch(w.tokens).layers[w.spec.num_layers - 1]
+    lp = StepPlan(w, profile, KernelTimes(w.gpu, profile, fit)).ubatch(w.tokens).layers[w.spec.num_layers - 1]
     fused = launch_seconds("fused_moe", lp.fused["fused_moe"], profile)
     unfused = sum(launch_seconds(name, cost, profile) for name, cost in lp.plain.items() if name in _UNFUSED)
-    return fused * 1e6, unfused * 1e6
+    return fused, unfused
 
 
 def compare() -> list[dict]:
@@ -148,7 +150,7 @@ def compare() -> list[dict]:
         for model, tokens, published, speedup in table:
             schedule = Schedule.LL if gpu == "b200" and tokens <= 512 else Schedule.HT
             w = _workload(model, gpu, tokens, schedule)
-            fused, unfused = _layer_us(w)
+            fused, unfused = (s * 1e6 for s in _last_layer(w))
             rows.append(
                 {
                     "model": model,
@@ -225,8 +227,6 @@ def megamoe_module_rows(gpu: str, fit=None) -> Iterable:
     tokens per rank and EP (the EP group in one NVLink domain of the GPU), routing without imbalance; ``fit``:
     the family curves to time it on (default the GPU's family's). Yields ``(shape, predicted_s, measured_s)``.
     """
-    from demos.zoo.kernel_times import KernelTimes
-
     d = _module_frame(gpu)
     if d is None:
         return
@@ -236,13 +236,8 @@ def megamoe_module_rows(gpu: str, fit=None) -> Iterable:
         preset = MODULE_SHAPES.get((hidden, inter, k, experts))
         if preset is None:
             continue
-        c = cluster_for(gpu, 1, None, None)
-        per = c.gpus_per_node
+        per = get_gpu(gpu).gpus_per_node
         cluster = cluster_for(gpu, max(1, ep // per), min(per, ep), ep)
         ph = Phase.DECODE if phase == "generation" else Phase.PREFILL
         w = Workload(get_preset(preset), cluster, ph, tokens, tokens, ubatches=1, imbalance=1.0)
-        profile = gpu_profile(w.gpu)
-        plan = StepPlan(w, profile, KernelTimes(w.gpu, profile, fit))
-        lp = plan.ubatch(tokens).layers[w.spec.num_layers - 1]
-        pred = launch_seconds("fused_moe", lp.fused["fused_moe"], profile)
-        yield f"{preset} {phase} ep={ep} tokens={tokens}", pred, ms * 1e-3
+        yield f"{preset} {phase} ep={ep} tokens={tokens}", _last_layer(w, fit)[0], ms * 1e-3

@@ -187,6 +187,19 @@ def _attn_res(w: Workload, t: int, layer: int) -> Work | None:
     return Work(flops=4.0 * t * H * n, bytes=t * H * _ACT * (n + 1))
 
 
+def _grouped_gemms(per: float, act: float, inter: int, width: int, store: str, math: str | None = None):
+    """The routed experts' two grouped GEMMs (gate and up, then down) of ``act`` active experts of ``per`` rows
+    each, at ``width`` (the hidden size, or a latent MoE's): their efficiency taken at the rows per active
+    expert, their weights read once per active expert; ``math``: the rate they run at, where not their
+    storage's (DeepGEMM's fused kernel)."""
+    rows = (max(1, round(per)),)
+    out = []
+    for n, k in ((2 * inter, width), (width, inter)):
+        g = gemm(per * act, n, k, store, weights=act)
+        out.append(Work(flops=g.flops, bytes=g.bytes, dtype=math or g.dtype, shape=rows + g.shape[1:]))
+    return tuple(out)
+
+
 def _all_reduced(w: Workload, c: LayerCosts, t: int) -> LayerCosts:
     """``c`` of a layer whose MLP runs all ``t`` tokens of the attention TP group on every rank (a dense
     layer, or an MoE layer without an all-to-all): o_proj's and the MLP's partial sums each all-reduced."""
@@ -256,10 +269,7 @@ def layer_costs(
     else:  # no all-to-all: the engine's local fused MoE, its tile sized to the rows per expert
         per = local_rows(per, w.mechanisms.tile)
     computed = per * act
-    # the grouped GEMM's efficiency at the rows per active expert, its bytes once per active expert
-    up = gemm(computed, 2 * inter, Hr, estore, weights=act)
-    down = gemm(computed, Hr, inter, estore, weights=act)
-    shape = (max(1, round(per)),)
+    up_w, down_w = _grouped_gemms(per, act, inter, Hr, estore)
     fp8 = spec.precision.dispatch.startswith("fp8") and Hr % 128 == 0
     msg = (Hr + Hr // 128 * 4) if fp8 else 2 * Hr
     # ht: the normal dispatch delivers tokens per source rank, not per expert, so the grouped GEMM's
@@ -267,25 +277,14 @@ def layer_costs(
     # (read each expert output, write the combine's input); the low-latency kernels deliver the
     # masked per-expert layout directly
     permute = Work(bytes=rows * 2 * msg + rows * 2 * Hr * _ACT) if w.schedule == Schedule.HT else Work()
-    up_w = Work(flops=up.flops, bytes=up.bytes, dtype=up.dtype, shape=shape + up.shape[1:])
-    down_w = Work(flops=down.flops, bytes=down.bytes, dtype=down.dtype, shape=shape + down.shape[1:])
     experts = _sum.named("experts")(up_w, down_w, _pass(computed, inter, 1.5), permute)
     # DeepGEMM's fused MoE kernel where it can run: its grouped GEMMs in whole row blocks, the transfers
     # overlapped inside (demos.zoo.fused_moe)
     fused = None
     if fused_moe_refusal(w) is None:
         per_f = masked_rows(rows / act, w.gpu.family, w.mechanisms.tile)
-        ups, downs = (
-            gemm(per_f * act, 2 * inter, Hr, estore, weights=act),
-            gemm(per_f * act, Hr, inter, estore, weights=act),
-        )
-        at = (max(1, round(per_f)),)  # each expert's rows, as the grouped GEMM's efficiency is taken
-        rate = fused_moe_math(w, ups.dtype)
-        ex = _sum.named("fused_moe")(
-            Work(flops=ups.flops, bytes=ups.bytes, dtype=rate, shape=at + ups.shape[1:]),
-            Work(flops=downs.flops, bytes=downs.bytes, dtype=rate, shape=at + downs.shape[1:]),
-            _pass(per_f * act, inter, 1.5),
-        )
+        gemms = _grouped_gemms(per_f, act, inter, Hr, estore, fused_moe_math(w, dtype(estore).math))
+        ex = _sum.named("fused_moe")(*gemms, _pass(per_f * act, inter, 1.5))
         fused = Work(seconds=fused_moe_seconds(w, t, ex.seconds), bytes=ex.bytes, dtype=ex.dtype)
     # single-batch overlap (ll with an all-to-all only) runs the down GEMM apart: the combine streams its
     # blocks out as they finish
