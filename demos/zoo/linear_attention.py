@@ -50,23 +50,35 @@ class DeltaRule(AttentionKind):
     spec_type = GatedDeltaNet
     label = "Gated DeltaNet"
 
+    prefix = "gdn"
+    """Its ops' prefix (``gdn_proj``...) and the ``KernelTimes`` method of its fitted curves."""
+
+    def projections(self, a: GatedDeltaNet, t: int, H: int, store: str, nk: int, nv: int) -> tuple[Work, ...]:
+        """The input projections of ``t`` tokens on a rank of ``nk`` key and ``nv`` value heads: ``in_proj_qkvz``
+        and ``in_proj_ba``."""
+        qkvz = 2 * nk * a.key_head_dim + 2 * nv * a.value_head_dim
+        return gemm(t, qkvz, H, store), gemm(t, 2 * nv, H, store)
+
+    def gating(self, a: GatedDeltaNet, nk: int, nv: int) -> int:
+        """Values a token's decay and strength gating reads and writes: a decay and a strength a value head."""
+        return 2 * nv
+
     def costs(self, w: Workload, a: GatedDeltaNet, t: int, layer: int, fold: Folder) -> AttentionCosts:
         H, store, tp = w.spec.hidden_size, w.spec.precision.weights, w.attention_tp
         nk, nv = max(1, a.key_heads // tp), max(1, a.value_heads // tp)
         dk, dv = a.key_head_dim, a.value_head_dim
-        qkvz = 2 * nk * dk + 2 * nv * dv
-        proj = fold.named("gdn_proj")(gemm(t, qkvz, H, store), gemm(t, 2 * nv, H, store), memory_pass(t, H, 2))
-        channels = 2 * nk * dk + nv * dv
+        op, curve = self.prefix, getattr(fold.kernels, self.prefix)
+        proj = fold.named(f"{op}_proj")(*self.projections(a, t, H, store, nk, nv), memory_pass(t, H, 2))
+        channels = 2 * nk * dk + nv * dv  # the convolution's: query, key and value
         flops, nbytes = conv_work(w.phase, t, w.context, channels, a.conv_kernel)
-        conv_s = fold.kernels.gdn("conv", w.phase, flops, nbytes)
-        conv = fold.named("gdn_conv")(Work(seconds=conv_s, bytes=nbytes), memory_pass(t, 2 * nv, 1))
+        conv_s = curve("conv", w.phase, flops, nbytes)
+        conv = fold.named(f"{op}_conv")(Work(seconds=conv_s, bytes=nbytes), memory_pass(t, self.gating(a, nk, nv), 1))
         flops, nbytes = delta_rule_work(w.phase, t, w.context, nv, dk, dv, key_heads=nk)
         chain = delta_rule_chunks(w.phase, t, w.context)
-        seconds = fold.kernels.gdn("delta_rule", w.phase, flops, nbytes, chain)
-        core = Work(seconds=seconds, bytes=nbytes, dtype="bfloat16")
-        out = fold.named("gdn_out")(memory_pass(t, nv * dv, 1.5), gemm(t, H, nv * dv, store))
-        names = ("gdn_proj", "gdn_recurrent" if w.phase == Phase.DECODE else "gdn_chunk", "gdn_out")
-        return AttentionCosts(proj, core, out, (flops, nbytes), extra=(("gdn_conv", conv),), names=names)
+        core = Work(seconds=curve("delta_rule", w.phase, flops, nbytes, chain), bytes=nbytes, dtype="bfloat16")
+        out = fold.named(f"{op}_out")(memory_pass(t, nv * dv, 1.5), gemm(t, H, nv * dv, store))
+        names = (f"{op}_proj", f"{op}_recurrent" if w.phase == Phase.DECODE else f"{op}_chunk", f"{op}_out")
+        return AttentionCosts(proj, core, out, (flops, nbytes), extra=((f"{op}_conv", conv),), names=names)
 
     def cost_key(self, a: GatedDeltaNet, layer: int) -> Hashable:
         return "linear_attention"
@@ -96,7 +108,7 @@ class DeltaRule(AttentionKind):
         run(costs, "gdn_out", K.gdn_out_kernel, o, qkvz, None if L is None else L.w_o, h, layer=layer, ub=ub)
 
 
-class KimiDelta(AttentionKind):
+class KimiDelta(DeltaRule):
     """A Kimi Delta Attention layer (``KimiDeltaAttention``; Kimi-K3's ``kda_layers``). Its ops, in launch order:
 
     * ``kda_proj``: the input norm, ``q_proj``/``k_proj``/``v_proj`` and the output gate (``g_proj``, full rank,
@@ -114,27 +126,20 @@ class KimiDelta(AttentionKind):
     spec_type = KimiDeltaAttention
     label = "KDA"
 
-    def costs(self, w: Workload, a: KimiDeltaAttention, t: int, layer: int, fold: Folder) -> AttentionCosts:
-        H, store, tp = w.spec.hidden_size, w.spec.precision.weights, w.attention_tp
-        n, d = max(1, a.heads // tp), a.head_dim
-        p = n * d
-        gate = (gemm(t, p, H, store),) if a.full_rank_gate else (gemm(t, d, H, store), gemm(t, p, d, store))
-        decay = (gemm(t, d, H, store), gemm(t, p, d, store), gemm(t, n, H, store))
-        proj = fold.named("kda_proj")(gemm(t, 3 * p, H, store), *gate, *decay, memory_pass(t, H, 2))
-        flops, nbytes = conv_work(w.phase, t, w.context, 3 * p, a.conv_kernel)
-        conv_s = fold.kernels.kda("conv", w.phase, flops, nbytes)
-        conv = fold.named("kda_conv")(Work(seconds=conv_s, bytes=nbytes), memory_pass(t, p + n, 1))
-        flops, nbytes = delta_rule_work(w.phase, t, w.context, n, d, d, key_heads=n)
-        chain = delta_rule_chunks(w.phase, t, w.context)
-        core = Work(
-            seconds=fold.kernels.kda("delta_rule", w.phase, flops, nbytes, chain), bytes=nbytes, dtype="bfloat16"
-        )
-        out = fold.named("kda_out")(memory_pass(t, p, 1.5), gemm(t, H, p, store))
-        names = ("kda_proj", "kda_recurrent" if w.phase == Phase.DECODE else "kda_chunk", "kda_out")
-        return AttentionCosts(proj, core, out, (flops, nbytes), extra=(("kda_conv", conv),), names=names)
+    prefix = "kda"
 
-    def cost_key(self, a: KimiDeltaAttention, layer: int) -> Hashable:
-        return "linear_attention"
+    def projections(self, a: KimiDeltaAttention, t: int, H: int, store: str, nk: int, nv: int) -> tuple[Work, ...]:
+        """``q_proj``/``k_proj``/``v_proj``, the output gate (full rank or its rank-``head_dim`` pair), the decay
+        gate's ``f_a_proj``/``f_b_proj`` and ``b_proj``, on a rank of ``nv`` heads."""
+        d = a.head_dim
+        p = nv * d
+        gate = (gemm(t, p, H, store),) if a.full_rank_gate else (gemm(t, d, H, store), gemm(t, p, d, store))
+        decay = (gemm(t, d, H, store), gemm(t, p, d, store), gemm(t, nv, H, store))
+        return gemm(t, 3 * p, H, store), *gate, *decay
+
+    def gating(self, a: KimiDeltaAttention, nk: int, nv: int) -> int:
+        """A decay per key channel and a strength a head."""
+        return nv * a.head_dim + nv
 
     def weights(self, a: KimiDeltaAttention, H: int, C: int, rand: Callable) -> SimpleNamespace:
         L = SimpleNamespace()
