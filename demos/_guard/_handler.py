@@ -50,8 +50,11 @@ def on_signal(signum: int, frame: Any) -> None:
         state.pending, state.pending_at = signum, time.monotonic()
         wake()
     if state.phase == state.MAIN and in_code(frame, state.main_code):
-        if in_code(frame, unraisable.__code__):  # an exception there would be printed: once more, later
-            wake(b"r")
+        if in_code(frame, unraisable.__code__):
+            # An exception raised there would be printed, not raised. Nothing is asked here: the hook
+            # asks the watchdog to send the signal again when its exception is our interrupt, and the
+            # watchdog's quiet-time resend covers the rest. Asking from here recursed: the resend could
+            # land in this same hook again, each time one frame deeper (a RecursionError under load).
             return
         raise Terminated() if signum == state.SIGTERM else KeyboardInterrupt()
     if state.phase == state.EXIT and state.owned and (frame is None or frame.f_code not in state.exit_codes):

@@ -203,3 +203,38 @@ def test_a_device_is_written_in_place():
     seen = []
     write_whole(os.devnull, lambda p: seen.append(p))
     assert seen == [os.devnull]
+
+
+def test_a_signal_sent_again_into_the_unraisable_hook_does_not_ask_again(capsys, monkeypatch):
+    """The recursion seen once in CI: the hook asks the watchdog to send the interrupt again; under load
+    the signal came back while the main thread was still inside the hook, the handler asked once more
+    from there, and so on, one frame deeper each time (RecursionError, printed). Here every resend asked
+    for lands at once, inside the hook: the handler must not ask again from there."""
+    import demos._guard._handler as handler
+
+    real_wake, asked = handler.wake, []
+
+    def wake_at_once(what: bytes = b"s") -> None:
+        real_wake(what)
+        if what == b"r" and len(asked) < 20:
+            asked.append(what)
+            os.kill(os.getpid(), signal.SIGTERM)  # lands before this frame returns, still in the hook
+            for _ in range(100):  # a few bytecodes: the handler runs here
+                pass
+
+    monkeypatch.setattr(handler, "wake", wake_at_once)
+    done = []
+
+    def main(argv):
+        a = _SignalsWhenCollected(signal.SIGTERM, [])
+        a.cycle = a
+        del a
+        gc.collect()
+        _until(lambda: False, RUN_FOR)
+        done.append(True)
+        return 0
+
+    assert run_main(main, PROG, []) == 143
+    assert done == []
+    assert len(asked) == 1, asked  # the hook's own ask only
+    assert _line(capsys) == [f"{PROG}: terminated"]
