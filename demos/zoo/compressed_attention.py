@@ -23,8 +23,11 @@ attention_tp`` query heads):
   sliding_window)``), and its compressed entries: ``min(index_topk, context / 4)`` at ratio 4, ``context /
   128`` at ratio 128 (``compressed_core_work``: key and value are the same latent entry); timed on the
   family's MLA curve of its phase with the decode core's (batch, heads, entries) shape, so a decode core
-  pays the MLA module's fixed time as an MLA decode core does (an extrapolation: the V4 modules' measured
-  tables check it, ``validate kernels`` ops ``csa module``, ``hca module``);
+  pays the MLA module's fixed time as an MLA decode core does; its flops at the heads FlashMLA's sparse
+  kernels compute (``kernel_heads``: at least 64 under attention TP), and in decode over the slots its
+  sparse kernel costs a request (``decode_slots``: whole blocks of 64 entries and a fixed five more); an
+  extrapolation, which the V4 modules' measured tables check (``validate kernels`` ops ``csa module``, ``hca
+  module``);
 * ``attn_out``: the inverse RoPE of the output's rotated dims, the grouped ``wo_a`` (``o_groups /
   attention_tp`` groups of the rank's heads, each to ``o_lora_rank``) and ``wo_b`` back to the hidden size
   (its partial sums reduced over the attention-TP group as every kind's ``o_proj``).
@@ -51,7 +54,7 @@ from demos.zoo.models.dtypes import ACT_BYTES
 from demos.zoo.work import causal_pairs, compressed_core_work, index_entries, index_score_work, sparse_causal_pairs
 from demos.zoo.workload import Workload
 
-__all__ = ["Compressed", "decode_index_parts", "entries_read"]
+__all__ = ["KERNEL_HEADS", "Compressed", "decode_index_parts", "entries_read", "kernel_heads"]
 
 
 def entries_read(a: CompressedAttention, ratio: int, context: float) -> float:
@@ -62,6 +65,41 @@ def entries_read(a: CompressedAttention, ratio: int, context: float) -> float:
         return window
     compressed = context / ratio
     return window + (min(float(a.index_topk), compressed) if ratio == 4 else compressed)
+
+
+KERNEL_HEADS = 64
+"""The query heads FlashMLA's sparse kernels compute at least under attention TP: SGLang pads a rank's heads
+to 64 (``DeepseekV4Attention._kernel_num_heads``: ``64 if n_local_heads <= 64 else n_heads``, on every
+NVIDIA GPU but SM120), the padded heads computed as real ones."""
+
+
+def kernel_heads(heads: int, tp: int) -> int:
+    """The heads the attention core computes for a model of ``heads`` query heads at attention TP ``tp``: the
+    rank's own at TP 1, else at least ``KERNEL_HEADS`` (``KERNEL_HEADS`` above it: all ``heads``)."""
+    local = max(1, heads // tp)
+    if tp == 1:
+        return local
+    return KERNEL_HEADS if local <= KERNEL_HEADS else heads
+
+
+SPARSE_BLOCK = 64
+"""Entries FlashMLA's sparse decode kernel takes per block (its scheduler's ``block_size_n``)."""
+
+REQUEST_OVERHEAD_BLOCKS = 5
+"""The fixed cost of a request in FlashMLA's sparse decode, in blocks: its split-KV scheduler counts every
+request as this many blocks more than it reads (``fixed_overhead_num_blocks``, as SGLang 0.5.23 passes it)."""
+
+
+def decode_slots(a: CompressedAttention, ratio: int, context: float) -> float:
+    """Entry-equivalents a decode token costs the sparse kernel in a layer of ``ratio``: its window's and its
+    compressed entries' blocks (each list padded to whole ``SPARSE_BLOCK`` blocks) and the request's fixed
+    ``REQUEST_OVERHEAD_BLOCKS``."""
+    window = min(context + 1.0, float(a.sliding_window))
+    blocks = -(-window // SPARSE_BLOCK) + REQUEST_OVERHEAD_BLOCKS
+    if ratio:
+        compressed = entries_read(a, ratio, context) - window
+        blocks += -(-compressed // SPARSE_BLOCK)
+    return SPARSE_BLOCK * blocks
 
 
 def decode_index_parts(fold: Folder, t: int, context: float, ratio: int, a, kernel: str) -> tuple[Work, Work]:
@@ -116,14 +154,15 @@ class Compressed(AttentionKind):
             extra.append(("attn_compress", self.compress_costs(w, a, ratio, d, t, fold, kvb)))
         if ratio == 4:
             extra.append(("attn_index", self.index_costs(w, a, t, fold)))
+        hk = kernel_heads(a.heads, tp)
         if w.phase == Phase.DECODE:
             read = entries_read(a, ratio, w.context)
-            pairs, entries, shape = t * read, t * read, (t, h, read)
+            pairs, entries, shape = t * decode_slots(a, ratio, w.context), t * read, (t, hk, read)
         else:
             pairs = _prefill_pairs(a, ratio, t, w.context)
             requests = -(-t // w.context)
             entries, shape = requests * entries_read(a, ratio, min(t, w.context)), None
-        flops, nbytes = compressed_core_work(t, h, pairs, d, kvb, entries)
+        flops, nbytes = compressed_core_work(t, hk, pairs, d, kvb, entries)
         core = timed_core(w, fold, flops, nbytes, shape)
         width = h * d // groups  # each group's input: its heads' outputs
         out = fold.named("attn_out")(

@@ -16,7 +16,7 @@ import pytest
 from demos.prediction.engines import Deployment, serve_lines, served_model
 from demos.zoo import measured
 from demos.zoo.attention import layer_attention
-from demos.zoo.compressed_attention import entries_read
+from demos.zoo.compressed_attention import KERNEL_HEADS, decode_slots, entries_read, kernel_heads
 from demos.zoo.hardware import get_gpu
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.memory import kv_bytes_per_token, kv_cache_bytes, state_bytes_per_request
@@ -111,6 +111,31 @@ def test_a_decode_token_reads_its_window_and_its_compressed_entries():
     assert entries_read(a, 4, 1024) == 128 + 256 and entries_read(a, 4, 100_000) == 128 + 512
     assert entries_read(a, 128, 128_000) == 128 + 1000
     assert entries_read(a, 0, 10) == 11  # a short request: its own tokens and itself
+
+
+def test_the_sparse_kernel_computes_at_least_64_heads_under_attention_tp():
+    """SGLang pads a rank's query heads to 64 for FlashMLA's sparse kernels at attention TP above 1: Flash's 64
+    heads at TP 2 and at TP 8 cost the core the same flops; at TP 1 the rank's own heads."""
+    assert kernel_heads(64, 1) == 64 and kernel_heads(128, 1) == 128
+    assert kernel_heads(64, 8) == kernel_heads(64, 2) == kernel_heads(128, 4) == KERNEL_HEADS == 64
+    core = {}
+    for tp in (1, 2, 8):
+        w = _workload(tokens=64, context=4096, attention_tp=tp)
+        core[tp] = StepPlan(w, gpu_profile(w.gpu)).ubatch(64).layers[2].costs.attn_core
+    assert core[2].seconds == core[8].seconds  # both 64 kernel heads
+    assert core[1].seconds == core[2].seconds  # Flash at TP 1: its own 64
+
+
+def test_a_decode_request_costs_the_sparse_kernel_whole_blocks_and_a_fixed_overhead():
+    """FlashMLA's sparse decode takes entries in blocks of 64 and its scheduler counts each request 5 blocks
+    more: the window and the compressed entries each rounded up to whole blocks."""
+    a = get_preset("deepseek-v4-flash").attention
+    assert decode_slots(a, 0, 0) == 64 * (1 + 5)  # one token of window
+    assert decode_slots(a, 0, 100_000) == 64 * (2 + 5)  # the full 128-token window
+    assert decode_slots(a, 4, 100_000) == 64 * (2 + 8 + 5)  # and the top 512
+    assert decode_slots(a, 4, 4 * 64) == 64 * (2 + 1 + 5) and decode_slots(a, 4, 4 * 65) == 64 * (2 + 2 + 5)
+    assert decode_slots(a, 128, 128 * 1000) == 64 * (2 + 16 + 5)
+    assert all(decode_slots(a, r, c) >= entries_read(a, r, c) for r in (0, 4, 128) for c in (1, 300, 70_000))
 
 
 def test_each_ratio_launches_its_own_ops_and_the_wide_residual_wraps_both_sublayers():
