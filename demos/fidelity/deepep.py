@@ -43,6 +43,7 @@ __all__ = [
     "fit",
     "format_table",
     "max_error",
+    "nelder_mead",
 ]
 
 SOURCE = "deepseek-ai/DeepEP README (2025-06-05; docs/legacy.md)"
@@ -182,7 +183,7 @@ def _towards(centroid: list[float], worst: list[float], t: float) -> list[float]
     return [c + t * (w - c) for c, w in zip(centroid, worst)]
 
 
-def _nelder_mead(f: Callable[[list[float]], float], x0: list[float], step: list[float], iters: int) -> list[float]:
+def nelder_mead(f: Callable[[list[float]], float], x0: list[float], step: list[float], iters: int) -> list[float]:
     """Minimise ``f`` from ``x0`` (deterministic Nelder-Mead, standard coefficients)."""
     n = len(x0)
     simplex = [list(x0)] + [[x0[j] + (step[j] if j == i else 0.0) for j in range(n)] for i in range(n)]
@@ -234,7 +235,7 @@ def fit(start: DeepEPParams = _FIT_START, iters: int = 300) -> tuple[DeepEPParam
         return math.inf if p is None else _loss(p)
 
     x0 = [v / s for v, s in zip(asdict(start).values(), scale)]
-    best = make(_nelder_mead(f, x0, [0.05, 0.05, 5.0, 5.0], iters))
+    best = make(nelder_mead(f, x0, [0.05, 0.05, 5.0, 5.0], iters))
     if best is None:
         raise ValueError(f"fit: the start {start} lies outside the parameters' ranges")
     n_rows = len(PUBLISHED_NORMAL) + len(PUBLISHED_LL)

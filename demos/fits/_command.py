@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 
 from demos._cli import OneLineParser, say, write_whole
+from demos.fits.amd import AMD_FIT_GPUS, BORROWED, fit_amd_family
 from demos.fits.compare import FIT_TOLERANCE, compare_fits
 from demos.fits.module import fitted_family
 from demos.zoo.measured import MeasuredTablesError, package_version
@@ -65,17 +66,22 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
 
 
 def fit_all() -> dict[str, FamilyFit]:
-    """Every family of ``FIT_GPUS`` fitted, one process per family (``demos.fits.module.fitted_family``)."""
+    """Every family of ``FIT_GPUS`` fitted, one process per family (``demos.fits.module.fitted_family``), then the
+    AMD families (``demos.fits.amd``: AMD's own tables, the rest borrowed from the freshly fitted Hopper family)."""
     for family, gpus in FIT_GPUS.items():
         print(f"{PROG}: fitting {family} on {', '.join(gpus)} ...", file=sys.stderr, flush=True)
     pool = ProcessPoolExecutor(max_workers=len(FIT_GPUS), initializer=_worker_leaves_signals_to_the_command)
     try:
-        return dict(zip(FIT_GPUS, pool.map(fitted_family, FIT_GPUS)))
+        fits = dict(zip(FIT_GPUS, pool.map(fitted_family, FIT_GPUS)))
     except BaseException:
         _stop_workers(pool)
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+    for family, gpus in AMD_FIT_GPUS.items():
+        print(f"{PROG}: fitting {family} on {', '.join(gpus)} (AMD's tables) ...", file=sys.stderr, flush=True)
+        fits[family] = fit_amd_family(family, fits[BORROWED])
+    return fits
 
 
 def main(argv: Sequence[str] | None = None) -> int:

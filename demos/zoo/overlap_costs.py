@@ -48,7 +48,8 @@ from typing import Any
 from dbo.costs import DeviceProfile, HostCosts
 from dbo.split import split_tokens
 from demos.errors import ConfigError, field_ref
-from demos.zoo.hardware import DEEPEP_H800, ClusterSpec, get_gpu, ll_bytes
+from demos.zoo.hardware import ClusterSpec, get_gpu, ll_bytes
+from demos.zoo.hardware.alltoall import comm_params
 from demos.zoo.profile import EAGER_HOST, gpu_profile
 from demos.zoo.rooflines import family_fit
 
@@ -79,10 +80,11 @@ default, ``OFF_BY_DEFAULT``)."""
 OFF_BY_DEFAULT = ("split",)
 """The mechanisms whose default is 0 (an ablation turns off only the others)."""
 
-BLOCK_M = {"hopper": 64, "blackwell": 128}
+BLOCK_M = {"hopper": 64, "blackwell": 128, "cdna3": 32, "cdna4": 32}
 """Rows per block of the masked grouped GEMM per GPU family: Hopper's WGMMA kernels in DeepGEMM's masked
 layout use block_m 64 (SGLang and Ant Group, DeepSeek-R1 on H20, LMSYS blog 2025-09-26); Blackwell's
-128 is a guess from its 128-row UMMA tile (no published figure found)."""
+128 is a guess from its 128-row UMMA tile (no published figure found). AMD's (aiter's fused MoE, which its
+tuned tables run at ``block_m`` 16 to 128, the smaller at few tokens) 32: **a guess**."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,7 @@ def ll_node_seconds(
     fit = fit or family_fit(gpu.family)
     line = fit.ll_sm[kernel]
     nbytes = ll_bytes(kernel, tokens, hidden, top_k, fp8) * get_gpu(fit.fitted_on[0]).nvlink_bandwidth
-    return line.seconds(nbytes / gpu.nvlink_bandwidth, peers)
+    return line.seconds(nbytes / gpu.scaleup_bandwidth(max(1, peers)), peers)
 
 
 def ll_send_seconds(
@@ -170,9 +172,10 @@ def overlap_share(cluster: ClusterSpec, sm_share: float, contention: float = 1.0
     """The share of the compute engine a comm kernel takes while it runs: the SMs it holds
     (``sm_share``), plus, of the rest, the HBM its link traffic takes (module docstring) times
     ``contention``. Below 1."""
-    g, p = cluster.gpu, DEEPEP_H800
+    g, p = cluster.gpu, comm_params(cluster)
     one_domain = cluster.ep <= cluster.nvlink_domain
-    link = g.nvlink_bandwidth * p.nvlink_efficiency if one_domain else g.nic_bandwidth * p.rdma_efficiency
+    peers = max(1, cluster.ranks_per_domain - 1)
+    link = g.scaleup_bandwidth(peers) * p.nvlink_efficiency if one_domain else g.nic_bandwidth * p.rdma_efficiency
     hbm = min(1.0, 2.0 * link / g.hbm_bandwidth) * contention
     return min(0.95, sm_share + (1.0 - sm_share) * hbm)
 

@@ -26,13 +26,15 @@ def needs_tables(f):
 def test_every_gpu_has_a_fitted_family():
     from demos.zoo.hardware import GPUS
 
-    assert set(FITS) == {"hopper", "blackwell"}
+    assert set(FITS) == {"hopper", "blackwell", "cdna3", "cdna4"}
     for g in GPUS.values():
         fit = family_fit(g.family)
         for c in fit.gemm.values():
             assert 0 < c.ceiling <= 1 and 0 < c.mem_efficiency <= 1 and c.latency > 0
     assert get_gpu("b200").family == get_gpu("gb200").family == "blackwell"
     assert get_gpu("h20").family == "hopper"
+    assert get_gpu("mi300x").family == get_gpu("mi325x").family == "cdna3"
+    assert get_gpu("mi355x").family == get_gpu("mi350x").family == "cdna4"
 
 
 def test_measured_source_without_the_extra_is_one_line_naming_the_install(monkeypatch):

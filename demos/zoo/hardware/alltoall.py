@@ -15,8 +15,12 @@ Two kernel families (deepseek-ai/DeepEP):
   ``comm_sms`` SMs from compute while it runs.
 
 Time model, both families: ``latency + max(rdma_bytes / (rdma_efficiency x nic_bandwidth),
-nvlink_bytes / (nvlink_efficiency x nvlink_bandwidth))``, with the busiest rank's bytes (the
-routing's imbalance times the mean) and the links of ``cluster.gpu``. Copies to the rank itself
+nvlink_bytes / (nvlink_efficiency x scale-up bandwidth))``, with the busiest rank's bytes (the
+routing's imbalance times the mean) and the links of ``cluster.gpu`` (a full mesh's scale-up bandwidth: the
+links to the EP ranks of the node, ``GpuSpec.scaleup_bandwidth``); a kernel that crosses the network pays
+``rdma_latency`` and ``rdma_peer_latency`` per remote rank more (``DeepEPParams``). The parameters are the
+cluster's (``comm_params``): DeepEP's on NVIDIA GPUs over InfiniBand/RoCE, MoRI's on AMD, the fitted EFA ones
+on AWS EFA. Copies to the rank itself
 are local memory traffic and cross no link. The four parameters (``DeepEPParams``) are fitted to
 DeepEP's published H800 tables (demos/fidelity/deepep.py; the fit and its residuals are in
 docs/clusters.md).
@@ -31,6 +35,11 @@ from demos.zoo.hardware.cluster import ClusterSpec, Routing, Traffic
 
 __all__ = [
     "DEEPEP_H800",
+    "EFA_GDA",
+    "EFA_PROXY",
+    "MORI",
+    "NETWORK_PARAMS",
+    "comm_params",
     "DEFAULT_COMM_SMS",
     "ALLTOALL_KERNELS",
     "AllToAll",
@@ -68,25 +77,68 @@ class DeepEPParams:
     """The all-to-all model's parameters: ``rdma_efficiency`` and ``nvlink_efficiency``, the share of
     the NIC's and of NVLink's per-direction bandwidth the kernels achieve (in (0, 1]);
     ``ll_latency`` and ``normal_latency``, the fixed seconds of one low-latency and one normal
-    kernel call (launch, count exchange, signalling round trips, the final wait and copy-out)."""
+    kernel call (launch, count exchange, signalling round trips, the final wait and copy-out);
+    ``rdma_latency``, the fixed seconds more a kernel pays when it crosses the network (the NIC's round trips; 0
+    in DeepEP's fit, whose rows cannot tell it from the rest), and ``rdma_peer_latency``, the seconds per remote
+    rank a kernel that crosses the network pays (a CPU proxy serving each peer's queue in turn on EFA; 0 where
+    the GPU initiates RDMA); ``ll_two_level``: the low-latency kernel crosses the network as the normal one does,
+    each token once per remote node and forwarded inside it over the scale-up links (MoRI's InterNodeV1LL,
+    whose tuning tables measure both legs), instead of once per routed copy (DeepEP's)."""
 
     rdma_efficiency: float
     nvlink_efficiency: float
     ll_latency: float
     normal_latency: float
+    rdma_latency: float = 0.0
+    rdma_peer_latency: float = 0.0
+    ll_two_level: bool = False
 
     def __post_init__(self) -> None:
         for name in ("rdma_efficiency", "nvlink_efficiency"):
             v = _number(f"DeepEPParams.{name}", getattr(self, name))
             if not 0 < v <= 1:
                 raise ValueError(f"DeepEPParams.{name} must be in (0, 1], got {v!r}")
-        for name in ("ll_latency", "normal_latency"):
+        if not isinstance(self.ll_two_level, bool):
+            raise TypeError(f"DeepEPParams.ll_two_level must be a bool, got {self.ll_two_level!r}")
+        for name in ("ll_latency", "normal_latency", "rdma_latency", "rdma_peer_latency"):
             if _number(f"DeepEPParams.{name}", getattr(self, name)) < 0:
                 raise ValueError(f"DeepEPParams.{name} must be >= 0 seconds, got {getattr(self, name)!r}")
 
 
 DEEPEP_H800 = DeepEPParams(rdma_efficiency=0.87, nvlink_efficiency=0.66, ll_latency=25e-6, normal_latency=12e-6)
 """Fitted to DeepEP's H800 tables (2025-06-05 README; docs/clusters.md, "Fitted parameters")."""
+
+MORI = DeepEPParams(
+    rdma_efficiency=0.783,
+    nvlink_efficiency=0.669,
+    ll_latency=0.0,
+    normal_latency=21.6e-6,
+    rdma_latency=78.6e-6,
+    ll_two_level=True,
+)
+"""AMD's MoRI kernels (IntraNode, InterNodeV1, InterNodeV1LL) over Infinity Fabric and RDMA: fitted to MoRI's
+measured MI355X tuning tables (``demos.fidelity.ep_published``; docs/clusters.md, "AMD Instinct")."""
+
+EFA_PROXY = DeepEPParams(
+    rdma_efficiency=0.526, nvlink_efficiency=0.66, ll_latency=0.0, normal_latency=92.9e-6, rdma_peer_latency=10.2e-6
+)
+"""DeepEP-style kernels over AWS EFA through CPU proxy threads (UCCL-EP): fitted to UCCL-EP's p5en (H200)
+tables; NVLink's share is DeepEP's (``demos.fidelity.ep_published``; docs/clusters.md, "Networks")."""
+
+EFA_GDA = DeepEPParams(rdma_efficiency=1.0, nvlink_efficiency=0.66, ll_latency=88.4e-6, normal_latency=309.3e-6)
+"""DeepEP V2 over NCCL GIN on EFA, RDMA the GPU initiates: fitted to AWS's p6-b200 EP16 rows; NVLink's share is
+DeepEP's (``demos.fidelity.ep_published``)."""
+
+NETWORK_PARAMS = {"efa": EFA_PROXY, "efa-gda": EFA_GDA}
+"""The all-to-all's parameters on a network other than InfiniBand/RoCE (``ClusterSpec.network``)."""
+
+
+def comm_params(cluster: ClusterSpec) -> DeepEPParams:
+    """The all-to-all model's parameters for ``cluster``: its network's (``NETWORK_PARAMS``: EFA with a proxy or
+    GPU-initiated), else its vendor's library over InfiniBand/RoCE (DeepEP on NVIDIA, MoRI on AMD)."""
+    if cluster.network in NETWORK_PARAMS:
+        return NETWORK_PARAMS[cluster.network]
+    return MORI if cluster.gpu.vendor == "amd" else DEEPEP_H800
 
 
 @dataclass(frozen=True)
@@ -136,10 +188,10 @@ def ll_bytes(kernel: str, tokens: float, hidden: int, top_k: int, fp8: bool = Tr
     return tokens * top_k * message_bytes(kernel, hidden, fp8, low_latency=True)
 
 
-def _check(cluster: ClusterSpec, routing: Routing, tokens: int, params: DeepEPParams) -> Traffic:
+def _check(cluster: ClusterSpec, routing: Routing, tokens: int, params: DeepEPParams | None) -> Traffic:
     if not isinstance(cluster, ClusterSpec):
         raise TypeError(f"cluster must be a ClusterSpec, got {type(cluster).__name__}")
-    if not isinstance(params, DeepEPParams):
+    if params is not None and not isinstance(params, DeepEPParams):
         raise TypeError(f"params must be DeepEPParams, got {type(params).__name__}")
     _int("tokens", tokens, 0)
     return cluster.traffic(routing)
@@ -157,8 +209,10 @@ def _timed(
 ) -> AllToAll:
     g = cluster.gpu
     t_rdma = rdma / (params.rdma_efficiency * g.nic_bandwidth)
-    t_nvl = nvl / (params.nvlink_efficiency * g.nvlink_bandwidth)
+    t_nvl = nvl / (params.nvlink_efficiency * g.scaleup_bandwidth(max(1, cluster.ranks_per_domain - 1)))
     bottleneck = "latency" if t_rdma == t_nvl == 0 else ("rdma" if t_rdma >= t_nvl else "nvlink")
+    if rdma > 0:  # the network's own fixed costs (module docstring)
+        latency += params.rdma_latency + params.rdma_peer_latency * (cluster.ep - cluster.ranks_per_domain)
     return AllToAll(kernel, mode, latency + max(t_rdma, t_nvl), rdma, nvl, bottleneck, sms)
 
 
@@ -171,15 +225,19 @@ def deepep_low_latency(
     *,
     fp8: bool = True,
     nvlink: bool = True,
-    params: DeepEPParams = DEEPEP_H800,
+    params: DeepEPParams | None = None,
 ) -> AllToAll:
     """A low-latency dispatch or combine of ``tokens`` tokens per rank (``hidden`` channels each):
     ``tokens x top_k`` messages of ``message_bytes(kernel, hidden, fp8, low_latency=True)``. With
     ``nvlink`` (DeepEP since 2025-06-05) copies within the NVLink domain go over NVLink, else over
-    RDMA too. 0 SMs while in flight."""
+    RDMA too. 0 SMs while in flight. ``params``: None takes the cluster's (``comm_params``)."""
     traffic = _check(cluster, routing, tokens, params)
+    params = params or comm_params(cluster)
     msg = message_bytes(kernel, hidden, fp8, low_latency=True) * tokens * traffic.imbalance
-    if nvlink:
+    if params.ll_two_level and cluster.domains > 1:  # once per remote node, forwarded inside it (DeepEPParams)
+        d = cluster.ranks_per_domain
+        rdma, nvl = traffic.remote_domains * msg, traffic.ranks * (d - 1) / d * msg
+    elif nvlink:
         rdma, nvl = traffic.copies_rdma * msg, traffic.copies_nvlink * msg
     else:
         rdma, nvl = (traffic.copies_rdma + traffic.copies_nvlink) * msg, 0.0
@@ -195,7 +253,7 @@ def deepep_normal(
     *,
     fp8: bool = True,
     comm_sms: int = DEFAULT_COMM_SMS,
-    params: DeepEPParams = DEEPEP_H800,
+    params: DeepEPParams | None = None,
 ) -> AllToAll:
     """A normal (high-throughput) dispatch or combine of ``tokens`` tokens per rank: each token once
     per remote NVLink domain over RDMA, and once per destination rank other than the forwarding
@@ -203,6 +261,7 @@ def deepep_normal(
     touches). Holds ``comm_sms`` SMs (an int in [1, sm_count)) while it runs; the achieved
     bandwidth is the fitted one at DeepEP's 24 SMs whatever ``comm_sms`` is (not modelled)."""
     traffic = _check(cluster, routing, tokens, params)
+    params = params or comm_params(cluster)
     g = cluster.gpu
     if isinstance(comm_sms, bool) or not isinstance(comm_sms, int) or not 1 <= comm_sms < g.sm_count:
         raise ValueError(f"comm_sms must be an int in [1, {g.sm_count}) for {g.name}, got {comm_sms!r}")

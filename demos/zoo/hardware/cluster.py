@@ -27,7 +27,12 @@ from typing import Callable
 from dbo.costs import check_number
 from demos.zoo.hardware.gpus import GpuSpec, get_gpu
 
-__all__ = ["ClusterSpec", "Routing", "Traffic", "host_layout", "oversized_host"]
+NETWORKS = ("ib", "roce", "efa", "efa-gda")
+"""Scale-out networks (``ClusterSpec.network``): InfiniBand and RoCE, where the GPU initiates RDMA (IBGDA; MoRI
+on AMD), AWS EFA through CPU proxy threads (UCCL-EP, NVSHMEM's host proxy), and EFA with GPU-initiated RDMA
+(DeepEP V2 over NCCL GIN, August 2026)."""
+
+__all__ = ["NETWORKS", "ClusterSpec", "Routing", "Traffic", "host_layout", "oversized_host", "rack_hosts"]
 
 
 def _count(what: str, v: object, low: int = 1) -> int:
@@ -53,6 +58,18 @@ def host_layout(gpu: GpuSpec, gpus: int) -> tuple[int, int]:
     while gpus % hosts:
         hosts += 1
     return hosts, gpus // hosts
+
+
+def rack_hosts(gpu: GpuSpec, nodes: int, gpus_per_node: int) -> tuple[int, int] | None:
+    """``(hosts, GPUs per host)`` when ``nodes`` "hosts" of ``gpus_per_node`` GPUs are whole racks of an NVLink
+    domain wider than one host, typed a rack a node (``--gpus-per-node 72`` on GB200 or GB300 NVL72: 18 hosts of
+    4), as users name the rack; None for anything else (a host typed larger than its server that is not whole
+    racks stays ``oversized_host``'s refusal)."""
+    server, dom = gpu.gpus_per_node, gpu.nvlink_domain
+    if gpus_per_node <= server or dom <= server or gpus_per_node % dom:
+        return None
+    world = nodes * gpus_per_node
+    return world // server, server
 
 
 def oversized_host(gpu: GpuSpec, nodes: int, gpus_per_node: int, spell: Callable[[str, int], str]) -> str | None:
@@ -149,19 +166,26 @@ class ClusterSpec:
 
     ``nvlink_domain``: GPUs per NVLink domain; None takes the GPU's: its ``nvlink_domain`` when that
     spans several nodes (GB200 NVL72: 72), else the node capped by it (HGX: 8). A domain is whole
-    nodes or a part of one node; the EP group fills whole domains (or lies within one)."""
+    nodes or a part of one node; the EP group fills whole domains (or lies within one).
+
+    ``network``: the scale-out network between domains, one of ``NETWORKS`` ("ib", "roce": RDMA the GPU
+    initiates; "efa": AWS EFA through CPU proxy threads; "efa-gda": EFA with GPU-initiated RDMA), which picks
+    the all-to-all's fitted parameters (``demos.zoo.hardware.alltoall.comm_params``)."""
 
     nodes: int
     gpus_per_node: int
     ep: int
     gpu: GpuSpec | str
     nvlink_domain: int | None = None
+    network: str = "ib"
 
     def __post_init__(self) -> None:
         _count("ClusterSpec.nodes", self.nodes)
         _count("ClusterSpec.gpus_per_node", self.gpus_per_node)
         _count("ClusterSpec.ep", self.ep)
         object.__setattr__(self, "gpu", get_gpu(self.gpu))
+        if self.network not in NETWORKS:
+            raise ValueError(f"ClusterSpec.network must be one of {', '.join(NETWORKS)}, got {self.network!r}")
         oversized = oversized_host(self.gpu, self.nodes, self.gpus_per_node, lambda f, v: f"{f}={v}")
         if oversized is not None:
             raise ValueError(f"ClusterSpec: {oversized}")

@@ -61,6 +61,6 @@ def tp_collective(
         raise ValueError(f"efficiency must be in (0, 1], got {efficiency!r}")
     if steps == 0:
         return 0.0
-    bus = efficiency * get_gpu(gpu).nvlink_bandwidth
+    bus = efficiency * get_gpu(gpu).scaleup_bandwidth(n - 1)  # a mesh's rings use the links to its n - 1 peers
     sent = steps / n * nbytes
     return min(base + steps * hop + sent / (share * bus) for base, hop, share in NCCL_RING_NVLINK.values())

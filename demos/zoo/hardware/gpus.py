@@ -17,7 +17,17 @@ Conventions (the datasheets mix them, these fields do not):
   is half the datasheet figure (H100: 450e9).
 * ``nic_bandwidth`` is per GPU, per direction: the line rate of the scale-out NIC(s) that serve one
   GPU in a typical deployment (one 400 Gb/s ConnectX-7 per GPU: 50e9 bytes/s).
-* ``family``: "hopper" or "blackwell", the architecture whose measured kernel curves the GPU takes.
+* ``family``: "hopper", "blackwell" (NVIDIA), "cdna3" or "cdna4" (AMD Instinct), the architecture whose
+  measured kernel curves the GPU takes. ``vendor``: "nvidia" or "amd". ``sm_count`` counts AMD's compute
+  units where NVIDIA has SMs.
+* The scale-up link (``scaleup``): "switch", NVLink through NVSwitch, where one GPU reaches every peer of
+  its domain at ``nvlink_bandwidth`` together; or "mesh", AMD's Infinity Fabric, ``links`` point-to-point
+  links per GPU, one to each peer of the node, each at ``nvlink_bandwidth / links`` per direction: traffic
+  to ``p`` peers uses ``p`` links (``scaleup_bandwidth``). ``nvlink_bandwidth`` keeps its name for both (the
+  GPU's whole scale-up bandwidth, per direction).
+* ``hw_queues``: the hardware queues streams are mapped onto by default (CUDA's
+  ``CUDA_DEVICE_MAX_CONNECTIONS`` 8; HIP's ``GPU_MAX_HW_QUEUES`` 4): more concurrent streams than queues
+  share a queue, and kernels of one queue run in order.
 * ``gpus_per_node``: GPUs in one server (HGX baseboard: 8; GB200 and GB300 compute tray: 4);
   ``nvlink_domain``: GPUs one GPU reaches over NVLink (HGX: the 8 of its node; GB200 and GB300 NVL72:
   72, over the rack's NVLink switch trays).
@@ -25,104 +35,12 @@ Conventions (the datasheets mix them, these fields do not):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
 from types import MappingProxyType
-from typing import Any
 
-from dbo.costs import dtype_key
+from demos.zoo.hardware.gpu_spec import FAMILIES, SCALEUP, VENDORS, GpuSpec
 
-__all__ = ["FAMILIES", "GPUS", "GpuSpec", "get_gpu", "gpus"]
-
-FAMILIES = ("hopper", "blackwell")
-"""GPU families: the kernel-time curves fitted to measured tables are per family (``demos.zoo.rooflines``)."""
-
-_RATE_FIELDS = {"fp8": "fp8", "bfloat16": "bf16", "float16": "bf16", "tf32": "tf32", "float32": "fp32"}
-"""``DTYPES`` key -> the field holding its rate (FP16 and BF16 share one tensor-core rate)."""
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    """One GPU model's datasheet figures (dense FLOP/s, bytes/s, bytes; see the module docstring for
-    how each is counted). ``source`` names where the figures come from, in a few words."""
-
-    name: str
-    fp8: float
-    bf16: float
-    tf32: float
-    fp32: float
-    hbm_bandwidth: float
-    hbm_capacity: float
-    sm_count: int
-    nvlink_bandwidth: float
-    nic_bandwidth: float
-    gpus_per_node: int = 8
-    nvlink_domain: int = 8
-    source: str = ""
-    family: str = "hopper"
-    fp4: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"GpuSpec.name must be a non-empty string, got {self.name!r}")
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name in ("name", "source", "family"):
-                continue
-            if f.name == "fp4":  # 0: no FP4 tensor cores
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v == 0 or v >= self.fp8):
-                    raise ValueError(f"GpuSpec.fp4 must be 0 (none) or a rate >= fp8 ({self.fp8:g}), got {v!r}")
-                continue
-            if f.name in ("sm_count", "gpus_per_node", "nvlink_domain"):
-                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                    raise ValueError(f"GpuSpec.{f.name} must be an int >= 1, got {v!r}")
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise TypeError(f"GpuSpec.{f.name} must be a number, got {type(v).__name__}: {v!r}")
-            if not (math.isfinite(v) and v > 0):
-                raise ValueError(f"GpuSpec.{f.name} must be a finite number > 0, got {v!r}")
-        if self.family not in FAMILIES:
-            raise ValueError(f"GpuSpec.family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
-        if not isinstance(self.source, str):
-            raise TypeError(f"GpuSpec.source must be a string, got {type(self.source).__name__}")
-        if not self.fp8 >= self.bf16 >= self.tf32:
-            raise ValueError(
-                f"GpuSpec {self.name!r}: expected fp8 >= bf16 >= tf32 rates, got "
-                f"{self.fp8:g}, {self.bf16:g}, {self.tf32:g}"
-            )
-
-    def flops(self, dtype: Any) -> float:
-        """Dense peak math rate (FLOP/s) of ``dtype``: a torch.dtype or a name (``"fp8"``, ``"bf16"``,
-        ``"float16"``, ``"tf32"``, ``"fp32"``, ...). A dtype without a rate here -> ValueError."""
-        key = dtype_key(dtype)
-        if key == "fp4":  # a GPU without FP4 tensor cores runs 4-bit weights dequantized, at its BF16 rate
-            return float(self.fp4 or self.bf16)
-        if key == "w4a8":  # 4-bit weights x FP8 activations: the FP8 rate on FP4 tensor cores, else dequantized
-            return float(self.fp8 if self.fp4 else self.bf16)
-        if key not in _RATE_FIELDS:
-            known = ", ".join((*_RATE_FIELDS, "fp4", "w4a8"))
-            raise ValueError(f"GpuSpec {self.name!r} has no rate for dtype {dtype!r}; known: {known}")
-        return float(getattr(self, _RATE_FIELDS[key]))
-
-    @property
-    def has_fp4(self) -> bool:
-        """Whether the GPU has FP4 tensor cores (its 4-bit GEMMs run at ``fp4``)."""
-        return self.fp4 > 0
-
-    @property
-    def dtype_flops(self) -> dict[str, float]:
-        """The rates as ``DeviceProfile.dtype_flops`` takes them (keys of ``dbo.costs.DTYPES``)."""
-        rates = {key: float(getattr(self, f)) for key, f in _RATE_FIELDS.items()}
-        return {**rates, "fp4": self.flops("fp4"), "w4a8": self.flops("w4a8")}
-
-    def sm_share(self, sms: int) -> float:
-        """The share of this GPU's SMs that ``sms`` SMs are (a comm kernel taking them from
-        compute: ``DeviceProfile.comm_sm_share``). ``sms`` must be an int in [0, sm_count)."""
-        if isinstance(sms, bool) or not isinstance(sms, int) or not 0 <= sms < self.sm_count:
-            raise ValueError(f"sms must be an int in [0, {self.sm_count}) for {self.name}, got {sms!r}")
-        return sms / self.sm_count
-
+__all__ = ["FAMILIES", "GPUS", "SCALEUP", "VENDORS", "GpuSpec", "get_gpu", "gpus"]
 
 _GB = 1e9
 _TB = 1e12
@@ -158,6 +76,54 @@ _BLACKWELL_NVL72 = {
     "nvlink_domain": 72,
     "family": "blackwell",
 }
+
+# AMD Instinct, per GPU, dense (AMD quotes matrix rates dense, with sparsity separately). CDNA3 (MI300X, MI325X:
+# one die, 304 CUs at 2.1 GHz, 2,048 BF16 / 4,096 FP8 FLOP per CU per clock; ROCm's MI300 architecture page) and
+# CDNA4 (MI350X at 2.2 GHz, MI355X at 2.4 GHz: 256 CUs, 8,192 FP8 FLOP per CU per clock, BF16 half, MXFP4
+# twice; derived from the per-CU rate and the clocks, docs/clusters.md). A node's 8 GPUs form a full mesh of
+# 7 Infinity Fabric links each; HIP maps streams onto 4 hardware queues by default (``GPU_MAX_HW_QUEUES``).
+_CDNA3 = {
+    "fp8": 2614.9 * _T,
+    "bf16": 1307.4 * _T,
+    "tf32": 653.7 * _T,
+    "fp32": 163.4 * _T,
+    "sm_count": 304,
+    "nvlink_bandwidth": 7 * 64 * _GB,  # 7 links of 16 lanes at 32 Gb/s: 64 GB/s each way each
+    "nic_bandwidth": _NIC_400G,
+    "family": "cdna3",
+    "vendor": "amd",
+    "scaleup": "mesh",
+    "links": 7,
+    "hw_queues": 4,
+}
+
+
+def _cdna4(clock_ghz: float) -> dict:
+    """A CDNA4 GPU at ``clock_ghz``: 256 CUs of 8,192 FP8 FLOP a clock (BF16 half, MXFP4 twice), MI355X's FP32
+    157.3 TFLOP/s at 2.4 GHz scaled to the clock; each rate to 0.1 TFLOP/s."""
+
+    def rate(flop_per_cu_clock: float) -> float:
+        return round(flop_per_cu_clock * 256 * clock_ghz / 1e3, 1) * _T
+
+    fp32 = round(157.3 * clock_ghz / 2.4, 1) * _T
+    return {
+        "fp4": rate(16384),
+        "fp8": rate(8192),
+        "bf16": rate(4096),
+        "tf32": fp32,  # no TF32 matrix rate on CDNA4: TF32 runs as FP32
+        "fp32": fp32,
+        "sm_count": 256,
+        "hbm_bandwidth": 8.0 * _TB,
+        "hbm_capacity": 288 * _GB,
+        "nvlink_bandwidth": 7 * 76.5 * _GB,  # ~153 GB/s bidirectional a link (secondary: docs/clusters.md)
+        "nic_bandwidth": _NIC_400G,
+        "family": "cdna4",
+        "vendor": "amd",
+        "scaleup": "mesh",
+        "links": 7,
+        "hw_queues": 4,
+    }
+
 
 _BUILTIN = (
     GpuSpec(
@@ -241,10 +207,55 @@ _BUILTIN = (
         source="NVIDIA GB300 NVL72 spec table, per GPU, dense; SMs: the full Blackwell Ultra GPU (not the "
         "shipping count); NIC: one ConnectX-8 800 Gb/s per GPU per compute tray",
     ),
+    GpuSpec(
+        "h20-141g",
+        fp8=296 * _T,
+        bf16=148 * _T,
+        tf32=74 * _T,
+        fp32=44 * _T,
+        sm_count=78,
+        hbm_bandwidth=4.8 * _TB,
+        hbm_capacity=141 * _GB,
+        nvlink_bandwidth=450 * _GB,
+        nic_bandwidth=_NIC_400G,
+        source="NVIDIA H20 with 141 GB HBM3e (\"H20-3e\"): the H20's dense rates and SMs, the H200's memory; "
+        "NIC: assumed as HGX",
+    ),
+    GpuSpec(
+        "mi300x",
+        **_CDNA3,
+        hbm_bandwidth=5.3 * _TB,
+        hbm_capacity=192 * _GB,
+        source="AMD ROCm MI300 architecture page (dense matrix rates, 304 CUs, 5.3 TB/s, 7 Infinity Fabric "
+        "links); link rate: 16 lanes at 32 Gb/s; NIC: one 400 Gb/s per GPU (MoRI's MI300X+CX7 tables)",
+    ),
+    GpuSpec(
+        "mi325x",
+        **_CDNA3,
+        hbm_bandwidth=6.0 * _TB,
+        hbm_capacity=256 * _GB,
+        source="the MI300X's die and rates (ROCm GPU specifications: same CUs), 256 GB HBM3E at 6.0 TB/s "
+        "(secondary sources); NIC: as MI300X",
+    ),
+    GpuSpec(
+        "mi350x",
+        **_cdna4(2.2),
+        source="CDNA4 (ROCm GPU specifications: 256 CUs, 288 GB): 8,192 FP8 FLOP per CU per clock at 2.2 GHz "
+        "(secondary: ISSCC 2026 and launch reports), 8 TB/s; Infinity Fabric ~153 GB/s a link bidirectional "
+        "(secondary); NIC: one 400 Gb/s per GPU",
+    ),
+    GpuSpec(
+        "mi355x",
+        **_cdna4(2.4),
+        source="CDNA4 (ROCm GPU specifications: 256 CUs, 288 GB): 8,192 FP8 FLOP per CU per clock at 2.4 GHz "
+        "(secondary: ISSCC 2026 and launch reports), 8 TB/s; Infinity Fabric ~153 GB/s a link bidirectional "
+        "(secondary); NIC: one 400 Gb/s Pollara per GPU (MoRI's MI355X+AINIC tables)",
+    ),
 )
 
 GPUS: Mapping[str, GpuSpec] = MappingProxyType({g.name: g for g in _BUILTIN})
-"""The built-in GPU profiles by name (read-only): h100, h200, h800, h20, b200, gb200, b300, gb300."""
+"""The built-in GPU profiles by name (read-only): h100, h200, h800, h20, b200, gb200, b300, gb300, h20-141g,
+mi300x, mi325x, mi350x, mi355x."""
 
 
 def get_gpu(name_or_spec: str | GpuSpec) -> GpuSpec:

@@ -20,8 +20,9 @@ from demos.zoo.workload import cluster_for
 # --- GPU profiles -------------------------------------------------------------------------------------
 
 
-def test_the_eight_builtin_gpus():
-    assert set(GPUS) == {"h100", "h200", "h800", "h20", "b200", "gb200", "b300", "gb300"}
+def test_the_thirteen_builtin_gpus():
+    nvidia = {"h100", "h200", "h800", "h20", "h20-141g", "b200", "gb200", "b300", "gb300"}
+    assert set(GPUS) == nvidia | {"mi300x", "mi325x", "mi350x", "mi355x"}
     assert gpus() == dict(GPUS) and gpus() is not GPUS
     with pytest.raises(TypeError):
         GPUS["mine"] = GPUS["h100"]  # read-only
@@ -31,10 +32,15 @@ def test_the_eight_builtin_gpus():
 def test_dense_rates_keep_the_tensor_core_ratios(name):
     # Dense rates halved from the sparse datasheet figures keep FP8 = 2 x BF16 and TF32 ~ BF16 / 2
     # (B200's table rounds TF32 to 1.1 of 1.125 PFLOPS); the SIMT FP32 rate is far below the tensor rates.
+    # AMD's tables round each rate to 0.1 TFLOP/s; CDNA4 has no TF32 matrix rate (TF32 runs as FP32) and its
+    # MXFP4 rate is twice its FP8 one.
     g = GPUS[name]
-    assert g.fp8 == pytest.approx(2 * g.bf16)
-    assert g.tf32 == pytest.approx(g.bf16 / 2, rel=0.03)
-    assert g.fp32 < g.tf32 / 1.5
+    assert g.fp8 == pytest.approx(2 * g.bf16, rel=1e-4)
+    if g.family == "cdna4":
+        assert g.tf32 == g.fp32 < g.bf16 / 8 and g.fp4 == pytest.approx(2 * g.fp8, rel=1e-4)
+    else:
+        assert g.tf32 == pytest.approx(g.bf16 / 2, rel=0.03)
+        assert g.fp32 < g.tf32 / 1.5
     ultra = name in ("b300", "gb300")  # Blackwell Ultra: one 800 Gb/s ConnectX-8 per GPU
     assert g.nic_bandwidth == pytest.approx((800e9 if ultra else 400e9) / 8)  # one NIC per GPU, each way
 
@@ -258,12 +264,18 @@ RACK = "a whole NVL72 rack of 18 hosts of 4 (one gb200 host holds 4 GPUs)"
     ],
 )
 def test_a_node_is_one_host_and_a_rack_typed_as_one_is_refused_with_the_hosts_spelling(gpu, nodes, per, message):
+    """``ClusterSpec`` takes hosts only; ``cluster_for`` (the commands' and ``predict``'s) takes whole racks typed as
+    nodes as their hosts (issue 46) and refuses every other oversized host with the same line."""
     with pytest.raises(ValueError) as info:
         ClusterSpec(nodes=nodes, gpus_per_node=per, ep=nodes * per, gpu=gpu)
     assert str(info.value) == f"ClusterSpec: {message}"
-    with pytest.raises(ConfigError) as info:  # the library's one line, its fields named as the keywords
-        cluster_for(gpu, nodes, per, None)
-    assert str(info.value) == message.replace("=", " ") and set(info.value.fields) <= {"nodes", "gpus_per_node"}
+    if "whole NVL72" in message and per % 72 == 0:
+        c = cluster_for(gpu, nodes, per, None)
+        assert (c.nodes, c.gpus_per_node) == (nodes * per // 4, 4) and c.nvlink_domain == 72
+    else:
+        with pytest.raises(ConfigError) as info:  # the library's one line, its fields named as the keywords
+            cluster_for(gpu, nodes, per, None)
+        assert str(info.value) == message.replace("=", " ") and set(info.value.fields) <= {"nodes", "gpus_per_node"}
     # what it says to pass is a cluster of the same GPUs, each host at most the GPU's server
     hosts, each = host_layout(GPUS[gpu], nodes * per)
     c = cluster_for(gpu, hosts, each, None)
@@ -302,3 +314,38 @@ def test_cluster_spec_rejects_unknown_gpus_and_routing_that_does_not_shard():
 def test_routing_rejects_bad_input(kw, err, match):
     with pytest.raises(err, match=match):
         Routing(**kw)
+
+
+def test_amd_instinct_gpus_are_a_full_mesh_of_seven_links_and_four_hardware_queues():
+    """Infinity Fabric joins a node's 8 GPUs point to point: traffic to p peers uses p of the 7 links (an
+    EP-4 all-to-all inside a node gets 3/7 of the GPU's scale-up bandwidth); NVSwitch gives every peer count
+    the whole of it."""
+    for name in ("mi300x", "mi325x", "mi350x", "mi355x"):
+        g = GPUS[name]
+        assert (g.vendor, g.scaleup, g.links, g.hw_queues, g.gpus_per_node) == ("amd", "mesh", 7, 4, 8)
+        assert g.scaleup_bandwidth(7) == g.nvlink_bandwidth
+        assert g.scaleup_bandwidth(3) == pytest.approx(3 / 7 * g.nvlink_bandwidth)
+        assert g.scaleup_bandwidth(100) == g.nvlink_bandwidth
+    assert GPUS["mi300x"].nvlink_bandwidth == 7 * 64e9  # 16 lanes at 32 Gb/s a link, each way
+    h = GPUS["h200"]
+    assert h.scaleup == "switch" and h.scaleup_bandwidth(1) == h.scaleup_bandwidth(7) == h.nvlink_bandwidth
+    assert GPUS["mi355x"].sm_count == 256 and GPUS["mi300x"].sm_count == 304  # compute units
+    assert GPUS["mi325x"].fp8 == GPUS["mi300x"].fp8 and GPUS["mi325x"].hbm_capacity == 256e9
+    assert GPUS["h20-141g"].hbm_capacity == 141e9 and GPUS["h20-141g"].fp8 == GPUS["h20"].fp8
+
+
+def test_a_mesh_without_links_or_a_vendor_with_anothers_family_is_one_line():
+    import dataclasses
+
+    base = GPUS["mi300x"]
+    for bad, words in (
+        ({"links": 0}, "a mesh has links"),
+        ({"links": 3}, "needs 7 links"),
+        ({"family": "hopper"}, "vendor 'amd' with family 'hopper'"),
+        ({"scaleup": "torus"}, "scaleup must be one of"),
+    ):
+        with pytest.raises(ValueError, match=words) as e:
+            dataclasses.replace(base, **bad)
+        assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="peers must be an int >= 1"):
+        base.scaleup_bandwidth(0)

@@ -1,0 +1,54 @@
+"""The AMD GPUs' rows of ``validate kernels`` (docs/kernels.md, "AMD Instinct"): aiter's GEMM and fused-MoE tables
+and MoRI's one-node low-latency tables against the CDNA families' curves."""
+
+from __future__ import annotations
+
+from demos.fidelity.kernels import CheckRow
+from demos.fits.rooflines import experts_seconds
+from demos.zoo.hardware import get_gpu, ll_bytes
+from demos.zoo.models.dtypes import storage_of
+from demos.zoo.rooflines import FamilyFit, family_fit
+from demos.zoo.work import gemm_work
+
+__all__ = ["AMD_GPUS", "amd_rows"]
+
+AMD_GPUS = ("mi300x", "mi325x", "mi350x", "mi355x")
+"""The AMD GPUs checked (``amd_rows``): each against its arch's aiter and MoRI tables."""
+
+AMD_GPUS = ("mi300x", "mi325x", "mi350x", "mi355x")
+"""The AMD GPUs checked (``amd_rows``): each against its arch's aiter and MoRI tables."""
+
+_AITER_OPS = {"fp8_block": ("fp8", "gemm fp8"), "bf16": ("bfloat16", "gemm bf16"), "mxfp4": ("fp4", "gemm fp4")}
+
+
+def amd_rows(gpu: str, fit: FamilyFit | None = None) -> list[CheckRow]:
+    """An AMD GPU's rows (docs/kernels.md, "AMD Instinct"): every screened aiter GEMM row of its arch on the
+    family's curve of its dtype (the fit took one row per shape and doubling of m: the others are checks), the
+    FP8 fused-MoE rows on the experts' curve, MoRI's IntraNodeLL rows on the one-node all-to-all line (each at its
+    own dispatch dtype); MI325X and MI350X read their arch's tables, which do not say which of the pair ran."""
+    from demos.fits.amd import ll_rows, moe_rows
+    from demos.zoo.vendor_data import aiter
+
+    g = get_gpu(gpu)
+    fit = fit or family_fit(g.family)
+    out = []
+    for theirs, (ours, op) in _AITER_OPS.items():
+        if ours not in fit.gemm or (ours == "bfloat16" and fit.gemm["bfloat16"] is fit.gemm["fp8"]):
+            continue
+        curve, peak = fit.gemm[ours], g.flops(ours)
+        for r in aiter.gemm_rows(gpu, theirs):
+            flops, nbytes = gemm_work(r.m, r.n, r.k, storage_of(ours))
+            pred = curve.seconds(flops, nbytes, r.m, r.n, r.k, peak, g.hbm_bandwidth, g.sm_count)
+            out.append(CheckRow(gpu, op, f"m={r.m} n={r.n} k={r.k}", pred, r.seconds))
+    for r in moe_rows(gpu):
+        t = experts_seconds(fit.gemm["fp8"], fit.experts, g, r)
+        out.append(CheckRow(gpu, "experts", f"tokens={r.tokens} experts={r.experts} inter={r.inter}", t, r.seconds))
+    for r in ll_rows(g.family):
+        pred = fit.ll_sm[r.kernel].seconds(
+            ll_bytes(r.kernel, r.tokens, r.hidden, r.top_k, r.fp8)
+            * get_gpu(fit.fitted_on[0]).nvlink_bandwidth
+            / g.scaleup_bandwidth(r.gpus - 1),
+            r.gpus - 1,
+        )
+        out.append(CheckRow(gpu, r.kernel, f"tokens={r.tokens} hidden={r.hidden} (MoRI IntraNodeLL)", pred, r.seconds))
+    return out
