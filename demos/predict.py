@@ -128,6 +128,28 @@ def _bar(done: int, total: int, what: str) -> str:
     return f"[{'#' * k}{'.' * (n - k)}] {done}/{total} {unit} ({what})"
 
 
+def _say_rack(ns) -> None:
+    """One stderr line when ``--gpus-per-node`` names whole NVL72 racks: the hosts they are predicted as."""
+    from demos.zoo.hardware import get_gpu
+    from demos.zoo.hardware.cluster import rack_hosts
+
+    try:
+        g = get_gpu(ns.gpu)
+    except ValueError:
+        return  # the prediction says so
+    if ns.gpus_per_node is None:
+        return
+    racks = rack_hosts(g, ns.nodes, ns.gpus_per_node)
+    if racks is not None:
+        n = ns.nodes * ns.gpus_per_node // g.nvlink_domain
+        what = "one NVL72 rack" if n == 1 else f"{n} NVL72 racks"
+        what = what.replace("72", str(g.nvlink_domain))
+        sys.stderr.write(
+            f"{PROG}: --gpus-per-node {ns.gpus_per_node} is {what}: predicted as --nodes {racks[0]} "
+            f"({racks[1]} GPUs per node, one {g.name} host each)\n"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -141,12 +163,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(f"{field_ref('trace')} applies to real models, not to {field_ref('model')} toy")
         cli_common.check_output_paths(paths)
         cli_common.check_plot_path(ns.plot_path)
+        _say_rack(ns)
         pred = predict(
             ns.model,
             gpu=ns.gpu,
             nodes=ns.nodes,
             gpus_per_node=ns.gpus_per_node,
             ep=ns.ep,
+            network=ns.network,
             attention_tp=ns.attention_tp,
             moe_tp=ns.moe_tp,
             kernels=ns.kernels,

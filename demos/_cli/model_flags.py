@@ -14,6 +14,7 @@ import argparse
 
 from demos._cli.values import int_list, token_count
 from demos.zoo.hardware import GPUS
+from demos.zoo.hardware.cluster import NETWORKS
 from demos.zoo.kernel_times import KERNEL_SOURCES
 from demos.zoo.loading import TOY, load_model, workload_for
 from demos.zoo.models import ALIASES, PRESET_NAMES, ModelSpec
@@ -78,6 +79,14 @@ def add_model_flags(parser: argparse.ArgumentParser, *, model_default: str | Non
         help="GPU profile, in any case (datasheet figures, docs/clusters.md; default h100)",
     )
     a("--nodes", type=int, default=1, help="hosts in the cluster (default 1; one GB200 NVL72 rack is 18 of 4)")
+    a(
+        "--network",
+        default="ib",
+        choices=NETWORKS,
+        help="the scale-out network between nodes: ib or roce (RDMA the GPU initiates: DeepEP on NVIDIA, MoRI on "
+        "AMD), efa (AWS EFA through CPU proxies, UCCL-EP's tables) or efa-gda (EFA with GPU-initiated RDMA, DeepEP "
+        "V2's tables); docs/clusters.md (default ib)",
+    )
     a(
         "--gpus-per-node",
         type=int,
@@ -172,6 +181,7 @@ def workload_of(ns: argparse.Namespace, *, tokens: int, ubatches: int, spec: Mod
         nodes=ns.nodes,
         gpus_per_node=ns.gpus_per_node,
         ep=ns.ep,
+        network=getattr(ns, "network", "ib"),
         phase=ns.phase,
         context=ns.context,
         imbalance=ns.imbalance,

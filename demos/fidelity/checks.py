@@ -228,19 +228,32 @@ class DeepEPResult:
 
     rows: list[dict[str, Any]]
     fused_moe: list[dict[str, Any]] = field(default_factory=list)
+    other: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"deepep": self.rows, "fused_moe": self.fused_moe}
+        return {"deepep": self.rows, "fused_moe": self.fused_moe, "libraries": self.other}
 
     def text(self) -> str:
-        text = deepep.format_table(self.rows)
-        return text if not self.fused_moe else "\n\n".join([text, fused_moe.format_table(self.fused_moe)])
+        from demos.fidelity import ep_published
+
+        parts = [deepep.format_table(self.rows)]
+        if self.fused_moe:
+            parts.append(fused_moe.format_table(self.fused_moe))
+        head = "MoRI (AMD) and EFA (AWS) all-to-all tables against the model, each group's parameters fitted on its "
+        head += "fitted rows (demos.fidelity.ep_published):"
+        if self.other:
+            parts.append(head)
+        parts += [ep_published.format_table(g, recs) for g, recs in self.other.items()]
+        return "\n\n".join(parts)
 
 
 def deepep_check() -> DeepEPResult:
     """Every published figure of DeepEP's tables against the model's (``deepep.compare``), and DeepGEMM's
     fused MoE tables (``fused_moe.compare``)."""
-    return DeepEPResult(deepep.compare(), fused_moe.compare())
+    from demos.fidelity import ep_published
+
+    other = {g: ep_published.compare(g) for g in ep_published.GROUPS}
+    return DeepEPResult(deepep.compare(), fused_moe.compare(), other)
 
 
 @dataclass
@@ -272,15 +285,16 @@ def kernels_check(progress: Progress | None = None, *, cross_validation: bool = 
     """The fitted roofline against every measured kernel row of H100, H200, B200 and GB200, and H800's
     published figures; ``cross_validation``: also each GPU's own fit against every GPU
     (``demos.fidelity.kernels.cross_validation``). Raises ``MeasuredTablesError`` without the measured extra."""
+    from demos.fidelity.amd_kernels import AMD_GPUS, amd_rows
     from demos.fidelity.kernels import cross_validation as cross
     from demos.fidelity.kernels import kernel_rows, summaries
     from demos.zoo.measured import SYSTEMS
 
     progress = progress or _quiet
     rows = []
-    for gpu in (*SYSTEMS, "h800"):
+    for gpu in (*SYSTEMS, "h800", *AMD_GPUS):
         progress(f"kernels: {gpu}")
-        rows += kernel_rows(gpu)
+        rows += amd_rows(gpu) if gpu in AMD_GPUS else kernel_rows(gpu)
     lines = None
     if cross_validation:
         progress("kernels: cross-validation (a fit per GPU)")

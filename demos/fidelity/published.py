@@ -7,9 +7,10 @@ case, at the token counts its quantities name) and returns one record per quanti
 source only brackets), ``within`` (whether the prediction is within the quantity's target) and
 ``source``. No case here is used to set any figure of the model (docs/fidelity.md, "Published cases").
 
-The one case so far: LMSYS's DeepSeek-V3 decode on 9 x 8 H100 (EP 72, DeepEP low-latency, CUDA
-graphs, 2,000-token inputs), two-batch overlap on against off (LMSYS blog, 2025-05-05, "Deploying
-DeepSeek with PD Disaggregation and Large-scale Expert Parallelism on 96 H100 GPUs").
+The cases: LMSYS's DeepSeek-V3 decode on 9 x 8 H100 (EP 72, DeepEP low-latency, CUDA graphs, 2,000-token
+inputs), two-batch overlap on against off (LMSYS blog, 2025-05-05, "Deploying DeepSeek with PD Disaggregation
+and Large-scale Expert Parallelism on 96 H100 GPUs"); ATOM's GPT-OSS-120B on 2 MI355X, its two-batch overlap in
+decode against prefill only (ROCm/ATOM recipes/TBO.md, v0.1.5). No EFA case with overlap on and off was found.
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ _LMSYS = (
     "on 96 H100 GPUs (lm-sys/lm-sys.github.io blog/2025-05-05-large-scale-ep.md)"
 )
 
+_ATOM = (
+    "ROCm/ATOM recipes/TBO.md at v0.1.5 (b0071c5): GPT-OSS-120B on 2 x MI355X, ISL 1024, OSL 1024, -tp 2 with "
+    "data-parallel attention and MoRI expert parallelism"
+)
+
 CASES: tuple[Case, ...] = (
     Case(
         name="lmsys-dsv3-decode-h100-ep72",
@@ -74,6 +80,31 @@ CASES: tuple[Case, ...] = (
         notes=(
             "x0.73 is the post's -27% at 32 tokens per GPU; 2,789 tok/s per GPU is its 22,310 tok/s per node of 8",
             "the post gives no NIC speed: one 400 Gb/s CX7 per GPU, the usual H100 build, is assumed",
+        ),
+    ),
+    Case(
+        name="atom-gptoss-decode-mi355x",
+        source=_ATOM,
+        args=dict(
+            model="gpt-oss-120b",
+            gpu="mi355x",
+            nodes=1,
+            gpus_per_node=2,
+            ep=2,
+            context=1536,
+            mode="graph",
+            tokens=[128, 256],
+        ),
+        quantities=(
+            Quantity("speedup", 21376 / 28411, tokens=128, target=0.15),
+            Quantity("speedup", 28219 / 36134, tokens=256, target=0.15),
+        ),
+        notes=(
+            "the published throughput of --enable-tbo all over --enable-tbo (prefill only) at 256 and 512 concurrent "
+            "requests (x0.752, x0.781): the two runs differ in decode's overlap only, and decode holds most of "
+            "each 1024-in 1024-out request's time, so the ratio stands for the decode step's speedup (a proxy)",
+            "256 and 512 requests on 2 GPUs: 128 and 256 decode tokens per GPU; context the mean of a decode "
+            "request's, 1024 + 512",
         ),
     ),
 )

@@ -254,11 +254,14 @@ class Recommendation:
     overlap_flags: dict[str, str] = field(default_factory=dict)
     threshold_basis: str | None = None
     basis: str = ""
+    atom: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON's ``recommendation`` (the per-mode reasons are its ``reasons``)."""
+        """The JSON's ``recommendation`` (the per-mode reasons are its ``reasons``; ``atom`` on AMD GPUs only)."""
         keys = ("phase", "mode", "reason", "enable", "threshold", "vllm", "sglang")
         out = {k: getattr(self, k) for k in keys}
+        if self.atom:
+            out["atom"] = self.atom
         out.update(notes=list(self.notes), engines=dict(self.engines), memory=self.memory)
         out.update(overlap_flags=dict(self.overlap_flags), threshold_basis=self.threshold_basis)
         return {**out, "basis": self.basis}
@@ -315,11 +318,15 @@ def recommend(
         c.threshold,
         vllm=(Overlap.DBO if v_enable else Overlap.NONE, v_threshold if v_enable else None),
     )
-    vllm, sglang, notes = lines.vllm, lines.sglang, list(lines.notes)
+    vllm, sglang, notes, atom = lines.vllm, lines.sglang, list(lines.notes), lines.atom
+    if lines.atom:
+        engines["atom"] = lines.atom_version
     if not v_enable:
         vllm = f"# do not enable DBO for {phase}: {reason if workload is None else workload.why}\n{vllm}"
     if not enable:
         sglang = f"# do not pass --enable-two-batch-overlap: {reason}\n{sglang}"
+        if atom and not atom.startswith("# not expressible"):
+            atom = f"# do not pass --enable-tbo: {reason}\n{atom}"
     elif workload is not None:
         pass  # vLLM's threshold is the serving run's, not the crossover: the basis line says both
     elif c.interpolated:
@@ -343,6 +350,7 @@ def recommend(
         overlap_flags(d),
         ONE_STEP if workload is None else WORKLOAD,
         _basis(c, enable, workload, serving),
+        atom,
     )
 
 

@@ -56,6 +56,7 @@ def predict(
     ep: int | None = None,
     attention_tp: int = 1,
     moe_tp: int = 1,
+    network: str = "ib",
     phase: str = Phase.DECODE,
     context: int = 2048,
     imbalance: float | str = "auto",
@@ -80,13 +81,14 @@ def predict(
 
     ``model``: a preset name, a path to a HuggingFace config.json, a ``ModelSpec``, or "toy" (the toy
     MoE on ``profile``, a profile ``python -m demos.calibrate`` wrote, on validate's grid). ``gpu``: a
-    GPU name (h100, h200, h800, h20, b200, gb200, b300, gb300) or a ``GpuSpec``; ``gpus_per_node`` and ``ep``: None
+    GPU name (``demos.zoo.hardware.GPUS``: NVIDIA and AMD) or a ``GpuSpec``; ``gpus_per_node`` and ``ep``: None
     for the GPU's node and every GPU. ``attention_tp``: GPUs of one NVLink domain that run attention
     together (tensor parallel, heads / attention_tp heads each) before each runs the MoE on its share of
     their tokens; 1 (the default) is data-parallel attention (docs/clusters.md). ``moe_tp``: MoE tensor
     parallelism, every routed expert on every GPU at ``1 / moe_tp`` of its width, over one attention TP group
     that is the whole EP group (``moe_tp = attention_tp = ep``; the engines' TP MoE, no expert parallelism);
-    1 (the default) shards the experts by EP. ``tokens``: the tokens
+    1 (the default) shards the experts by EP. ``network``: the scale-out network, "ib" (the default), "roce",
+    "efa" or "efa-gda" (docs/clusters.md, "Networks"). ``tokens``: the tokens
     per GPU to sweep, what each GPU's attention sees (the whole group's batch under attention TP; None:
     the phase's default); ``ubatches`` and ``comm_sms``: one value or a list to sweep; ``mode``: "graph",
     "eager", "both" or None (graph for decode, eager for prefill); ``imbalance``: a number >= 1 or
@@ -170,6 +172,7 @@ def predict(
         weights=weights,
         kv_cache_dtype=kv_cache_dtype,
         moe_tp=moe_tp,
+        network=network,
     )
     sweep = Sweep(base, toks, modes, ubs, sms, what_if_factors(what_if), kernels, overlap_names(overlap))
     _check_fits(sweep)
@@ -179,6 +182,7 @@ def predict(
         gpu=gpu,
         nodes=nodes,
         gpus_per_node=gpus_per_node,
+        network=network,
         ep=ep,
         attention_tp=attention_tp,
         moe_tp=moe_tp,
@@ -245,12 +249,33 @@ def _sources(sweep: Sweep) -> tuple[str, ...]:
     tables = f"GEMM, MLA and {kind} tables" if kind else "GEMM and MLA tables"
     if w.spec.hc_mult > 1:
         tables = tables.replace(" and MLA", ", MLA and hyper-connection")
+    kernels = (
+        f"kernel times: the {w.gpu.family} curves fitted to measured {tables} "
+        f"({FITTED_WITH}; demos/zoo/rooflines.json, docs/kernels.md){sparse}"
+    )
+    if w.gpu.vendor == "amd":
+        kernels = (
+            f"kernel times: the {w.gpu.family} GEMM, MoE and one-node all-to-all curves fitted to AMD's measured "
+            "tables (aiter's tuned GEMM and fused-MoE tables, MoRI's tuning tables; demos/zoo/vendor_data), the "
+            "attention and other curves Hopper's over this GPU's datasheet (a guess: no AMD table measures them; "
+            f"docs/kernels.md){sparse}"
+        )
+    a2a = {
+        "efa": "all-to-all: UCCL-EP's p5en tables over EFA with CPU proxies, 5 fitted parameters (docs/clusters.md)",
+        "efa-gda": "all-to-all: DeepEP V2's p6-b200 tables over EFA, GPU-initiated, 3 fitted parameters "
+        "(docs/clusters.md)",
+    }.get(w.cluster.network)
+    if a2a is None:
+        a2a = (
+            "all-to-all: MoRI's MI355X tuning tables, 5 fitted parameters (docs/clusters.md)"
+            if w.gpu.vendor == "amd"
+            else "all-to-all: DeepEP's H800 tables, 4 fitted parameters (docs/clusters.md)"
+        )
     return tp + (
         f"model: {w.spec.source}",
         f"GPU {w.gpu.name}: {w.gpu.source}",
-        f"kernel times: the {w.gpu.family} curves fitted to measured {tables} "
-        f"({FITTED_WITH}; demos/zoo/rooflines.json, docs/kernels.md){sparse}",
-        "all-to-all: DeepEP's H800 tables, 4 fitted parameters (docs/clusters.md)",
+        kernels,
+        a2a,
         "host: per-launch, handoff and sync costs measured on our H200 host (docs/fidelity.md)",
     )
 
@@ -289,7 +314,9 @@ def _predict_sweep(
     )
     what = ", ".join(f"{k} x{v:g}" for k, v in sweep.what_if.items())
     return Prediction(
-        title=f"{w.spec.name} {w.phase} on {c.nodes} x {c.gpus_per_node} {w.gpu.name}, EP {c.ep}"
+        title=f"{w.spec.name} {w.phase} on {c.nodes} x {c.gpus_per_node} {w.gpu.name}"
+        + ("" if c.network == "ib" else f" over {c.network}")
+        + f", EP {c.ep}"
         + (f", attention TP {w.attention_tp}" if w.attention_tp > 1 else "")
         + (f", MoE TP {w.moe_tp}" if w.moe_tp > 1 else "")
         + f", context {w.context}, imbalance {w.imbalance}"
@@ -313,6 +340,7 @@ def _predict_sweep(
             overlaps=tuple(sweep.overlaps),
             overlap=ranges,
             checked=checked_line(w.gpu.name.rstrip("*"), w.gpu.family, w.phase),
+            network=c.network,
         ),
         points=points,
         crossovers=cross,

@@ -277,7 +277,9 @@ def format_prediction(rep: dict[str, Any], *, detail: bool = False) -> str:
     r = rep["recommendation"]
     lines.append("")
     eng = r.get("engines") or {}
-    for name, key in (("vLLM", "vllm"), ("SGLang", "sglang")):
+    for name, key in (("vLLM", "vllm"), ("SGLang", "sglang"), ("ATOM", "atom")):
+        if key not in r:
+            continue
         cmd = r[key].splitlines()
         if len(cmd) == 1 and key not in eng:
             lines.append(f"{name:<8} {cmd[0]}")

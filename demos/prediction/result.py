@@ -97,10 +97,10 @@ the same, byte for byte."""
 @dataclass(frozen=True)
 class ClusterSetup:
     """What a real model's prediction was asked and assumed: the cluster (``gpu``, ``nodes``,
-    ``gpus_per_node``, ``ep``, ``attention_tp``, ``moe_tp``), ``context`` and ``imbalance``; ``what_if``: the factors
-    applied; ``precision``: the dtype of each part (``weights``, ``experts``, ``dispatch``, ``combine``,
-    ``kv_cache``; ``--weights``, ``--kv-cache-dtype``); ``kernels``: ``{"source": "roofline" or
-    "measured", "fallbacks": {op: why}}``, each op the measured source timed on the roofline instead, and
+    ``gpus_per_node``, ``ep``, ``attention_tp``, ``moe_tp``, ``network``), ``context`` and ``imbalance``;
+    ``what_if``: the factors applied; ``precision``: the dtype of each part (``weights``, ``experts``,
+    ``dispatch``, ``combine``, ``kv_cache``; ``--weights``, ``--kv-cache-dtype``); ``kernels``: ``{"source":
+    "roofline" or "measured", "fallbacks": {op: why}}``, each op the measured source timed on the roofline instead, and
     why; ``overlaps``: the strategies compared, and ``overlap``: per mode, the runs of swept token counts
     over which one strategy is the fastest, ``[{"overlap", "from", "to"}]`` (``to`` None: to the largest
     swept count and beyond); ``checked``: how far a prediction of this kind has been checked
@@ -120,6 +120,7 @@ class ClusterSetup:
     overlaps: tuple[str, ...]
     overlap: dict[str, list[dict[str, Any]]]
     checked: str
+    network: str = "ib"
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ class Prediction:
         if isinstance(self.setup, ToySetup):
             return {**head, "profile": self.setup.profile, "schedule": self.schedule, "phase": self.phase}
         c = self.setup
-        cluster = ("gpu", "nodes", "gpus_per_node", "ep", "attention_tp", "moe_tp")
+        cluster = ("gpu", "nodes", "gpus_per_node", "network", "ep", "attention_tp", "moe_tp")
         return {
             **head,
             **{k: getattr(c, k) for k in cluster},

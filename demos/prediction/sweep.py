@@ -179,7 +179,7 @@ def what_if_workload(w: Workload, what_if: dict[str, float]) -> Workload:
         return w
     gpu = replace(g, name=f"{g.name}*", **changes)
     c = w.cluster
-    cluster = ClusterSpec(c.nodes, c.gpus_per_node, c.ep, gpu, c.nvlink_domain)
+    cluster = ClusterSpec(c.nodes, c.gpus_per_node, c.ep, gpu, c.nvlink_domain, c.network)
     return w.with_(cluster=cluster)
 
 

@@ -32,6 +32,7 @@ SILICON = {
 PUBLISHED = {
     # case: (family, phase, quantities within target, quantities)
     "lmsys-dsv3-decode-h100-ep72": ("hopper", Phase.DECODE, 4, 4),
+    "atom-gptoss-decode-mi355x": ("cdna4", Phase.DECODE, 1, 2),
 }
 
 

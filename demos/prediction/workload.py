@@ -49,6 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "gpu": "h100",
     "nodes": 1,
     "gpus_per_node": None,
+    "network": "ib",
     "ep": None,
     "attention_tp": 1,
     "moe_tp": 1,

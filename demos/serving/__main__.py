@@ -19,6 +19,7 @@ from demos._cli.model_flags import flag_of, gpu_name, parse_imbalance
 from demos._cli.values import name_list, token_count
 from demos.errors import ConfigError
 from demos.zoo.hardware import GPUS
+from demos.zoo.hardware.cluster import NETWORKS
 from demos.zoo.models import ALIASES, PRESET_NAMES
 from demos.zoo.models.precision import KV_CACHE_DTYPES, WEIGHT_DTYPES
 
@@ -72,6 +73,12 @@ def build_parser() -> cli_common.OneLineParser:
     a("--gpu", default="h100", type=gpu_name, choices=tuple(GPUS), help="GPU profile (default h100)")
     a("--nodes", type=int, default=1, help="hosts (default 1)")
     a("--gpus-per-node", type=int, default=None, help="GPUs per host (default: the GPU's server)")
+    a(
+        "--network",
+        default="ib",
+        choices=NETWORKS,
+        help="the scale-out network: ib, roce, efa (CPU proxies) or efa-gda (docs/clusters.md; default ib)",
+    )
     a("--ep", type=int, default=None, help="expert-parallel degree (default: every GPU)")
     a("--attention-tp", type=int, default=1, metavar="N", help="attention tensor parallelism (default 1)")
     a(
@@ -128,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gpu=ns.gpu,
             nodes=ns.nodes,
             gpus_per_node=ns.gpus_per_node,
+            network=ns.network,
             ep=ns.ep,
             attention_tp=ns.attention_tp,
             moe_tp=ns.moe_tp,

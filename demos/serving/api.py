@@ -133,6 +133,7 @@ def simulate(
     gpu: Any = "h100",
     nodes: int = 1,
     gpus_per_node: int | None = None,
+    network: str = "ib",
     ep: int | None = None,
     attention_tp: int = 1,
     imbalance: Any = "auto",
@@ -193,6 +194,7 @@ def simulate(
         max_seqs=max_seqs,
         pricers=pricers,
         moe_tp=moe_tp,
+        network=network,
     )
     base, pricer, dp, kv = setup.base, setup.pricer, setup.dp, setup.kv
     c = base.cluster

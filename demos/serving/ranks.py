@@ -61,6 +61,7 @@ def prepare(
     max_seqs: int | None,
     pricers: dict | None,
     moe_tp: int = 1,
+    network: str = "ib",
 ) -> RankSetup:
     """The ``RankSetup`` of ``native`` served by ``engine`` in ``phase`` on the cluster the flags name (as
     ``predict`` takes them). ``pricers``: a dict the step pricers are kept in by deployment, so runs of one
@@ -84,6 +85,7 @@ def prepare(
         weights=weights,
         kv_cache_dtype=kv_cache_dtype,
         moe_tp=moe_tp,
+        network=network,
     )
     c = base.cluster
     dp = c.world // base.attention_tp

@@ -163,12 +163,13 @@ def workload_for(
     weights: str | None = None,
     kv_cache_dtype: str | None = None,
     moe_tp: int = 1,
+    network: str = "ib",
 ) -> Workload:
     """The ``Workload`` of ``spec`` at the precision ``weights`` and ``kv_cache_dtype`` ask (``precise_spec``)
     with the other values given by name, checked in this order: the precision, the cluster, then tokens,
     context and ubatches, then the rest."""
     spec = precise_spec(spec, weights=weights, kv_cache_dtype=kv_cache_dtype)
-    cluster = cluster_for(gpu, nodes, gpus_per_node, ep)
+    cluster = cluster_for(gpu, nodes, gpus_per_node, ep, network)
     return Workload(
         spec,
         cluster,

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from demos.errors import ConfigError, field_ref
 from demos.vocabulary import Phase, Schedule
 from demos.zoo.hardware import DEFAULT_COMM_SMS, ClusterSpec, Routing, get_gpu, oversized_host
+from demos.zoo.hardware.cluster import NETWORKS, rack_hosts
 from demos.zoo.models import ModelSpec
 from demos.zoo.overlap_costs import Mechanisms
 
@@ -258,7 +259,7 @@ class Workload:
         return replace(self, **changes)
 
 
-def cluster_for(gpu: str, nodes: int, gpus_per_node: int | None, ep: int | None) -> ClusterSpec:
+def cluster_for(gpu: str, nodes: int, gpus_per_node: int | None, ep: int | None, network: str = "ib") -> ClusterSpec:
     """The cluster of ``nodes`` hosts of ``gpus_per_node`` (None: the GPU's server, at most that) ``gpu``
     GPUs with EP ``ep`` (None: every GPU), errors as ``ConfigError`` naming the flag (a host typed larger
     than the GPU's server, a GB200 rack as one host of 72, is one, with what to pass instead)."""
@@ -268,6 +269,9 @@ def cluster_for(gpu: str, nodes: int, gpus_per_node: int | None, ep: int | None)
         raise ConfigError(f"{field_ref('gpu')}: {e}") from None
     _int("nodes", nodes, 1)
     per = g.gpus_per_node if gpus_per_node is None else _int("gpus_per_node", gpus_per_node, 1)
+    racks = rack_hosts(g, nodes, per)
+    if racks is not None:  # a rack typed as a node, as users name it: its hosts (docs/clusters.md)
+        nodes, per = racks
     oversized = oversized_host(g, nodes, per, lambda f, v: f"{field_ref(f)} {v}")
     if oversized is not None:
         raise ConfigError(oversized)
@@ -277,7 +281,11 @@ def cluster_for(gpu: str, nodes: int, gpus_per_node: int | None, ep: int | None)
         raise ConfigError(
             f"{field_ref('ep')} {e} must divide the {world} GPUs of the cluster ({nodes} x {per} {g.name})"
         )
+    if network not in NETWORKS:
+        raise ConfigError(f"{field_ref('network')} must be one of {', '.join(NETWORKS)}, got {network!r}")
+    if network.startswith("efa") and g.vendor != "nvidia":
+        raise ConfigError(f"{field_ref('network')} {network}: EFA serves NVIDIA GPUs (AWS's instances), not {g.name}")
     try:
-        return ClusterSpec(nodes=nodes, gpus_per_node=per, ep=e, gpu=g)
+        return ClusterSpec(nodes=nodes, gpus_per_node=per, ep=e, gpu=g, network=network)
     except ValueError as err:
         raise ConfigError(f"{field_ref('ep')}: {str(err).replace('ClusterSpec.', '')}") from None

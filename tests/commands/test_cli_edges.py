@@ -297,9 +297,9 @@ EMPTY = "an empty item in the list {!r} (two commas in a row, or one at an end)"
 NOPE = ["--profile", "nope"]  # refused by validate's grid after its flags, where a bug would accept the list
 NEITHER = "no file or folder of that name exists, and no preset has that name (presets: deepseek-r1,"
 THREE = "closed:CONCURRENCY:ISL:OSL takes three values, got {!r}"
-RACK = (
-    "error: --gpus-per-node 72 is a whole NVL72 rack of 18 hosts of 4 (one gb200 host holds 4 GPUs): use --nodes 18 "
-    "(4 GPUs per node) for one rack"
+HALF = (
+    "error: --gpus-per-node 36 is 9 hosts of 4 (one gb200 host holds 4 GPUs): use --nodes 9 (4 GPUs per node) for "
+    "36 GPUs"
 )
 
 BAD_INPUTS = (
@@ -355,8 +355,8 @@ BAD_INPUTS = (
     (PREDICT, ["--model", "{d}/nope.json"], f"error: --model {{d}}/nope.json: {NEITHER}"),
     (OVERLAP, ["--model", "nope"], f"error: --model nope: {NEITHER}"),
     # a node is one host: a rack or two HGX boxes typed as one are refused with the hosts' spelling
-    (PREDICT, [*KIMI, "--gpu", "gb200", "--nodes", "1", "--gpus-per-node", "72", "--ep", "72", "--tokens", "8"], RACK),
-    (OVERLAP, ["--model", "kimi-k2", "--gpu", "GB200", "--gpus-per-node", "72"], RACK),
+    (PREDICT, [*KIMI, "--gpu", "gb200", "--nodes", "1", "--gpus-per-node", "36", "--ep", "36", "--tokens", "8"], HALF),
+    (OVERLAP, ["--model", "kimi-k2", "--gpu", "GB200", "--gpus-per-node", "36"], HALF),
     # issue 44, item 3: a workload SPEC is read before any work, and the run's flags only with one
     (PREDICT, [*KIMI, "--workload", "closed:64:1k"], f"error: --workload: {THREE.format('closed:64:1k')}"),
     (PREDICT, [*KIMI, "--workload", "open:8:1k:1k"], "error: --workload: expected closed:CONCURRENCY:ISL:OSL, poisson"),

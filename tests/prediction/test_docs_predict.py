@@ -25,12 +25,22 @@ def _examples() -> list[tuple[list[str], list[str]]]:
     return out
 
 
-def test_the_page_has_its_three_examples_the_overlap_answer_and_the_workload():
-    assert len(_examples()) == 5
+def test_the_page_has_its_five_examples_the_overlap_answer_and_the_workload():
+    assert len(_examples()) == 7
 
 
 @pytest.mark.parametrize(
-    "args, quoted", _examples(), ids=["decode-h100", "prefill-h100", "decode-gb200", "overlap-h100", "workload-v2-lite"]
+    "args, quoted",
+    _examples(),
+    ids=[
+        "decode-h100",
+        "prefill-h100",
+        "decode-gb200",
+        "decode-mi355x",
+        "decode-h200-efa",
+        "overlap-h100",
+        "workload-v2-lite",
+    ],
 )
 def test_every_quoted_line_is_what_the_command_prints(args, quoted, capsys):
     if "--plot" in args:  # the page's plots are drawn with matplotlib, which the dev extra has not

@@ -69,7 +69,9 @@ class Deployment:
     None for ``<MODEL>``), ``world`` GPUs on ``nodes`` nodes of ``gpus_per_node``, the experts over ``ep``
     of them (or, ``moe_tp`` > 1, every expert on each of them at a slice of its width), attention tensor
     parallel over ``attention_tp``, the ``phase`` (decode or prefill), the
-    ``schedule`` (ll: DeepEP low-latency, ht: normal) and the ``engines``' releases. A bad field is a
+    ``schedule`` (ll: DeepEP low-latency, ht: normal), the ``engines``' releases and the GPUs' ``vendor``
+    ("nvidia": DeepEP's all-to-all; "amd": MoRI's, and ATOM's line beside the two) and the scale-out
+    ``network`` (``demos.zoo.hardware.cluster.NETWORKS``: on "efa-gda" DeepEP V2's backend). A bad field is a
     ``ValueError`` naming it."""
 
     model_id: str | None
@@ -85,8 +87,12 @@ class Deployment:
     limits: ServingLimits | None = None
     experts: ExpertBalance = field(default_factory=ExpertBalance)
     moe_tp: int = 1
+    vendor: str = "nvidia"
+    network: str = "ib"
 
     def __post_init__(self) -> None:
+        if self.vendor not in ("nvidia", "amd"):
+            raise ValueError(f"vendor must be nvidia or amd, got {self.vendor!r}")
         for name in ("world", "ep", "gpus_per_node", "nodes", "attention_tp", "moe_tp"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -135,6 +141,8 @@ class Deployment:
             limits=limits,
             experts=ExpertBalance(workload.redundant_experts, imbalance),
             moe_tp=getattr(workload, "moe_tp", 1),
+            vendor=c.gpu.vendor,
+            network=c.network,
         )
 
 

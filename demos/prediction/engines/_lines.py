@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from demos.prediction.engines._atom import atom_command
 from demos.prediction.engines._carry import model_flags
 from demos.prediction.engines._deployment import Deployment
-from demos.prediction.engines._releases import SGLANG_MEGAMOE_MODEL_TYPES, VLLM_MEGAMOE_MODEL_TYPES
+from demos.prediction.engines._releases import ATOM_VERSION, SGLANG_MEGAMOE_MODEL_TYPES, VLLM_MEGAMOE_MODEL_TYPES
 from demos.prediction.engines._sglang import sglang_command, sglang_refusal
 from demos.prediction.engines._shared import HEAD_IP, MODEL, PORT
 from demos.prediction.engines._vllm import vllm_command, vllm_refusal
@@ -18,13 +19,16 @@ from demos.vocabulary import Overlap
 class EngineLines:
     """``vllm`` and ``sglang``: the command line(s) for each engine, or a ``#`` line saying why the
     engine cannot run the cluster as predicted; the pinned versions they were checked against;
-    ``notes``: each placeholder in the lines explained, then what each engine does with the setting."""
+    ``notes``: each placeholder in the lines explained, then what each engine does with the setting; ``atom``
+    and ``atom_version``: AMD's engine's line on AMD GPUs ("" on NVIDIA's)."""
 
     vllm: str
     sglang: str
     vllm_version: str
     sglang_version: str
     notes: tuple[str, ...]
+    atom: str = ""
+    atom_version: str = ""
 
 
 def overlap_flags(deployment: Deployment) -> dict[str, str]:
@@ -48,6 +52,13 @@ def overlap_flags(deployment: Deployment) -> dict[str, str]:
     v_fused = "vLLM --moe-backend deep_gemm_mega_moe (SM100 GPUs; without --enable-dbo)"
     if mt is not None and mt not in VLLM_MEGAMOE_MODEL_TYPES:
         v_fused = f"vLLM {d.engines.vllm} has no fused MoE kernel for {mt}"
+    if d.vendor == "amd":
+        a = f"ATOM {ATOM_VERSION}"
+        return {
+            "dbo": f"{dbo}; {tbo}; {a} --enable-tbo (prefill) or --enable-tbo all (decode too)",
+            "sbo": f"SGLang's single-batch overlap hooks DeepEP's combine, not MoRI's; vLLM and {a} have none",
+            "fused": "DeepGEMM's fused MoE kernel runs on NVIDIA GPUs only",
+        }
     return {
         "dbo": f"{dbo}; {tbo}",
         "sbo": f"{sbo}; vLLM has no single-batch overlap",
@@ -85,6 +96,7 @@ def serve_lines(
     notes: list[str] = []
     vllm_line = vllm_command(model, flags["vllm"], deployment, v_overlap, v_threshold, notes)
     sglang = sglang_command(model, flags["sglang"], deployment, overlap, threshold, notes)
+    atom = atom_command(model, deployment, overlap, notes)
     head = [
         f"{HEAD_IP}: the address of the head node (node 0), reachable from every node",
         f"{PORT}: a free TCP port on the head node, the same on every node (vLLM: its data-parallel RPC port; "
@@ -92,4 +104,4 @@ def serve_lines(
     ]
     notes[0:0] = first + [n for n in head if n.split(":")[0] in vllm_line + sglang]
     e = deployment.engines
-    return EngineLines(vllm_line, sglang, e.vllm, e.sglang, tuple(notes))
+    return EngineLines(vllm_line, sglang, e.vllm, e.sglang, tuple(notes), atom, ATOM_VERSION if atom else "")

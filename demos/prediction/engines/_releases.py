@@ -105,6 +105,32 @@ SGLANG_FLAGS = frozenset(
 )
 """The SGLang 0.5.23 flags read (the package docstring); every flag ``serve_lines`` prints is one of them."""
 
+ATOM_VERSION = "v0.1.5"
+ATOM_COMMIT = "b0071c550ba3c99b1e9218debb91a6f81550da9a"
+"""AMD's engine ATOM, the release tag its line is read from (ROCm/ATOM at this commit): ``python -m
+atom.entrypoints.openai_server`` and the flags of ``atom/model_engine/arg_utils.py`` (``EngineArgs.add_cli_args``):
+``--model``, ``-tp``/``--tensor-parallel-size``, ``--enable-dp-attention``, ``--enable-expert-parallel``,
+``--enable-tbo [prefill|all]`` (prefill only without a value), ``--all2all-backend [high-throughput|low-latency]``
+(MoRI's kernels: low-latency is its CU-free AsyncLL), ``--kv_cache_dtype {bf16,fp8}``, ``--max-num-seqs``,
+``--gpu-memory-utilization``; no multi-node flags (its server runs on one host). ``recipes/TBO.md`` at this tag:
+TBO needs ``--enable-dp-attention`` and ``MORI_SHMEM_MODE=ISOLATION`` with expert parallelism; its benchmark
+configs set ``GPU_MAX_HW_QUEUES=5``."""
+
+ATOM_FLAGS = frozenset(
+    (
+        "--model",
+        "-tp",
+        "--enable-dp-attention",
+        "--enable-expert-parallel",
+        "--enable-tbo",
+        "--all2all-backend",
+        "--kv_cache_dtype",
+        "--max-num-seqs",
+        "--gpu-memory-utilization",
+    )
+)
+"""The ATOM flags its line can print (``ATOM_VERSION``'s ``arg_utils.py``)."""
+
 SGLANG_DEEPEP_MODES = {Schedule.LL: "low_latency", Schedule.HT: "normal"}
 """``--deepep-mode`` per schedule: its choices are auto, normal, low_latency (fields/exec_.py 0.5.23)."""
 

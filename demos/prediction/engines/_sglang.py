@@ -12,8 +12,24 @@ from demos.prediction.engines._releases import (
     SGLANG_TBO_MODEL_TYPES,
     SGLANG_TBO_PREFILL_ONLY_MODEL_TYPES,
 )
-from demos.prediction.engines._shared import HEAD_IP, NODE_RANK, PORT, ep_below_world, gpus
+from demos.prediction.engines._shared import (
+    HEAD_IP,
+    HW_QUEUES_ENV,
+    NODE_RANK,
+    PORT,
+    ep_below_world,
+    gpus,
+    hw_queues_note,
+)
 from demos.vocabulary import Overlap, Phase, Schedule
+
+MORI_TOKENS = 16384
+MORI_ENV = (
+    f"MORI_SHMEM_MODE=ISOLATION SGLANG_MORI_FP8_DISP=true SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK={MORI_TOKENS}"
+)
+"""What SGLang's line on AMD sets for MoRI (``--moe-a2a-backend mori``): SGLang 0.5.23 asserts the chunked prefill
+(16,384 tokens by default on a GPU of 160 GB or more, ``arg_groups/memory_hook.py``) fits the dispatch buffer
+(``SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK``, 4096 by default, ``arg_groups/moe_hook.py``)."""
 
 
 def sglang_refusal(d: Deployment, overlap: Overlap) -> str:
@@ -81,16 +97,42 @@ def sglang_command(
         f"{gpus(tp)} (tensor parallel inside each); releases before the attn-dp-size flag spell it "
         f"--dp-size {groups} --enable-dp-attention, which {s} still accepts with a deprecation warning"
     )
-    line += f" --moe-a2a-backend deepep --deepep-mode {SGLANG_DEEPEP_MODES[schedule]}"
-    notes.append(f"{s}: --moe-a2a-backend deepep sets the expert-parallel size to --tp-size, {world} = the EP")
+    a2a = "mori" if d.vendor == "amd" else "deepep_v2" if d.network == "efa-gda" else "deepep"
+    line += f" --moe-a2a-backend {a2a} --deepep-mode {SGLANG_DEEPEP_MODES[schedule]}"
+    notes.append(f"{s}: --moe-a2a-backend {a2a} sets the expert-parallel size to --tp-size, {world} = the EP")
+    if d.vendor == "amd":
+        line = f"{MORI_ENV} {line}"
+        notes.append(
+            f"{s}: {MORI_ENV}: MoRI's shared memory isolated per process, an FP8 dispatch (the prediction's; MoRI's "
+            f"default is BF16) and a dispatch buffer of {MORI_TOKENS} tokens a rank, which its server args require to "
+            f"hold the chunked prefill ({MORI_TOKENS} by default on GPUs of 160 GB or more; the default buffer is 4096)"
+        )
     if schedule == Schedule.HT:
         notes.append(f"{s}: --deepep-mode normal turns off CUDA graphs (its server_args warn so)")
     head = sglang_refusal(d, overlap)
+    if d.network == "efa":
+        notes.append(
+            f"{s} on EFA: DeepEP's kernels need a build that reaches EFA through CPU proxies (UCCL-EP, a drop-in for "
+            "DeepEP's API, whose tables the prediction was fitted to; or NVSHMEM's host proxy)"
+        )
+    if not head and overlap in (Overlap.DBO, Overlap.SBO) and a2a == "deepep_v2":
+        head = (
+            f"# {s}'s DeepEP v2 MoE has no two-batch or single-batch overlap hooks (its server args refuse them with "
+            "--moe-a2a-backend deepep_v2); the line without it:\n"
+        )
+    if not head and overlap == Overlap.SBO and d.vendor == "amd":
+        head = (
+            f"# {s}'s single-batch overlap runs DeepEP's combine with its overlap hooks, which the MoRI dispatcher "
+            "takes but never uses; the line without it:\n"
+        )
     if head:
         overlap = Overlap.NONE
     line += expert_flags(d, "sglang", s, notes) + memory_flags(d, "sglang", s, overlap == Overlap.DBO, notes)
     if overlap == Overlap.DBO:
         line += " --enable-two-batch-overlap"
+        if d.vendor == "amd":
+            line = f"{HW_QUEUES_ENV} {line}"
+            notes.append(hw_queues_note(s))
         below = f"below {threshold} tokens per attention group" if threshold is not None else "below the crossover"
         notes.append(
             f"{s}: two-batch overlap has no token threshold (it is on or off; --tbo-token-distribution-threshold "

@@ -22,3 +22,17 @@ def ep_below_world(engine: str, why: str, world: int, ep: int) -> str:
         f"# not expressible in {engine}: {why}, not the predicted {ep}; the prediction is {world // ep} "
         f"separate deployments of {ep} GPUs each, behind your own load balancer"
     )
+
+
+HW_QUEUES_ENV = "GPU_MAX_HW_QUEUES=5"
+"""HIP maps a process's streams onto ``GPU_MAX_HW_QUEUES`` hardware queues (4 by default; ``GpuSpec.hw_queues``),
+kernels of one queue in order: two micro-batches' compute and comm streams beside the default stream are five.
+ATOM's benchmark configs set 5 for its two-batch overlap; the AMD lines with an overlap carry it."""
+
+
+def hw_queues_note(engine: str) -> str:
+    return (
+        f"{engine}: {HW_QUEUES_ENV}: HIP maps streams onto 4 hardware queues by default and runs one queue's kernels "
+        "in order, so the two micro-batches' compute and comm streams and the default stream (five) would share "
+        "them; ATOM's benchmark configs set 5 for its two-batch overlap (a setting carried over, not measured here)"
+    )

@@ -12,7 +12,15 @@ from demos.prediction.engines._releases import (
     VLLM_DEFAULT_THRESHOLDS,
     VLLM_MIN_THRESHOLD,
 )
-from demos.prediction.engines._shared import HEAD_IP, PORT, START_RANK, ep_below_world, gpus
+from demos.prediction.engines._shared import (
+    HEAD_IP,
+    HW_QUEUES_ENV,
+    PORT,
+    START_RANK,
+    ep_below_world,
+    gpus,
+    hw_queues_note,
+)
 from demos.vocabulary import Overlap, Schedule
 
 
@@ -58,8 +66,26 @@ def vllm_command(
             f"{v}: without --enable-expert-parallel its MoE is tensor parallel: every GPU holds every routed expert "
             f"at 1/{tp} of its width, their outputs all-reduced (--moe-tp {tp})"
         )
+    elif dp > 1 and d.vendor == "amd":
+        base += " --all2all-backend mori"
+        notes.append(
+            f"{sharded} = {ep} GPUs; --all2all-backend mori: MoRI's kernels (ROCm), which pick the inter-node kernel "
+            "from the token budget; DBO reserves no CUs for them (VLLM_DBO_COMM_SMS applies to DeepEP's "
+            "high-throughput kernels only)"
+        )
+    elif dp > 1 and d.network == "efa-gda":
+        base += " --all2all-backend deepep_v2"
+        notes.append(
+            f"{sharded} = {ep} GPUs; --all2all-backend deepep_v2: DeepEP V2's kernels, over EFA through NCCL's GPU-"
+            "initiated path (NCCL 2.31 or later with NCCL_GIN_TYPE=5, aws-ofi-nccl 1.21 or later)"
+        )
     elif dp > 1:
         base += f" --all2all-backend {VLLM_DEEPEP_BACKENDS[schedule]}"
+        if d.network == "efa":
+            notes.append(
+                f"{v} on EFA: DeepEP's kernels need a build that reaches EFA through CPU proxies (UCCL-EP, a drop-in "
+                "for DeepEP's API, whose tables the prediction was fitted to; or NVSHMEM's host proxy)"
+            )
         kind = "low-latency" if schedule == Schedule.LL else "high-throughput (normal)"
         notes.append(
             f"{sharded} = {ep} GPUs; --all2all-backend {VLLM_DEEPEP_BACKENDS[schedule]}: DeepEP's {kind} kernels"
@@ -84,6 +110,9 @@ def vllm_command(
     dbo = ""
     if overlap == Overlap.DBO and dp > 1:
         dbo = " --enable-dbo"
+        if d.vendor == "amd":
+            base = f"{HW_QUEUES_ENV} {base}"
+            notes.append(hw_queues_note(v))
         flag = f"--dbo-{phase}-token-threshold"
         if threshold is None:
             notes.append(f"{v}: {flag} left at its default, {VLLM_DEFAULT_THRESHOLDS[phase]}")

@@ -43,8 +43,10 @@ def test_a_b300_and_a_gb300_rack_get_answers_and_the_rack_typed_as_one_host_its_
     gb200 = predict("deepseek-r1", gpu="gb200", nodes=18, ep=72, tokens=[64, 512])
     for a, b in zip(rack.points, gb200.points):
         assert a.step_no_dbo_s == pytest.approx(b.step_no_dbo_s, rel=0.01)
-    with pytest.raises(ConfigError, match="use nodes 18 \\(4 GPUs per node\\) for one rack"):
-        predict("deepseek-r1", gpu="gb300", nodes=1, gpus_per_node=72, ep=72, tokens=[8])
+    typed = predict("deepseek-r1", gpu="gb300", nodes=1, gpus_per_node=72, ep=72, tokens=[64, 512])
+    assert [p.step_no_dbo_s for p in typed.points] == [p.step_no_dbo_s for p in rack.points]  # the rack's 18 hosts
+    with pytest.raises(ConfigError, match="use nodes 9 \\(4 GPUs per node\\) for 36 GPUs"):
+        predict("deepseek-r1", gpu="gb300", nodes=1, gpus_per_node=36, ep=36, tokens=[8])
 
 
 @pytest.mark.slow
