@@ -97,7 +97,20 @@ def test_predict_names_the_engine_flags_of_the_fused_kernel(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "(the fastest of none, dbo, sbo, fused at each swept count" in out
     assert "fused: SGLang --moe-a2a-backend megamoe (without --enable-two-batch-overlap); vLLM --moe-backend " in out
-    argv = ["--model", "minimax-m2.5", "--gpu", "h200", "--nodes", "1", "--ep", "8", "--tokens", "64", "--json", str(tmp_path / "p.json")]
+    argv = [
+        "--model",
+        "minimax-m2.5",
+        "--gpu",
+        "h200",
+        "--nodes",
+        "1",
+        "--ep",
+        "8",
+        "--tokens",
+        "64",
+        "--json",
+        str(tmp_path / "p.json"),
+    ]
     assert main(argv) == 0
     flags = capsys.readouterr().out
     assert "SGLang 0.5.23 has no fused MoE kernel for minimax_m2" in flags

@@ -24,9 +24,7 @@ from demos.prediction.engines._shared import (
 from demos.vocabulary import Overlap, Phase, Schedule
 
 MORI_TOKENS = 16384
-MORI_ENV = (
-    f"MORI_SHMEM_MODE=ISOLATION SGLANG_MORI_FP8_DISP=true SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK={MORI_TOKENS}"
-)
+MORI_ENV = f"MORI_SHMEM_MODE=ISOLATION SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK={MORI_TOKENS}"
 """What SGLang's line on AMD sets for MoRI (``--moe-a2a-backend mori``): SGLang 0.5.23 asserts the chunked prefill
 (16,384 tokens by default on a GPU of 160 GB or more, ``arg_groups/memory_hook.py``) fits the dispatch buffer
 (``SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK``, 4096 by default, ``arg_groups/moe_hook.py``)."""
@@ -103,9 +101,10 @@ def sglang_command(
     if d.vendor == "amd":
         line = f"{MORI_ENV} {line}"
         notes.append(
-            f"{s}: {MORI_ENV}: MoRI's shared memory isolated per process, an FP8 dispatch (the prediction's; MoRI's "
-            f"default is BF16) and a dispatch buffer of {MORI_TOKENS} tokens a rank, which its server args require to "
-            f"hold the chunked prefill ({MORI_TOKENS} by default on GPUs of 160 GB or more; the default buffer is 4096)"
+            f"{s}: {MORI_ENV}: MoRI's shared memory isolated per process and a dispatch buffer of {MORI_TOKENS} tokens "
+            f"a rank, which its server args require to hold the chunked prefill ({MORI_TOKENS} by default on GPUs of "
+            "160 GB or more; the default buffer is 4096); MoRI dispatches in the experts' dtype (FP8 experts: FP8; "
+            "SGLANG_MORI_DISPATCH_DTYPE overrides it)"
         )
     if schedule == Schedule.HT:
         notes.append(f"{s}: --deepep-mode normal turns off CUDA graphs (its server_args warn so)")
