@@ -25,7 +25,7 @@ def _lines(overlap, *, vendor="amd", nodes=1, network="ib", phase="decode", sche
 
 def test_amd_lines_run_mori_and_atom_runs_on_one_host():
     two = _lines(Overlap.DBO, nodes=2)
-    assert "--all2all-backend mori" in two.vllm and "deepep" not in two.vllm
+    assert "--all2all-backend mori" in two.vllm and "--all2all-backend deepep" not in two.vllm
     assert "--moe-a2a-backend mori --deepep-mode low_latency" in two.sglang
     # SGLang asserts its default chunked prefill (16,384 on these GPUs) fits MoRI's dispatch buffer (4,096 by default)
     assert "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK=16384" in two.sglang
@@ -37,7 +37,10 @@ def test_amd_lines_run_mori_and_atom_runs_on_one_host():
     assert "--enable-tbo all" in one.atom and "--enable-dp-attention --enable-expert-parallel" in one.atom
     flags = {w for w in one.atom.split() if w.startswith("-") and w != "-m"}
     assert flags <= ATOM_FLAGS
-    assert "GPU_MAX_HW_QUEUES=5" in one.vllm and "GPU_MAX_HW_QUEUES=5" in one.sglang  # five streams, four queues
+    assert "GPU_MAX_HW_QUEUES=5" in one.sglang  # five streams, four queues
+    # vLLM 0.34.0 asserts DBO's backend on ROCm (DeepEP's, NIXL-EP's, all-gather/reduce-scatter): not MoRI's
+    assert one.vllm.startswith("# vLLM 0.34.0 runs DBO on ROCm with the") and "not mori" in one.vllm
+    assert "--enable-dbo" not in one.vllm and "--all2all-backend mori" in one.vllm
     prefill = _lines(Overlap.DBO, phase="prefill", schedule="ht")
     assert prefill.atom.endswith("--enable-tbo") and "--all2all-backend" not in prefill.atom
     off = _lines(Overlap.NONE)
@@ -54,7 +57,8 @@ def test_sglangs_single_batch_overlap_is_refused_with_mori_and_nvidia_lines_have
 
 def test_efa_lines_name_what_the_network_needs():
     gda = _lines(Overlap.DBO, vendor="nvidia", nodes=2, network="efa-gda")
-    assert "--all2all-backend deepep_v2" in gda.vllm and "--enable-dbo" in gda.vllm
+    assert "--all2all-backend deepep_v2" in gda.vllm and "--enable-dbo" not in gda.vllm  # not a DBO backend
+    assert gda.vllm.startswith("# vLLM 0.34.0 runs DBO on CUDA with the") and "not deepep_v2" in gda.vllm
     assert "--moe-a2a-backend deepep_v2" in gda.sglang
     assert gda.sglang.startswith("#") and "--enable-two-batch-overlap" not in gda.sglang  # its args refuse TBO
     proxy = _lines(Overlap.DBO, vendor="nvidia", nodes=2, network="efa")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from demos.prediction.engines._carry import expert_flags, memory_flags
 from demos.prediction.engines._deployment import Deployment
 from demos.prediction.engines._releases import (
+    VLLM_DBO_BACKENDS,
     VLLM_DBO_REFUSED_MODEL_TYPES,
     VLLM_DEEPEP_BACKENDS,
     VLLM_DEFAULT_THRESHOLDS,
@@ -96,6 +97,14 @@ def vllm_command(
             "so no --all2all-backend: DeepEP's would go unused"
         )
     head = vllm_refusal(d, overlap)
+    backend = next((w for w in base.split("--all2all-backend ")[1:2]), "").split(" ")[0]
+    dbo_ok = VLLM_DBO_BACKENDS["rocm" if d.vendor == "amd" else "cuda"]
+    if not head and overlap == Overlap.DBO and backend and backend not in dbo_ok:
+        head = (
+            f"# {v} runs DBO on {'ROCm' if d.vendor == 'amd' else 'CUDA'} with the {', '.join(dbo_ok)} all2all "
+            f"backends only (VllmConfig asserts it), not {backend}, whose kernels the prediction times; the line "
+            "without it:\n"
+        )
     if head:
         overlap = Overlap.NONE
     base += flags + expert_flags(d, "vllm", v, notes)
