@@ -124,6 +124,7 @@ def step_report(p: Point) -> dict[str, Any]:
         "gpu": w.gpu.name,
         "nodes": w.cluster.nodes,
         "gpus_per_node": w.cluster.gpus_per_node,
+        "network": w.cluster.network,
         "ep": w.cluster.ep,
         "attention_tp": w.attention_tp,
         "phase": w.phase,
@@ -198,7 +199,9 @@ def format_step_report(rep: dict[str, Any], *, detail: bool = False) -> str:
     lines = [
         f"model    {rep['model']} ({rep['model_source']}): {rep['params_total'] / 1e9:.1f}B parameters, "
         f"{rep['params_active'] / 1e9:.2f}B active",
-        f"cluster  {rep['nodes']} x {rep['gpus_per_node']} {rep['gpu']}, EP {rep['ep']}"
+        f"cluster  {rep['nodes']} x {rep['gpus_per_node']} {rep['gpu']}"
+        + ("" if rep.get("network", "ib") == "ib" else f" over {rep['network']}")
+        + f", EP {rep['ep']}"
         + (f", attention TP {rep['attention_tp']}" if rep.get("attention_tp", 1) > 1 else "")
         + " "
         f"({rep['experts_per_rank']} expert slots per GPU, {rep['redundant_experts']} redundant)",
