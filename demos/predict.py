@@ -142,8 +142,7 @@ def _say_rack(ns) -> None:
     racks = rack_hosts(g, ns.nodes, ns.gpus_per_node)
     if racks is not None:
         n = ns.nodes * ns.gpus_per_node // g.nvlink_domain
-        what = "one NVL72 rack" if n == 1 else f"{n} NVL72 racks"
-        what = what.replace("72", str(g.nvlink_domain))
+        what = f"one NVL{g.nvlink_domain} rack" if n == 1 else f"{n} NVL{g.nvlink_domain} racks"
         sys.stderr.write(
             f"{PROG}: --gpus-per-node {ns.gpus_per_node} is {what}: predicted as --nodes {racks[0]} "
             f"({racks[1]} GPUs per node, one {g.name} host each)\n"

@@ -3,22 +3,19 @@ and MoRI's one-node low-latency tables against the CDNA families' curves."""
 
 from __future__ import annotations
 
-from demos.fidelity.kernels import CheckRow
+from demos.fidelity.kernels import CheckRow, gemm_check_rows
 from demos.fits.rooflines import experts_seconds
-from demos.zoo.hardware import get_gpu, ll_bytes
-from demos.zoo.models.dtypes import storage_of
+from demos.zoo.hardware import get_gpu
+from demos.zoo.overlap_costs import ll_node_seconds
 from demos.zoo.rooflines import FamilyFit, family_fit
-from demos.zoo.work import gemm_work
 
 __all__ = ["AMD_GPUS", "amd_rows"]
 
 AMD_GPUS = ("mi300x", "mi325x", "mi350x", "mi355x")
 """The AMD GPUs checked (``amd_rows``): each against its arch's aiter and MoRI tables."""
 
-AMD_GPUS = ("mi300x", "mi325x", "mi350x", "mi355x")
-"""The AMD GPUs checked (``amd_rows``): each against its arch's aiter and MoRI tables."""
-
-_AITER_OPS = {"fp8_block": ("fp8", "gemm fp8"), "bf16": ("bfloat16", "gemm bf16"), "mxfp4": ("fp4", "gemm fp4")}
+_AITER_DTYPES = {"fp8_block": "fp8", "bf16": "bfloat16", "mxfp4": "fp4"}
+"""aiter's GEMM dtype -> the curve's math dtype it is checked on."""
 
 
 def amd_rows(gpu: str, fit: FamilyFit | None = None) -> list[CheckRow]:
@@ -32,23 +29,14 @@ def amd_rows(gpu: str, fit: FamilyFit | None = None) -> list[CheckRow]:
     g = get_gpu(gpu)
     fit = fit or family_fit(g.family)
     out = []
-    for theirs, (ours, op) in _AITER_OPS.items():
+    for theirs, ours in _AITER_DTYPES.items():
         if ours not in fit.gemm or (ours == "bfloat16" and fit.gemm["bfloat16"] is fit.gemm["fp8"]):
             continue
-        curve, peak = fit.gemm[ours], g.flops(ours)
-        for r in aiter.gemm_rows(gpu, theirs):
-            flops, nbytes = gemm_work(r.m, r.n, r.k, storage_of(ours))
-            pred = curve.seconds(flops, nbytes, r.m, r.n, r.k, peak, g.hbm_bandwidth, g.sm_count)
-            out.append(CheckRow(gpu, op, f"m={r.m} n={r.n} k={r.k}", pred, r.seconds))
+        out += gemm_check_rows(gpu, fit, ours, aiter.gemm_rows(gpu, theirs))
     for r in moe_rows(gpu):
         t = experts_seconds(fit.gemm["fp8"], fit.experts, g, r)
         out.append(CheckRow(gpu, "experts", f"tokens={r.tokens} experts={r.experts} inter={r.inter}", t, r.seconds))
     for r in ll_rows(g.family):
-        pred = fit.ll_sm[r.kernel].seconds(
-            ll_bytes(r.kernel, r.tokens, r.hidden, r.top_k, r.fp8)
-            * get_gpu(fit.fitted_on[0]).nvlink_bandwidth
-            / g.scaleup_bandwidth(r.gpus - 1),
-            r.gpus - 1,
-        )
+        pred = ll_node_seconds(g, r.kernel, r.tokens, r.hidden, r.top_k, r.gpus - 1, fp8=r.fp8, fit=fit)
         out.append(CheckRow(gpu, r.kernel, f"tokens={r.tokens} hidden={r.hidden} (MoRI IntraNodeLL)", pred, r.seconds))
     return out

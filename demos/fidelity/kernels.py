@@ -141,19 +141,27 @@ class CheckRow(NamedTuple):
         return {**self._asdict(), "error": self.error}
 
 
+GEMM_OPS = {"fp8": "gemm fp8", "bfloat16": "gemm bf16", "fp4": "gemm fp4"}
+"""The check's op of each GEMM math dtype."""
+
+
+def gemm_check_rows(gpu: str, fit: FamilyFit, ours: str, rows: Iterable) -> Iterable[CheckRow]:
+    """Measured GEMM ``rows`` (``m``, ``n``, ``k``, ``seconds``) of ``gpu`` against ``fit``'s curve of math dtype
+    ``ours``, each row's work that of ``storage_of(ours)`` weights."""
+    g = get_gpu(gpu)
+    curve, peak = fit.gemm[ours], g.flops(ours)
+    for r in rows:
+        flops, nbytes = gemm_work(r.m, r.n, r.k, storage_of(ours))
+        pred = curve.seconds(flops, nbytes, r.m, r.n, r.k, peak, g.hbm_bandwidth, g.sm_count)
+        yield CheckRow(gpu, GEMM_OPS[ours], f"m={r.m} n={r.n} k={r.k}", pred, r.seconds)
+
+
 def _gemm_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
     from demos.zoo import measured
 
-    g = get_gpu(gpu)
     for ours, theirs in GEMM_DTYPES.items():
-        if ours not in fit.gemm:  # FP4: a family without FP4 tensor cores has no curve (nor tables) of it
-            continue
-        curve, peak = fit.gemm[ours], g.flops(ours)
-        op = {"fp8": "gemm fp8", "fp4": "gemm fp4"}.get(ours, "gemm bf16")
-        for r in measured.gemm_rows(gpu, theirs):
-            flops, nbytes = gemm_work(r.m, r.n, r.k, storage_of(ours))
-            pred = curve.seconds(flops, nbytes, r.m, r.n, r.k, peak, g.hbm_bandwidth, g.sm_count)
-            yield CheckRow(gpu, op, f"m={r.m} n={r.n} k={r.k}", pred, r.seconds)
+        if ours in fit.gemm:  # FP4: a family without FP4 tensor cores has no curve (nor tables) of it
+            yield from gemm_check_rows(gpu, fit, ours, measured.gemm_rows(gpu, theirs))
 
 
 def _mla_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:

@@ -27,9 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import NamedTuple
 
-import numpy as np
-
-from demos.fits.rooflines import fit_experts, fit_gemm
+from demos.fits.rooflines import fit_experts, fit_gemm, ll_line
 from demos.zoo.hardware import get_gpu, ll_bytes
 from demos.zoo.rooflines import FamilyFit, LinearCost
 
@@ -43,7 +41,7 @@ BORROWED = "hopper"
 
 _LL_GPUS = {"cdna3": ("mi300x",), "cdna4": ("mi350x", "mi355x")}
 
-_MIN_BF16_ROWS = 7  # fit_gemm's 7 parameters
+_MIN_GEMM_ROWS = 7  # fit_gemm's 7 parameters
 
 
 class _MoeShape(NamedTuple):
@@ -106,16 +104,13 @@ def ll_rows(family: str) -> list[_LLRow]:
 
 def fit_ll_line(rows: list[_LLRow], kernel: str) -> LinearCost:
     """The line ``fixed + per_byte x bytes`` through ``rows`` of ``kernel``, residuals relative to each row's time
-    (as ``demos.fits.rooflines.fit_ll_sm``; one node size, so no per-peer term), each row's bytes those of its
-    own dispatch dtype."""
+    (``demos.fits.rooflines.ll_line``, as ``fit_ll_sm``; one node size, so no per-peer term), each row's bytes
+    those of its own dispatch dtype."""
     rs = [r for r in rows if r.kernel == kernel]
     if len(rs) < 2:
         raise ValueError(f"need at least 2 {kernel} rows to fit a line, got {len(rs)}")
-    x = np.array([ll_bytes(kernel, r.tokens, r.hidden, r.top_k, r.fp8) for r in rs], dtype=float)
-    y = np.array([r.seconds for r in rs], dtype=float)
-    a = np.stack([np.ones_like(x), x], axis=1) / y[:, None]
-    (fixed, per_byte), *_ = np.linalg.lstsq(a, np.ones_like(y), rcond=None)
-    return LinearCost(float(f"{fixed:.4g}"), float(f"{per_byte:.4g}"), 0.0)
+    x = [ll_bytes(kernel, r.tokens, r.hidden, r.top_k, r.fp8) for r in rs]
+    return ll_line(x, [r.gpus - 1 for r in rs], [r.seconds for r in rs])
 
 
 def fit_amd_family(family: str, base: FamilyFit) -> FamilyFit:
@@ -129,14 +124,14 @@ def fit_amd_family(family: str, base: FamilyFit) -> FamilyFit:
     fp8 = fit_gemm([(spec, log_balanced(aiter.gemm_rows(name, "fp8_block")))], "fp8")
     gemm = {"fp8": fp8}
     bf16_rows = log_balanced(aiter.gemm_rows(name, "bf16"))
-    gemm["bfloat16"] = fit_gemm([(spec, bf16_rows)], "bfloat16") if len(bf16_rows) >= _MIN_BF16_ROWS else fp8
+    gemm["bfloat16"] = fit_gemm([(spec, bf16_rows)], "bfloat16") if len(bf16_rows) >= _MIN_GEMM_ROWS else fp8
     fp4_rows = log_balanced(aiter.gemm_rows(name, "mxfp4"))
-    if spec.has_fp4 and len(fp4_rows) >= _MIN_BF16_ROWS:
+    if spec.has_fp4 and len(fp4_rows) >= _MIN_GEMM_ROWS:
         gemm["fp4"] = fit_gemm([(spec, fp4_rows)], "fp4")
     experts = fit_experts([(spec, moe_rows(name))], fp8)
     rows = ll_rows(family)
     ll_sm = {kernel: fit_ll_line(rows, kernel) for kernel in ("dispatch", "combine")}
-    bf16_note = "BF16 GEMMs" if len(bf16_rows) >= _MIN_BF16_ROWS else "no BF16 GEMM table (BF16 takes the FP8 curve)"
+    bf16_note = "BF16 GEMMs" if len(bf16_rows) >= _MIN_GEMM_ROWS else "no BF16 GEMM table (BF16 takes the FP8 curve)"
     source = (
         f"{aiter.SOURCE}: FP8 block-scaled GEMMs, {bf16_note}, fused MoE (FP8) on {name}; "
         f"{SOURCES['ROCm/mori']} IntraNodeLL on {', '.join(_LL_GPUS[family])}; the MLA, linear-attention, "

@@ -81,6 +81,7 @@ __all__ = [
     "fit_family",
     "fit_gemm",
     "fit_ll_sm",
+    "ll_line",
     "fit_log",
     "minimize",
     "mla_row_work",
@@ -215,9 +216,15 @@ def fit_ll_sm(rows: Sequence, kernel: str) -> LinearCost:
     """The line ``fixed + per_byte x ll_bytes + per_peer x (gpus - 1)`` through single-node DeepEP
     low-latency rows (``demos.zoo.measured.AllToAllRow``) of ``kernel``, residuals relative to each row's
     time; ``per_peer`` 0 when the rows hold one node size only."""
-    x = np.array([ll_bytes(kernel, r.tokens, r.hidden, r.top_k) for r in rows], dtype=float)
-    peers = np.array([r.gpus - 1 for r in rows], dtype=float)
-    y = np.array([r.dispatch_s if kernel == "dispatch" else r.combine_s for r in rows], dtype=float)
+    x = [ll_bytes(kernel, r.tokens, r.hidden, r.top_k) for r in rows]
+    y = [r.dispatch_s if kernel == "dispatch" else r.combine_s for r in rows]
+    return ll_line(x, [r.gpus - 1 for r in rows], y)
+
+
+def ll_line(nbytes: Sequence[float], peers: Sequence[float], seconds: Sequence[float]) -> LinearCost:
+    """The ``LinearCost`` ``fixed + per_byte x bytes + per_peer x peers`` through the rows (each row's residual
+    relative to its time, closed form); ``per_peer`` 0 when the rows hold one peer count only."""
+    x, peers, y = (np.asarray(v, dtype=float) for v in (nbytes, peers, seconds))
     cols = [np.ones_like(x), x] + ([peers] if len(set(peers.tolist())) > 1 else [])
     a = np.stack(cols, axis=1) / y[:, None]
     coef, *_ = np.linalg.lstsq(a, np.ones_like(y), rcond=None)

@@ -174,8 +174,7 @@ def overlap_share(cluster: ClusterSpec, sm_share: float, contention: float = 1.0
     ``contention``. Below 1."""
     g, p = cluster.gpu, comm_params(cluster)
     one_domain = cluster.ep <= cluster.nvlink_domain
-    peers = max(1, cluster.ranks_per_domain - 1)
-    link = g.scaleup_bandwidth(peers) * p.nvlink_efficiency if one_domain else g.nic_bandwidth * p.rdma_efficiency
+    link = cluster.scaleup_bandwidth * p.nvlink_efficiency if one_domain else g.nic_bandwidth * p.rdma_efficiency
     hbm = min(1.0, 2.0 * link / g.hbm_bandwidth) * contention
     return min(0.95, sm_share + (1.0 - sm_share) * hbm)
 

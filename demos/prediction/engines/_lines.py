@@ -45,13 +45,6 @@ def overlap_flags(deployment: Deployment) -> dict[str, str]:
     dbo = "vLLM --enable-dbo with the threshold below"
     if vllm_refusal(d, Overlap.DBO):
         dbo = f"vLLM {d.engines.vllm} refuses DBO for {d.served.model_type}"
-    mt = d.served.model_type
-    fused = "SGLang --moe-a2a-backend megamoe (without --enable-two-batch-overlap)"
-    if mt is not None and mt not in SGLANG_MEGAMOE_MODEL_TYPES:
-        fused = f"{sg} has no fused MoE kernel for {mt}"
-    v_fused = "vLLM --moe-backend deep_gemm_mega_moe (SM100 GPUs; without --enable-dbo)"
-    if mt is not None and mt not in VLLM_MEGAMOE_MODEL_TYPES:
-        v_fused = f"vLLM {d.engines.vllm} has no fused MoE kernel for {mt}"
     if d.vendor == "amd":
         a = f"ATOM {ATOM_VERSION}"
         return {
@@ -59,6 +52,13 @@ def overlap_flags(deployment: Deployment) -> dict[str, str]:
             "sbo": f"SGLang's single-batch overlap hooks DeepEP's combine, not MoRI's; vLLM and {a} have none",
             "fused": "DeepGEMM's fused MoE kernel runs on NVIDIA GPUs only",
         }
+    mt = d.served.model_type
+    fused = "SGLang --moe-a2a-backend megamoe (without --enable-two-batch-overlap)"
+    if mt is not None and mt not in SGLANG_MEGAMOE_MODEL_TYPES:
+        fused = f"{sg} has no fused MoE kernel for {mt}"
+    v_fused = "vLLM --moe-backend deep_gemm_mega_moe (SM100 GPUs; without --enable-dbo)"
+    if mt is not None and mt not in VLLM_MEGAMOE_MODEL_TYPES:
+        v_fused = f"vLLM {d.engines.vllm} has no fused MoE kernel for {mt}"
     return {
         "dbo": f"{dbo}; {tbo}",
         "sbo": f"{sbo}; vLLM has no single-batch overlap",

@@ -60,6 +60,7 @@ VLLM_FLAGS = frozenset(
 """The vLLM 0.34.0 flags read (the package docstring); every flag ``serve_lines`` prints is one of them."""
 
 VLLM_DEEPEP_BACKENDS = {Schedule.LL: "deepep_low_latency", Schedule.HT: "deepep_high_throughput"}
+"""``--all2all-backend`` per schedule: values of ``All2AllBackend`` (vllm/config/parallel.py 0.34.0)."""
 
 VLLM_DBO_BACKENDS = {
     "cuda": ("deepep_low_latency", "deepep_high_throughput", "nixl_ep"),
@@ -67,7 +68,6 @@ VLLM_DBO_BACKENDS = {
 }
 """The ``--all2all-backend`` values vLLM 0.34.0 runs DBO with, per platform (``VllmConfig.__post_init__`` asserts
 them under micro-batching): not ``mori`` on ROCm, not ``deepep_v2``."""
-"""``--all2all-backend`` per schedule: values of ``All2AllBackend`` (vllm/config/parallel.py 0.34.0)."""
 
 SGLANG_FLAGS = frozenset(
     {

@@ -17,6 +17,7 @@ from demos.prediction.engines._shared import (
     HW_QUEUES_ENV,
     NODE_RANK,
     PORT,
+    efa_proxy_note,
     ep_below_world,
     gpus,
     hw_queues_note,
@@ -110,10 +111,7 @@ def sglang_command(
         notes.append(f"{s}: --deepep-mode normal turns off CUDA graphs (its server_args warn so)")
     head = sglang_refusal(d, overlap)
     if d.network == "efa":
-        notes.append(
-            f"{s} on EFA: DeepEP's kernels need a build that reaches EFA through CPU proxies (UCCL-EP, a drop-in for "
-            "DeepEP's API, whose tables the prediction was fitted to; or NVSHMEM's host proxy)"
-        )
+        notes.append(efa_proxy_note(s))
     if not head and overlap in (Overlap.DBO, Overlap.SBO) and a2a == "deepep_v2":
         head = (
             f"# {s}'s DeepEP v2 MoE has no two-batch or single-batch overlap hooks (its server args refuse them with "

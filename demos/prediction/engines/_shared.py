@@ -36,3 +36,11 @@ def hw_queues_note(engine: str) -> str:
         "in order, so the two micro-batches' compute and comm streams and the default stream (five) would share "
         "them; ATOM's benchmark configs set 5 for its two-batch overlap (a setting carried over, not measured here)"
     )
+
+
+def efa_proxy_note(engine: str) -> str:
+    """What ``engine``'s DeepEP backend needs on EFA through CPU proxies (``--network efa``)."""
+    return (
+        f"{engine} on EFA: DeepEP's kernels need a build that reaches EFA through CPU proxies (UCCL-EP, a drop-in "
+        "for DeepEP's API, whose tables the prediction was fitted to; or NVSHMEM's host proxy)"
+    )

@@ -13,15 +13,7 @@ from demos.prediction.engines._releases import (
     VLLM_DEFAULT_THRESHOLDS,
     VLLM_MIN_THRESHOLD,
 )
-from demos.prediction.engines._shared import (
-    HEAD_IP,
-    HW_QUEUES_ENV,
-    PORT,
-    START_RANK,
-    ep_below_world,
-    gpus,
-    hw_queues_note,
-)
+from demos.prediction.engines._shared import HEAD_IP, PORT, START_RANK, efa_proxy_note, ep_below_world, gpus
 from demos.vocabulary import Overlap, Schedule
 
 
@@ -59,6 +51,7 @@ def vllm_command(
             f"--tensor-parallel-size {tp} group must lie within one node of {gpn} GPUs"
         )
     dp = ep // tp
+    backend = ""  # the --all2all-backend the line passes
     base = f"vllm serve {model} --tensor-parallel-size {tp} --data-parallel-size {dp} --enable-expert-parallel"
     sharded = f"{v}: with --enable-expert-parallel the experts are sharded over tensor x data parallel, {tp} x {dp}"
     if d.moe_tp > 1:  # one TP group of every GPU: no expert parallelism, every expert tensor parallel
@@ -68,25 +61,22 @@ def vllm_command(
             f"at 1/{tp} of its width, their outputs all-reduced (--moe-tp {tp})"
         )
     elif dp > 1 and d.vendor == "amd":
-        base += " --all2all-backend mori"
+        backend = "mori"
         notes.append(
             f"{sharded} = {ep} GPUs; --all2all-backend mori: MoRI's kernels (ROCm), which pick the inter-node kernel "
             "from the token budget; DBO reserves no CUs for them (VLLM_DBO_COMM_SMS applies to DeepEP's "
             "high-throughput kernels only)"
         )
     elif dp > 1 and d.network == "efa-gda":
-        base += " --all2all-backend deepep_v2"
+        backend = "deepep_v2"
         notes.append(
             f"{sharded} = {ep} GPUs; --all2all-backend deepep_v2: DeepEP V2's kernels, over EFA through NCCL's GPU-"
             "initiated path (NCCL 2.31 or later with NCCL_GIN_TYPE=5, aws-ofi-nccl 1.21 or later)"
         )
     elif dp > 1:
-        base += f" --all2all-backend {VLLM_DEEPEP_BACKENDS[schedule]}"
+        backend = VLLM_DEEPEP_BACKENDS[schedule]
         if d.network == "efa":
-            notes.append(
-                f"{v} on EFA: DeepEP's kernels need a build that reaches EFA through CPU proxies (UCCL-EP, a drop-in "
-                "for DeepEP's API, whose tables the prediction was fitted to; or NVSHMEM's host proxy)"
-            )
+            notes.append(efa_proxy_note(v))
         kind = "low-latency" if schedule == Schedule.LL else "high-throughput (normal)"
         notes.append(
             f"{sharded} = {ep} GPUs; --all2all-backend {VLLM_DEEPEP_BACKENDS[schedule]}: DeepEP's {kind} kernels"
@@ -96,8 +86,9 @@ def vllm_command(
             f"{sharded} = {ep} GPUs; with --data-parallel-size 1 its MoE has no all-to-all (an all-reduce), "
             "so no --all2all-backend: DeepEP's would go unused"
         )
+    if backend:
+        base += f" --all2all-backend {backend}"
     head = vllm_refusal(d, overlap)
-    backend = next((w for w in base.split("--all2all-backend ")[1:2]), "").split(" ")[0]
     dbo_ok = VLLM_DBO_BACKENDS["rocm" if d.vendor == "amd" else "cuda"]
     if not head and overlap == Overlap.DBO and backend and backend not in dbo_ok:
         head = (
@@ -118,10 +109,7 @@ def vllm_command(
         )
     dbo = ""
     if overlap == Overlap.DBO and dp > 1:
-        dbo = " --enable-dbo"
-        if d.vendor == "amd":
-            base = f"{HW_QUEUES_ENV} {base}"
-            notes.append(hw_queues_note(v))
+        dbo = " --enable-dbo"  # never on AMD: VLLM_DBO_BACKENDS has no MoRI, the one backend its lines run there
         flag = f"--dbo-{phase}-token-threshold"
         if threshold is None:
             notes.append(f"{v}: {flag} left at its default, {VLLM_DEFAULT_THRESHOLDS[phase]}")

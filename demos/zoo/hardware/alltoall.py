@@ -197,6 +197,14 @@ def _check(cluster: ClusterSpec, routing: Routing, tokens: int, params: DeepEPPa
     return cluster.traffic(routing)
 
 
+def _two_level(cluster: ClusterSpec, traffic: Traffic, per_token: float) -> tuple[float, float]:
+    """(RDMA bytes, scale-up bytes) of a kernel that sends each token once per remote NVLink domain over RDMA
+    and forwards it inside: ``per_token`` bytes (the busiest rank's tokens included) times the remote domains,
+    and times the destination ranks other than the forwarding one (``ranks x (d-1)/d``)."""
+    d = cluster.ranks_per_domain
+    return traffic.remote_domains * per_token, traffic.ranks * (d - 1) / d * per_token
+
+
 def _timed(
     kernel: str,
     mode: str,
@@ -209,7 +217,7 @@ def _timed(
 ) -> AllToAll:
     g = cluster.gpu
     t_rdma = rdma / (params.rdma_efficiency * g.nic_bandwidth)
-    t_nvl = nvl / (params.nvlink_efficiency * g.scaleup_bandwidth(max(1, cluster.ranks_per_domain - 1)))
+    t_nvl = nvl / (params.nvlink_efficiency * cluster.scaleup_bandwidth)
     bottleneck = "latency" if t_rdma == t_nvl == 0 else ("rdma" if t_rdma >= t_nvl else "nvlink")
     if rdma > 0:  # the network's own fixed costs (module docstring)
         latency += params.rdma_latency + params.rdma_peer_latency * (cluster.ep - cluster.ranks_per_domain)
@@ -235,8 +243,7 @@ def deepep_low_latency(
     params = params or comm_params(cluster)
     msg = message_bytes(kernel, hidden, fp8, low_latency=True) * tokens * traffic.imbalance
     if params.ll_two_level and cluster.domains > 1:  # once per remote node, forwarded inside it (DeepEPParams)
-        d = cluster.ranks_per_domain
-        rdma, nvl = traffic.remote_domains * msg, traffic.ranks * (d - 1) / d * msg
+        rdma, nvl = _two_level(cluster, traffic, msg)
     elif nvlink:
         rdma, nvl = traffic.copies_rdma * msg, traffic.copies_nvlink * msg
     else:
@@ -265,10 +272,7 @@ def deepep_normal(
     g = cluster.gpu
     if isinstance(comm_sms, bool) or not isinstance(comm_sms, int) or not 1 <= comm_sms < g.sm_count:
         raise ValueError(f"comm_sms must be an int in [1, {g.sm_count}) for {g.name}, got {comm_sms!r}")
-    b = message_bytes(kernel, hidden, fp8) * tokens * traffic.imbalance
-    d = cluster.ranks_per_domain
-    rdma = traffic.remote_domains * b
-    nvl = traffic.ranks * (d - 1) / d * b
+    rdma, nvl = _two_level(cluster, traffic, message_bytes(kernel, hidden, fp8) * tokens * traffic.imbalance)
     return _timed(kernel, "normal", cluster, rdma, nvl, params.normal_latency, params, comm_sms)
 
 

@@ -186,6 +186,10 @@ class ClusterSpec:
         object.__setattr__(self, "gpu", get_gpu(self.gpu))
         if self.network not in NETWORKS:
             raise ValueError(f"ClusterSpec.network must be one of {', '.join(NETWORKS)}, got {self.network!r}")
+        if self.network.startswith("efa") and self.gpu.vendor != "nvidia":
+            raise ValueError(
+                f"ClusterSpec.network {self.network}: EFA serves NVIDIA GPUs (AWS's instances), not {self.gpu.name}"
+            )
         oversized = oversized_host(self.gpu, self.nodes, self.gpus_per_node, lambda f, v: f"{f}={v}")
         if oversized is not None:
             raise ValueError(f"ClusterSpec: {oversized}")
@@ -214,6 +218,12 @@ class ClusterSpec:
     def ranks_per_domain(self) -> int:
         """EP ranks that share one NVLink domain (the ``d`` of the shares)."""
         return min(self.ep, self.nvlink_domain)
+
+    @property
+    def scaleup_bandwidth(self) -> float:
+        """Per-direction bytes/s a rank moves to the other EP ranks of its NVLink domain at once
+        (``GpuSpec.scaleup_bandwidth`` of their count: a full mesh uses one link per peer)."""
+        return self.gpu.scaleup_bandwidth(max(1, self.ranks_per_domain - 1))
 
     @property
     def domains(self) -> int:
