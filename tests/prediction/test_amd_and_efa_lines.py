@@ -9,18 +9,21 @@ import pytest
 
 from demos.errors import ConfigError
 from demos.prediction import predict
-from demos.prediction.engines import Deployment, serve_lines
+from demos.prediction.engines import Deployment, overlap_flags, serve_lines
 from demos.prediction.engines._releases import ATOM_FLAGS, ATOM_VERSION
 from demos.vocabulary import Overlap
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def _lines(overlap, *, vendor="amd", nodes=1, network="ib", phase="decode", schedule="ll"):
-    d = Deployment(
+def _deployment(*, vendor="amd", nodes=1, network="ib", phase="decode", schedule="ll"):
+    return Deployment(
         "deepseek-ai/DeepSeek-R1", nodes * 8, nodes * 8, 8, nodes, 1, phase, schedule, vendor=vendor, network=network
     )
-    return serve_lines(d, overlap, 64 if overlap == Overlap.DBO else None)
+
+
+def _lines(overlap, **kw):
+    return serve_lines(_deployment(**kw), overlap, 64 if overlap == Overlap.DBO else None)
 
 
 def test_amd_lines_run_mori_and_atom_runs_on_one_host():
@@ -51,6 +54,10 @@ def test_sglangs_single_batch_overlap_is_refused_with_mori_and_nvidia_lines_have
     sbo = _lines(Overlap.SBO)
     assert sbo.sglang.startswith("#") and "MoRI dispatcher" in sbo.sglang
     assert "--enable-single-batch-overlap" not in sbo.sglang
+    flags = overlap_flags(_deployment())  # what the flags line says matches the lines
+    assert "not mori" in flags["dbo"] and "--enable-dbo with" not in flags["dbo"]
+    gda = overlap_flags(_deployment(vendor="nvidia", nodes=2, network="efa-gda"))
+    assert "not deepep_v2" in gda["dbo"] and "no two-batch overlap with --moe-a2a-backend deepep_v2" in gda["dbo"]
     nv = _lines(Overlap.DBO, vendor="nvidia")
     assert nv.atom == "" and nv.atom_version == "" and "--moe-a2a-backend deepep " in nv.sglang
 

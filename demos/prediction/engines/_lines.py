@@ -45,6 +45,11 @@ def overlap_flags(deployment: Deployment) -> dict[str, str]:
     dbo = "vLLM --enable-dbo with the threshold below"
     if vllm_refusal(d, Overlap.DBO):
         dbo = f"vLLM {d.engines.vllm} refuses DBO for {d.served.model_type}"
+    elif d.vendor == "amd" or d.network == "efa-gda":  # the backend its lines run is not one DBO takes
+        backend = "mori" if d.vendor == "amd" else "deepep_v2"
+        dbo = f"vLLM {d.engines.vllm} runs DBO over DeepEP V1's or NIXL-EP's backends only, not {backend}"
+    if d.network == "efa-gda":
+        tbo = f"{sg} has no two-batch overlap with --moe-a2a-backend deepep_v2"
     if d.vendor == "amd":
         a = f"ATOM {ATOM_VERSION}"
         return {
