@@ -29,8 +29,16 @@ def test_the_parameters_follow_the_gpu_vendor_and_the_network():
 
 @pytest.mark.parametrize("group", list(ep_published.GROUPS))
 def test_each_groups_stored_parameters_are_its_fit(group):
+    """Within a tolerance (as DeepEP's refit in test_alltoall.py): the Nelder-Mead fit may move in its last digits
+    on another processor, which the stored figures' rounding could otherwise turn into a different number."""
     fitted, rms = ep_published.fit(group)
-    assert fitted == ep_published.GROUPS[group]
+    stored = ep_published.GROUPS[group]
+    assert fitted.ll_two_level == stored.ll_two_level
+    for f in dataclasses.fields(stored):
+        if f.name.endswith("efficiency"):
+            assert getattr(fitted, f.name) == pytest.approx(getattr(stored, f.name), abs=0.01), f.name
+        elif f.name != "ll_two_level":
+            assert getattr(fitted, f.name) == pytest.approx(getattr(stored, f.name), abs=1e-6), f.name
     assert rms < {"mori": 0.12, "efa": 0.4, "efa-gda": 0.13}[group]
 
 
