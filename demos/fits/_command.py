@@ -37,7 +37,7 @@ def build_parser() -> OneLineParser:
     sub.add_parser("write", help="fit, print how far each curve moved from the file, and write the file")
     sub.add_parser(
         "check",
-        help=f"fit and compare with the file: every curve's times on a fixed grid within {FIT_TOLERANCE:.1%}, "
+        help=f"fit and compare with the file: every curve's times on a fixed grid within {FIT_TOLERANCE * 100:.1f}%%, "
         "the sources equal (exit 1 if not)",
     )
     sub.add_parser("ablate", help="fit five forms of the FP8 GEMM curve and print what each part buys")

@@ -70,6 +70,10 @@ INVOCATIONS: dict[str, tuple[str, list[str]]] = {
     "validate-old-deepep-profile": ("demos.validate", ["--deepep", "--profile", "h200"]),
     "validate-deepep-h200": ("demos.validate", ["--deepep", "--h200"]),
     "bench-bad-flag": ("demos.bench", ["--sectoin", "x"]),
+    **{
+        f"{m}-help": (f"demos.{m}", ["--help"])
+        for m in ("calibrate", "predict", "scenarios", "bench", "fits", "serving")
+    },
 }
 """The command lines the tests below check, by name; ``invocations`` runs them all in one
 interpreter (``tests.support.cli_batch``; tests of the process itself, signals and memory, start their
@@ -284,6 +288,17 @@ def test_validate_help_lists_the_checks_and_the_default(invocations):
     text = " ".join(p.stdout.split())
     assert "grid is the default check" in text and "CHECK --help lists a check's flags" in text
     assert all(f" {c} " in text for c in ("grid", "h200", "deepep", "kernels", "silicon", "published"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "command", ["overlap", "validate", "calibrate", "predict", "scenarios", "bench", "fits", "serving"]
+)
+def test_every_command_prints_its_help(invocations, command):
+    """``--help`` of every command prints its usage and exits 0 (``demos.fits``' once raised: a ``%`` in
+    its help text, which argparse formats)."""
+    p = invocations[f"{command}-help"]
+    assert (p.returncode, p.stderr) == (0, "") and p.stdout.startswith("usage: "), p.stderr[-300:]
 
 
 # --- more bad inputs -----------------------------------------------------------------------------------
