@@ -50,7 +50,7 @@ from demos.zoo import compressed_kernels as CK
 from demos.zoo.attention_base import AttentionCosts, AttentionKind, timed_core
 from demos.zoo.fold import Folder, gemm, memory_pass
 from demos.zoo.models import CompressedAttention
-from demos.zoo.models.dtypes import ACT_BYTES
+from demos.zoo.models.dtypes import ACT_BYTES, dtype
 from demos.zoo.work import causal_pairs, compressed_core_work, index_entries, index_score_work, sparse_causal_pairs
 from demos.zoo.workload import Workload
 
@@ -117,6 +117,18 @@ def decode_index_parts(fold: Folder, t: int, context: float, ratio: int, a, kern
     return scores, Work(seconds=kt.index_topk_seconds(kernel, t, entries, a.index_topk), bytes=picked)
 
 
+def _quant_passes(out_bytes: float) -> float:
+    """A quantizing pass (BF16 read, ``out_bytes`` per value written) as a share of a BF16 read-and-write pass."""
+    return (ACT_BYTES + out_bytes) / (2.0 * ACT_BYTES)
+
+
+def _act_quant(t: float, width: int, store: str) -> tuple[Work, ...]:
+    """The quantization of a GEMM's BF16 input of ``t x width`` when its weights (``store``) take 8-bit
+    activations: a kernel of its own in SGLang's FP8 paths (``wo_a``'s einsum, ``wo_b``); else nothing."""
+    out = dtype(store).activation_bytes
+    return (memory_pass(t, width, _quant_passes(out)),) if out < ACT_BYTES else ()
+
+
 def _prefill_pairs(a: CompressedAttention, ratio: int, t: float, context: int) -> float:
     """Query-entry pairs per head of ``t`` prompt tokens in requests of ``context``: each query's window (at
     most ``sliding_window`` keys of its prefix) and its compressed entries (a query at position ``p`` has
@@ -147,12 +159,14 @@ class Compressed(AttentionKind):
             gemm(t, d, H, store),
             memory_pass(t, a.q_lora_rank + d, 1),
             gemm(t, h * d, a.q_lora_rank, store),
-            memory_pass(t, h * rope + rope, 1),
+            memory_pass(t, h * d + rope, 1),
         )
         extra = []
         if ratio:
             extra.append(("attn_compress", self.compress_costs(w, a, ratio, d, t, fold, kvb)))
         if ratio == 4:
+            index_kv = self.compress_costs(w, a, 4, a.index_head_dim, t, fold, a.index_key_bytes, "attn_index_compress")
+            extra.append(("attn_index_compress", index_kv))
             extra.append(("attn_index", self.index_costs(w, a, t, fold)))
         hk = kernel_heads(a.heads, tp)
         if w.phase == Phase.DECODE:
@@ -167,18 +181,23 @@ class Compressed(AttentionKind):
         width = h * d // groups  # each group's input: its heads' outputs
         out = fold.named("attn_out")(
             memory_pass(t, h * rope, 1),
+            *_act_quant(t, h * d, store),
             gemm(t, groups * a.o_lora_rank, width, store),
+            *_act_quant(t, groups * a.o_lora_rank, store),
             gemm(t, H, groups * a.o_lora_rank, store),
         )
         return AttentionCosts(proj, core, out, (flops, nbytes), extra=tuple(extra))
 
-    def compress_costs(self, w: Workload, a, ratio: int, dim: int, t: int, fold: Folder, entry_bytes: float) -> Work:
-        """A compressor over entries of ``dim`` for ``t`` tokens: its two projections (BF16 weights), the FP32
-        pooling of the rows, and the ``t / ratio`` entries normed, rotated and written (module docstring)."""
+    def compress_costs(
+        self, w: Workload, a, ratio: int, dim: int, t: int, fold: Folder, entry_bytes: float, op: str = "attn_compress"
+    ) -> Work:
+        """A compressor (op ``op``) over entries of ``dim`` for ``t`` tokens: its two projections (BF16 weights),
+        the FP32 pooling of the rows, and the ``t / ratio`` entries normed, rotated and written (module
+        docstring)."""
         width = a.compressor_width(ratio, dim)
         H = w.spec.hidden_size
         pool = Work(flops=4.0 * t * width, bytes=2.0 * t * width * 4.0 + t / ratio * dim * (entry_bytes + ACT_BYTES))
-        return fold.named("attn_compress")(gemm(t, 2 * width, H, "bfloat16"), pool)
+        return fold.named(op)(gemm(t, 2 * width, H, "bfloat16"), pool)
 
     def index_costs(self, w: Workload, a: CompressedAttention, t: int, fold: Folder) -> Work:
         """The lightning indexer of a ratio-4 layer (module docstring); not split by attention TP (as
@@ -199,8 +218,8 @@ class Compressed(AttentionKind):
             select = Work(bytes=4.0 * pairs + 4.0 * t * min(a.index_topk, max(1.0, w.context / 4.0)))
         return fold.named("attn_index")(
             gemm(t, ih * idim, a.q_lora_rank, store),
+            memory_pass(t, ih * idim, _quant_passes(a.index_key_bytes / idim)),  # RoPE, Hadamard, FP8
             gemm(t, ih, H, "bfloat16"),
-            self.compress_costs(w, a, 4, idim, t, fold, a.index_key_bytes),
             scores,
             select,
         )
@@ -221,6 +240,8 @@ class Compressed(AttentionKind):
         for ratio in sorted(set(a.compress_ratios) - {0}):
             width = a.compressor_width(ratio, d)
             L.comp[ratio] = (rand((H, width), H**-0.5), rand((H, width), H**-0.5), rand((max(1, C // ratio), d), 1.0))
+        iw = a.compressor_width(4, a.index_head_dim)
+        L.index_comp = (rand((H, iw), H**-0.5), rand((H, iw), H**-0.5))
         L.w_iq = rand((r, a.index_heads * a.index_head_dim), r**-0.5)
         L.w_iw = rand((H, a.index_heads), H**-0.5)
         L.k_index = rand((max(1, C // 4), a.index_head_dim), 1.0)
@@ -246,6 +267,9 @@ class Compressed(AttentionKind):
             run(costs, "attn_compress", CK.v4_compress_kernel, h, *w, entries, layer=layer, ub=ub)
             comp_ctx = None if L is None else L.comp[ratio][2]
         if ratio == 4:
+            (keys,) = run.workspace(((n, a.index_head_dim), dt))
+            w = () if L is None else L.index_comp
+            run(costs, "attn_index_compress", CK.v4_compress_kernel, h, *w, keys, layer=layer, ub=ub)
             (sel,) = run.workspace(((t, k), torch.int64))
             w = () if L is None else (L.w_iq, L.w_iw, L.k_index, a.index_heads)
             run(costs, "attn_index", CK.v4_index_kernel, h, q_lat, *w, sel, layer=layer, ub=ub)

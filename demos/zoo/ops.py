@@ -64,8 +64,10 @@ OPS = MappingProxyType(
             Op("attn_proj", 8, _A, "attention"),  # input norm, fused q_a/kv_a GEMM, two latent norms, q_b, RoPE,
             #                                       cache write, quant
             Op("attn_index", 5, _A, "attention"),  # sparse MLA's indexer: q/k/weights GEMMs, key cache, scores, top-k
-            Op("attn_compress", 3, _A, "attention"),  # DeepSeek-V4's compressor: kv/gate GEMM, pooling+norm+RoPE,
-            #                                           the entry's cache write
+            Op("attn_compress", 4, _A, "attention"),  # DeepSeek-V4's compressor: kv/gate GEMM, pooling, norm+RoPE,
+            #                                           the entry's quantized cache write
+            Op("attn_index_compress", 5, _A, "attention"),  # V4's indexer's own compressor: the same four with a
+            #                                                 Hadamard rotation before its FP8 key cache write
             Op("attn_core", 3, _A, "attention"),  # metadata, attention, split-KV combine
             Op("attn_out", 3, _A, "attention"),  # value un-absorb, quant, o_proj
             Op("gdn_proj", 3, _A, "attention"),  # Gated DeltaNet: input norm, in_proj_qkvz and in_proj_ba GEMMs

@@ -24,11 +24,11 @@ CLUSTER = cluster_for("h100", 2, 8, 16)
 def _expected_kernels(w: Workload) -> int:
     """Kernels of one ubatch's forward: embed, 3 attention kernels per layer (4 with a sparse MLA's
     indexer, 4 in a hybrid model's Gated DeltaNet layers: projections, conv, delta rule, out; DeepSeek-V4's
-    one more with a compressor and another with its indexer, and four hyper-connection kernels a layer), the
-    dense MLP or the MoE block: ll router, dispatch's SM-held send half, flight and receive, experts, the
-    same three of the combine, finalize; ht router, dispatch, experts, combine, the combine's copy,
-    finalize; both the shared experts when there are, and a latent MoE's two projections (Kimi-K3, whose KDA
-    layers are linear layers too)."""
+    one more with a compressor and two more with its indexer (its own compressor and the rest), and four
+    hyper-connection kernels a layer), the dense MLP or the MoE block: ll router, dispatch's SM-held send
+    half, flight and receive, experts, the same three of the combine, finalize; ht router, dispatch,
+    experts, combine, the combine's copy, finalize; both the shared experts when there are, and a latent
+    MoE's two projections (Kimi-K3, whose KDA layers are linear layers too)."""
     s = w.spec
     moe = (9 if w.schedule == "ll" else 6) + (1 if s.moe and s.moe.shared_experts else 0)
     moe += 2 if s.moe and s.moe.latent_size else 0  # a latent MoE's projections down and back up
@@ -37,7 +37,7 @@ def _expected_kernels(w: Workload) -> int:
     if getattr(s.attention, "block_sparse", None) is not None:
         linear += sum(s.attention.is_block_sparse(i) for i in range(s.num_layers))  # the index
     if isinstance(s.attention, CompressedAttention):
-        linear = sum((r > 0) + (r == 4) for r in s.attention.compress_ratios)  # compressor, indexer
+        linear = sum((r > 0) + 2 * (r == 4) for r in s.attention.compress_ratios)  # compressor, indexer
     wide = 4 * s.num_layers if s.hc_mult > 1 else 0
     return 1 + attention * s.num_layers + linear + wide + s.first_k_dense + moe * s.moe_layers
 
