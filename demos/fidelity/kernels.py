@@ -75,7 +75,7 @@ from demos.vocabulary import Phase
 from demos.zoo.hardware import get_gpu
 from demos.zoo.models.dtypes import dtype, storage_of
 from demos.zoo.overlap_costs import ll_node_seconds
-from demos.zoo.rooflines import FIT_GPUS, GEMM_DTYPES, MLA_KV, ChunkedCurve, FamilyFit, family_fit
+from demos.zoo.rooflines import FIT_GPUS, GEMM_DTYPES, MLA_KV, FamilyFit, family_fit, linear_seconds
 from demos.zoo.work import delta_rule_chunks, gemm_work, index_entries, mhc_work
 
 __all__ = ["OPS", "CheckRow", "cross_validation", "kernel_rows", "summaries"]
@@ -230,12 +230,8 @@ def _linear_rows(gpu: str, fit: FamilyFit, kind: str) -> Iterable[CheckRow]:
     for r in rows:
         key = f"{r.kernel} {r.phase}"
         flops, nbytes = gdn_row_work(r.kernel, r.phase, *(getattr(r, f) for f in GDN_FIELDS))
-        curve, peak = curves[key], g.flops("bfloat16")
-        if isinstance(curve, ChunkedCurve):
-            chunks = delta_rule_chunks(r.phase, r.batch * r.seq_len, r.seq_len)
-            pred = curve.seconds(flops, nbytes, peak, g.hbm_bandwidth, chunks)
-        else:
-            pred = curve.seconds(flops, nbytes, peak, g.hbm_bandwidth)
+        chunks = delta_rule_chunks(r.phase, r.batch * r.seq_len, r.seq_len)
+        pred = linear_seconds(curves[key], flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth, g.sm_count, chunks)
         op = f"{kind} {r.phase}" if r.kernel == "delta_rule" else f"{kind} conv {r.phase}"
         shape = f"{r.model} batch={r.batch} seq={r.seq_len} heads={r.key_heads}/{r.value_heads}"
         yield CheckRow(gpu, op, shape, pred, r.seconds)

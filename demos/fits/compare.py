@@ -42,7 +42,7 @@ from demos.fits.linear import gdn_row_work
 from demos.fits.rooflines import experts_seconds, mla_row_work
 from demos.zoo.hardware import get_gpu, ll_bytes
 from demos.zoo.models.dtypes import dtype, storage_of
-from demos.zoo.rooflines import MLA_KV, ChunkedCurve, FamilyFit
+from demos.zoo.rooflines import MLA_KV, FamilyFit, linear_seconds
 from demos.zoo.work import delta_rule_chunks, gemm_work, mhc_work
 
 __all__ = ["FIT_TOLERANCE", "CurveDifference", "FitComparison", "compare_fits", "grid_times"]
@@ -125,11 +125,8 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
                 kernel, phase = key.split()
                 (batch, seq, nv), pts = _grid(*axes[phase])
                 flops, nbytes = gdn_row_work(kernel, phase, batch, seq, nv / per_key, 128, nv, 128, 4)
-                if isinstance(curve, ChunkedCurve):
-                    chain = delta_rule_chunks(phase, batch * seq, seq)
-                    t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth, chain)
-                else:
-                    t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
+                chain = delta_rule_chunks(phase, batch * seq, seq)
+                t = linear_seconds(curve, flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth, g.sm_count, chain)
                 add(f"{kind} {key}", [f"{name} batch={a} seq={b} value_heads={c}" for a, b, c in pts], t)
         for site, curve in fit.mhc.items():
             (tokens, hidden), pts = _grid(*_MHC)

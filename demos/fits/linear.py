@@ -18,7 +18,7 @@ import numpy as np
 from demos.fits.solver import ATTENTION_STARTS, attention_curve, columns, fit_log, rounded
 from demos.vocabulary import Phase
 from demos.zoo.hardware import GpuSpec
-from demos.zoo.rooflines import AttentionCurve, ChunkedCurve
+from demos.zoo.rooflines import AttentionCurve, ChunkedCurve, SmBoundCurve
 from demos.zoo.work import conv_work, delta_rule_chunks, delta_rule_work
 
 __all__ = ["GDN_FIELDS", "fit_gdn", "gdn_row_work"]
@@ -47,12 +47,21 @@ def _chunked_curve(u: np.ndarray) -> ChunkedCurve:
     return ChunkedCurve(min(1.0, e[0]), min(1.0, e[1]), e[2], e[3])
 
 
-def fit_gdn(rows_by_gpu: Sequence[tuple[GpuSpec, list]], curve: str) -> AttentionCurve | ChunkedCurve:
+_SM_STARTS = ((0.5, 1.5e10, 3e-6), (0.1, 3e10, 1e-5), (1.0, 5e9, 2e-6))
+
+
+def _sm_curve(u: np.ndarray) -> SmBoundCurve:
+    e = np.exp(u)
+    return SmBoundCurve(min(1.0, e[0]), e[1], e[2])
+
+
+def fit_gdn(rows_by_gpu: Sequence[tuple[GpuSpec, list]], curve: str) -> AttentionCurve | ChunkedCurve | SmBoundCurve:
     """The Gated DeltaNet (or, given ``kda_rows``, Kimi Delta Attention) curve ``curve`` (a ``GDN_CURVES``
     key: "<kernel> <phase>") fitted to ``[(gpu, rows)]`` (``demos.zoo.measured.GdnRow``; the rows of other
-    kernels and phases left out): an ``AttentionCurve``, and for the prefill delta rule a ``ChunkedCurve``
-    over each row's chain of chunks (``demos.zoo.work.delta_rule_chunks``: a prompt's chunks, one after
-    another)."""
+    kernels and phases left out): an ``AttentionCurve`` for the delta rule, and for its prefill a
+    ``ChunkedCurve`` over each row's chain of chunks (``demos.zoo.work.delta_rule_chunks``: a prompt's
+    chunks, one after another); an ``SmBoundCurve`` for the causal convolution (its bytes at a rate per SM:
+    the tables time it the same on H100 and H200, whose HBM differs)."""
     kernel, phase = curve.split()
     picked = [(g, "bfloat16", [r for r in rows if r.phase == phase and r.kernel == kernel]) for g, rows in rows_by_gpu]
     data, peak, hbm, t = columns(picked, GDN_FIELDS)
@@ -69,6 +78,12 @@ def fit_gdn(rows_by_gpu: Sequence[tuple[GpuSpec, list]], curve: str) -> Attentio
                     _CHUNKED_STARTS,
                 )
             )
+        )
+
+    if kernel == "conv":
+        sms = data["sms"]
+        return rounded(
+            _sm_curve(fit_log(lambda u: np.log(_sm_curve(u).seconds(flops, nbytes, peak, sms)) - logt, _SM_STARTS))
         )
 
     def residuals(u: np.ndarray) -> np.ndarray:

@@ -32,7 +32,7 @@ from dbo.costs import DeviceProfile
 from demos.errors import ConfigError, field_ref
 from demos.vocabulary import KernelSource, Phase
 from demos.zoo.hardware import GpuSpec
-from demos.zoo.rooflines import GEMM_DTYPES, INDEX_SCORES, MLA_KV, ChunkedCurve, FamilyFit, family_fit
+from demos.zoo.rooflines import GEMM_DTYPES, INDEX_SCORES, MLA_KV, FamilyFit, family_fit, linear_seconds
 
 __all__ = ["KERNEL_SOURCES", "SERVED_SCORES", "KernelTimes", "MeasuredKernelTimes", "kernel_times"]
 
@@ -124,10 +124,8 @@ class KernelTimes:
             raise ConfigError(
                 f"no {what} {kernel} curve fitted for the {self.fit.family} family (python -m demos.fits write)"
             )
-        peak, hbm = self.profile.flops_rate("bfloat16"), self.gpu.hbm_bandwidth
-        if isinstance(curve, ChunkedCurve):
-            return curve.seconds(flops, nbytes, peak, hbm, chunks) - curve.latency
-        return curve.seconds(flops, nbytes, peak, hbm) - curve.latency
+        peak, g = self.profile.flops_rate("bfloat16"), self.gpu
+        return linear_seconds(curve, flops, nbytes, peak, g.hbm_bandwidth, g.sm_count, chunks) - curve.latency
 
     def mhc(self, site: str, flops: float, nbytes: float) -> float:
         """Seconds of a wide residual's ``site`` kernel ("pre" or "post") of ``flops`` and ``nbytes`` on the

@@ -21,7 +21,7 @@ from demos.zoo import measured
 from demos.zoo.hardware import get_gpu
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.profile import gpu_profile
-from demos.zoo.rooflines import FITS, GDN_CURVES, AttentionCurve, ChunkedCurve, FamilyFit
+from demos.zoo.rooflines import FITS, GDN_CURVES, AttentionCurve, ChunkedCurve, FamilyFit, SmBoundCurve
 from demos.zoo.work import delta_rule_chunks
 
 needs_extra = pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
@@ -40,8 +40,12 @@ def test_every_family_stores_the_four_kda_curves_apart_from_the_gdn_ones(family)
     fit = FITS[family]
     assert tuple(fit.kda) == GDN_CURVES
     for key, curve in fit.kda.items():
-        assert type(curve) is (ChunkedCurve if key == "delta_rule prefill" else AttentionCurve)
-        assert 0 < curve.ceiling <= 1 and 0 < curve.mem_efficiency <= 1 and curve.latency > 0
+        kind = (
+            ChunkedCurve if key == "delta_rule prefill" else SmBoundCurve if key.startswith("conv") else AttentionCurve
+        )
+        assert type(curve) is kind
+        share = curve.sm_rate > 0 if kind is SmBoundCurve else 0 < curve.mem_efficiency <= 1
+        assert 0 < curve.ceiling <= 1 and share and curve.latency > 0
         assert curve != fit.gdn[key]
     assert "kda_perf (sglang 0.5.16)" in fit.source
 
@@ -68,6 +72,8 @@ def test_kernel_times_kda_takes_the_families_kda_curve_less_its_fixed_time(phase
         curve = FITS["hopper"].kda[f"{kernel} {phase}"]
         if isinstance(curve, ChunkedCurve):
             want = curve.seconds(flops, nbytes, peak, hbm, chunks) - curve.latency
+        elif isinstance(curve, SmBoundCurve):
+            want = curve.seconds(flops, nbytes, peak, gpu.sm_count) - curve.latency
         else:
             want = curve.seconds(flops, nbytes, peak, hbm) - curve.latency
         got = times.kda(kernel, phase, flops, nbytes, chunks)
