@@ -165,30 +165,42 @@ def fit_attention(rows_by_gpu: Sequence[tuple[GpuSpec, list]], phase: str) -> At
 _EXPERTS_STORAGE = storage_of("fp8")  # the MoE tables' grouped GEMMs: FP8 block weights
 
 
-def _experts_parts(gemm: GemmCurve, g: GpuSpec, r) -> tuple[float, list[tuple[float, float]]]:
-    """(the activation pass's seconds, [(math seconds, bytes)] of the two grouped GEMMs) of MoE row ``r``:
-    the table's "uniform" routing spreads ``tokens x top_k / ep`` copies per rank evenly over distinct
-    experts, so ``min(local experts, copies)`` are active, each with ``copies / active`` rows."""
-    local, copies = r.experts / r.ep, r.tokens * r.top_k / r.ep
-    active = max(1.0, min(local, copies))
-    per, peak, hbm = copies / active, g.flops("fp8"), g.hbm_bandwidth
+def _experts_parts(
+    gemm: GemmCurve, g: GpuSpec, r, storage: str = _EXPERTS_STORAGE, random_routing: bool = False
+) -> tuple[float, list[tuple[float, float]]]:
+    """(the activation pass's seconds, [(math seconds, bytes)] of the two grouped GEMMs) of MoE row ``r``,
+    its experts stored as ``storage`` (their math on ``gemm``, at the GPU's rate of that storage's math):
+    ``tokens x top_k / ep`` copies per rank (at least one: a row of fewer tokens than ranks is the rank that
+    receives one); DeepEP's table's "uniform" routing spreads them evenly over distinct experts, so ``min(local
+    experts, copies)`` are active; with ``random_routing`` (an engine table's "balanced": each copy to an
+    expert at random) the expected distinct ones, as the predictor counts them
+    (``demos.zoo.costs.active_experts``); each active expert with ``copies / active`` rows."""
+    local, copies = r.experts / r.ep, max(1.0, r.tokens * r.top_k / r.ep)
+    if random_routing and local > 1:
+        active = local * (1.0 - (1.0 - 1.0 / local) ** copies)
+    else:
+        active = max(1.0, min(local, copies))
+    per, peak, hbm = copies / active, g.flops(dtype(storage).math), g.hbm_bandwidth
     _, act_bytes = pass_work(copies, r.inter, 1.5)
     act = act_bytes / (hbm * gemm.mem_efficiency)
     gemms = []
     for n, k in ((2 * r.inter, r.hidden), (r.hidden, r.inter)):
-        flops, nbytes = gemm_work(copies, n, k, _EXPERTS_STORAGE, weights=active)
+        flops, nbytes = gemm_work(copies, n, k, storage, weights=active)
         math_s, _ = gemm.parts(flops, nbytes, per, n, k, peak, hbm, g.sm_count)  # groups: active
         gemms.append((math_s, nbytes))
     return act, gemms
 
 
-def experts_seconds(gemm: GemmCurve, grouped: GroupedCurve, g: GpuSpec, r) -> float:
+def experts_seconds(
+    gemm: GemmCurve, grouped: GroupedCurve, g: GpuSpec, r, storage: str = _EXPERTS_STORAGE, random_routing: bool = False
+) -> float:
     """Seconds of the routed experts of a measured MoE row ``r`` (``demos.zoo.measured.MoeRow``, uniform
-    routing) on ``g``, counted as ``demos.zoo.costs`` counts them: two grouped GEMMs (``demos.zoo.rooflines``,
-    "The routed experts": the math on the FP8 curve, the bytes at the grouped share of bandwidth) and the
-    activation pass (1.5 BF16 read-and-write passes over the up GEMM's output at the FP8 curve's
-    bandwidth), plus ``grouped.latency``, the op's fixed time as the table's harness timed it alone."""
-    act, gemms = _experts_parts(gemm, g, r)
+    routing, or an ``EngineMoeRow``) on ``g``, counted as ``demos.zoo.costs`` counts them: two grouped GEMMs
+    (``demos.zoo.rooflines``, "The routed experts": the math on ``gemm``, the curve of the experts'
+    ``storage``'s math, the bytes at the grouped share of bandwidth) and the activation pass (1.5 BF16
+    read-and-write passes over the up GEMM's output at ``gemm``'s bandwidth), plus ``grouped.latency``, the
+    op's fixed time as DeepEP's table's harness timed it alone; ``random_routing`` as ``_experts_parts``'."""
+    act, gemms = _experts_parts(gemm, g, r, storage, random_routing)
     bw = g.hbm_bandwidth * grouped.mem_efficiency
     return grouped.latency + act + sum(max(m, b / bw) for m, b in gemms)
 
