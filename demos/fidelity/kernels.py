@@ -53,8 +53,8 @@ way the predictor times that kernel, and compared:
   ``tokens x top_k / ep`` copies per rank spread over distinct experts (its "uniform" is an even
   spread, so ``min(local experts, copies)`` are active);
 * ``experts vllm fp8`` / ``experts vllm nvfp4`` / ``experts vllm int4``: vLLM 0.24.0's fused MoE kernels per
-  expert dtype (``demos.zoo.measured.vllm_moe_rows``: balanced routing, no MoE TP, each dtype's most-measured
-  kernel) predicted as the experts op is, each dtype on the curve of its math; held out;
+  expert dtype (``demos.fidelity.engine_experts``) predicted as the experts op is, each dtype on the curve of its
+  math; held out;
 * ``dispatch`` / ``combine``: DeepEP low-latency rows (one node) against the family's single-node line
   (``FamilyFit.ll_sm``, fitted to these rows of both GPUs of the family): how the predictor times a
   low-latency kernel whose EP group is one node (``demos.zoo.costs``);
@@ -71,6 +71,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from demos.fidelity.engine_experts import ENGINE_MOE_OPS, engine_experts_rows
 from demos.fidelity.stats import error_stats
 from demos.fits.linear import GDN_FIELDS, gdn_row_work
 from demos.fits.rooflines import experts_seconds, mla_row_work
@@ -288,27 +289,6 @@ def _experts_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
             yield CheckRow(gpu, "experts", f"tokens={r.tokens} ep={r.ep}", t, r.seconds)
 
 
-ENGINE_MOE_OPS = {"fp8_e4m3": "experts vllm fp8", "nvfp4": "experts vllm nvfp4", "int4_g32": "experts vllm int4"}
-"""Expert storage -> the op its rows of vLLM's fused MoE table are checked as (``measured.vllm_moe_rows``)."""
-
-
-def _engine_experts_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
-    """vLLM 0.24.0's fused MoE rows of ``gpu`` per expert dtype, predicted as the experts op is
-    (``experts_seconds`` on the family's curve of the dtype's math, ``KernelTimes.gemm_math``): held out,
-    nothing fitted to them."""
-    from demos.zoo import measured
-    from demos.zoo.kernel_times import KernelTimes
-    from demos.zoo.profile import gpu_profile
-
-    g = get_gpu(gpu)
-    times = KernelTimes(g, gpu_profile(g, fit=fit), fit)
-    for r in measured.vllm_moe_rows(gpu):
-        curve = fit.gemm[times.gemm_math(dtype(r.storage).math)]
-        t = experts_seconds(curve, fit.experts, g, r, r.storage, random_routing=True)
-        shape = f"tokens={r.tokens} hidden={r.hidden} inter={r.inter} experts={r.experts} top_k={r.top_k} ep={r.ep}"
-        yield CheckRow(gpu, ENGINE_MOE_OPS[r.storage], shape, t, r.seconds)
-
-
 def _alltoall_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
     from demos.zoo import measured
 
@@ -364,7 +344,7 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
     if "experts" in ops:
         out += list(_experts_rows(gpu, fit))
     if ops & set(ENGINE_MOE_OPS.values()):
-        out += [r for r in _engine_experts_rows(gpu, fit) if r.op in ops]
+        out += [CheckRow(gpu, *row) for row in engine_experts_rows(gpu, fit) if row[0] in ops]
     if ops & {"dispatch", "combine"}:
         out += [r for r in _alltoall_rows(gpu, fit) if r.op in ops]
     return out

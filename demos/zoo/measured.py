@@ -26,7 +26,6 @@ from demos.zoo.hardware import get_gpu
 from demos.zoo.measured_rows import (
     AllToAllRow,
     DsaModuleRow,
-    EngineMoeRow,
     GdnRow,
     GemmRow,
     MhcRow,
@@ -49,7 +48,6 @@ __all__ = [
     "MhcRow",
     "MlaModuleRow",
     "MlaRow",
-    "EngineMoeRow",
     "MoeRow",
     "SiliconRow",
     "V4ModuleRow",
@@ -67,7 +65,6 @@ __all__ = [
     "model_config_ids",
     "model_config_path",
     "moe_rows",
-    "vllm_moe_rows",
     "package_version",
     "silicon_rows",
     "table_path",
@@ -100,15 +97,13 @@ TABLES = {
     "csa_decode": ("sparse_attention", "sglang", "0.5.14", "dsv4_csa_generation_module_perf"),
     "hca_decode": ("sparse_attention", "sglang", "0.5.14", "dsv4_hca_generation_module_perf"),
     "msa_decode": ("msa", "sglang", "0.5.16", "msa_generation_module_perf"),
-    "moe_vllm": ("moe", "vllm", "0.24.0", "moe_perf"),
 }
 """Table -> (family, framework, version, file stem): the version of each table this project reads
 (the newest SGLang collection of each on every GPU in ``SYSTEMS``, aiconfigurator-core 0.12.0; the whole
 MLA decode module, projections and all, only TRT-LLM's collection measures on every one of them; the whole
 DeepSeek-sparse-attention decode module, SGLang's; Gated DeltaNet's kernels, SGLang's; DeepSeek-V4's
 hyper-connection kernels and its CSA and HCA decode modules, SGLang's; MiniMax-M3's block-sparse decode
-module and Kimi Delta Attention's kernels, SGLang 0.5.16's; the fused MoE kernels per expert dtype, vLLM
-0.24.0's)."""
+module and Kimi Delta Attention's kernels, SGLang 0.5.16's)."""
 
 
 class MeasuredTablesError(ConfigError):
@@ -319,28 +314,6 @@ def moe_rows(gpu: str) -> list[MoeRow]:
     names = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_ep_size", "distribution")
     cols = zip(*(d[c].tolist() for c in names), d.latency.tolist())
     return [MoeRow(*row[:-1], row[-1] * 1e-3) for row in cols]
-
-
-VLLM_MOE_STORAGE = {"fp8_block": "fp8_e4m3", "nvfp4": "nvfp4", "int4_wo": "int4_g32"}
-"""vLLM's MoE table dtypes read -> the expert storage each is (``demos.zoo.models.dtypes``): block-FP8, NVFP4
-(W4A4) and INT4 weights with BF16 activations (group 32 in the checkpoints these model: Kimi-K2.5's)."""
-
-
-def vllm_moe_rows(gpu: str) -> list[EngineMoeRow]:
-    """vLLM 0.24.0's fused MoE rows of ``gpu`` (``moe_perf``): balanced routing, no MoE tensor parallelism,
-    the ``VLLM_MOE_STORAGE`` dtypes, each dtype's kernel the one its table times most shapes with (vLLM's
-    default for the GPU: FlashInfer's TRT-LLM kernels on Blackwell, its CUTLASS ones for FP8 on Hopper,
-    Marlin for INT4)."""
-    d = _frame(gpu, "moe_vllm")
-    d = d[(d.distribution == "balanced") & (d.moe_tp_size == 1) & d.moe_dtype.isin(list(VLLM_MOE_STORAGE))]
-    out = []
-    for dt, rows in d.groupby("moe_dtype"):
-        kernel = rows.kernel_source.value_counts().idxmax()
-        k = rows[rows.kernel_source == kernel]
-        names = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_ep_size")
-        cols = zip(*(k[c].tolist() for c in names), k.latency.tolist())
-        out += [EngineMoeRow(VLLM_MOE_STORAGE[dt], kernel, *row[:-1], row[-1] * 1e-3) for row in cols]
-    return out
 
 
 def alltoall_rows(gpu: str) -> list[AllToAllRow]:

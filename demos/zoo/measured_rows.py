@@ -9,7 +9,6 @@ from typing import NamedTuple
 __all__ = [
     "AllToAllRow",
     "DsaModuleRow",
-    "EngineMoeRow",
     "GdnRow",
     "GemmRow",
     "MlaModuleRow",
@@ -136,23 +135,6 @@ class MoeRow(NamedTuple):
     experts: int
     ep: int
     distribution: str
-    seconds: float
-
-
-class EngineMoeRow(NamedTuple):
-    """An engine's measured fused MoE kernel (routed experts only) on one rank of an ``ep``-way group, balanced
-    routing: experts stored as ``storage`` (a ``demos.zoo.models.dtypes`` name), ``tokens`` entering the layer
-    (each rank computes its local experts' share), ``hidden`` -> ``inter`` experts, ``top_k`` of ``experts``;
-    ``kernel``: the engine's kernel as its table names it."""
-
-    storage: str
-    kernel: str
-    tokens: int
-    hidden: int
-    inter: int
-    top_k: int
-    experts: int
-    ep: int
     seconds: float
 
 

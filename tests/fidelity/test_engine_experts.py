@@ -1,4 +1,4 @@
-"""``validate kernels``' experts per dtype: vLLM 0.24.0's fused MoE rows (``measured.vllm_moe_rows``) predicted
+"""``validate kernels``' experts per dtype: vLLM 0.24.0's fused MoE rows (``measured_moe.vllm_moe_rows``) predicted
 as the experts op is, each dtype on the curve of its math (docs/kernels.md, "Routed experts per expert
 dtype")."""
 
@@ -8,11 +8,12 @@ import statistics
 
 import pytest
 
-from demos.fidelity.kernels import ENGINE_MOE_OPS, kernel_rows
+from demos.fidelity.engine_experts import ENGINE_MOE_OPS
+from demos.fidelity.kernels import kernel_rows
 from demos.fits.rooflines import experts_seconds
 from demos.zoo import measured
 from demos.zoo.hardware import get_gpu
-from demos.zoo.measured_rows import EngineMoeRow
+from demos.zoo.measured_moe import EngineMoeRow, vllm_moe_rows
 from demos.zoo.rooflines import FITS
 
 needs_tables = pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
@@ -34,14 +35,14 @@ def test_the_experts_storage_sets_their_bytes_and_their_math():
 @needs_tables
 @pytest.mark.measured
 def test_each_dtype_is_read_with_one_kernel_the_engines_default():
-    rows = measured.vllm_moe_rows("b200")
+    rows = vllm_moe_rows("b200")
     kernels = {}
     for r in rows:
         kernels.setdefault(r.storage, set()).add(r.kernel)
     assert set(kernels) == {"fp8_e4m3", "nvfp4", "int4_g32"} and all(len(k) == 1 for k in kernels.values())
     assert "trtllmnvfp4experts" in next(iter(kernels["nvfp4"])) and "marlin" in next(iter(kernels["int4_g32"]))
     assert all(sum(r.storage == s for r in rows) >= 200 for s in kernels)
-    assert "nvfp4" not in {r.storage for r in measured.vllm_moe_rows("h200")}  # Hopper: no NVFP4 rows
+    assert "nvfp4" not in {r.storage for r in vllm_moe_rows("h200")}  # Hopper: no NVFP4 rows
 
 
 @needs_tables
