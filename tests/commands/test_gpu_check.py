@@ -271,3 +271,14 @@ def test_dry_run_on_threads_writes_at_most_8_files_and_a_summary(tmp_path):
     graph_line = next(line for line in lines if "--graph, default config" in line)
     assert "speedup 9.000x" not in graph_line  # the stale JSON was removed
     assert proc.returncode == (1 if any(line.startswith("FAIL") for line in lines) else 0)
+
+
+def test_the_session_script_parses_and_refuses_a_bad_command_line_before_any_step(tmp_path):
+    """``scripts/gpu_session.sh`` (docs/gpu.md, "A lent GPU: one call"): valid bash; no OUT, or a third
+    argument, is its usage line and exit 2, nothing run (no OUT folder made)."""
+    script = os.path.join(ROOT, "scripts", "gpu_session.sh")
+    assert subprocess.run(["bash", "-n", script], capture_output=True, text=True).returncode == 0
+    for args in ([], [str(tmp_path / "out"), "cuda", "extra"]):
+        p = subprocess.run(["bash", script, *args], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and p.stderr.startswith("usage: bash scripts/gpu_session.sh OUT_DIR")
+    assert not (tmp_path / "out").exists()
