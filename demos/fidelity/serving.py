@@ -211,6 +211,7 @@ def _colocated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) -> t
         ep=plan["ep"],
         attention_tp=plan["attention_tp"],
         weights=plan["weights"],
+        kv_cache_dtype=engine_kv(r.engine, plan),
         pricers=pricers,
         moe_tp=plan["moe_tp"],
     )
@@ -239,11 +240,24 @@ def _disaggregated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) 
         requests=20 * c if full else 2 * c,
         warmup=warm,
         weights=plan["weights"],
+        kv_cache_dtype=engine_kv(r.engine, plan),
         pricers=pricers,
     )
     ttft, tpot = _means(lives["none"], warm)
     gpus = plan["workers"][0] * pre["ep"] + plan["workers"][1] * plan["ep"]
     return ttft, tpot, gpus
+
+
+def engine_kv(engine: str, plan: dict) -> str | None:
+    """The KV cache dtype a measured row of ``engine`` ran at its default: SGLang's for the model on that GPU
+    (``sglang_kv_default``: FP8 for DeepSeek-V4, and for DeepSeek sparse attention on Blackwell), else the
+    model's own (None). An assumption: the rows do not record the flag, and the harness is taken to leave it."""
+    if engine != "sglang":
+        return None
+    from demos.prediction.engines import sglang_kv_default
+
+    kv = sglang_kv_default(get_preset(plan["model"]).model_type, get_gpu(plan["gpu"]).family)
+    return kv if kv == "fp8" else None
 
 
 def clients(r) -> int:

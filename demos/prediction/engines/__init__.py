@@ -91,9 +91,11 @@ from demos.prediction.engines._releases import (
     VLLM_MEGAMOE_MODEL_TYPES,
     VLLM_VERSION,
     Engines,
+    sglang_kv_default,
 )
 from demos.prediction.engines._releases import KV_CACHE_FLAGS as KV_CACHE_FLAGS
 from demos.prediction.engines._releases import SGLANG_DEEPEP_MODES as SGLANG_DEEPEP_MODES
+from demos.prediction.engines._releases import SGLANG_FP8_KV_DEFAULT as SGLANG_FP8_KV_DEFAULT
 from demos.prediction.engines._releases import VLLM_DEEPEP_BACKENDS as VLLM_DEEPEP_BACKENDS
 from demos.prediction.engines._releases import VLLM_DEFAULT_THRESHOLDS as VLLM_DEFAULT_THRESHOLDS
 from demos.prediction.engines._releases import VLLM_MIN_THRESHOLD as VLLM_MIN_THRESHOLD
@@ -122,4 +124,5 @@ __all__ = [
     "overlap_flags",
     "serve_lines",
     "served_model",
+    "sglang_kv_default",
 ]

@@ -10,7 +10,7 @@ import math
 import shlex
 
 from demos.prediction.engines._deployment import Deployment
-from demos.prediction.engines._releases import EPLB_MODEL_TYPES, KV_CACHE_FLAGS
+from demos.prediction.engines._releases import EPLB_MODEL_TYPES, KV_CACHE_FLAGS, SGLANG_FP8_KV_DEFAULT
 from demos.prediction.engines._shared import MODEL, gpus
 from demos.vocabulary import Phase
 
@@ -56,9 +56,20 @@ def model_flags(d: Deployment, notes: list[str]) -> tuple[str, dict[str, str]]:
             flags[engine] += f" --kv-cache-dtype {value}"
         notes.append(
             f"--kv-cache-dtype {KV_CACHE_FLAGS['vllm']} (vLLM) / {KV_CACHE_FLAGS['sglang']} (SGLang): the FP8 E4M3 KV "
-            "cache the prediction sized and timed (--kv-cache-dtype fp8); without it both engines keep it in BF16"
+            "cache the prediction sized and timed (--kv-cache-dtype fp8); without it vLLM keeps it in BF16, and SGLang "
+            "too but for DeepSeek-V4 and, on Blackwell, DeepSeek sparse attention models"
+        )
+    elif sv.model_type in SGLANG_FP8_KV_DEFAULT:
+        flags["sglang"] += " --kv-cache-dtype bfloat16"
+        where = _FP8_KV_WHERE[SGLANG_FP8_KV_DEFAULT[sv.model_type]]
+        notes.append(
+            "--kv-cache-dtype bfloat16 (SGLang): the BF16 KV cache the prediction sized and timed; left at auto, "
+            f"SGLang keeps a {sv.model_type} model's in FP8 E4M3 ({where})"
         )
     return model, flags
+
+
+_FP8_KV_WHERE = {0: "on every GPU", 10: "on Blackwell"}
 
 
 def expert_flags(d: Deployment, engine: str, name: str, notes: list[str]) -> str:

@@ -224,6 +224,24 @@ with a multimodal config (``--language-model-only`` keeps one) and "... with hyb
 KV_CACHE_FLAGS = {"vllm": "fp8", "sglang": "fp8_e4m3"}
 """``--kv-cache-dtype`` for an FP8 (E4M3) cache: vLLM's ``fp8`` is E4M3 (``CacheDType``), SGLang names it."""
 
+SGLANG_FP8_KV_DEFAULT = {"deepseek_v4": 0, "deepseek_v32": 10, "glm_moe_dsa": 10}
+"""``model_type`` -> the compute capability's major version from which SGLang, left at ``--kv-cache-dtype
+auto``, keeps the model's KV cache in FP8 E4M3 (0: on every GPU): DeepSeek-V4's on every CUDA and ROCm device
+(``_deepseek_v4_kv_cache_dtype``), DeepSeek sparse attention's (DeepSeek-V3.2, GLM-5) from SM 10, Blackwell
+(``_dsa_kv_cache_dtype_default``; ``srt/arg_groups/overrides.py`` in 0.5.23, ``ServerArgs.
+_set_default_dsa_kv_cache_dtype`` in 0.5.14). vLLM keeps ``auto`` at the model's dtype."""
+
+SM_MAJOR = {"hopper": 9, "blackwell": 10, "cdna3": 9, "cdna4": 9}
+"""A GPU family -> the major version ``torch.cuda.get_device_capability()`` reports (ROCm: 9 on gfx94x, gfx95x)."""
+
+
+def sglang_kv_default(model_type: str | None, family: str) -> str:
+    """The KV cache dtype ("fp8" or "bf16") SGLang gives ``model_type`` on a GPU of ``family`` when the line
+    sets none (``SGLANG_FP8_KV_DEFAULT``)."""
+    since = SGLANG_FP8_KV_DEFAULT.get(model_type or "")
+    return "fp8" if since is not None and SM_MAJOR.get(family, 0) >= since else "bf16"
+
+
 VLLM_DEFAULT_THRESHOLDS = {Phase.DECODE: 32, Phase.PREFILL: 512}
 """``ParallelConfig.dbo_decode_token_threshold`` / ``dbo_prefill_token_threshold`` defaults (0.34.0)."""
 VLLM_MIN_THRESHOLD = 2
