@@ -57,6 +57,18 @@ TUNING_DIR = "python/mori/ops/tuning_configs/"
 # three orders of magnitude off the same GPUs' InterNodeV1LL tables (README-ep.md).
 DROPPED_KERNEL_TYPES = {"AsyncLL"}
 
+_MEASURED = (
+    "block_num",
+    "rdma_block_num",
+    "warp_per_block",
+    "latency_us",
+    "bandwidth_gbps",
+    "rdma_gbps",
+    "xgmi_gbps",
+    "ll_gbps",
+)
+"""A MoRI tuning row's measured fields (after its shape's): two rows equal in shape and these are one."""
+
 MORI_COLUMNS = [
     "gpu",
     "kernel_type",
@@ -68,14 +80,7 @@ MORI_COLUMNS = [
     "tokens",
     "hidden",
     "top_k",
-    "block_num",
-    "rdma_block_num",
-    "warp_per_block",
-    "latency_us",
-    "bandwidth_gbps",
-    "rdma_gbps",
-    "xgmi_gbps",
-    "ll_gbps",
+    *_MEASURED,
     "copies",
     "file",
 ]
@@ -148,17 +153,6 @@ def slug(text: str) -> str:
 # ---------------------------------------------------------------------------------------------------
 # MoRI tuning tables -> mori_ep.csv
 # ---------------------------------------------------------------------------------------------------
-
-_MEASURED = (
-    "block_num",
-    "rdma_block_num",
-    "warp_per_block",
-    "latency_us",
-    "bandwidth_gbps",
-    "rdma_gbps",
-    "xgmi_gbps",
-    "ll_gbps",
-)
 
 
 def mori_rows(log: list[str]) -> list[dict]:

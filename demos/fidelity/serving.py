@@ -136,7 +136,9 @@ def _plan(r) -> dict | str:
     decode = _layout(gpu, r.tp, r.attention_dp, r.moe_ep, r.moe_tp)
     if isinstance(decode, str):
         return decode
-    plan = dict(model=served[0], weights=served[1], gpu=gpu, **decode)
+    plan = dict(
+        model=served[0], weights=served[1], gpu=gpu, kv_cache_dtype=engine_kv(r.engine, served[0], gpu), **decode
+    )
     if r.mode == "agg":
         return plan
     if r.workers is None or r.prefill is None:
@@ -211,7 +213,7 @@ def _colocated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) -> t
         ep=plan["ep"],
         attention_tp=plan["attention_tp"],
         weights=plan["weights"],
-        kv_cache_dtype=engine_kv(r.engine, plan),
+        kv_cache_dtype=plan["kv_cache_dtype"],
         pricers=pricers,
         moe_tp=plan["moe_tp"],
     )
@@ -240,7 +242,7 @@ def _disaggregated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) 
         requests=20 * c if full else 2 * c,
         warmup=warm,
         weights=plan["weights"],
-        kv_cache_dtype=engine_kv(r.engine, plan),
+        kv_cache_dtype=plan["kv_cache_dtype"],
         pricers=pricers,
     )
     ttft, tpot = _means(lives["none"], warm)
@@ -248,15 +250,16 @@ def _disaggregated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) 
     return ttft, tpot, gpus
 
 
-def engine_kv(engine: str, plan: dict) -> str | None:
-    """The KV cache dtype a measured row of ``engine`` ran at its default: SGLang's for the model on that GPU
-    (``sglang_kv_default``: FP8 for DeepSeek-V4, and for DeepSeek sparse attention on Blackwell), else the
-    model's own (None). An assumption: the rows do not record the flag, and the harness is taken to leave it."""
+def engine_kv(engine: str, model: str, gpu: str) -> str | None:
+    """The KV cache dtype a measured row of ``engine`` serving preset ``model`` on ``gpu`` ran at its default:
+    SGLang's (``sglang_kv_default``: FP8 for DeepSeek-V4, and for DeepSeek sparse attention on Blackwell), else
+    the model's own (None). An assumption: the rows do not record the flag, and the harness is taken to leave
+    it."""
     if engine != "sglang":
         return None
     from demos.prediction.engines import sglang_kv_default
 
-    kv = sglang_kv_default(get_preset(plan["model"]).model_type, get_gpu(plan["gpu"]).family)
+    kv = sglang_kv_default(get_preset(model).model_type, get_gpu(gpu).family)
     return kv if kv == "fp8" else None
 
 

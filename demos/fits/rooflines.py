@@ -66,6 +66,7 @@ from demos.zoo.rooflines import (
 from demos.zoo.work import (
     causal_pairs,
     decode_pairs,
+    distinct_experts,
     gemm_work,
     mla_core_work,
     pass_work,
@@ -176,10 +177,7 @@ def _experts_parts(
     expert at random) the expected distinct ones, as the predictor counts them
     (``demos.zoo.costs.active_experts``); each active expert with ``copies / active`` rows."""
     local, copies = r.experts / r.ep, max(1.0, r.tokens * r.top_k / r.ep)
-    if random_routing and local > 1:
-        active = local * (1.0 - (1.0 - 1.0 / local) ** copies)
-    else:
-        active = max(1.0, min(local, copies))
+    active = distinct_experts(local, copies) if random_routing else max(1.0, min(local, copies))
     per, peak, hbm = copies / active, g.flops(dtype(storage).math), g.hbm_bandwidth
     _, act_bytes = pass_work(copies, r.inter, 1.5)
     act = act_bytes / (hbm * gemm.mem_efficiency)

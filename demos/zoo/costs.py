@@ -76,7 +76,7 @@ from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.models.dtypes import ACT_BYTES, dtype
 from demos.zoo.overlap_costs import ll_node_seconds, ll_send_seconds, local_rows, masked_rows
 from demos.zoo.profile import MIN_KERNEL
-from demos.zoo.work import mhc_work
+from demos.zoo.work import distinct_experts, mhc_work
 from demos.zoo.workload import Workload
 
 __all__ = ["LayerCosts", "active_experts", "attn_res_sources", "layer_costs"]
@@ -90,9 +90,7 @@ def active_experts(w: Workload, t: float) -> float:
     tokens per rank (``Workload.routed_tokens``): its ``t x top_k x imbalance`` copies spread uniformly
     over its expert slots. The busiest rank's copies, not the mean rank's: the step waits for the rank
     with the most to do, and at a few copies per rank that is also the one reading the most weights."""
-    local = w.experts_per_rank
-    rows = t * w.spec.moe.top_k * w.imbalance_at(t)
-    return local * (1.0 - (1.0 - 1.0 / local) ** rows) if local > 1 else min(1.0, rows)
+    return distinct_experts(w.experts_per_rank, t * w.spec.moe.top_k * w.imbalance_at(t))
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ __all__ = [
     "decode_pairs",
     "delta_rule_chunks",
     "delta_rule_work",
+    "distinct_experts",
     "gemm_work",
     "index_entries",
     "index_score_work",
@@ -64,6 +65,12 @@ def gemm_work(m, n, k, storage: str, *, weights=1.0):
     flops = 2.0 * m * n * k
     nbytes = weights * n * k * d.bytes + m * k * d.activation_bytes + m * n * ACT_BYTES
     return flops, nbytes
+
+
+def distinct_experts(local: float, copies: float) -> float:
+    """Expected experts of ``local`` that receive at least one of ``copies`` token copies, each sent to one of
+    them uniformly at random."""
+    return local * (1.0 - (1.0 - 1.0 / local) ** copies) if local > 1 else min(1.0, copies)
 
 
 def decode_pairs(tokens, context):

@@ -28,10 +28,10 @@ def test_sglangs_default_kv_cache_by_model_and_gpu(model_type, family, kv):
 
 
 def test_the_serving_check_runs_sglangs_rows_at_its_default_and_the_others_at_the_models():
-    assert engine_kv("sglang", {"model": "glm-5", "gpu": "b200"}) == "fp8"
-    assert engine_kv("sglang", {"model": "glm-5", "gpu": "h200"}) is None
-    assert engine_kv("vllm", {"model": "glm-5", "gpu": "b200"}) is None
-    assert engine_kv("sglang", {"model": "deepseek-v4-flash", "gpu": "h100"}) == "fp8"
+    assert engine_kv("sglang", "glm-5", "b200") == "fp8"
+    assert engine_kv("sglang", "glm-5", "h200") is None
+    assert engine_kv("vllm", "glm-5", "b200") is None
+    assert engine_kv("sglang", "deepseek-v4-flash", "h100") == "fp8"
 
 
 @pytest.mark.slow  # three whole predictions
