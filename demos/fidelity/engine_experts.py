@@ -1,8 +1,16 @@
-"""The routed experts per expert dtype against an engine's measured fused MoE kernels: ``validate kernels``' ops
+"""The routed experts against the engines' measured local fused MoE kernels.
+
+``validate kernels``' ops ``local experts fp8|nvfp4|int4|bf16|w4a16|w4a8``: SGLang 0.5.14's local kernels per
+expert dtype (``demos.zoo.measured_moe.sglang_moe_rows``) on the family's ``local_experts`` curve of that dtype
+(``FamilyFit.local_curve``), which is fitted to them on H100, H200, B200 and GB200 (B300 and GB300 held out).
+
+The routed experts per expert dtype against vLLM's fused MoE kernels: ``validate kernels``' ops
 ``experts vllm fp8``, ``experts vllm nvfp4``, ``experts vllm int4`` (docs/kernels.md, "Routed experts per expert
-dtype"): vLLM 0.24.0's rows (``demos.zoo.measured_moe.vllm_moe_rows``) predicted as the experts op is
-(``demos.fits.rooflines.experts_seconds`` on the family's curve of the dtype's math, ``KernelTimes.gemm_math``,
-each copy routed at random as ``demos.zoo.costs.active_experts`` counts it); held out, nothing fitted to them.
+dtype"): vLLM 0.24.0's rows (``demos.zoo.measured_moe.vllm_moe_rows``) predicted as the step times a rank's
+local fused MoE (``demos.fits.rooflines.experts_seconds`` on the family's curve of the dtype's math,
+``KernelTimes.gemm_math``, and its local curve of the dtype, fitted to SGLang's kernels: ``experts`` where
+the family has none), the copies spread as the table's harness spreads them; held out, nothing fitted to
+them.
 """
 
 from __future__ import annotations
@@ -11,10 +19,21 @@ from collections.abc import Iterable
 
 from demos.fits.rooflines import experts_seconds
 from demos.zoo.hardware import get_gpu
+from demos.zoo.kernel_times import gemm_curve_key
 from demos.zoo.models.dtypes import dtype
 from demos.zoo.rooflines import FamilyFit
 
-__all__ = ["ENGINE_MOE_OPS", "engine_experts_rows"]
+__all__ = ["ENGINE_MOE_OPS", "LOCAL_MOE_OPS", "engine_experts_rows", "local_experts_rows"]
+
+LOCAL_MOE_OPS = {
+    "fp8_e4m3": "local experts fp8",
+    "nvfp4": "local experts nvfp4",
+    "int4_g32": "local experts int4",
+    "bfloat16": "local experts bf16",
+    "mxfp4_w4a16": "local experts w4a16",
+    "mxfp4": "local experts w4a8",
+}
+"""Expert storage -> the op its rows of SGLang's local fused MoE table are checked as."""
 
 ENGINE_MOE_OPS = {"fp8_e4m3": "experts vllm fp8", "nvfp4": "experts vllm nvfp4", "int4_g32": "experts vllm int4"}
 """Expert storage -> the op its rows of vLLM's fused MoE table are checked as."""
@@ -31,6 +50,22 @@ def engine_experts_rows(gpu: str, fit: FamilyFit) -> Iterable[tuple[str, str, fl
     times = KernelTimes(g, gpu_profile(g, fit=fit), fit)
     for r in vllm_moe_rows(gpu):
         curve = fit.gemm[times.gemm_math(dtype(r.storage).math)]
-        t = experts_seconds(curve, fit.experts, g, r, r.storage, random_routing=True)
+        t = experts_seconds(curve, fit.local_curve(r.storage) or fit.experts, g, r, r.storage)
         shape = f"tokens={r.tokens} hidden={r.hidden} inter={r.inter} experts={r.experts} top_k={r.top_k} ep={r.ep}"
         yield ENGINE_MOE_OPS[r.storage], shape, t, r.seconds
+
+
+def local_experts_rows(gpu: str, fit: FamilyFit) -> Iterable[tuple[str, str, float, float]]:
+    """``(op, shape, predicted seconds, measured seconds)`` of each of ``gpu``'s SGLang local fused MoE rows whose
+    dtype has a local curve of its own in ``fit`` (``FamilyFit.local_experts``)."""
+    from demos.zoo.measured_moe import sglang_moe_rows
+
+    g = get_gpu(gpu)
+    for r in sglang_moe_rows(gpu):
+        grouped = fit.local_experts.get(r.storage)
+        if grouped is None:
+            continue
+        curve = fit.gemm[gemm_curve_key(dtype(r.storage).math, g.has_fp4, fit.gemm)]
+        t = experts_seconds(curve, grouped, g, r, r.storage)
+        shape = f"tokens={r.tokens} hidden={r.hidden} inter={r.inter} experts={r.experts} top_k={r.top_k} ep={r.ep}"
+        yield LOCAL_MOE_OPS[r.storage], shape, t, r.seconds

@@ -52,9 +52,12 @@ way the predictor times that kernel, and compared:
   grouped curve, their weights once per active expert, the activation pass), with the table's routing:
   ``tokens x top_k / ep`` copies per rank spread over distinct experts (its "uniform" is an even
   spread, so ``min(local experts, copies)`` are active);
+* ``local experts fp8`` ... ``local experts w4a8``: SGLang 0.5.14's local fused MoE kernels per expert dtype (up
+  to 256 tokens) on the family's ``local_experts`` curve of the dtype, fitted to them
+  (``demos.fidelity.engine_experts``); B300 and GB300 rows are held out;
 * ``experts vllm fp8`` / ``experts vllm nvfp4`` / ``experts vllm int4``: vLLM 0.24.0's fused MoE kernels per
-  expert dtype (``demos.fidelity.engine_experts``) predicted as the experts op is, each dtype on the curve of its
-  math; held out;
+  expert dtype (``demos.fidelity.engine_experts``) predicted as the step times a local fused MoE, each dtype on
+  the curve of its math; held out;
 * ``dispatch`` / ``combine``: DeepEP low-latency rows (one node) against the family's single-node line
   (``FamilyFit.ll_sm``, fitted to these rows of both GPUs of the family): how the predictor times a
   low-latency kernel whose EP group is one node (``demos.zoo.costs``);
@@ -71,7 +74,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from demos.fidelity.engine_experts import ENGINE_MOE_OPS, engine_experts_rows
+from demos.fidelity.engine_experts import ENGINE_MOE_OPS, LOCAL_MOE_OPS, engine_experts_rows, local_experts_rows
 from demos.fidelity.stats import error_stats
 from demos.fits.linear import GDN_FIELDS, gdn_row_work
 from demos.fits.rooflines import experts_seconds, mla_row_work
@@ -113,6 +116,12 @@ OPS = (
     "dsa topk flat",
     "index prefill scores",
     "experts",
+    "local experts fp8",
+    "local experts nvfp4",
+    "local experts int4",
+    "local experts bf16",
+    "local experts w4a16",
+    "local experts w4a8",
     "experts vllm fp8",
     "experts vllm nvfp4",
     "experts vllm int4",
@@ -343,6 +352,8 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
         out += [r for r in _index_rows(gpu, fit) if r.op in ops]
     if "experts" in ops:
         out += list(_experts_rows(gpu, fit))
+    if ops & set(LOCAL_MOE_OPS.values()):
+        out += [CheckRow(gpu, *row) for row in local_experts_rows(gpu, fit) if row[0] in ops]
     if ops & set(ENGINE_MOE_OPS.values()):
         out += [CheckRow(gpu, *row) for row in engine_experts_rows(gpu, fit) if row[0] in ops]
     if ops & {"dispatch", "combine"}:

@@ -137,4 +137,14 @@ def fit_amd_family(family: str, base: FamilyFit) -> FamilyFit:
         f"{SOURCES['ROCm/mori']} IntraNodeLL on {', '.join(_LL_GPUS[family])}; the MLA, linear-attention, "
         f"hyper-connection and indexer curves and the MLA module's fixed time borrowed from {BORROWED} ({base.source})"
     )
-    return replace(base, family=family, gemm=gemm, experts=experts, ll_sm=ll_sm, fitted_on=(name,), source=source)
+    # no engine's local fused MoE tables for AMD: the step times a local MoE on ``experts`` without a fixed time
+    return replace(
+        base,
+        family=family,
+        gemm=gemm,
+        experts=experts,
+        ll_sm=ll_sm,
+        fitted_on=(name,),
+        source=source,
+        local_experts={},
+    )

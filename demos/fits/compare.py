@@ -41,6 +41,7 @@ from demos.fits.index import PREFILL_HEADS, SCORE_DIM, index_row_work, prefill_r
 from demos.fits.linear import gdn_row_work
 from demos.fits.rooflines import experts_seconds, mla_row_work
 from demos.zoo.hardware import get_gpu, ll_bytes
+from demos.zoo.kernel_times import gemm_curve_key
 from demos.zoo.models.dtypes import dtype, storage_of
 from demos.zoo.rooflines import MLA_KV, FamilyFit, linear_seconds
 from demos.zoo.work import delta_rule_chunks, gemm_work, mhc_work
@@ -116,6 +117,11 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
             shapes = [_MoeShape(t, ep) for t in _EXPERTS_TOKENS for ep in _EXPERTS_EP]
             t = [experts_seconds(fit.gemm["fp8"], fit.experts, g, s) for s in shapes]
             add("experts", [f"{name} tokens={s.tokens} ep={s.ep}" for s in shapes], t)
+        for storage, curve in fit.local_experts.items():
+            shapes = [_MoeShape(t, ep) for t in _EXPERTS_TOKENS for ep in _EXPERTS_EP]
+            math = fit.gemm[gemm_curve_key(dtype(storage).math, g.has_fp4, fit.gemm)]
+            t = [experts_seconds(math, curve, g, s, storage) for s in shapes]
+            add(f"local experts {storage}", [f"{name} tokens={s.tokens} ep={s.ep}" for s in shapes], t)
         pts = list(itertools.product(*_LL))
         labels = [f"{name} tokens={a} hidden={b} peers={c}" for a, b, c in pts]
         for kernel, line in fit.ll_sm.items():

@@ -49,6 +49,7 @@ from demos.fits.mhc import fit_mhc
 from demos.fits.solver import ATTENTION_STARTS, attention_curve, columns, fit_log, minimize, nelder_mead, rounded
 from demos.vocabulary import Phase
 from demos.zoo.hardware import GpuSpec, get_gpu, ll_bytes
+from demos.zoo.kernel_times import gemm_curve_key
 from demos.zoo.models.dtypes import dtype, storage_of
 from demos.zoo.rooflines import (
     FIT_GPUS,
@@ -66,7 +67,6 @@ from demos.zoo.rooflines import (
 from demos.zoo.work import (
     causal_pairs,
     decode_pairs,
-    distinct_experts,
     gemm_work,
     mla_core_work,
     pass_work,
@@ -165,19 +165,21 @@ def fit_attention(rows_by_gpu: Sequence[tuple[GpuSpec, list]], phase: str) -> At
 
 _EXPERTS_STORAGE = storage_of("fp8")  # the MoE tables' grouped GEMMs: FP8 block weights
 
+LOCAL_MIN_ROWS = 200
+"""The fewest rows of one expert dtype, on every GPU of a family, its local fused MoE curve is fitted to."""
+
 
 def _experts_parts(
-    gemm: GemmCurve, g: GpuSpec, r, storage: str = _EXPERTS_STORAGE, random_routing: bool = False
+    gemm: GemmCurve, g: GpuSpec, r, storage: str = _EXPERTS_STORAGE
 ) -> tuple[float, list[tuple[float, float]]]:
     """(the activation pass's seconds, [(math seconds, bytes)] of the two grouped GEMMs) of MoE row ``r``,
     its experts stored as ``storage`` (their math on ``gemm``, at the GPU's rate of that storage's math):
     ``tokens x top_k / ep`` copies per rank (at least one: a row of fewer tokens than ranks is the rank that
-    receives one); DeepEP's table's "uniform" routing spreads them evenly over distinct experts, so ``min(local
-    experts, copies)`` are active; with ``random_routing`` (an engine table's "balanced": each copy to an
-    expert at random) the expected distinct ones, as the predictor counts them
-    (``demos.zoo.costs.active_experts``); each active expert with ``copies / active`` rows."""
+    receives one); the tables' routing ("uniform" in DeepEP's, "balanced" in the engines' fused MoE tables)
+    spreads them evenly over distinct experts, so ``min(local experts, copies)`` are active, each with
+    ``copies / active`` rows."""
     local, copies = r.experts / r.ep, max(1.0, r.tokens * r.top_k / r.ep)
-    active = distinct_experts(local, copies) if random_routing else max(1.0, min(local, copies))
+    active = max(1.0, min(local, copies))
     per, peak, hbm = copies / active, g.flops(dtype(storage).math), g.hbm_bandwidth
     _, act_bytes = pass_work(copies, r.inter, 1.5)
     act = act_bytes / (hbm * gemm.mem_efficiency)
@@ -189,23 +191,24 @@ def _experts_parts(
     return act, gemms
 
 
-def experts_seconds(
-    gemm: GemmCurve, grouped: GroupedCurve, g: GpuSpec, r, storage: str = _EXPERTS_STORAGE, random_routing: bool = False
-) -> float:
+def experts_seconds(gemm: GemmCurve, grouped: GroupedCurve, g: GpuSpec, r, storage: str = _EXPERTS_STORAGE) -> float:
     """Seconds of the routed experts of a measured MoE row ``r`` (``demos.zoo.measured.MoeRow``, uniform
     routing, or an ``EngineMoeRow``) on ``g``, counted as ``demos.zoo.costs`` counts them: two grouped GEMMs
     (``demos.zoo.rooflines``, "The routed experts": the math on ``gemm``, the curve of the experts'
     ``storage``'s math, the bytes at the grouped share of bandwidth) and the activation pass (1.5 BF16
     read-and-write passes over the up GEMM's output at ``gemm``'s bandwidth), plus ``grouped.latency``, the
-    op's fixed time as DeepEP's table's harness timed it alone; ``random_routing`` as ``_experts_parts``'."""
-    act, gemms = _experts_parts(gemm, g, r, storage, random_routing)
+    op's fixed time as the table's harness timed it alone."""
+    act, gemms = _experts_parts(gemm, g, r, storage)
     bw = g.hbm_bandwidth * grouped.mem_efficiency
     return grouped.latency + act + sum(max(m, b / bw) for m, b in gemms)
 
 
-def fit_experts(rows_by_gpu: Sequence[tuple[GpuSpec, list]], gemm: GemmCurve) -> GroupedCurve:
-    """The ``GroupedCurve`` fitted to ``[(gpu, rows)]`` of uniform MoE rows with the FP8 ``gemm`` held."""
-    parts = [(g.hbm_bandwidth, *_experts_parts(gemm, g, r), r.seconds) for g, rs in rows_by_gpu for r in rs]
+def fit_experts(
+    rows_by_gpu: Sequence[tuple[GpuSpec, list]], gemm: GemmCurve, storage: str = _EXPERTS_STORAGE
+) -> GroupedCurve:
+    """The ``GroupedCurve`` fitted to ``[(gpu, rows)]`` of evenly routed MoE rows of experts stored as
+    ``storage``, with ``gemm`` (the curve of that storage's math) held."""
+    parts = [(g.hbm_bandwidth, *_experts_parts(gemm, g, r, storage), r.seconds) for g, rs in rows_by_gpu for r in rs]
     if len(parts) < 2:
         raise ValueError(f"need at least 2 MoE rows to fit 2 parameters, got {len(parts)}")
     hbm, act, logt = (np.array([p[i] for p in parts]) for i in (0, 1, 3))
@@ -247,7 +250,7 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     MLA module's fixed time left at 0 (``demos.fits.module.fitted_family`` adds it); needs the
     ``measured`` extra."""
     from demos.fits.index import fit_index
-    from demos.zoo import measured, measured_index
+    from demos.zoo import measured, measured_index, measured_moe
 
     names = tuple(gpus or FIT_GPUS[family])
     specs = [(get_gpu(g), g) for g in names]
@@ -262,6 +265,13 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     }
     moe = [(spec, [r for r in measured.moe_rows(g) if r.distribution == "uniform"]) for spec, g in specs]
     experts = fit_experts(moe, gemm["fp8"])
+    local_rows = {g: measured_moe.sglang_moe_rows(g) for _, g in specs}
+    local_experts = {}
+    for storage in measured_moe.LOCAL_MOE_STORAGE.values():
+        rows = [(spec, [r for r in local_rows[g] if r.storage == storage]) for spec, g in specs]
+        if all(len(rs) >= LOCAL_MIN_ROWS for _, rs in rows):  # every GPU of the family has the dtype's kernel
+            curve = gemm[gemm_curve_key(dtype(storage).math, all(s.has_fp4 for s, _ in specs), gemm)]
+            local_experts[storage] = fit_experts(rows, curve, storage)
     gdn_rows = [(spec, measured.gdn_rows(g)) for spec, g in specs]
     gdn = {curve: fit_gdn(gdn_rows, curve) for curve in GDN_CURVES}
     kda_rows = [(spec, measured.kda_rows(g)) for spec, g in specs]
@@ -281,6 +291,8 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         if k in ("gemm", "mla_decode", "mla_prefill", "moe_decode", "deepep_ll", "gdn", "kda", "mhc")
     )
     tables += f", {measured_index.index_tables()}"
+    local = measured_moe.MOE_TABLES["moe_sglang"]
+    tables += f", {local[3]} ({local[1]} {local[2]}, the local fused MoE)"
     source = f"aiconfigurator-core {measured.package_version()}: {tables} on {', '.join(names)}"
     return FamilyFit(
         family,
@@ -295,4 +307,5 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         mhc=mhc,
         kda=kda,
         index=index,
+        local_experts=local_experts,
     )

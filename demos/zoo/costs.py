@@ -22,7 +22,9 @@ principles (docs/models.md, "What a step costs"; the flops and bytes formulas ar
   (two memory passes over the copies; the low-latency kernels deliver the per-expert layout directly);
   the low-latency (ll) schedule's masked layout computes each expert's rows in whole row blocks
   (``demos.zoo.overlap_costs.masked_rows``); without an all-to-all (EP 1, or attention TP = EP) the
-  engine's local fused MoE pads them to a tile sized to the rows (``local_rows``).
+  engine's local fused MoE pads them to a tile sized to the rows (``local_rows``) and, where the family has
+  its curve (``FamilyFit.local_curve`` of the experts' storage, fitted to SGLang's local kernels), moves
+  their bytes at that kernel's share of bandwidth and adds its fixed time (``local_experts_op``).
 * Low-latency all-to-all (ll): each kernel's SM-held send half (``dispatch_send``, ``combine_send``,
   seconds on the compute stream, ``demos.zoo.overlap_costs.ll_send_seconds``), its flight on the link
   (``dispatch``, ``combine``: DeepEP's modelled time less the send half) and its receive half
@@ -72,7 +74,7 @@ from demos.zoo.fold import memory_pass as _pass
 from demos.zoo.fused_moe import fused_moe_math, fused_moe_refusal, fused_moe_seconds
 from demos.zoo.hardware import deepep_low_latency, deepep_normal
 from demos.zoo.hardware.collectives import tp_collective
-from demos.zoo.kernel_times import KernelTimes
+from demos.zoo.kernel_times import KernelTimes, local_experts_op
 from demos.zoo.models.dtypes import ACT_BYTES, dtype
 from demos.zoo.overlap_costs import ll_node_seconds, ll_send_seconds, local_rows, masked_rows
 from demos.zoo.profile import MIN_KERNEL
@@ -267,6 +269,11 @@ def layer_costs(
     else:  # no all-to-all: the engine's local fused MoE, its tile sized to the rows per expert
         per = local_rows(per, w.mechanisms.tile)
     computed = per * act
+    # no all-to-all: the engine's local fused MoE, its grouped GEMMs at that kernel's share of bandwidth and
+    # its fixed time (the kernels around them: sorting, quantization, the sum over top-k), where the family
+    # has the curve (FamilyFit.local_curve of the experts' storage)
+    local = None if w.alltoall or w.schedule == Schedule.HT else kt.fit.local_curve(estore)
+    fixed = Work() if local is None else Work(seconds=local.latency)
     up_w, down_w = _grouped_gemms(per, act, inter, Hr, estore)
     fp8 = spec.precision.dispatch.startswith("fp8") and Hr % 128 == 0
     msg = (Hr + Hr // 128 * 4) if fp8 else 2 * Hr
@@ -275,7 +282,9 @@ def layer_costs(
     # (read each expert output, write the combine's input); the low-latency kernels deliver the
     # masked per-expert layout directly
     permute = Work(bytes=rows * 2 * msg + rows * 2 * Hr * _ACT) if w.schedule == Schedule.HT else Work()
-    experts = _sum.named("experts")(up_w, down_w, _pass(computed, inter, 1.5), permute)
+    experts = _sum.named("experts" if local is None else local_experts_op(estore))(
+        up_w, down_w, _pass(computed, inter, 1.5), permute, fixed
+    )
     # DeepGEMM's fused MoE kernel where it can run: its grouped GEMMs in whole row blocks, the transfers
     # overlapped inside (demos.zoo.fused_moe)
     fused = None

@@ -34,7 +34,16 @@ from demos.vocabulary import KernelSource, Phase
 from demos.zoo.hardware import GpuSpec
 from demos.zoo.rooflines import GEMM_DTYPES, INDEX_SCORES, MLA_KV, FamilyFit, family_fit, linear_seconds
 
-__all__ = ["KERNEL_SOURCES", "SERVED_SCORES", "KernelTimes", "MeasuredKernelTimes", "kernel_times"]
+__all__ = [
+    "KERNEL_SOURCES",
+    "LOCAL_EXPERTS",
+    "SERVED_SCORES",
+    "KernelTimes",
+    "MeasuredKernelTimes",
+    "gemm_curve_key",
+    "kernel_times",
+    "local_experts_op",
+]
 
 KERNEL_SOURCES = KernelSource.choices()
 
@@ -42,6 +51,25 @@ SERVED_SCORES = "top_last"
 """The score distribution a served model's indexer top-k is timed at (``demos.zoo.rooflines.INDEX_SCORES``):
 distinct scores. The whole-module tables' harness ran dummy weights, whose scores all tie ("flat");
 ``demos.zoo.attention_module`` composes those rows at that distribution."""
+
+
+LOCAL_EXPERTS = "local_experts"
+"""The kind of op name under which a step's local fused MoE parts are timed (``local_experts_op``)."""
+
+
+def local_experts_op(storage: str) -> str:
+    """The op name a local fused MoE of experts stored as ``storage`` is timed under (``KernelTimes.gemm``)."""
+    return f"{LOCAL_EXPERTS} {storage}"
+
+
+def gemm_curve_key(math: str, has_fp4: bool, curves) -> str:
+    """The key of a family's GEMM curves (``curves``: ``FamilyFit.gemm``) a GEMM of ``math`` takes: "fp8", "fp4"
+    where the family has an FP4 curve, else "bfloat16" (BF16's, and FP4 weights dequantized on a family
+    without FP4 tensor cores); "w4a8" (MXFP4 weights against FP8 activations) takes FP8's on a GPU with FP4
+    tensor cores (``has_fp4``), else BF16's."""
+    if math == "w4a8":  # FP8 x FP4 kernels on FP4 tensor cores run on the FP8 curve; elsewhere dequantized
+        math = "fp8" if has_fp4 else "bfloat16"
+    return math if math in ("fp8", "fp4") and math in curves else "bfloat16"
 
 
 class KernelTimes:
@@ -70,21 +98,23 @@ class KernelTimes:
         on the family's curve of its math (``dtype``: "fp8", "fp4" where the family has an FP4 curve, else
         BF16's), at the GPU's rate of that math (``GpuSpec.flops``: FP4 on a GPU without FP4 tensor cores is
         its BF16 rate); the routed experts' grouped GEMMs (``op`` "experts") move their bytes at the
-        family's grouped share of bandwidth (``FamilyFit.experts``)."""
+        family's grouped share of bandwidth (``FamilyFit.experts``), and in the engine's local fused MoE (``op``
+        "local_experts <storage>", ``local_experts_op``) at that kernel's for the experts' storage
+        (``FamilyFit.local_curve``)."""
         curve = self.fit.gemm[self.gemm_math(dtype)]
         peak, hbm = self.profile.flops_rate(dtype), self.gpu.hbm_bandwidth
         math_s, mem_s = curve.parts(flops, nbytes, m, n, k, peak, hbm, self.gpu.sm_count)
-        if op == "experts" and self.fit.experts is not None:
-            mem_s = nbytes / (hbm * self.fit.experts.mem_efficiency)
+        kind, _, storage = op.partition(" ")
+        grouped = (
+            self.fit.experts if op == "experts" else self.fit.local_curve(storage) if kind == LOCAL_EXPERTS else None
+        )
+        if grouped is not None:
+            mem_s = nbytes / (hbm * grouped.mem_efficiency)
         return max(math_s, mem_s)
 
     def gemm_math(self, dtype: str) -> str:
-        """The key of the family's GEMM curve a GEMM of math ``dtype`` takes: "fp8", "fp4" where the family has
-        an FP4 curve, else "bfloat16" (BF16's, and FP4 weights dequantized on a family without FP4 tensor cores);
-        "w4a8" (MXFP4 weights against FP8 activations) takes FP8's on a GPU with FP4 tensor cores, else BF16's."""
-        if dtype == "w4a8":  # FP8 x FP4 kernels on FP4 tensor cores run on the FP8 curve; elsewhere dequantized
-            dtype = "fp8" if self.gpu.has_fp4 else "bfloat16"
-        return dtype if dtype in ("fp8", "fp4") and dtype in self.fit.gemm else "bfloat16"
+        """The key of the family's GEMM curve a GEMM of math ``dtype`` takes (``gemm_curve_key``)."""
+        return gemm_curve_key(dtype, self.gpu.has_fp4, self.fit.gemm)
 
     def memory(self, nbytes: float, flops: float = 0.0) -> float:
         """Seconds of a memory pass of ``nbytes`` folded into an op (its op pays the kernel floor)."""

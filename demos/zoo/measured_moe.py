@@ -1,10 +1,20 @@
-"""The engines' measured fused MoE kernels per expert dtype (the ``measured`` extra): vLLM 0.24.0's ``moe_perf``
-tables, read as ``EngineMoeRow``s for ``validate kernels``' ops ``experts vllm fp8|nvfp4|int4``
-(``demos.fidelity.engine_experts``; docs/kernels.md, "Routed experts per expert dtype").
+"""The engines' measured local fused MoE kernels (the ``measured`` extra), read as ``EngineMoeRow``s.
 
-Read: balanced routing, no MoE tensor parallelism, the dtypes of ``VLLM_MOE_STORAGE``, and for each dtype the
-kernel its table times most shapes with (vLLM's default for the GPU: FlashInfer's TRT-LLM kernels on
-Blackwell, its CUTLASS ones for FP8 on Hopper, Marlin for INT4).
+* ``sglang_moe_rows``: SGLang 0.5.14's ``moe_perf`` tables, the kernel an engine runs on a rank's own experts
+  when no all-to-all moves the tokens (MoE tensor parallelism, or expert parallelism beside attention TP):
+  the expert dtypes of ``LOCAL_MOE_STORAGE``, balanced routing, up to ``LOCAL_MOE_MAX_TOKENS`` tokens, for
+  each dtype the kernel the table times most shapes with (block FP8 and BF16: Triton's fused MoE on Hopper,
+  FlashInfer's TRT-LLM kernels on Blackwell; INT4: Marlin on Hopper). The family's ``local_experts`` curves
+  (one per expert dtype) are fitted to them (``demos.fits.rooflines.fit_family``; docs/kernels.md,
+  "The local fused MoE").
+* ``vllm_moe_rows``: vLLM 0.24.0's ``moe_perf`` tables for ``validate kernels``' ops ``experts vllm
+  fp8|nvfp4|int4`` (``demos.fidelity.engine_experts``; docs/kernels.md, "Routed experts per expert dtype"):
+  balanced routing, no MoE tensor parallelism, the dtypes of ``VLLM_MOE_STORAGE``, and for each dtype the
+  kernel its table times most shapes with (vLLM's default for the GPU: FlashInfer's TRT-LLM kernels on
+  Blackwell, its CUTLASS ones for FP8 on Hopper, Marlin for INT4).
+
+A table's "balanced" routing is its harness's: each token's ``top_k`` experts spread evenly, distinct until
+every expert has a token.
 """
 
 from __future__ import annotations
@@ -14,21 +24,47 @@ from typing import NamedTuple
 
 from demos.zoo.measured import package_version, table_path
 
-__all__ = ["MOE_TABLES", "VLLM_MOE_STORAGE", "EngineMoeRow", "vllm_moe_rows"]
+__all__ = [
+    "LOCAL_MOE_MAX_TOKENS",
+    "LOCAL_MOE_STORAGE",
+    "MOE_TABLES",
+    "VLLM_MOE_STORAGE",
+    "EngineMoeRow",
+    "sglang_moe_rows",
+    "vllm_moe_rows",
+]
 
-MOE_TABLES = {"moe_vllm": ("moe", "vllm", "0.24.0", "moe_perf")}
+MOE_TABLES = {"moe_vllm": ("moe", "vllm", "0.24.0", "moe_perf"), "moe_sglang": ("moe", "sglang", "0.5.14", "moe_perf")}
 """Table -> (family, framework, version, file stem), as ``demos.zoo.measured.TABLES``."""
+
+LOCAL_MOE_STORAGE = {
+    "fp8_block": "fp8_e4m3",
+    "nvfp4": "nvfp4",
+    "int4_wo": "int4_g32",
+    "bfloat16": "bfloat16",
+    "w4a16_mxfp4": "mxfp4_w4a16",
+    "w4a8_mxfp4_mxfp8": "mxfp4",
+}
+"""SGLang's MoE table dtypes read -> the expert storage each is (``demos.zoo.models.dtypes``): block FP8, NVFP4,
+INT4 and MXFP4 weights with BF16 activations, BF16, MXFP4 weights against MXFP8 activations."""
 
 VLLM_MOE_STORAGE = {"fp8_block": "fp8_e4m3", "nvfp4": "nvfp4", "int4_wo": "int4_g32"}
 """vLLM's MoE table dtypes read -> the expert storage each is (``demos.zoo.models.dtypes``): block FP8, NVFP4
 (W4A4) and INT4 weights with BF16 activations (group 32 in the checkpoints these model: Kimi-K2.5's)."""
 
 
+LOCAL_MOE_MAX_TOKENS = 256
+"""The most tokens of a local fused MoE row the ``local_experts`` curve is fitted to: decode's range, where the
+kernel moves its weights; beyond it the kernel's math takes over, which the FP8 GEMM curve times (a choice:
+docs/kernels.md)."""
+
+
 class EngineMoeRow(NamedTuple):
     """An engine's measured fused MoE kernel (routed experts only) on one rank of an ``ep``-way group, balanced
     routing: experts stored as ``storage`` (a ``demos.zoo.models.dtypes`` name), ``tokens`` entering the layer
-    (each rank computes its local experts' share), ``hidden`` -> ``inter`` experts, ``top_k`` of ``experts``;
-    ``kernel``: the engine's kernel as its table names it."""
+    (each rank computes its local experts' share), ``hidden`` -> ``inter`` experts (``inter`` the rank's slice
+    under MoE tensor parallelism), ``top_k`` of ``experts``; ``kernel``: the engine's kernel as its table names
+    it."""
 
     storage: str
     kernel: str
@@ -41,17 +77,36 @@ class EngineMoeRow(NamedTuple):
     seconds: float
 
 
-@functools.lru_cache(maxsize=8)
-def _frame(gpu: str):
+@functools.lru_cache(maxsize=16)
+def _frame(gpu: str, table: str):
     import pandas as pd
 
-    return pd.read_parquet(table_path(gpu, "moe_vllm", MOE_TABLES))
+    return pd.read_parquet(table_path(gpu, table, MOE_TABLES))
+
+
+def sglang_moe_rows(gpu: str, max_tokens: int = LOCAL_MOE_MAX_TOKENS) -> list[EngineMoeRow]:
+    """SGLang 0.5.14's local fused MoE rows of ``gpu`` (module docstring) up to ``max_tokens``, each one rank's:
+    ``experts / ep`` experts at ``inter / moe_tp`` of their width; the dtypes of ``LOCAL_MOE_STORAGE``, each
+    with the kernel its table times most shapes with; latency in seconds."""
+    package_version()
+    d = _frame(gpu, "moe_sglang")
+    d = d[(d.distribution == "balanced") & d.moe_dtype.isin(list(LOCAL_MOE_STORAGE)) & (d.num_tokens <= max_tokens)]
+    names = ("num_tokens", "hidden_size", "inter_size", "moe_tp_size", "topk", "num_experts", "moe_ep_size")
+    out = []
+    for dt, rows in d.groupby("moe_dtype"):
+        kernel = rows.kernel_source.value_counts().idxmax()
+        k = rows[rows.kernel_source == kernel]
+        out += [
+            EngineMoeRow(LOCAL_MOE_STORAGE[dt], kernel, n, h, i // tp, top, e, ep, t * 1e-3)
+            for n, h, i, tp, top, e, ep, t in zip(*(k[c].tolist() for c in names), k.latency.tolist())
+        ]
+    return out
 
 
 def vllm_moe_rows(gpu: str) -> list[EngineMoeRow]:
     """vLLM 0.24.0's fused MoE rows of ``gpu`` (module docstring), latency in seconds."""
     package_version()  # the extra, or MeasuredTablesError with the install hint
-    d = _frame(gpu)
+    d = _frame(gpu, "moe_vllm")
     d = d[(d.distribution == "balanced") & (d.moe_tp_size == 1) & d.moe_dtype.isin(list(VLLM_MOE_STORAGE))]
     out = []
     names = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_ep_size")

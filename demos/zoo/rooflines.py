@@ -80,6 +80,7 @@ __all__ = [
     "GEMM_DTYPES",
     "INDEX_CURVES",
     "INDEX_SCORES",
+    "LOCAL_FALLBACK_STORAGE",
     "MHC_SITES",
     "MLA_KV",
     "OUT_TILE",
@@ -123,6 +124,11 @@ MHC_SITES = ("pre", "post")
 """The keys of ``FamilyFit.mhc``: a wide residual's two kernels around every sub-layer."""
 
 FIT_GPUS = {"hopper": ("h100", "h200"), "blackwell": ("b200", "gb200")}
+
+LOCAL_FALLBACK_STORAGE = "fp8_e4m3"
+"""The expert storage whose local fused MoE curve stands in for a storage without one of its own."""
+
+
 """The GPUs whose measured tables each family's curves are fitted to (every GPU with tables)."""
 
 
@@ -281,7 +287,13 @@ class FamilyFit:
     is the kernel's own (20 Sinkhorn iterations in "pre"), their work by ``demos.zoo.work.mhc_work``;
     ``index`` a lightning indexer's decode kernels, keyed by ``INDEX_CURVES`` ("scores": an
     ``AttentionCurve``; each top-k a ``TopkCurve``; empty in a file written before they were fitted);
-    ``fitted_on`` the GPUs whose tables gave them; ``source`` the tables' provenance."""
+    ``local_experts`` the routed experts where the engine's local fused MoE runs them (no all-to-all: MoE
+    tensor parallelism, or expert parallelism beside attention TP), one ``GroupedCurve`` per expert storage
+    (``demos.zoo.models.dtypes`` names), fitted to SGLang's local kernels of that dtype
+    (``demos.zoo.measured_moe.sglang_moe_rows``): their share of bandwidth and the kernel's fixed time, which
+    the step charges (``local_curve``; empty in a file written before they were fitted, and for a family
+    without such tables: the step then times them on ``experts`` without a fixed time); ``fitted_on`` the
+    GPUs whose tables gave them; ``source`` the tables' provenance."""
 
     family: str
     gemm: dict
@@ -296,6 +308,12 @@ class FamilyFit:
     mhc: dict = field(default_factory=dict)
     kda: dict = field(default_factory=dict)
     index: dict = field(default_factory=dict)
+    local_experts: dict = field(default_factory=dict)
+
+    def local_curve(self, storage: str) -> GroupedCurve | None:
+        """The local fused MoE's curve for experts stored as ``storage``: its own where fitted, else block
+        FP8's (a stated stand-in), else None (no local curves: the family's ``experts`` applies)."""
+        return self.local_experts.get(storage) or self.local_experts.get(LOCAL_FALLBACK_STORAGE)
 
     def to_dict(self) -> dict:
         return {
@@ -310,6 +328,7 @@ class FamilyFit:
             "kda": {k: asdict(v) for k, v in self.kda.items()},
             "mhc": {k: asdict(v) for k, v in self.mhc.items()},
             "index": {k: asdict(v) for k, v in self.index.items()},
+            "local_experts": {k: asdict(v) for k, v in self.local_experts.items()},
             "fitted_on": list(self.fitted_on),
             "source": self.source,
         }
@@ -333,6 +352,7 @@ class FamilyFit:
                 k: (TopkCurve if "per_entry" in v else MqaLogitsCurve if "min_keys" in v else AttentionCurve)(**v)
                 for k, v in (d.get("index") or {}).items()
             },
+            local_experts={k: GroupedCurve(**v) for k, v in (d.get("local_experts") or {}).items()},
         )
 
 

@@ -1,6 +1,6 @@
 """``validate kernels``' experts per dtype: vLLM 0.24.0's fused MoE rows (``measured_moe.vllm_moe_rows``) predicted
-as the experts op is, each dtype on the curve of its math (docs/kernels.md, "Routed experts per expert
-dtype")."""
+as the step times a local fused MoE, each dtype on the curve of its math (docs/kernels.md, "Routed experts per
+expert dtype")."""
 
 from __future__ import annotations
 
@@ -49,25 +49,14 @@ def test_each_dtype_is_read_with_one_kernel_the_engines_default():
 @pytest.mark.measured
 @pytest.mark.slow
 def test_at_decodes_token_counts_int4_runs_short_as_documented():
-    """B200, up to 256 tokens (signed median): INT4 -46.4% (Marlin runs far longer than the one share of
-    bandwidth the predictor gives every dtype), block FP8 -19.2%, NVFP4 +6.6%."""
+    """B200, up to 256 tokens (signed median), on the local fused MoE's curve of each dtype (fitted to SGLang's
+    kernels): INT4 -22.0% (vLLM's Marlin runs longer than SGLang's INT4 kernel), block FP8 -5.8%, NVFP4 -5.8%."""
     rows = kernel_rows("b200", ops=tuple(ENGINE_MOE_OPS.values()))
     small = {}
     for r in rows:
         if int(r.shape.split("tokens=")[1].split()[0]) <= 256:
             small.setdefault(r.op, []).append(r.error)
     med = {op: statistics.median(e) for op, e in small.items()}
-    assert 0.03 < med["experts vllm nvfp4"] < 0.10
-    assert -0.55 < med["experts vllm int4"] < -0.38
-    assert -0.24 < med["experts vllm fp8"] < -0.14
-
-
-def test_random_routing_reads_the_expected_distinct_experts_weights():
-    """32 tokens of top 8 over 256 experts on one GPU: 256 copies, at random 256 (1 - (1 - 1/256)^256) = 162
-    distinct experts expected, each read once; spread evenly, all 256."""
-    from demos.fits.rooflines import _experts_parts
-
-    g, fit = get_gpu("b200"), FITS["blackwell"]
-    row = EngineMoeRow("", "", 32, 7168, 2048, 8, 256, 1, 0.0)
-    weights = [sum(b for _, b in _experts_parts(fit.gemm["fp8"], g, row, "fp8_e4m3", rnd)[1]) for rnd in (1, 0)]
-    assert weights[0] / weights[1] == pytest.approx(1 - (1 - 1 / 256) ** 256, rel=0.01)
+    assert -0.10 < med["experts vllm nvfp4"] < 0.0
+    assert -0.30 < med["experts vllm int4"] < -0.15
+    assert -0.10 < med["experts vllm fp8"] < 0.0

@@ -1,0 +1,126 @@
+"""The local fused MoE (``FamilyFit.local_experts``): where no all-to-all moves the tokens (MoE tensor
+parallelism, or expert parallelism beside attention TP), the routed experts are timed on the curve of their
+dtype fitted to SGLang's local kernels, fixed time included; with an all-to-all they keep DeepEP's grouped
+curve without one. The reader gives each rank's slice, and the fitted curves keep their rows within the
+documented medians."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+import pytest
+
+from demos.fits.rooflines import _experts_parts
+from demos.zoo import measured
+from demos.zoo.costs import layer_costs
+from demos.zoo.hardware import get_gpu
+from demos.zoo.measured_moe import EngineMoeRow
+from demos.zoo.models import get_preset
+from demos.zoo.profile import gpu_profile
+from demos.zoo.rooflines import FITS
+from demos.zoo.workload import Workload, cluster_for
+
+needs_tables = pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
+
+
+def _experts_seconds(w: Workload, tokens: int) -> float:
+    return layer_costs(w, tokens, 10, gpu_profile(w.gpu)).experts.seconds
+
+
+@pytest.mark.parametrize("gpu", ["h200", "b200"])
+def test_a_tensor_parallel_moe_pays_the_local_kernels_fixed_time(gpu):
+    """MiniMax-M2.5 on 8 GPUs, attention TP 8, MoE TP 8, 4 tokens: the experts op is the local curve's fixed
+    time plus the weights of the touched slices at its share of bandwidth (the activation pass beside)."""
+    spec, fit = get_preset("minimax-m2.5"), FITS[get_gpu(gpu).family]
+    w = Workload(spec, cluster_for(gpu, 1, 8, 8), tokens=4, attention_tp=8, moe_tp=8)
+    local = fit.local_curve(spec.precision.experts)
+    got = _experts_seconds(w, 4)
+    assert not w.alltoall and local is not None and local.latency > 20e-6
+    assert got > local.latency
+    # the fixed time is what separates it from the all-to-all path's curve at a few tokens
+    assert got - local.latency < 0.5 * got
+
+
+def test_with_an_all_to_all_the_experts_keep_the_grouped_curve_without_a_fixed_time():
+    """DeepSeek-V3 at EP 8 over one node's all-to-all: the experts op is the same with or without a local curve
+    in the family (the curve is the local kernel's only)."""
+    from demos.zoo.kernel_times import KernelTimes
+
+    w = Workload(get_preset("deepseek-v3"), cluster_for("h200", 1, 8, 8), tokens=64)
+    profile = gpu_profile(w.gpu)
+    fit = FITS["hopper"]
+    with_local = layer_costs(w, 64, 10, profile, KernelTimes(w.gpu, profile, fit)).experts.seconds
+    without = layer_costs(w, 64, 10, profile, KernelTimes(w.gpu, profile, replace(fit, local_experts={})))
+    assert w.alltoall and with_local == without.experts.seconds
+
+
+def test_a_family_without_the_local_curve_times_the_local_moe_as_before():
+    """AMD's families have no engine's local kernel tables: their local MoE takes ``experts`` and no fixed
+    time, so a TP-only MoE layer's experts op is below the Hopper local curve's fixed time there."""
+    assert FITS["cdna3"].local_experts == {} and FITS["cdna4"].local_experts == {}
+    w = Workload(get_preset("minimax-m2.5"), cluster_for("mi300x", 1, 8, 8), tokens=2, attention_tp=8, moe_tp=8)
+    assert _experts_seconds(w, 1) < FITS["hopper"].local_curve("fp8_e4m3").latency
+
+
+def test_each_expert_dtype_takes_its_own_local_curve_and_one_without_takes_block_fp8s():
+    """Kimi-K2.5's NVFP4 experts on B200 under MoE TP 8 take the NVFP4 kernel's curve (fitted to SGLang's
+    NVFP4 rows), not FP8's; on Hopper, which has no NVFP4 kernel, FP8's stands in."""
+    blackwell, hopper = FITS["blackwell"], FITS["hopper"]
+    assert blackwell.local_curve("nvfp4") is blackwell.local_experts["nvfp4"]
+    assert blackwell.local_curve("nvfp4") != blackwell.local_curve("fp8_e4m3")
+    assert "nvfp4" not in hopper.local_experts and hopper.local_curve("nvfp4") is hopper.local_experts["fp8_e4m3"]
+    kimi = get_preset("kimi-k2.5")
+    spec = replace(kimi, precision=replace(kimi.precision, experts="nvfp4"))  # NVIDIA's NVFP4 checkpoint's experts
+    w = Workload(spec, cluster_for("b200", 1, 8, 8), tokens=4, attention_tp=8, moe_tp=8)
+    assert spec.precision.experts == "nvfp4"
+    got = _experts_seconds(w, 4)
+    assert got > blackwell.local_curve("nvfp4").latency
+
+
+def test_the_tables_balanced_routing_reads_distinct_experts_until_every_expert_has_a_copy():
+    """The harness spreads each token's top-k evenly: 4 tokens of top 8 over 256 experts touch 32 experts, 32
+    tokens all 256, 64 tokens no more (the weights read stop growing)."""
+    g, fit = get_gpu("h200"), FITS["hopper"]
+
+    def weights(tokens: int) -> float:
+        row = EngineMoeRow("fp8_e4m3", "", tokens, 3072, 1536, 8, 256, 1, 0.0)
+        return sum(b for _, b in _experts_parts(fit.gemm["fp8"], g, row, "fp8_e4m3")[1])
+
+    assert weights(32) / weights(4) == pytest.approx(8.0, rel=0.01)  # (the copies' own rows are the rest)
+    assert weights(64) / weights(32) == pytest.approx(1.0, rel=0.01)
+
+
+@needs_tables
+@pytest.mark.measured
+def test_the_reader_gives_each_ranks_slice_of_sglangs_local_kernels():
+    from demos.zoo.measured_moe import LOCAL_MOE_MAX_TOKENS, sglang_moe_rows
+
+    hopper, blackwell = sglang_moe_rows("h200"), sglang_moe_rows("b200")
+    kernels = {(r.storage, r.kernel) for r in hopper}
+    assert ("fp8_e4m3", "sglang_fused_moe_triton") in kernels and ("int4_g32", "sglang_marlin_moe") in kernels
+    assert len(kernels) == len({s for s, _ in kernels})  # one kernel per dtype
+    assert {r.kernel for r in blackwell if r.storage in ("fp8_e4m3", "nvfp4")} == {"sglang_flashinfer_trtllm_moe"}
+    assert "nvfp4" not in {r.storage for r in hopper}
+    assert max(r.tokens for r in hopper) == LOCAL_MOE_MAX_TOKENS
+    # MiniMax-M2.5's experts (3072 -> 1536) under MoE TP 4: a slice of 384
+    minimax = {r.inter for r in hopper if r.hidden == 3072 and r.experts == 256 and r.storage == "fp8_e4m3"}
+    assert {1536, 768, 384} <= minimax
+
+
+@needs_tables
+@pytest.mark.measured
+@pytest.mark.slow
+@pytest.mark.parametrize("gpu", ["h100", "h200", "b200", "gb200", "b300", "gb300"])
+def test_the_local_curves_keep_their_rows_within_9_percent_signed_median(gpu):
+    """Fitted on H100, H200, B200 and GB200; B300 and GB300 held out (docs/kernels.md: every dtype's signed
+    median within 8.0%, block FP8's within 3.0%)."""
+    from demos.fidelity.engine_experts import local_experts_rows
+
+    fit = FITS[get_gpu(gpu).family]
+    errors: dict[str, list[float]] = {}
+    for op, _, p, m in local_experts_rows(gpu, fit):
+        errors.setdefault(op, []).append(p / m - 1)
+    assert "local experts fp8" in errors and len(errors["local experts fp8"]) > 5000
+    assert all(abs(statistics.median(e)) < 0.09 for e in errors.values())
+    assert abs(statistics.median(errors["local experts fp8"])) < 0.04
