@@ -61,6 +61,7 @@ way the predictor times that kernel, and compared:
 * ``dispatch`` / ``combine``: DeepEP low-latency rows (one node) against the family's single-node line
   (``FamilyFit.ll_sm``, fitted to these rows of both GPUs of the family): how the predictor times a
   low-latency kernel whose EP group is one node (``demos.zoo.costs``);
+* ``all-reduce sglang|vllm|trtllm``: the engines' custom all-reduce (``demos.fidelity.engine_comm``);
 * on ``h800`` (no tables): ``gemm fp8`` against DeepGEMM's published H800 rows (``demos.fits.h800``),
   the check of the Hopper curve's extrapolation to a GPU it was not fitted on.
 
@@ -74,6 +75,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from demos.fidelity.engine_comm import ALLREDUCE_OPS, allreduce_rows
 from demos.fidelity.engine_experts import ENGINE_MOE_OPS, LOCAL_MOE_OPS, engine_experts_rows, local_experts_rows
 from demos.fidelity.stats import error_stats
 from demos.fits.linear import GDN_FIELDS, gdn_row_work
@@ -127,6 +129,7 @@ OPS = (
     "experts vllm int4",
     "dispatch",
     "combine",
+    *ALLREDUCE_OPS.values(),
 )
 
 
@@ -358,6 +361,8 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
         out += [CheckRow(gpu, *row) for row in engine_experts_rows(gpu, fit) if row[0] in ops]
     if ops & {"dispatch", "combine"}:
         out += [r for r in _alltoall_rows(gpu, fit) if r.op in ops]
+    if ops & set(ALLREDUCE_OPS.values()):
+        out += [CheckRow(gpu, *row) for row in allreduce_rows(gpu, fit, ops)]
     return out
 
 

@@ -137,7 +137,8 @@ def fit_amd_family(family: str, base: FamilyFit) -> FamilyFit:
         f"{SOURCES['ROCm/mori']} IntraNodeLL on {', '.join(_LL_GPUS[family])}; the MLA, linear-attention, "
         f"hyper-connection and indexer curves and the MLA module's fixed time borrowed from {BORROWED} ({base.source})"
     )
-    # no engine's local fused MoE tables for AMD: the step times a local MoE on ``experts`` without a fixed time
+    # no engine's local fused MoE or custom all-reduce tables for AMD: a local MoE on ``experts`` without a fixed
+    # time, the all-reduce on the ring model
     return replace(
         base,
         family=family,
@@ -147,4 +148,5 @@ def fit_amd_family(family: str, base: FamilyFit) -> FamilyFit:
         fitted_on=(name,),
         source=source,
         local_experts={},
+        custom_all_reduce=None,
     )

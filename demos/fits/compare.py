@@ -56,6 +56,7 @@ _GEMM_N = (128, 576, 2112, 7168, 24576)
 _GEMM_K = (512, 1536, 7168, 18432)
 _DECODE = ((1, 8, 32, 128, 512), (16, 32, 64, 128), (256, 2048, 8192, 32768))  # batch, heads, kv_len
 _PREFILL = ((1, 2, 8), (16, 128), (512, 2048, 8192, 16384))
+_AR_BYTES = (1024, 65536, 1048576, 8388608)  # an all-reduce's tensor
 _EXPERTS_TOKENS, _EXPERTS_EP = (1, 4, 16, 64, 256, 1024, 4096), (8, 16, 32, 64, 128)
 _LL = ((1, 8, 32, 128, 512), (4096, 7168), (3, 7))  # tokens, hidden, peers
 _GDN = {  # batch, tokens per request, value heads (4 per key head, heads of 128)
@@ -122,6 +123,10 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
             math = fit.gemm[gemm_curve_key(dtype(storage).math, g.has_fp4, fit.gemm)]
             t = [experts_seconds(math, curve, g, s, storage) for s in shapes]
             add(f"local experts {storage}", [f"{name} tokens={s.tokens} ep={s.ep}" for s in shapes], t)
+        if fit.custom_all_reduce is not None:
+            pts = list(itertools.product(_AR_BYTES, (2, 4, 8)))
+            t = [fit.custom_all_reduce.seconds(b, n - 1) for b, n in pts]
+            add("custom all-reduce", [f"{name} bytes={b} gpus={n}" for b, n in pts], t)
         pts = list(itertools.product(*_LL))
         labels = [f"{name} tokens={a} hidden={b} peers={c}" for a, b, c in pts]
         for kernel, line in fit.ll_sm.items():

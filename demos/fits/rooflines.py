@@ -250,7 +250,7 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     MLA module's fixed time left at 0 (``demos.fits.module.fitted_family`` adds it); needs the
     ``measured`` extra."""
     from demos.fits.index import fit_index
-    from demos.zoo import measured, measured_index, measured_moe
+    from demos.zoo import measured, measured_comm, measured_index, measured_moe
 
     names = tuple(gpus or FIT_GPUS[family])
     specs = [(get_gpu(g), g) for g in names]
@@ -283,6 +283,8 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         [(spec, measured_index.index_topk_rows(g)) for spec, g in specs],
         [(spec, measured_index.prefill_score_rows(g)) for spec, g in specs],
     )
+    ar = [r for g in names for e in measured_comm.ALLREDUCE_TABLES for r in measured_comm.custom_allreduce_rows(g, e)]
+    custom_all_reduce = ll_line([r.nbytes for r in ar], [r.gpus - 1 for r in ar], [r.seconds for r in ar])
     ll = [r for g in names for r in measured.alltoall_rows(g) if r.gpus <= get_gpu(g).gpus_per_node]
     ll_sm = {kernel: fit_ll_sm(ll, kernel) for kernel in ("dispatch", "combine")}
     tables = ", ".join(
@@ -293,6 +295,7 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     tables += f", {measured_index.index_tables()}"
     local = measured_moe.MOE_TABLES["moe_sglang"]
     tables += f", {local[3]} ({local[1]} {local[2]}, the local fused MoE)"
+    tables += ", " + ", ".join(f"{t[3]} ({t[1]} {t[2]})" for t in measured_comm.ALLREDUCE_TABLES.values())
     source = f"aiconfigurator-core {measured.package_version()}: {tables} on {', '.join(names)}"
     return FamilyFit(
         family,
@@ -308,4 +311,5 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         kda=kda,
         index=index,
         local_experts=local_experts,
+        custom_all_reduce=custom_all_reduce,
     )

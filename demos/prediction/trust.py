@@ -23,10 +23,10 @@ CHECKED_ON = "2026-12-05"
 
 SILICON = {
     # gpu: (family, rows, median error, max error), decode
-    "h200": ("hopper", 28, -0.007, -0.236),
+    "h200": ("hopper", 28, -0.038, -0.236),
     "b200": ("blackwell", 31, -0.028, -0.335),
-    "gb200": ("blackwell", 25, -0.075, 0.378),
-    "gb300": ("blackwell", 30, -0.084, 0.386),
+    "gb200": ("blackwell", 25, -0.075, -0.351),
+    "gb300": ("blackwell", 30, -0.084, -0.328),
 }
 
 PUBLISHED = {

@@ -200,10 +200,11 @@ def _grouped_gemms(per: float, act: float, inter: int, width: int, store: str, m
     return tuple(out)
 
 
-def _all_reduced(w: Workload, c: LayerCosts, t: int) -> LayerCosts:
+def _all_reduced(w: Workload, kt: KernelTimes, c: LayerCosts, t: int) -> LayerCosts:
     """``c`` of a layer whose MLP runs all ``t`` tokens of the attention TP group on every rank (a dense
-    layer, or an MoE layer without an all-to-all): o_proj's and the MLP's partial sums each all-reduced."""
-    reduce = tp_collective(w.gpu, "all_reduce", t * w.spec.hidden_size * _ACT, w.attention_tp)
+    layer, or an MoE layer without an all-to-all): o_proj's and the MLP's partial sums each all-reduced
+    (``KernelTimes.all_reduce``: the engines' own kernel or NCCL's ring)."""
+    reduce = kt.all_reduce(t * w.spec.hidden_size * _ACT, w.attention_tp)
     return replace(c, tp_attn_reduce=reduce, tp_mlp_reduce=reduce, moe_t=t)
 
 
@@ -239,7 +240,7 @@ def layer_costs(
         c = replace(c, attention_ops=attn.ops, mhc=_mhc(w, kt, t, t))
         if tp == 1:
             return c
-        return _all_reduced(w, c, t)
+        return _all_reduced(w, kt, c, t)
     # attention TP with an all-to-all: o_proj's partial sums are reduce-scattered over the group, the MoE
     # block runs this rank's slice of the tokens, and an all-gather brings the layer's output back; without
     # one (TP = EP) every rank runs the group's tokens and the output is all-reduced (docs/clusters.md)
@@ -334,7 +335,7 @@ def layer_costs(
     if tp == 1:
         return c
     if w.moe_replicated:
-        return _all_reduced(w, c, t)
+        return _all_reduced(w, kt, c, t)
     nbytes = t * tp * H * _ACT  # the group's tokens, padded to a multiple of the group
     return replace(
         c,

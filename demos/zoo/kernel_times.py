@@ -32,6 +32,7 @@ from dbo.costs import DeviceProfile
 from demos.errors import ConfigError, field_ref
 from demos.vocabulary import KernelSource, Phase
 from demos.zoo.hardware import GpuSpec
+from demos.zoo.hardware.collectives import CUSTOM_AR_MAX_BYTES, tp_collective
 from demos.zoo.rooflines import GEMM_DTYPES, INDEX_SCORES, MLA_KV, FamilyFit, family_fit, linear_seconds
 
 __all__ = [
@@ -111,6 +112,16 @@ class KernelTimes:
         if grouped is not None:
             mem_s = nbytes / (hbm * grouped.mem_efficiency)
         return max(math_s, mem_s)
+
+    def all_reduce(self, nbytes: float, n: int) -> float:
+        """Seconds of an all-reduce of a BF16 tensor of ``nbytes`` over ``n`` GPUs of one NVLink domain: NCCL's
+        ring (``tp_collective``) or, up to ``CUSTOM_AR_MAX_BYTES``, the engines' own kernel where faster (the
+        family's ``custom_all_reduce`` line); 0 for one GPU."""
+        ring = tp_collective(self.gpu, "all_reduce", nbytes, n)
+        line = self.fit.custom_all_reduce
+        if line is None or n < 2 or nbytes > CUSTOM_AR_MAX_BYTES:
+            return ring
+        return min(ring, line.seconds(nbytes, n - 1))
 
     def gemm_math(self, dtype: str) -> str:
         """The key of the family's GEMM curve a GEMM of math ``dtype`` takes (``gemm_curve_key``)."""

@@ -197,7 +197,7 @@ class StepPlan:
                 lp = by_key[key] = LayerPlan(c.experts is not None, c, layer_launches(w, c), sbo, fused)
             layers.append(lp)
         tp = w.attention_tp
-        reduce = tp_collective(w.gpu, "all_reduce", 2.0 * t * H, tp) if tp > 1 else None  # BF16 partial rows
+        reduce = self.kernels.all_reduce(2.0 * t * H, tp) if tp > 1 else None  # BF16 partial rows
         embed = _ordered([("embed", memory_pass(t, H, 1)), ("tp_embed_reduce", reduce)])
         return UbatchPlan(t, embed, tuple(layers))
 

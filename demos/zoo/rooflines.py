@@ -293,7 +293,10 @@ class FamilyFit:
     (``demos.zoo.measured_moe.sglang_moe_rows``): their share of bandwidth and the kernel's fixed time, which
     the step charges (``local_curve``; empty in a file written before they were fitted, and for a family
     without such tables: the step then times them on ``experts`` without a fixed time); ``fitted_on`` the
-    GPUs whose tables gave them; ``source`` the tables' provenance."""
+    GPUs whose tables gave them; ``custom_all_reduce`` the engines' own all-reduce of a small tensor over one
+    NVLink domain (``fixed + per_byte x bytes + per_peer x peers``, fitted to SGLang's graph-captured kernels,
+    ``demos.zoo.measured_comm``; None where not fitted: the NCCL ring model alone); ``source`` the tables'
+    provenance."""
 
     family: str
     gemm: dict
@@ -309,6 +312,7 @@ class FamilyFit:
     kda: dict = field(default_factory=dict)
     index: dict = field(default_factory=dict)
     local_experts: dict = field(default_factory=dict)
+    custom_all_reduce: LinearCost | None = None
 
     def local_curve(self, storage: str) -> GroupedCurve | None:
         """The local fused MoE's curve for experts stored as ``storage``: its own where fitted, else block
@@ -329,6 +333,7 @@ class FamilyFit:
             "mhc": {k: asdict(v) for k, v in self.mhc.items()},
             "index": {k: asdict(v) for k, v in self.index.items()},
             "local_experts": {k: asdict(v) for k, v in self.local_experts.items()},
+            "custom_all_reduce": None if self.custom_all_reduce is None else asdict(self.custom_all_reduce),
             "fitted_on": list(self.fitted_on),
             "source": self.source,
         }
@@ -353,6 +358,7 @@ class FamilyFit:
                 for k, v in (d.get("index") or {}).items()
             },
             local_experts={k: GroupedCurve(**v) for k, v in (d.get("local_experts") or {}).items()},
+            custom_all_reduce=LinearCost(**d["custom_all_reduce"]) if d.get("custom_all_reduce") else None,
         )
 
 

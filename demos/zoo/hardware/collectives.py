@@ -14,9 +14,9 @@ half the bus bandwidth, LL128 0.92, Simple all of it); NCCL picks the fastest pr
 and so does the model. ``bus`` is the GPU's NVLink bandwidth per direction times the achieved share
 DeepEP's kernels reach (``DEEPEP_H800.nvlink_efficiency``, 0.66: a guess carried over from DeepEP's fit;
 NCCL's ring is not in that fit). Not modelled: NCCL's per-channel caps (LL's 141 GB/s on Hopper is
-within 5% of half of H100's bus here), NVLS (NVLink SHARP) and tree algorithms, and vLLM's custom
-all-reduce kernels (one-shot / two-shot over shared buffers), which are faster than a ring for small
-tensors.
+within 5% of half of H100's bus here), NVLS (NVLink SHARP) and tree algorithms. The engines'
+own all-reduce kernels (one-shot / two-shot over shared buffers), faster than a ring for small tensors,
+are the family's fitted line beside this model (``CUSTOM_AR_MAX_BYTES``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,13 @@ import math
 from demos.zoo.hardware.alltoall import DEEPEP_H800
 from demos.zoo.hardware.gpus import GpuSpec, get_gpu
 
-__all__ = ["COLLECTIVES", "NCCL_RING_NVLINK", "ring_steps", "tp_collective"]
+__all__ = ["COLLECTIVES", "CUSTOM_AR_MAX_BYTES", "NCCL_RING_NVLINK", "ring_steps", "tp_collective"]
+
+CUSTOM_AR_MAX_BYTES = 8 * 2**20
+"""The largest tensor the engines all-reduce with their own kernels rather than NCCL's: vLLM's custom
+all-reduce buffer (8 MiB by default), SGLang's the same; decode's tensors (up to 256 tokens of a 7,168-wide
+BF16 row: 3.5 MiB) are all below it. Their time is the GPU family's fitted line
+(``demos.zoo.rooflines.FamilyFit.custom_all_reduce``; ``KernelTimes.all_reduce``)."""
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 

@@ -1,0 +1,41 @@
+"""The attention-TP all-reduce against the engines' measured custom all-reduce kernels: ``validate kernels``' ops
+``all-reduce sglang`` (SGLang 0.5.14's, which the family's ``custom_all_reduce`` line is fitted to; B300 and
+GB300 held out), ``all-reduce vllm`` and ``all-reduce trtllm`` (vLLM 0.24.0's and TRT-LLM 1.3.0rc20's, held
+out): each graph-captured row up to ``CUSTOM_AR_MAX_BYTES`` (``demos.zoo.measured_comm``) predicted as the step
+times an all-reduce (``KernelTimes.all_reduce``: the line, or NCCL's ring model where that is faster).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from demos.zoo.hardware import get_gpu
+from demos.zoo.rooflines import FamilyFit
+
+__all__ = ["ALLREDUCE_OPS", "allreduce_rows"]
+
+ALLREDUCE_OPS = {"sglang": "all-reduce sglang", "vllm": "all-reduce vllm", "trtllm": "all-reduce trtllm"}
+"""Engine -> the op its custom all-reduce rows are checked as."""
+
+
+def allreduce_rows(gpu: str, fit: FamilyFit, ops: Iterable[str]) -> Iterable[tuple[str, str, float, float]]:
+    """``(op, shape, predicted seconds, measured seconds)`` of ``gpu``'s custom all-reduce rows of ``ops``, on
+    ``fit``; an engine without a table for ``gpu`` gives none."""
+    from demos.zoo.kernel_times import KernelTimes
+    from demos.zoo.measured import MeasuredTablesError
+    from demos.zoo.measured_comm import custom_allreduce_rows
+    from demos.zoo.profile import gpu_profile
+
+    g = get_gpu(gpu)
+    times = KernelTimes(g, gpu_profile(g, fit=fit), fit)
+    for engine, op in ALLREDUCE_OPS.items():
+        if op not in ops:
+            continue
+        try:
+            rows = custom_allreduce_rows(gpu, engine)
+        except MeasuredTablesError:
+            continue
+        for r in rows:
+            if r.gpus > g.gpus_per_node:  # one NVLink domain of the profile's host (GB300's 16: a rack's)
+                continue
+            yield op, f"bytes={r.nbytes} gpus={r.gpus}", times.all_reduce(r.nbytes, r.gpus), r.seconds

@@ -1,0 +1,53 @@
+"""The engines' measured custom all-reduce kernels (the ``measured`` extra), read as ``AllReduceRow``s.
+
+Each engine's harness times its own all-reduce of one BF16 tensor over 2 to 8 GPUs of one NVLink domain,
+captured in a CUDA graph (``custom_allreduce_perf``): SGLang 0.5.14's custom all-reduce, which the family's
+``custom_all_reduce`` line is fitted to (``demos.fits.rooflines.fit_family``), and vLLM 0.24.0's and TRT-LLM
+1.3.0rc20's, held out (``validate kernels``' ops ``all-reduce sglang|vllm|trtllm``; docs/kernels.md, "The
+engines' all-reduce"). Read: the graph-captured rows (SGLang's and vLLM's tables also time eager launches;
+TRT-LLM's times its graph only) of tensors up to ``CUSTOM_AR_MAX_BYTES``, where the engines run these kernels
+and not NCCL; a row's ``message_size`` is the tensor's bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+from demos.zoo.hardware.collectives import CUSTOM_AR_MAX_BYTES
+from demos.zoo.measured import package_version, table_path
+
+__all__ = ["ALLREDUCE_TABLES", "CUSTOM_AR_MAX_BYTES", "AllReduceRow", "custom_allreduce_rows"]
+
+ALLREDUCE_TABLES = {
+    "sglang": ("comm", "sglang", "0.5.14", "custom_allreduce_perf"),
+    "vllm": ("comm", "vllm", "0.24.0", "custom_allreduce_perf"),
+    "trtllm": ("comm", "trtllm", "1.3.0rc20", "custom_allreduce_perf"),
+}
+"""Engine -> (family, framework, version, file stem), as ``demos.zoo.measured.TABLES``."""
+
+
+class AllReduceRow(NamedTuple):
+    """One measured all-reduce: ``engine``'s kernel over ``gpus`` GPUs of a tensor of ``nbytes``, ``seconds``."""
+
+    engine: str
+    gpus: int
+    nbytes: int
+    seconds: float
+
+
+@functools.lru_cache(maxsize=32)
+def _frame(gpu: str, engine: str):
+    import pandas as pd
+
+    return pd.read_parquet(table_path(gpu, engine, ALLREDUCE_TABLES))
+
+
+def custom_allreduce_rows(gpu: str, engine: str = "sglang") -> list[AllReduceRow]:
+    """``engine``'s graph-captured all-reduce rows of ``gpu`` up to ``CUSTOM_AR_MAX_BYTES`` (module docstring)."""
+    package_version()
+    d = _frame(gpu, engine)
+    graph = d.kernel_source.str.endswith("_graph") | (d.kernel_source == "TRTLLM")
+    d = d[graph & (d.allreduce_dtype == "bfloat16") & (d.message_size <= CUSTOM_AR_MAX_BYTES)]
+    cols = zip(d.num_gpus.tolist(), d.message_size.tolist(), d.latency.tolist())
+    return [AllReduceRow(engine, int(n), int(b), t * 1e-3) for n, b, t in cols]
