@@ -32,7 +32,11 @@ class Config:
 
 
 def progress(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+    """One progress line on stderr, written whole in one call: ``print`` writes the text and its newline
+    apart, and a signal's one line that lands between the two would be glued to the progress text
+    (``demos._guard``; the signal storm saw it once)."""
+    sys.stderr.write(f"[bench] {msg}\n")
+    sys.stderr.flush()
 
 
 @dataclass(frozen=True)
