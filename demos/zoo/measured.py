@@ -58,6 +58,7 @@ __all__ = [
     "gdn_rows",
     "kda_rows",
     "mhc_rows",
+    "read_table",
     "msa_module_rows",
     "gemm_rows",
     "mla_module_rows",
@@ -194,13 +195,14 @@ def table_path(gpu: str, table: str, tables: dict | None = None) -> Path:
 def _frame(gpu: str, table: str):
     """``table`` of ``gpu`` as a DataFrame, read once; whether the extra is there is asked every time."""
     _modules()
-    return _read_frame(gpu, table)
+    return read_table(gpu, table)
 
 
-@functools.lru_cache(maxsize=32)
-def _read_frame(gpu: str, table: str):
+@functools.lru_cache(maxsize=64)
+def read_table(gpu: str, table: str, tables: tuple = ()):
+    """``table`` of ``gpu`` as a DataFrame, read once; ``tables``: a registry's items where not ``TABLES``."""
     _, pd = _modules()
-    return pd.read_parquet(table_path(gpu, table))
+    return pd.read_parquet(table_path(gpu, table, dict(tables) or None))
 
 
 def gemm_rows(gpu: str, dtype: str | None = None) -> list[GemmRow]:

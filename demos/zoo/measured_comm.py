@@ -11,11 +11,10 @@ and not NCCL; a row's ``message_size`` is the tensor's bytes.
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 from demos.zoo.hardware.collectives import CUSTOM_AR_MAX_BYTES
-from demos.zoo.measured import package_version, table_path
+from demos.zoo.measured import package_version, read_table
 
 __all__ = ["ALLREDUCE_TABLES", "CUSTOM_AR_MAX_BYTES", "AllReduceRow", "custom_allreduce_rows"]
 
@@ -36,11 +35,8 @@ class AllReduceRow(NamedTuple):
     seconds: float
 
 
-@functools.lru_cache(maxsize=32)
 def _frame(gpu: str, engine: str):
-    import pandas as pd
-
-    return pd.read_parquet(table_path(gpu, engine, ALLREDUCE_TABLES))
+    return read_table(gpu, engine, tuple(ALLREDUCE_TABLES.items()))
 
 
 def custom_allreduce_rows(gpu: str, engine: str = "sglang") -> list[AllReduceRow]:

@@ -26,10 +26,9 @@ picked). A kernel source or score mode the readers do not know is an error (the 
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
-from demos.zoo.measured import MeasuredTablesError, package_version, table_path
+from demos.zoo.measured import MeasuredTablesError, package_version, read_table
 
 __all__ = [
     "INDEX_TABLES",
@@ -97,11 +96,8 @@ def index_tables() -> str:
     return ", ".join(f"{t[3]} ({t[1]} {t[2]})" for t in INDEX_TABLES.values())
 
 
-@functools.lru_cache(maxsize=32)
 def _frame(gpu: str, table: str):
-    import pandas as pd
-
-    return pd.read_parquet(table_path(gpu, table, INDEX_TABLES))
+    return read_table(gpu, table, tuple(INDEX_TABLES.items()))
 
 
 def _decode(gpu: str, table: str):

@@ -19,10 +19,9 @@ every expert has a token.
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
-from demos.zoo.measured import package_version, table_path
+from demos.zoo.measured import package_version, read_table
 
 __all__ = [
     "LOCAL_MOE_MAX_TOKENS",
@@ -77,11 +76,8 @@ class EngineMoeRow(NamedTuple):
     seconds: float
 
 
-@functools.lru_cache(maxsize=16)
 def _frame(gpu: str, table: str):
-    import pandas as pd
-
-    return pd.read_parquet(table_path(gpu, table, MOE_TABLES))
+    return read_table(gpu, table, tuple(MOE_TABLES.items()))
 
 
 def sglang_moe_rows(gpu: str, max_tokens: int = LOCAL_MOE_MAX_TOKENS) -> list[EngineMoeRow]:

@@ -131,10 +131,10 @@ def test_the_loader_reads_context_and_generation_and_leaves_out_verify_and_the_f
 def _planted(monkeypatch, table: str, phase: str, kernel: str) -> None:
     """``table``'s frames with one row's phase and kernel_source set to ``phase`` and ``kernel``: the first
     row of that phase where the table has one (its count unchanged), else its first row."""
-    read = measured._read_frame
+    read = measured.read_table
 
-    def frame(gpu, name):
-        d = read(gpu, name)
+    def frame(gpu, name, tables=()):
+        d = read(gpu, name, tables)
         if name != table:
             return d
         d = d.copy()
@@ -142,7 +142,7 @@ def _planted(monkeypatch, table: str, phase: str, kernel: str) -> None:
         d.loc[same[0] if len(same) else d.index[0], ["phase", "kernel_source"]] = [phase, kernel]
         return d
 
-    monkeypatch.setattr(measured, "_read_frame", frame)
+    monkeypatch.setattr(measured, "read_table", frame)
 
 
 @needs_extra
