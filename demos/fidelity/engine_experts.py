@@ -19,8 +19,7 @@ from collections.abc import Iterable
 
 from demos.fits.rooflines import experts_seconds
 from demos.zoo.hardware import get_gpu
-from demos.zoo.kernel_times import gemm_curve_key
-from demos.zoo.models.dtypes import dtype
+from demos.zoo.kernel_times import storage_curve
 from demos.zoo.rooflines import FamilyFit
 
 __all__ = ["ENGINE_MOE_OPS", "LOCAL_MOE_OPS", "engine_experts_rows", "local_experts_rows"]
@@ -42,17 +41,9 @@ ENGINE_MOE_OPS = {"fp8_e4m3": "experts vllm fp8", "nvfp4": "experts vllm nvfp4",
 def engine_experts_rows(gpu: str, fit: FamilyFit) -> Iterable[tuple[str, str, float, float]]:
     """``(op, shape, predicted seconds, measured seconds)`` of each of ``gpu``'s vLLM fused MoE rows (module
     docstring), its family's curves ``fit``."""
-    from demos.zoo.kernel_times import KernelTimes
     from demos.zoo.measured_moe import vllm_moe_rows
-    from demos.zoo.profile import gpu_profile
 
-    g = get_gpu(gpu)
-    times = KernelTimes(g, gpu_profile(g, fit=fit), fit)
-    for r in vllm_moe_rows(gpu):
-        curve = fit.gemm[times.gemm_math(dtype(r.storage).math)]
-        t = experts_seconds(curve, fit.local_curve(r.storage) or fit.experts, g, r, r.storage)
-        shape = f"tokens={r.tokens} hidden={r.hidden} inter={r.inter} experts={r.experts} top_k={r.top_k} ep={r.ep}"
-        yield ENGINE_MOE_OPS[r.storage], shape, t, r.seconds
+    return _predicted(gpu, fit, vllm_moe_rows(gpu), ENGINE_MOE_OPS, lambda s: fit.local_curve(s) or fit.experts)
 
 
 def local_experts_rows(gpu: str, fit: FamilyFit) -> Iterable[tuple[str, str, float, float]]:
@@ -60,12 +51,17 @@ def local_experts_rows(gpu: str, fit: FamilyFit) -> Iterable[tuple[str, str, flo
     dtype has a local curve of its own in ``fit`` (``FamilyFit.local_experts``)."""
     from demos.zoo.measured_moe import sglang_moe_rows
 
+    return _predicted(gpu, fit, sglang_moe_rows(gpu), LOCAL_MOE_OPS, fit.local_experts.get)
+
+
+def _predicted(gpu: str, fit: FamilyFit, rows, ops: dict, grouped) -> Iterable[tuple[str, str, float, float]]:
+    """Each of ``rows`` (``EngineMoeRow``s) whose storage ``grouped`` gives a ``GroupedCurve`` for, as ``ops``
+    names its dtype, predicted on it and on ``fit``'s GEMM curve of the storage's math."""
     g = get_gpu(gpu)
-    for r in sglang_moe_rows(gpu):
-        grouped = fit.local_experts.get(r.storage)
-        if grouped is None:
+    for r in rows:
+        curve = grouped(r.storage)
+        if curve is None:
             continue
-        curve = fit.gemm[gemm_curve_key(dtype(r.storage).math, g.has_fp4, fit.gemm)]
-        t = experts_seconds(curve, grouped, g, r, r.storage)
+        t = experts_seconds(storage_curve(fit.gemm, r.storage, g.has_fp4), curve, g, r, r.storage)
         shape = f"tokens={r.tokens} hidden={r.hidden} inter={r.inter} experts={r.experts} top_k={r.top_k} ep={r.ep}"
-        yield LOCAL_MOE_OPS[r.storage], shape, t, r.seconds
+        yield ops[r.storage], shape, t, r.seconds

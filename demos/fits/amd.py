@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from demos.fits.rooflines import fit_experts, fit_gemm, ll_line
 from demos.zoo.hardware import get_gpu, ll_bytes
+from demos.zoo.measured_moe import EngineMoeRow
 from demos.zoo.rooflines import FamilyFit, LinearCost
 
 __all__ = ["AMD_FIT_GPUS", "BORROWED", "fit_amd_family", "fit_ll_line", "ll_rows", "log_balanced", "moe_rows"]
@@ -42,18 +43,6 @@ BORROWED = "hopper"
 _LL_GPUS = {"cdna3": ("mi300x",), "cdna4": ("mi350x", "mi355x")}
 
 _MIN_GEMM_ROWS = 7  # fit_gemm's 7 parameters
-
-
-class _MoeShape(NamedTuple):
-    """An aiter fused-MoE row as ``fit_experts`` reads a measured MoE row: one GPU's ``experts`` (EP 1)."""
-
-    tokens: int
-    hidden: int
-    inter: int
-    top_k: int
-    experts: int
-    ep: int
-    seconds: float
 
 
 class _LLRow(NamedTuple):
@@ -79,12 +68,13 @@ def log_balanced(rows: list) -> list:
     return out
 
 
-def moe_rows(gpu: str) -> list[_MoeShape]:
-    """``gpu``'s aiter fused-MoE rows with FP8 block-scaled weights and activations, as ``fit_experts`` reads."""
+def moe_rows(gpu: str) -> list[EngineMoeRow]:
+    """``gpu``'s aiter fused-MoE rows with FP8 block-scaled weights and activations, as ``fit_experts`` reads an
+    engine's measured MoE row: one GPU's ``experts`` (EP 1)."""
     from demos.zoo.vendor_data import aiter
 
     return [
-        _MoeShape(r.tokens, r.hidden, r.inter, r.top_k, r.experts, 1, r.seconds)
+        EngineMoeRow("fp8_e4m3", "aiter fused MoE", r.tokens, r.hidden, r.inter, r.top_k, r.experts, 1, r.seconds)
         for r in aiter.moe_rows(gpu)
         if r.w_dtype.startswith("float8") and r.a_dtype.startswith("float8") and r.quant == "per_1x128"
     ]

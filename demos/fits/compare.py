@@ -41,7 +41,7 @@ from demos.fits.index import PREFILL_HEADS, SCORE_DIM, index_row_work, prefill_r
 from demos.fits.linear import gdn_row_work
 from demos.fits.rooflines import experts_seconds, mla_row_work
 from demos.zoo.hardware import get_gpu, ll_bytes
-from demos.zoo.kernel_times import gemm_curve_key
+from demos.zoo.kernel_times import storage_curve
 from demos.zoo.models.dtypes import dtype, storage_of
 from demos.zoo.rooflines import MLA_KV, FamilyFit, linear_seconds
 from demos.zoo.work import delta_rule_chunks, gemm_work, mhc_work
@@ -120,7 +120,7 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
             add("experts", [f"{name} tokens={s.tokens} ep={s.ep}" for s in shapes], t)
         for storage, curve in fit.local_experts.items():
             shapes = [_MoeShape(t, ep) for t in _EXPERTS_TOKENS for ep in _EXPERTS_EP]
-            math = fit.gemm[gemm_curve_key(dtype(storage).math, g.has_fp4, fit.gemm)]
+            math = storage_curve(fit.gemm, storage, g.has_fp4)
             t = [experts_seconds(math, curve, g, s, storage) for s in shapes]
             add(f"local experts {storage}", [f"{name} tokens={s.tokens} ep={s.ep}" for s in shapes], t)
         if fit.custom_all_reduce is not None:

@@ -49,7 +49,7 @@ from demos.fits.mhc import fit_mhc
 from demos.fits.solver import ATTENTION_STARTS, attention_curve, columns, fit_log, minimize, nelder_mead, rounded
 from demos.vocabulary import Phase
 from demos.zoo.hardware import GpuSpec, get_gpu, ll_bytes
-from demos.zoo.kernel_times import gemm_curve_key
+from demos.zoo.kernel_times import storage_curve
 from demos.zoo.models.dtypes import dtype, storage_of
 from demos.zoo.rooflines import (
     FIT_GPUS,
@@ -270,7 +270,7 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     for storage in measured_moe.LOCAL_MOE_STORAGE.values():
         rows = [(spec, [r for r in local_rows[g] if r.storage == storage]) for spec, g in specs]
         if all(len(rs) >= LOCAL_MIN_ROWS for _, rs in rows):  # every GPU of the family has the dtype's kernel
-            curve = gemm[gemm_curve_key(dtype(storage).math, all(s.has_fp4 for s, _ in specs), gemm)]
+            curve = storage_curve(gemm, storage, all(s.has_fp4 for s, _ in specs))
             local_experts[storage] = fit_experts(rows, curve, storage)
     gdn_rows = [(spec, measured.gdn_rows(g)) for spec, g in specs]
     gdn = {curve: fit_gdn(gdn_rows, curve) for curve in GDN_CURVES}

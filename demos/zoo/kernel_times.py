@@ -33,6 +33,7 @@ from demos.errors import ConfigError, field_ref
 from demos.vocabulary import KernelSource, Phase
 from demos.zoo.hardware import GpuSpec
 from demos.zoo.hardware.collectives import CUSTOM_AR_MAX_BYTES, tp_collective
+from demos.zoo.models.dtypes import dtype as storage_dtype
 from demos.zoo.rooflines import GEMM_DTYPES, INDEX_SCORES, MLA_KV, FamilyFit, family_fit, linear_seconds
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "gemm_curve_key",
     "kernel_times",
     "local_experts_op",
+    "storage_curve",
 ]
 
 KERNEL_SOURCES = KernelSource.choices()
@@ -71,6 +73,12 @@ def gemm_curve_key(math: str, has_fp4: bool, curves) -> str:
     if math == "w4a8":  # FP8 x FP4 kernels on FP4 tensor cores run on the FP8 curve; elsewhere dequantized
         math = "fp8" if has_fp4 else "bfloat16"
     return math if math in ("fp8", "fp4") and math in curves else "bfloat16"
+
+
+def storage_curve(curves, storage: str, has_fp4: bool):
+    """The curve of a family's GEMM curves (``curves``: ``FamilyFit.gemm``) that weights stored as ``storage``
+    multiply on (``gemm_curve_key`` of the storage's math)."""
+    return curves[gemm_curve_key(storage_dtype(storage).math, has_fp4, curves)]
 
 
 class KernelTimes:

@@ -124,12 +124,10 @@ MHC_SITES = ("pre", "post")
 """The keys of ``FamilyFit.mhc``: a wide residual's two kernels around every sub-layer."""
 
 FIT_GPUS = {"hopper": ("h100", "h200"), "blackwell": ("b200", "gb200")}
+"""The GPUs whose measured tables each family's curves are fitted to (every GPU with tables)."""
 
 LOCAL_FALLBACK_STORAGE = "fp8_e4m3"
 """The expert storage whose local fused MoE curve stands in for a storage without one of its own."""
-
-
-"""The GPUs whose measured tables each family's curves are fitted to (every GPU with tables)."""
 
 
 @dataclass(frozen=True)
