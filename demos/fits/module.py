@@ -26,13 +26,14 @@ __all__ = ["composed_lines", "fit_module_extra", "fitted_family"]
 def fit_module_extra(fit: FamilyFit, gpus: Sequence[str]) -> float:
     """The family's module extra (module docstring): the constant ``c`` that puts the median row of
     ``gpus`` on the curve, ``median((composed + c) / measured) = 1``, the op composed with ``fit``'s curves and
-    ``c`` (which the per-kernel floors partly absorb at small shapes), as every curve is fitted (least
+    ``c`` (which covers the per-kernel floors at small shapes), as every curve is fitted (least
     absolute log error, ``demos.fits.rooflines``); 0 when the op is not short; found by regula falsi
     (Illinois) to 1e-5 of itself, rounded to 4 significant figures.
 
-    The extra enters the composed op as ``max(floor, kernels + c)`` (``KernelTimes.module_extra``: it is
-    one more part of the op the per-kernel floors bound from below), so each row's composed time at any
-    ``c >= 0`` is ``max(at 0, at B - B + c)`` for a ``B`` past every floor: the op is composed twice per row
+    The extra enters the composed op as ``max(floors, kernels + c)`` (``KernelTimes.module_extra``, covered
+    by ``demos.zoo.attention_base.module_costs``: a floor of the module's three ops, the core's share cut by
+    the floors' slack in the projections and the output), so each row's composed time at any ``c >= 0`` is
+    ``max(at 0, at B - B + c)`` for a ``B`` past every floor: the op is composed twice per row
     (``composed_lines``) instead of once per step of the search, and a third time at the root to hold the
     line to the predictor's own composition (``_check_line``)."""
     rows = [(g, r) for g in gpus for r in module_rows(g)]

@@ -99,6 +99,7 @@ class MLA(AttentionKind):
 
     spec_type = MLAAttention
     label = "MLA"
+    module_time = True
 
     def costs(self, w: Workload, a: MLAAttention, t: int, layer: int, fold: Folder) -> AttentionCosts:
         H, store = w.spec.hidden_size, w.spec.precision.weights

@@ -9,7 +9,8 @@ composed op runs short at the batches decode serves, by a median 25-36 us per la
 module's small kernels, its quantizations and the gaps between its kernels cost more than the floors
 say; the composition cannot tell which). ``FamilyFit.mla_module`` holds that constant per GPU family
 (fitted by ``demos.fits.module``), and ``KernelTimes.attention`` adds it to every MLA decode core, so each
-ubatch of a DBO step pays it again, as it pays each kernel's floor.
+ubatch of a DBO step pays it again; it covers the floors of the module's kernels rather than adding to them
+(``demos.zoo.attention_base.module_costs``).
 
 ``module_rows(gpu)`` are the rows fitted and checked (``FIT_ROWS``: FP8 block GEMMs and a BF16 cache,
 DeepSeek-V3's checkpoint and the predictor's default cache, at 16 to 128 heads per GPU: attention TP 8 to

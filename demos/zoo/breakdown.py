@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dbo.costs import DeviceProfile
 from demos.zoo.attention import layer_attention
+from demos.zoo.attention_base import module_costs
 from demos.zoo.fold import Folder
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.ops import DENSE_GROUPS, MOE_GROUPS, TP_GROUPS, op
@@ -104,5 +105,5 @@ def attention_seconds(w: Workload, t: int, layer: int, profile: DeviceProfile, k
     each charged as the plan charges it: ``launch_seconds``): ``layer_ops``' "attention" group, without
     costing the rest of the layer (a module check or fit composes the attention op of thousands of rows)."""
     kind, a = layer_attention(w.spec.attention, layer)
-    costs = kind.costs(w, a, t, layer, Folder(profile, kernels))
+    costs = module_costs(kind, w, a, t, layer, Folder(profile, kernels))
     return sum(launch_seconds(name, cost, profile) for name, cost in costs.ops)
