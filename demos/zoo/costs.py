@@ -24,7 +24,10 @@ principles (docs/models.md, "What a step costs"; the flops and bytes formulas ar
   (``demos.zoo.overlap_costs.masked_rows``); without an all-to-all (EP 1, or attention TP = EP) the
   engine's local fused MoE pads them to a tile sized to the rows (``local_rows``) and, where the family has
   its curve (``FamilyFit.local_curve`` of the experts' storage, fitted to SGLang's local kernels), moves
-  their bytes at that kernel's share of bandwidth and adds its fixed time (``local_experts_op``).
+  their bytes at that kernel's share of bandwidth and adds its fixed time (``local_experts_op``). That
+  kernel reads the tokens in place through its sorted indices and sums each token's top-k itself, as the
+  engines' fused MoE calls the tables time do: no receive copies are launched around it (without the
+  curve the two copies stand for the permute and the sum, as before).
 * Low-latency all-to-all (ll): each kernel's SM-held send half (``dispatch_send``, ``combine_send``,
   seconds on the compute stream, ``demos.zoo.overlap_costs.ll_send_seconds``), its flight on the link
   (``dispatch``, ``combine``: DeepEP's modelled time less the send half) and its receive half
@@ -69,6 +72,7 @@ from dataclasses import dataclass, replace
 from dbo.costs import DeviceProfile, Work
 from demos.vocabulary import Schedule
 from demos.zoo.attention import layer_attention
+from demos.zoo.attention_base import module_costs
 from demos.zoo.fold import Folder, gemm
 from demos.zoo.fold import memory_pass as _pass
 from demos.zoo.fused_moe import fused_moe_math, fused_moe_refusal, fused_moe_seconds
@@ -227,6 +231,7 @@ def layer_costs(
     res = _attn_res(w, t, layer)
     if res is not None:
         attn = replace(attn, proj=_sum.named(attn.names[0])(attn.proj, res))
+    attn = module_costs(kind, w, a, t, layer, _sum, attn)
     proj, core, out = attn.proj, attn.core, attn.out
     finalize = _pass(t, H, 1)
     moe = spec.moe
@@ -313,6 +318,8 @@ def layer_costs(
     d_bytes = c_bytes = 0.0
     recv_d = Work(flops=rows * Hr, bytes=rows * (msg + Hr * _ACT))
     recv_c = Work(flops=2.0 * rows * Hr, bytes=(rows + t) * Hr * _ACT)
+    if local is not None:  # the local fused MoE gathers and sums inside its own call (module docstring)
+        recv_d = recv_c = None
     if w.alltoall:
         routing = w.routing(t)
         if w.schedule == Schedule.LL:

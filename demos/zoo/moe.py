@@ -172,10 +172,13 @@ class MoEBlock:
         return v
 
     # -- the parts every schedule shares ------------------------------------------------------------
-    def _experts(self, i: int, v: _Views, ub: int, costs: Mapping, name: str) -> None:
+    def _experts(self, i: int, v: _Views, ub: int, costs: Mapping, name: str, x: Any = None, y: Any = None) -> None:
+        """The routed experts ``name`` over ``x`` (default: the received tokens) into ``y`` (default: their
+        output before the combine)."""
         L = self.layers[i]
         w = (None, None) if L is None else (L.w1, L.w2)
-        self.run(costs, name, K.experts_kernel, v.recv, v.gates, *w, v.ws13, v.ws2, v.tmp, v.y, layer=i, ub=ub)
+        x, y = v.recv if x is None else x, v.y if y is None else y
+        self.run(costs, name, K.experts_kernel, x, v.gates, *w, v.ws13, v.ws2, v.tmp, y, layer=i, ub=ub)
 
     def _shared(self, i: int, v: _Views, ub: int, costs: Mapping) -> None:
         if "shared" not in costs:
@@ -223,11 +226,15 @@ class MoEBlock:
 
     # -- the schedules ------------------------------------------------------------------------------
     def _local(self, i: int, h: torch.Tensor, ub: int, v: _Views, costs: Mapping) -> None:
-        """No all-to-all: the tokens copied into the experts' layout and back, on the compute stream."""
+        """No all-to-all, on the compute stream: the tokens copied into the experts' layout and back, or (a
+        local fused MoE, whose plan has no copies) read and written in place by the experts' kernel."""
         experts = "experts_ll" if "experts_ll" in costs else "experts"
-        self.run(costs, "dispatch_recv", K.copy_kernel, v.xr, v.recv, layer=i, ub=ub)
-        self._experts(i, v, ub, costs, experts)
-        self.run(costs, "combine_recv", K.copy_kernel, v.y, v.out, layer=i, ub=ub)
+        if "dispatch_recv" not in costs:
+            self._experts(i, v, ub, costs, experts, v.xr, v.out)
+        else:
+            self.run(costs, "dispatch_recv", K.copy_kernel, v.xr, v.recv, layer=i, ub=ub)
+            self._experts(i, v, ub, costs, experts)
+            self.run(costs, "combine_recv", K.copy_kernel, v.y, v.out, layer=i, ub=ub)
         self._shared(i, v, ub, costs)
         self._finalize(i, h, v, ub, costs)
 

@@ -23,7 +23,8 @@ block moves tokens over a link (``Workload.alltoall``):
 ll, all-to-all         router, dispatch_send, dispatch_ll, dispatch_recv, experts_ll, combine_send,
                        combine_ll, shared, combine_recv, finalize (a send half only where it is > 0)
 ht, all-to-all         router, dispatch, experts, combine, shared, moe_copy, finalize
-no all-to-all          router, dispatch_recv, experts (ll: experts_ll), combine_recv, shared, finalize
+no all-to-all          router, dispatch_recv, experts (ll: experts_ll), combine_recv, shared, finalize (no
+                       receive copies with a local fused MoE: ``demos.zoo.costs``)
 fused MoE (its step)   router, shared, fused_moe, finalize (``LayerPlan.fused``: DeepGEMM's fused kernel)
 =====================  ==========================================================================
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from dbo.costs import Work
 from demos.errors import ConfigError
@@ -203,9 +204,39 @@ def test_attention_tp_equal_to_ep_replicates_the_tokens_and_all_reduces_the_moe(
     dp = layer_costs(_w(1, tokens=t, cluster=node), t, 5, PROFILE)
     assert moe.router.bytes == dp.router.bytes  # the router runs every token of the group
     assert moe.shared.bytes < dp.shared.bytes / 4  # TP-sharded shared experts
-    # the routed experts take the group's copies spread over its ranks: 100 x 8 / 8 per rank, imbalanced
+    # the local fused MoE gathers and sums inside its own call: no receive copies where the family has its curve
+    assert moe.dispatch_recv is None and moe.combine_recv is None
+    # without the curve the copies stand for them: the group's copies spread over its ranks, 100 x 8 / 8 per
+    # rank, imbalanced
+    from dataclasses import replace
+
+    fit = replace(KernelTimes(w.gpu, PROFILE).fit, local_experts={})
+    bare = layer_costs(w, t, 5, PROFILE, KernelTimes(w.gpu, PROFILE, fit))
     rows = t / tp * 8 * w.imbalance_at(t / tp)
-    assert moe.dispatch_recv.bytes == pytest.approx(rows * (H + H // 128 * 4 + 2 * H))
+    assert bare.dispatch_recv.bytes == pytest.approx(rows * (H + H // 128 * 4 + 2 * H))
+
+
+@pytest.mark.slow
+def test_the_real_math_of_a_tp_equals_ep_step_is_the_same_without_the_copies():
+    """The local fused MoE's step launches no receive copies: the experts' kernel reads the tokens in place and
+    writes the MoE's output itself. Its real math is exact on threads and bitwise the output of the same step
+    with the copies (a family without the local curve), so nothing the copies carried is lost."""
+    from dataclasses import replace
+
+    w = _w(4, shrink(DSV3, 32), cluster=cluster_for("h200", 1, 4, 4), tokens=12, context=8)  # 4 heads, 1 per rank
+    assert not w.alltoall
+    profile = gpu_profile(w.gpu)
+    shipped = KernelTimes(w.gpu, profile)
+    outs, ops = [], []
+    for kt in (shipped, KernelTimes(w.gpu, profile, replace(shipped.fit, local_experts={}))):
+        with ZooRun(w, backend="threads", profile=profile, kernels=kt) as r:
+            same, diff = r.check_exact()
+            assert same and diff == 0.0
+            outs.append(r.model.hidden.clone())
+            ops.append({k.op for k in r.step(True).records})
+    assert not ops[0] & {"dispatch_recv", "combine_recv"} and {"dispatch_recv", "combine_recv"} <= ops[1]
+    assert bool(outs[0].isfinite().all()) and float(outs[0].abs().max()) > 0
+    assert torch.equal(outs[0], outs[1])
 
 
 def test_a_tp_equals_ep_step_runs_no_all_to_all_and_no_overlap_applies():

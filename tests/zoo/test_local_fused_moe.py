@@ -63,6 +63,22 @@ def test_a_family_without_the_local_curve_times_the_local_moe_as_before():
     assert _experts_seconds(w, 1) < FITS["hopper"].local_curve("fp8_e4m3").latency
 
 
+@pytest.mark.parametrize("gpu,copies", [("h200", False), ("b200", False), ("mi300x", True)])
+def test_the_local_fused_moe_launches_no_receive_copies_where_its_curve_holds_them(gpu, copies):
+    """The engines' fused MoE reads the tokens in place through its sorted indices and sums each token's top-k
+    inside its own call, which the tables the local curve is fitted to time whole: where the family has the
+    curve the layer launches no receive copies around it (they were charged twice, a floor each, at every
+    small step); AMD's families, without the curve, keep the two copies for the permute and the sum."""
+    from demos.zoo.plan import layer_launches
+
+    w = Workload(get_preset("minimax-m2.5"), cluster_for(gpu, 1, 8, 8), tokens=4, attention_tp=8, moe_tp=8)
+    c = layer_costs(w, 4, 10, gpu_profile(w.gpu))
+    launched = layer_launches(w, c)
+    assert not w.alltoall and ("experts" in launched or "experts_ll" in launched)
+    assert ("dispatch_recv" in launched, "combine_recv" in launched) == (copies, copies)
+    assert (c.dispatch_recv is not None) == copies and (c.combine_recv is not None) == copies
+
+
 def test_each_expert_dtype_takes_its_own_local_curve_and_one_without_takes_block_fp8s():
     """Kimi-K2.5's NVFP4 experts on B200 under MoE TP 8 take the NVFP4 kernel's curve (fitted to SGLang's
     NVFP4 rows), not FP8's; on Hopper, which has no NVFP4 kernel, FP8's stands in."""
