@@ -19,14 +19,14 @@ from demos.vocabulary import Phase
 
 __all__ = ["CHECKED_ON", "PUBLISHED", "SILICON", "checked_line"]
 
-CHECKED_ON = "2026-12-05"
+CHECKED_ON = "2026-12-06"
 
 SILICON = {
     # gpu: (family, rows, median error, max error), decode
-    "h200": ("hopper", 28, -0.038, -0.236),
-    "b200": ("blackwell", 31, -0.028, -0.335),
-    "gb200": ("blackwell", 25, -0.075, -0.351),
-    "gb300": ("blackwell", 30, -0.084, -0.328),
+    "h200": ("hopper", 28, -0.081, -0.233),
+    "b200": ("blackwell", 31, -0.021, -0.331),
+    "gb200": ("blackwell", 25, -0.080, -0.341),
+    "gb300": ("blackwell", 30, -0.073, -0.318),
 }
 
 PUBLISHED = {
