@@ -114,6 +114,7 @@ def module_costs(
     A kind's ops beyond the three (a sparse attention's indexer, DeepSeek-V4's compressors) keep their floors
     whole: the fixed time was fitted on modules without them, and their kernels are more of the layer's."""
     c = kind.costs(w, a, t, layer, fold) if costs is None else costs
+    # the kind's decode core carries it (``module_time``); any shape stands for "an MLA core" here
     extra = fold.kernels.module_extra(w.phase, ()) if kind.module_time else 0.0
     if extra <= 0.0:
         return c

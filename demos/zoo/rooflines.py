@@ -292,9 +292,9 @@ class FamilyFit:
     the step charges (``local_curve``; empty in a file written before they were fitted, and for a family
     without such tables: the step then times them on ``experts`` without a fixed time); ``fitted_on`` the
     GPUs whose tables gave them; ``custom_all_reduce`` the engines' own all-reduce of a small tensor over one
-    NVLink domain (``fixed + per_byte x bytes + per_peer x peers``, fitted to SGLang's graph-captured kernels,
-    ``demos.zoo.measured_comm``; None where not fitted: the NCCL ring model alone); ``source`` the tables'
-    provenance."""
+    NVLink domain (``fixed + per_byte x bytes + per_peer x peers``, fitted to SGLang's, vLLM's and TRT-LLM's
+    graph-captured kernels, ``demos.zoo.measured_comm``; None where not fitted: the NCCL ring model alone);
+    ``source`` the tables' provenance."""
 
     family: str
     gemm: dict
