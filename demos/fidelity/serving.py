@@ -34,6 +34,7 @@ from typing import NamedTuple
 from demos.errors import ConfigError
 from demos.fidelity.silicon import SYSTEM_GPUS, worker_layout
 from demos.fidelity.stats import error_stats
+from demos.serving.host import gated_deltanet_hybrid
 from demos.zoo.hardware import get_gpu, host_layout
 from demos.zoo.models import CHECKPOINTS, get_preset, weights_name
 
@@ -133,6 +134,8 @@ def _plan(r) -> dict | str:
         return f"no scheduler for {r.engine}"
     if r.batch < 1:
         return "no batch recorded" if r.mode != "agg" else "no concurrency recorded"
+    if r.engine == "sglang" and r.release is None and gated_deltanet_hybrid(get_preset(served[0])):
+        return "SGLang release not recorded: its overlap schedule for Gated DeltaNet models depends on it"
     decode = _layout(gpu, r.tp, r.attention_dp, r.moe_ep, r.moe_tp)
     if isinstance(decode, str):
         return decode
@@ -216,6 +219,7 @@ def _colocated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) -> t
         kv_cache_dtype=plan["kv_cache_dtype"],
         pricers=pricers,
         moe_tp=plan["moe_tp"],
+        release=r.release,
     )
     ttft, tpot = _means(run._raw["none"][0], warm)
     return ttft, tpot, plan["ep"]
@@ -244,6 +248,7 @@ def _disaggregated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) 
         weights=plan["weights"],
         kv_cache_dtype=plan["kv_cache_dtype"],
         pricers=pricers,
+        release=r.release,
     )
     ttft, tpot = _means(lives["none"], warm)
     gpus = plan["workers"][0] * pre["ep"] + plan["workers"][1] * plan["ep"]

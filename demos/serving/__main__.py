@@ -99,6 +99,12 @@ def build_parser() -> cli_common.OneLineParser:
     a("--weights", default=None, choices=tuple(WEIGHT_DTYPES), help="the weights' precision (default: the config's)")
     a("--kv-cache-dtype", default=None, choices=tuple(KV_CACHE_DTYPES), help="the KV cache's precision")
     a("--kernels", default="roofline", choices=("roofline", "measured"), help="kernel-time source (default roofline)")
+    a(
+        "--release",
+        default=None,
+        metavar="VERSION",
+        help="the engine release whose host behaviour the steps take, e.g. SGLang 0.5.9 (default: the pinned one)",
+    )
     a("--json", dest="json_path", default=None, metavar="PATH", help="write the run as JSON")
     a("--csv", dest="csv_path", default=None, metavar="PATH", help="write one row per request per overlap run")
     a("--plot", dest="plot_path", default=None, metavar="PATH.png", help="latency CDFs with and without each overlap")
@@ -145,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             kernels=ns.kernels,
             max_seqs=ns.max_seqs,
             search=not ns.no_search,
+            release=ns.release,
             progress=lambda d, t, w: bar(f"{d}/{t} requests ({w})"),
         )
     except ConfigError as e:

@@ -31,6 +31,7 @@ from demos.prediction.engines import (
     served_model,
 )
 from demos.serving import arrivals, split_rules
+from demos.serving.host import host_step_seconds, overlap_off_reason
 from demos.serving.ranks import prepare
 from demos.serving.result import CSV_COLUMNS, FLOOR, ServingRun
 from demos.serving.run import OverlapRun, PoolKind, ServingError, metrics, serve
@@ -146,9 +147,11 @@ def simulate(
     progress: Callable[[int, int, str], None] | None = None,
     pricers: dict | None = None,
     moe_tp: int = 1,
+    release: str | None = None,
 ) -> ServingRun:
     """The serving run (module docstring). ``pricers``: a dict the step pricers are kept in by deployment,
-    so runs of one deployment share their grid points (None: one pricer for this run)."""
+    so runs of one deployment share their grid points (None: one pricer for this run). ``release``: the
+    engine's release whose host behaviour the steps take (``demos.serving.host``; None: the pinned one)."""
     if engine not in ENGINES:
         raise ConfigError(f"{field_ref('engine')} must be one of {', '.join(ENGINES)}, got {engine!r}")
     if pool not in PoolKind.choices():
@@ -198,6 +201,8 @@ def simulate(
     )
     base, pricer, dp, kv = setup.base, setup.pricer, setup.dp, setup.kv
     c = base.cluster
+    host_off = overlap_off_reason(engine, release, base.spec)
+    host_s = host_step_seconds(engine, release, base.spec)
     thresholds = (
         dbo_decode_token_threshold or VLLM_DEFAULT_THRESHOLDS[Phase.DECODE],
         dbo_prefill_token_threshold or VLLM_DEFAULT_THRESHOLDS[Phase.PREFILL],
@@ -222,7 +227,7 @@ def simulate(
                 p,
                 source,
                 decide=decide,
-                price=lambda b, d: pricer.seconds(b, d, sbo=sbo),
+                price=lambda b, d: pricer.seconds(b, d, sbo=sbo) + host_s,
                 concurrency=source.concurrency if source.closed else None,
                 progress=tick,
                 total=total,
@@ -269,7 +274,8 @@ def simulate(
             f"model: {native.source}",
             f"step times: python -m demos.predict's model ({kernels} kernels), interpolated over a grid",
             f"scheduler and split rule: {engine}'s release as docs/serving.md names them",
-        ),
+        )
+        + ((f"host between steps: {host_off} (demos.serving.host)",) if host_off else ()),
     )
 
 

@@ -30,6 +30,7 @@ from demos.errors import ConfigError, field_ref
 from demos.prediction.engines import VLLM_DEFAULT_THRESHOLDS
 from demos.serving import arrivals
 from demos.serving.batch import RankBatch, SplitDecision
+from demos.serving.host import host_step_seconds
 from demos.serving.ranks import RankSetup, prepare
 from demos.serving.requests import Request
 from demos.serving.run import OverlapRun, Pool, PoolKind, ServingError, StepRecord, metrics, step_pool, stuck
@@ -153,11 +154,13 @@ def simulate_disaggregated(
     kv_cache_dtype: str | None = None,
     kernels: str = "roofline",
     pricers: dict | None = None,
+    release: str | None = None,
 ) -> tuple[dict[str, OverlapRun], dict[str, list[Live]], dict[str, Any]]:
     """A closed loop of ``concurrency`` clients over a disaggregated deployment (module docstring), per
     overlap strategy in ``overlap`` (each side under the engine's own split rule): ``(runs, lives, setup)``
     with ``runs[overlap]`` the ``OverlapRun`` (the decode side's steps for the split share), ``lives`` the
-    requests as they ended, ``setup`` the sides' data-parallel ranks and KV capacity."""
+    requests as they ended, ``setup`` the sides' data-parallel ranks and KV capacity. ``release``: the engine's
+    release whose host behaviour both sides' steps take (``demos.serving.host``; None: the pinned one)."""
     from demos.serving.api import ENGINES
     from demos.serving.split_rules import split_rule
 
@@ -186,6 +189,7 @@ def simulate_disaggregated(
 
     sides = {PoolKind.PREFILL: set_up(prefill, Phase.PREFILL), PoolKind.DECODE: set_up(decode, Phase.DECODE)}
     p = sides[PoolKind.PREFILL][1]
+    host_s = host_step_seconds(engine, release, p.base.spec)
     per_token = kv_bytes_per_token(p.base)
     nic = p.base.gpu.nic_bandwidth
 
@@ -201,7 +205,7 @@ def simulate_disaggregated(
         workers = {}
         for kind, (side, d) in sides.items():
             decide = split_rule(engine, o, *thresholds, d.graphs)
-            workers[kind] = [_Worker(d.pool(kind), decide, _pricing(d.pricer)) for _ in range(side.workers)]
+            workers[kind] = [_Worker(d.pool(kind), decide, _pricing(d.pricer, host_s)) for _ in range(side.workers)]
         try:
             lives = serve_coupled(workers[PoolKind.PREFILL], workers[PoolKind.DECODE], source, transfer_s)
         except ServingError as e:
@@ -226,8 +230,8 @@ def simulate_disaggregated(
     return runs, kept, setup
 
 
-def _pricing(pricer: StepPricer) -> Callable[[Sequence[RankBatch], SplitDecision], float]:
-    return lambda b, d: pricer.seconds(b, d)
+def _pricing(pricer: StepPricer, host_s: float) -> Callable[[Sequence[RankBatch], SplitDecision], float]:
+    return lambda b, d: pricer.seconds(b, d) + host_s
 
 
 def _merged(recs) -> StepRecord:

@@ -17,7 +17,6 @@ sees pandas. Which table version is read is pinned in ``TABLES``; a GPU without 
 from __future__ import annotations
 
 import functools
-import re
 from pathlib import Path
 
 from demos.errors import ConfigError
@@ -34,6 +33,8 @@ from demos.zoo.measured_rows import (
     MoeRow,
     SiliconRow,
     V4ModuleRow,
+    row_release,
+    source_concurrency,
 )
 
 __all__ = [
@@ -337,15 +338,6 @@ def _opt(v) -> float | None:
     return None if v != v else float(v) * 1e-3
 
 
-_CONCURRENCY = re.compile(r"(?:^|;)\s*silicon_concurrency=(\d+)\s*(?:;|$)")
-
-
-def _concurrency(source) -> int | None:
-    """The ``silicon_concurrency=N`` of a row's source field (``id; key=value; ...``), None without one."""
-    m = _CONCURRENCY.search(source) if isinstance(source, str) else None
-    return int(m.group(1)) if m else None
-
-
 def _workers(r: dict) -> tuple[int, int] | None:
     """A disaggregated row's (prefill, decode) worker counts; None where either is not recorded."""
     p, d = r.get("prefill_num_workers"), r.get("decode_num_workers")
@@ -393,8 +385,9 @@ def _read_silicon() -> tuple[SiliconRow, ...]:
                 prefill=prefill,
                 ttft_s=_opt(r["silicon_ttft_ms"]),
                 tpot_s=_opt(r["silicon_tpot_ms"]),
-                concurrency=_concurrency(r["silicon_data_source"]),
+                concurrency=source_concurrency(r["silicon_data_source"]),
                 workers=_workers(r) if disagg else None,
+                release=row_release(r["backend_version"], r["silicon_data_source"]),
             )
         )
     return tuple(out)

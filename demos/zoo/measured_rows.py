@@ -4,6 +4,7 @@ one per table kind, so that no caller sees pandas.
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 __all__ = [
@@ -15,6 +16,8 @@ __all__ = [
     "MlaRow",
     "MoeRow",
     "SiliconRow",
+    "row_release",
+    "source_concurrency",
 ]
 
 
@@ -159,7 +162,8 @@ class SiliconRow(NamedTuple):
     (None when absent); ``concurrency`` the benchmark's clients over the whole deployment (its source's
     ``silicon_concurrency``; None when not recorded): the batch times the attention-DP ranks on most rows,
     not always the batch itself; ``workers`` a disaggregated row's (prefill, decode) worker counts (None
-    for a co-located row, or where not recorded)."""
+    for a co-located row, or where not recorded); ``release`` the engine release it ran (``row_release``;
+    None where neither its version nor its image says)."""
 
     id: str
     engine: str
@@ -179,3 +183,32 @@ class SiliconRow(NamedTuple):
     tpot_s: float | None
     concurrency: int | None = None
     workers: tuple[int, int] | None = None
+    release: str | None = None
+
+
+_CONCURRENCY = re.compile(r"(?:^|;)\s*silicon_concurrency=(\d+)\s*(?:;|$)")
+_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+|rc\d+(?:\.post\d+)?)?)(?:-.*)?$")
+_NIGHTLY = re.compile(r"^nightly-dev-(?:cu\d+-)?(\d{8})(?:-.*)?$")
+_IMAGE = re.compile(r"(?:^|[;\s=])[\w.\-]+/(?:sglang|vllm-openai|tensorrt-llm[\w\-]*):([\w.\-]+)")
+
+
+def source_concurrency(source) -> int | None:
+    """The ``silicon_concurrency=N`` of a row's source field (``id; key=value; ...``), None without one."""
+    m = _CONCURRENCY.search(source) if isinstance(source, str) else None
+    return int(m.group(1)) if m else None
+
+
+def _tag_release(tag: str) -> str | None:
+    m, n = _VERSION.match(tag), _NIGHTLY.match(tag)
+    return m.group(1) if m else f"nightly-dev-{n.group(1)}" if n else None
+
+
+def row_release(version, source) -> str | None:
+    """The engine release a measured row ran: its ``backend_version`` where that is a release (``0.5.9``,
+    ``0.5.10.post1``) or a dated nightly (``nightly-dev-YYYYMMDD``), else the tag of the container image its
+    source field names (``image=lmsysorg/sglang:v0.5.9-cu130``, ``...:nightly-dev-cu13-20260401-b6fe0cca``);
+    None where neither says."""
+    if isinstance(version, str) and (r := _tag_release(version.strip())):
+        return r
+    m = _IMAGE.search(source) if isinstance(source, str) else None
+    return _tag_release(m.group(1)) if m else None

@@ -9,6 +9,7 @@ import pytest
 
 from demos.fidelity import serving
 from demos.zoo import measured
+from demos.zoo.measured_rows import row_release, source_concurrency
 
 pytestmark = pytest.mark.timeout(600)
 needs_tables = pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
@@ -88,10 +89,32 @@ def test_a_row_runs_at_its_benchmarks_concurrency_not_its_batch():
 
 
 def test_the_concurrency_is_read_from_the_rows_source():
-    assert measured._concurrency("db-dump/2026-04-27; config_id=759; silicon_concurrency=4; measured=x") == 4
-    assert measured._concurrency("silicon_concurrency=128") == 128
-    assert measured._concurrency("config_id=1; other_concurrency=7") is None
-    assert measured._concurrency(float("nan")) is None
+    assert source_concurrency("db-dump/2026-04-27; config_id=759; silicon_concurrency=4; measured=x") == 4
+    assert source_concurrency("silicon_concurrency=128") == 128
+    assert source_concurrency("config_id=1; other_concurrency=7") is None
+    assert source_concurrency(float("nan")) is None
+
+
+def test_the_release_is_the_rows_version_or_its_images_tag():
+    """A row's release decides its engine's host behaviour (``demos.serving.host``): the recorded version
+    where it is one, else the image the source names; an undated nightly says nothing."""
+    assert row_release("0.5.9", "image=lmsysorg/sglang:v0.5.10-cu130") == "0.5.9"
+    assert row_release("0.5.10.post1", "") == "0.5.10.post1"
+    image = "model=GLM-5; image=lmsysorg/sglang:nightly-dev-cu13-20260401-b6fe0cca"
+    assert row_release("nightly-dev", image) == "nightly-dev-20260401"
+    assert row_release("nightly-dev-20260216-d3bae71e", "") == "nightly-dev-20260216"
+    assert row_release(float("nan"), "x; image=lmsysorg/sglang:v0.5.9-cu130-amd64") == "0.5.9"
+    assert row_release("nightly-dev", "source_file=x.csv; aic_database_mode=SILICON") is None
+    assert row_release("glm5-hopper", float("nan")) is None
+
+
+def test_a_gated_deltanet_row_on_sglang_without_its_release_is_skipped_with_that_reason():
+    qwen = dict(model="Qwen/Qwen3.5-397B-A17B", engine="sglang", tp=8, attention_dp=1, moe_ep=8, batch=4)
+    if ("Qwen/Qwen3.5-397B-A17B", "fp8") not in serving.SERVED:
+        pytest.skip("Qwen3.5's checkpoint is not served")
+    assert "release not recorded" in serving._plan(_row(**qwen, release=None))
+    assert isinstance(serving._plan(_row(**qwen, release="0.5.9")), dict)
+    assert isinstance(serving._plan(_row(release=None)), dict)  # a model without Gated DeltaNet layers
 
 
 @needs_tables
