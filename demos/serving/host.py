@@ -71,8 +71,8 @@ def overlap_off_release(release: str) -> bool:
             return False
     raise ConfigError(
         f"{field_ref('release')} SGLang {release!r}: whether it runs hybrid Gated DeltaNet models without its "
-        f"overlap schedule was not read (read: 0.5.10 and older and nightlies to 2026-06-04 without, 0.5.23 and "
-        f"nightlies from 2026-07-04 with it; docs/serving.md)"
+        "overlap schedule was not read (read: 0.5.10 and older and nightlies to nightly-dev-20260604 without, "
+        "0.5.23 and nightlies from nightly-dev-20260704 with it; docs/serving.md)"
     )
 
 
