@@ -219,7 +219,7 @@ def _colocated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) -> t
         kv_cache_dtype=plan["kv_cache_dtype"],
         pricers=pricers,
         moe_tp=plan["moe_tp"],
-        release=r.release,
+        release=r.release if r.engine == "sglang" else None,
     )
     ttft, tpot = _means(run._raw["none"][0], warm)
     return ttft, tpot, plan["ep"]
@@ -248,7 +248,7 @@ def _disaggregated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) 
         weights=plan["weights"],
         kv_cache_dtype=plan["kv_cache_dtype"],
         pricers=pricers,
-        release=r.release,
+        release=r.release if r.engine == "sglang" else None,
     )
     ttft, tpot = _means(lives["none"], warm)
     gpus = plan["workers"][0] * pre["ep"] + plan["workers"][1] * plan["ep"]

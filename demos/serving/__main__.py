@@ -103,7 +103,7 @@ def build_parser() -> cli_common.OneLineParser:
         "--release",
         default=None,
         metavar="VERSION",
-        help="the engine release whose host behaviour the steps take, e.g. SGLang 0.5.9 (default: the pinned one)",
+        help="SGLang only: the release whose host behaviour the steps take, e.g. 0.5.9 (default: the pinned one)",
     )
     a("--json", dest="json_path", default=None, metavar="PATH", help="write the run as JSON")
     a("--csv", dest="csv_path", default=None, metavar="PATH", help="write one row per request per overlap run")

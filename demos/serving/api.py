@@ -31,7 +31,7 @@ from demos.prediction.engines import (
     served_model,
 )
 from demos.serving import arrivals, split_rules
-from demos.serving.host import host_step_seconds, overlap_off_reason
+from demos.serving.host import check_release, host_step_seconds, overlap_off_reason
 from demos.serving.ranks import prepare
 from demos.serving.result import CSV_COLUMNS, FLOOR, ServingRun
 from demos.serving.run import OverlapRun, PoolKind, ServingError, metrics, serve
@@ -157,6 +157,7 @@ def simulate(
     if pool not in PoolKind.choices():
         raise ConfigError(f"{field_ref('pool')} must be one of {', '.join(PoolKind.choices())}, got {pool!r}")
     pool_kind = PoolKind(pool)
+    check_release(engine, release)
     for name, v in (("dbo_decode_token_threshold", dbo_decode_token_threshold), ("max_seqs", max_seqs)):
         _positive(name, v)
     _positive("dbo_prefill_token_threshold", dbo_prefill_token_threshold)

@@ -30,7 +30,7 @@ from demos.errors import ConfigError, field_ref
 from demos.prediction.engines import VLLM_DEFAULT_THRESHOLDS
 from demos.serving import arrivals
 from demos.serving.batch import RankBatch, SplitDecision
-from demos.serving.host import host_step_seconds
+from demos.serving.host import check_release, host_step_seconds
 from demos.serving.ranks import RankSetup, prepare
 from demos.serving.requests import Request
 from demos.serving.run import OverlapRun, Pool, PoolKind, ServingError, StepRecord, metrics, step_pool, stuck
@@ -166,6 +166,7 @@ def simulate_disaggregated(
 
     if engine not in ENGINES:
         raise ConfigError(f"{field_ref('engine')} must be one of {', '.join(ENGINES)}, got {engine!r}")
+    check_release(engine, release)
     n = requests or 1000
     source = arrivals.ClosedLoop(concurrency, isl, osl, n, 2 * concurrency if warmup is None else warmup)
     native = load_model(model)

@@ -39,7 +39,14 @@ from demos.errors import ConfigError, field_ref
 from demos.zoo.models import GatedDeltaNet
 from demos.zoo.models.linear_spec import linear_of
 
-__all__ = ["HOST_STEP_S", "gated_deltanet_hybrid", "host_step_seconds", "overlap_off_release", "overlap_off_reason"]
+__all__ = [
+    "HOST_STEP_S",
+    "check_release",
+    "gated_deltanet_hybrid",
+    "host_step_seconds",
+    "overlap_off_release",
+    "overlap_off_reason",
+]
 
 HOST_STEP_S = 1 / 364.3 - 1 / 498.5
 """Seconds of host work a decode step exposes without the overlap schedule (module docstring: SGLang
@@ -49,7 +56,7 @@ _LAST_NO_BUFFER = ((0, 5, 10), "20260604")
 """The newest SGLang release and nightly date read resolving ``auto`` to ``no_buffer`` (overlap off)."""
 _FIRST_EXTRA_BUFFER = ((0, 5, 23), "20260704")
 """The oldest SGLang release and nightly date read resolving it to ``extra_buffer`` (overlap on)."""
-_RELEASE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:\.post\d+|rc\d+)?(?:-.*)?$")
+_RELEASE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:\.post\d+|rc\d+(?:\.post\d+)?)?(?:-.*)?$")
 _NIGHTLY = re.compile(r"^nightly-dev-(\d{8})(?:-.*)?$")
 
 
@@ -74,6 +81,24 @@ def overlap_off_release(release: str) -> bool:
         "overlap schedule was not read (read: 0.5.10 and older and nightlies to nightly-dev-20260604 without, "
         "0.5.23 and nightlies from nightly-dev-20260704 with it; docs/serving.md)"
     )
+
+
+def check_release(engine: str, release: str | None) -> None:
+    """A ``ConfigError`` in one line where ``release`` cannot be ``engine``'s: only SGLang's host behaviour
+    depends on its release here (every other engine runs as its pinned release), and an SGLang release is a
+    version (``0.5.9``, ``0.5.10.post1``) or a dated nightly (``nightly-dev-YYYYMMDD``)."""
+    if release is None:
+        return
+    if engine != "sglang":
+        raise ConfigError(
+            f"{field_ref('release')} {release!r}: only SGLang's host behaviour depends on its release here; "
+            f"{engine} runs as its pinned release (leave {field_ref('release')} out)"
+        )
+    if not (_RELEASE.match(release) or _NIGHTLY.match(release)):
+        raise ConfigError(
+            f"{field_ref('release')} {release!r} is not an SGLang release: give a version (0.5.9, 0.5.10.post1) or "
+            f"a dated nightly (nightly-dev-20260216)"
+        )
 
 
 def gated_deltanet_hybrid(spec: Any) -> bool:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from demos.errors import ConfigError
+from demos.serving.__main__ import main
 from demos.serving.api import simulate
-from demos.serving.host import HOST_STEP_S, host_step_seconds, overlap_off_reason, overlap_off_release
+from demos.serving.host import HOST_STEP_S, check_release, host_step_seconds, overlap_off_reason, overlap_off_release
 from demos.zoo.models import get_preset
 
 pytestmark = pytest.mark.timeout(600)
@@ -84,3 +85,22 @@ def test_a_disaggregated_run_charges_the_host_on_its_decode_steps():
     on = simulate_disaggregated("qwen3.5-397b-a17b", release="0.5.23", **kw)[0]["none"].tpot_ms.p50
     off = simulate_disaggregated("qwen3.5-397b-a17b", release="0.5.9", **kw)[0]["none"].tpot_ms.p50
     assert off - on == pytest.approx(HOST_STEP_S * 1e3, rel=0.2)
+
+
+def test_a_release_only_sglang_can_have_is_refused_in_one_line(capsys):
+    """Only SGLang's host depends on its release here: a release for another engine, or a string that is no
+    SGLang release, is refused before any step runs (the bug this catches: a release silently ignored, a user
+    believing vLLM 0.10's behaviour was modelled)."""
+    check_release("sglang", "0.5.9")
+    check_release("sglang", "nightly-dev-20260216")
+    check_release("vllm", None)
+    with pytest.raises(ConfigError, match="only SGLang"):
+        check_release("vllm", "0.19.0")
+    with pytest.raises(ConfigError, match="not an SGLang release"):
+        check_release("sglang", "latest")
+    with pytest.raises(ConfigError, match="only SGLang"):
+        simulate("qwen3-30b-a3b", engine="trtllm", gpu="h100", concurrency=4, isl=64, osl=4, release="1.2.0")
+    argv = ["--model", "qwen3-30b-a3b", "--engine", "vllm", "--concurrency", "4", "--isl", "64", "--osl", "4"]
+    assert main([*argv, "--release", "0.19.0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--release" in err[0] and "only SGLang" in err[0]
