@@ -2,8 +2,9 @@
 
 Every engine modelled runs its host work between forwards (scheduling the next batch, processing the last
 one's tokens) one step ahead, on the CPU, while the GPU runs the current step: SGLang's overlap schedule,
-TensorRT-LLM's overlap scheduler (both on by default), vLLM's as its releases run it. The serving run
-charges that host time nothing (docs/serving.md). ``host_step_seconds(engine, release, spec)`` is the
+TensorRT-LLM's overlap scheduler (both on by default), vLLM's async scheduling (on by default in its recent
+releases; the older ones without it are not modelled). The serving run charges that host time nothing
+(docs/serving.md). ``host_step_seconds(engine, release, spec)`` is the
 exception read in an engine's source, the host time each step costs where it is not hidden:
 
 * **SGLang, hybrid Gated DeltaNet models** (Qwen3-Next, Qwen3.5: a ``GatedDeltaNet`` in ``linear_attention``
@@ -19,7 +20,7 @@ exception read in an engine's source, the host time each step costs where it is 
   ``overlap_off_release`` holds those dates as releases: 0.5.10 and older, and nightlies to 2026-06-04, run
   without the overlap; 0.5.23 (the pinned one) and nightlies from 2026-07-04 with it; a release between
   was not read and is refused for these models. Kimi Delta Attention models are not covered (their
-  handling was not read; the releases that serve Kimi-K3 are past the change). Assumed: the measured
+  handling was not read). Assumed: the measured
   rows ran the defaults (no ``--disable-radix-cache``, no speculative decoding).
 
 ``HOST_STEP_S``, what the host costs a step when exposed, is one published measurement, not fitted: SGLang
