@@ -51,6 +51,9 @@ def serve() -> None:
         trials: list[Trial] = []
         for _ in range(3):  # a run that ends before its moment sends nothing: draw again for it (twice)
             sent = {key: sum(1 for t in trials if (t.kind, t.command) == key and t.sent) for key in want}
+            # a run that ended before its moment was a clean run under the load now: where the load fell since
+            # the clean runs (another job ending), the moments follow the runs' lengths now, not then
+            seconds.update(_recent_lengths(trials, seconds))
             batch = []
             for (k, name), n in want.items():
                 for _ in range(n - sent[(k, name)]):
@@ -68,6 +71,22 @@ def serve() -> None:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     json.dump({"clean": [asdict(t) for t in clean], "trials": [asdict(t) for t in trials]}, sys.stdout)
+
+
+def _recent_lengths(trials: list[Trial], seconds: dict) -> dict:
+    """``{(kind, command): seconds}`` from the guard to the exit of the runs that ended before their moment,
+    each command's longest (the least biased short: only runs shorter than their moment are among them), where
+    shorter than the length ``seconds`` holds; none where none ran out."""
+    out = {}
+    for key, was in seconds.items():
+        runs = [
+            t.seconds - t.ready
+            for t in trials
+            if (t.kind, t.command) == key and not t.sent and not t.hung and t.ready is not None
+        ]
+        if runs and max(runs) < was:
+            out[key] = max(runs)
+    return out
 
 
 @dataclass
