@@ -3,7 +3,9 @@ command (docs/overlap.md, "Exit status and signals"). The bench's ``signals`` se
 trials; tests/stress/test_signal_storm.py runs hundreds and asserts none is lost.
 
 A trial runs one command line, sends it SIGINT or SIGTERM at a moment drawn from a seeded generator
-(a fraction of that command's clean run, measured first under the same load), and records its exit
+(a fraction of that command's clean run, measured first under the same load; a trial whose run ended before
+its moment is drawn again, up to twice, on the longest such run's length where the load has fallen since),
+and records its exit
 status, its stderr, the seconds from the signal to its exit, and whether its ``--json`` file is whole,
 absent, or left half-written. Two kinds of trial:
 
