@@ -1,0 +1,219 @@
+"""Which measured serving rows InferenceX ran with speculative decoding (``demos.zoo.vendor_data.inferencex``,
+written by ``scripts/extract_inferencex_speculative.py``): the matching rule on synthetic configs, the
+table's shape, rows whose runs the configs settle, and the table regenerated from a mirror of InferenceX
+(skipped where it is absent)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from demos.zoo import measured
+from demos.zoo.vendor_data.inferencex import SOURCE, SPECULATIVE, speculative_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+MIRROR = Path("/work/.mirror/SemiAnalysisAI+InferenceX/repo")
+needs_tables = pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location(
+        "extract_inferencex", ROOT / "scripts" / "extract_inferencex_speculative.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+X = _script()
+
+CONFIG = """
+dsr1-fp8-b200-trt:
+  image: nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc6.post2
+  model-prefix: dsr1
+  runner: b200-trt
+  precision: fp8
+  framework: trt
+  seq-len-configs:
+  - isl: 1024
+    osl: 1024
+    search-space:
+    - { tp: 8, ep: 1, conc-start: 4, conc-end: 48 }
+dsr1-fp8-b200-trt-mtp:
+  image: nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc6.post3
+  model-prefix: dsr1
+  runner: b200-trt
+  precision: fp8
+  framework: trt
+  scenarios:
+    fixed-seq-len:
+    - isl: 1024
+      osl: 1024
+      search-space:
+      - { tp: 8, ep: 1, conc-start: 4, conc-end: 8, spec-decoding: mtp }
+dsr1-fp8-b200-trt-both:
+  image: nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc6.post3
+  model-prefix: dsr1
+  runner: b200-trt
+  precision: fp8
+  framework: trt
+  seq-len-configs:
+  - isl: 1024
+    osl: 1024
+    search-space:
+    - { tp: 8, ep: 1, conc-list: [8] }
+dsr1-fp8-b200-dynamo-trt:
+  image: nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1.post2
+  model-prefix: dsr1
+  runner: b200-multinode
+  precision: fp8
+  framework: dynamo-trt
+  disagg: true
+  seq-len-configs:
+  - isl: 1024
+    osl: 1024
+    search-space:
+    - spec-decoding: "mtp"
+      conc-list: [16]
+      prefill: { num-worker: 1, tp: 4, ep: 4, dp-attn: true }
+      decode: { num-worker: 9, tp: 8, ep: 8, dp-attn: false }
+"""
+
+
+def _index(first: str = "2026-02-01", last: str = "2026-03-01"):
+    """The synthetic config as ``spans`` indexes it, every entry present from ``first`` to ``last``."""
+    by_key, first_spec = {}, {}
+    for e in X.entries(CONFIG):
+        for key in (e[:-1], e[:4] + ("*",) + e[5:-1]):
+            by_key.setdefault(key, []).append((e[-1], first, last))
+        if e[-1] != "none":
+            first_spec[e[:4]] = min(first_spec.get(e[:4], "9999"), first)
+    return by_key, first_spec
+
+
+def _row(**kw) -> dict:
+    image = kw.pop("image", "nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc6.post3")
+    day = kw.pop("day", "2026-02-05")
+    conc = kw.pop("conc", 4)
+    base = dict(
+        id="2026_x_deepseek_r1_b200_sxm_trtllm_fp8_agg_1024x1024_c4_tp8_ep1_1",
+        silicon_data_source=f"source_file=2026-03-25.csv; silicon_concurrency={conc}; measured={day}T00:00:00Z; "
+        f"image={image}",
+        backend="trtllm",
+        model_path="deepseek-ai/DeepSeek-R1",
+        system="b200_sxm",
+        precision="fp8",
+        mode="agg",
+        isl=1024,
+        osl=1024,
+        tp_size=8.0,
+        attention_dp_size=1.0,
+        moe_ep_size=1.0,
+    )
+    return {**base, **kw}
+
+
+def test_a_range_of_concurrencies_doubles_up_to_its_end_which_always_runs():
+    assert X._concurrencies({"conc-start": 4, "conc-end": 48}) == (4, 8, 16, 32, 48)
+    assert X._concurrencies({"conc-start": 4, "conc-end": 4}) == (4,)
+    assert X._concurrencies({"conc-list": [1214, 6]}) == (1214, 6)
+    assert X._concurrencies({"tp": 8}) == ()
+
+
+def test_entries_read_both_layouts_of_the_file_and_default_to_no_speculation():
+    got = X.entries(CONFIG)
+    assert ("dsr1", "fp8", "b200", "trt", "1.2.0rc6.post2", 1024, 1024, 48, "agg", 8, 1, False, "none") in got
+    assert ("dsr1", "fp8", "b200", "trt", "1.2.0rc6.post3", 1024, 1024, 8, "agg", 8, 1, False, "mtp") in got
+    disagg = ("dsr1", "fp8", "b200", "dynamo-trt", "0.8.1.post2", 1024, 1024, 16)
+    assert disagg + ("disagg", 1, 4, 4, True, 9, 8, 8, False, "mtp") in got
+
+
+def test_a_row_only_speculative_configs_match_is_mtp_and_one_both_match_is_unknown():
+    by_key, first = _index()
+    assert X.classify(_row(conc=4), by_key, first) == "mtp"
+    assert X.classify(_row(conc=8), by_key, first) == "unknown"  # the -mtp config and the -both one
+    plain = _row(image="nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc6.post2")
+    assert X.classify(plain, by_key, first) is None  # only the non-speculative config has that image
+
+
+def test_a_row_measured_before_any_speculative_config_or_outside_the_configs_days_is_not_listed():
+    by_key, first = _index()
+    assert X.classify(_row(day="2026-01-20"), by_key, first) is None  # before any -mtp config existed
+    late, first_late = _index(first="2026-01-01", last="2026-01-10")
+    assert X.classify(_row(day="2026-01-17"), late, first_late) == "mtp"  # a week after its last day
+    assert X.classify(_row(day="2026-01-18"), late, first_late) is None
+
+
+def test_a_row_without_its_image_matches_any_image_and_one_from_elsewhere_is_not_listed():
+    by_key, first = _index()
+    no_image = _row(conc=16)
+    no_image["silicon_data_source"] = "source_file=2026-03-25.csv; silicon_concurrency=16; measured=2026-02-05"
+    assert X.classify(no_image, by_key, first) is None  # conc 16 runs only without speculation
+    no_image["silicon_data_source"] = no_image["silicon_data_source"].replace("=16", "=8")
+    assert X.classify(no_image, by_key, first) == "unknown"
+    other = _row()
+    other["silicon_data_source"] = "source_file=/data/b200_sxm/trtllm/x.csv; silicon_concurrency=4; measured=2026-02-05"
+    assert X.classify(other, by_key, first) is None
+
+
+def test_a_disaggregated_row_is_matched_by_both_sides_and_its_clients_over_its_decode_workers():
+    by_key, first = _index()
+    row = _row(
+        mode="disagg",
+        conc=144,  # 16 per decode worker, as InferenceX's database exports count them
+        image="nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1.post2",
+        prefill_num_workers=1.0,
+        prefill_tp_size=1.0,
+        prefill_attention_dp_size=4.0,
+        prefill_moe_ep_size=4.0,
+        decode_num_workers=9.0,
+        decode_tp_size=8.0,
+        decode_attention_dp_size=1.0,
+        decode_moe_ep_size=8.0,
+    )
+    assert X.classify(row, by_key, first) == "mtp"
+    assert X.classify({**row, "decode_num_workers": 8.0}, by_key, first) is None  # another layout
+
+
+def test_the_table_lists_each_row_once_with_a_known_value_and_names_its_source():
+    rows = speculative_rows()
+    assert len(rows) > 300 and set(rows.values()) == set(SPECULATIVE)
+    text = (ROOT / "demos" / "zoo" / "vendor_data" / "inferencex_speculative.csv").read_text()
+    assert len(text.splitlines()) == len(rows) + 1
+    assert "843c6254ff69" in SOURCE and "Apache-2.0" in SOURCE
+    readme = (ROOT / "demos" / "zoo" / "vendor_data" / "README-inferencex.md").read_text(encoding="utf-8")
+    assert X.COMMIT in readme and "Apache" in readme
+
+
+@needs_tables
+def test_rows_the_configs_settle_read_as_the_configs_say():
+    """DeepSeek-R1 FP8 on B200 under TensorRT-LLM at 4 clients, 1,024 in and 8,192 out, TP 8: InferenceX ran
+    it from release 1.2.0rc6.post2 without MTP and from 1.2.0rc6.post3 (its -mtp config's image only) with
+    it; the second row measures 4.4 ms a token against the first's 10.1."""
+    rows = {r.id: r for r in measured.silicon_rows()}
+    mtp = rows["2026_04_06_deepseek_r1_b200_sxm_trtllm_fp8_agg_1024x8192_c4_tp8_ep1_68"]
+    plain = rows["2026_03_25_deepseek_r1_b200_sxm_trtllm_fp8_agg_1024x8192_c4_tp8_0_ep1_0_1187"]
+    assert (mtp.speculative, plain.speculative) == ("mtp", "none")
+    assert mtp.tpot_s < 0.5 * plain.tpot_s
+    assert set(speculative_rows()) <= set(rows)  # every listed id is a row of the extra's table
+    assert sum(r.speculative != "none" for r in rows.values()) == len(speculative_rows())
+
+
+@pytest.mark.slow
+@pytest.mark.long(80)
+@pytest.mark.timeout(300)
+@needs_tables
+@pytest.mark.skipif(not MIRROR.exists(), reason=f"needs a git mirror of SemiAnalysisAI/InferenceX at {MIRROR}")
+def test_the_table_regenerates_from_the_mirror():
+    pytest.importorskip("yaml")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "extract_inferencex_speculative.py"), "--repo", str(MIRROR), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
