@@ -36,6 +36,7 @@ from demos.fidelity.silicon import SYSTEM_GPUS, worker_layout
 from demos.fidelity.stats import error_stats
 from demos.serving.host import gated_deltanet_hybrid
 from demos.zoo.hardware import get_gpu, host_layout
+from demos.zoo.measured_rows import speculative_reason
 from demos.zoo.models import CHECKPOINTS, get_preset, weights_name
 
 __all__ = [
@@ -130,6 +131,8 @@ def _plan(r) -> dict | str:
     gpu = SYSTEM_GPUS.get(r.system)
     if gpu is None:
         return f"no GPU profile for {r.system}"
+    if why := speculative_reason(r):
+        return why
     if r.engine not in ("vllm", "sglang", "trtllm"):
         return f"no scheduler for {r.engine}"
     if r.batch < 1:

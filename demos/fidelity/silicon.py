@@ -41,6 +41,7 @@ from demos.vocabulary import Mode, Phase
 from demos.zoo.hardware import get_gpu
 from demos.zoo.kernel_times import kernel_times
 from demos.zoo.measured import SYSTEMS
+from demos.zoo.measured_rows import speculative_reason
 from demos.zoo.models import get_preset
 from demos.zoo.overlap_costs import step_profile
 from demos.zoo.run import ZooRun
@@ -114,6 +115,8 @@ def _plan(r) -> dict | str:
     gpu = SYSTEM_GPUS.get(r.system)
     if gpu is None:
         return f"no GPU profile for {r.system}"
+    if why := speculative_reason(r):
+        return why
     if r.mode != "disagg":
         return "aggregated worker (its TPOT mixes prefill chunks into decode steps)"
     if r.batch < 1:

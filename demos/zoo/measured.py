@@ -356,8 +356,11 @@ def silicon_rows() -> tuple[SiliconRow, ...]:
 
 @functools.lru_cache(maxsize=1)
 def _read_silicon() -> tuple[SiliconRow, ...]:
+    from demos.zoo.vendor_data.inferencex import speculative_rows
+
     _, pd = _modules()
     d = pd.read_csv(data_root() / "silicon_sample.csv")
+    speculative = speculative_rows()
     out = []
     for r in d.to_dict("records"):
         disagg = r["mode"] == "disagg"
@@ -388,6 +391,7 @@ def _read_silicon() -> tuple[SiliconRow, ...]:
                 concurrency=source_concurrency(r["silicon_data_source"]),
                 workers=_workers(r) if disagg else None,
                 release=row_release(r["backend_version"], r["silicon_data_source"]),
+                speculative=speculative.get(str(r["id"]), "none"),
             )
         )
     return tuple(out)

@@ -18,6 +18,7 @@ __all__ = [
     "SiliconRow",
     "row_release",
     "source_concurrency",
+    "speculative_reason",
 ]
 
 
@@ -163,7 +164,10 @@ class SiliconRow(NamedTuple):
     ``silicon_concurrency``; None when not recorded): the batch times the attention-DP ranks on most rows,
     not always the batch itself; ``workers`` a disaggregated row's (prefill, decode) worker counts (None
     for a co-located row, or where not recorded); ``release`` the engine release it ran (``row_release``;
-    None where neither its version nor its image says)."""
+    None where neither its version nor its image says); ``speculative`` whether the run decoded
+    speculatively: "mtp", "unknown" (its benchmark ran the layout with and without MTP and the row does not
+    say which) or "none" (``demos.zoo.vendor_data.inferencex``: InferenceX's exported rows; every other
+    row is "none")."""
 
     id: str
     engine: str
@@ -184,6 +188,7 @@ class SiliconRow(NamedTuple):
     concurrency: int | None = None
     workers: tuple[int, int] | None = None
     release: str | None = None
+    speculative: str = "none"
 
 
 _CONCURRENCY = re.compile(r"(?:^|;)\s*silicon_concurrency=(\d+)\s*(?:;|$)")
@@ -212,3 +217,13 @@ def row_release(version, source) -> str | None:
         return r
     m = _IMAGE.search(source) if isinstance(source, str) else None
     return _tag_release(m.group(1)) if m else None
+
+
+def speculative_reason(row: SiliconRow) -> str | None:
+    """Why a measured row that decoded speculatively, or may have, is not checked (speculative decoding is
+    not modelled); None for a row that did not."""
+    if row.speculative == "mtp":
+        return "ran with MTP speculative decoding (InferenceX's config): not modelled"
+    if row.speculative == "unknown":
+        return "InferenceX ran its layout with and without MTP speculative decoding: the row does not say which"
+    return None

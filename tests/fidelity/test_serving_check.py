@@ -117,6 +117,22 @@ def test_a_gated_deltanet_row_on_sglang_without_its_release_is_skipped_with_that
     assert isinstance(serving._plan(_row(release=None)), dict)  # a model without Gated DeltaNet layers
 
 
+@pytest.mark.parametrize(
+    "speculative, reason",
+    [("mtp", "ran with MTP speculative decoding"), ("unknown", "with and without MTP speculative decoding")],
+)
+def test_a_row_that_decoded_speculatively_or_may_have_is_skipped_by_both_checks_with_that_reason(speculative, reason):
+    """Speculative decoding is not modelled: a row InferenceX ran with MTP, or ran both ways without saying
+    which, is not judged (``demos.zoo.vendor_data.inferencex``); the same row without it is."""
+    from demos.fidelity import silicon
+
+    row = _row(model="deepseek-ai/DeepSeek-V3", speculative=speculative)
+    assert reason in serving._plan(row)
+    assert reason in silicon._plan(row._replace(mode="disagg"))
+    assert isinstance(serving._plan(row._replace(speculative="none")), dict)
+    assert isinstance(silicon._plan(row._replace(mode="disagg", speculative="none")), dict)
+
+
 @needs_tables
 def test_every_attention_dp_row_records_the_batch_times_its_ranks():
     rows = [r for r in measured.silicon_rows() if r.mode == "agg" and r.attention_dp > 1 and r.concurrency]
