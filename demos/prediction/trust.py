@@ -23,10 +23,10 @@ CHECKED_ON = "2026-12-06"
 
 SILICON = {
     # gpu: (family, rows, median error, max error), decode
-    "h200": ("hopper", 28, -0.081, -0.233),
-    "b200": ("blackwell", 31, -0.021, -0.331),
-    "gb200": ("blackwell", 25, -0.080, -0.341),
-    "gb300": ("blackwell", 30, -0.073, -0.318),
+    "h200": ("hopper", 18, -0.060, -0.233),
+    "b200": ("blackwell", 24, 0.007, -0.331),
+    "gb200": ("blackwell", 20, -0.090, -0.341),
+    "gb300": ("blackwell", 26, -0.082, -0.318),
 }
 
 PUBLISHED = {

@@ -67,8 +67,11 @@ def test_silicon_json_predicts_decode_rows_of_two_engines_on_each_gpu(validate_j
     keys = {"gpu", "engine", "phase", "model", "tokens", "predicted_s", "measured_s", "gap_s"}
     data = _checked_json("silicon", validate_json, keys)
     decode = {s["gpu"]: s for s in data["summary"] if s["phase"] == "decode"}
-    for gpu in ("h200", "b200", "gb200"):
+    for gpu in ("b200", "gb200", "gb300"):
         assert decode[gpu]["rows"] >= 10 and len(decode[gpu]["engines"]) >= 2
+    # H200's three SGLang decode rows are InferenceX runs with and without MTP (``SiliconRow.speculative``)
+    assert decode["h200"]["rows"] >= 10 and decode["h200"]["engines"] == ["trtllm"]
+    assert any("MTP speculative decoding" in reason for reason in data["skipped"])
     assert any("MoE tensor parallelism" in reason for reason in data["skipped"])
     assert silicon_summaries([]) == []
     for g in data["gaps"]:  # the gap's shape per row class, each class fitted on its own decode rows
