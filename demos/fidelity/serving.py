@@ -137,7 +137,7 @@ def _plan(r) -> dict | str:
         return f"no scheduler for {r.engine}"
     if r.batch < 1:
         return "no batch recorded" if r.mode != "agg" else "no concurrency recorded"
-    if r.engine == "sglang" and r.release is None and gated_deltanet_hybrid(get_preset(served[0])):
+    if r.engine == "sglang" and r.release is None and r.radix_cache and gated_deltanet_hybrid(get_preset(served[0])):
         return "SGLang release not recorded: its overlap schedule for Gated DeltaNet models depends on it"
     decode = _layout(gpu, r.tp, r.attention_dp, r.moe_ep, r.moe_tp)
     if isinstance(decode, str):
@@ -223,6 +223,7 @@ def _colocated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) -> t
         pricers=pricers,
         moe_tp=plan["moe_tp"],
         release=r.release if r.engine == "sglang" else None,
+        disable_radix_cache=r.engine == "sglang" and not r.radix_cache,
     )
     ttft, tpot = _means(run._raw["none"][0], warm)
     return ttft, tpot, plan["ep"]
@@ -252,6 +253,7 @@ def _disaggregated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) 
         kv_cache_dtype=plan["kv_cache_dtype"],
         pricers=pricers,
         release=r.release if r.engine == "sglang" else None,
+        disable_radix_cache=r.engine == "sglang" and not r.radix_cache,
     )
     ttft, tpot = _means(lives["none"], warm)
     gpus = plan["workers"][0] * pre["ep"] + plan["workers"][1] * plan["ep"]

@@ -105,6 +105,12 @@ def build_parser() -> cli_common.OneLineParser:
         metavar="VERSION",
         help="SGLang only: the release whose host behaviour the steps take, e.g. 0.5.9 (default: the pinned one)",
     )
+    a(
+        "--disable-radix-cache",
+        action="store_true",
+        help="SGLang only: the server runs without its radix cache (keeps the overlap schedule where --release would "
+        "turn it off)",
+    )
     a("--json", dest="json_path", default=None, metavar="PATH", help="write the run as JSON")
     a("--csv", dest="csv_path", default=None, metavar="PATH", help="write one row per request per overlap run")
     a("--plot", dest="plot_path", default=None, metavar="PATH.png", help="latency CDFs with and without each overlap")
@@ -152,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_seqs=ns.max_seqs,
             search=not ns.no_search,
             release=ns.release,
+            disable_radix_cache=ns.disable_radix_cache,
             progress=lambda d, t, w: bar(f"{d}/{t} requests ({w})"),
         )
     except ConfigError as e:

@@ -31,7 +31,7 @@ from demos.prediction.engines import (
     served_model,
 )
 from demos.serving import arrivals, split_rules
-from demos.serving.host import check_release, host_step_seconds, overlap_off_reason
+from demos.serving.host import check_radix_cache, check_release, host_step_seconds, overlap_off_reason
 from demos.serving.ranks import prepare
 from demos.serving.result import CSV_COLUMNS, FLOOR, ServingRun
 from demos.serving.run import OverlapRun, PoolKind, ServingError, metrics, serve
@@ -148,16 +148,20 @@ def simulate(
     pricers: dict | None = None,
     moe_tp: int = 1,
     release: str | None = None,
+    disable_radix_cache: bool = False,
 ) -> ServingRun:
     """The serving run (module docstring). ``pricers``: a dict the step pricers are kept in by deployment,
     so runs of one deployment share their grid points (None: one pricer for this run). ``release``: the
-    engine's release whose host behaviour the steps take (``demos.serving.host``; None: the pinned one)."""
+    engine's release whose host behaviour the steps take (``demos.serving.host``; None: the pinned one);
+    ``disable_radix_cache``: SGLang's server runs without its radix cache (``--disable-radix-cache``), which
+    keeps the overlap schedule on where the release would turn it off."""
     if engine not in ENGINES:
         raise ConfigError(f"{field_ref('engine')} must be one of {', '.join(ENGINES)}, got {engine!r}")
     if pool not in PoolKind.choices():
         raise ConfigError(f"{field_ref('pool')} must be one of {', '.join(PoolKind.choices())}, got {pool!r}")
     pool_kind = PoolKind(pool)
     check_release(engine, release)
+    check_radix_cache(engine, disable_radix_cache)
     for name, v in (("dbo_decode_token_threshold", dbo_decode_token_threshold), ("max_seqs", max_seqs)):
         _positive(name, v)
     _positive("dbo_prefill_token_threshold", dbo_prefill_token_threshold)
@@ -202,8 +206,8 @@ def simulate(
     )
     base, pricer, dp, kv = setup.base, setup.pricer, setup.dp, setup.kv
     c = base.cluster
-    host_off = overlap_off_reason(engine, release, base.spec)
-    host_s = host_step_seconds(engine, release, base.spec)
+    host_off = overlap_off_reason(engine, release, base.spec, not disable_radix_cache)
+    host_s = host_step_seconds(engine, release, base.spec, not disable_radix_cache)
     thresholds = (
         dbo_decode_token_threshold or VLLM_DEFAULT_THRESHOLDS[Phase.DECODE],
         dbo_prefill_token_threshold or VLLM_DEFAULT_THRESHOLDS[Phase.PREFILL],

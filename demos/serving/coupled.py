@@ -30,7 +30,7 @@ from demos.errors import ConfigError, field_ref
 from demos.prediction.engines import VLLM_DEFAULT_THRESHOLDS
 from demos.serving import arrivals
 from demos.serving.batch import RankBatch, SplitDecision
-from demos.serving.host import check_release, host_step_seconds
+from demos.serving.host import check_radix_cache, check_release, host_step_seconds
 from demos.serving.ranks import RankSetup, prepare
 from demos.serving.requests import Request
 from demos.serving.run import OverlapRun, Pool, PoolKind, ServingError, StepRecord, metrics, step_pool, stuck
@@ -155,18 +155,21 @@ def simulate_disaggregated(
     kernels: str = "roofline",
     pricers: dict | None = None,
     release: str | None = None,
+    disable_radix_cache: bool = False,
 ) -> tuple[dict[str, OverlapRun], dict[str, list[Live]], dict[str, Any]]:
     """A closed loop of ``concurrency`` clients over a disaggregated deployment (module docstring), per
     overlap strategy in ``overlap`` (each side under the engine's own split rule): ``(runs, lives, setup)``
     with ``runs[overlap]`` the ``OverlapRun`` (the decode side's steps for the split share), ``lives`` the
     requests as they ended, ``setup`` the sides' data-parallel ranks and KV capacity. ``release``: the engine's
-    release whose host behaviour both sides' steps take (``demos.serving.host``; None: the pinned one)."""
+    release whose host behaviour both sides' steps take (``demos.serving.host``; None: the pinned one),
+    ``disable_radix_cache`` as ``demos.serving.api.simulate``'s."""
     from demos.serving.api import ENGINES
     from demos.serving.split_rules import split_rule
 
     if engine not in ENGINES:
         raise ConfigError(f"{field_ref('engine')} must be one of {', '.join(ENGINES)}, got {engine!r}")
     check_release(engine, release)
+    check_radix_cache(engine, disable_radix_cache)
     n = requests or 1000
     source = arrivals.ClosedLoop(concurrency, isl, osl, n, 2 * concurrency if warmup is None else warmup)
     native = load_model(model)
@@ -190,7 +193,7 @@ def simulate_disaggregated(
 
     sides = {PoolKind.PREFILL: set_up(prefill, Phase.PREFILL), PoolKind.DECODE: set_up(decode, Phase.DECODE)}
     p = sides[PoolKind.PREFILL][1]
-    host_s = host_step_seconds(engine, release, p.base.spec)
+    host_s = host_step_seconds(engine, release, p.base.spec, not disable_radix_cache)
     per_token = kv_bytes_per_token(p.base)
     nic = p.base.gpu.nic_bandwidth
 

@@ -20,8 +20,13 @@ exception read in an engine's source, the host time each step costs where it is 
   ``overlap_off_release`` holds those dates as releases: 0.5.10 and older, and nightlies to 2026-06-04, run
   without the overlap; 0.5.23 (the pinned one) and nightlies from 2026-07-04 with it; a release between
   was not read and is refused for these models. Kimi Delta Attention models are not covered (their
-  handling was not read). Assumed: the measured
-  rows ran the defaults (no ``--disable-radix-cache``, no speculative decoding).
+  handling was not read). The handler turns the overlap off only with the radix cache on: a server
+  launched with ``--disable-radix-cache`` keeps it (the handler's own warning suggests that flag), as does
+  one on ``trtllm_mha`` (the handler then turns the radix cache off and the overlap back on), so
+  ``radix_cache=False`` exposes nothing. InferenceX's SGLang scripts for Qwen3.5 pass
+  ``--disable-radix-cache`` (every version from 2026-02-19; ``SiliconRow.radix_cache``), so its measured rows
+  ran with the overlap on; rows that record no launch flags are taken to have run the default (on), a
+  guess.
 
 ``HOST_STEP_S``, what the host costs a step when exposed, is one published measurement, not fitted: SGLang
 pull request #38131 (2026-09-05) turned the overlap back on for LFM2 under ``no_buffer`` and measured
@@ -42,6 +47,7 @@ from demos.zoo.models.linear_spec import linear_of
 
 __all__ = [
     "HOST_STEP_S",
+    "check_radix_cache",
     "check_release",
     "gated_deltanet_hybrid",
     "host_step_seconds",
@@ -102,15 +108,26 @@ def check_release(engine: str, release: str | None) -> None:
         )
 
 
+def check_radix_cache(engine: str, disable_radix_cache: bool) -> None:
+    """A ``ConfigError`` in one line for the radix cache turned off on an engine other than SGLang: only
+    SGLang's host depends on it here."""
+    if disable_radix_cache and engine != "sglang":
+        raise ConfigError(
+            f"{field_ref('disable_radix_cache')} is SGLang's only: its radix cache changes its host behaviour "
+            f"here; {engine} runs as its pinned release (leave it out)"
+        )
+
+
 def gated_deltanet_hybrid(spec: Any) -> bool:
     """Whether model ``spec`` (a ``ModelSpec``) has Gated DeltaNet layers (the models the rule covers)."""
     return any(isinstance(linear_of(spec.attention, i), GatedDeltaNet) for i in range(spec.num_layers))
 
 
-def overlap_off_reason(engine: str, release: str | None, spec: Any) -> str | None:
+def overlap_off_reason(engine: str, release: str | None, spec: Any, radix_cache: bool = True) -> str | None:
     """Why ``engine`` at ``release`` (None: the pinned one) runs model ``spec`` (a ``ModelSpec``) with its host
-    exposed, or None where its overlap hides it (module docstring)."""
-    if engine != "sglang" or not gated_deltanet_hybrid(spec):
+    exposed, or None where its overlap hides it (module docstring); ``radix_cache``: SGLang's radix cache on
+    (its default; off, ``--disable-radix-cache``, keeps the overlap)."""
+    if engine != "sglang" or not radix_cache or not gated_deltanet_hybrid(spec):
         return None
     from demos.prediction.engines import SGLANG_VERSION
 
@@ -123,7 +140,7 @@ def overlap_off_reason(engine: str, release: str | None, spec: Any) -> str | Non
     )
 
 
-def host_step_seconds(engine: str, release: str | None, spec: Any) -> float:
-    """Seconds each step of ``engine`` at ``release`` serving ``spec`` adds for its host: ``HOST_STEP_S``
-    where ``overlap_off_reason`` names one, else 0."""
-    return HOST_STEP_S if overlap_off_reason(engine, release, spec) else 0.0
+def host_step_seconds(engine: str, release: str | None, spec: Any, radix_cache: bool = True) -> float:
+    """Seconds each step of ``engine`` at ``release`` serving ``spec`` (``radix_cache``: as
+    ``overlap_off_reason``) adds for its host: ``HOST_STEP_S`` where ``overlap_off_reason`` names one, else 0."""
+    return HOST_STEP_S if overlap_off_reason(engine, release, spec, radix_cache) else 0.0

@@ -167,7 +167,8 @@ class SiliconRow(NamedTuple):
     None where neither its version nor its image says); ``speculative`` whether the run decoded
     speculatively: "mtp", "unknown" (its benchmark ran the layout with and without MTP and the row does not
     say which) or "none" (``demos.zoo.vendor_data.inferencex``: InferenceX's exported rows; every other
-    row is "none")."""
+    row is "none"); ``radix_cache`` whether an SGLang server ran with its radix cache (its default; off
+    where the benchmark's launch script is known to disable it: ``inferencex.radix_cache_off``)."""
 
     id: str
     engine: str
@@ -189,6 +190,7 @@ class SiliconRow(NamedTuple):
     workers: tuple[int, int] | None = None
     release: str | None = None
     speculative: str = "none"
+    radix_cache: bool = True
 
 
 _CONCURRENCY = re.compile(r"(?:^|;)\s*silicon_concurrency=(\d+)\s*(?:;|$)")

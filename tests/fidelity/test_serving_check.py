@@ -113,6 +113,7 @@ def test_a_gated_deltanet_row_on_sglang_without_its_release_is_skipped_with_that
     if ("Qwen/Qwen3.5-397B-A17B", "fp8") not in serving.SERVED:
         pytest.skip("Qwen3.5's checkpoint is not served")
     assert "release not recorded" in serving._plan(_row(**qwen, release=None))
+    assert isinstance(serving._plan(_row(**qwen, release=None, radix_cache=False)), dict)  # overlap on at any release
     assert isinstance(serving._plan(_row(**qwen, release="0.5.9")), dict)
     assert isinstance(serving._plan(_row(release=None)), dict)  # a model without Gated DeltaNet layers
 

@@ -104,3 +104,32 @@ def test_a_release_only_sglang_can_have_is_refused_in_one_line(capsys):
     assert main([*argv, "--release", "0.19.0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--release" in err[0] and "only SGLang" in err[0]
+
+
+def test_a_server_without_its_radix_cache_keeps_the_overlap_at_any_release():
+    """SGLang's handler turns the overlap off only with the radix cache on: ``--disable-radix-cache`` keeps
+    it, so a 0.5.9 server launched so steps as the pinned release does (InferenceX's Qwen3.5 runs). The bug
+    this catches: the host charged whatever the server's flags."""
+    assert overlap_off_reason("sglang", "0.5.9", QWEN35, radix_cache=False) is None
+    assert host_step_seconds("sglang", "0.5.9", QWEN35, radix_cache=False) == 0.0
+    kw = dict(
+        engine="sglang", pool="decode", gpu="h200", ep=8, attention_tp=8, concurrency=4, isl=256, osl=16,
+        requests=8, warmup=4, overlap="none", search=False, pricers={},
+    )  # fmt: skip
+    pinned = simulate("qwen3.5-397b-a17b", release="0.5.23", **kw)
+    no_radix = simulate("qwen3.5-397b-a17b", release="0.5.9", disable_radix_cache=True, **kw)
+    assert no_radix.runs[0].tpot_ms.p50 == pinned.runs[0].tpot_ms.p50
+    assert not any("host between steps" in s for s in no_radix.sources)
+
+
+def test_the_radix_cache_off_is_sglangs_only_and_refused_elsewhere_in_one_line(capsys):
+    from demos.serving.host import check_radix_cache
+
+    check_radix_cache("sglang", True)
+    check_radix_cache("vllm", False)
+    with pytest.raises(ConfigError, match="SGLang's only"):
+        check_radix_cache("trtllm", True)
+    argv = ["--model", "qwen3-30b-a3b", "--engine", "vllm", "--concurrency", "4", "--isl", "64", "--osl", "4"]
+    assert main([*argv, "--disable-radix-cache"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--disable-radix-cache" in err[0] and "SGLang's only" in err[0]

@@ -217,3 +217,31 @@ def test_the_table_regenerates_from_the_mirror():
         timeout=280,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "model, source, off",
+    [
+        ("Qwen/Qwen3.5-397B-A17B", "source_file=2026-03-25.csv; measured=2026-03-24T00:00:00Z; image=x:v0.5.9", True),
+        ("Qwen/Qwen3.5-397B-A17B", "db-dump/2026-04-27; config_id=1; measured=2026-02-19T00:00:00.000Z", True),
+        ("Qwen/Qwen3.5-397B-A17B", "source_file=2026-03-25.csv; measured=2026-02-18T10:00:00Z", False),
+        ("Qwen/Qwen3.5-397B-A17B", "source_file=qwen3.5-397b-gap-analysis.csv; measured=2026-03-24", False),
+        ("Qwen/Qwen3.5-397B-A17B", "source_file=2026-03-25.csv", False),
+        ("zhipuai/GLM-5", "source_file=2026-03-25.csv; measured=2026-03-24T00:00:00Z", False),
+        ("Qwen/Qwen3.5-397B-A17B", float("nan"), False),
+    ],
+)
+def test_inferencex_qwen35_rows_from_the_day_its_scripts_disable_the_radix_cache_ran_without_it(model, source, off):
+    """InferenceX's SGLang scripts for Qwen3.5 pass --disable-radix-cache from 2026-02-19: its exports from
+    then ran without it; NVIDIA's own runs, earlier days and other models record nothing (the default)."""
+    from demos.zoo.vendor_data.inferencex import radix_cache_off
+
+    assert radix_cache_off(model, source) is off
+
+
+@needs_tables
+def test_the_measured_qwen35_rows_read_their_radix_cache_from_their_source():
+    rows = [r for r in measured.silicon_rows() if r.model == "Qwen/Qwen3.5-397B-A17B"]
+    off = [r for r in rows if not r.radix_cache]
+    assert len(off) == 275 and len(rows) - len(off) == 76  # the 76: NVIDIA's own gap-analysis runs
+    assert {r.system for r in rows if r.radix_cache} == {"b200_sxm", "h200_sxm"}

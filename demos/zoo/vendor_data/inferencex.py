@@ -12,16 +12,38 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from functools import lru_cache
 from importlib.resources import files
 from types import MappingProxyType
 
-__all__ = ["SOURCE", "SPECULATIVE", "speculative_rows"]
+__all__ = ["RADIX_CACHE_OFF", "SOURCE", "SPECULATIVE", "radix_cache_off", "speculative_rows"]
 
 SOURCE = (
     "SemiAnalysisAI/InferenceX @ 843c6254ff69 (its benchmark configs, .github/configs/nvidia-master.yaml, "
     "every version on that commit's history), Apache-2.0"
 )
+
+RADIX_CACHE_OFF = {"Qwen/Qwen3.5-397B-A17B": "2026-02-19"}
+"""The models whose InferenceX SGLang launch scripts pass ``--disable-radix-cache``, by the name the measured
+rows give, with the day from which every version of those scripts does
+(``benchmarks/single_node/qwen3.5_{bf16,fp8,fp4}_{b200,b300,h200,h100}.sh`` and their ``_mtp`` twins; only
+the B200 BF16 script's first versions, 2026-02-16 and the first of 2026-02-19, ran the default)."""
+
+_EXPORT = re.compile(r"^(?:source_file=20\d\d-\d\d-\d\d\.csv|db-dump/)")
+_MEASURED = re.compile(r"measured=(\d{4}-\d\d-\d\d)")
+
+
+def radix_cache_off(model: str, source: str) -> bool:
+    """Whether a measured row of ``model`` (its ``model_path``) with source field ``source`` is an InferenceX
+    export whose SGLang server ran without its radix cache (``RADIX_CACHE_OFF``; a row measured on or after
+    its day)."""
+    since = RADIX_CACHE_OFF.get(model)
+    if since is None or not isinstance(source, str) or not _EXPORT.match(source):
+        return False
+    day = _MEASURED.search(source)
+    return bool(day) and day.group(1) >= since
+
 
 SPECULATIVE = ("mtp", "unknown")
 """The values a listed row takes (module docstring); a row not listed is ``"none"``."""
