@@ -36,6 +36,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from demos.zoo.measured_rows import source_concurrency
+from demos.zoo.vendor_data.inferencex import exported, measured_day
+
 COMMIT = "843c6254ff69b567f772f6a5fd97675af3d04431"
 DEFAULT_REPO = "/work/.mirror/SemiAnalysisAI+InferenceX/repo"
 CONFIG = ".github/configs/nvidia-master.yaml"
@@ -116,7 +119,8 @@ def entries(text: str) -> set[tuple]:
 
 def spans(repo: str, commit: str) -> tuple[dict, dict]:
     """``({entry without spec: [(spec, first day, last day)]}, {(prefix, precision, gpu, framework): first
-    day with speculative decoding})`` over every version of the config file on ``commit``'s history."""
+    day with speculative decoding})`` over every version of the config file on ``commit``'s history
+    (``index`` of each entry's first and last day)."""
     log = subprocess.run(
         ["git", "-C", repo, "log", commit, "--format=%h %aI", "--", CONFIG], check=True, capture_output=True, text=True
     ).stdout.split()
@@ -128,6 +132,11 @@ def spans(repo: str, commit: str) -> tuple[dict, dict]:
         for e in entries(text.stdout):
             span = days.setdefault(e, [when[:10], when[:10]])
             span[0], span[1] = min(span[0], when[:10]), max(span[1], when[:10])
+    return index(days)
+
+
+def index(days: dict) -> tuple[dict, dict]:
+    """``spans``' two maps from ``{entry: (first day, last day)}`` (``entries``' tuples, spec last)."""
     by_key, first_spec = defaultdict(list), {}
     for e, (a, b) in days.items():
         by_key[e[:-1]].append((e[-1], a, b))
@@ -146,14 +155,13 @@ def classify(row: dict, by_key: dict, first_spec: dict) -> str | None:
     """``"mtp"`` or ``"unknown"`` for one exported row, None when plainly non-speculative or not
     an InferenceX export (module docstring)."""
     source = str(row["silicon_data_source"])
-    if not (source.startswith("source_file=20") or source.startswith("db-dump/")):
+    if not exported(source):
         return None
-    day = re.search(r"measured=(\d{4}-\d\d-\d\d)", source)
-    day = day.group(1) if day else None
+    day = measured_day(source)
     image = re.search(r"(?:image=|; )([^;\s]+:[^;\s]+)\s*$", source)
     tag = image.group(1).split(":")[-1] if image else "*"
     gpu = str(row["system"]).replace("_sxm", "")
-    conc = int(re.search(r"silicon_concurrency=(\d+)", source).group(1))
+    conc = source_concurrency(source)
     disagg = row["mode"] == "disagg"
     if disagg:
         if row["prefill_num_workers"] != row["prefill_num_workers"]:  # NaN: no layout recorded

@@ -198,6 +198,13 @@ def serving_rows(
     return out, dict(skipped.most_common())
 
 
+def _host_flags(r) -> dict:
+    """The SGLang server flags a row's host behaviour depends on (``demos.serving.host``): its release and
+    whether it ran without its radix cache; other engines run as their pinned releases."""
+    sglang = r.engine == "sglang"
+    return dict(release=r.release if sglang else None, disable_radix_cache=sglang and not r.radix_cache)
+
+
 def _colocated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) -> tuple[float, float, int]:
     """A co-located row run as its benchmark ran (``demos.serving.api.simulate``): mean TTFT, mean TPOT,
     GPUs (the worker's, its EP group)."""
@@ -222,8 +229,7 @@ def _colocated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) -> t
         kv_cache_dtype=plan["kv_cache_dtype"],
         pricers=pricers,
         moe_tp=plan["moe_tp"],
-        release=r.release if r.engine == "sglang" else None,
-        disable_radix_cache=r.engine == "sglang" and not r.radix_cache,
+        **_host_flags(r),
     )
     ttft, tpot = _means(run._raw["none"][0], warm)
     return ttft, tpot, plan["ep"]
@@ -252,8 +258,7 @@ def _disaggregated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) 
         weights=plan["weights"],
         kv_cache_dtype=plan["kv_cache_dtype"],
         pricers=pricers,
-        release=r.release if r.engine == "sglang" else None,
-        disable_radix_cache=r.engine == "sglang" and not r.radix_cache,
+        **_host_flags(r),
     )
     ttft, tpot = _means(lives["none"], warm)
     gpus = plan["workers"][0] * pre["ep"] + plan["workers"][1] * plan["ep"]

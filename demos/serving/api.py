@@ -31,7 +31,7 @@ from demos.prediction.engines import (
     served_model,
 )
 from demos.serving import arrivals, split_rules
-from demos.serving.host import check_radix_cache, check_release, host_step_seconds, overlap_off_reason
+from demos.serving.host import HOST_STEP_S, check_radix_cache, check_release, overlap_off_reason
 from demos.serving.ranks import prepare
 from demos.serving.result import CSV_COLUMNS, FLOOR, ServingRun
 from demos.serving.run import OverlapRun, PoolKind, ServingError, metrics, serve
@@ -207,7 +207,7 @@ def simulate(
     base, pricer, dp, kv = setup.base, setup.pricer, setup.dp, setup.kv
     c = base.cluster
     host_off = overlap_off_reason(engine, release, base.spec, not disable_radix_cache)
-    host_s = host_step_seconds(engine, release, base.spec, not disable_radix_cache)
+    host_s = HOST_STEP_S if host_off else 0.0  # host_step_seconds, its reason kept for the sources
     thresholds = (
         dbo_decode_token_threshold or VLLM_DEFAULT_THRESHOLDS[Phase.DECODE],
         dbo_prefill_token_threshold or VLLM_DEFAULT_THRESHOLDS[Phase.PREFILL],

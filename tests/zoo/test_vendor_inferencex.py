@@ -86,13 +86,7 @@ dsr1-fp8-b200-dynamo-trt:
 
 def _index(first: str = "2026-02-01", last: str = "2026-03-01"):
     """The synthetic config as ``spans`` indexes it, every entry present from ``first`` to ``last``."""
-    by_key, first_spec = {}, {}
-    for e in X.entries(CONFIG):
-        for key in (e[:-1], e[:4] + ("*",) + e[5:-1]):
-            by_key.setdefault(key, []).append((e[-1], first, last))
-        if e[-1] != "none":
-            first_spec[e[:4]] = min(first_spec.get(e[:4], "9999"), first)
-    return by_key, first_spec
+    return X.index({e: (first, last) for e in X.entries(CONFIG)})
 
 
 def _row(**kw) -> dict:

@@ -17,7 +17,15 @@ from functools import lru_cache
 from importlib.resources import files
 from types import MappingProxyType
 
-__all__ = ["RADIX_CACHE_OFF", "SOURCE", "SPECULATIVE", "radix_cache_off", "speculative_rows"]
+__all__ = [
+    "RADIX_CACHE_OFF",
+    "SOURCE",
+    "SPECULATIVE",
+    "exported",
+    "measured_day",
+    "radix_cache_off",
+    "speculative_rows",
+]
 
 SOURCE = (
     "SemiAnalysisAI/InferenceX @ 843c6254ff69 (its benchmark configs, .github/configs/nvidia-master.yaml, "
@@ -34,15 +42,25 @@ _EXPORT = re.compile(r"^(?:source_file=20\d\d-\d\d-\d\d\.csv|db-dump/)")
 _MEASURED = re.compile(r"measured=(\d{4}-\d\d-\d\d)")
 
 
+def exported(source) -> bool:
+    """Whether a measured row's source field names one of InferenceX's exports (``source_file=YYYY-MM-DD.csv``
+    or ``db-dump/...``), not another source (NVIDIA's own runs)."""
+    return isinstance(source, str) and bool(_EXPORT.match(source))
+
+
+def measured_day(source) -> str | None:
+    """The ``YYYY-MM-DD`` of a source field's ``measured=``, None where it records none."""
+    m = _MEASURED.search(source) if isinstance(source, str) else None
+    return m.group(1) if m else None
+
+
 def radix_cache_off(model: str, source: str) -> bool:
     """Whether a measured row of ``model`` (its ``model_path``) with source field ``source`` is an InferenceX
     export whose SGLang server ran without its radix cache (``RADIX_CACHE_OFF``; a row measured on or after
     its day)."""
     since = RADIX_CACHE_OFF.get(model)
-    if since is None or not isinstance(source, str) or not _EXPORT.match(source):
-        return False
-    day = _MEASURED.search(source)
-    return bool(day) and day.group(1) >= since
+    day = measured_day(source)
+    return since is not None and exported(source) and day is not None and day >= since
 
 
 SPECULATIVE = ("mtp", "unknown")
