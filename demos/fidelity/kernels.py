@@ -13,8 +13,9 @@ way the predictor times that kernel, and compared:
   family's fitted module time (``demos.zoo.attention_module``);
 * ``dsa module``: SGLang's whole sparse-MLA decode module (DeepSeek-V3.2 and GLM-5: FP8 block GEMMs, BF16
   cache, the indexer, FlashAttention-3 on Hopper and TRT-LLM's attention on Blackwell) against the
-  predictor's sparse attention op, composed as for ``mla module`` and fitted to nothing
-  (``demos.zoo.attention_module.dsa_rows``);
+  predictor's sparse attention op, composed as for ``mla module`` (``demos.zoo.attention_module.dsa_rows``);
+  ``dsa indexer``: the indexer's share of GLM-5's (the module less the module without it: ``index_rows``)
+  against the ``attn_index`` op alone, whose fixed time is fitted to the rows below 2,048 cached tokens;
 * ``csa module`` / ``hca module``: SGLang's whole DeepSeek-V4 decode modules (Flash and Pro, FP8 block GEMMs and
   an FP8 cache, attention TP 1 to 8) against the predictor's compressed attention op of a layer of that
   ratio (``demos.zoo.attention_module.v4_rows``), fitted to nothing;
@@ -97,6 +98,7 @@ OPS = (
     "mla prefill",
     "mla module",
     "dsa module",
+    "dsa indexer",
     "csa module",
     "hca module",
     "msa module",
@@ -196,13 +198,15 @@ def _module_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
         yield CheckRow(gpu, "mla module", shape, composed_seconds(gpu, r, fit), r.seconds)
 
 
-def _dsa_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
-    from demos.zoo.attention_module import DSA_MODELS, composed_seconds, dsa_rows
+def _dsa_rows(gpu: str, fit: FamilyFit, ops: set[str]) -> Iterable[CheckRow]:
+    from demos.zoo import attention_module as am
 
-    for r in dsa_rows(gpu):
-        model = DSA_MODELS[r.model]
-        shape = f"{model} batch={r.batch} heads={r.heads} kv={r.kv_len}"
-        yield CheckRow(gpu, "dsa module", shape, composed_seconds(gpu, r, fit, model), r.seconds)
+    for r in am.dsa_rows(gpu) if "dsa module" in ops else ():
+        shape = f"{am.DSA_MODELS[r.model]} batch={r.batch} heads={r.heads} kv={r.kv_len}"
+        yield CheckRow(gpu, "dsa module", shape, am.composed_seconds(gpu, r, fit, am.DSA_MODELS[r.model]), r.seconds)
+    for r in am.index_rows(gpu) if "dsa indexer" in ops else ():
+        shape = f"glm-5 batch={r.batch} heads={r.heads} kv={r.kv_len}"
+        yield CheckRow(gpu, "dsa indexer", shape, am.index_composed_seconds(gpu, r, fit), r.seconds)
 
 
 def _v4_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
@@ -329,8 +333,7 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
         out += [r for r in _mla_rows(gpu, fit) if r.op in ops]
     if "mla module" in ops:
         out += list(_module_rows(gpu, fit))
-    if "dsa module" in ops:
-        out += list(_dsa_rows(gpu, fit))
+    out += list(_dsa_rows(gpu, fit, ops))
     if ops & {"csa module", "hca module"}:
         out += [r for r in _v4_rows(gpu, fit) if r.op in ops]
     if "msa module" in ops:

@@ -125,7 +125,8 @@ def fit_amd_family(family: str, base: FamilyFit) -> FamilyFit:
     source = (
         f"{aiter.SOURCE}: FP8 block-scaled GEMMs, {bf16_note}, fused MoE (FP8) on {name}; "
         f"{SOURCES['ROCm/mori']} IntraNodeLL on {', '.join(_LL_GPUS[family])}; the MLA, linear-attention, "
-        f"hyper-connection and indexer curves and the MLA module's fixed time borrowed from {BORROWED} ({base.source})"
+        f"hyper-connection and indexer curves and the MLA module's and DSA indexer's fixed times borrowed from "
+        f"{BORROWED} ({base.source})"
     )
     # no engine's local fused MoE or custom all-reduce tables for AMD: a local MoE on ``experts`` without a fixed
     # time, the all-reduce on the ring model

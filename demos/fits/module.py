@@ -1,12 +1,14 @@
-"""Fitting the MLA decode module's fixed time: what an engine's whole attention module takes beyond the
-kernels the predictor composes it of (``demos.zoo.attention_module`` says why it exists and how the
-predictor charges it).
+"""Fitting the attention modules' fixed times: what an engine's whole module takes beyond the kernels the
+predictor composes it of (``demos.zoo.attention_module`` says why each exists and how the predictor charges
+it).
 
-``fit_module_extra(fit, gpus)`` is that constant per GPU family, fitted as every curve is (the median row
-on the curve: ``median((composed + extra) / measured) = 1``) over the family's module rows
-(``demos.zoo.attention_module.module_rows``), the op composed by the predictor itself
-(``composed_seconds``). ``fitted_family(family, gpus)`` is a family's curves (``demos.fits.rooflines``)
-with the extra fitted on top: what ``python -m demos.fits write`` stores.
+``fit_module_extra(fit, gpus)`` is the MLA decode module's constant per GPU family, fitted as every curve is
+(the median row on the curve: ``median((composed + extra) / measured) = 1``) over the family's module rows
+(``demos.zoo.attention_module.module_rows``), the op composed by the predictor itself (``composed_seconds``).
+``fit_index_extra(fit, gpus)`` is a DeepSeek sparse attention decode indexer's, the same way over the
+indexer's share of SGLang's GLM-5 modules below ``INDEX_FIT_BELOW`` cached tokens (``index_rows``, the op
+composed by ``index_composed_seconds``). ``fitted_family(family, gpus)`` is a family's curves
+(``demos.fits.rooflines``) with both fitted on top: what ``python -m demos.fits write`` stores.
 """
 
 from __future__ import annotations
@@ -17,14 +19,22 @@ from dataclasses import replace
 from typing import Any
 
 from demos.fits.rooflines import fit_family
-from demos.zoo.attention_module import composed_seconds, module_rows
+from demos.zoo.attention_module import (
+    INDEX_FIT_BELOW,
+    composed_seconds,
+    index_composed_seconds,
+    index_rows,
+    module_rows,
+)
 from demos.zoo.rooflines import FIT_GPUS, FamilyFit
 
-__all__ = ["composed_lines", "fit_module_extra", "fitted_family"]
+__all__ = ["composed_lines", "fit_index_extra", "fit_module_extra", "fitted_family"]
+
+_Compose = Callable[[str, Any, FamilyFit], float]
 
 
 def fit_module_extra(fit: FamilyFit, gpus: Sequence[str]) -> float:
-    """The family's module extra (module docstring): the constant ``c`` that puts the median row of
+    """The family's MLA module extra (module docstring): the constant ``c`` that puts the median row of
     ``gpus`` on the curve, ``median((composed + c) / measured) = 1``, the op composed with ``fit``'s curves and
     ``c`` (which covers the per-kernel floors at small shapes), as every curve is fitted (least
     absolute log error, ``demos.fits.rooflines``); 0 when the op is not short; found by regula falsi
@@ -37,14 +47,29 @@ def fit_module_extra(fit: FamilyFit, gpus: Sequence[str]) -> float:
     (``composed_lines``) instead of once per step of the search, and a third time at the root to hold the
     line to the predictor's own composition (``_check_line``)."""
     rows = [(g, r) for g in gpus for r in module_rows(g)]
-    hi = statistics.median(r.seconds for _, r in rows)  # an extra of a whole median module: long
-    lines = composed_lines(fit, rows, hi)
+    return _fit_extra(fit, "mla_module", rows, composed_seconds, "the MLA module extra")
+
+
+def fit_index_extra(fit: FamilyFit, gpus: Sequence[str]) -> float:
+    """The family's DSA indexer extra (module docstring): as ``fit_module_extra``, over the indexer share rows of
+    ``gpus`` below ``INDEX_FIT_BELOW`` cached tokens, the ``attn_index`` op composed alone, the extra entering it
+    as ``max(floors, kernels + c)`` (one part of the op's fold: ``KernelTimes.index_extra``); 0 where ``gpus``
+    have no such rows (the family's GPUs measure no module without its indexer)."""
+    rows = [(g, r) for g in gpus for r in index_rows(g) if r.kv_len < INDEX_FIT_BELOW]
+    return _fit_extra(fit, "dsa_index", rows, index_composed_seconds, "the DSA indexer extra") if rows else 0.0
+
+
+def _fit_extra(fit: FamilyFit, field: str, rows: Sequence[tuple[str, Any]], compose: _Compose, what: str) -> float:
+    """The constant of ``fit``'s ``field`` that puts the median of ``rows`` on the curve (``fit_module_extra``),
+    each row composed by ``compose``."""
+    hi = statistics.median(r.seconds for _, r in rows)  # an extra of a whole median row: long
+    lines = composed_lines(fit, rows, hi, field, compose)
 
     def excess(extra: float) -> float:  # increasing in ``extra``; its root is the fit
         return statistics.median(max(at0, rise + extra) / r.seconds for (at0, rise), (_, r) in zip(lines, rows)) - 1.0
 
     c = _root(excess, hi)
-    _check_line(fit, rows, lines, c)
+    _check_line(fit, rows, lines, c, field, compose, what)
     return float(f"{c:.4g}")
 
 
@@ -70,34 +95,45 @@ def _root(excess: Callable[[float], float], hi: float) -> float:
     return 0.5 * (lo + hi)
 
 
-def composed_lines(fit: FamilyFit, rows: Sequence[tuple[str, Any]], big: float) -> list[tuple[float, float]]:
-    """Each row's composed op as a line in the extra ``c``: ``(at 0, at big - big)``, its time at ``c`` being
-    ``max(at 0, at big - big + c)`` (``fit_module_extra``); ``big`` must reach past every kernel floor."""
-    f0, fb = replace(fit, mla_module=0.0), replace(fit, mla_module=big)
-    return [(composed_seconds(g, r, f0), composed_seconds(g, r, fb) - big) for g, r in rows]
+def composed_lines(
+    fit: FamilyFit,
+    rows: Sequence[tuple[str, Any]],
+    big: float,
+    field: str = "mla_module",
+    compose: _Compose = composed_seconds,
+) -> list[tuple[float, float]]:
+    """Each row's composed op as a line in the extra ``c`` of ``fit``'s ``field``: ``(at 0, at big - big)``, its
+    time at ``c`` being ``max(at 0, at big - big + c)`` (``fit_module_extra``); ``big`` must reach past every
+    kernel floor."""
+    f0, fb = replace(fit, **{field: 0.0}), replace(fit, **{field: big})
+    return [(compose(g, r, f0), compose(g, r, fb) - big) for g, r in rows]
 
 
-def _check_line(fit: FamilyFit, rows, lines, extra: float) -> None:
+def _check_line(fit: FamilyFit, rows, lines, extra: float, field: str, compose: _Compose, what: str) -> None:
     """Raise if any row's composed op at ``extra`` is not what its line says (to 1e-9 of it): the
     composition has changed how it charges the extra, and the line search would fit the wrong constant."""
-    f = replace(fit, mla_module=extra)
+    f = replace(fit, **{field: extra})
     for (g, r), (at0, rise) in zip(rows, lines):
-        want, line = composed_seconds(g, r, f), max(at0, rise + extra)
+        want, line = compose(g, r, f), max(at0, rise + extra)
         if abs(line - want) > 1e-9 * want:
             raise RuntimeError(
-                f"the MLA module extra no longer enters the composed op as max(floor, kernels + extra): {g} "
+                f"{what} no longer enters the composed op as max(floor, kernels + extra): {g} "
                 f"batch {r.batch} kv {r.kv_len} heads {r.heads}: composed {want:.6g} s, the line {line:.6g} s"
             )
 
 
 def fitted_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     """``family``'s curves fitted to the tables of ``gpus`` (default ``FIT_GPUS[family]``,
-    ``demos.fits.rooflines.fit_family``) and, composed with them, the MLA decode module's fixed time; its
-    table named in ``source``."""
+    ``demos.fits.rooflines.fit_family``) and, composed with them, the MLA decode module's and the DSA
+    indexer's fixed times; their tables named in ``source``."""
     from demos.zoo import measured
 
     names = tuple(gpus or FIT_GPUS[family])
     fit = fit_family(family, names)
-    module = measured.TABLES["mla_module"]
-    source = f"{fit.source}; the MLA decode module's fixed time: {module[3]} ({module[1]} {module[2]})"
-    return replace(fit, source=source, mla_module=fit_module_extra(fit, names))
+    module, dsa = measured.TABLES["mla_module"], measured.TABLES["dsa_module"]
+    source = (
+        f"{fit.source}; the MLA decode module's fixed time: {module[3]} ({module[1]} {module[2]}); the DSA "
+        f"indexer's: {dsa[3]} ({dsa[1]} {dsa[2]}, with and without the indexer)"
+    )
+    fit = replace(fit, source=source, mla_module=fit_module_extra(fit, names))
+    return replace(fit, dsa_index=fit_index_extra(fit, names))

@@ -235,14 +235,14 @@ def _sources(sweep: Sweep) -> tuple[str, ...]:
         else ()
     )
     sparse = (
-        "; the sparse attention's indexer scores timed on the FP8 GEMM curve (an extrapolation, docs/models.md)"
+        "; the sparse attention's decode indexer on the curves fitted to its measured kernels (docs/models.md)"
         if isinstance(w.spec.attention, SparseMLAAttention)
         else ""
     )
     if isinstance(w.spec.attention, CompressedAttention):
         sparse = (
-            "; DeepSeek-V4's attention core timed on the MLA curve and its indexer scores on the FP8 GEMM curve "
-            "(extrapolations checked against its measured decode modules, docs/models.md)"
+            "; DeepSeek-V4's attention core timed on the MLA curve and its prefill indexer's scores on the FP8 "
+            "GEMM curve (extrapolations checked against its measured decode modules, docs/models.md)"
         )
     linear = getattr(w.spec.attention, "linear", None)
     kind = None if linear is None else attention_kind(linear).label

@@ -61,7 +61,7 @@ from dbo.costs import Work
 from demos.vocabulary import Phase
 from demos.zoo import kernels as K
 from demos.zoo.attention_base import AttentionCosts, AttentionKind, attention_pairs, timed_core
-from demos.zoo.compressed_attention import Compressed
+from demos.zoo.compressed_attention import Compressed, decode_index_parts
 from demos.zoo.fold import Folder, bmm, gemm, memory_pass
 from demos.zoo.gqa_attention import GQA, BlockSparseGQA
 from demos.zoo.linear_attention import DeltaRule, KimiDelta
@@ -189,27 +189,34 @@ class SparseMLA(MLA):
     def index_costs(self, w: Workload, a: SparseMLAAttention, t: int, fold: Folder) -> Work:
         """The indexer of a ubatch of ``t`` tokens: its query projection from the query latent, its key and
         per-head weight projections from the hidden state, the key's norm, RoPE and FP8 cache write, the
-        scores of every query against every cached key it may read (decode: the whole context, timed as an
-        FP8 grouped GEMM of (keys, heads, head dim) on the family's FP8 curve, an extrapolation; prefill: its
-        causal prefix, on the family's fitted curve of DeepGEMM's ``fp8_mqa_logits``,
-        ``KernelTimes.index_prefill_scores_seconds``, where the family has one; docs/models.md), and the
-        top-k over the scores (a memory pass). The
-        indexer is not split by attention TP (assumed replicated, as ``demos.zoo.memory`` counts it)."""
+        scores of every query against every cached key it may read and the top-k over them. In decode the
+        scores and the top-k take the family's fitted curves of DeepGEMM's paged kernel and GLM-5's top-k
+        (``decode_index_parts``), and the indexer's own fixed time rides on them (``KernelTimes.index_extra``:
+        its chain of small kernels beyond the op's floors); in prefill the scores take the fitted curve of
+        DeepGEMM's ``fp8_mqa_logits`` (``KernelTimes.index_prefill_scores_seconds``) and the top-k a memory
+        pass. A family without those curves times the scores as an FP8 grouped GEMM of (keys, heads, head
+        dim), an extrapolation (docs/models.md). The indexer is not split by attention TP (assumed
+        replicated, as ``demos.zoo.memory`` counts it)."""
         H, store = w.spec.hidden_size, w.spec.precision.weights
         ih, d = a.index_heads, a.index_head_dim
-        key_bytes = a.index_key_bytes
-        if w.phase == Phase.DECODE:
-            keys = pairs = t * float(w.context)  # every token scores every cached key of its request
-            rows = w.context
+        kt = fold.kernels
+        fixed: tuple[Work, ...] = ()
+        if w.phase == Phase.DECODE and kt.has_index:
+            scores, select = decode_index_parts(fold, t, w.context, 1, a, "dsa")
+            fixed = (Work(seconds=kt.index_extra),)
         else:
-            pairs = causal_pairs(t, w.context)
-            keys, rows = float(t), min(t, w.context)
-        flops, nbytes = index_score_work(t, keys, pairs, ih, d, key_bytes=key_bytes)
-        if w.phase != Phase.DECODE and fold.kernels.has_prefill_index:
-            scores = Work(seconds=fold.kernels.index_prefill_scores_seconds(t, w.context, ih, d), bytes=nbytes)
-        else:
-            scores = Work(flops=flops, bytes=nbytes, dtype="fp8", shape=(max(1, round(rows)), ih, d))
-        select = Work(bytes=4.0 * pairs + 4.0 * t * min(a.index_topk, w.context))
+            if w.phase == Phase.DECODE:
+                keys = pairs = t * float(w.context)  # every token scores every cached key of its request
+                rows = w.context
+            else:
+                pairs = causal_pairs(t, w.context)
+                keys, rows = float(t), min(t, w.context)
+            flops, nbytes = index_score_work(t, keys, pairs, ih, d, key_bytes=a.index_key_bytes)
+            if w.phase != Phase.DECODE and kt.has_prefill_index:
+                scores = Work(seconds=kt.index_prefill_scores_seconds(t, w.context, ih, d), bytes=nbytes)
+            else:
+                scores = Work(flops=flops, bytes=nbytes, dtype="fp8", shape=(max(1, round(rows)), ih, d))
+            select = Work(bytes=4.0 * pairs + 4.0 * t * min(a.index_topk, w.context))
         return fold.named("attn_index")(
             gemm(t, ih * d, a.q_lora_rank, store),
             gemm(t, d, H, store),
@@ -217,6 +224,7 @@ class SparseMLA(MLA):
             memory_pass(t, d, 2),
             scores,
             select,
+            *fixed,
         )
 
     def weights(self, a: SparseMLAAttention, H: int, C: int, rand: Callable) -> SimpleNamespace:

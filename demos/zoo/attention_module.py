@@ -22,8 +22,19 @@ module``) compares with them. Prefill modules, other attention and other engines
 ``dsa_rows(gpu)`` are SGLang's whole sparse-MLA decode modules of DeepSeek-V3.2 and GLM-5 (``DSA_ROWS``),
 which ``validate kernels`` (op ``dsa module``) compares with the predictor's sparse attention op
 (``composed_seconds`` with the row's model): the indexer and the core over its top-k composed as
-``demos.zoo.attention.SparseMLA`` composes them, the family's MLA module time included; nothing is fitted
-to them.
+``demos.zoo.attention.SparseMLA`` composes them, the family's MLA module time and indexer time included.
+
+``index_rows(gpu)`` are the indexer's share of those modules: SGLang measures GLM-5's module with and
+without its indexer (``INDEX_ROWS``: GLM-5's FP8 checkpoint, and GLM-5.2's, of the same shapes, with the
+indexer skipped), and a row's share is the one less the other at the same heads, requests and context;
+``index_composed_seconds`` is the predictor's ``attn_index`` op of a row alone. The indexer is a chain of
+about 17 small kernels in SGLang's decode (its projections and their quantizations, norm, RoPE, two
+Hadamard rotations, the cache write, the head weights, the scores' schedule, the scores and the top-k)
+against the op's 5, and takes 24-30 us with nothing to select where the op's floors give 15:
+``FamilyFit.dsa_index`` holds that excess per GPU family, fitted by ``demos.fits.module`` to the rows below
+``INDEX_FIT_BELOW`` cached tokens (where the top-k has nothing to do and the scores read a few
+keys), and ``KernelTimes.index_extra`` adds it to every DSA decode indexer. The rows of longer contexts and
+every DeepSeek-V3.2 module row are fitted to nothing.
 
 ``v4_rows(gpu)`` are SGLang's whole DeepSeek-V4 decode modules (``V4_MODELS``: Flash and Pro, CSA and HCA
 layers, FP8 block GEMMs and an FP8 cache, attention TP 1 to 8), which ``validate kernels`` (ops ``csa
@@ -42,11 +53,15 @@ fitted.
 from __future__ import annotations
 
 import functools
+import statistics
+from typing import NamedTuple
 
-from demos.zoo.breakdown import attention_seconds
+from demos.zoo.breakdown import attention_seconds, layer_attention
+from demos.zoo.fold import Folder
 from demos.zoo.hardware import get_gpu
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.models import get_preset, with_precision
+from demos.zoo.plan import launch_seconds
 from demos.zoo.profile import gpu_profile
 from demos.zoo.rooflines import FamilyFit
 from demos.zoo.workload import Workload, cluster_for
@@ -58,8 +73,13 @@ __all__ = [
     "HARNESS_SCORES",
     "MSA_ROWS",
     "V4_MODELS",
+    "INDEX_FIT_BELOW",
+    "INDEX_ROWS",
+    "IndexShareRow",
     "composed_seconds",
     "dsa_rows",
+    "index_composed_seconds",
+    "index_rows",
     "module_rows",
     "msa_composed_seconds",
     "msa_rows",
@@ -131,6 +151,76 @@ def dsa_rows(gpu: str) -> list:
     return out
 
 
+INDEX_ROWS = {
+    "module": "zai-org/GLM-5-FP8",
+    "skipped": "zai-org/GLM-5.2-FP8",
+    "preset": "glm-5",
+    "gemm_dtype": "fp8_block",
+    "kv_dtype": "bfloat16",
+}
+"""The module rows whose difference is the indexer's share: GLM-5's FP8 checkpoint with its indexer, and
+GLM-5.2's (the same attention shapes: ``config.json``) without it (the tables' ``skip_indexer`` kernels),
+both with FP8 block GEMMs and a BF16 cache, as ``DSA_ROWS``; H100, H200 and B200 measure both."""
+
+INDEX_FIT_BELOW = 2048
+"""The cached tokens below which an indexer share row fits ``FamilyFit.dsa_index``: GLM-5's top-k keeps 2,048
+entries, so below it the top-k has nothing to select and the scores read a few keys (the indexer's fixed
+time, nearly alone)."""
+
+
+class IndexShareRow(NamedTuple):
+    """The indexer's share of a measured module (``index_rows``): ``batch`` requests of ``kv_len`` cached
+    tokens at ``heads`` query heads per GPU; ``module`` and ``skipped`` the two rows' seconds (medians where
+    a table repeats a shape) and ``seconds`` their difference."""
+
+    batch: int
+    heads: int
+    kv_len: int
+    module: float
+    skipped: float
+
+    @property
+    def seconds(self) -> float:
+        return self.module - self.skipped
+
+
+def index_rows(gpu: str) -> list[IndexShareRow]:
+    """``gpu``'s indexer share rows (module docstring; needs the ``measured`` extra): every shape ``INDEX_ROWS``'
+    two models both measure at attention TP 1 to 8, below 512 requests (the tables step by about 1 ms at 512
+    and 1,024 on some GPUs, another path), with a positive share."""
+    from demos.zoo import measured
+
+    heads = get_preset(INDEX_ROWS["preset"]).attention.heads
+    times: dict[tuple[str, tuple], list[float]] = {}
+    for r in measured.dsa_module_rows(gpu):
+        dtypes = (r.gemm_dtype, r.kv_dtype) == (INDEX_ROWS["gemm_dtype"], INDEX_ROWS["kv_dtype"])
+        side = {INDEX_ROWS["module"]: "module", INDEX_ROWS["skipped"]: "skipped"}.get(r.model)
+        if dtypes and side and ("skip_indexer" in r.kernel) == (side == "skipped") and r.batch < 512:
+            if heads % r.heads == 0 and heads // r.heads <= _EP:
+                times.setdefault((side, (r.batch, r.heads, r.kv_len)), []).append(r.seconds)
+    out = []
+    for (side, shape), with_index in sorted(times.items()):
+        without = times.get(("skipped", shape))
+        if side == "module" and without:
+            row = IndexShareRow(*shape, statistics.median(with_index), statistics.median(without))
+            if row.seconds > 0.0:
+                out.append(row)
+    return out
+
+
+def index_composed_seconds(gpu: str, row: IndexShareRow, fit: FamilyFit) -> float:
+    """The predictor's ``attn_index`` op alone for indexer share row ``row`` on ``gpu`` (``INDEX_ROWS``' preset,
+    its kernels timed with ``fit``, its ``dsa_index`` included): launch overhead and the op's floors as a
+    step charges them (``demos.zoo.plan.launch_seconds``)."""
+    spec = _spec(INDEX_ROWS["preset"], "bf16")
+    tp = spec.attention.heads // row.heads
+    w = _workload(gpu, spec, row.batch, row.kv_len, tp)
+    profile = gpu_profile(w.gpu, fit=fit)
+    fold = Folder(profile, KernelTimes(w.gpu, profile, fit, index_scores=HARNESS_SCORES))
+    kind, a = layer_attention(spec.attention, spec.first_k_dense)
+    return launch_seconds("attn_index", kind.index_costs(w, a, row.batch, fold), profile)
+
+
 def composed_seconds(gpu: str, row, fit: FamilyFit, model: str = _MODEL) -> float:
     """The predictor's attention op (``moe_layer_s["attention"]``) for module row ``row`` on ``gpu``, its
     kernels timed with ``fit`` (its ``mla_module`` included): ``model`` (DeepSeek-V3 by default) with the
@@ -145,18 +235,18 @@ def _layer_attention_seconds(gpu: str, spec, layer: int, batch: int, cached: int
     """The attention ops of ``spec``'s layer ``layer`` (``attention_seconds``) for ``batch`` requests of
     ``cached`` tokens (at least 1) at attention TP ``tp`` on ``gpu``, its kernels timed with ``fit``: what
     every module row here is compared with (an EP group of ``_EP``, which the attention op does not see)."""
-    g = get_gpu(gpu)
-    per = min(_EP, g.gpus_per_node)
-    w = Workload(
-        spec,
-        cluster_for(gpu, _EP // per, per, _EP),
-        tokens=batch,
-        context=max(1, cached),
-        ubatches=1,
-        attention_tp=tp,
+    w = _workload(gpu, spec, batch, cached, tp)
+    profile = gpu_profile(w.gpu, fit=fit)
+    return attention_seconds(w, batch, layer, profile, KernelTimes(w.gpu, profile, fit, index_scores=HARNESS_SCORES))
+
+
+def _workload(gpu: str, spec, batch: int, cached: int, tp: int) -> Workload:
+    """A decode ``Workload`` of ``spec`` for ``batch`` requests of ``cached`` tokens (at least 1) at attention TP
+    ``tp`` on ``gpu``, in an EP group of ``_EP`` (which the attention ops do not see)."""
+    per = min(_EP, get_gpu(gpu).gpus_per_node)
+    return Workload(
+        spec, cluster_for(gpu, _EP // per, per, _EP), tokens=batch, context=max(1, cached), ubatches=1, attention_tp=tp
     )
-    profile = gpu_profile(g, fit=fit)
-    return attention_seconds(w, batch, layer, profile, KernelTimes(g, profile, fit, index_scores=HARNESS_SCORES))
 
 
 V4_MODELS = {

@@ -196,10 +196,25 @@ class KernelTimes:
 
     def index_scores_seconds(self, flops: float, nbytes: float) -> float:
         """Seconds of a decode indexer's scores (DeepGEMM's ``fp8_paged_mqa_logits``) of ``flops`` and ``nbytes``
-        (``demos.zoo.work.index_score_work``) on the family's fitted curve at the GPU's FP8 rate, its fixed
-        time left to the kernel floor as for every curve."""
+        (``demos.zoo.work.index_score_work``) on the family's fitted curve at the GPU's FP8 rate, less the
+        share of its fixed time the kernel floor stands for (``_floor_share``)."""
         curve = self.fit.index["scores"]
-        return curve.seconds(flops, nbytes, self.profile.flops_rate("fp8"), self.gpu.hbm_bandwidth) - curve.latency
+        t = curve.seconds(flops, nbytes, self.profile.flops_rate("fp8"), self.gpu.hbm_bandwidth)
+        return t - self._floor_share(curve.latency)
+
+    def _floor_share(self, latency: float) -> float:
+        """The part of an indexer kernel's fixed time ``latency`` that the op's per-kernel floor pays in a step:
+        at most the floor (``DeviceProfile.min_kernel``). An indexer kernel's fixed time can be its own work
+        (the top-k over tied scores: about 9 us before any entry is counted, three floors), which no floor
+        stands for, so it stays; a curve whose fixed time is a launch's leaves it all to the floor."""
+        return min(latency, self.profile.min_kernel)
+
+    @property
+    def index_extra(self) -> float:
+        """The seconds a DeepSeek sparse attention decode indexer takes beyond the kernels it is composed of
+        (``FamilyFit.dsa_index``, fitted to SGLang's measured modules with and without the indexer:
+        ``demos.zoo.attention_module``); 0 in a fit without it."""
+        return self.fit.dsa_index
 
     @property
     def has_prefill_index(self) -> bool:
@@ -210,24 +225,26 @@ class KernelTimes:
     def index_prefill_scores_seconds(self, tokens: float, context: float, heads: int, head_dim: int) -> float:
         """Seconds of a prefill indexer's scores (DeepGEMM's ``fp8_mqa_logits``) of ``tokens`` prompt tokens in
         requests of ``context`` tokens (causal within each, the last request the remainder; no cached prefix)
-        with ``heads`` heads of ``head_dim``, on the family's fitted curve at the GPU's FP8 rate, its fixed
-        time left to the kernel floor."""
+        with ``heads`` heads of ``head_dim``, on the family's fitted curve at the GPU's FP8 rate, less the
+        floor's share of its fixed time."""
         curve = self.fit.index["prefill scores"]
         full, rest = divmod(float(tokens), float(context))
         pairs = full * curve.pairs(float(context), 0.0) + (curve.pairs(rest, 0.0) if rest else 0.0)
         longest = float(context) if full else rest
         peak = self.profile.flops_rate("fp8")
-        return curve.seconds(pairs, longest, 2.0 * heads * head_dim, peak, self.gpu.sm_count) - curve.latency
+        return curve.seconds(pairs, longest, 2.0 * heads * head_dim, peak, self.gpu.sm_count) - self._floor_share(
+            curve.latency
+        )
 
     def index_topk_seconds(self, kernel: str, rows: float, entries: float, topk: int) -> float:
         """Seconds of ``kernel``'s ("csa": DeepSeek-V4's, "dsa": DeepSeek-V3.2's and GLM-5's) top-``topk`` of
         ``rows`` rows of ``entries`` scores on the family's fitted curve at this source's score distribution
-        (``index_scores``: every score tied when "flat"), its fixed time left to the kernel floor; 0 when
+        (``index_scores``: every score tied when "flat"), less the floor's share of its fixed time; 0 when
         ``entries <= topk``."""
         curve = self.fit.index[f"{kernel} topk {self.index_scores}"]
         ties = entries if self.index_scores == "flat" else 0.0
         t = curve.seconds(rows, entries, topk, self.gpu.sm_count, ties)
-        return max(0.0, t - curve.latency) if t else 0.0
+        return max(0.0, t - self._floor_share(curve.latency)) if t else 0.0
 
     def module_extra(self, phase: str, shape: tuple | None) -> float:
         """The seconds a whole MLA decode module takes beyond the kernels it is composed of

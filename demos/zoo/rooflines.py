@@ -274,7 +274,9 @@ class FamilyFit:
     ``mla_prefill``, ``ll_sm`` per kernel ("dispatch", "combine"), ``experts`` (the routed experts' grouped
     GEMMs; None in a file written before they were fitted); ``mla_module`` the seconds a whole MLA decode
     module takes beyond the kernels the predictor composes it of (``demos.zoo.attention_module``; 0 in a
-    file written before it was fitted); ``gdn`` a Gated DeltaNet layer's kernel curves, keyed by
+    file written before it was fitted); ``dsa_index`` the seconds a DeepSeek sparse attention decode indexer
+    takes beyond the kernels the predictor composes it of (the same module; 0 in a file written before it
+    was fitted); ``gdn`` a Gated DeltaNet layer's kernel curves, keyed by
     ``GDN_CURVES`` ("delta_rule decode" ... "conv prefill": the recurrence's and the causal convolution's per
     phase, their work by ``demos.zoo.work.delta_rule_work`` and ``conv_work``; the prefill delta rule a
     ``ChunkedCurve``, its chain ``delta_rule_chunks``; empty in a file written before they were fitted);
@@ -305,6 +307,7 @@ class FamilyFit:
     source: str
     experts: GroupedCurve | None = None
     mla_module: float = 0.0
+    dsa_index: float = 0.0
     gdn: dict = field(default_factory=dict)
     mhc: dict = field(default_factory=dict)
     kda: dict = field(default_factory=dict)
@@ -326,6 +329,7 @@ class FamilyFit:
             "ll_sm": {k: asdict(v) for k, v in self.ll_sm.items()},
             "experts": None if self.experts is None else asdict(self.experts),
             "mla_module": self.mla_module,
+            "dsa_index": self.dsa_index,
             "gdn": {k: asdict(v) for k, v in self.gdn.items()},
             "kda": {k: asdict(v) for k, v in self.kda.items()},
             "mhc": {k: asdict(v) for k, v in self.mhc.items()},
@@ -348,6 +352,7 @@ class FamilyFit:
             source=d["source"],
             experts=GroupedCurve(**d["experts"]) if d.get("experts") else None,
             mla_module=float(d.get("mla_module", 0.0)),
+            dsa_index=float(d.get("dsa_index", 0.0)),
             gdn=_linear_curves(d.get("gdn")),
             kda=_linear_curves(d.get("kda")),
             mhc={k: AttentionCurve(**v) for k, v in (d.get("mhc") or {}).items()},
