@@ -67,6 +67,7 @@ SHARED_SCOPES = {
     "tests/fidelity/test_measured_checks.py": "validate_json",
     "tests/prediction/test_trust.py": "validate_json",
     "tests/zoo/test_attention_module.py": "validate_json",
+    "tests/zoo/test_mla_fp8_cache.py": "validate_json",
     "tests/zoo/models/test_sparse_mla.py": "validate_json",
     "tests/zoo/hardware/test_blackwell_ultra.py": "validate_json",
 }

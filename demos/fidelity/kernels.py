@@ -7,15 +7,15 @@ way the predictor times that kernel, and compared:
   (``demos.zoo.kernel_times``; NVFP4 on Blackwell only, the family with FP4 tensor cores and tables);
 * ``mla decode`` / ``mla prefill``: each MLA attention-core row with a BF16 cache (the engines'
   default) on its family's attention curve, its work counted as the predictor counts it
-  (``demos.fits.rooflines.mla_row_work``: ``demos.zoo.work.mla_core_work``);
+  (``demos.fits.rooflines.mla_row_work``: ``demos.zoo.work.mla_core_work``); ``mla decode fp8``: the decode
+  rows with an FP8 cache on the family's curve of them (``FamilyFit.mla_decode_fp8``);
 * ``mla module``: TRT-LLM's whole MLA decode module (FP8 block GEMMs, BF16 cache, 16 to 128 heads per GPU)
   against the predictor's attention op, its kernels composed as ``demos.zoo.costs`` composes them plus the
   family's fitted module time (``demos.zoo.attention_module``);
-* ``dsa module``: SGLang's whole sparse-MLA decode module (DeepSeek-V3.2 and GLM-5: FP8 block GEMMs, BF16
-  cache, the indexer, FlashAttention-3 on Hopper and TRT-LLM's attention on Blackwell) against the
-  predictor's sparse attention op, composed as for ``mla module`` (``demos.zoo.attention_module.dsa_rows``);
-  ``dsa indexer``: the indexer's share of GLM-5's (the module less the module without it: ``index_rows``)
-  against the ``attn_index`` op alone, whose fixed time is fitted to the rows below 2,048 cached tokens;
+* ``dsa module`` / ``dsa module fp8``: SGLang's whole sparse-MLA decode module (DeepSeek-V3.2, GLM-5: FP8
+  block GEMMs, the indexer) over a BF16 / an FP8 cache against the predictor's sparse attention op, composed
+  as for ``mla module`` (``attention_module.dsa_rows``); ``dsa indexer``: the indexer's share of GLM-5's
+  (``index_rows``) against the ``attn_index`` op alone, its fixed time fitted below 2,048 cached tokens;
 * ``csa module`` / ``hca module``: SGLang's whole DeepSeek-V4 decode modules (Flash and Pro, FP8 block GEMMs and
   an FP8 cache, attention TP 1 to 8) against the predictor's compressed attention op of a layer of that
   ratio (``demos.zoo.attention_module.v4_rows``), fitted to nothing;
@@ -85,7 +85,7 @@ from demos.vocabulary import Phase
 from demos.zoo.hardware import get_gpu
 from demos.zoo.models.dtypes import dtype, storage_of
 from demos.zoo.overlap_costs import ll_node_seconds
-from demos.zoo.rooflines import FIT_GPUS, GEMM_DTYPES, MLA_KV, FamilyFit, family_fit, linear_seconds
+from demos.zoo.rooflines import FIT_GPUS, GEMM_DTYPES, MLA_KV, MLA_KV_FP8, FamilyFit, family_fit, linear_seconds
 from demos.zoo.work import delta_rule_chunks, gemm_work, index_entries, mhc_work
 
 __all__ = ["OPS", "CheckRow", "cross_validation", "kernel_rows", "summaries"]
@@ -96,8 +96,10 @@ OPS = (
     "gemm fp4",
     "mla decode",
     "mla prefill",
+    "mla decode fp8",
     "mla module",
     "dsa module",
+    "dsa module fp8",
     "dsa indexer",
     "csa module",
     "hca module",
@@ -181,13 +183,16 @@ def _gemm_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
 def _mla_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
     from demos.zoo import measured
 
-    g = get_gpu(gpu)
-    for phase in Phase:
-        curve = fit.mla_decode if phase == Phase.DECODE else fit.mla_prefill
-        for r in measured.mla_rows(gpu, phase, MLA_KV):
-            flops, nbytes = mla_row_work(phase, r.batch, r.heads, r.kv_len, dtype(MLA_KV).bytes)
+    g, fp8 = get_gpu(gpu), (Phase.DECODE, MLA_KV_FP8, fit.mla_decode_fp8, "mla decode fp8", 1)
+    for phase, kv, curve, op, kv_bytes in (
+        (Phase.DECODE, MLA_KV, fit.mla_decode, "mla decode", dtype(MLA_KV).bytes),
+        (Phase.PREFILL, MLA_KV, fit.mla_prefill, "mla prefill", dtype(MLA_KV).bytes),
+        *((fp8,) if fit.mla_decode_fp8 is not None else ()),  # the table's FP8 cache: E4M3, a byte a value
+    ):
+        for r in measured.mla_rows(gpu, phase, kv):
+            flops, nbytes = mla_row_work(phase, r.batch, r.heads, r.kv_len, kv_bytes)
             pred = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
-            yield CheckRow(gpu, f"mla {phase}", f"batch={r.batch} heads={r.heads} kv={r.kv_len}", pred, r.seconds)
+            yield CheckRow(gpu, op, f"batch={r.batch} heads={r.heads} kv={r.kv_len}", pred, r.seconds)
 
 
 def _module_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
@@ -201,9 +206,10 @@ def _module_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
 def _dsa_rows(gpu: str, fit: FamilyFit, ops: set[str]) -> Iterable[CheckRow]:
     from demos.zoo import attention_module as am
 
-    for r in am.dsa_rows(gpu) if "dsa module" in ops else ():
-        shape = f"{am.DSA_MODELS[r.model]} batch={r.batch} heads={r.heads} kv={r.kv_len}"
-        yield CheckRow(gpu, "dsa module", shape, am.composed_seconds(gpu, r, fit, am.DSA_MODELS[r.model]), r.seconds)
+    for op, kv in (("dsa module", "bfloat16"), ("dsa module fp8", "fp8")):
+        for r in am.dsa_rows(gpu, kv) if op in ops else ():
+            shape = f"{am.DSA_MODELS[r.model]} batch={r.batch} heads={r.heads} kv={r.kv_len}"
+            yield CheckRow(gpu, op, shape, am.composed_seconds(gpu, r, fit, am.DSA_MODELS[r.model]), r.seconds)
     for r in am.index_rows(gpu) if "dsa indexer" in ops else ():
         shape = f"glm-5 batch={r.batch} heads={r.heads} kv={r.kv_len}"
         yield CheckRow(gpu, "dsa indexer", shape, am.index_composed_seconds(gpu, r, fit), r.seconds)
@@ -329,7 +335,7 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
     out: list[CheckRow] = []
     if ops & {"gemm fp8", "gemm bf16", "gemm fp4"}:
         out += [r for r in _gemm_rows(gpu, fit) if r.op in ops]
-    if ops & {"mla decode", "mla prefill"}:
+    if ops & {"mla decode", "mla prefill", "mla decode fp8"}:
         out += [r for r in _mla_rows(gpu, fit) if r.op in ops]
     if "mla module" in ops:
         out += list(_module_rows(gpu, fit))

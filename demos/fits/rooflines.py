@@ -57,6 +57,7 @@ from demos.zoo.rooflines import (
     GEMM_DTYPES,
     MHC_SITES,
     MLA_KV,
+    MLA_KV_FP8,
     AttentionCurve,
     FamilyFit,
     GemmCurve,
@@ -147,14 +148,16 @@ def mla_row_work(phase: str, batch, heads, kv_len, kv_bytes):
     )
 
 
-def fit_attention(rows_by_gpu: Sequence[tuple[GpuSpec, list]], phase: str) -> AttentionCurve:
+def fit_attention(rows_by_gpu: Sequence[tuple[GpuSpec, list]], phase: str, kv: str = MLA_KV) -> AttentionCurve:
     """The MLA ``AttentionCurve`` of ``phase`` fitted to ``[(gpu, rows)]`` (``demos.zoo.measured.MlaRow``
-    with a ``MLA_KV`` cache)."""
+    with a ``kv`` cache: ``MLA_KV``, or ``MLA_KV_FP8`` for ``FamilyFit.mla_decode_fp8``), each row's bytes
+    its cache's."""
     kinds = {r.kv_dtype for _, rows in rows_by_gpu for r in rows}
-    if kinds - {MLA_KV}:
-        raise ValueError(f"the attention curves are fitted to {MLA_KV} caches, got {sorted(kinds)}")
+    if kinds - {kv}:
+        raise ValueError(f"this attention curve is fitted to {kv} caches, got {sorted(kinds)}")
     data, peak, hbm, t = columns([(g, "bfloat16", rows) for g, rows in rows_by_gpu], ("batch", "heads", "kv_len"))
-    flops, nbytes = mla_row_work(phase, data["batch"], data["heads"], data["kv_len"], dtype(MLA_KV).bytes)
+    kv_bytes = dtype("fp8_e4m3" if kv == MLA_KV_FP8 else kv).bytes  # the table's "fp8" cache is E4M3
+    flops, nbytes = mla_row_work(phase, data["batch"], data["heads"], data["kv_len"], kv_bytes)
     logt = np.log(t)
 
     def residuals(u: np.ndarray) -> np.ndarray:
@@ -263,6 +266,8 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         phase: fit_attention([(spec, measured.mla_rows(g, phase, MLA_KV)) for spec, g in specs], phase)
         for phase in PHASES
     }
+    fp8 = [(spec, measured.mla_rows(g, Phase.DECODE, MLA_KV_FP8)) for spec, g in specs]
+    mla_decode_fp8 = fit_attention(fp8, Phase.DECODE, MLA_KV_FP8) if all(rows for _, rows in fp8) else None
     moe = [(spec, [r for r in measured.moe_rows(g) if r.distribution == "uniform"]) for spec, g in specs]
     experts = fit_experts(moe, gemm["fp8"])
     local_rows = {g: measured_moe.sglang_moe_rows(g) for _, g in specs}
@@ -312,4 +317,5 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         index=index,
         local_experts=local_experts,
         custom_all_reduce=custom_all_reduce,
+        mla_decode_fp8=mla_decode_fp8,
     )

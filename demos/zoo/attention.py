@@ -125,7 +125,8 @@ class MLA(AttentionKind):
         kvb = w.spec.precision.bytes_of("kv_cache")
         pairs = self.pairs(w, a, t)
         flops, nbytes = mla_core_work(w.phase, t, h, pairs, latent=lat, rope=rope, nope=nope, v=v, kv_bytes=kvb)
-        return AttentionCosts(proj, timed_core(w, fold, flops, nbytes, shape), out, (flops, nbytes))
+        core = timed_core(w, fold, flops, nbytes, shape, fp8_cache=kvb == 1)
+        return AttentionCosts(proj, core, out, (flops, nbytes))
 
     def read(self, w: Workload, a: MLAAttention) -> float:
         """Cached tokens a decode token's core reads: its request's whole context."""

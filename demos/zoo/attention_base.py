@@ -92,9 +92,12 @@ class AttentionKind:
         raise NotImplementedError
 
 
-def timed_core(w: Workload, fold: Folder, flops: float, nbytes: float, shape: tuple | None) -> Work:
-    """The attention core's Work: its time on the family's attention curve (``KernelTimes.attention``)."""
-    seconds = fold.kernels.attention(w.phase, flops, nbytes, shape)
+def timed_core(
+    w: Workload, fold: Folder, flops: float, nbytes: float, shape: tuple | None, fp8_cache: bool = False
+) -> Work:
+    """The attention core's Work: its time on the family's attention curve (``KernelTimes.attention``; an MLA
+    core over an FP8 cache, ``fp8_cache``, on the family's curve of such a cache)."""
+    seconds = fold.kernels.attention(w.phase, flops, nbytes, shape, fp8_cache)
     return Work(seconds=seconds, bytes=nbytes, dtype="bfloat16")
 
 

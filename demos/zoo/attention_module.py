@@ -67,6 +67,7 @@ from demos.zoo.rooflines import FamilyFit
 from demos.zoo.workload import Workload, cluster_for
 
 __all__ = [
+    "DSA_FP8_KERNELS",
     "DSA_MODELS",
     "DSA_ROWS",
     "FIT_ROWS",
@@ -135,21 +136,26 @@ DSA_ROWS = {
 (the other rows read an FP8 cache, or skip the indexer, which GLM-5.2 does)."""
 
 
-def dsa_rows(gpu: str) -> list:
+def dsa_rows(gpu: str, kv: str = DSA_ROWS["kv_dtype"]) -> list:
     """``gpu``'s measured sparse-MLA module rows of ``DSA_ROWS`` for the ``DSA_MODELS``, at attention TP 1
-    to 8 (needs the ``measured`` extra)."""
+    to 8 (needs the ``measured`` extra); ``kv`` "fp8": the rows over an FP8 cache instead (FlashMLA's FP8
+    kernel on Hopper, ``DSA_FP8_KERNELS``; TRT-LLM's on Blackwell)."""
     from demos.zoo import measured
 
     heads_of = {model: get_preset(preset).attention.heads for model, preset in DSA_MODELS.items()}
+    kernels = DSA_ROWS["kernels"] + (DSA_FP8_KERNELS if kv == "fp8" else ())
     out = []
     for r in measured.dsa_module_rows(gpu):
         heads = heads_of.get(r.model, 0)
-        dtypes = (r.gemm_dtype, r.kv_dtype) == (DSA_ROWS["gemm_dtype"], DSA_ROWS["kv_dtype"])
-        picked = dtypes and r.kernel in DSA_ROWS["kernels"]
+        dtypes = (r.gemm_dtype, r.kv_dtype) == (DSA_ROWS["gemm_dtype"], kv)
+        picked = dtypes and r.kernel in kernels
         if picked and heads and heads % r.heads == 0 and heads // r.heads <= _EP:
             out.append(r)
     return out
 
+
+DSA_FP8_KERNELS = ("sglang_dsa_indexer_flashmla_kv",)
+"""The FP8-cache module rows' attention kernel on Hopper (FlashMLA's; Blackwell's FP8 rows keep TRT-LLM's)."""
 
 INDEX_ROWS = {
     "module": "zai-org/GLM-5-FP8",

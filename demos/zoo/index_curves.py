@@ -1,5 +1,13 @@
 """The sparse-attention indexer's fitted kernel curves (``FamilyFit.index``; docs/kernels.md): the decode
-top-k (``TopkCurve``) and the prefill scores (``MqaLogitsCurve``), with the keys they are stored under."""
+top-k (``TopkCurve``) and the prefill scores (``MqaLogitsCurve``), with the keys they are stored under.
+
+A top-k selects nothing where a row's entries are at most the top-k (every entry is picked), else runs one
+thread block per row (``waves`` of the GPU's SMs), each its fixed time, ``per_entry`` per entry it
+histograms and ``per_tie`` per squared tie it ranks (a threshold bin of equal scores, at most ``TIE_CAP``:
+every entry when all scores are equal); a row of more than ``small_max`` entries takes the kernel's other
+path (``large_fixed`` more, ``large_per_entry`` per entry). One top-k curve per kernel (DeepSeek-V4's
+``topk_transform_v2``, "csa"; the DSA models' ``fast_topk_transform_fused``, "dsa") and score distribution
+(``INDEX_SCORES``)."""
 
 from __future__ import annotations
 

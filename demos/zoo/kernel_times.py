@@ -139,11 +139,17 @@ class KernelTimes:
         """Seconds of a memory pass of ``nbytes`` folded into an op (its op pays the kernel floor)."""
         return max(nbytes / self.mem_bandwidth, flops / self.profile.flops_rate("bfloat16"))
 
-    def attention(self, phase: str, flops: float, nbytes: float, shape: tuple | None = None) -> float:
+    def attention(
+        self, phase: str, flops: float, nbytes: float, shape: tuple | None = None, fp8_cache: bool = False
+    ) -> float:
         """Seconds of an attention core of ``flops`` and ``nbytes`` in ``phase``; ``shape`` (batch, heads,
         kv_len) for MLA, None for other attention (timed on the MLA curve: a stated extrapolation). An MLA
-        decode core carries the module's fixed time too (``module_extra``)."""
+        decode core carries the module's fixed time too (``module_extra``). ``fp8_cache``: an MLA decode core
+        over an FP8 cache, timed on the family's curve fitted to such rows (``FamilyFit.mla_decode_fp8``) where
+        it has one."""
         curve = self.fit.mla_decode if phase == Phase.DECODE else self.fit.mla_prefill
+        if fp8_cache and phase == Phase.DECODE and self.fit.mla_decode_fp8 is not None:
+            curve = self.fit.mla_decode_fp8
         peak = self.profile.flops_rate("bfloat16")
         core = curve.seconds(flops, nbytes, peak, self.gpu.hbm_bandwidth) - curve.latency
         return core + self.module_extra(phase, shape)
@@ -308,12 +314,15 @@ class MeasuredKernelTimes(KernelTimes):
         floor = super().gemm(op, m, n, k, dtype, flops, nbytes)
         return max(floor, _interp(*table, m) - self.fit.gemm[key[0]].latency)
 
-    def attention(self, phase: str, flops: float, nbytes: float, shape: tuple | None = None) -> float:
-        grid = self._mla.get((phase, shape[1])) if shape is not None else None
+    def attention(
+        self, phase: str, flops: float, nbytes: float, shape: tuple | None = None, fp8_cache: bool = False
+    ) -> float:
+        grid = self._mla.get((phase, shape[1])) if shape is not None and not fp8_cache else None
         if grid is None:
             what = "non-MLA attention" if shape is None else f"MLA with {shape[1]} heads"
+            what += " over an FP8 cache" if fp8_cache else ""
             self._fall(f"attention ({phase})", f"no measured table for {what} on {self.table_gpu}")
-            return super().attention(phase, flops, nbytes, shape)
+            return super().attention(phase, flops, nbytes, shape, fp8_cache)
         batch, _, kv_len = shape
         batches = sorted(grid)
         ts = [_interp(*grid[b], max(1.0, kv_len)) for b in batches]

@@ -17,7 +17,7 @@ times it alone. So a GPU without tables, given its family's curve over its own d
 kernels bounded by their bytes at the family's reach toward bandwidth, not by another GPU's FLOP/s.
 
 Attention (``AttentionCurve``): ``latency + max(flops / (R_bf16 * ceiling), bytes / (B * mem_efficiency))``,
-one curve for MLA decode and one for MLA prefill per family.
+one curve for MLA decode and one for MLA prefill per family, and one for MLA decode over an FP8 cache.
 
 The routed experts (``GroupedCurve``, ``FamilyFit.experts``): each of their two grouped GEMMs over
 ``active`` experts takes ``max(math, bytes / (B * mem_efficiency))``, the math on the FP8 ``GemmCurve``
@@ -43,13 +43,8 @@ module never imports the fitting.
 
 A lightning indexer's kernels in decode (``FamilyFit.index``, keyed by ``INDEX_CURVES``): its scores
 (DeepGEMM's ``fp8_paged_mqa_logits``, an ``AttentionCurve`` over the FP8 peak, its work by
-``demos.zoo.work.index_score_work``) and its top-k selection (``TopkCurve``): nothing where a row's
-entries are at most the top-k (every entry is picked), else one thread block per row (``waves`` of the
-GPU's SMs), each its fixed time, ``per_entry`` per entry it histograms and ``per_tie`` per squared tie it
-ranks (a threshold bin of equal scores, at most ``TIE_CAP``: every entry when all scores are equal); a row
-of more than ``small_max`` entries takes the kernel's other path (``large_fixed`` more, ``large_per_entry``
-per entry). One top-k curve per kernel (DeepSeek-V4's ``topk_transform_v2``, "csa"; the DSA models'
-``fast_topk_transform_fused``, "dsa") and score distribution (``INDEX_SCORES``).
+``demos.zoo.work.index_score_work``) and its top-k selection, one ``TopkCurve`` per kernel and score
+distribution (``demos.zoo.index_curves`` says how a top-k is timed).
 
 Every curve's formula takes numbers or numpy arrays alike (``_ceil``, ``_min``, ``_max`` pick the numpy
 function for an array), so the fitting evaluates the very formula the simulator runs, over all the rows at
@@ -83,6 +78,7 @@ __all__ = [
     "LOCAL_FALLBACK_STORAGE",
     "MHC_SITES",
     "MLA_KV",
+    "MLA_KV_FP8",
     "OUT_TILE",
     "ROW_TILE",
     "TIE_CAP",
@@ -115,6 +111,10 @@ tensor cores and tables of it, Blackwell)."""
 MLA_KV = "bfloat16"
 """The KV-cache dtype whose MLA rows the attention curves are fitted to: the engines' default ("auto")
 for the FP8 DeepSeek checkpoints, and the zoo's presets' (an FP8 cache takes another kernel path)."""
+
+MLA_KV_FP8 = "fp8"
+"""The KV-cache dtype of the MLA decode rows ``FamilyFit.mla_decode_fp8`` is fitted to: another kernel path
+(on Hopper about twice the BF16 cache's time, on Blackwell less: docs/kernels.md)."""
 
 GDN_CURVES = ("delta_rule decode", "delta_rule prefill", "conv decode", "conv prefill")
 """The keys of ``FamilyFit.gdn`` and ``FamilyFit.kda``: a Gated DeltaNet (or Kimi Delta Attention) layer's
@@ -274,12 +274,14 @@ class FamilyFit:
     ``mla_prefill``, ``ll_sm`` per kernel ("dispatch", "combine"), ``experts`` (the routed experts' grouped
     GEMMs; None in a file written before they were fitted); ``mla_module`` the seconds a whole MLA decode
     module takes beyond the kernels the predictor composes it of (``demos.zoo.attention_module``; 0 in a
-    file written before it was fitted); ``dsa_index`` the seconds a DeepSeek sparse attention decode indexer
-    takes beyond the kernels the predictor composes it of (the same module; 0 in a file written before it
-    was fitted); ``gdn`` a Gated DeltaNet layer's kernel curves, keyed by
-    ``GDN_CURVES`` ("delta_rule decode" ... "conv prefill": the recurrence's and the causal convolution's per
-    phase, their work by ``demos.zoo.work.delta_rule_work`` and ``conv_work``; the prefill delta rule a
-    ``ChunkedCurve``, its chain ``delta_rule_chunks``; empty in a file written before they were fitted);
+    file written before it was fitted); ``mla_decode_fp8`` the MLA decode core over an FP8 cache
+    (``MLA_KV_FP8``; None in a file written before it was fitted: the BF16 curve at the FP8 bytes);
+    ``dsa_index`` the seconds a DeepSeek sparse attention decode indexer takes beyond the kernels the
+    predictor composes it of (the same module; 0 in a file written before it was fitted); ``gdn`` a Gated
+    DeltaNet layer's kernel curves, keyed by ``GDN_CURVES`` ("delta_rule decode" ... "conv prefill": the
+    recurrence's and the causal convolution's per phase, their work by ``demos.zoo.work.delta_rule_work``
+    and ``conv_work``; the prefill delta rule a ``ChunkedCurve``, its chain ``delta_rule_chunks``; empty in a
+    file written before they were fitted);
     ``kda`` a Kimi Delta Attention layer's, the same keys and kinds of curve, fitted to SGLang's
     ``kda_perf`` kernels, their work counted as a Gated DeltaNet layer's of as many key heads as value heads
     (empty in a file written before they were fitted); ``mhc`` a wide residual's kernels (DeepSeek-V4's
@@ -308,6 +310,7 @@ class FamilyFit:
     experts: GroupedCurve | None = None
     mla_module: float = 0.0
     dsa_index: float = 0.0
+    mla_decode_fp8: AttentionCurve | None = None
     gdn: dict = field(default_factory=dict)
     mhc: dict = field(default_factory=dict)
     kda: dict = field(default_factory=dict)
@@ -330,6 +333,7 @@ class FamilyFit:
             "experts": None if self.experts is None else asdict(self.experts),
             "mla_module": self.mla_module,
             "dsa_index": self.dsa_index,
+            "mla_decode_fp8": None if self.mla_decode_fp8 is None else asdict(self.mla_decode_fp8),
             "gdn": {k: asdict(v) for k, v in self.gdn.items()},
             "kda": {k: asdict(v) for k, v in self.kda.items()},
             "mhc": {k: asdict(v) for k, v in self.mhc.items()},
@@ -353,6 +357,7 @@ class FamilyFit:
             experts=GroupedCurve(**d["experts"]) if d.get("experts") else None,
             mla_module=float(d.get("mla_module", 0.0)),
             dsa_index=float(d.get("dsa_index", 0.0)),
+            mla_decode_fp8=AttentionCurve(**d["mla_decode_fp8"]) if d.get("mla_decode_fp8") else None,
             gdn=_linear_curves(d.get("gdn")),
             kda=_linear_curves(d.get("kda")),
             mhc={k: AttentionCurve(**v) for k, v in (d.get("mhc") or {}).items()},
