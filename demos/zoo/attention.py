@@ -20,7 +20,8 @@ The kinds:
   kernel, scores and values in the 512 + 64 latent space), prefill expanded (``kv_b_proj`` expands the
   latent; causal within each request, compute-bound). Attention TP (vLLM's DeepseekV2MLAAttention): the
   down-projections ``q_a`` and ``kv_a`` are replicated, ``q_b`` (or ``q_proj``), ``kv_b``, ``o_proj`` and the
-  absorptions split by heads, and every rank reads the whole latent cache (the one KV head).
+  absorptions split by heads, and every rank reads the whole latent cache (the one KV head). A decode core
+  over an FP8 cache takes the family's curve of that path (``KernelTimes.attention``'s ``fp8_cache``).
 * ``SparseMLA`` (DeepSeek sparse attention: DeepSeek-V3.2, GLM-5): MLA whose core reads only the
   ``index_topk`` cached tokens a lightning indexer picks (decode: ``min(context, topk)`` entries per token;
   prefill: at most ``topk`` keys per query), after its own op ``attn_index``: the indexer's projections,
