@@ -80,10 +80,10 @@ from demos.fidelity.engine_comm import ALLREDUCE_OPS, allreduce_rows
 from demos.fidelity.engine_experts import ENGINE_MOE_OPS, LOCAL_MOE_OPS, engine_experts_rows, local_experts_rows
 from demos.fidelity.stats import error_stats
 from demos.fits.linear import GDN_FIELDS, gdn_row_work
-from demos.fits.rooflines import experts_seconds, mla_row_work
+from demos.fits.rooflines import experts_seconds, mla_kv_bytes, mla_row_work
 from demos.vocabulary import Phase
 from demos.zoo.hardware import get_gpu
-from demos.zoo.models.dtypes import dtype, storage_of
+from demos.zoo.models.dtypes import storage_of
 from demos.zoo.overlap_costs import ll_node_seconds
 from demos.zoo.rooflines import FIT_GPUS, GEMM_DTYPES, MLA_KV, MLA_KV_FP8, FamilyFit, family_fit, linear_seconds
 from demos.zoo.work import delta_rule_chunks, gemm_work, index_entries, mhc_work
@@ -183,14 +183,14 @@ def _gemm_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
 def _mla_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
     from demos.zoo import measured
 
-    g, fp8 = get_gpu(gpu), (Phase.DECODE, MLA_KV_FP8, fit.mla_decode_fp8, "mla decode fp8", 1)
-    for phase, kv, curve, op, kv_bytes in (
-        (Phase.DECODE, MLA_KV, fit.mla_decode, "mla decode", dtype(MLA_KV).bytes),
-        (Phase.PREFILL, MLA_KV, fit.mla_prefill, "mla prefill", dtype(MLA_KV).bytes),
-        *((fp8,) if fit.mla_decode_fp8 is not None else ()),  # the table's FP8 cache: E4M3, a byte a value
+    g = get_gpu(gpu)
+    for phase, kv, curve, op in (
+        (Phase.DECODE, MLA_KV, fit.mla_decode, "mla decode"),
+        (Phase.PREFILL, MLA_KV, fit.mla_prefill, "mla prefill"),
+        (Phase.DECODE, MLA_KV_FP8, fit.mla_decode_fp8, "mla decode fp8"),  # None in an older fit file
     ):
-        for r in measured.mla_rows(gpu, phase, kv):
-            flops, nbytes = mla_row_work(phase, r.batch, r.heads, r.kv_len, kv_bytes)
+        for r in measured.mla_rows(gpu, phase, kv) if curve is not None else ():
+            flops, nbytes = mla_row_work(phase, r.batch, r.heads, r.kv_len, mla_kv_bytes(kv))
             pred = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
             yield CheckRow(gpu, op, f"batch={r.batch} heads={r.heads} kv={r.kv_len}", pred, r.seconds)
 

@@ -12,8 +12,9 @@ other, and by their non-numeric fields (family, GPUs, source: the tables' versio
 
 The grid, on every GPU the family is fitted on (each point at that GPU's datasheet peak, HBM bandwidth
 and SMs): GEMMs of 1 to 16,384 rows through weights of 128 to 24,576 by 512 to 18,432 in each dtype; MLA
-decode cores of 1 to 512 requests, 16 to 128 heads, 256 to 32,768 cached tokens, and prefill cores of 1
-to 8 requests of 512 to 16,384 tokens; the routed experts of DeepSeek-V3's shape at 1 to 4,096 tokens
+decode cores of 1 to 512 requests, 16 to 128 heads, 256 to 32,768 cached tokens (over a BF16 cache and,
+where the family has the curve, an FP8 one), and prefill cores of 1 to 8 requests of 512 to 16,384
+tokens; the routed experts of DeepSeek-V3's shape at 1 to 4,096 tokens
 per rank over EP 8 to 128; DeepEP's single-node low-latency kernels of 1 to 512 tokens of hidden 4,096
 and 7,168 with 3 and 7 peers; Gated DeltaNet delta rules and convolutions of 1 to 512 decode requests
 with 4 to 64 value heads and of 1 and 8 prompts of 512 to 16,384 tokens with 8 and 32; Kimi Delta
@@ -21,7 +22,7 @@ Attention's of 1 to 512 decode requests with 12 to 96 heads and of 1 and 8 promp
 with 12 and 48; the hyper-connection kernels; a lightning indexer's decode scores of 1 to 512 requests of
 256 to 1,048,575 cached tokens and its top-k of 1 to 512 rows of 600 to 262,144 entries (top 512, V4's
 kernel) and of 4,096 to 262,144 (top 2,048, DSA's); its prefill scores of 1 to 64 prompts of 512 to 16,384
-tokens after 0 to 65,536 cached; and the MLA module's fixed time itself.
+tokens after 0 to 65,536 cached; and the MLA module's and the DSA indexer's fixed times themselves.
 
 ``FIT_TOLERANCE`` (0.5%) is about 7 times the largest cross-processor spread seen (0.07% on one
 parameter) and well under what any figure the project prints shows (its errors are quoted to 0.1 points
@@ -39,11 +40,11 @@ import numpy as np
 
 from demos.fits.index import PREFILL_HEADS, SCORE_DIM, index_row_work, prefill_row_work
 from demos.fits.linear import gdn_row_work
-from demos.fits.rooflines import experts_seconds, mla_row_work
+from demos.fits.rooflines import experts_seconds, mla_kv_bytes, mla_row_work
 from demos.zoo.hardware import get_gpu, ll_bytes
 from demos.zoo.kernel_times import storage_curve
-from demos.zoo.models.dtypes import dtype, storage_of
-from demos.zoo.rooflines import MLA_KV, FamilyFit, linear_seconds
+from demos.zoo.models.dtypes import storage_of
+from demos.zoo.rooflines import MLA_KV, MLA_KV_FP8, FamilyFit, linear_seconds
 from demos.zoo.work import delta_rule_chunks, gemm_work, mhc_work
 
 __all__ = ["FIT_TOLERANCE", "CurveDifference", "FitComparison", "compare_fits", "grid_times"]
@@ -109,11 +110,14 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
             flops, nbytes = gemm_work(m, n, k, storage_of(math_dtype))
             t = curve.seconds(flops, nbytes, m, n, k, g.flops(math_dtype), g.hbm_bandwidth, g.sm_count)
             add(f"gemm {math_dtype}", [f"{name} m={a} n={b} k={c}" for a, b, c in pts], t)
-        for phase, axes, curve in (("decode", _DECODE, fit.mla_decode), ("prefill", _PREFILL, fit.mla_prefill)):
+        mla = [("decode", _DECODE, fit.mla_decode, MLA_KV, ""), ("prefill", _PREFILL, fit.mla_prefill, MLA_KV, "")]
+        if fit.mla_decode_fp8 is not None:
+            mla.append(("decode", _DECODE, fit.mla_decode_fp8, MLA_KV_FP8, " fp8"))
+        for phase, axes, curve, cache, tag in mla:
             (batch, heads, kv), pts = _grid(*axes)
-            flops, nbytes = mla_row_work(phase, batch, heads, kv, dtype(MLA_KV).bytes)
+            flops, nbytes = mla_row_work(phase, batch, heads, kv, mla_kv_bytes(cache))
             t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
-            add(f"mla {phase}", [f"{name} batch={a} heads={b} kv={c}" for a, b, c in pts], t)
+            add(f"mla {phase}{tag}", [f"{name} batch={a} heads={b} kv={c}" for a, b, c in pts], t)
         if fit.experts is not None:
             shapes = [_MoeShape(t, ep) for t in _EXPERTS_TOKENS for ep in _EXPERTS_EP]
             t = [experts_seconds(fit.gemm["fp8"], fit.experts, g, s) for s in shapes]

@@ -86,6 +86,7 @@ __all__ = [
     "ll_line",
     "fit_log",
     "minimize",
+    "mla_kv_bytes",
     "mla_row_work",
     "nelder_mead",
 ]
@@ -133,6 +134,11 @@ def fit_gemm(rows_by_gpu: Sequence[tuple[GpuSpec, list]], math: str) -> GemmCurv
     return rounded(_gemm_curve(fit_log(residuals_of(slice(None)), _GEMM_STARTS, coarse)))
 
 
+def mla_kv_bytes(kv: str) -> int:
+    """Bytes a value of an MLA table's ``kv_cache_dtype`` ``kv`` (``MLA_KV``, or ``MLA_KV_FP8``: E4M3)."""
+    return dtype("fp8_e4m3" if kv == MLA_KV_FP8 else kv).bytes
+
+
 def mla_row_work(phase: str, batch, heads, kv_len, kv_bytes):
     """(flops, bytes) of an MLA attention-core row (arrays or numbers) as the predictor counts it
     (``demos.zoo.work.mla_core_work`` at ``MLA_DIMS``): decode, ``batch`` tokens of ``kv_len`` cached
@@ -156,8 +162,7 @@ def fit_attention(rows_by_gpu: Sequence[tuple[GpuSpec, list]], phase: str, kv: s
     if kinds - {kv}:
         raise ValueError(f"this attention curve is fitted to {kv} caches, got {sorted(kinds)}")
     data, peak, hbm, t = columns([(g, "bfloat16", rows) for g, rows in rows_by_gpu], ("batch", "heads", "kv_len"))
-    kv_bytes = dtype("fp8_e4m3" if kv == MLA_KV_FP8 else kv).bytes  # the table's "fp8" cache is E4M3
-    flops, nbytes = mla_row_work(phase, data["batch"], data["heads"], data["kv_len"], kv_bytes)
+    flops, nbytes = mla_row_work(phase, data["batch"], data["heads"], data["kv_len"], mla_kv_bytes(kv))
     logt = np.log(t)
 
     def residuals(u: np.ndarray) -> np.ndarray:

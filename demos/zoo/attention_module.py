@@ -197,10 +197,11 @@ def index_rows(gpu: str) -> list[IndexShareRow]:
     from demos.zoo import measured
 
     heads = get_preset(INDEX_ROWS["preset"]).attention.heads
+    sides = {INDEX_ROWS["module"]: "module", INDEX_ROWS["skipped"]: "skipped"}
     times: dict[tuple[str, tuple], list[float]] = {}
     for r in measured.dsa_module_rows(gpu):
         dtypes = (r.gemm_dtype, r.kv_dtype) == (INDEX_ROWS["gemm_dtype"], INDEX_ROWS["kv_dtype"])
-        side = {INDEX_ROWS["module"]: "module", INDEX_ROWS["skipped"]: "skipped"}.get(r.model)
+        side = sides.get(r.model)
         if dtypes and side and ("skip_indexer" in r.kernel) == (side == "skipped") and r.batch < 512:
             if heads % r.heads == 0 and heads // r.heads <= _EP:
                 times.setdefault((side, (r.batch, r.heads, r.kv_len)), []).append(r.seconds)

@@ -88,3 +88,19 @@ def test_hoppers_fp8_cache_is_dearer_and_the_curve_follows_it(validate_json):
         assert abs(summary[(gpu, "mla decode fp8")]["median_error"]) <= 0.20, gpu
     for gpu in ("h100", "h200"):
         assert abs(summary[(gpu, "dsa module fp8")]["median_error"]) <= 0.10, gpu
+
+
+def test_the_fit_check_compares_the_fp8_curve_and_names_it_when_it_moved():
+    """``python -m demos.fits check`` must see a stored FP8 curve the tables no longer give (within its 0.5%)."""
+    from demos.fits.compare import FIT_TOLERANCE, compare_fits
+    from demos.zoo.rooflines import FITS
+
+    hopper = FITS["hopper"]
+    assert ("hopper", "mla decode fp8") in {
+        (d.family, d.curve) for d in compare_fits(dict(FITS), dict(FITS)).differences
+    }
+    moved = replace(
+        hopper.mla_decode_fp8, mem_efficiency=hopper.mla_decode_fp8.mem_efficiency * (1 - 4 * FIT_TOLERANCE)
+    )
+    far = compare_fits(dict(FITS), {**FITS, "hopper": replace(hopper, mla_decode_fp8=moved)})
+    assert [(d.family, d.curve) for d in far.differences if not d.within] == [("hopper", "mla decode fp8")]

@@ -22,6 +22,7 @@ from demos.zoo.memory import kv_bytes_per_token
 from demos.zoo.models import MLAAttention, ModelSpecError, SparseMLAAttention, count_params, get_preset
 from demos.zoo.models.params import indexer_params
 from demos.zoo.profile import gpu_profile
+from demos.zoo.rooflines import family_fit
 from demos.zoo.work import causal_pairs, sparse_causal_pairs
 from demos.zoo.workload import Workload, cluster_for
 
@@ -154,7 +155,7 @@ def _index_op(model: str, phase: Phase, extra: float, context: int = 4096, token
     from demos.zoo.plan import launch_seconds
 
     g = get_gpu("b200")
-    fit = dataclasses.replace(KernelTimes(g, gpu_profile(g)).fit, dsa_index=extra)
+    fit = dataclasses.replace(family_fit(g.family), dsa_index=extra)
     profile = gpu_profile(g, fit=fit)
     w = Workload(get_preset(model), cluster_for("b200", 1, 8, 8), phase=phase, tokens=tokens, context=context)
     costs = attention_kind(w.spec.attention).costs(
