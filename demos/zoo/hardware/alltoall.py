@@ -12,10 +12,13 @@ Two kernel families (deepseek-ai/DeepEP):
 * ``deepep_normal`` (prefill, high throughput): each token goes once to each destination rank (not once per
   expert); across domains once per destination domain over RDMA, to the rank with the same local
   index, which forwards it over NVLink to the ranks of its domain that need it. It takes
-  ``comm_sms`` SMs from compute while it runs.
+  ``comm_sms`` SMs from compute while it runs. Its forwarding stage handles each token once per
+  destination domain, its own domain's included (a token bound for the rank's own domain lands in the
+  same receive buffers the network fills), at most at ``pair_bandwidth`` bytes a second where that is set.
 
 Time model, both families: ``latency + max(rdma_bytes / (rdma_efficiency x nic_bandwidth),
-nvlink_bytes / (nvlink_efficiency x scale-up bandwidth))``, with the busiest rank's bytes (the
+nvlink_bytes / (nvlink_efficiency x scale-up bandwidth))`` (a normal kernel's forwarded bytes over
+``pair_bandwidth`` a third term, where set), with the busiest rank's bytes (the
 routing's imbalance times the mean) and the links of ``cluster.gpu`` (a full mesh's scale-up bandwidth: the
 links to the EP ranks of the node, ``GpuSpec.scaleup_bandwidth``); a kernel that crosses the network pays
 ``rdma_latency`` and ``rdma_peer_latency`` per remote rank more (``DeepEPParams``). The parameters are the
@@ -83,7 +86,10 @@ class DeepEPParams:
     rank a kernel that crosses the network pays (a CPU proxy serving each peer's queue in turn on EFA; 0 where
     the GPU initiates RDMA); ``ll_two_level``: the low-latency kernel crosses the network as the normal one does,
     each token once per remote node and forwarded inside it over the scale-up links (MoRI's InterNodeV1LL,
-    whose tuning tables measure both legs), instead of once per routed copy (DeepEP's)."""
+    whose tuning tables measure both legs), instead of once per routed copy (DeepEP's); ``pair_bandwidth``, the
+    bytes a second a normal kernel's forwarding stage moves, each token counted once per destination NVLink
+    domain, the rank's own included (0: no such limit; fitted where the tables show one: UCCL-EP over EFA,
+    whose time grows with the domains a token touches, its own included, not with the remote ones)."""
 
     rdma_efficiency: float
     nvlink_efficiency: float
@@ -92,6 +98,7 @@ class DeepEPParams:
     rdma_latency: float = 0.0
     rdma_peer_latency: float = 0.0
     ll_two_level: bool = False
+    pair_bandwidth: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("rdma_efficiency", "nvlink_efficiency"):
@@ -103,29 +110,38 @@ class DeepEPParams:
         for name in ("ll_latency", "normal_latency", "rdma_latency", "rdma_peer_latency"):
             if _number(f"DeepEPParams.{name}", getattr(self, name)) < 0:
                 raise ValueError(f"DeepEPParams.{name} must be >= 0 seconds, got {getattr(self, name)!r}")
+        if _number("DeepEPParams.pair_bandwidth", self.pair_bandwidth) < 0:
+            raise ValueError(f"DeepEPParams.pair_bandwidth must be >= 0 bytes/s, got {self.pair_bandwidth!r}")
 
 
 DEEPEP_H800 = DeepEPParams(rdma_efficiency=0.87, nvlink_efficiency=0.66, ll_latency=25e-6, normal_latency=12e-6)
 """Fitted to DeepEP's H800 tables (2025-06-05 README; docs/clusters.md, "Fitted parameters")."""
 
 MORI = DeepEPParams(
-    rdma_efficiency=0.783,
-    nvlink_efficiency=0.669,
+    rdma_efficiency=0.78,
+    nvlink_efficiency=0.68,
     ll_latency=0.0,
-    normal_latency=21.6e-6,
-    rdma_latency=78.6e-6,
+    normal_latency=20.6e-6,
+    rdma_latency=81.0e-6,
     ll_two_level=True,
 )
 """AMD's MoRI kernels (IntraNode, InterNodeV1, InterNodeV1LL) over Infinity Fabric and RDMA: fitted to MoRI's
 measured MI355X tuning tables (``demos.fidelity.ep_published``; docs/clusters.md, "AMD Instinct")."""
 
 EFA_PROXY = DeepEPParams(
-    rdma_efficiency=0.526, nvlink_efficiency=0.66, ll_latency=0.0, normal_latency=92.9e-6, rdma_peer_latency=10.2e-6
+    rdma_efficiency=0.96,
+    nvlink_efficiency=0.66,
+    ll_latency=0.3e-6,
+    normal_latency=25.3e-6,
+    rdma_latency=44.5e-6,
+    rdma_peer_latency=14.8e-6,
+    pair_bandwidth=65.4e9,
 )
-"""DeepEP-style kernels over AWS EFA through CPU proxy threads (UCCL-EP): fitted to UCCL-EP's p5en (H200)
-tables; NVLink's share is DeepEP's (``demos.fidelity.ep_published``; docs/clusters.md, "Networks")."""
+"""DeepEP-style kernels over AWS EFA through CPU proxy threads (UCCL-EP): fitted to UCCL-EP's p6-b200 (B200)
+tables, held out on p5en (H200); NVLink's share is DeepEP's (``demos.fidelity.ep_published``; docs/clusters.md,
+"Networks")."""
 
-EFA_GDA = DeepEPParams(rdma_efficiency=1.0, nvlink_efficiency=0.66, ll_latency=88.4e-6, normal_latency=309.3e-6)
+EFA_GDA = DeepEPParams(rdma_efficiency=0.887, nvlink_efficiency=0.66, ll_latency=91.2e-6, normal_latency=210.1e-6)
 """DeepEP V2 over NCCL GIN on EFA, RDMA the GPU initiates: fitted to AWS's p6-b200 EP16 rows; NVLink's share is
 DeepEP's (``demos.fidelity.ep_published``)."""
 
@@ -144,8 +160,9 @@ def comm_params(cluster: ClusterSpec) -> DeepEPParams:
 @dataclass(frozen=True)
 class AllToAll:
     """One modelled dispatch or combine on the busiest rank: ``seconds``; the bytes it moves over the
-    NIC (``rdma_bytes``) and over NVLink (``nvlink_bytes``); ``bottleneck`` ("rdma", "nvlink", or
-    "latency" when nothing crosses a link); ``sms``, the SMs it holds while in flight."""
+    NIC (``rdma_bytes``) and over NVLink (``nvlink_bytes``); ``bottleneck`` ("rdma", "nvlink", "forwarding"
+    (a normal kernel held to ``DeepEPParams.pair_bandwidth``), or "latency" when nothing crosses a link);
+    ``sms``, the SMs it holds while in flight."""
 
     kernel: str
     mode: str
@@ -214,14 +231,18 @@ def _timed(
     latency: float,
     params: DeepEPParams,
     sms: int,
+    forwarded: float = 0.0,
 ) -> AllToAll:
     g = cluster.gpu
     t_rdma = rdma / (params.rdma_efficiency * g.nic_bandwidth)
     t_nvl = nvl / (params.nvlink_efficiency * cluster.scaleup_bandwidth)
     bottleneck = "latency" if t_rdma == t_nvl == 0 else ("rdma" if t_rdma >= t_nvl else "nvlink")
+    t_fwd = forwarded / params.pair_bandwidth if params.pair_bandwidth > 0 and rdma > 0 else 0.0
+    if t_fwd > max(t_rdma, t_nvl):
+        bottleneck = "forwarding"
     if rdma > 0:  # the network's own fixed costs (module docstring)
         latency += params.rdma_latency + params.rdma_peer_latency * (cluster.ep - cluster.ranks_per_domain)
-    return AllToAll(kernel, mode, latency + max(t_rdma, t_nvl), rdma, nvl, bottleneck, sms)
+    return AllToAll(kernel, mode, latency + max(t_rdma, t_nvl, t_fwd), rdma, nvl, bottleneck, sms)
 
 
 def deepep_low_latency(
@@ -272,8 +293,10 @@ def deepep_normal(
     g = cluster.gpu
     if isinstance(comm_sms, bool) or not isinstance(comm_sms, int) or not 1 <= comm_sms < g.sm_count:
         raise ValueError(f"comm_sms must be an int in [1, {g.sm_count}) for {g.name}, got {comm_sms!r}")
-    rdma, nvl = _two_level(cluster, traffic, message_bytes(kernel, hidden, fp8) * tokens * traffic.imbalance)
-    return _timed(kernel, "normal", cluster, rdma, nvl, params.normal_latency, params, comm_sms)
+    per_token = message_bytes(kernel, hidden, fp8) * tokens * traffic.imbalance
+    rdma, nvl = _two_level(cluster, traffic, per_token)
+    forwarded = traffic.domains * per_token  # once per destination domain, its own included
+    return _timed(kernel, "normal", cluster, rdma, nvl, params.normal_latency, params, comm_sms, forwarded)
 
 
 def ll_buffer_bytes(max_tokens: int, hidden: int, experts: int) -> int:

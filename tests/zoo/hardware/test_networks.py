@@ -37,9 +37,11 @@ def test_each_groups_stored_parameters_are_its_fit(group):
     for f in dataclasses.fields(stored):
         if f.name.endswith("efficiency"):
             assert getattr(fitted, f.name) == pytest.approx(getattr(stored, f.name), abs=0.01), f.name
+        elif f.name.endswith("bandwidth"):
+            assert getattr(fitted, f.name) == pytest.approx(getattr(stored, f.name), rel=0.01, abs=1e6), f.name
         elif f.name != "ll_two_level":
             assert getattr(fitted, f.name) == pytest.approx(getattr(stored, f.name), abs=1e-6), f.name
-    assert rms < {"mori": 0.12, "efa": 0.4, "efa-gda": 0.13}[group]
+    assert rms < {"mori": 0.12, "efa": 0.12, "efa-gda": 0.15}[group]
 
 
 def test_mori_fits_its_rows_and_predicts_the_held_out_gpus_within_15_percent_mostly():
@@ -65,7 +67,7 @@ def test_a_one_node_all_to_all_on_a_mesh_uses_one_link_per_peer():
 
 def test_efas_proxy_pays_per_remote_rank_and_gpu_initiated_rdma_does_not():
     """A CPU proxy serves every remote rank's queue: the low-latency kernel's fixed cost grows with the EP group
-    on EFA (10.2 us a remote rank, fitted on p5en), not on InfiniBand."""
+    on EFA (14.8 us a remote rank, fitted on p6-b200), not on InfiniBand."""
 
     def ll(network: str, ep: int, params=None) -> float:
         c = ClusterSpec(ep // 8, 8, ep, "h200", network=network)
@@ -86,3 +88,52 @@ def test_moris_low_latency_kernel_crosses_the_network_once_per_remote_node():
     t = c.traffic(R)
     assert two.rdma_bytes == pytest.approx(per_copy.rdma_bytes * t.remote_domains / t.copies_rdma)
     assert two.nvlink_bytes > 0 and two.seconds < per_copy.seconds
+
+
+def test_a_normal_kernel_held_to_its_forwarding_rate_grows_with_the_domains_it_touches_its_own_included():
+    """UCCL-EP over EFA: the normal kernels' time follows the (token, destination node) pairs, the own node's
+    included, at one rate (``pair_bandwidth``), not the remote pairs at the NIC's: from EP 16 to EP 32 a token
+    touches 2 -> 3.6 domains (1.8x) but 1 -> 2.7 remote ones (2.7x)."""
+    kw = dict(hidden=7168, kernel="dispatch", comm_sms=32)
+    r = Routing(experts=288, top_k=8)  # UCCL-EP's benchmark: 288 shard over 16, 24 and 32 ranks
+
+    def run(ep, params):
+        return deepep_normal(ClusterSpec(ep // 8, 8, ep, "b200", network="efa"), r, 4096, params=params, **kw)
+
+    for ep in (16, 24):
+        a = run(ep, EFA_PROXY)
+        t = ClusterSpec(ep // 8, 8, ep, "b200", network="efa").traffic(r)
+        assert a.bottleneck == "forwarding"
+        fixed = EFA_PROXY.normal_latency + EFA_PROXY.rdma_latency + EFA_PROXY.rdma_peer_latency * (ep - 8)
+        forwarded = t.domains * 4096 * (7168 + 7168 // 128 * 4)
+        assert a.seconds - fixed == pytest.approx(forwarded / EFA_PROXY.pair_bandwidth)
+    # at EP 32 three of a token's 3.6 domains are remote: the NIC binds again
+    assert run(32, EFA_PROXY).bottleneck == "rdma"
+    unlimited = dataclasses.replace(EFA_PROXY, pair_bandwidth=0.0)
+    assert run(16, unlimited).bottleneck == "rdma" and run(16, unlimited).seconds < 0.75 * run(16, EFA_PROXY).seconds
+    # one node: nothing crosses the network, so no forwarding stage (DeepEP's intranode kernel has none)
+    one = deepep_normal(ClusterSpec(1, 8, 8, "b200", network="efa"), r, 4096, **kw)
+    assert one.bottleneck == "nvlink"
+    # the other parameter sets have no such limit
+    assert DEEPEP_H800.pair_bandwidth == MORI.pair_bandwidth == EFA_GDA.pair_bandwidth == 0.0
+    with pytest.raises(ValueError, match="pair_bandwidth must be >= 0"):
+        dataclasses.replace(EFA_PROXY, pair_bandwidth=-1.0)
+
+
+def test_efas_fit_holds_its_rows_and_the_held_out_instances_dispatch():
+    """Fitted on p6-b200, held out on p5en: every p6 normal row within 5%, p5en's normal dispatch within 10%
+    (its normal combine, 3.2-5.3 times its dispatch where p6's is 1.7-1.8 times, is the table's outlier)."""
+    recs = ep_published.compare("efa")
+    normal = [r for r in recs if r["mode"] == "normal"]
+    assert all(abs(r["error"]) < 0.05 for r in normal if r["fitted"])
+    assert all(abs(r["error"]) < 0.10 for r in normal if not r["fitted"] and r["kernel"] == "dispatch")
+    s = ep_published.summary(recs)
+    assert s["fitted"]["within_15"] > 0.9
+
+
+def test_the_robust_loss_is_squares_near_zero_and_caps_an_outliers_pull():
+    sq = ep_published._case_loss
+    assert sq(0.02, True) == pytest.approx(sq(0.02, False), rel=0.02)
+    # a row 3x off costs less than 1/10 of its square: it cannot outweigh a dozen rows 10% off
+    assert sq(2.0, True) < 0.1 * sq(2.0, False)
+    assert sq(2.0, True) < 12 * sq(0.1, True)
