@@ -159,13 +159,15 @@ def serving_rows(
     progress: Callable[[int, int, str], None] | None = None, *, quick: bool = False, full: bool = False
 ) -> tuple[list[ServingCheck], dict[str, int]]:
     """Every expressible measured row simulated (module docstring), and ``{reason: rows}`` skipped."""
-    from demos.zoo import measured
+    from demos.zoo.measured_copies import COPIES, first_expressible, measured_runs
 
     skipped: Counter = Counter()
     todo = []
     seen = set()
-    for r in measured.silicon_rows():
-        plan = _plan(r)
+    for group in measured_runs():
+        if len(group) > 1:
+            skipped[COPIES] += len(group) - 1
+        r, plan = first_expressible(group, _plan)
         if isinstance(plan, str):
             skipped[plan] += 1
             continue
