@@ -16,7 +16,6 @@ Each copy keeps its own layout: a check takes the first copy, in file order, tha
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable
 
 from demos.zoo.measured_rows import SiliconRow
@@ -80,10 +79,10 @@ def run_groups(rows: Iterable[SiliconRow]) -> tuple[tuple[SiliconRow, ...], ...]
     return tuple(merged(g) for g in order)
 
 
-@functools.lru_cache(maxsize=1)
 def measured_runs() -> tuple[tuple[SiliconRow, ...], ...]:
-    """Every run of the measured extra's ``silicon_sample.csv`` (``demos.zoo.measured.silicon_rows``) as its
-    group of copies (``run_groups``)."""
+    """Every run of the measured extra's ``silicon_sample.csv`` (``demos.zoo.measured.silicon_rows``, read once) as
+    its group of copies (``run_groups``; grouped on each call, a few milliseconds, so whatever ``silicon_rows``
+    returns now is what is grouped)."""
     from demos.zoo import measured
 
     return run_groups(measured.silicon_rows())

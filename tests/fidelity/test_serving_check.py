@@ -134,6 +134,19 @@ def test_a_row_that_decoded_speculatively_or_may_have_is_skipped_by_both_checks_
     assert isinstance(silicon._plan(row._replace(mode="disagg", speculative="none")), dict)
 
 
+def test_a_copy_of_a_speculative_run_is_skipped_with_it_and_each_run_counts_once(monkeypatch):
+    """A gap-analysis copy rounds InferenceX's figures and records no speculation: it is the same run, so it is
+    skipped as the run is (``demos.zoo.measured_copies``), and the copy is counted once under its own reason."""
+    from demos.zoo.measured_copies import COPIES
+
+    run = dict(model="deepseek-ai/DeepSeek-V3", tpot_s=0.0312345, ttft_s=0.2012345)
+    rows = [_row(id="gap", **{**run, "tpot_s": 0.03123, "ttft_s": 0.20123}), _row(id="ix", speculative="mtp", **run)]
+    monkeypatch.setattr(measured, "silicon_rows", lambda: tuple(rows))
+    checks, skipped = serving.serving_rows()
+    assert checks == []
+    assert skipped == {"ran with MTP speculative decoding (InferenceX's config): not modelled": 1, COPIES: 1}
+
+
 @needs_tables
 def test_every_attention_dp_row_records_the_batch_times_its_ranks():
     rows = [r for r in measured.silicon_rows() if r.mode == "agg" and r.attention_dp > 1 and r.concurrency]
@@ -147,10 +160,10 @@ def test_a_disaggregated_row_runs_whole_and_is_sampled_as_the_others(monkeypatch
     """A disaggregated row with its workers' counts runs as a coupled deployment (its GPUs: both sides'),
     one without them is skipped with that reason, and ``--quick`` samples it like any row."""
     disagg = dict(mode="disagg", batch=2, attention_dp=8, prefill=(1, 8, 8, 1, 1), concurrency=16, osl=6)
-    rows = [
-        _row(id="d1", workers=(1, 1), **disagg),
-        _row(id="d2", workers=(1, 1), **disagg),  # the same deployment and lengths: sampled out
-        _row(id="d3", workers=None, **disagg),
+    rows = [  # three runs: their measured figures differ (rows with the same figures are one run's copies)
+        _row(id="d1", workers=(1, 1), tpot_s=0.010, **disagg),
+        _row(id="d2", workers=(1, 1), tpot_s=0.011, **disagg),  # the same deployment and lengths: sampled out
+        _row(id="d3", workers=None, tpot_s=0.012, **disagg),
     ]
     monkeypatch.setattr(measured, "silicon_rows", lambda: tuple(rows))
     checks, skipped = serving.serving_rows(quick=True)
