@@ -154,7 +154,8 @@ def simulate(
     so runs of one deployment share their grid points (None: one pricer for this run). ``release``: the
     engine's release whose host behaviour the steps take (``demos.serving.host``; None: the pinned one);
     ``disable_radix_cache``: SGLang's server runs without its radix cache (``--disable-radix-cache``), which
-    keeps the overlap schedule on where the release would turn it off."""
+    keeps the overlap schedule on where the release would turn it off and admits requests by their exact
+    peak (``demos.serving.sglang_rank.SGLangRank``)."""
     if engine not in ENGINES:
         raise ConfigError(f"{field_ref('engine')} must be one of {', '.join(ENGINES)}, got {engine!r}")
     if pool not in PoolKind.choices():
@@ -218,7 +219,7 @@ def simulate(
     raw: dict[str, Any] = {}
 
     def run(o: Overlap, decode_threshold: int, keep: bool = False) -> OverlapRun:
-        p = setup.pool(pool_kind)
+        p = setup.pool(pool_kind, radix_cache=not disable_radix_cache)
         decide = split_rules.split_rule(engine, o, decode_threshold, thresholds[1], setup.graphs)
         sbo = o == Overlap.SBO
 

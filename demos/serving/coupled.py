@@ -209,7 +209,10 @@ def simulate_disaggregated(
         workers = {}
         for kind, (side, d) in sides.items():
             decide = split_rule(engine, o, *thresholds, d.graphs)
-            workers[kind] = [_Worker(d.pool(kind), decide, _pricing(d.pricer, host_s)) for _ in range(side.workers)]
+            workers[kind] = [
+                _Worker(d.pool(kind, radix_cache=not disable_radix_cache), decide, _pricing(d.pricer, host_s))
+                for _ in range(side.workers)
+            ]
         try:
             lives = serve_coupled(workers[PoolKind.PREFILL], workers[PoolKind.DECODE], source, transfer_s)
         except ServingError as e:

@@ -35,10 +35,13 @@ class RankSetup:
     pricer: StepPricer
     graphs: Any
 
-    def pool(self, kind: PoolKind) -> Pool:
-        """A pool of ``kind`` of fresh rank schedulers, one per data-parallel rank, and the engine's router."""
+    def pool(self, kind: PoolKind, *, radix_cache: bool = True) -> Pool:
+        """A pool of ``kind`` of fresh rank schedulers, one per data-parallel rank, and the engine's router;
+        ``radix_cache``: SGLang's (its admission rule, ``demos.serving.sglang_rank.SGLangRank``)."""
         ranks = [
-            make_rank(self.engine, self.kv, hbm_gb=self.hbm_gb, dp=self.dp, max_seqs=self.max_seqs)
+            make_rank(
+                self.engine, self.kv, hbm_gb=self.hbm_gb, dp=self.dp, max_seqs=self.max_seqs, radix_cache=radix_cache
+            )
             for _ in range(self.dp)
         ]
         return Pool(kind, ranks, make_router(self.engine, self.dp), self.engine, self.base.cluster.world)

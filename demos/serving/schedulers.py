@@ -21,20 +21,15 @@ Rules, each read from the pinned releases (``demos.prediction.engines``) where n
   balancer): the rank with the lowest ``waiting + running`` (plus ``6 x waiting x (KV usage - 0.5)`` when
   its KV cache is over half full), the scan starting one rank later each time so ties rotate. Its counts
   come from the coordinator every ~100 ms, corrected by its own in-flight count; here they are exact.
-* **SGLang** 0.5.23 (``managers/scheduler.py``, ``get_next_batch_to_run``; ``schedule_policy.py``): a
-  prefill (extend) batch first whenever a waiting request fits, with no decode in that step (mixed
-  chunks are off by default), of prompts in arrival order up to ``max_prefill_tokens`` (16,384) and the
-  chunk size (``chunked_prefill_size``: 8,192 below 160 GB, 16,384 from it,
-  ``arg_groups/memory_hook.py``; divided by the attention DP size, ``arg_groups/parallel_hook.py``); one
-  chunked prompt at a time, continued first in the next prefill. A prompt is admitted only while the KV
-  pool holds it and a reserve for the running requests' remaining outputs (its ``new_token_ratio``, 0.7
-  at first; a guess at its steady value). Otherwise a decode step of every running request, up to
-  ``max_running_requests``; a decode that finds the pool full retracts the newest request to the waiting
-  queue.
+* **SGLang** 0.5.23: ``demos.serving.sglang_rank`` (prefill first, one chunked prompt at a time, its
+  admission rule with and without its radix cache, retraction).
 * **SGLang's router**: round robin over the attention DP ranks (its default load-balance method).
 * **TensorRT-LLM** (no release pinned; as far as the measured rows need it): in-flight batching with
   ``max_num_tokens`` (8,192) and chunked context: decodes first, then context chunks, as vLLM's order;
-  modelled with vLLM's rank scheduler at TRT-LLM's limits.
+  modelled with vLLM's rank scheduler at TRT-LLM's limits, and its default capacity policy
+  (``SchedulerConfig.capacity_scheduler_policy``, ``GUARANTEED_NO_EVICT``, ``tensorrt_llm/llmapi/llm_args.py``):
+  a request starts only while the pool holds every started request at its end, its prompt and its whole
+  output, so none is evicted (``TRTLLMRank``; a request alone on the rank starts whatever it asks).
 
 KV capacity is in tokens per rank (``kv_tokens``): what the memory model leaves the cache
 (``demos.serving.step_times``). A block's rounding and prefix caching are not modelled.
@@ -53,11 +48,12 @@ __all__ = [
     "Plan",
     "RankScheduler",
     "Router",
-    "SGLangRank",
+    "TRTLLMRank",
     "VLLMRank",
     "advance",
     "make_rank",
     "make_router",
+    "plan_of",
 ]
 
 
@@ -171,6 +167,10 @@ class VLLMRank(RankScheduler):
         self.budget = max_num_batched_tokens
         self.max_seqs = max_num_seqs
 
+    def _admits(self, live: Live, n: int) -> bool:
+        """Whether waiting ``live`` starts with ``n`` tokens this step: its blocks can be allocated now."""
+        return self.kv_used + live.cached + n <= self.kv_tokens
+
     def plan(self) -> Plan:
         budget = self.budget
         running = self.running
@@ -210,67 +210,28 @@ class VLLMRank(RankScheduler):
         while not preempted and budget > 0 and self.waiting and len(self.running) < self.max_seqs:
             live = self.waiting[0]
             n = min(live.target - live.computed, budget) if live.prefilling else 1  # a transferred one decodes
-            if self.kv_used + live.cached + n > self.kv_tokens:
+            if not self._admits(live, n):
                 break
             self.waiting.popleft()
             self.running.append(live)
             self.kv_used += live.cached + n  # a transferred request arrives with its prompt's cache
             entries[live] = n
             budget -= n
-        return _plan(list(entries.items()))
+        return plan_of(list(entries.items()))
 
 
-class SGLangRank(RankScheduler):
-    """SGLang's scheduler on one rank (module docstring)."""
+class TRTLLMRank(VLLMRank):
+    """TensorRT-LLM's scheduler on one rank: vLLM's at TRT-LLM's limits, admitting as ``GUARANTEED_NO_EVICT``
+    does (module docstring)."""
 
-    NEW_TOKEN_RATIO = 0.7
-
-    def __init__(self, kv_tokens: int, *, chunked_prefill_size: int, max_prefill_tokens: int, max_running: int):
-        super().__init__(kv_tokens)
-        self.chunk = chunked_prefill_size
-        self.max_prefill = max_prefill_tokens
-        self.max_running = max_running
-        self.chunked: Live | None = None
-
-    def _reserve(self) -> float:
-        return sum(self.NEW_TOKEN_RATIO * (x.request.output_tokens - x.generated) for x in self.running)
-
-    def plan(self) -> Plan:
-        entries: list[tuple[Live, int]] = []
-        budget = min(self.max_prefill, self.chunk)
-        reserve = self._reserve()
-        if self.chunked is not None:  # the chunked prompt continues first
-            live = self.chunked
-            n = min(live.target - live.computed, budget)
-            entries.append((live, n))
-            self.kv_used += n
-            budget -= n
-            self.chunked = live if live.computed + n < live.target else None
-        while budget > 0 and self.waiting and self.chunked is None and len(self.running) < self.max_running:
-            live = self.waiting[0]
-            need = live.target - live.computed
-            if self.kv_used + live.cached + need + reserve > self.kv_tokens:
-                break
-            n = min(need, budget)
-            self.waiting.popleft()
-            self.running.append(live)
-            self.kv_used += live.cached + n  # a transferred request joins the running batch with its cache
-            if n:
-                entries.append((live, n))
-                budget -= n
-            if n < need:
-                self.chunked = live
-        if entries:
-            return _plan(entries)
-        decoding = [x for x in self.running if not x.prefilling]
-        while decoding and self.kv_used + len(decoding) > self.kv_tokens:  # retract the newest
-            victim = decoding.pop()
-            self._preempt(victim)
-        self.kv_used += len(decoding)
-        return _plan([(x, 1) for x in decoding])
+    def _admits(self, live: Live, n: int) -> bool:
+        if not self.running:
+            return super()._admits(live, n)
+        committed = sum(x.request.prompt_tokens + x.request.output_tokens for x in self.running)
+        return committed + live.request.prompt_tokens + live.request.output_tokens <= self.kv_tokens
 
 
-def _plan(entries: list[tuple[Live, int]]) -> Plan:
+def plan_of(entries: list[tuple[Live, int]]) -> Plan:
     decode, prefill = [], []
     for x, n in entries:
         if x.computed < x.target:
@@ -315,22 +276,28 @@ ENGINE_DEFAULTS = {
 }
 
 
-def make_rank(engine: str, kv_tokens: int, *, hbm_gb: float, dp: int, max_seqs: int | None) -> RankScheduler:
+def make_rank(
+    engine: str, kv_tokens: int, *, hbm_gb: float, dp: int, max_seqs: int | None, radix_cache: bool = True
+) -> RankScheduler:
     """The rank scheduler of ``engine`` (vllm, sglang, trtllm) at its defaults for a GPU of ``hbm_gb`` GB
-    and ``dp`` attention DP ranks; ``max_seqs``: the request cap per rank (None: the engine's default)."""
+    and ``dp`` attention DP ranks; ``max_seqs``: the request cap per rank (None: the engine's default);
+    ``radix_cache``: SGLang's, which picks its admission rule (``SGLangRank``)."""
     big = hbm_gb >= 160
     if engine == "vllm":
         return VLLMRank(kv_tokens, max_num_batched_tokens=16384 if big else 8192, max_num_seqs=max_seqs or 1024)
     if engine == "trtllm":
         d = ENGINE_DEFAULTS["trtllm"]
-        return VLLMRank(kv_tokens, max_num_batched_tokens=d["max_num_batched_tokens"], max_num_seqs=max_seqs or 2048)
+        return TRTLLMRank(kv_tokens, max_num_batched_tokens=d["max_num_batched_tokens"], max_num_seqs=max_seqs or 2048)
     if engine == "sglang":
         chunk = max(1, (16384 if big else 8192) // dp)
+        from demos.serving.sglang_rank import SGLangRank  # it builds on this module's classes
+
         return SGLangRank(
             kv_tokens,
             chunked_prefill_size=chunk,
             max_prefill_tokens=ENGINE_DEFAULTS["sglang"]["max_prefill_tokens"],
             max_running=max_seqs or 1 << 30,  # its default follows the pool: the KV cache bounds it here
+            radix_cache=radix_cache,
         )
     raise ValueError(f"engine must be vllm, sglang or trtllm, got {engine!r}")
 

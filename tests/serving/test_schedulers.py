@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from demos.serving.requests import Request
-from demos.serving.schedulers import Live, Router, SGLangRank, VLLMRank, advance, make_rank
+from demos.serving.schedulers import Live, Router, TRTLLMRank, VLLMRank, advance, make_rank
+from demos.serving.sglang_rank import SGLangRank
 
 
 def _live(i: int, prompt: int, out: int) -> Live:
@@ -91,16 +92,58 @@ def test_sglang_chunks_one_prompt_at_a_time_and_continues_it_first():
 
 def test_sglang_retracts_the_newest_decode_when_the_pool_is_full():
     r = SGLangRank(260, chunked_prefill_size=4096, max_prefill_tokens=16384, max_running=64)
-    r.NEW_TOKEN_RATIO = 0.0  # admit on the prompt alone, so the pool fills while decoding
+    r.CLIP_MAX_NEW_TOKENS = 0  # reserve no output at all: admit on the prompt alone, so the pool fills decoding
     a, b = _live(0, 120, 40), _live(1, 120, 40)
     r.enqueue(a)
     r.enqueue(b)
     t = 0.0
+    ratios = []
     while not (a.done and b.done):
         t += 1
         _step(r, t)
+        ratios.append(r.new_token_ratio)
         assert t < 500
     assert b.preemptions >= 1 and a.preemptions == 0 and r.kv_used == 0
+    # the retraction set the ratio from the survivor's progress: (made + 20) / (asked + 1), at most 1
+    assert any(x > SGLangRank.INIT_NEW_TOKEN_RATIO for x in ratios)
+
+
+def _decoding(r, prompt: int, out: int, generated: int = 0) -> Live:
+    """A request already running on ``r`` with ``generated`` outputs made (its cache counted)."""
+    x = _live(len(r.running) + 100, prompt, out)
+    x.computed, x.generated = prompt, generated
+    r.running.append(x)
+    r.kv_used += x.cached
+    return x
+
+
+def test_sglangs_reserve_ratio_decays_with_each_decode_step_to_its_floor():
+    r = SGLangRank(100_000, chunked_prefill_size=4096, max_prefill_tokens=16384, max_running=64)
+    _decoding(r, 100, 5000, generated=1)
+    floor = SGLangRank.INIT_NEW_TOKEN_RATIO * SGLangRank.MIN_NEW_TOKEN_RATIO_FACTOR
+    assert r.new_token_ratio == SGLangRank.INIT_NEW_TOKEN_RATIO
+    _step(r, 1.0)
+    assert r.new_token_ratio == pytest.approx(0.7 - (0.7 - floor) / 600)
+    for t in range(2, 700):
+        _step(r, float(t))
+    assert r.new_token_ratio == pytest.approx(floor)  # 0.098 after 600 steps, and no lower
+    # the reserve clips each running request's outputs left at 4,096
+    assert r._reserve() == pytest.approx(floor * 4096)
+
+
+@pytest.mark.parametrize("radix_cache, pool, admitted", [(True, 2000, True), (False, 2000, False), (False, 3500, True)])
+def test_sglang_without_its_radix_cache_admits_by_the_exact_peak(radix_cache, pool, admitted):
+    """A running request of 100 prompt tokens with 1,500 outputs left, and a new one the same: with the ratio
+    at its floor the reserve path admits it into 2,000 tokens (100 + 100 + 1,500 + 0.098 x 1,500 = 1,847), but
+    both grow by 1,500 before either finishes (3,200 tokens): ``add_one_req_ignore_eos`` refuses it there and
+    admits it into 3,500."""
+    r = SGLangRank(pool, chunked_prefill_size=4096, max_prefill_tokens=16384, max_running=64, radix_cache=radix_cache)
+    r.new_token_ratio = SGLangRank.INIT_NEW_TOKEN_RATIO * SGLangRank.MIN_NEW_TOKEN_RATIO_FACTOR
+    _decoding(r, 100, 1500)
+    r.enqueue(_live(1, 100, 1500))
+    p = r.plan()
+    assert (p.batch.prefill == ((100, 0),)) is admitted
+    assert make_rank("sglang", 10, hbm_gb=80, dp=1, max_seqs=None, radix_cache=False).radix_cache is False
 
 
 def test_the_routers():
@@ -124,3 +167,25 @@ def test_engine_defaults_follow_the_gpus_memory():
     assert make_rank("vllm", 1, hbm_gb=141, dp=8, max_seqs=37).max_seqs == 37
     with pytest.raises(ValueError, match="engine must be"):
         make_rank("tgi", 1, hbm_gb=80, dp=1, max_seqs=None)
+
+
+def test_trtllm_starts_a_request_only_when_every_started_one_fits_at_its_end():
+    """GUARANTEED_NO_EVICT (TensorRT-LLM's default capacity policy): two requests of 100 prompt and 100 output
+    tokens in a pool of 300 run one after the other, never evicted; vLLM's scheduler starts both at once and
+    preempts one when the pool fills."""
+    served = {}
+    for cls in (VLLMRank, TRTLLMRank):
+        r = cls(300, max_num_batched_tokens=8192, max_num_seqs=64)
+        a, b = _live(0, 100, 100), _live(1, 100, 100)
+        r.enqueue(a)
+        r.enqueue(b)
+        first = _step(r, 1.0)
+        t = 1.0
+        while not (a.done and b.done):
+            t += 1
+            _step(r, t)
+            assert t < 2000
+        served[cls] = (len(first.entries), a.preemptions + b.preemptions, b.first_token_s > a.finished_s)
+    assert served[VLLMRank][0] == 2 and served[VLLMRank][1] >= 1
+    assert served[TRTLLMRank] == (1, 0, True)
+    assert isinstance(make_rank("trtllm", 10, hbm_gb=80, dp=1, max_seqs=None), TRTLLMRank)
