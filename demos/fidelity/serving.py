@@ -2,7 +2,8 @@
 
 The measured runs are ``aiconfigurator-core``'s ``silicon_sample.csv`` (``demos.zoo.measured``): each a
 benchmark at a fixed concurrency of ``isl``-token prompts and ``osl``-token outputs, its measured TTFT and
-TPOT. A row is simulated when the predictor can express it:
+TPOT, checked once however many rows copy it (``demos.zoo.measured_copies``). A row is simulated when the
+predictor can express it:
 
 * its model at its precision is a preset (``SERVED``: every published checkpoint of the presets,
   ``demos.zoo.models.CHECKPOINTS``, and the repositories of the presets' own configs);

@@ -2,7 +2,8 @@
 
 The measured deployments are ``aiconfigurator-core``'s ``silicon_sample.csv`` (``demos.zoo.measured``):
 SGLang, vLLM and TRT-LLM serving real models on H100, H200, B200 and GB200, each row one
-configuration's measured TTFT and TPOT. A row is predicted when the predictor can express it:
+configuration's measured TTFT and TPOT (each run once however many rows copy it:
+``demos.zoo.measured_copies``). A row is predicted when the predictor can express it:
 
 * the model is one of the zoo's presets at the row's precision (DeepSeek-V3 and -R1, one architecture,
   FP8: the ``deepseek-v3`` preset);

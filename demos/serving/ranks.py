@@ -10,8 +10,8 @@ from typing import Any
 
 from demos.errors import ConfigError, field_ref
 from demos.serving import split_rules
+from demos.serving.engine_ranks import make_rank, make_router
 from demos.serving.run import Pool, PoolKind
-from demos.serving.schedulers import make_rank, make_router
 from demos.serving.step_times import StepPricer, kv_capacity_tokens
 from demos.vocabulary import Phase
 from demos.zoo.loading import workload_for

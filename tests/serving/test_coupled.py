@@ -10,8 +10,8 @@ import pytest
 from demos.serving import arrivals
 from demos.serving.batch import SplitDecision
 from demos.serving.coupled import Side, _Worker, serve_coupled, simulate_disaggregated
+from demos.serving.engine_ranks import make_rank, make_router
 from demos.serving.run import Pool, PoolKind, metrics
-from demos.serving.schedulers import make_rank, make_router
 
 pytestmark = pytest.mark.timeout(300)
 

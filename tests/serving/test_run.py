@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from demos.serving.batch import SplitDecision
+from demos.serving.engine_ranks import make_rank, make_router
 from demos.serving.requests import Request
 from demos.serving.run import Pool, PoolKind, ServingError, metrics, serve
-from demos.serving.schedulers import make_rank, make_router
 
 STEP = 0.001
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from demos.serving.engine_ranks import make_rank
 from demos.serving.requests import Request
-from demos.serving.schedulers import Live, Router, TRTLLMRank, VLLMRank, advance, make_rank
+from demos.serving.schedulers import Live, Router, TRTLLMRank, VLLMRank, advance
 from demos.serving.sglang_rank import SGLangRank
 
 
