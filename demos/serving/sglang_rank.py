@@ -57,8 +57,8 @@ class SGLangRank(RankScheduler):
     def _left(self, x: Live) -> int:  # output tokens still to make, clipped as SGLang's reserve clips them
         return min(x.request.output_tokens - x.generated, self.CLIP_MAX_NEW_TOKENS)
 
-    def _reserve(self) -> float:
-        return sum(self.new_token_ratio * self._left(x) for x in self.running)
+    def _reserve(self) -> float:  # the running batch's: a prompt still in its chunks is reserved when it completes
+        return sum(self.new_token_ratio * self._left(x) for x in self.running if x.computed >= x.target)
 
     def _peak_fits(self, live: Live) -> bool:
         """``add_one_req_ignore_eos``'s check: with ``live`` admitted, the pool holds every running request at

@@ -190,3 +190,16 @@ def test_trtllm_starts_a_request_only_when_every_started_one_fits_at_its_end():
     assert served[VLLMRank][0] == 2 and served[VLLMRank][1] >= 1
     assert served[TRTLLMRank] == (1, 0, True)
     assert isinstance(make_rank("trtllm", 10, hbm_gb=80, dp=1, max_seqs=None), TRTLLMRank)
+
+
+def test_sglang_reserves_a_chunked_prompts_output_once_when_its_last_chunk_is_admitted():
+    """SGLang's running batch holds decoding requests only; a prompt still in its chunks is reserved (its whole
+    clipped output) with the chunk that completes it, not also at the ratio while it is chunked."""
+    r = SGLangRank(100_000, chunked_prefill_size=256, max_prefill_tokens=16384, max_running=64)
+    a = _live(0, 600, 1000)
+    r.enqueue(a)
+    _step(r, 1.0)  # its first chunk: it runs, still prefilling
+    assert a in r.running and a.prefilling and r._reserve() == 0
+    _step(r, 2.0)
+    _step(r, 3.0)  # the last chunk: decoding from here
+    assert not a.prefilling and r._reserve() == pytest.approx(r.new_token_ratio * (1000 - a.generated))
