@@ -160,18 +160,12 @@ def serving_rows(
     progress: Callable[[int, int, str], None] | None = None, *, quick: bool = False, full: bool = False
 ) -> tuple[list[ServingCheck], dict[str, int]]:
     """Every expressible measured row simulated (module docstring), and ``{reason: rows}`` skipped."""
-    from demos.zoo.measured_copies import COPIES, first_expressible, measured_runs
+    from demos.zoo.measured_copies import checked_runs
 
     skipped: Counter = Counter()
     todo = []
     seen = set()
-    for group in measured_runs():
-        if len(group) > 1:
-            skipped[COPIES] += len(group) - 1
-        r, plan = first_expressible(group, _plan)
-        if isinstance(plan, str):
-            skipped[plan] += 1
-            continue
+    for r, plan in checked_runs(_plan, skipped):
         key = (repr(sorted(plan.items(), key=str)), r.engine, r.isl, r.osl)
         if not full and "workers" in plan and 3 * clients(r) * r.osl > DISAGG_TOKENS:
             skipped[f"disaggregated, over {DISAGG_TOKENS:,} simulated tokens (--full runs it)"] += 1

@@ -184,16 +184,10 @@ def silicon_rows(progress: Callable[[int, int, str], None] | None = None, *, ker
     """(checks, skipped): every expressible measured row predicted (module docstring), its kernel times
     from ``kernels`` ("roofline" or "measured", ``demos.zoo.kernel_times``), and ``{reason: rows}`` for
     the rest. Needs the ``measured`` extra."""
-    from demos.zoo.measured_copies import COPIES, first_expressible, measured_runs
+    from demos.zoo.measured_copies import checked_runs
 
     plans, skipped = [], {}
-    for group in measured_runs():
-        if len(group) > 1:
-            skipped[COPIES] = skipped.get(COPIES, 0) + len(group) - 1
-        r, plan = first_expressible(group, _plan)
-        if isinstance(plan, str):
-            skipped[plan] = skipped.get(plan, 0) + 1
-            continue
+    for r, plan in checked_runs(_plan, skipped):
         if r.tpot_s is not None:
             plans.append((r, Phase.DECODE, plan, r.tpot_s))
         pre = _prefill_plan(r)

@@ -16,11 +16,20 @@ Each copy keeps its own layout: a check takes the first copy, in file order, tha
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 
 from demos.zoo.measured_rows import SiliconRow
 
-__all__ = ["COPIES", "ROUNDING", "first_expressible", "measured_runs", "merged", "run_groups", "same_run"]
+__all__ = [
+    "COPIES",
+    "ROUNDING",
+    "checked_runs",
+    "first_expressible",
+    "measured_runs",
+    "merged",
+    "run_groups",
+    "same_run",
+]
 
 ROUNDING = 0.0051e-3
 """Seconds two copies of one latency may differ by: the gap analyses round to 0.01 ms (half of it, and a
@@ -100,3 +109,17 @@ def first_expressible(group: Iterable[SiliconRow], plan: Callable[[SiliconRow], 
         first = first or (r, p)
     assert first is not None, "an empty group"
     return first
+
+
+def checked_runs(plan: Callable[[SiliconRow], object], skipped: MutableMapping[str, int]) -> Iterator[tuple]:
+    """(row, plan) of every measured run (``measured_runs``) a check can express (``first_expressible``); a run
+    it cannot is counted into ``skipped`` under its reason, and every run's other copies under ``COPIES``, so the
+    checked runs and ``skipped`` account for every row of the file."""
+    for group in measured_runs():
+        if len(group) > 1:
+            skipped[COPIES] = skipped.get(COPIES, 0) + len(group) - 1
+        row, p = first_expressible(group, plan)
+        if isinstance(p, str):
+            skipped[p] = skipped.get(p, 0) + 1
+        else:
+            yield row, p
