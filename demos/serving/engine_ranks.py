@@ -26,7 +26,9 @@ def make_rank(
         return VLLMRank(kv_tokens, max_num_batched_tokens=16384 if big else 8192, max_num_seqs=max_seqs or 1024)
     if engine == "trtllm":
         d = ENGINE_DEFAULTS["trtllm"]
-        return TRTLLMRank(kv_tokens, max_num_batched_tokens=d["max_num_batched_tokens"], max_num_seqs=max_seqs or 2048)
+        return TRTLLMRank(
+            kv_tokens, max_num_batched_tokens=d["max_num_batched_tokens"], max_num_seqs=max_seqs or d["max_num_seqs"]
+        )
     if engine == "sglang":
         chunk = max(1, (16384 if big else 8192) // dp)
         return SGLangRank(
