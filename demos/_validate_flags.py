@@ -211,10 +211,16 @@ def build_parser(renamed: Mapping[str, str] = MappingProxyType({})) -> argparse.
         "kernels",
         prog=f"{PROG} kernels",
         renamed=renamed,
-        help="the fitted roofline against the measured kernel tables of H100, H200, B200 and GB200 "
-        "(needs the measured extra)",
-        description="Compare the fitted roofline with the measured kernel tables of H100, H200, B200 and GB200, "
-        "and H800's published figures (needs the measured extra; no runs here).",
+        help="the fitted roofline against the measured kernel tables of H100 to GB300 (needs the measured extra)",
+        description="Compare the fitted roofline with the measured kernel tables of H100, H200, B200, GB200, B300 "
+        "and GB300 (each on the curves fitted to its own tables, which the predictor takes for it), H800's "
+        "published figures and AMD's tables (needs the measured extra; no runs here).",
+    )
+    kernels.add_argument(
+        "--family",
+        action="store_true",
+        help="check every GPU on its family's curves, pooled over H100 and H200 or B200 and GB200 (what a GPU "
+        "without tables of its own takes; B300 and GB300 held out)",
     )
     kernels.add_argument(
         "--cross-validation",

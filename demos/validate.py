@@ -210,7 +210,7 @@ def _measured(ns: argparse.Namespace) -> Any:
     progress = ProgressLine(enabled=not ns.no_progress)
     try:
         if ns.check == "kernels":
-            result = checks.kernels_check(progress, cross_validation=ns.cross_validation)
+            result = checks.kernels_check(progress, cross_validation=ns.cross_validation, family=ns.family)
         else:
             result = checks.silicon_check(ns.kernels, progress)
     except MeasuredTablesError as e:

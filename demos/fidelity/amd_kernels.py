@@ -7,7 +7,7 @@ from demos.fidelity.kernels import CheckRow, gemm_check_rows
 from demos.fits.rooflines import experts_seconds
 from demos.zoo.hardware import get_gpu
 from demos.zoo.overlap_costs import ll_node_seconds
-from demos.zoo.rooflines import FamilyFit, family_fit
+from demos.zoo.rooflines import FamilyFit, gpu_fit
 
 __all__ = ["AMD_GPUS", "amd_rows"]
 
@@ -27,7 +27,7 @@ def amd_rows(gpu: str, fit: FamilyFit | None = None) -> list[CheckRow]:
     from demos.zoo.vendor_data import aiter
 
     g = get_gpu(gpu)
-    fit = fit or family_fit(g.family)
+    fit = fit or gpu_fit(g)
     out = []
     for theirs, ours in _AITER_DTYPES.items():
         if ours not in fit.gemm or (ours == "bfloat16" and fit.gemm["bfloat16"] is fit.gemm["fp8"]):

@@ -264,9 +264,11 @@ class KernelsResult:
     rows: list[Any]
     summary: list[dict[str, Any]]
     cross_validation: list[str] | None = None
+    family: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"rows": [r._asdict() for r in self.rows], "summary": self.summary}
+        out = {"curves": "family" if self.family else "own", "rows": [r._asdict() for r in self.rows]}
+        out["summary"] = self.summary
         if self.cross_validation is not None:
             out["cross_validation"] = list(self.cross_validation)
         return out
@@ -274,32 +276,39 @@ class KernelsResult:
     def text(self) -> str:
         from demos.fidelity.silicon import format_kernels
 
-        text = format_kernels(self.summary)
+        text = format_kernels(self.summary, self.family)
         if self.cross_validation is None:
             return text
         head = "cross-validation (fit on one GPU, predict the others; median |error|, signed median, max):"
         return "\n".join([text, "", head, *("  " + line for line in self.cross_validation)])
 
 
-def kernels_check(progress: Progress | None = None, *, cross_validation: bool = False) -> KernelsResult:
-    """The fitted roofline against every measured kernel row of H100, H200, B200 and GB200, and H800's
-    published figures; ``cross_validation``: also each GPU's own fit against every GPU
-    (``demos.fidelity.kernels.cross_validation``). Raises ``MeasuredTablesError`` without the measured extra."""
+def kernels_check(
+    progress: Progress | None = None, *, cross_validation: bool = False, family: bool = False
+) -> KernelsResult:
+    """The fitted roofline against every measured kernel row of the GPUs with tables (H100 to GB300, each on
+    the curves the predictor takes for it, ``gpu_fit``; with ``family`` on its family's pooled curves,
+    ``family_fit``), H800's published figures and AMD's tables; ``cross_validation``: also each GPU's own fit
+    against every GPU (``demos.fidelity.kernels.cross_validation``). Raises ``MeasuredTablesError`` without
+    the measured extra."""
     from demos.fidelity.amd_kernels import AMD_GPUS, amd_rows
     from demos.fidelity.kernels import cross_validation as cross
     from demos.fidelity.kernels import kernel_rows, summaries
+    from demos.zoo.hardware import get_gpu
     from demos.zoo.measured import SYSTEMS
+    from demos.zoo.rooflines import family_fit
 
     progress = progress or _quiet
     rows = []
     for gpu in (*SYSTEMS, "h800", *AMD_GPUS):
         progress(f"kernels: {gpu}")
-        rows += amd_rows(gpu) if gpu in AMD_GPUS else kernel_rows(gpu)
+        fit = family_fit(get_gpu(gpu).family) if family else None
+        rows += amd_rows(gpu, fit) if gpu in AMD_GPUS else kernel_rows(gpu, fit)
     lines = None
     if cross_validation:
         progress("kernels: cross-validation (a fit per GPU)")
         lines = cross()
-    return KernelsResult(rows, summaries(rows), lines)
+    return KernelsResult(rows, summaries(rows), lines, family)
 
 
 @dataclass

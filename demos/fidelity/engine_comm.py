@@ -35,7 +35,5 @@ def allreduce_rows(gpu: str, fit: FamilyFit, ops: Iterable[str]) -> Iterable[tup
             rows = custom_allreduce_rows(gpu, engine)
         except MeasuredTablesError:
             continue
-        for r in rows:
-            if r.gpus > g.gpus_per_node:  # one NVLink domain of the profile's host (GB300's 16: a rack's)
-                continue
+        for r in rows:  # one node's GPUs (the adapter reads no more)
             yield op, f"bytes={r.nbytes} gpus={r.gpus}", times.all_reduce(r.nbytes, r.gpus), r.seconds

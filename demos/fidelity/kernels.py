@@ -1,7 +1,9 @@
 """Predicted against measured kernel times, per GPU and op family (``python -m demos.validate --kernels``).
 
 Every row of the measured tables this project reads (``demos.zoo.measured.TABLES``) is predicted the
-way the predictor times that kernel, and compared:
+way the predictor times that kernel, on the curves it takes for the GPU (``gpu_fit``: the GPU's own, fitted
+to these rows; ``validate kernels --family``: the family's pooled curves, B300's and GB300's rows held out
+of them), and compared ("the family's curve" below is whichever of the two):
 
 * ``gemm fp8`` / ``gemm bf16`` / ``gemm fp4``: each GEMM row on its family's fitted curve
   (``demos.zoo.kernel_times``; NVFP4 on Blackwell only, the family with FP4 tensor cores and tables);
@@ -26,28 +28,25 @@ way the predictor times that kernel, and compared:
   on GB200 and GB300, balanced routing) against the predictor's ``fused_moe`` op, fitted to nothing
   (``demos.fidelity.fused_moe.megamoe_module_rows``);
 * ``mhc pre`` / ``mhc post``: SGLang's DeepSeek-V4 hyper-connection kernels on the family's fitted curve
-  (``FamilyFit.mhc``), their work counted as the predictor counts it (``demos.zoo.work.mhc_work``); B300 and
-  GB300 rows are held out;
+  (``FamilyFit.mhc``), their work counted as the predictor counts it (``demos.zoo.work.mhc_work``);
 * ``gdn decode`` / ``gdn prefill`` and ``gdn conv decode`` / ``gdn conv prefill``: SGLang's Gated DeltaNet
   kernels (Qwen3.5's shapes, 0.8B to 397B, at several head splits), the delta rule and the causal
   convolution, each on the family's fitted curve (``FamilyFit.gdn``), their work counted as the predictor
   counts it (``demos.fits.linear.gdn_row_work``: ``demos.zoo.work.delta_rule_work``, ``conv_work``);
-  B300 and GB300 rows are held out (fitted on B200 and GB200);
 * ``kda decode`` / ``kda prefill`` and ``kda conv decode`` / ``kda conv prefill``: SGLang 0.5.16's Kimi Delta
   Attention kernels (Kimi-K3's shapes, 12 to 96 heads of 128), the delta rule (``chunk_kda``,
   ``fused_recurrent_kda_packed_decode``) and the causal convolution, each on the family's fitted curve
   (``FamilyFit.kda``), their work counted as a Gated DeltaNet layer's of as many key heads as value heads
   (``gdn_row_work``); the fused ``kda_fused_decode`` and the speculative ``verify`` rows are not read
-  (``demos.zoo.measured.kda_rows``); B300 and GB300 rows are held out (fitted on B200 and GB200);
+  (``demos.zoo.measured.kda_rows``);
 * ``index scores``, ``csa topk`` / ``csa topk flat``, ``dsa topk`` / ``dsa topk flat``: SGLang 0.5.14's
   decode indexer kernels (``demos.zoo.measured_index``): DeepGEMM's paged scores (DeepSeek-V4-Flash's
   indexer), DeepSeek-V4's ``topk_transform_v2`` and GLM-5's ``fast_topk_transform_fused`` at distinct
   ("top_last": what the predictor charges) and tied ("flat": what the module tables' harness ran) scores,
   each on the family's fitted curve (``FamilyFit.index``), the top-k rows with something to select only;
-  B300 and GB300 rows are held out (fitted on B200 and GB200);
 * ``index prefill scores``: SGLang 0.5.14's prefill indexer scores (DeepGEMM's ragged ``fp8_mqa_logits``,
   GLM-5's indexer: ``demos.zoo.measured_index.prefill_score_rows``) on the family's fitted
-  ``MqaLogitsCurve`` (``FamilyFit.index["prefill scores"]``); B300 and GB300 rows are held out;
+  ``MqaLogitsCurve`` (``FamilyFit.index["prefill scores"]``);
 * ``experts``: DeepEP MoE's expert compute (uniform routing rows) as ``demos.zoo.costs`` folds the
   routed experts (``demos.fits.rooflines.experts_seconds``: two grouped GEMMs on the family's
   grouped curve, their weights once per active expert, the activation pass), with the table's routing:
@@ -55,7 +54,7 @@ way the predictor times that kernel, and compared:
   spread, so ``min(local experts, copies)`` are active);
 * ``local experts fp8`` ... ``local experts w4a8``: SGLang 0.5.14's local fused MoE kernels per expert dtype (up
   to 256 tokens) on the family's ``local_experts`` curve of the dtype, fitted to them
-  (``demos.fidelity.engine_experts``); B300 and GB300 rows are held out;
+  (``demos.fidelity.engine_experts``);
 * ``experts vllm fp8`` / ``experts vllm nvfp4`` / ``experts vllm int4``: vLLM 0.24.0's fused MoE kernels per
   expert dtype (``demos.fidelity.engine_experts``) predicted as the step times a local fused MoE, each dtype on
   the curve of its math; held out;
@@ -85,7 +84,7 @@ from demos.vocabulary import Phase
 from demos.zoo.hardware import get_gpu
 from demos.zoo.models.dtypes import storage_of
 from demos.zoo.overlap_costs import ll_node_seconds
-from demos.zoo.rooflines import FIT_GPUS, GEMM_DTYPES, MLA_KV, MLA_KV_FP8, FamilyFit, family_fit, linear_seconds
+from demos.zoo.rooflines import FIT_GPUS, GEMM_DTYPES, MLA_KV, MLA_KV_FP8, FamilyFit, gpu_fit, linear_seconds
 from demos.zoo.work import delta_rule_chunks, gemm_work, index_entries, mhc_work
 
 __all__ = ["OPS", "CheckRow", "cross_validation", "kernel_rows", "summaries"]
@@ -327,8 +326,8 @@ def _h800_rows(fit: FamilyFit) -> Iterable[CheckRow]:
 
 
 def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS) -> list[CheckRow]:
-    """Predicted against measured rows of ``gpu`` for ``ops``, on ``fit`` (default: the GPU family's)."""
-    fit = fit or family_fit(get_gpu(gpu).family)
+    """Predicted against measured rows of ``gpu`` for ``ops``, on ``fit`` (default: the predictor's, ``gpu_fit``)."""
+    fit = fit or gpu_fit(get_gpu(gpu))
     ops = set(ops)
     if gpu == "h800":
         return list(_h800_rows(fit)) if "gemm fp8" in ops else []

@@ -279,11 +279,15 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
 
 
-def format_kernels(summaries: list[dict]) -> str:
-    """The ``--kernels`` table: per GPU and op family, signed median and max error, median |error|, worst row."""
+def format_kernels(summaries: list[dict], family: bool = False) -> str:
+    """The ``--kernels`` table: per GPU and op family, signed median and max error, median |error|, worst row;
+    ``family``: the rows were predicted on each GPU's family's pooled curves, not the predictor's own."""
     op = max([12, *(len(s["op"]) for s in summaries)])  # the op column as wide as its longest name
+    curves = "the fitted roofline (python -m demos.predict's default: a GPU's own curves where it has tables)"
+    if family:
+        curves = "each family's pooled curves (what a GPU without tables takes; B300 and GB300 held out)"
     lines = [
-        "Kernel times: the fitted roofline (python -m demos.predict's default) against the measured tables",
+        f"Kernel times: {curves} against the measured tables",
         f"{'gpu':6} {'op':{op}} {'rows':>6} {'median':>8} {'|median|':>9} {'max':>8}  worst row",
     ]
     for s in summaries:

@@ -1,12 +1,13 @@
 """The ``python -m demos.fits`` command (needs the ``measured`` extra):
 
-    python -m demos.fits write     # fit every family, print how far it moved from the file, write the file
-    python -m demos.fits check     # fit every family and compare with the file within FIT_TOLERANCE; exit 1 if not
+    python -m demos.fits write     # fit every family and GPU, print how far each moved from the file, write it
+    python -m demos.fits check     # fit them and compare with the file within FIT_TOLERANCE; exit 1 if not
     python -m demos.fits ablate    # what each part of the GEMM curve's form buys (the kept form is unchanged)
 
-Each family is fitted in a process of its own (they run side by side on two cores; each fit is
-deterministic on one machine). ``check`` compares by ``demos.fits.compare``: every curve's times on a
-fixed grid of shapes within ``FIT_TOLERANCE`` of the file's, and the non-numeric fields equal.
+Each family (pooled over its GPUs) and each GPU with tables (alone) is fitted in a process of its own, two
+side by side (each fit is deterministic on one machine). ``check`` compares by ``demos.fits.compare``: every
+curve's times on a fixed grid of shapes within ``FIT_TOLERANCE`` of the file's, and the non-numeric fields
+equal.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from concurrent.futures import ProcessPoolExecutor
 from demos._cli import OneLineParser, say, write_whole
 from demos.fits.amd import AMD_FIT_GPUS, BORROWED, fit_amd_family
 from demos.fits.compare import FIT_TOLERANCE, compare_fits
-from demos.fits.module import fitted_family
+from demos.fits.module import fitted_family, own_fit
+from demos.zoo.hardware import get_gpu
 from demos.zoo.measured import MeasuredTablesError, package_version
-from demos.zoo.rooflines import FIT_GPUS, FITS_PATH, FamilyFit, load_fits
+from demos.zoo.rooflines import FIT_GPUS, FITS_PATH, OWN_FIT_GPUS, FamilyFit, load_fits
 
 PROG = "python -m demos.fits"
 
@@ -30,8 +32,8 @@ PROG = "python -m demos.fits"
 def build_parser() -> OneLineParser:
     p = OneLineParser(
         prog=PROG,
-        description="Fit the kernel-time curves per GPU family to the measured tables (the measured extra) and "
-        "write or check demos/zoo/rooflines.json (docs/kernels.md).",
+        description="Fit the kernel-time curves per GPU family and per GPU to the measured tables (the measured "
+        "extra) and write or check demos/zoo/rooflines.json (docs/kernels.md).",
     )
     sub = p.add_subparsers(dest="action", metavar="write|check|ablate", required=True)
     sub.add_parser("write", help="fit, print how far each curve moved from the file, and write the file")
@@ -52,8 +54,8 @@ def _worker_leaves_signals_to_the_command() -> None:
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Terminate the pool's processes: a fit runs about a minute, which Ctrl-C must not wait for
-    (the pool's own shutdown waits for the running fits)."""
+    """Terminate the pool's processes: the fits run half a minute, which Ctrl-C must not wait for (the pool's
+    own shutdown waits for the running fits)."""
     terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
     if terminate is not None:
         terminate()
@@ -65,23 +67,33 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
             pass
 
 
-def fit_all() -> dict[str, FamilyFit]:
-    """Every family of ``FIT_GPUS`` fitted, one process per family (``demos.fits.module.fitted_family``), then the
+def _fitted(job: tuple[str, tuple[str, ...]]) -> FamilyFit:
+    family, gpus = job
+    return fitted_family(family, gpus)
+
+
+def fit_all() -> tuple[dict[str, FamilyFit], dict[str, FamilyFit]]:
+    """The curves per family (pooled over ``FIT_GPUS``) and per GPU (``OWN_FIT_GPUS``, each on its own tables
+    alone: ``demos.fits.module.own_fit``), one process per fit (``demos.fits.module.fitted_family``), then the
     AMD families (``demos.fits.amd``: AMD's own tables, the rest borrowed from the freshly fitted Hopper family)."""
-    for family, gpus in FIT_GPUS.items():
+    jobs = [(family, gpus) for family, gpus in FIT_GPUS.items()]
+    jobs += [(get_gpu(g).family, (g,)) for g in OWN_FIT_GPUS]
+    for family, gpus in jobs:
         print(f"{PROG}: fitting {family} on {', '.join(gpus)} ...", file=sys.stderr, flush=True)
-    pool = ProcessPoolExecutor(max_workers=len(FIT_GPUS), initializer=_worker_leaves_signals_to_the_command)
+    pool = ProcessPoolExecutor(max_workers=2, initializer=_worker_leaves_signals_to_the_command)
     try:
-        fits = dict(zip(FIT_GPUS, pool.map(fitted_family, FIT_GPUS)))
+        done = list(pool.map(_fitted, jobs))
     except BaseException:
         _stop_workers(pool)
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+    fits = dict(zip(FIT_GPUS, done))
+    own = {g: own_fit(fit, fits[fit.family]) for g, fit in zip(OWN_FIT_GPUS, done[len(FIT_GPUS) :])}
     for family, gpus in AMD_FIT_GPUS.items():
         print(f"{PROG}: fitting {family} on {', '.join(gpus)} (AMD's tables) ...", file=sys.stderr, flush=True)
         fits[family] = fit_amd_family(family, fits[BORROWED])
-    return fits
+    return fits, own
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,12 +111,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             for line in ablation_lines():
                 say(line)
             return 0
-        fits = fit_all()
+        fits, own = fit_all()
     except MeasuredTablesError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
-    stored = load_fits() if FITS_PATH.exists() else {}
-    comparison = compare_fits(stored, fits)
+    stored = load_fits() if FITS_PATH.exists() else ({}, {})
+    comparison = compare_fits({**stored[0], **stored[1]}, {**fits, **own})
     say(f"the fit against {FITS_PATH.name} (each curve's largest relative difference on the grid):")
     for line in comparison.lines():
         say("  " + line)
@@ -116,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "about": "Kernel-time curves fitted per GPU family by python -m demos.fits (docs/kernels.md)",
         "aiconfigurator_core": package_version(),
         "families": {name: f.to_dict() for name, f in fits.items()},
+        "gpus": {name: f.to_dict() for name, f in own.items()},
     }
     text = json.dumps(data, indent=2) + "\n"
 

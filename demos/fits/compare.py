@@ -221,7 +221,7 @@ def compare_fits(
     mismatches: list[str] = []
     diffs: list[CurveDifference] = []
     if set(stored) != set(fresh):
-        mismatches.append(f"families {sorted(stored)} against {sorted(fresh)}")
+        mismatches.append(f"fits {sorted(stored)} against {sorted(fresh)}")
     for family in sorted(set(stored) & set(fresh)):
         a, b = stored[family], fresh[family]
         for attr in ("family", "fitted_on", "source"):

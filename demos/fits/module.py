@@ -8,7 +8,9 @@ it).
 ``fit_index_extra(fit, gpus)`` is a DeepSeek sparse attention decode indexer's, the same way over the
 indexer's share of SGLang's GLM-5 modules below ``INDEX_FIT_BELOW`` cached tokens (``index_rows``, the op
 composed by ``index_composed_seconds``). ``fitted_family(family, gpus)`` is a family's curves
-(``demos.fits.rooflines``) with both fitted on top: what ``python -m demos.fits write`` stores.
+(``demos.fits.rooflines``) with both fitted on top: what ``python -m demos.fits write`` stores per family
+(``FIT_GPUS``) and per GPU (``OWN_FIT_GPUS``: ``own_fit`` gives a GPU whose tables hold no module without
+its indexer its family's DSA indexer extra).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from demos.zoo.attention_module import (
 )
 from demos.zoo.rooflines import FIT_GPUS, FamilyFit
 
-__all__ = ["composed_lines", "fit_index_extra", "fit_module_extra", "fitted_family"]
+__all__ = ["composed_lines", "fit_index_extra", "fit_module_extra", "fitted_family", "own_fit"]
 
 _Compose = Callable[[str, Any, FamilyFit], float]
 
@@ -55,8 +57,12 @@ def fit_index_extra(fit: FamilyFit, gpus: Sequence[str]) -> float:
     ``gpus`` below ``INDEX_FIT_BELOW`` cached tokens, the ``attn_index`` op composed alone, the extra entering it
     as ``max(floors, kernels + c)`` (one part of the op's fold: ``KernelTimes.index_extra``); 0 where ``gpus``
     have no such rows (the family's GPUs measure no module without its indexer)."""
-    rows = [(g, r) for g in gpus for r in index_rows(g) if r.kv_len < INDEX_FIT_BELOW]
+    rows = _index_fit_rows(gpus)
     return _fit_extra(fit, "dsa_index", rows, index_composed_seconds, "the DSA indexer extra") if rows else 0.0
+
+
+def _index_fit_rows(gpus: Sequence[str]) -> list[tuple[str, Any]]:
+    return [(g, r) for g in gpus for r in index_rows(g) if r.kv_len < INDEX_FIT_BELOW]
 
 
 def _fit_extra(fit: FamilyFit, field: str, rows: Sequence[tuple[str, Any]], compose: _Compose, what: str) -> float:
@@ -137,3 +143,14 @@ def fitted_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     )
     fit = replace(fit, source=source, mla_module=fit_module_extra(fit, names))
     return replace(fit, dsa_index=fit_index_extra(fit, names))
+
+
+def own_fit(fit: FamilyFit, family: FamilyFit) -> FamilyFit:
+    """``fit`` (``fitted_family`` on one GPU's tables alone) with the DSA indexer extra of ``family`` (its
+    family's pooled fit) where that GPU's tables hold no module without its indexer (GB200, B300, GB300:
+    ``fit_index_extra`` gives 0 there, which would drop the indexer's fixed time from the GPU)."""
+    if _index_fit_rows(fit.fitted_on):
+        return fit
+    source = f"{fit.source}; no module without the indexer on {', '.join(fit.fitted_on)}: the DSA indexer extra "
+    source += f"is {family.family}'s, fitted on {', '.join(family.fitted_on)}"
+    return replace(fit, dsa_index=family.dsa_index, source=source)

@@ -36,7 +36,7 @@ from demos.zoo.attention import attention_kind
 from demos.zoo.loading import TOY, load_model, workload_for
 from demos.zoo.memory import ServingLimits, memory_estimate, serving_limits
 from demos.zoo.models import CompressedAttention, ModelSpec, SparseMLAAttention
-from demos.zoo.rooflines import FITTED_WITH
+from demos.zoo.rooflines import FITTED_WITH, gpu_fit
 from demos.zoo.workload import WORKLOAD_SCHEDULES
 
 __all__ = ["TOY_TOKENS", "predict"]
@@ -229,11 +229,8 @@ def _limits(sweep: Sweep, results: Sequence[PointResult], best: dict[str, Settin
 
 def _sources(sweep: Sweep) -> tuple[str, ...]:
     w = sweep.base
-    tp = (
-        ("attention TP collectives: NCCL's ring cost model and default latencies on NVLink (docs/clusters.md)",)
-        if w.attention_tp > 1
-        else ()
-    )
+    tp = ("attention TP collectives: NCCL's ring cost model and default latencies on NVLink (docs/clusters.md)",)
+    tp = tp if w.attention_tp > 1 else ()
     sparse = (
         "; the sparse attention's decode indexer on the curves fitted to its measured kernels (docs/models.md)"
         if isinstance(w.spec.attention, SparseMLAAttention)
@@ -249,8 +246,10 @@ def _sources(sweep: Sweep) -> tuple[str, ...]:
     tables = f"GEMM, MLA and {kind} tables" if kind else "GEMM and MLA tables"
     if w.spec.hc_mult > 1:
         tables = tables.replace(" and MLA", ", MLA and hyper-connection")
+    on = gpu_fit(w.gpu).fitted_on  # the GPU's own tables, or its family's GPUs'
+    whose = on[0] if on == (w.gpu.name.rstrip("*"),) else f"{' and '.join(on)}, the {w.gpu.family} family's"
     kernels = (
-        f"kernel times: the {w.gpu.family} curves fitted to measured {tables} "
+        f"kernel times: curves fitted to the measured {tables} of {whose} "
         f"({FITTED_WITH}; demos/zoo/rooflines.json, docs/kernels.md){sparse}"
     )
     if w.gpu.vendor == "amd":

@@ -23,10 +23,10 @@ CHECKED_ON = "2026-12-06"
 
 SILICON = {
     # gpu: (family, rows, median error, max error), decode
-    "h200": ("hopper", 18, -0.060, -0.233),
-    "b200": ("blackwell", 24, 0.007, -0.331),
-    "gb200": ("blackwell", 20, -0.090, -0.341),
-    "gb300": ("blackwell", 26, -0.082, -0.318),
+    "h200": ("hopper", 18, -0.034, -0.219),
+    "b200": ("blackwell", 24, 0.012, -0.323),
+    "gb200": ("blackwell", 20, -0.095, -0.339),
+    "gb300": ("blackwell", 26, -0.091, -0.317),
 }
 
 PUBLISHED = {

@@ -1,7 +1,7 @@
 """The seam where the zoo's kernel times come from: the fitted roofline, or measured tables.
 
 ``KernelTimes(gpu, profile)`` (source "roofline", the default, no dependency) times each GEMM part and
-each attention core with its GPU family's fitted curves (``demos.zoo.rooflines``), against the GPU's
+each attention core with the GPU's fitted curves (``demos.zoo.rooflines.gpu_fit``), against the GPU's
 datasheet peaks (``profile``'s per-dtype rates, which carry a ``gemm`` what-if) and HBM bandwidth
 (``gpu``'s, which carries an ``hbm`` what-if). ``MeasuredKernelTimes`` (source "measured", the
 ``measured`` extra) takes a GEMM's and MLA attention core's time from the tables measured on that GPU
@@ -34,7 +34,7 @@ from demos.vocabulary import KernelSource, Phase
 from demos.zoo.hardware import GpuSpec
 from demos.zoo.hardware.collectives import CUSTOM_AR_MAX_BYTES, tp_collective
 from demos.zoo.models.dtypes import dtype as storage_dtype
-from demos.zoo.rooflines import GEMM_DTYPES, INDEX_SCORES, MLA_KV, FamilyFit, family_fit, linear_seconds
+from demos.zoo.rooflines import GEMM_DTYPES, INDEX_SCORES, MLA_KV, FamilyFit, gpu_fit, linear_seconds
 
 __all__ = [
     "KERNEL_SOURCES",
@@ -93,7 +93,7 @@ class KernelTimes:
             raise ValueError(f"index_scores must be one of {', '.join(INDEX_SCORES)}, got {index_scores!r}")
         self.gpu = gpu
         self.profile = profile
-        self.fit = family_fit(gpu.family) if fit is None else fit
+        self.fit = gpu_fit(gpu) if fit is None else fit
         self.index_scores = index_scores
         self.fallbacks: dict[str, str] = {}
 

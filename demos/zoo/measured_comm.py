@@ -6,13 +6,16 @@ captured in a CUDA graph (``custom_allreduce_perf``): SGLang 0.5.14's custom all
 1.3.0rc20's, held out (``validate kernels``' ops ``all-reduce sglang|vllm|trtllm``; docs/kernels.md, "The
 engines' all-reduce"). Read: the graph-captured rows (SGLang's and vLLM's tables also time eager launches;
 TRT-LLM's times its graph only) of tensors up to ``CUSTOM_AR_MAX_BYTES``, where the engines run these kernels
-and not NCCL; a row's ``message_size`` is the tensor's bytes.
+and not NCCL, over at most one node's GPUs (GB300's tables also time SGLang's over 8 and 16 GPUs across a
+rack's 4-GPU trays, 4-6 times one tray's: not read, by the fit and the check alike); a row's
+``message_size`` is the tensor's bytes.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from demos.zoo.hardware import get_gpu
 from demos.zoo.hardware.collectives import CUSTOM_AR_MAX_BYTES
 from demos.zoo.measured import package_version, read_table
 
@@ -40,10 +43,12 @@ def _frame(gpu: str, engine: str):
 
 
 def custom_allreduce_rows(gpu: str, engine: str = "sglang") -> list[AllReduceRow]:
-    """``engine``'s graph-captured all-reduce rows of ``gpu`` up to ``CUSTOM_AR_MAX_BYTES`` (module docstring)."""
+    """``engine``'s graph-captured all-reduce rows of ``gpu`` up to ``CUSTOM_AR_MAX_BYTES`` over at most one
+    node's GPUs (module docstring)."""
     package_version()
     d = _frame(gpu, engine)
     graph = d.kernel_source.str.endswith("_graph") | (d.kernel_source == "TRTLLM")
-    d = d[graph & (d.allreduce_dtype == "bfloat16") & (d.message_size <= CUSTOM_AR_MAX_BYTES)]
+    node = d.num_gpus <= get_gpu(gpu).gpus_per_node
+    d = d[graph & node & (d.allreduce_dtype == "bfloat16") & (d.message_size <= CUSTOM_AR_MAX_BYTES)]
     cols = zip(d.num_gpus.tolist(), d.message_size.tolist(), d.latency.tolist())
     return [AllReduceRow(engine, int(n), int(b), t * 1e-3) for n, b, t in cols]

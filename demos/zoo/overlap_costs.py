@@ -51,7 +51,7 @@ from demos.errors import ConfigError, field_ref
 from demos.zoo.hardware import ClusterSpec, get_gpu, ll_bytes
 from demos.zoo.hardware.alltoall import comm_params
 from demos.zoo.profile import EAGER_HOST, gpu_profile
-from demos.zoo.rooflines import family_fit
+from demos.zoo.rooflines import gpu_fit
 
 __all__ = [
     "BLOCK_M",
@@ -141,9 +141,9 @@ def ll_node_seconds(
     """One low-latency ``kernel`` ("dispatch" or "combine") of ``tokens`` tokens per rank on one node of
     ``gpu`` (a ``GpuSpec``), whole (its send and receive halves, an FP8 dispatch when ``fp8``), with
     ``peers`` other ranks: the line fitted to the measured single-node tables (``FamilyFit.ll_sm`` of
-    ``fit``, default its family's), the per-byte term scaled by the fitted GPUs' NVLink bandwidth over
+    ``fit``, default the GPU's, ``gpu_fit``), the per-byte term scaled by the fitted GPUs' NVLink bandwidth over
     ``gpu``'s (H800's 200 GB/s per direction takes 2.25 times Hopper's fitted 450)."""
-    fit = fit or family_fit(gpu.family)
+    fit = fit or gpu_fit(gpu)
     line = fit.ll_sm[kernel]
     nbytes = ll_bytes(kernel, tokens, hidden, top_k, fp8) * get_gpu(fit.fitted_on[0]).nvlink_bandwidth
     return line.seconds(nbytes / gpu.scaleup_bandwidth(max(1, peers)), peers)

@@ -24,7 +24,7 @@ from dataclasses import replace
 from dbo.costs import DeviceProfile, HostCosts, OpCost
 from demos.zoo.hardware import H200_HOST, GpuSpec, get_gpu
 from demos.zoo.ops import OPS
-from demos.zoo.rooflines import FamilyFit, family_fit
+from demos.zoo.rooflines import FamilyFit, gpu_fit
 
 __all__ = ["EAGER_HOST", "MIN_KERNEL", "gpu_profile"]
 
@@ -53,7 +53,7 @@ def gpu_profile(
     runs; ``gemm_scale``: a what-if factor on every math rate (1: the datasheet's); ``fit``: the family's
     curves (default: ``rooflines.json``'s; a fit in progress passes its own)."""
     g = get_gpu(gpu)
-    fit = family_fit(g.family) if fit is None else fit
+    fit = gpu_fit(g) if fit is None else fit
     rates = {k: v * gemm_scale for k, v in g.dtype_flops.items()}
     curves = [*fit.gemm.values(), fit.mla_decode, fit.mla_prefill]
     fp8 = fit.gemm["fp8"]

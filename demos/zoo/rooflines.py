@@ -28,23 +28,16 @@ grouped GEMM over many experts is not held to the share of bandwidth one dense G
 
 DeepEP's low-latency kernels on one node (``LinearCost``, ``FamilyFit.ll_sm``): ``fixed + per_byte x
 bytes + per_peer x peers``, the bytes a rank's messages carry (``tokens x top_k`` messages) and the other
-ranks of the node it exchanges counts and flags with, per dispatch and per combine (``per_peer`` is 0
-where the family's tables hold one node size only, Hopper's 8 GPUs: it cannot be told from ``fixed``).
-On one node every message crosses NVLink by the SMs' own loads and stores, so the whole kernel holds the
-SMs: this is the time the SMs take to send and receive that many messages, which
-``demos.zoo.overlap_costs`` charges as the SM-held halves of a hooked low-latency kernel.
+ranks of the node it exchanges counts and flags with (``per_peer`` is 0 where the tables hold one node size
+only, Hopper's 8 GPUs). On one node the SMs carry every message over NVLink, so the whole kernel holds the
+SMs (``demos.zoo.overlap_costs`` charges it as the SM-held halves of a hooked low-latency kernel).
 
-``FITS`` holds the fitted curves per family ("hopper", "blackwell"), loaded from ``rooflines.json``,
-which ``python -m demos.fits`` writes from the measured tables (``demos.zoo.measured``); each figure's
-provenance is in the file (docs/kernels.md). The curves' vocabulary lives here too, for the simulator and
-the fitting alike: which measured tables each of our dtypes is fitted to (``GEMM_DTYPES``, ``MLA_KV``) and
-on which GPUs each family is fitted (``FIT_GPUS``). The fitting (``demos.fits``) imports this module; this
-module never imports the fitting.
-
-A lightning indexer's kernels in decode (``FamilyFit.index``, keyed by ``INDEX_CURVES``): its scores
-(DeepGEMM's ``fp8_paged_mqa_logits``, an ``AttentionCurve`` over the FP8 peak, its work by
-``demos.zoo.work.index_score_work``) and its top-k selection, one ``TopkCurve`` per kernel and score
-distribution (``demos.zoo.index_curves`` says how a top-k is timed).
+``FITS`` holds the curves per family, pooled over ``FIT_GPUS``, and ``GPU_FITS`` each GPU's fitted to its own
+tables alone (``OWN_FIT_GPUS``); the predictor takes a GPU's own where it has them, else its family's
+(``gpu_fit``). ``python -m demos.fits`` writes both to ``rooflines.json`` from the measured tables
+(``demos.zoo.measured``), each figure's provenance in the file (docs/kernels.md). The curves' vocabulary
+lives here too, for the simulator and the fitting alike (which measured tables each of our dtypes is fitted
+to: ``GEMM_DTYPES``, ``MLA_KV``). The fitting (``demos.fits``) imports this module, never the reverse.
 
 Every curve's formula takes numbers or numpy arrays alike (``_ceil``, ``_min``, ``_max`` pick the numpy
 function for an array), so the fitting evaluates the very formula the simulator runs, over all the rows at
@@ -62,7 +55,7 @@ from typing import Any
 from demos.zoo.elementwise import ceil_ as _ceil
 from demos.zoo.elementwise import max_ as _max
 from demos.zoo.elementwise import min_ as _min
-from demos.zoo.hardware import FAMILIES
+from demos.zoo.hardware import FAMILIES, GpuSpec
 from demos.zoo.index_curves import INDEX_CURVES, INDEX_SCORES, TIE_CAP, MqaLogitsCurve, TopkCurve
 
 __all__ = [
@@ -71,6 +64,8 @@ __all__ = [
     "FITS_PATH",
     "FITTED_WITH",
     "FIT_GPUS",
+    "GPU_FITS",
+    "OWN_FIT_GPUS",
     "GDN_CURVES",
     "GEMM_DTYPES",
     "INDEX_CURVES",
@@ -93,6 +88,7 @@ __all__ = [
     "SmBoundCurve",
     "TopkCurve",
     "family_fit",
+    "gpu_fit",
     "linear_seconds",
     "load_fits",
 ]
@@ -124,7 +120,10 @@ MHC_SITES = ("pre", "post")
 """The keys of ``FamilyFit.mhc``: a wide residual's two kernels around every sub-layer."""
 
 FIT_GPUS = {"hopper": ("h100", "h200"), "blackwell": ("b200", "gb200")}
-"""The GPUs whose measured tables each family's curves are fitted to (every GPU with tables)."""
+"""The GPUs each family's pooled curves are fitted to (``family_fit``; B300 and GB300 held out)."""
+
+OWN_FIT_GPUS = ("h100", "h200", "b200", "gb200", "b300", "gb300")
+"""The GPUs with measured tables of their own, each with curves fitted to its tables alone (``gpu_fit``)."""
 
 LOCAL_FALLBACK_STORAGE = "fp8_e4m3"
 """The expert storage whose local fused MoE curve stands in for a storage without one of its own."""
@@ -270,35 +269,30 @@ class GroupedCurve:
 
 @dataclass(frozen=True)
 class FamilyFit:
-    """One GPU family's fitted curves: ``gemm`` per dtype ("fp8", "bfloat16"), ``mla_decode``,
-    ``mla_prefill``, ``ll_sm`` per kernel ("dispatch", "combine"), ``experts`` (the routed experts' grouped
-    GEMMs; None in a file written before they were fitted); ``mla_module`` the seconds a whole MLA decode
-    module takes beyond the kernels the predictor composes it of (``demos.zoo.attention_module``; 0 in a
-    file written before it was fitted); ``mla_decode_fp8`` the MLA decode core over an FP8 cache
-    (``MLA_KV_FP8``; None in a file written before it was fitted: the BF16 curve at the FP8 bytes);
-    ``dsa_index`` the seconds a DeepSeek sparse attention decode indexer takes beyond the kernels the
-    predictor composes it of (the same module; 0 in a file written before it was fitted); ``gdn`` a Gated
-    DeltaNet layer's kernel curves, keyed by ``GDN_CURVES`` ("delta_rule decode" ... "conv prefill": the
-    recurrence's and the causal convolution's per phase, their work by ``demos.zoo.work.delta_rule_work``
-    and ``conv_work``; the prefill delta rule a ``ChunkedCurve``, its chain ``delta_rule_chunks``; empty in a
-    file written before they were fitted);
-    ``kda`` a Kimi Delta Attention layer's, the same keys and kinds of curve, fitted to SGLang's
-    ``kda_perf`` kernels, their work counted as a Gated DeltaNet layer's of as many key heads as value heads
-    (empty in a file written before they were fitted); ``mhc`` a wide residual's kernels (DeepSeek-V4's
-    hyper-connections), keyed by ``MHC_SITES`` ("pre", "post"), each an ``AttentionCurve`` whose fixed time
-    is the kernel's own (20 Sinkhorn iterations in "pre"), their work by ``demos.zoo.work.mhc_work``;
-    ``index`` a lightning indexer's decode kernels, keyed by ``INDEX_CURVES`` ("scores": an
-    ``AttentionCurve``; each top-k a ``TopkCurve``; empty in a file written before they were fitted);
-    ``local_experts`` the routed experts where the engine's local fused MoE runs them (no all-to-all: MoE
-    tensor parallelism, or expert parallelism beside attention TP), one ``GroupedCurve`` per expert storage
-    (``demos.zoo.models.dtypes`` names), fitted to SGLang's local kernels of that dtype
-    (``demos.zoo.measured_moe.sglang_moe_rows``): their share of bandwidth and the kernel's fixed time, which
-    the step charges (``local_curve``; empty in a file written before they were fitted, and for a family
-    without such tables: the step then times them on ``experts`` without a fixed time); ``fitted_on`` the
-    GPUs whose tables gave them; ``custom_all_reduce`` the engines' own all-reduce of a small tensor over one
-    NVLink domain (``fixed + per_byte x bytes + per_peer x peers``, fitted to SGLang's, vLLM's and TRT-LLM's
-    graph-captured kernels, ``demos.zoo.measured_comm``; None where not fitted: the NCCL ring model alone);
-    ``source`` the tables' provenance."""
+    """One GPU family's fitted curves (or one GPU's, ``GPU_FITS``): ``gemm`` per dtype ("fp8", "bfloat16"),
+    ``mla_decode``, ``mla_prefill``, ``ll_sm`` per kernel ("dispatch", "combine"), ``experts`` (the routed
+    experts' grouped GEMMs); ``mla_module`` the seconds a whole MLA decode module takes beyond the kernels the
+    predictor composes it of (``demos.zoo.attention_module``); ``mla_decode_fp8`` the MLA decode core over an
+    FP8 cache (``MLA_KV_FP8``; None: the BF16 curve at the FP8 bytes); ``dsa_index`` the seconds a DeepSeek
+    sparse attention decode indexer takes beyond the kernels the predictor composes it of (the same module);
+    ``gdn`` a Gated DeltaNet layer's kernel curves, keyed by ``GDN_CURVES`` ("delta_rule decode" ... "conv
+    prefill": the recurrence's and the causal convolution's per phase, their work by
+    ``demos.zoo.work.delta_rule_work`` and ``conv_work``; the prefill delta rule a ``ChunkedCurve``, its chain
+    ``delta_rule_chunks``); ``kda`` a Kimi Delta Attention layer's, the same keys and kinds of curve, fitted to
+    SGLang's ``kda_perf`` kernels, their work counted as a Gated DeltaNet layer's of as many key heads as value
+    heads; ``mhc`` a wide residual's kernels (DeepSeek-V4's hyper-connections), keyed by ``MHC_SITES`` ("pre",
+    "post"), each an ``AttentionCurve`` whose fixed time is the kernel's own (20 Sinkhorn iterations in "pre"),
+    their work by ``demos.zoo.work.mhc_work``; ``index`` a lightning indexer's decode kernels, keyed by
+    ``INDEX_CURVES`` ("scores": an ``AttentionCurve``; each top-k a ``TopkCurve``); ``local_experts`` the routed
+    experts where the engine's local fused MoE runs them (no all-to-all: MoE tensor parallelism, or expert
+    parallelism beside attention TP), one ``GroupedCurve`` per expert storage (``demos.zoo.models.dtypes``
+    names), fitted to SGLang's local kernels of that dtype (``demos.zoo.measured_moe.sglang_moe_rows``): their
+    share of bandwidth and the kernel's fixed time, which the step charges (``local_curve``; empty for a family
+    without such tables: the step then times them on ``experts`` without a fixed time); ``fitted_on`` the GPUs
+    whose tables gave them; ``custom_all_reduce`` the engines' own all-reduce of a small tensor over one NVLink
+    domain (``fixed + per_byte x bytes + per_peer x peers``, fitted to SGLang's, vLLM's and TRT-LLM's
+    graph-captured kernels, ``demos.zoo.measured_comm``; None: the NCCL ring model alone); ``source`` the
+    tables' provenance. A field the file lacks (written before it was fitted) reads as None, 0 or empty."""
 
     family: str
     gemm: dict
@@ -377,24 +371,30 @@ def _linear_curves(d: dict | None) -> dict:
     return {k: kind(v)(**v) for k, v in (d or {}).items()}
 
 
-def _families(data: dict) -> dict[str, FamilyFit]:
-    return {name: FamilyFit.from_dict(d) for name, d in data["families"].items()}
+def _fits(section: dict) -> dict[str, FamilyFit]:
+    return {name: FamilyFit.from_dict(d) for name, d in section.items()}
 
 
-def load_fits(path: Path = FITS_PATH) -> dict[str, FamilyFit]:
-    """The fitted curves per family from ``path`` (``rooflines.json``)."""
-    return _families(json.loads(Path(path).read_text()))
+def load_fits(path: Path = FITS_PATH) -> tuple[dict[str, FamilyFit], dict[str, FamilyFit]]:
+    """The fitted curves per family and per GPU (``FITS``, ``GPU_FITS``) from ``path`` (``rooflines.json``)."""
+    data = json.loads(Path(path).read_text())
+    return _fits(data["families"]), _fits(data.get("gpus", {}))
 
 
 _DATA = json.loads(FITS_PATH.read_text())
-FITS = MappingProxyType(_families(_DATA))
-"""The fitted curves per family, read once from ``rooflines.json``."""
-FITTED_WITH = f"aiconfigurator-core {_DATA.get('aiconfigurator_core', 'unknown')}"
-"""The package whose tables ``FITS`` were fitted to, and its version (from ``rooflines.json``)."""
+FITS = MappingProxyType(_fits(_DATA["families"]))  # per family, pooled over FIT_GPUS
+GPU_FITS = MappingProxyType(_fits(_DATA.get("gpus", {})))  # per GPU of OWN_FIT_GPUS, its own tables alone
+FITTED_WITH = f"aiconfigurator-core {_DATA.get('aiconfigurator_core', 'unknown')}"  # the tables' package
 
 
 def family_fit(family: str) -> FamilyFit:
-    """The fitted curves of ``family`` (one of ``FAMILIES``)."""
+    """The fitted curves of ``family`` (one of ``FAMILIES``), pooled over ``FIT_GPUS[family]``."""
     if family not in FITS:
         raise ValueError(f"no fitted curves for GPU family {family!r}; fitted: {', '.join(FITS)}")
     return FITS[family]
+
+
+def gpu_fit(gpu: GpuSpec) -> FamilyFit:
+    """The curves the predictor times ``gpu`` with: its own (``GPU_FITS``; a what-if's "h200*"), else its family's."""
+    own = GPU_FITS.get(gpu.name.rstrip("*"))
+    return own if own is not None else family_fit(gpu.family)

@@ -96,7 +96,11 @@ ALIASES = [
     (["--h200"], ["h200"], ("h200_check", [], {})),
     (["--h200", "--profile", "cpu"], ["h200", "--profile", "cpu"], ("h200_check", ["cpu", "--profile cpu"], {})),
     (["--deepep"], ["deepep"], ("deepep_check", [], {})),
-    (["--kernels", "--no-progress"], ["kernels", "--no-progress"], ("kernels_check", [], {"cross_validation": False})),
+    (
+        ["--kernels", "--no-progress"],
+        ["kernels", "--no-progress"],
+        ("kernels_check", [], {"cross_validation": False, "family": False}),
+    ),
     (["--silicon"], ["silicon"], ("silicon_check", ["roofline"], {})),
     (
         ["--silicon", "--silicon-kernels", "measured", "--no-progress"],
@@ -155,7 +159,7 @@ FLAGS = {
     },
     "h200": {"--profile", "--json"},
     "deepep": {"--json"},
-    "kernels": {"--json", "--no-progress", "--cross-validation"},
+    "kernels": {"--json", "--no-progress", "--cross-validation", "--family"},
     "silicon": {"--kernels", "--json", "--no-progress"},
     "serving": {"--quick", "--full", "--peer", "--json", "--no-progress"},
     "published": {"--ablation", "--json", "--no-progress"},

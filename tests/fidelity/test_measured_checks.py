@@ -157,3 +157,21 @@ def test_a_silicon_step_on_the_measured_source_takes_the_tables_times():
     plan = dict(preset="deepseek-v3", gpu="b200", ep=8, tp=1, tokens=32, context=8704)
     curves, tables = (_step_seconds("decode", plan, k) for k in ("roofline", "measured"))
     assert tables != curves and abs(tables / curves - 1) < 0.2
+
+
+@pytest.mark.measured
+@needs_tables
+def test_a_gpu_is_checked_on_its_own_curves_and_with_family_on_its_familys_pooled_ones(capsys):
+    """B300's MLA prefill rows: its family's curves (fitted on B200 and GB200, B300 held out) put them 16%
+    slow in median; its own curves, which the predictor takes, within 3%. ``--family`` checks the former."""
+    from demos.fidelity.checks import KernelsResult
+    from demos.fidelity.kernels import kernel_rows, summaries
+    from demos.zoo.rooflines import family_fit
+
+    own = summaries(kernel_rows("b300", ops=("mla prefill",)))[0]
+    pooled = summaries(kernel_rows("b300", family_fit("blackwell"), ("mla prefill",)))[0]
+    assert abs(own["median_error"]) < 0.03 and pooled["median_error"] > 0.12
+    assert own["rows"] == pooled["rows"] > 1000
+    text = KernelsResult([], [pooled], family=True).text()
+    assert "each family's pooled curves" in text and "B300 and GB300 held out" in text
+    assert KernelsResult([], [own]).to_dict()["curves"] == "own"

@@ -178,6 +178,17 @@ def test_the_toy_has_no_cluster_and_no_serving_flags():
         pred.write_trace("never.json")
 
 
+def test_the_sources_name_the_tables_the_gpus_curves_were_fitted_to():
+    """A GPU with tables of its own is timed on curves fitted to them (docs/kernels.md); one without, on its
+    family's, fitted to the family's GPUs: the ``rests on`` line says which."""
+    kernels = {}
+    for gpu in ("h200", "h20"):
+        pred = predict("deepseek-v3", gpu=gpu, nodes=2, ep=16, tokens=[8], mode="graph")
+        kernels[gpu] = next(s for s in pred.sources if s.startswith("kernel times:"))
+    assert "the measured GEMM and MLA tables of h200 (" in kernels["h200"]
+    assert "tables of h100 and h200, the hopper family's (" in kernels["h20"]
+
+
 @pytest.mark.slow
 def test_detail_prints_each_points_ops_of_one_layer(capsys):
     assert main(["--model", "deepseek-v3", *CLUSTER_FLAGS, "--tokens", "16,64", "--detail"]) == 0

@@ -70,6 +70,9 @@ def test_the_reader_gives_each_engines_graph_rows_up_to_the_buffer():
         assert {r.gpus for r in rows} == {2, 4, 8} and max(r.nbytes for r in rows) == CUSTOM_AR_MAX_BYTES
         assert len(rows) == 51  # 17 sizes from 128 B, doubling, per GPU count: the graph rows only
         assert all(1e-6 < r.seconds < 2e-4 for r in rows)
+    # GB300's SGLang table also times 8 and 16 GPUs across a rack's 4-GPU trays: one node's rows only, so that
+    # its own line is not pulled by them (it put an 8-GPU all-reduce at twice the family's)
+    assert {r.gpus for r in custom_allreduce_rows("gb300", "sglang")} == {2, 4}
 
 
 @needs_tables

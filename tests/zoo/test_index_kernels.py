@@ -47,6 +47,7 @@ from demos.zoo.rooflines import (
     FamilyFit,
     MqaLogitsCurve,
     TopkCurve,
+    gpu_fit,
 )
 from demos.zoo.work import index_entries
 from demos.zoo.workload import Workload, cluster_for
@@ -113,7 +114,7 @@ def test_tied_scores_cost_the_v4_kernel_its_tie_ranking_and_its_long_path_does_n
 def test_kernel_times_takes_the_curves_less_the_floors_share_and_refuses_an_unknown_distribution():
     """Each indexer kernel less the part of its fixed time one per-kernel floor pays (at most the floor: the
     B200 scores' 4.1 us and the distinct top-k's 3.7 us keep what exceeds 3 us)."""
-    times, fit = _times("b200"), FITS["blackwell"]
+    times, fit = _times("b200"), gpu_fit(get_gpu("b200"))
     g = get_gpu("b200")
     floor = times.profile.min_kernel
     flops, nbytes = 2.0 * 64 * 4096 * 64 * 128, 64 * 4096 * 132.0
@@ -254,7 +255,7 @@ def test_a_decode_phase_and_no_other_takes_the_fitted_curves():
     layer = spec.attention.compress_ratios.index(4)
     kind, a = layer_attention(spec.attention, layer)
     with_fit = kind.index_costs(w, a, 4096, Folder(profile, KernelTimes(g, profile))).seconds
-    bare = KernelTimes(g, profile, dataclasses.replace(FITS["hopper"], index={}))
+    bare = KernelTimes(g, profile, dataclasses.replace(gpu_fit(g), index={}))
     assert with_fit == kind.index_costs(w, a, 4096, Folder(profile, bare)).seconds  # prefill: as before
 
 
@@ -317,7 +318,7 @@ def test_a_dsa_indexer_takes_the_prefill_curve_and_the_decode_curves(model):
     profile = gpu_profile(g)
     kind, a = layer_attention(a, 0)
     fitted = KernelTimes(g, profile)
-    bare = KernelTimes(g, profile, dataclasses.replace(FITS["hopper"], index={}))
+    bare = KernelTimes(g, profile, dataclasses.replace(gpu_fit(g), index={}))
     cluster = cluster_for("h200", 1, 8, 8)
     pre = Workload(spec, cluster, phase=Phase.PREFILL, tokens=16384, context=4096, ubatches=1)
     dec = Workload(spec, cluster, phase=Phase.DECODE, tokens=64, context=8192, ubatches=1)
@@ -329,7 +330,7 @@ def test_a_dsa_indexer_takes_the_prefill_curve_and_the_decode_curves(model):
     with_fit = kind.index_costs(pre, a, 16384, Folder(profile, fitted)).seconds
     without = kind.index_costs(pre, a, 16384, Folder(profile, bare)).seconds
     scores = fitted.index_prefill_scores_seconds(16384, 4096, a.index_heads, a.index_head_dim)
-    curve = FITS["hopper"].index["prefill scores"]
+    curve = gpu_fit(g).index["prefill scores"]
     pairs = 4 * curve.pairs(4096, 0)
     per_pair = 2.0 * a.index_heads * a.index_head_dim
     kept = curve.latency - min(curve.latency, profile.min_kernel)  # what of its fixed time no floor pays

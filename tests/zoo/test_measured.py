@@ -6,6 +6,8 @@ skipped without it; the rest need nothing beyond the default install.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from demos.errors import ConfigError
@@ -13,7 +15,7 @@ from demos.zoo import measured
 from demos.zoo.hardware import get_gpu
 from demos.zoo.kernel_times import KernelTimes, kernel_times
 from demos.zoo.profile import gpu_profile
-from demos.zoo.rooflines import FITS, family_fit
+from demos.zoo.rooflines import FITS, GPU_FITS, OWN_FIT_GPUS, family_fit, gpu_fit
 
 _skip = pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
 
@@ -35,6 +37,33 @@ def test_every_gpu_has_a_fitted_family():
     assert get_gpu("h20").family == "hopper"
     assert get_gpu("mi300x").family == get_gpu("mi325x").family == "cdna3"
     assert get_gpu("mi355x").family == get_gpu("mi350x").family == "cdna4"
+
+
+def test_a_gpu_with_tables_of_its_own_is_timed_on_its_own_curves_and_any_other_on_its_familys():
+    """The bug this catches: a GPU timed on its family's pooled curves where its own exist (H200's tables sit
+    2-6% above the pooled Hopper curves), or a what-if that swaps the GPU's curves for its family's."""
+    assert set(GPU_FITS) == set(OWN_FIT_GPUS) == set(measured.SYSTEMS)
+    for name in OWN_FIT_GPUS:
+        g = get_gpu(name)
+        assert gpu_fit(g) is GPU_FITS[name] and GPU_FITS[name].fitted_on == (name,)
+        assert GPU_FITS[name].family == g.family and KernelTimes(g, gpu_profile(g)).fit is GPU_FITS[name]
+    assert GPU_FITS["h200"].gemm["fp8"] != FITS["hopper"].gemm["fp8"]
+    for name in ("h800", "h20", "mi300x", "mi355x"):  # no tables of their own
+        assert gpu_fit(get_gpu(name)) is FITS[get_gpu(name).family]
+    # a what-if scales one figure of the GPU (demos.prediction.sweep): the curves, shares of it, stay its own
+    assert gpu_fit(dataclasses.replace(get_gpu("h200"), name="h200*", hbm_bandwidth=3.0e12)) is GPU_FITS["h200"]
+
+
+def test_a_gpu_whose_tables_lack_a_fixed_time_takes_its_familys():
+    """GB200, B300 and GB300 measure no DSA module without its indexer: their own fit would put the
+    indexer's fixed time at 0; it is Blackwell's pooled one (B200's rows) instead, and B200's is its own."""
+    blackwell = FITS["blackwell"]
+    for name in ("gb200", "b300", "gb300"):
+        assert GPU_FITS[name].dsa_index == blackwell.dsa_index > 0
+        assert "the DSA indexer extra is blackwell's" in GPU_FITS[name].source
+    assert GPU_FITS["b200"].dsa_index > 0 and "the DSA indexer extra is" not in GPU_FITS["b200"].source
+    for name in ("h100", "h200"):
+        assert GPU_FITS[name].dsa_index > 0 and GPU_FITS[name].dsa_index != FITS["hopper"].dsa_index
 
 
 def test_measured_source_without_the_extra_is_one_line_naming_the_install(monkeypatch):

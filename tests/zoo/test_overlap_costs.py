@@ -25,7 +25,7 @@ from demos.zoo.overlap_costs import (
 )
 from demos.zoo.profile import MIN_KERNEL
 from demos.zoo.report import measure_point
-from demos.zoo.rooflines import family_fit
+from demos.zoo.rooflines import family_fit, gpu_fit
 from demos.zoo.run import ZooRun
 from demos.zoo.workload import Workload, cluster_for
 
@@ -92,20 +92,22 @@ def test_the_send_half_grows_with_the_messages_and_leaves_out_the_receive_half()
     small = ll_send_seconds(H100, "dispatch", 16, 7168, 8, 7, 0.0)
     big = ll_send_seconds(H100, "dispatch", 128, 7168, 8, 7, 0.0)
     assert 0 < small < big
-    held = family_fit("hopper").ll_sm["dispatch"].seconds(ll_bytes("dispatch", 128, 7168, 8), 7)
+    held = gpu_fit(H100).ll_sm["dispatch"].seconds(ll_bytes("dispatch", 128, 7168, 8), 7)
     assert big == pytest.approx(held) == ll_node_seconds(H100, "dispatch", 128, 7168, 8, 7)
     assert ll_send_seconds(H100, "dispatch", 128, 7168, 8, 7, 5e-6) == pytest.approx(held - 5e-6)
     assert ll_send_seconds(H100, "dispatch", 128, 7168, 8, 7, 1.0) == 0.0  # never negative
     assert ll_send_seconds(H100, "combine", 128, 7168, 8, 7, 0.0, 0.0) == 0.0
-    # H800's NVLink (200 GB/s per direction against the fitted GPUs' 450) stretches the per-byte term
+    # H800 (no tables: Hopper's pooled line): its NVLink (200 GB/s per direction against the fitted GPUs'
+    # 450) stretches the per-byte term
     h800 = ll_node_seconds(get_gpu("h800"), "dispatch", 128, 7168, 8, 7)
     line = family_fit("hopper").ll_sm["dispatch"]
-    assert h800 - line.fixed == pytest.approx((held - line.fixed) * 450 / 200)
+    pooled = line.seconds(ll_bytes("dispatch", 128, 7168, 8), 7)
+    assert h800 - line.fixed == pytest.approx((pooled - line.fixed) * 450 / 200)
 
 
 def test_on_one_node_the_low_latency_kernel_is_the_measured_single_node_line():
     """Within one node the SMs move every message: send half, flight and receive half add up to the
-    family's single-node line for the busiest rank's tokens, not to DeepEP's multi-node model (25 us of
+    GPU's single-node line for the busiest rank's tokens, not to DeepEP's multi-node model (25 us of
     RDMA round trips); with ll_sm off the flight takes what the send half gave up. The bug this catches: a
     one-node kernel timed as RDMA, or its receive half counted twice."""
     w = Workload(DSV3, cluster_for("h200", 1, None, 8), tokens=64, imbalance=1.0)
@@ -114,7 +116,7 @@ def test_on_one_node_the_low_latency_kernel_is_the_measured_single_node_line():
     for ll_sm in (1.0, 0.0):
         c = layer_costs(w.with_(mechanisms=Mechanisms(ll_sm=ll_sm)), 64, 3, p)
         for kind, recv in (("dispatch", c.dispatch_recv), ("combine", c.combine_recv)):
-            whole = ll_node_seconds(H100, kind, 64, DSV3.hidden_size, 8, 7)
+            whole = ll_node_seconds(w.gpu, kind, 64, DSV3.hidden_size, 8, 7)
             send, flight = getattr(c, f"{kind}_send"), getattr(c, kind)
             recv_s = max(MIN_KERNEL, kt.memory(recv.bytes, recv.flops))  # one kernel: at least the floor
             assert send + flight + recv_s == pytest.approx(whole)

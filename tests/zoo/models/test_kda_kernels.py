@@ -21,7 +21,7 @@ from demos.zoo import measured
 from demos.zoo.hardware import get_gpu
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.profile import gpu_profile
-from demos.zoo.rooflines import FITS, GDN_CURVES, AttentionCurve, ChunkedCurve, FamilyFit, SmBoundCurve
+from demos.zoo.rooflines import FITS, GDN_CURVES, AttentionCurve, ChunkedCurve, FamilyFit, SmBoundCurve, gpu_fit
 from demos.zoo.work import delta_rule_chunks
 
 needs_extra = pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
@@ -69,7 +69,7 @@ def test_kernel_times_kda_takes_the_families_kda_curve_less_its_fixed_time(phase
     peak, hbm = gpu.flops("bfloat16"), gpu.hbm_bandwidth
     for kernel in ("delta_rule", "conv"):
         flops, nbytes = gdn_row_work(kernel, phase, batch, seq, 96, 128, 96, 128, 4)
-        curve = FITS["hopper"].kda[f"{kernel} {phase}"]
+        curve = gpu_fit(gpu).kda[f"{kernel} {phase}"]
         if isinstance(curve, ChunkedCurve):
             want = curve.seconds(flops, nbytes, peak, hbm, chunks) - curve.latency
         elif isinstance(curve, SmBoundCurve):
