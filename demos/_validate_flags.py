@@ -225,8 +225,8 @@ def build_parser(renamed: Mapping[str, str] = MappingProxyType({})) -> argparse.
     kernels.add_argument(
         "--cross-validation",
         action="store_true",
-        help="also refit the curves on each GPU's tables alone and predict every GPU with them (python -m "
-        "demos.fits; several minutes)",
+        help="also predict every GPU with tables with each such GPU's own curves (fitted on its tables alone; "
+        "a few minutes)",
     )
     _json_flag(kernels, "the rows and their summaries")
     _progress_flag(kernels)

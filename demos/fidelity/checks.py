@@ -306,7 +306,7 @@ def kernels_check(
         rows += amd_rows(gpu, fit) if gpu in AMD_GPUS else kernel_rows(gpu, fit)
     lines = None
     if cross_validation:
-        progress("kernels: cross-validation (a fit per GPU)")
+        progress("kernels: cross-validation (each GPU's own curves on every GPU)")
         lines = cross()
     return KernelsResult(rows, summaries(rows), lines, family)
 

@@ -84,7 +84,7 @@ from demos.vocabulary import Phase
 from demos.zoo.hardware import get_gpu
 from demos.zoo.models.dtypes import storage_of
 from demos.zoo.overlap_costs import ll_node_seconds
-from demos.zoo.rooflines import FIT_GPUS, GEMM_DTYPES, MLA_KV, MLA_KV_FP8, FamilyFit, gpu_fit, linear_seconds
+from demos.zoo.rooflines import GEMM_DTYPES, GPU_FITS, MLA_KV, MLA_KV_FP8, FamilyFit, gpu_fit, linear_seconds
 from demos.zoo.work import delta_rule_chunks, gemm_work, index_entries, mhc_work
 
 __all__ = ["OPS", "CheckRow", "cross_validation", "kernel_rows", "summaries"]
@@ -381,15 +381,11 @@ def summaries(rows: Iterable[CheckRow]) -> list[dict]:
 
 
 def cross_validation() -> list[str]:
-    """Fit each GPU's GEMM and MLA curves (and the MLA decode module's fixed time) on its own tables,
-    predict every GPU with them: one line per (fitted on, predicted) pair and op family."""
-    from demos.fits.module import fitted_family
-
+    """Each GPU's own curves (``GPU_FITS``: fitted on its tables alone) predicting every GPU with tables: one
+    line per (fitted on, predicted) pair and op family (GEMMs, MLA cores and module)."""
     lines = []
-    gpus = [g for family in FIT_GPUS.values() for g in family]
-    for source in gpus:
-        fit = fitted_family(get_gpu(source).family, (source,))
-        for target in gpus:
+    for source, fit in GPU_FITS.items():
+        for target in GPU_FITS:
             rows = kernel_rows(target, fit, ("gemm fp8", "gemm bf16", "mla decode", "mla prefill", "mla module"))
             for s in summaries(rows):
                 lines.append(

@@ -62,7 +62,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "fits": {"runtime", "shared", "zoo", "fits"},
     # the toy prices its host with the H200 host's measured costs (demos.zoo.hardware), nothing else of the zoo
     "toy": {"runtime", "shared", "toy", "zoo:demos.zoo.hardware"},
-    # the checks may refit (the kernel check's cross-validation); the fitting imports no check
+    # the checks may use the fitting (its row-work formulas, its published tables); the fitting imports no check
     "products": {"runtime", "shared", "zoo", "fits", "toy", "products"},
     "commands": {"runtime", "shared", "zoo", "fits", "toy", "products", "commands"},
 }
@@ -170,7 +170,7 @@ def test_a_crossing_beside_the_seam_is_caught():
         ("demos.zoo.kernel_times", "demos.fits.rooflines", False),  # the simulator does not import the fits
         ("demos.zoo.attention_module", "demos.fits.module", False),
         ("demos.fits.rooflines", "demos.fidelity.kernels", False),  # the fitting imports no check
-        ("demos.fidelity.kernels", "demos.fits.module", True),  # a check may refit (cross-validation)
+        ("demos.fidelity.kernels", "demos.fits.module", True),  # a check may use the fitting
         ("demos.fits.rooflines", "demos.zoo.work", True),  # the fit counts work with the predictor's formulas
         ("demos.prediction.api", "demos._cli.model_flags", False),  # the flags are the command line's
         ("demos.prediction.api", "demos.zoo.loading", True),

@@ -175,3 +175,21 @@ def test_a_gpu_is_checked_on_its_own_curves_and_with_family_on_its_familys_poole
     text = KernelsResult([], [pooled], family=True).text()
     assert "each family's pooled curves" in text and "B300 and GB300 held out" in text
     assert KernelsResult([], [own]).to_dict()["curves"] == "own"
+
+
+@pytest.mark.slow
+@pytest.mark.measured
+@needs_tables
+def test_the_cross_validation_predicts_each_gpu_with_every_gpus_stored_own_curves(monkeypatch):
+    """No refit: each GPU's own curves as ``rooflines.json`` stores them; a GPU on its own curves puts its
+    fitted ops' median on them, and H100's curves put H200's GEMMs fast (H200's tables run slower)."""
+    from demos.fidelity import kernels
+    from demos.zoo.rooflines import GPU_FITS
+
+    monkeypatch.setattr(kernels, "GPU_FITS", {g: GPU_FITS[g] for g in ("h100", "h200")})
+    lines = kernels.cross_validation()
+    assert len(lines) == 4 * 5  # (fitted on, predicted) pairs x op families
+    own = [x for x in lines if x.startswith("fit h200  -> h200  gemm fp8")]
+    assert len(own) == 1 and ("median  +0.0%" in own[0] or "median  -0.0%" in own[0])
+    other = next(x for x in lines if x.startswith("fit h100  -> h200  gemm fp8"))
+    assert float(other.split("median ")[2].split("%")[0]) < -2.0
