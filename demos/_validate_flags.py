@@ -226,7 +226,7 @@ def build_parser(renamed: Mapping[str, str] = MappingProxyType({})) -> argparse.
         "--cross-validation",
         action="store_true",
         help="also predict every GPU with tables with each such GPU's own curves (fitted on its tables alone; "
-        "a few minutes)",
+        "about a minute)",
     )
     _json_flag(kernels, "the rows and their summaries")
     _progress_flag(kernels)

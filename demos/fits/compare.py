@@ -192,8 +192,8 @@ class CurveDifference:
 
 @dataclass(frozen=True)
 class FitComparison:
-    """Two sets of family fits compared (``compare_fits``): every curve's ``differences``, and the
-    ``mismatches`` of everything that must be equal (families, fitted GPUs, sources, curves present)."""
+    """Two sets of fits compared (``compare_fits``): every curve's ``differences``, and the ``mismatches`` of
+    everything that must be equal (the fits' names, families, fitted GPUs, sources, curves present)."""
 
     tolerance: float
     differences: tuple[CurveDifference, ...]
@@ -217,7 +217,7 @@ def _relative(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def compare_fits(
     stored: dict[str, FamilyFit], fresh: dict[str, FamilyFit], tolerance: float = FIT_TOLERANCE
 ) -> FitComparison:
-    """``fresh`` against ``stored``, family by family (module docstring)."""
+    """``fresh`` against ``stored``, fit by fit (each family's and each GPU's, by name; module docstring)."""
     mismatches: list[str] = []
     diffs: list[CurveDifference] = []
     if set(stored) != set(fresh):
