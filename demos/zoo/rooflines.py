@@ -35,9 +35,8 @@ SMs (``demos.zoo.overlap_costs`` charges it as the SM-held halves of a hooked lo
 ``FITS`` holds the curves per family, pooled over ``FIT_GPUS``, and ``GPU_FITS`` each GPU's fitted to its own
 tables alone (``OWN_FIT_GPUS``); the predictor takes a GPU's own where it has them, else its family's
 (``gpu_fit``). ``python -m demos.fits`` writes both to ``rooflines.json`` from the measured tables
-(``demos.zoo.measured``), each figure's provenance in the file (docs/kernels.md). The curves' vocabulary
-lives here too, for the simulator and the fitting alike (which measured tables each of our dtypes is fitted
-to: ``GEMM_DTYPES``, ``MLA_KV``). The fitting (``demos.fits``) imports this module, never the reverse.
+(``demos.zoo.measured``), each figure's provenance in the file (docs/kernels.md). The curves' vocabulary lives
+here too (``GEMM_DTYPES``, ``MLA_KV``: which tables our dtypes are fitted to); ``demos.fits`` imports this module.
 
 Every curve's formula takes numbers or numpy arrays alike (``_ceil``, ``_min``, ``_max`` pick the numpy
 function for an array), so the fitting evaluates the very formula the simulator runs, over all the rows at
@@ -270,29 +269,30 @@ class GroupedCurve:
 @dataclass(frozen=True)
 class FamilyFit:
     """One GPU family's fitted curves (or one GPU's, ``GPU_FITS``): ``gemm`` per dtype ("fp8", "bfloat16"),
-    ``mla_decode``, ``mla_prefill``, ``ll_sm`` per kernel ("dispatch", "combine"), ``experts`` (the routed
-    experts' grouped GEMMs); ``mla_module`` the seconds a whole MLA decode module takes beyond the kernels the
-    predictor composes it of (``demos.zoo.attention_module``); ``mla_decode_fp8`` the MLA decode core over an
-    FP8 cache (``MLA_KV_FP8``; None: the BF16 curve at the FP8 bytes); ``dsa_index`` the seconds a DeepSeek
-    sparse attention decode indexer takes beyond the kernels the predictor composes it of (the same module);
-    ``gdn`` a Gated DeltaNet layer's kernel curves, keyed by ``GDN_CURVES`` ("delta_rule decode" ... "conv
-    prefill": the recurrence's and the causal convolution's per phase, their work by
-    ``demos.zoo.work.delta_rule_work`` and ``conv_work``; the prefill delta rule a ``ChunkedCurve``, its chain
-    ``delta_rule_chunks``); ``kda`` a Kimi Delta Attention layer's, the same keys and kinds of curve, fitted to
-    SGLang's ``kda_perf`` kernels, their work counted as a Gated DeltaNet layer's of as many key heads as value
-    heads; ``mhc`` a wide residual's kernels (DeepSeek-V4's hyper-connections), keyed by ``MHC_SITES`` ("pre",
-    "post"), each an ``AttentionCurve`` whose fixed time is the kernel's own (20 Sinkhorn iterations in "pre"),
-    their work by ``demos.zoo.work.mhc_work``; ``index`` a lightning indexer's decode kernels, keyed by
-    ``INDEX_CURVES`` ("scores": an ``AttentionCurve``; each top-k a ``TopkCurve``); ``local_experts`` the routed
-    experts where the engine's local fused MoE runs them (no all-to-all: MoE tensor parallelism, or expert
-    parallelism beside attention TP), one ``GroupedCurve`` per expert storage (``demos.zoo.models.dtypes``
-    names), fitted to SGLang's local kernels of that dtype (``demos.zoo.measured_moe.sglang_moe_rows``): their
-    share of bandwidth and the kernel's fixed time, which the step charges (``local_curve``; empty for a family
-    without such tables: the step then times them on ``experts`` without a fixed time); ``fitted_on`` the GPUs
-    whose tables gave them; ``custom_all_reduce`` the engines' own all-reduce of a small tensor over one NVLink
-    domain (``fixed + per_byte x bytes + per_peer x peers``, fitted to SGLang's, vLLM's and TRT-LLM's
-    graph-captured kernels, ``demos.zoo.measured_comm``; None: the NCCL ring model alone); ``source`` the
-    tables' provenance. A field the file lacks (written before it was fitted) reads as None, 0 or empty."""
+    ``mla_decode``, ``mla_prefill``, ``ll_sm`` per kernel ("dispatch", "combine"), ``experts`` (the routed experts'
+    grouped GEMMs); ``mla_module`` the seconds a whole MLA decode module takes beyond the kernels the predictor
+    composes it of (``demos.zoo.attention_module``); ``mla_decode_fp8`` the MLA decode core over an FP8 cache
+    (``MLA_KV_FP8``; None: the BF16 curve at the FP8 bytes); ``dsa_index`` the seconds a DeepSeek sparse attention
+    decode indexer takes beyond the kernels the predictor composes it of (the same module); ``gdn`` a Gated DeltaNet
+    layer's kernel curves, keyed by ``GDN_CURVES`` ("delta_rule decode" ... "conv prefill": the recurrence's and the
+    causal convolution's per phase, their work by ``demos.zoo.work.delta_rule_work`` and ``conv_work``; the prefill
+    delta rule a ``ChunkedCurve``, its chain ``delta_rule_chunks``); ``kda`` a Kimi Delta Attention layer's, the
+    same keys and kinds of curve, fitted to SGLang's ``kda_perf`` kernels, their work counted as a Gated DeltaNet
+    layer's of as many key heads as value heads; ``mhc`` a wide residual's kernels (DeepSeek-V4's
+    hyper-connections), keyed by ``MHC_SITES`` ("pre", "post"), each an ``AttentionCurve`` whose fixed time is the
+    kernel's own (20 Sinkhorn iterations in "pre"), their work by ``demos.zoo.work.mhc_work``; ``index`` a lightning
+    indexer's decode kernels, keyed by ``INDEX_CURVES`` ("scores": DeepGEMM's ``fp8_paged_mqa_logits``, an
+    ``AttentionCurve`` over the FP8 peak, its work ``demos.zoo.work.index_score_work``; each top-k a ``TopkCurve``,
+    ``demos.zoo.index_curves``); ``local_experts`` the routed experts where the engine's local fused MoE runs them
+    (no all-to-all: MoE tensor parallelism, or expert parallelism beside attention TP), one ``GroupedCurve`` per
+    expert storage (``demos.zoo.models.dtypes`` names), fitted to SGLang's local kernels of that dtype
+    (``demos.zoo.measured_moe.sglang_moe_rows``): their share of bandwidth and the kernel's fixed time, which the
+    step charges (``local_curve``; empty for a family without such tables: the step then times them on ``experts``
+    without a fixed time); ``fitted_on`` the GPUs whose tables gave them; ``custom_all_reduce`` the engines' own
+    all-reduce of a small tensor over one NVLink domain (``fixed + per_byte x bytes + per_peer x peers``, fitted to
+    SGLang's, vLLM's and TRT-LLM's graph-captured kernels, ``demos.zoo.measured_comm``; None: the NCCL ring model
+    alone); ``source`` the tables' provenance. A field the file lacks (written before it was fitted) reads as None,
+    0 or empty."""
 
     family: str
     gemm: dict
