@@ -156,9 +156,10 @@ def test_every_qwen3_5_config_the_extra_holds_loads():
 @pytest.mark.measured
 @pytest.mark.parametrize("gpu", sorted(measured.SYSTEMS))
 def test_the_gated_deltanet_kernels_sit_on_their_curves_on_every_gpu(gpu):
-    """SGLang's measured Gated DeltaNet kernels within 10% (signed median) of the family's curves; B300 and
-    GB300 held out. The convolutions' curves move their bytes at a rate per SM (``SmBoundCurve``): on HBM's
-    rate, H200's prefill ones were -18.5% (the tables time them the same on H100 and H200)."""
+    """SGLang's measured Gated DeltaNet kernels within 10% (signed median) of the GPU's curves (its own, fitted
+    to these rows; the family curves' held-out figures are kernels.md's). The convolutions' curves move their
+    bytes at a rate per SM (``SmBoundCurve``): on HBM's rate, H200's prefill ones were -18.5% (the tables time
+    them the same on H100 and H200)."""
     got = {s["op"]: s for s in summaries(_gdn_rows(gpu))}
     ops = ("gdn decode", "gdn prefill", "gdn conv decode", "gdn conv prefill")
     assert set(got) == set(ops)
