@@ -267,8 +267,11 @@ class KernelsResult:
     family: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"curves": "family" if self.family else "own", "rows": [r._asdict() for r in self.rows]}
-        out["summary"] = self.summary
+        out = {
+            "curves": "family" if self.family else "own",
+            "rows": [r._asdict() for r in self.rows],
+            "summary": self.summary,
+        }
         if self.cross_validation is not None:
             out["cross_validation"] = list(self.cross_validation)
         return out

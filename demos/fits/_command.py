@@ -23,8 +23,8 @@ from demos.fits.amd import AMD_FIT_GPUS, BORROWED, fit_amd_family
 from demos.fits.compare import FIT_TOLERANCE, compare_fits
 from demos.fits.module import fitted_family, own_fit
 from demos.zoo.hardware import get_gpu
-from demos.zoo.measured import MeasuredTablesError, package_version
-from demos.zoo.rooflines import FIT_GPUS, FITS_PATH, OWN_FIT_GPUS, FamilyFit, load_fits
+from demos.zoo.measured import SYSTEMS, MeasuredTablesError, package_version
+from demos.zoo.rooflines import FIT_GPUS, FITS_PATH, FamilyFit, load_fits
 
 PROG = "python -m demos.fits"
 
@@ -73,11 +73,12 @@ def _fitted(job: tuple[str, tuple[str, ...]]) -> FamilyFit:
 
 
 def fit_all() -> tuple[dict[str, FamilyFit], dict[str, FamilyFit]]:
-    """The curves per family (pooled over ``FIT_GPUS``) and per GPU (``OWN_FIT_GPUS``, each on its own tables
-    alone: ``demos.fits.module.own_fit``), one process per fit (``demos.fits.module.fitted_family``), then the
-    AMD families (``demos.fits.amd``: AMD's own tables, the rest borrowed from the freshly fitted Hopper family)."""
+    """The curves per family (pooled over ``FIT_GPUS``) and per GPU (every GPU with tables, ``SYSTEMS``, each
+    on its own tables alone: ``demos.fits.module.own_fit``), one process per fit
+    (``demos.fits.module.fitted_family``), then the AMD families (``demos.fits.amd``: AMD's own tables, the
+    rest borrowed from the freshly fitted Hopper family)."""
     jobs = [(family, gpus) for family, gpus in FIT_GPUS.items()]
-    jobs += [(get_gpu(g).family, (g,)) for g in OWN_FIT_GPUS]
+    jobs += [(get_gpu(g).family, (g,)) for g in SYSTEMS]
     for family, gpus in jobs:
         print(f"{PROG}: fitting {family} on {', '.join(gpus)} ...", file=sys.stderr, flush=True)
     pool = ProcessPoolExecutor(max_workers=2, initializer=_worker_leaves_signals_to_the_command)
@@ -89,7 +90,7 @@ def fit_all() -> tuple[dict[str, FamilyFit], dict[str, FamilyFit]]:
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     fits = dict(zip(FIT_GPUS, done))
-    own = {g: own_fit(fit, fits[fit.family]) for g, fit in zip(OWN_FIT_GPUS, done[len(FIT_GPUS) :])}
+    own = {g: own_fit(fit, fits[fit.family]) for g, fit in zip(SYSTEMS, done[len(FIT_GPUS) :])}
     for family, gpus in AMD_FIT_GPUS.items():
         print(f"{PROG}: fitting {family} on {', '.join(gpus)} (AMD's tables) ...", file=sys.stderr, flush=True)
         fits[family] = fit_amd_family(family, fits[BORROWED])

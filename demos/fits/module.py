@@ -9,7 +9,7 @@ it).
 indexer's share of SGLang's GLM-5 modules below ``INDEX_FIT_BELOW`` cached tokens (``index_rows``, the op
 composed by ``index_composed_seconds``). ``fitted_family(family, gpus)`` is a family's curves
 (``demos.fits.rooflines``) with both fitted on top: what ``python -m demos.fits write`` stores per family
-(``FIT_GPUS``) and per GPU (``OWN_FIT_GPUS``: ``own_fit`` gives a GPU whose tables hold no module without
+(``FIT_GPUS``) and per GPU (``demos.zoo.measured.SYSTEMS``: ``own_fit`` gives a GPU whose tables hold no module without
 its indexer its family's DSA indexer extra).
 """
 

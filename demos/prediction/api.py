@@ -36,7 +36,7 @@ from demos.zoo.attention import attention_kind
 from demos.zoo.loading import TOY, load_model, workload_for
 from demos.zoo.memory import ServingLimits, memory_estimate, serving_limits
 from demos.zoo.models import CompressedAttention, ModelSpec, SparseMLAAttention
-from demos.zoo.rooflines import FITTED_WITH, gpu_fit
+from demos.zoo.rooflines import FITTED_WITH, family_fit, gpu_fit
 from demos.zoo.workload import WORKLOAD_SCHEDULES
 
 __all__ = ["TOY_TOKENS", "predict"]
@@ -246,8 +246,9 @@ def _sources(sweep: Sweep) -> tuple[str, ...]:
     tables = f"GEMM, MLA and {kind} tables" if kind else "GEMM and MLA tables"
     if w.spec.hc_mult > 1:
         tables = tables.replace(" and MLA", ", MLA and hyper-connection")
-    on = gpu_fit(w.gpu).fitted_on  # the GPU's own tables, or its family's GPUs'
-    whose = on[0] if on == (w.gpu.name.rstrip("*"),) else f"{' and '.join(on)}, the {w.gpu.family} family's"
+    fit, family = gpu_fit(w.gpu), family_fit(w.gpu.family)  # the GPU's own curves, or its family's
+    on = " and ".join(fit.fitted_on)
+    whose = on if fit is not family else f"{on}, the {w.gpu.family} family's"
     kernels = (
         f"kernel times: curves fitted to the measured {tables} of {whose} "
         f"({FITTED_WITH}; demos/zoo/rooflines.json, docs/kernels.md){sparse}"

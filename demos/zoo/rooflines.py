@@ -33,10 +33,10 @@ only, Hopper's 8 GPUs). On one node the SMs carry every message over NVLink, so 
 SMs (``demos.zoo.overlap_costs`` charges it as the SM-held halves of a hooked low-latency kernel).
 
 ``FITS`` holds the curves per family, pooled over ``FIT_GPUS``, and ``GPU_FITS`` each GPU's fitted to its own
-tables alone (``OWN_FIT_GPUS``); the predictor takes a GPU's own where it has them, else its family's
-(``gpu_fit``). ``python -m demos.fits`` writes both to ``rooflines.json`` from the measured tables
-(``demos.zoo.measured``), each figure's provenance in the file (docs/kernels.md). The curves' vocabulary lives
-here too (``GEMM_DTYPES``, ``MLA_KV``: which tables our dtypes are fitted to); ``demos.fits`` imports this module.
+tables alone (every GPU with tables, ``demos.zoo.measured.SYSTEMS``); the predictor takes a GPU's own where it
+has them, else its family's (``gpu_fit``). ``python -m demos.fits`` writes both to ``rooflines.json`` from the
+measured tables, each figure's provenance in the file (docs/kernels.md). The curves' vocabulary lives here
+too (``GEMM_DTYPES``, ``MLA_KV``: which tables our dtypes are fitted to); ``demos.fits`` imports this module.
 
 Every curve's formula takes numbers or numpy arrays alike (``_ceil``, ``_min``, ``_max`` pick the numpy
 function for an array), so the fitting evaluates the very formula the simulator runs, over all the rows at
@@ -64,7 +64,6 @@ __all__ = [
     "FITTED_WITH",
     "FIT_GPUS",
     "GPU_FITS",
-    "OWN_FIT_GPUS",
     "GDN_CURVES",
     "GEMM_DTYPES",
     "INDEX_CURVES",
@@ -120,9 +119,6 @@ MHC_SITES = ("pre", "post")
 
 FIT_GPUS = {"hopper": ("h100", "h200"), "blackwell": ("b200", "gb200")}
 """The GPUs each family's pooled curves are fitted to (``family_fit``; B300 and GB300 held out)."""
-
-OWN_FIT_GPUS = ("h100", "h200", "b200", "gb200", "b300", "gb300")
-"""The GPUs with measured tables of their own, each with curves fitted to its tables alone (``gpu_fit``)."""
 
 LOCAL_FALLBACK_STORAGE = "fp8_e4m3"
 """The expert storage whose local fused MoE curve stands in for a storage without one of its own."""
@@ -383,7 +379,7 @@ def load_fits(path: Path = FITS_PATH) -> tuple[dict[str, FamilyFit], dict[str, F
 
 _DATA = json.loads(FITS_PATH.read_text())
 FITS = MappingProxyType(_fits(_DATA["families"]))  # per family, pooled over FIT_GPUS
-GPU_FITS = MappingProxyType(_fits(_DATA.get("gpus", {})))  # per GPU of OWN_FIT_GPUS, its own tables alone
+GPU_FITS = MappingProxyType(_fits(_DATA.get("gpus", {})))  # per GPU with tables, its own tables alone
 FITTED_WITH = f"aiconfigurator-core {_DATA.get('aiconfigurator_core', 'unknown')}"  # the tables' package
 
 

@@ -15,7 +15,7 @@ from demos.zoo import measured
 from demos.zoo.hardware import get_gpu
 from demos.zoo.kernel_times import KernelTimes, kernel_times
 from demos.zoo.profile import gpu_profile
-from demos.zoo.rooflines import FITS, GPU_FITS, OWN_FIT_GPUS, family_fit, gpu_fit
+from demos.zoo.rooflines import FITS, GPU_FITS, family_fit, gpu_fit
 
 _skip = pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
 
@@ -43,8 +43,8 @@ def test_a_gpu_with_tables_of_its_own_is_timed_on_its_own_curves_and_any_other_o
     """The bug this catches: a GPU timed on its family's pooled curves where its own exist (H200's GEMM and MLA
     kernels run 1.5-5% slower than the pooled Hopper curves say), or a what-if that swaps the GPU's curves for
     its family's."""
-    assert set(GPU_FITS) == set(OWN_FIT_GPUS) == set(measured.SYSTEMS)
-    for name in OWN_FIT_GPUS:
+    assert set(GPU_FITS) == set(measured.SYSTEMS)
+    for name in measured.SYSTEMS:
         g = get_gpu(name)
         assert gpu_fit(g) is GPU_FITS[name] and GPU_FITS[name].fitted_on == (name,)
         assert GPU_FITS[name].family == g.family and KernelTimes(g, gpu_profile(g)).fit is GPU_FITS[name]
