@@ -12,7 +12,8 @@ as the constants
 * "mori": MoRI's tuning tables (``demos.zoo.vendor_data.ep_tables.mori_rows``: IntraNode at EP 2, 4 and 8,
   InterNodeV1 and InterNodeV1LL at EP 16; FP8 dispatch, BF16 combine without quantization; 64 tokens and up a
   rank, the kernels' own fixed costs below that), fitted on MI355X (RoCE: AMD's Pollara NICs), held out on MI300X
-  and MI350X (one node each: IntraNode only). A one-node EP 2 or EP 4 crosses 1 or 3 of the 7 Infinity Fabric links
+  and MI350X (one node each: IntraNode only); the BF16 dispatch rows (IntraNode, EP 8: the same bytes as a
+  combine, labelled "BF16") held out on every GPU. A one-node EP 2 or EP 4 crosses 1 or 3 of the 7 Infinity Fabric links
   (``GpuSpec.scaleup_bandwidth``): the rows at EP 2, 4 and 8 check the full mesh.
 * "efa": UCCL-EP's README tables (4,096 tokens normal, 128 low-latency; latency only), fitted on p6-b200 (8 B200,
   8 x 400 Gb/s EFA), held out on p5en (8 H200, 16 x 200 Gb/s): p5en's normal combine takes 3.2-5.3 times its
@@ -81,13 +82,14 @@ def _mori_cases() -> list[Case]:
         if r.kernel_type == "InterNodeV1LL" and r.tokens > _LL_MAX_TOKENS:
             continue
         if r.phase == "dispatch":
-            if not r.dtype.startswith("fp8"):
+            if not (r.dtype.startswith("fp8") or r.dtype == "bf16"):
                 continue
-            fp8 = True
+            fp8 = r.dtype != "bf16"
         elif r.dtype != "bf16" or not unquantized(r):
             continue
         else:
             fp8 = False
+        bf16_dispatch = r.phase == "dispatch" and not fp8
         out.append(
             Case(
                 "mori",
@@ -103,8 +105,8 @@ def _mori_cases() -> list[Case]:
                 r.phase,
                 fp8,
                 r.seconds,
-                r.gpu == "mi355x",
-                f"MoRI {r.kernel_type}",
+                r.gpu == "mi355x" and not bf16_dispatch,
+                f"MoRI {r.kernel_type}" + (" BF16" if bf16_dispatch else ""),
             )
         )
     return out
@@ -201,11 +203,23 @@ def summary(records: Sequence[dict]) -> dict:
 
 
 _FREE = {
-    "mori": ("rdma_efficiency", "nvlink_efficiency", "ll_latency", "normal_latency", "rdma_latency"),
+    "mori": (
+        "rdma_efficiency",
+        "nvlink_efficiency",
+        "ll_latency",
+        "normal_latency",
+        "rdma_latency",
+        "dispatch_copy_latency",
+    ),
     "efa": ("rdma_efficiency", "ll_latency", "normal_latency", "rdma_latency", "rdma_peer_latency", "pair_bandwidth"),
     "efa-gda": ("rdma_efficiency", "ll_latency", "normal_latency"),
 }
 """The parameters fitted per group; the others stay DeepEP's (the NVLink share of the NVIDIA groups)."""
+
+
+_SCALE = {"dispatch_copy_latency": 1e-9}
+"""A parameter's unit in the fit and as stored, where it is not its kind's (efficiency 1, latency us, bandwidth GB/s):
+the per-copy latency is nanoseconds, stored to 0.01 ns."""
 
 
 ROBUST_SCALE = 0.15
@@ -227,7 +241,9 @@ def fit(group: str, iters: int = 800, *, robust: bool = True) -> tuple[DeepEPPar
 
     fitted = [c for c in cases(group) if c.fitted]
     names = _FREE[group]
-    scale = {n: 1.0 if n.endswith("efficiency") else 1e9 if n.endswith("bandwidth") else 1e-6 for n in names}
+    scale = {
+        n: _SCALE.get(n, 1.0 if n.endswith("efficiency") else 1e9 if n.endswith("bandwidth") else 1e-6) for n in names
+    }
     base = asdict(DEEPEP_H800)
 
     base["ll_two_level"] = GROUPS[group].ll_two_level  # a kernel's form, not a fitted number
@@ -246,7 +262,7 @@ def fit(group: str, iters: int = 800, *, robust: bool = True) -> tuple[DeepEPPar
 
     x0 = [base[n] / scale[n] for n in names]
     step = [0.1 if scale[n] == 1.0 else 10.0 for n in names]
-    x0 = [x if x > 0 else 50.0 if scale[n] == 1e9 else 5.0 for x, n in zip(x0, names)]  # new: 5 us, 50 GB/s
+    x0 = [x if x > 0 else 50.0 if scale[n] == 1e9 else 5.0 for x, n in zip(x0, names)]  # new: 5 us / ns, 50 GB/s
     best = make(nelder_mead(loss, x0, step, iters))
     assert best is not None
     rms = math.sqrt(sum(math.log(predicted_seconds(c, best) / c.seconds) ** 2 for c in fitted) / len(fitted))
@@ -260,6 +276,8 @@ def _rounded(p: DeepEPParams) -> DeepEPParams:
         v = getattr(p, f.name)
         if f.name.endswith("efficiency"):
             out[f.name] = round(v, 3)
+        elif f.name in _SCALE:
+            out[f.name] = float(f"{round(v / _SCALE[f.name], 2)}e{round(math.log10(_SCALE[f.name]))}")
         elif f.name.endswith("latency"):
             out[f.name] = float(f"{round(v * 1e6, 1)}e-6")
         elif f.name.endswith("bandwidth"):
@@ -276,7 +294,8 @@ def format_table(group: str, records: Sequence[dict], params: DeepEPParams | Non
         f"{group}: rdma_efficiency {p.rdma_efficiency:.3f}, nvlink_efficiency {p.nvlink_efficiency:.3f}, "
         f"ll_latency {p.ll_latency * 1e6:.1f} us, normal_latency {p.normal_latency * 1e6:.1f} us, rdma_latency "
         f"{p.rdma_latency * 1e6:.1f} us, rdma_peer_latency {p.rdma_peer_latency * 1e6:.1f} us"
-        + (f", pair_bandwidth {p.pair_bandwidth / 1e9:.1f} GB/s" if p.pair_bandwidth else ""),
+        + (f", pair_bandwidth {p.pair_bandwidth / 1e9:.1f} GB/s" if p.pair_bandwidth else "")
+        + (f", dispatch_copy_latency {p.dispatch_copy_latency * 1e9:.2f} ns" if p.dispatch_copy_latency else ""),
         f"{'source':<22}{'gpu':<8}{'mode':<12}{'kernel':<9}{'EP':>4}{'tokens':>7}{'predicted':>11}{'published':>11}"
         f"{'error':>8}",
     ]

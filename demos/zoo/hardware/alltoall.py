@@ -21,7 +21,9 @@ nvlink_bytes / (nvlink_efficiency x scale-up bandwidth))`` (a normal kernel's fo
 ``pair_bandwidth`` a third term, where set), with the busiest rank's bytes (the
 routing's imbalance times the mean) and the links of ``cluster.gpu`` (a full mesh's scale-up bandwidth: the
 links to the EP ranks of the node, ``GpuSpec.scaleup_bandwidth``); a kernel that crosses the network pays
-``rdma_latency`` and ``rdma_peer_latency`` per remote rank more (``DeepEPParams``). The parameters are the
+``rdma_latency`` and ``rdma_peer_latency`` per remote rank more, and a normal dispatch's scale-up term
+``dispatch_copy_latency`` per (token, destination rank) copy, serial rather than spread over the links
+(``DeepEPParams``; MoRI's only). The parameters are the
 cluster's (``comm_params``): DeepEP's on NVIDIA GPUs over InfiniBand/RoCE, MoRI's on AMD, the fitted EFA ones
 on AWS EFA. Copies to the rank itself
 are local memory traffic and cross no link. The four parameters (``DeepEPParams``) are fitted to
@@ -89,7 +91,11 @@ class DeepEPParams:
     whose tuning tables measure both legs), instead of once per routed copy (DeepEP's); ``pair_bandwidth``, the
     bytes a second a normal kernel's forwarding stage moves, each token counted once per destination NVLink
     domain, the rank's own included (0: no such limit; fitted where the tables show one: UCCL-EP over EFA,
-    whose time grows with the domains a token touches, its own included, not with the remote ones)."""
+    whose time grows with the domains a token touches, its own included, not with the remote ones);
+    ``dispatch_copy_latency``, the seconds a normal dispatch spends on each (token, destination rank) copy it
+    sends over the scale-up links on top of its bytes, serial in the kernel rather than spread over the links
+    (0: none; fitted where the tables show dispatch slowing against combine as the links grow: MoRI's, docs/
+    clusters.md, "AMD Instinct")."""
 
     rdma_efficiency: float
     nvlink_efficiency: float
@@ -99,6 +105,7 @@ class DeepEPParams:
     rdma_peer_latency: float = 0.0
     ll_two_level: bool = False
     pair_bandwidth: float = 0.0
+    dispatch_copy_latency: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("rdma_efficiency", "nvlink_efficiency"):
@@ -107,7 +114,7 @@ class DeepEPParams:
                 raise ValueError(f"DeepEPParams.{name} must be in (0, 1], got {v!r}")
         if not isinstance(self.ll_two_level, bool):
             raise TypeError(f"DeepEPParams.ll_two_level must be a bool, got {self.ll_two_level!r}")
-        for name in ("ll_latency", "normal_latency", "rdma_latency", "rdma_peer_latency"):
+        for name in ("ll_latency", "normal_latency", "rdma_latency", "rdma_peer_latency", "dispatch_copy_latency"):
             if _number(f"DeepEPParams.{name}", getattr(self, name)) < 0:
                 raise ValueError(f"DeepEPParams.{name} must be >= 0 seconds, got {getattr(self, name)!r}")
         if _number("DeepEPParams.pair_bandwidth", self.pair_bandwidth) < 0:
@@ -118,12 +125,13 @@ DEEPEP_H800 = DeepEPParams(rdma_efficiency=0.87, nvlink_efficiency=0.66, ll_late
 """Fitted to DeepEP's H800 tables (2025-06-05 README; docs/clusters.md, "Fitted parameters")."""
 
 MORI = DeepEPParams(
-    rdma_efficiency=0.78,
-    nvlink_efficiency=0.68,
+    rdma_efficiency=0.772,
+    nvlink_efficiency=0.698,
     ll_latency=0.0,
-    normal_latency=20.6e-6,
-    rdma_latency=81.0e-6,
+    normal_latency=19.8e-6,
+    rdma_latency=79.8e-6,
     ll_two_level=True,
+    dispatch_copy_latency=6.35e-9,
 )
 """AMD's MoRI kernels (IntraNode, InterNodeV1, InterNodeV1LL) over Infinity Fabric and RDMA: fitted to MoRI's
 measured MI355X tuning tables (``demos.fidelity.ep_published``; docs/clusters.md, "AMD Instinct")."""
@@ -232,10 +240,11 @@ def _timed(
     params: DeepEPParams,
     sms: int,
     forwarded: float = 0.0,
+    serial_nvl: float = 0.0,
 ) -> AllToAll:
     g = cluster.gpu
     t_rdma = rdma / (params.rdma_efficiency * g.nic_bandwidth)
-    t_nvl = nvl / (params.nvlink_efficiency * cluster.scaleup_bandwidth)
+    t_nvl = nvl / (params.nvlink_efficiency * cluster.scaleup_bandwidth) + serial_nvl
     bottleneck = "latency" if t_rdma == t_nvl == 0 else ("rdma" if t_rdma >= t_nvl else "nvlink")
     t_fwd = forwarded / params.pair_bandwidth if params.pair_bandwidth > 0 and rdma > 0 else 0.0
     if t_fwd > max(t_rdma, t_nvl):
@@ -296,7 +305,10 @@ def deepep_normal(
     per_token = message_bytes(kernel, hidden, fp8) * tokens * traffic.imbalance
     rdma, nvl = _two_level(cluster, traffic, per_token)
     forwarded = traffic.domains * per_token  # once per destination domain, its own included
-    return _timed(kernel, "normal", cluster, rdma, nvl, params.normal_latency, params, comm_sms, forwarded)
+    serial = 0.0
+    if kernel == "dispatch" and params.dispatch_copy_latency:  # per (token, scale-up destination) copy
+        serial = nvl / message_bytes(kernel, hidden, fp8) * params.dispatch_copy_latency
+    return _timed(kernel, "normal", cluster, rdma, nvl, params.normal_latency, params, comm_sms, forwarded, serial)
 
 
 def ll_buffer_bytes(max_tokens: int, hidden: int, experts: int) -> int:

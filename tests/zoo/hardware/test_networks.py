@@ -39,25 +39,64 @@ def test_each_groups_stored_parameters_are_its_fit(group):
             assert getattr(fitted, f.name) == pytest.approx(getattr(stored, f.name), abs=0.01), f.name
         elif f.name.endswith("bandwidth"):
             assert getattr(fitted, f.name) == pytest.approx(getattr(stored, f.name), rel=0.01, abs=1e6), f.name
+        elif f.name == "dispatch_copy_latency":  # nanoseconds: abs=1e-6 would hold any value
+            assert getattr(fitted, f.name) == pytest.approx(getattr(stored, f.name), rel=0.05, abs=1e-11), f.name
         elif f.name != "ll_two_level":
             assert getattr(fitted, f.name) == pytest.approx(getattr(stored, f.name), abs=1e-6), f.name
     assert rms < {"mori": 0.12, "efa": 0.12, "efa-gda": 0.15}[group]
 
 
 def test_mori_fits_its_rows_and_predicts_the_held_out_gpus_within_15_percent_mostly():
+    """Held out: MI300X's and MI350X's rows and every BF16 dispatch row (146: 112 + 34)."""
     s = ep_published.summary(ep_published.compare("mori"))
-    assert s["fitted"]["rows"] == 124 and s["held out"]["rows"] == 112
-    assert s["fitted"]["within_15"] > 0.8 and s["held out"]["within_15"] > 0.8
+    assert s["fitted"]["rows"] == 124 and s["held out"]["rows"] == 146
+    assert s["fitted"]["within_15"] > 0.9 and s["held out"]["within_15"] > 0.9
     assert abs(s["held out"]["median"]) < 0.05
 
 
+def _intranode_dispatch_errors(records, bf16: bool) -> dict[int, float]:
+    out = {}
+    for ep in (2, 4, 8):
+        errs = sorted(
+            r["error"]
+            for r in records
+            if r["label"] == "MoRI IntraNode" + (" BF16" if bf16 else "")
+            and r["kernel"] == "dispatch"
+            and r["ep"] == ep
+            and r["gpu"] == "mi355x"
+        )
+        if errs:
+            out[ep] = errs[len(errs) // 2]
+    return out
+
+
+def test_moris_dispatch_pays_per_copy_on_the_mesh_and_without_it_ep8_runs_short():
+    """MoRI's IntraNode dispatch slows against its combine as the peers grow (docs/clusters.md, "AMD Instinct"):
+    with ``dispatch_copy_latency`` (a serial cost per token and scale-up destination) the FP8 dispatch's median
+    at EP 8 is within 10% and the held-out BF16 dispatch rows (the combine's bytes, no parameter saw them)
+    within 8% (MI355X's; -7.0% measured); without it (0, the rest as stored) EP 8's FP8 dispatch runs more than
+    15% short, EP 2's does not, and the BF16 rows more than 10% short. The cost is the dispatch's alone: a combine
+    is timed the same."""
+    with_copy = ep_published.compare("mori")
+    without = ep_published.compare("mori", dataclasses.replace(MORI, dispatch_copy_latency=0.0))
+    fp8, fp8_without = _intranode_dispatch_errors(with_copy, False), _intranode_dispatch_errors(without, False)
+    assert abs(fp8[8]) < 0.10 and fp8_without[8] < -0.15 and abs(fp8_without[2]) < 0.10
+    assert abs(_intranode_dispatch_errors(with_copy, True)[8]) < 0.08
+    assert _intranode_dispatch_errors(without, True)[8] < -0.10
+    for a, b in zip(with_copy, without):
+        if a["kernel"] == "combine":
+            assert a["predicted"] == b["predicted"]
+    assert DEEPEP_H800.dispatch_copy_latency == EFA_PROXY.dispatch_copy_latency == EFA_GDA.dispatch_copy_latency == 0
+
+
 def test_a_one_node_all_to_all_on_a_mesh_uses_one_link_per_peer():
-    """EP 2 on one MI355X node crosses 1 of 7 links, EP 8 all 7: the normal dispatch of the same tokens per rank
+    """EP 2 on one MI355X node crosses 1 of 7 links, EP 8 all 7: the normal combine of the same tokens per rank
     moves (ep - 1) / ep of them, so EP 2's time per byte is 7 x 2 / 8 ... (below) larger than EP 8's; through
-    NVSwitch (H200) every EP gets the whole bandwidth. MoRI's measured tables show it (validate deepep)."""
+    NVSwitch (H200) every EP gets the whole bandwidth. MoRI's measured tables show it (validate deepep). The
+    combine: MoRI's dispatch adds a per-copy cost that is not spread over the links (the test below)."""
 
     def per_byte(gpu: str, ep: int) -> float:
-        a = deepep_normal(ClusterSpec(1, ep, ep, gpu), R, 4096, 7168, "dispatch", comm_sms=32)
+        a = deepep_normal(ClusterSpec(1, ep, ep, gpu), R, 4096, 7168, "combine", comm_sms=32)
         return (a.seconds - comm_params(ClusterSpec(1, ep, ep, gpu)).normal_latency) / a.nvlink_bytes
 
     assert per_byte("mi355x", 2) == pytest.approx(7 * per_byte("mi355x", 8))
