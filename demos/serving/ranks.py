@@ -92,7 +92,7 @@ def prepare(
     )
     c = base.cluster
     dp = c.world // base.attention_tp
-    hbm_gb = base.gpu.hbm_capacity / 1e9
+    hbm_gb = base.gpu.memory_total / 1e9
     budget = make_rank(engine, 1, hbm_gb=hbm_gb, dp=dp, max_seqs=max_seqs)
     step_tokens = getattr(budget, "budget", None) or getattr(budget, "chunk", 8192)
     kv = kv_capacity_tokens(base, step_tokens, getattr(budget, "max_seqs", 0) or 0)

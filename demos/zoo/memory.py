@@ -234,7 +234,7 @@ def memory_estimate(w: Workload, slot_bytes: list[int] | None = None) -> MemoryE
         activations=activations,
         workspace=workspace,
         comm_buffers=comm,
-        capacity=w.gpu.hbm_capacity,
+        capacity=w.gpu.memory_total,
         dbo_extra=max(0.0, extra_slots + extra_act + comm - one_comm),
         ubatches=n,
     )

@@ -110,3 +110,20 @@ def test_a_model_that_fits_at_no_count_has_a_limit_of_none():
     lim = serving_limits(w)
     assert lim.without_dbo.tokens == lim.with_dbo.tokens == 0
     assert lim.without_dbo.static_fraction == 0.0
+
+
+def test_the_estimate_fills_the_devices_reported_memory_and_the_kv_pool_grows_with_it():
+    """The capacity is ``GpuSpec.memory_total`` (H200: 143,771 MiB), not the datasheet's 141 GB: what the engines'
+    fractions multiply. Read as SI gigabytes the KV cache a serving rank holds here was an eighth smaller."""
+    import dataclasses
+
+    from demos.serving.step_times import kv_capacity_tokens
+    from demos.zoo.hardware import get_gpu
+
+    h200 = get_gpu("h200")
+    w = Workload(DSV3, cluster_for("h200", 2, 8, 16), tokens=64, context=2048)
+    assert memory_estimate(w).capacity == h200.memory_total == 143771 * 2**20
+    as_si = dataclasses.replace(h200, device_memory=h200.hbm_capacity)
+    w_si = Workload(DSV3, cluster_for(as_si, 2, 8, 16), tokens=64, context=2048)
+    kv, kv_si = kv_capacity_tokens(w, 8192), kv_capacity_tokens(w_si, 8192)
+    assert kv > 1.12 * kv_si  # 982,260 against 857,326 tokens

@@ -10,7 +10,7 @@ from typing import Any
 
 from dbo.costs import dtype_key
 
-__all__ = ["FAMILIES", "SCALEUP", "VENDORS", "GpuSpec"]
+__all__ = ["FAMILIES", "REPORTED_SHARE", "SCALEUP", "VENDORS", "GpuSpec"]
 
 FAMILIES = ("hopper", "blackwell", "cdna3", "cdna4")
 """GPU families: the kernel-time curves fitted to measured tables are per family (``demos.zoo.rooflines``)."""
@@ -20,6 +20,12 @@ VENDORS = {"nvidia": ("hopper", "blackwell"), "amd": ("cdna3", "cdna4")}
 
 SCALEUP = ("switch", "mesh")
 """Scale-up links: NVLink through a switch, or a full mesh of point-to-point links (module docstring)."""
+
+REPORTED_SHARE = {"nvidia": 0.9954, "amd": 0.9999}
+"""The device memory a driver reports over the datasheet's HBM figure read as binary gigabytes (GiB), per vendor:
+the datasheets' "80 GB", "141 GB", "180 GB" and "192 GB" are GiB of HBM, less what the driver keeps. NVIDIA: the mean
+of H100's 81,559 MiB, H200's 143,771 MiB and B200's 183,359 MiB (nvidia-smi) over 80, 141 and 180 GiB (0.9956,
+0.9957, 0.9948); AMD: MI300X's 206,141,652,992 bytes (rocm-smi) over 192 GiB. docs/clusters.md, "Device memory"."""
 
 _RATE_FIELDS = {"fp8": "fp8", "bfloat16": "bf16", "float16": "bf16", "tf32": "tf32", "float32": "fp32"}
 """``DTYPES`` key -> the field holding its rate (FP16 and BF16 share one tensor-core rate)."""
@@ -49,6 +55,7 @@ class GpuSpec:
     scaleup: str = "switch"
     links: int = 0
     hw_queues: int = 8
+    device_memory: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -60,6 +67,10 @@ class GpuSpec:
             if f.name == "links":  # 0: a switch; a mesh has one link per peer
                 if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                     raise ValueError(f"GpuSpec.links must be an int >= 0, got {v!r}")
+                continue
+            if f.name == "device_memory":  # 0: derived from hbm_capacity (memory_total)
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v == 0 or math.isfinite(v) and v > 0):
+                    raise ValueError(f"GpuSpec.device_memory must be 0 (derived) or bytes > 0, got {v!r}")
                 continue
             if f.name == "fp4":  # 0: no FP4 tensor cores
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v == 0 or v >= self.fp8):
@@ -112,6 +123,13 @@ class GpuSpec:
             known = ", ".join((*_RATE_FIELDS, "fp4", "w4a8"))
             raise ValueError(f"GpuSpec {self.name!r} has no rate for dtype {dtype!r}; known: {known}")
         return float(getattr(self, _RATE_FIELDS[key]))
+
+    @property
+    def memory_total(self) -> float:
+        """The device's memory in bytes as its driver reports it (nvidia-smi's and ``torch.cuda.mem_get_info``'s
+        total, rocm-smi's VRAM total): what the engines' memory fractions multiply and the memory model fills.
+        ``device_memory`` where set, else ``hbm_capacity`` read as binary gigabytes (``REPORTED_SHARE``)."""
+        return float(self.device_memory or self.hbm_capacity / 1e9 * 2**30 * REPORTED_SHARE[self.vendor])
 
     @property
     def has_fp4(self) -> bool:

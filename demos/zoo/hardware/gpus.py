@@ -28,6 +28,10 @@ Conventions (the datasheets mix them, these fields do not):
 * ``hw_queues``: the hardware queues streams are mapped onto by default (CUDA's
   ``CUDA_DEVICE_MAX_CONNECTIONS`` 8; HIP's ``GPU_MAX_HW_QUEUES`` 4): more concurrent streams than queues
   share a queue, and kernels of one queue run in order.
+* ``hbm_capacity`` is the datasheet's HBM in SI bytes (H100: 80e9); ``device_memory``, where a measured figure
+  is known, the bytes the driver reports (H100: 81,559 MiB), else 0 and ``GpuSpec.memory_total`` derives it
+  (the datasheets' GB are binary, less the driver's share: ``REPORTED_SHARE``). The memory model fills
+  ``memory_total``, what the engines' fractions multiply.
 * ``gpus_per_node``: GPUs in one server (HGX baseboard: 8; GB200 and GB300 compute tray: 4);
   ``nvlink_domain``: GPUs one GPU reaches over NVLink (HGX: the 8 of its node; GB200 and GB300 NVL72:
   72, over the rack's NVLink switch trays).
@@ -43,6 +47,7 @@ from demos.zoo.hardware.gpu_spec import FAMILIES, SCALEUP, VENDORS, GpuSpec
 __all__ = ["FAMILIES", "GPUS", "SCALEUP", "VENDORS", "GpuSpec", "get_gpu", "gpus"]
 
 _GB = 1e9
+_MIB = 2**20
 _TB = 1e12
 _T = 1e12  # TFLOP/s
 _NIC_400G = 400e9 / 8  # one 400 Gb/s ConnectX-7: 50 GB/s each way
@@ -131,6 +136,7 @@ _BUILTIN = (
         **_HOPPER,
         hbm_bandwidth=3.35 * _TB,
         hbm_capacity=80 * _GB,
+        device_memory=81559 * _MIB,
         nvlink_bandwidth=450 * _GB,
         nic_bandwidth=_NIC_400G,
         source="NVIDIA H100 datasheet (SXM5); SMs: H100 architecture whitepaper; NIC: DGX H100 datasheet",
@@ -140,6 +146,7 @@ _BUILTIN = (
         **_HOPPER,
         hbm_bandwidth=4.8 * _TB,
         hbm_capacity=141 * _GB,
+        device_memory=143771 * _MIB,
         nvlink_bandwidth=450 * _GB,
         nic_bandwidth=_NIC_400G,
         source="NVIDIA H200 datasheet (SXM); NIC: DGX H200 datasheet",
@@ -172,6 +179,7 @@ _BUILTIN = (
         sm_count=148,
         hbm_bandwidth=7.7 * _TB,
         hbm_capacity=180 * _GB,
+        device_memory=183359 * _MIB,
         nic_bandwidth=_NIC_400G,
         source="NVIDIA HGX B200 spec table (per GPU, halved from sparse); SMs: device-reported; "
         "NIC: DGX B200 datasheet",
@@ -226,6 +234,7 @@ _BUILTIN = (
         **_CDNA3,
         hbm_bandwidth=5.3 * _TB,
         hbm_capacity=192 * _GB,
+        device_memory=206141652992,
         source="AMD ROCm MI300 architecture page (dense matrix rates, 304 CUs, 5.3 TB/s, 7 Infinity Fabric "
         "links); link rate: 16 lanes at 32 Gb/s; NIC: one 400 Gb/s per GPU (MoRI's MI300X+CX7 tables)",
     ),

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from dbo.costs import DTYPES
 from demos.errors import ConfigError
 from demos.zoo.hardware import GPUS, ClusterSpec, Routing, get_gpu, gpus, host_layout, oversized_host
+from demos.zoo.hardware.gpu_spec import REPORTED_SHARE
 from demos.zoo.workload import cluster_for
 
 # --- GPU profiles -------------------------------------------------------------------------------------
@@ -112,11 +113,30 @@ def test_get_gpu():
         ({"name": ""}, ValueError, "name must be a non-empty string"),
         ({"fp8": 1e12}, ValueError, "expected fp8 >= bf16 >= tf32"),
         ({"source": 3}, TypeError, "source must be a string"),
+        ({"device_memory": -1.0}, ValueError, "device_memory must be 0 .derived. or bytes > 0"),
+        ({"device_memory": math.inf}, ValueError, "device_memory must be 0 .derived. or bytes > 0"),
     ],
 )
 def test_gpu_spec_rejects_bad_figures(change, err, match):
     with pytest.raises(err, match=match):
         dataclasses.replace(GPUS["h100"], **change)
+
+
+def test_the_device_memory_is_what_the_driver_reports_not_the_datasheets_si_gigabytes():
+    """docs/clusters.md, "Device memory": the four measured totals are stored to the byte, every other GPU takes
+    its datasheet figure as GiB times its vendor's share, and that share is the measured NVIDIA GPUs' own (each
+    within 0.1% of it): the rule reproduces the measured figures it was drawn from."""
+    mib = 2**20
+    measured = {"h100": 81559 * mib, "h200": 143771 * mib, "b200": 183359 * mib, "mi300x": 206141652992}
+    for name, total in measured.items():
+        assert GPUS[name].memory_total == total
+        g = dataclasses.replace(GPUS[name], device_memory=0.0)  # the rule alone
+        assert g.memory_total == pytest.approx(total, rel=1e-3)
+    for name, g in GPUS.items():
+        if name not in measured:
+            assert g.device_memory == 0.0
+            assert g.memory_total == pytest.approx(g.hbm_capacity / 1e9 * 2**30 * REPORTED_SHARE[g.vendor])
+        assert 1.06 < g.memory_total / g.hbm_capacity < 1.08  # binary, less the driver's share
 
 
 def test_gpu_spec_is_frozen():
