@@ -34,7 +34,8 @@ _RATE_FIELDS = {"fp8": "fp8", "bfloat16": "bf16", "float16": "bf16", "tf32": "tf
 @dataclass(frozen=True)
 class GpuSpec:
     """One GPU model's datasheet figures (dense FLOP/s, bytes/s, bytes; see the module docstring for
-    how each is counted). ``source`` names where the figures come from, in a few words."""
+    how each is counted) and, where measured, ``device_memory``, the bytes its driver reports (0: derived,
+    ``memory_total``). ``source`` names where the figures come from, in a few words."""
 
     name: str
     fp8: float

@@ -139,7 +139,8 @@ _BUILTIN = (
         device_memory=81559 * _MIB,
         nvlink_bandwidth=450 * _GB,
         nic_bandwidth=_NIC_400G,
-        source="NVIDIA H100 datasheet (SXM5); SMs: H100 architecture whitepaper; NIC: DGX H100 datasheet",
+        source="NVIDIA H100 datasheet (SXM5); SMs: H100 architecture whitepaper; NIC: DGX H100 datasheet; "
+        "device memory: nvidia-smi's total",
     ),
     GpuSpec(
         "h200",
@@ -149,7 +150,7 @@ _BUILTIN = (
         device_memory=143771 * _MIB,
         nvlink_bandwidth=450 * _GB,
         nic_bandwidth=_NIC_400G,
-        source="NVIDIA H200 datasheet (SXM); NIC: DGX H200 datasheet",
+        source="NVIDIA H200 datasheet (SXM); NIC: DGX H200 datasheet; device memory: nvidia-smi's total",
     ),
     GpuSpec(
         "h800",
@@ -182,7 +183,7 @@ _BUILTIN = (
         device_memory=183359 * _MIB,
         nic_bandwidth=_NIC_400G,
         source="NVIDIA HGX B200 spec table (per GPU, halved from sparse); SMs: device-reported; "
-        "NIC: DGX B200 datasheet",
+        "NIC: DGX B200 datasheet; device memory: nvidia-smi's total",
     ),
     GpuSpec(
         "gb200",
@@ -236,7 +237,8 @@ _BUILTIN = (
         hbm_capacity=192 * _GB,
         device_memory=206141652992,
         source="AMD ROCm MI300 architecture page (dense matrix rates, 304 CUs, 5.3 TB/s, 7 Infinity Fabric "
-        "links); link rate: 16 lanes at 32 Gb/s; NIC: one 400 Gb/s per GPU (MoRI's MI300X+CX7 tables)",
+        "links); link rate: 16 lanes at 32 Gb/s; NIC: one 400 Gb/s per GPU (MoRI's MI300X+CX7 tables); "
+        "device memory: rocm-smi's VRAM total",
     ),
     GpuSpec(
         "mi325x",
