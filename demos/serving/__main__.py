@@ -60,6 +60,14 @@ def build_parser() -> cli_common.OneLineParser:
     a("--requests", type=int, default=None, metavar="N", help="how many requests are measured (default 1000)")
     a("--warmup", type=int, default=None, metavar="N", help="closed loop: requests sent first, not measured")
     a(
+        "--range-ratio",
+        type=float,
+        default=1.0,
+        metavar="R",
+        help="closed loop: each request's lengths drawn uniformly from R x --isl/--osl to them, as InferenceX's "
+        "client draws them with --random-range-ratio (default 1: fixed)",
+    )
+    a(
         "--overlap",
         type=name_list,
         default=None,
@@ -141,6 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             trace_format=ns.trace_format,
             requests=ns.requests,
             warmup=ns.warmup,
+            range_ratio=ns.range_ratio,
             overlap=ns.overlap,
             dbo_decode_token_threshold=ns.dbo_decode_token_threshold,
             dbo_prefill_token_threshold=ns.dbo_prefill_token_threshold,

@@ -58,7 +58,9 @@ def _positive(name: str, value: Any, kind: type = int) -> Any:
     return value
 
 
-def _source(*, concurrency, isl, osl, rate, trace, trace_format, requests, warmup, seed) -> arrivals.ArrivalSource:
+def _source(
+    *, concurrency, isl, osl, rate, trace, trace_format, requests, warmup, seed, range_ratio=1.0
+) -> arrivals.ArrivalSource:
     """The arrival source the arguments name (module docstring), checked."""
     for name, v in (("concurrency", concurrency), ("isl", isl), ("osl", osl), ("requests", requests)):
         _positive(name, v)
@@ -82,8 +84,14 @@ def _source(*, concurrency, isl, osl, rate, trace, trace_format, requests, warmu
     n = requests or 1000
     if concurrency is not None and rate is not None:
         raise ConfigError(f"{field_ref('concurrency')} (a closed loop) and {field_ref('rate')} (an open one): give one")
+    ok = isinstance(range_ratio, (int, float)) and not isinstance(range_ratio, bool) and 0 < range_ratio <= 1
+    if not ok:
+        raise ConfigError(f"{field_ref('range_ratio')} must be a number in (0, 1], got {range_ratio!r}")
+    if range_ratio != 1 and concurrency is None:
+        raise ConfigError(f"{field_ref('range_ratio')} draws a closed loop's lengths: give {field_ref('concurrency')}")
     if concurrency is not None:  # aiperf's default warm-up, as aiconfigurator's benchmark script runs it: 2C
-        return arrivals.ClosedLoop(concurrency, isl, osl, n, 2 * concurrency if warmup is None else warmup)
+        warm = 2 * concurrency if warmup is None else warmup
+        return arrivals.ClosedLoop(concurrency, isl, osl, n, warm, range_ratio=range_ratio, seed=seed)
     if rate is not None:
         return arrivals.Poisson(rate, isl, osl, n, seed)
     raise ConfigError(f"give {field_ref('concurrency')} (a closed loop) or {field_ref('rate')} (an open loop)")
@@ -144,6 +152,7 @@ def simulate(
     max_seqs: int | None = None,
     search: bool = True,
     seed: int = 0,
+    range_ratio: float = 1.0,
     progress: Callable[[int, int, str], None] | None = None,
     pricers: dict | None = None,
     moe_tp: int = 1,
@@ -183,6 +192,7 @@ def simulate(
         requests=requests,
         warmup=warmup,
         seed=seed,
+        range_ratio=range_ratio,
     )
     native = load_model(model)
     overlaps = _overlaps(engine, native.model_type, overlap)

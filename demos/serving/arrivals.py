@@ -20,7 +20,9 @@ Sources (one idea each):
   and genai-perf ``--concurrency``, ``vllm bench serve --max-concurrency``; aiconfigurator's silicon rows
   carry the concurrency they were measured at): ``concurrency`` clients each send a request, and each
   sends its next one when its previous one finishes; ``warmup`` requests first, then ``requests``
-  measured ones, every one ``isl`` prompt tokens and ``osl`` output tokens;
+  measured ones, every one ``isl`` prompt tokens and ``osl`` output tokens, or with ``range_ratio`` r < 1
+  each request's lengths drawn uniformly from ``int(r x isl) .. isl`` and ``int(r x osl) .. osl`` (both ends
+  included; ``random.Random(seed)``), as InferenceX's benchmark client draws them (its ``--random-range-ratio``);
 * ``Poisson(rate, isl, osl, requests, seed=0)``: open loop, exponential gaps at ``rate`` requests per second
   (the first request at 0), the same arrivals for the same seed;
 * ``Trace``: the requests of a recorded trace, read by ``read_azure`` (Azure LLM inference trace 2023, CSV
@@ -105,19 +107,26 @@ def _positive(name: str, value: object) -> float:
 @dataclass(frozen=True)
 class ClosedLoop:
     """``concurrency`` clients, each sending its next request when its previous one finishes (module
-    docstring). Yields ``warmup + requests`` requests of ``isl`` prompt and ``osl`` output tokens with
-    ``arrival_s=None``; the first ``warmup`` are warm-up. The run sends the first ``concurrency`` at once."""
+    docstring). Yields ``warmup + requests`` requests of ``isl`` prompt and ``osl`` output tokens (``range_ratio``
+    below 1: drawn per request from ``int(range_ratio x L) .. L`` with ``seed``) with ``arrival_s=None``; the
+    first ``warmup`` are warm-up. The run sends the first ``concurrency`` at once."""
 
     concurrency: int
     isl: int
     osl: int
     requests: int
     warmup: int = 0
+    range_ratio: float = 1.0
+    seed: int = 0
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "isl", "osl", "requests"):
             _count(name, getattr(self, name), 1)
         _count("warmup", self.warmup, 0)
+        _count("seed", self.seed, 0)
+        r = self.range_ratio
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r <= 1:
+            raise ValueError(f"range_ratio must be a number in (0, 1], got {r!r}")
 
     @property
     def closed(self) -> bool:
@@ -127,13 +136,21 @@ class ClosedLoop:
         return self.warmup + self.requests
 
     def __iter__(self) -> Iterator[Request]:
+        if self.range_ratio == 1:
+            for i in range(len(self)):
+                yield Request(i, None, self.isl, self.osl)
+            return
+        rng = random.Random(self.seed)
         for i in range(len(self)):
-            yield Request(i, None, self.isl, self.osl)
+            isl = rng.randint(max(1, int(self.isl * self.range_ratio)), self.isl)
+            osl = rng.randint(max(1, int(self.osl * self.range_ratio)), self.osl)
+            yield Request(i, None, isl, osl)
 
     def describe(self) -> str:
         warm = f" after {self.warmup} warm-up" if self.warmup else ""
+        spread = f" (each drawn from {self.range_ratio:g}x to 1x, seed {self.seed})" if self.range_ratio < 1 else ""
         return (
-            f"closed loop: {self.concurrency} clients, {self.isl} prompt -> {self.osl} output tokens, "
+            f"closed loop: {self.concurrency} clients, {self.isl} prompt -> {self.osl} output tokens{spread}, "
             f"{self.requests} requests measured{warm}"
         )
 

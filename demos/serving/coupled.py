@@ -156,13 +156,15 @@ def simulate_disaggregated(
     pricers: dict | None = None,
     release: str | None = None,
     disable_radix_cache: bool = False,
+    range_ratio: float = 1.0,
 ) -> tuple[dict[str, OverlapRun], dict[str, list[Live]], dict[str, Any]]:
     """A closed loop of ``concurrency`` clients over a disaggregated deployment (module docstring), per
     overlap strategy in ``overlap`` (each side under the engine's own split rule): ``(runs, lives, setup)``
     with ``runs[overlap]`` the ``OverlapRun`` (the decode side's steps for the split share), ``lives`` the
     requests as they ended, ``setup`` the sides' data-parallel ranks and KV capacity. ``release``: the engine's
     release whose host behaviour both sides' steps take (``demos.serving.host``; None: the pinned one),
-    ``disable_radix_cache`` as ``demos.serving.api.simulate``'s."""
+    ``disable_radix_cache`` and ``range_ratio`` (the closed loop's length spread) as
+    ``demos.serving.api.simulate``'s."""
     from demos.serving.api import ENGINES
     from demos.serving.split_rules import split_rule
 
@@ -171,7 +173,8 @@ def simulate_disaggregated(
     check_release(engine, release)
     check_radix_cache(engine, disable_radix_cache)
     n = requests or 1000
-    source = arrivals.ClosedLoop(concurrency, isl, osl, n, 2 * concurrency if warmup is None else warmup)
+    warm = 2 * concurrency if warmup is None else warmup
+    source = arrivals.ClosedLoop(concurrency, isl, osl, n, warm, range_ratio=range_ratio)
     native = load_model(model)
 
     def set_up(side: Side, phase: Phase) -> tuple[Side, RankSetup]:

@@ -85,6 +85,9 @@ def test_vllm_has_no_dbo_for_a_multimodal_model():
         (dict(pool="both", concurrency=8, isl=10, osl=10), "pool must be one of colocated, prefill, decode"),
         (dict(trace="/nonexistent/trace.csv"), "trace /nonexistent/trace.csv"),
         (dict(concurrency=8, isl=10, osl=10, dbo_decode_token_threshold=1), "must be at least 2"),
+        (dict(concurrency=8, isl=10, osl=10, range_ratio=0.0), r"range_ratio must be a number in \(0, 1\]"),
+        (dict(concurrency=8, isl=10, osl=10, range_ratio=1.5), r"range_ratio must be a number in \(0, 1\]"),
+        (dict(rate=2.0, isl=10, osl=10, range_ratio=0.8), "range_ratio draws a closed loop's lengths"),
     ],
 )
 def test_bad_arguments_are_one_line_before_any_step(kwargs, message):
@@ -150,3 +153,34 @@ def test_a_steady_closed_loop_reproduces_the_predictors_step_and_its_dbo_speedup
         assert dbo.split_share == 1.0
         assert none.tpot_ms.p50 == pytest.approx(1e3 * point["step_no_dbo_s"], rel=0.005), tokens
         assert none.tpot_ms.p50 / dbo.tpot_ms.p50 == pytest.approx(point["speedup"], rel=0.005), tokens
+
+
+@pytest.mark.slow
+def test_a_range_ratio_breaks_the_closed_loops_waves():
+    """Every request of the same lengths finishes on the same step as the others sent with it, so a fixed-length
+    closed loop sends its clients in waves whose prompts queue behind each other; drawn lengths (InferenceX's 0.8)
+    spread them: fewer requests arrive together with the one before, and the mean TTFT falls. Measured here:
+    114 -> 47 of 127 arrivals at the same instant as the previous one, TTFT 171 -> 131 ms."""
+    import statistics
+
+    def run(ratio: float) -> tuple[int, float]:
+        r = simulate(
+            "qwen3-30b-a3b",
+            gpu="h100",
+            concurrency=32,
+            isl=4096,
+            osl=64,
+            requests=128,
+            warmup=64,
+            overlap="none",
+            search=False,
+            range_ratio=ratio,
+        )
+        lives = sorted(r._raw["none"][0], key=lambda x: (x.arrival_s, x.request.id))[64:]
+        arrivals = [x.arrival_s for x in lives]
+        together = sum(b - a < 1e-9 for a, b in zip(arrivals, arrivals[1:]))
+        return together, statistics.fmean(x.first_token_s - x.arrival_s for x in lives)
+
+    (waves, ttft_fixed), (spread, ttft_drawn) = run(1.0), run(0.8)
+    assert waves > 100 and spread < 0.6 * waves
+    assert ttft_drawn < 0.9 * ttft_fixed
