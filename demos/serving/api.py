@@ -84,8 +84,7 @@ def _source(
     n = requests or 1000
     if concurrency is not None and rate is not None:
         raise ConfigError(f"{field_ref('concurrency')} (a closed loop) and {field_ref('rate')} (an open one): give one")
-    ok = isinstance(range_ratio, (int, float)) and not isinstance(range_ratio, bool) and 0 < range_ratio <= 1
-    if not ok:
+    if not arrivals.valid_range_ratio(range_ratio):
         raise ConfigError(f"{field_ref('range_ratio')} must be a number in (0, 1], got {range_ratio!r}")
     if range_ratio != 1 and concurrency is None:
         raise ConfigError(f"{field_ref('range_ratio')} draws a closed loop's lengths: give {field_ref('concurrency')}")

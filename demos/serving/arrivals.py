@@ -67,6 +67,7 @@ __all__ = [
     "TraceError",
     "read_azure",
     "read_mooncake",
+    "valid_range_ratio",
 ]
 
 
@@ -104,6 +105,11 @@ def _positive(name: str, value: object) -> float:
     return float(value)
 
 
+def valid_range_ratio(value: object) -> bool:
+    """Whether ``value`` is a closed loop's ``range_ratio``: a number in (0, 1]."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value <= 1
+
+
 @dataclass(frozen=True)
 class ClosedLoop:
     """``concurrency`` clients, each sending its next request when its previous one finishes (module
@@ -124,9 +130,8 @@ class ClosedLoop:
             _count(name, getattr(self, name), 1)
         _count("warmup", self.warmup, 0)
         _count("seed", self.seed, 0)
-        r = self.range_ratio
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r <= 1:
-            raise ValueError(f"range_ratio must be a number in (0, 1], got {r!r}")
+        if not valid_range_ratio(self.range_ratio):
+            raise ValueError(f"range_ratio must be a number in (0, 1], got {self.range_ratio!r}")
 
     @property
     def closed(self) -> bool:
@@ -136,11 +141,7 @@ class ClosedLoop:
         return self.warmup + self.requests
 
     def __iter__(self) -> Iterator[Request]:
-        if self.range_ratio == 1:
-            for i in range(len(self)):
-                yield Request(i, None, self.isl, self.osl)
-            return
-        rng = random.Random(self.seed)
+        rng = random.Random(self.seed)  # a ratio of 1 draws each length from itself alone
         for i in range(len(self)):
             isl = rng.randint(max(1, int(self.isl * self.range_ratio)), self.isl)
             osl = rng.randint(max(1, int(self.osl * self.range_ratio)), self.osl)

@@ -302,12 +302,12 @@ def deepep_normal(
     g = cluster.gpu
     if isinstance(comm_sms, bool) or not isinstance(comm_sms, int) or not 1 <= comm_sms < g.sm_count:
         raise ValueError(f"comm_sms must be an int in [1, {g.sm_count}) for {g.name}, got {comm_sms!r}")
-    per_token = message_bytes(kernel, hidden, fp8) * tokens * traffic.imbalance
+    msg = message_bytes(kernel, hidden, fp8)
+    per_token = msg * tokens * traffic.imbalance
     rdma, nvl = _two_level(cluster, traffic, per_token)
     forwarded = traffic.domains * per_token  # once per destination domain, its own included
-    serial = 0.0
-    if kernel == "dispatch" and params.dispatch_copy_latency:  # per (token, scale-up destination) copy
-        serial = nvl / message_bytes(kernel, hidden, fp8) * params.dispatch_copy_latency
+    copies = nvl / msg  # (token, scale-up destination) pairs
+    serial = copies * params.dispatch_copy_latency if kernel == "dispatch" else 0.0
     return _timed(kernel, "normal", cluster, rdma, nvl, params.normal_latency, params, comm_sms, forwarded, serial)
 
 
