@@ -143,9 +143,8 @@ def _plan(r) -> dict | str:
     decode = _layout(gpu, r.tp, r.attention_dp, r.moe_ep, r.moe_tp)
     if isinstance(decode, str):
         return decode
-    plan = dict(
-        model=served[0], weights=served[1], gpu=gpu, kv_cache_dtype=engine_kv(r.engine, served[0], gpu), **decode
-    )
+    kv = r.kv_cache or engine_kv(r.engine, served[0], gpu)  # the launch script's, else the engine's default
+    plan = dict(model=served[0], weights=served[1], gpu=gpu, kv_cache_dtype=kv, **decode)
     if r.mode == "agg":
         return plan
     if r.workers is None or r.prefill is None:
@@ -265,8 +264,8 @@ def _disaggregated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) 
 def engine_kv(engine: str, model: str, gpu: str) -> str | None:
     """The KV cache dtype a measured row of ``engine`` serving preset ``model`` on ``gpu`` ran at its default:
     SGLang's (``sglang_kv_default``: FP8 for DeepSeek-V4, and for DeepSeek sparse attention on Blackwell), else
-    the model's own (None). An assumption: the rows do not record the flag, and the harness is taken to leave
-    it."""
+    the model's own (None). An assumption, for the rows whose launch script is not known (the rows with one carry
+    its flag: ``SiliconRow.kv_cache``, which the plan takes first)."""
     if engine != "sglang":
         return None
     from demos.prediction.engines import sglang_kv_default

@@ -59,15 +59,16 @@ def same_run(a: SiliconRow, b: SiliconRow) -> bool:
 def merged(group: Iterable[SiliconRow]) -> tuple[SiliconRow, ...]:
     """The rows of one run with what any copy records shared: the most specific ``speculative``, the ``release``
     a copy records (None where none does; copies recording two releases keep their own), ``radix_cache``
-    off where any copy says so."""
+    off and the ``kv_cache`` dtype where any copy says so."""
     rows = tuple(group)
     spec = min((r.speculative for r in rows), key=_SPECULATIVE_ORDER.index)
     releases = {r.release for r in rows if r.release is not None}
     radix = all(r.radix_cache for r in rows)
+    kv = next((r.kv_cache for r in rows if r.kv_cache is not None), None)
     out = []
     for r in rows:
         release = next(iter(releases)) if len(releases) == 1 else r.release
-        out.append(r._replace(speculative=spec, release=release, radix_cache=radix))
+        out.append(r._replace(speculative=spec, release=release, radix_cache=radix, kv_cache=kv))
     return tuple(out)
 
 

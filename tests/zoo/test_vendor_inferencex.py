@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -213,29 +214,100 @@ def test_the_table_regenerates_from_the_mirror():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def _record(model, source, system="b200_sxm", precision="fp8", mode="agg"):
+    return {"model_path": model, "silicon_data_source": source, "system": system, "precision": precision, "mode": mode}
+
+
+IX_0324 = "source_file=2026-03-25.csv; measured=2026-03-24T00:00:00Z; image=x:v0.5.9"
+
+
 @pytest.mark.parametrize(
-    "model, source, off",
+    "record, off",
     [
-        ("Qwen/Qwen3.5-397B-A17B", "source_file=2026-03-25.csv; measured=2026-03-24T00:00:00Z; image=x:v0.5.9", True),
-        ("Qwen/Qwen3.5-397B-A17B", "db-dump/2026-04-27; config_id=1; measured=2026-02-19T00:00:00.000Z", True),
-        ("Qwen/Qwen3.5-397B-A17B", "source_file=2026-03-25.csv; measured=2026-02-18T10:00:00Z", False),
-        ("Qwen/Qwen3.5-397B-A17B", "source_file=qwen3.5-397b-gap-analysis.csv; measured=2026-03-24", False),
-        ("Qwen/Qwen3.5-397B-A17B", "source_file=2026-03-25.csv", False),
-        ("zhipuai/GLM-5", "source_file=2026-03-25.csv; measured=2026-03-24T00:00:00Z", False),
-        ("Qwen/Qwen3.5-397B-A17B", float("nan"), False),
+        (_record("Qwen/Qwen3.5-397B-A17B", IX_0324), True),
+        (_record("Qwen/Qwen3.5-397B-A17B", "db-dump/x; measured=2026-04-03T00:00:00Z", system="b300_sxm"), False),
+        (_record("Qwen/Qwen3.5-397B-A17B", "db-dump/x; measured=2026-04-17T00:00:00Z", system="b300_sxm"), True),
+        (_record("Qwen/Qwen3.5-397B-A17B", "db-dump/2026-04-27; config_id=1; measured=2026-02-19T00:00:00.000Z"), True),
+        (_record("Qwen/Qwen3.5-397B-A17B", "source_file=2026-03-25.csv; measured=2026-02-18T10:00:00Z"), False),
+        (_record("Qwen/Qwen3.5-397B-A17B", "source_file=qwen3.5-397b-gap-analysis.csv; measured=2026-03-24"), False),
+        (_record("Qwen/Qwen3.5-397B-A17B", "source_file=2026-03-25.csv"), False),
+        (_record("Qwen/Qwen3.5-397B-A17B", float("nan")), False),
+        (_record("zhipuai/GLM-5", IX_0324), True),  # glm5_fp8_b200.sh, from 2026-03-20
+        (_record("zhipuai/GLM-5", "source_file=2026-03-25.csv; measured=2026-03-19T00:00:00Z"), False),
+        (_record("zhipuai/GLM-5", IX_0324, system="h200_sxm"), False),  # glm5_fp8_h200.sh keeps the cache
+        (_record("zhipuai/GLM-5", "db-dump/x; measured=2026-03-29T00:00:00Z", precision="fp4"), False),
+        (_record("zhipuai/GLM-5", "db-dump/x; measured=2026-04-09T00:00:00Z", precision="fp4"), True),
+        (_record("zhipuai/GLM-5", "db-dump/x; measured=2026-04-03T00:00:00Z", system="b300_sxm"), False),
+        (_record("deepseek-ai/DeepSeek-R1", "source_file=2025-11-20.csv; measured=2025-11-19T00:00:00Z"), True),
+        (_record("deepseek-ai/DeepSeek-V3", "db-dump/x; measured=2026-04-17T00:00:00Z", system="b300_sxm"), True),
+        (_record("deepseek-ai/DeepSeek-R1", IX_0324, system="h200_sxm"), True),
+        (_record("deepseek-ai/DeepSeek-R1", IX_0324, mode="disagg"), False),  # the disaggregated recipes: not read
+        (_record("deepseek-ai/DeepSeek-R1", IX_0324, system="gb200"), False),
     ],
 )
-def test_inferencex_qwen35_rows_from_the_day_its_scripts_disable_the_radix_cache_ran_without_it(model, source, off):
-    """InferenceX's SGLang scripts for Qwen3.5 pass --disable-radix-cache from 2026-02-19: its exports from
-    then ran without it; NVIDIA's own runs, earlier days and other models record nothing (the default)."""
+def test_inferencex_rows_of_the_scripts_that_disable_the_radix_cache_ran_without_it(record, off):
+    """A co-located InferenceX export of a model, GPU and precision whose single-node SGLang script passes
+    --disable-radix-cache, measured from the script's day, ran without it; every other row records nothing
+    (the default)."""
     from demos.zoo.vendor_data.inferencex import radix_cache_off
 
-    assert radix_cache_off(model, source) is off
+    assert radix_cache_off(record) is off
 
 
 @needs_tables
 def test_the_measured_qwen35_rows_read_their_radix_cache_from_their_source():
     rows = [r for r in measured.silicon_rows() if r.model == "Qwen/Qwen3.5-397B-A17B"]
     off = [r for r in rows if not r.radix_cache]
-    assert len(off) == 275 and len(rows) - len(off) == 76  # the 76: NVIDIA's own gap-analysis runs
-    assert {r.system for r in rows if r.radix_cache} == {"b200_sxm", "h200_sxm"}
+    # kept: NVIDIA's own 76 gap-analysis runs and B300's 24 of 2026-04-03, before the B300 scripts were added
+    assert len(off) == 251 and len(rows) - len(off) == 100
+    assert {r.system for r in rows if r.radix_cache} == {"b200_sxm", "h200_sxm", "b300_sxm"}
+    early = [r for r in rows if r.system == "b300_sxm" and r.radix_cache]
+    assert len(early) == 24 and all(r.id.startswith("2026_03_25_qwen3_5_397b_b300") for r in early)
+
+
+@needs_tables
+def test_the_measured_glm5_and_deepseek_r1_sglang_rows_read_their_radix_cache_from_their_scripts():
+    rows = [r for r in measured.silicon_rows() if r.engine == "sglang" and r.mode == "agg"]
+    glm = Counter((r.system, r.precision, r.radix_cache) for r in rows if r.model == "zhipuai/GLM-5")
+    # B200 FP8 from its script's first day; FP4 measured before its script disabled the cache; H200's keeps it;
+    # B300's measured 2026-04-03, before glm5_fp8_b300.sh was added
+    assert glm == {
+        ("b200_sxm", "fp8", False): 36,
+        ("b200_sxm", "fp4", True): 10,
+        ("h200_sxm", "fp8", True): 30,
+        ("b300_sxm", "fp8", True): 10,
+    }
+    dsr1 = [r for r in rows if r.model in ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")]
+    assert sum(not r.radix_cache for r in dsr1) == 342
+    assert {r.system for r in dsr1 if r.radix_cache} == {"gb200"}  # NVIDIA's own GB200 runs record no flags
+
+
+@pytest.mark.parametrize(
+    "record, fp8",
+    [
+        (_record("deepseek-ai/DeepSeek-R1", "source_file=2025-11-20.csv; measured=2025-11-19T00:00:00Z"), True),
+        (_record("deepseek-ai/DeepSeek-R1", "source_file=x.csv; measured=2025-09-15T00:00:00Z"), False),  # 09-23
+        (_record("deepseek-ai/DeepSeek-R1", IX_0324, system="h200_sxm"), False),  # dsr1_fp8_h200.sh: the default
+        (_record("Qwen/Qwen3.5-397B-A17B", IX_0324), True),
+        (_record("Qwen/Qwen3.5-397B-A17B", IX_0324, precision="bf16"), False),
+        (_record("zhipuai/GLM-5", IX_0324, mode="disagg"), False),
+        (_record("zhipuai/GLM-5", "source_file=qwen-gap-analysis.csv; measured=2026-03-24"), False),
+    ],
+)
+def test_inferencex_rows_of_the_scripts_that_set_an_fp8_kv_cache_read_it(record, fp8):
+    from demos.zoo.vendor_data.inferencex import kv_cache_fp8
+
+    assert kv_cache_fp8(record) is fp8
+
+
+@needs_tables
+def test_the_serving_check_plans_a_row_at_its_scripts_kv_cache_else_at_the_engines_default():
+    from demos.fidelity.serving import _plan
+
+    rows = {r.id: r for r in measured.silicon_rows()}
+    dsr1 = next(r for r in rows.values() if r.kv_cache == "fp8" and r.model == "deepseek-ai/DeepSeek-R1")
+    assert _plan(dsr1)["kv_cache_dtype"] == "fp8"  # the model's own (BF16) without its script
+    h200 = next(r for r in rows.values() if r.engine == "sglang" and r.system == "h200_sxm" and "DeepSeek" in r.model)
+    assert h200.kv_cache is None and _plan(h200)["kv_cache_dtype"] is None
+    counts = Counter(r.kv_cache for r in rows.values() if r.engine == "sglang" and r.mode == "agg")
+    assert counts["fp8"] == 519

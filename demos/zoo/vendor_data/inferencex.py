@@ -1,11 +1,15 @@
-"""Which measured serving rows SemiAnalysis' InferenceX ran with speculative decoding.
+"""Which measured serving rows SemiAnalysis' InferenceX ran with speculative decoding, and without SGLang's
+radix cache.
 
 ``inferencex_speculative.csv`` beside this module lists the rows of the measured extra's
 ``silicon_sample.csv`` that InferenceX exported and that its published benchmark configs say decoded with
 MTP (``mtp``), or that configs with and without MTP both match (``unknown``: InferenceX ran that layout
 both ways then, and the row does not say which it is). Every other row is taken as non-speculative. The
 table is written by ``scripts/extract_inferencex_speculative.py`` from a pinned commit of InferenceX
-(``README-inferencex.md`` beside this module: source, licence and the matching rule).
+(``README-inferencex.md`` beside this module: source, licence and the matching rule). ``RADIX_CACHE_OFF`` and
+``KV_CACHE_FP8`` list the single-node SGLang launch scripts that pass ``--disable-radix-cache`` and
+``--kv-cache-dtype fp8_e4m3``; ``radix_cache_off`` and ``kv_cache_fp8`` read a row's flags from them
+(``SiliconRow.radix_cache``, ``SiliconRow.kv_cache``).
 """
 
 from __future__ import annotations
@@ -13,15 +17,18 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from importlib.resources import files
 from types import MappingProxyType
 
 __all__ = [
+    "KV_CACHE_FP8",
     "RADIX_CACHE_OFF",
     "SOURCE",
     "SPECULATIVE",
     "exported",
+    "kv_cache_fp8",
     "measured_day",
     "radix_cache_off",
     "speculative_rows",
@@ -32,11 +39,38 @@ SOURCE = (
     "every version on that commit's history), Apache-2.0"
 )
 
-RADIX_CACHE_OFF = {"Qwen/Qwen3.5-397B-A17B": "2026-02-19"}
-"""The models whose InferenceX SGLang launch scripts pass ``--disable-radix-cache``, by the name the measured
-rows give, with the day from which every version of those scripts does
-(``benchmarks/single_node/qwen3.5_{bf16,fp8,fp4}_{b200,b300,h200,h100}.sh`` and their ``_mtp`` twins; only
-the B200 BF16 script's first versions, 2026-02-16 and the first of 2026-02-19, ran the default)."""
+_DSR1 = ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")  # DeepSeek-R1's exported rows name both
+_QWEN35 = "Qwen/Qwen3.5-397B-A17B"
+
+RADIX_CACHE_OFF = (
+    (_QWEN35, ("b200_sxm", "h200_sxm"), ("bf16", "fp8", "fp4"), "2026-02-19"),
+    (_QWEN35, ("b300_sxm",), ("bf16", "fp8", "fp4"), "2026-04-17"),
+    (_DSR1, ("b200_sxm",), ("fp8",), "2025-09-12"),
+    (_DSR1, ("b200_sxm",), ("fp4",), "2025-09-21"),
+    (_DSR1, ("h200_sxm",), ("fp8",), "2025-08-25"),
+    (_DSR1, ("b300_sxm",), ("fp8", "fp4"), "2026-04-17"),
+    ("zhipuai/GLM-5", ("b200_sxm",), ("fp8",), "2026-03-20"),
+    ("zhipuai/GLM-5", ("b200_sxm",), ("fp4",), "2026-04-09"),
+    ("zhipuai/GLM-5", ("b300_sxm",), ("fp8",), "2026-04-17"),
+)
+"""The single-node SGLang launch scripts of InferenceX that pass ``--disable-radix-cache``: (the model name or
+names the measured rows give, systems, precisions, the day from which every version of the script does; the
+dates and files: README-inferencex.md, "Launch flags"). A row measured before its script's day, or in a
+disaggregated run (other files, not read), keeps the default."""
+
+KV_CACHE_FP8 = (
+    (_QWEN35, ("b200_sxm",), ("fp8",), "2026-03-03"),
+    (_QWEN35, ("b200_sxm",), ("fp4",), "2026-04-08"),
+    (_QWEN35, ("h200_sxm",), ("fp8",), "2026-03-04"),
+    (_QWEN35, ("b300_sxm",), ("fp8", "fp4"), "2026-04-17"),
+    (_DSR1, ("b200_sxm",), ("fp8",), "2025-09-23"),
+    (_DSR1, ("b200_sxm",), ("fp4",), "2025-09-21"),
+    (_DSR1, ("b300_sxm",), ("fp8", "fp4"), "2026-04-17"),
+    ("zhipuai/GLM-5", ("b200_sxm",), ("fp8",), "2026-03-20"),
+    ("zhipuai/GLM-5", ("b200_sxm",), ("fp4",), "2026-04-09"),
+    ("zhipuai/GLM-5", ("b300_sxm",), ("fp8",), "2026-04-17"),
+)
+"""The same scripts that pass ``--kv-cache-dtype fp8_e4m3`` (an FP8 E4M3 KV cache), in the same form."""
 
 _EXPORT = re.compile(r"^(?:source_file=20\d\d-\d\d-\d\d\.csv|db-dump/)")
 _MEASURED = re.compile(r"measured=(\d{4}-\d\d-\d\d)")
@@ -54,13 +88,30 @@ def measured_day(source) -> str | None:
     return m.group(1) if m else None
 
 
-def radix_cache_off(model: str, source: str) -> bool:
-    """Whether a measured row of ``model`` (its ``model_path``) with source field ``source`` is an InferenceX
-    export whose SGLang server ran without its radix cache (``RADIX_CACHE_OFF``; a row measured on or after
-    its day)."""
-    since = RADIX_CACHE_OFF.get(model)
+def _launched_with(table: tuple, record: Mapping) -> bool:
+    """Whether a measured row (its ``silicon_sample.csv`` record: ``model_path``, ``system``, ``precision``,
+    ``mode``, ``silicon_data_source``) is a co-located InferenceX export of a script ``table`` lists, measured
+    on or after the script's day."""
+    source = record["silicon_data_source"]
     day = measured_day(source)
-    return since is not None and exported(source) and day is not None and day >= since
+    if record["mode"] != "agg" or day is None or not exported(source):
+        return False
+    model, system, precision = (str(record[k]) for k in ("model_path", "system", "precision"))
+    for models, systems, precisions, since in table:
+        names = (models,) if isinstance(models, str) else models
+        if model in names and system in systems and precision in precisions and day >= since:
+            return True
+    return False
+
+
+def radix_cache_off(record: Mapping) -> bool:
+    """Whether a measured row's SGLang server ran without its radix cache (``RADIX_CACHE_OFF``)."""
+    return _launched_with(RADIX_CACHE_OFF, record)
+
+
+def kv_cache_fp8(record: Mapping) -> bool:
+    """Whether a measured row's SGLang server kept an FP8 KV cache (``KV_CACHE_FP8``)."""
+    return _launched_with(KV_CACHE_FP8, record)
 
 
 SPECULATIVE = ("mtp", "unknown")
