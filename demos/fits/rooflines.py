@@ -71,6 +71,7 @@ from demos.zoo.work import (
     gemm_work,
     mla_core_work,
     pass_work,
+    table_experts,
 )
 
 __all__ = [
@@ -181,13 +182,10 @@ def _experts_parts(
     gemm: GemmCurve, g: GpuSpec, r, storage: str = _EXPERTS_STORAGE
 ) -> tuple[float, list[tuple[float, float]]]:
     """(the activation pass's seconds, [(math seconds, bytes)] of the two grouped GEMMs) of MoE row ``r``,
-    its experts stored as ``storage`` (their math on ``gemm``, at the GPU's rate of that storage's math):
-    ``tokens x top_k / ep`` copies per rank (at least one: a row of fewer tokens than ranks is the rank that
-    receives one); the tables' routing ("uniform" in DeepEP's, "balanced" in the engines' fused MoE tables)
-    spreads them evenly over distinct experts, so ``min(local experts, copies)`` are active, each with
-    ``copies / active`` rows."""
-    local, copies = r.experts / r.ep, max(1.0, r.tokens * r.top_k / r.ep)
-    active = max(1.0, min(local, copies))
+    its experts stored as ``storage`` (their math on ``gemm``, at the GPU's rate of that storage's math): its
+    active experts and token copies as the tables route them (``demos.zoo.work.table_experts``), each active
+    expert with ``copies / active`` rows."""
+    active, copies = table_experts(r.experts, r.ep, r.tokens, r.top_k)
     per, peak, hbm = copies / active, g.flops(dtype(storage).math), g.hbm_bandwidth
     _, act_bytes = pass_work(copies, r.inter, 1.5)
     act = act_bytes / (hbm * gemm.mem_efficiency)

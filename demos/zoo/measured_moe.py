@@ -15,13 +15,25 @@
 
 A table's "balanced" routing is its harness's: each token's ``top_k`` experts spread evenly, distinct until
 every expert has a token.
+
+Both readers keep only rows that take at least the time their active experts' weights take to stream from HBM
+at the GPU's datasheet rate (``streams_its_weights``; the active experts as the predictor counts them,
+``demos.zoo.work.table_experts``). A decode step reads each layer's weights from HBM once, so a row faster than
+that did not read them as a step does (its harness re-read them from a cache or shared them between experts)
+and is no measurement of the kernel a step runs. On Blackwell 7-14% of SGLang's NVFP4 and BF16 rows are (of
+256- and 512-expert shapes, up to 1.8 times the datasheet rate), about 1% of its FP8 ones and 0.5-0.6% of
+vLLM's; on Hopper 0.6-0.8% of SGLang's FP8 rows (DeepSeek-V3's shape at 2 to 256 tokens) and none of vLLM's
+(``physical=False`` keeps them).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from demos.zoo.hardware import get_gpu
 from demos.zoo.measured import package_version, read_table
+from demos.zoo.models.dtypes import dtype
+from demos.zoo.work import table_experts
 
 __all__ = [
     "LOCAL_MOE_MAX_TOKENS",
@@ -30,6 +42,7 @@ __all__ = [
     "VLLM_MOE_STORAGE",
     "EngineMoeRow",
     "sglang_moe_rows",
+    "streams_its_weights",
     "vllm_moe_rows",
 ]
 
@@ -80,10 +93,23 @@ def _frame(gpu: str, table: str):
     return read_table(gpu, table, tuple(MOE_TABLES.items()))
 
 
-def sglang_moe_rows(gpu: str, max_tokens: int = LOCAL_MOE_MAX_TOKENS) -> list[EngineMoeRow]:
+def streams_its_weights(r: EngineMoeRow, hbm_bandwidth: float) -> bool:
+    """Whether row ``r`` takes at least the seconds its active experts' weights (both GEMMs', stored as
+    ``r.storage``) take at ``hbm_bandwidth`` bytes a second (module docstring)."""
+    active, _ = table_experts(r.experts, r.ep, r.tokens, r.top_k)
+    return r.seconds * hbm_bandwidth >= active * 3 * r.hidden * r.inter * dtype(r.storage).bytes
+
+
+def _physical(gpu: str, rows: list[EngineMoeRow], physical: bool) -> list[EngineMoeRow]:
+    bandwidth = get_gpu(gpu).hbm_bandwidth
+    return [r for r in rows if streams_its_weights(r, bandwidth)] if physical else rows
+
+
+def sglang_moe_rows(gpu: str, max_tokens: int = LOCAL_MOE_MAX_TOKENS, *, physical: bool = True) -> list[EngineMoeRow]:
     """SGLang 0.5.14's local fused MoE rows of ``gpu`` (module docstring) up to ``max_tokens``, each one rank's:
     ``experts / ep`` experts at ``inter / moe_tp`` of their width; the dtypes of ``LOCAL_MOE_STORAGE``, each
-    with the kernel its table times most shapes with; latency in seconds."""
+    with the kernel its table times most shapes with; latency in seconds; ``physical``: only the rows that stream
+    their weights (``streams_its_weights``)."""
     package_version()
     d = _frame(gpu, "moe_sglang")
     d = d[(d.distribution == "balanced") & d.moe_dtype.isin(list(LOCAL_MOE_STORAGE)) & (d.num_tokens <= max_tokens)]
@@ -96,11 +122,12 @@ def sglang_moe_rows(gpu: str, max_tokens: int = LOCAL_MOE_MAX_TOKENS) -> list[En
             EngineMoeRow(LOCAL_MOE_STORAGE[dt], kernel, n, h, i // tp, top, e, ep, t * 1e-3)
             for n, h, i, tp, top, e, ep, t in zip(*(k[c].tolist() for c in names), k.latency.tolist())
         ]
-    return out
+    return _physical(gpu, out, physical)
 
 
-def vllm_moe_rows(gpu: str) -> list[EngineMoeRow]:
-    """vLLM 0.24.0's fused MoE rows of ``gpu`` (module docstring), latency in seconds."""
+def vllm_moe_rows(gpu: str, *, physical: bool = True) -> list[EngineMoeRow]:
+    """vLLM 0.24.0's fused MoE rows of ``gpu`` (module docstring), latency in seconds; ``physical`` as
+    ``sglang_moe_rows``'."""
     package_version()  # the extra, or MeasuredTablesError with the install hint
     d = _frame(gpu, "moe_vllm")
     d = d[(d.distribution == "balanced") & (d.moe_tp_size == 1) & d.moe_dtype.isin(list(VLLM_MOE_STORAGE))]
@@ -111,4 +138,4 @@ def vllm_moe_rows(gpu: str) -> list[EngineMoeRow]:
         k = rows[rows.kernel_source == kernel]
         cols = zip(*(k[c].tolist() for c in names), k.latency.tolist())
         out += [EngineMoeRow(VLLM_MOE_STORAGE[dt], kernel, *row[:-1], row[-1] * 1e-3) for row in cols]
-    return out
+    return _physical(gpu, out, physical)

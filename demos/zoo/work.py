@@ -55,6 +55,7 @@ __all__ = [
     "mla_core_work",
     "pass_work",
     "sparse_causal_pairs",
+    "table_experts",
 ]
 
 
@@ -65,6 +66,15 @@ def gemm_work(m, n, k, storage: str, *, weights=1.0):
     flops = 2.0 * m * n * k
     nbytes = weights * n * k * d.bytes + m * k * d.activation_bytes + m * n * ACT_BYTES
     return flops, nbytes
+
+
+def table_experts(experts, ep, tokens, top_k) -> tuple[float, float]:
+    """(active experts, token copies) of one rank of a measured MoE table row: ``tokens x top_k / ep`` copies (at
+    least one: a row of fewer tokens than ranks is the rank that receives one), which the tables' routing
+    ("uniform" in DeepEP's, "balanced" in the engines' fused MoE tables) spreads evenly over distinct experts,
+    so ``min(experts / ep, copies)`` of the rank's experts are active."""
+    copies = max(1.0, tokens * top_k / ep)
+    return max(1.0, min(experts / ep, copies)), copies
 
 
 def distinct_experts(local: float, copies: float) -> float:

@@ -140,3 +140,40 @@ def test_the_local_curves_keep_their_rows_within_9_percent_signed_median(gpu):
     assert "local experts fp8" in errors and len(errors["local experts fp8"]) > 5000
     assert all(abs(statistics.median(e)) < 0.09 for e in errors.values())
     assert abs(statistics.median(errors["local experts fp8"])) < 0.04
+
+
+def test_a_row_faster_than_its_weights_stream_from_hbm_is_no_measurement_of_a_step():
+    """DeepSeek-V3's experts at block FP8, 8 tokens on one rank: 64 active experts, 2.82 GB of weights, 0.84 ms
+    at H100's 3.35 TB/s; SGLang's table times it in 0.55 ms."""
+    from demos.zoo.measured_moe import streams_its_weights
+
+    row = EngineMoeRow("fp8_e4m3", "sglang_fused_moe_triton", 8, 7168, 2048, 8, 256, 1, 551.9e-6)
+    weights = 64 * 3 * 7168 * 2048
+    assert not streams_its_weights(row, 3.35e12)
+    assert streams_its_weights(row._replace(seconds=weights / 3.35e12), 3.35e12)
+    assert not streams_its_weights(row._replace(seconds=weights / 3.35e12 * 0.999), 3.35e12)
+    # over 16 ranks the same 8 tokens send 4 copies to the rank: 4 active experts, 176 MB
+    assert streams_its_weights(row._replace(ep=16, seconds=60e-6), 3.35e12)
+
+
+@needs_tables
+@pytest.mark.measured
+def test_the_readers_keep_only_the_rows_that_stream_their_weights():
+    from demos.zoo.measured_moe import sglang_moe_rows, streams_its_weights, vllm_moe_rows
+
+    for gpu, dropped in (("h100", {"fp8_e4m3": 54}), ("b200", {"bfloat16": 565, "fp8_e4m3": 40, "nvfp4": 408})):
+        bandwidth = get_gpu(gpu).hbm_bandwidth
+        kept, every = sglang_moe_rows(gpu), sglang_moe_rows(gpu, physical=False)
+        assert all(streams_its_weights(r, bandwidth) for r in kept)
+        out = {s: sum(r.storage == s for r in every) - sum(r.storage == s for r in kept) for s in dropped}
+        assert out == dropped
+    assert len(vllm_moe_rows("b200", physical=False)) - len(vllm_moe_rows("b200")) == 31
+
+
+def test_no_local_fused_moe_curve_streams_its_weights_at_the_whole_datasheet_rate():
+    """A fit at the cap is one the impossible rows pulled there: every stored curve takes a share under 1."""
+    from demos.zoo.rooflines import GPU_FITS
+
+    fits = {**FITS, **GPU_FITS}
+    curves = [(name, s, c) for name, fit in fits.items() for s, c in fit.local_experts.items()]
+    assert curves and all(c.mem_efficiency < 0.96 for _, _, c in curves), [(n, s) for n, s, c in curves]
