@@ -214,8 +214,15 @@ def test_the_table_regenerates_from_the_mirror():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _record(model, source, system="b200_sxm", precision="fp8", mode="agg"):
-    return {"model_path": model, "silicon_data_source": source, "system": system, "precision": precision, "mode": mode}
+def _record(model, source, system="b200_sxm", precision="fp8", mode="agg", backend="sglang"):
+    return {
+        "backend": backend,
+        "model_path": model,
+        "silicon_data_source": source,
+        "system": system,
+        "precision": precision,
+        "mode": mode,
+    }
 
 
 IX_0324 = "source_file=2026-03-25.csv; measured=2026-03-24T00:00:00Z; image=x:v0.5.9"
@@ -243,6 +250,7 @@ IX_0324 = "source_file=2026-03-25.csv; measured=2026-03-24T00:00:00Z; image=x:v0
         (_record("deepseek-ai/DeepSeek-R1", IX_0324, system="h200_sxm"), True),
         (_record("deepseek-ai/DeepSeek-R1", IX_0324, mode="disagg"), False),  # the disaggregated recipes: not read
         (_record("deepseek-ai/DeepSeek-R1", IX_0324, system="gb200"), False),
+        (_record("deepseek-ai/DeepSeek-R1", IX_0324, backend="trtllm"), False),  # the SGLang scripts only
     ],
 )
 def test_inferencex_rows_of_the_scripts_that_disable_the_radix_cache_ran_without_it(record, off):
@@ -309,5 +317,5 @@ def test_the_serving_check_plans_a_row_at_its_scripts_kv_cache_else_at_the_engin
     assert _plan(dsr1)["kv_cache_dtype"] == "fp8"  # the model's own (BF16) without its script
     h200 = next(r for r in rows.values() if r.engine == "sglang" and r.system == "h200_sxm" and "DeepSeek" in r.model)
     assert h200.kv_cache is None and _plan(h200)["kv_cache_dtype"] is None
-    counts = Counter(r.kv_cache for r in rows.values() if r.engine == "sglang" and r.mode == "agg")
-    assert counts["fp8"] == 519
+    counts = Counter((r.engine, r.kv_cache) for r in rows.values())
+    assert counts["sglang", "fp8"] == 519 and sum(n for (e, kv), n in counts.items() if kv) == 519

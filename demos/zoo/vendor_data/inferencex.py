@@ -1,5 +1,5 @@
-"""Which measured serving rows SemiAnalysis' InferenceX ran with speculative decoding, and without SGLang's
-radix cache.
+"""Which measured serving rows SemiAnalysis' InferenceX ran with speculative decoding, and the SGLang launch
+flags its scripts set.
 
 ``inferencex_speculative.csv`` beside this module lists the rows of the measured extra's
 ``silicon_sample.csv`` that InferenceX exported and that its published benchmark configs say decoded with
@@ -89,12 +89,12 @@ def measured_day(source) -> str | None:
 
 
 def _launched_with(table: tuple, record: Mapping) -> bool:
-    """Whether a measured row (its ``silicon_sample.csv`` record: ``model_path``, ``system``, ``precision``,
-    ``mode``, ``silicon_data_source``) is a co-located InferenceX export of a script ``table`` lists, measured
-    on or after the script's day."""
+    """Whether a measured row (its ``silicon_sample.csv`` record: ``backend``, ``model_path``, ``system``,
+    ``precision``, ``mode``, ``silicon_data_source``) is a co-located SGLang run InferenceX exported from a script
+    ``table`` lists, measured on or after the script's day."""
     source = record["silicon_data_source"]
     day = measured_day(source)
-    if record["mode"] != "agg" or day is None or not exported(source):
+    if record["backend"] != "sglang" or record["mode"] != "agg" or day is None or not exported(source):
         return False
     model, system, precision = (str(record[k]) for k in ("model_path", "system", "precision"))
     for models, systems, precisions, since in table:
