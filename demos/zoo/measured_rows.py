@@ -157,18 +157,18 @@ class AllToAllRow(NamedTuple):
 
 class SiliconRow(NamedTuple):
     """One measured deployment: ``engine`` serving ``model`` on ``system`` with ``precision``; ``mode``
-        "agg" (one worker does both phases) or "disagg"; the worker's parallelism for the phase measured
-        (``tp``, ``attention_dp``, ``moe_ep``, ``moe_tp``); ``batch`` the worker's configured batch (per
-        attention-DP rank where attention DP is on) of ``isl``-token prompts; measured ``ttft_s`` and ``tpot_s``
-        (None when absent); ``concurrency`` the benchmark's clients over the whole deployment (its source's
-        ``silicon_concurrency``; None when not recorded): the batch times the attention-DP ranks on most rows,
-        not always the batch itself; ``workers`` a disaggregated row's (prefill, decode) worker counts (None
-        for a co-located row, or where not recorded); ``release`` the engine release it ran (``row_release``;
-        None where neither its version nor its image says); ``speculative`` whether the run decoded
-        speculatively: "mtp", "unknown" (its benchmark ran the layout with and without MTP and the row does not
-        say which) or "none" (``demos.zoo.vendor_data.inferencex``: InferenceX's exported rows; every other
-        row is "none"); ``radix_cache`` whether an SGLang server ran with its radix cache (its default; off
-        where the benchmark's launch script is known to disable it: ``inferencex.radix_cache_off``); ``kv_cache`` the
+    "agg" (one worker does both phases) or "disagg"; the worker's parallelism for the phase measured
+    (``tp``, ``attention_dp``, ``moe_ep``, ``moe_tp``); ``batch`` the worker's configured batch (per
+    attention-DP rank where attention DP is on) of ``isl``-token prompts; measured ``ttft_s`` and ``tpot_s``
+    (None when absent); ``concurrency`` the benchmark's clients over the whole deployment (its source's
+    ``silicon_concurrency``; None when not recorded): the batch times the attention-DP ranks on most rows,
+    not always the batch itself; ``workers`` a disaggregated row's (prefill, decode) worker counts (None
+    for a co-located row, or where not recorded); ``release`` the engine release it ran (``row_release``;
+    None where neither its version nor its image says); ``speculative`` whether the run decoded
+    speculatively: "mtp", "unknown" (its benchmark ran the layout with and without MTP and the row does not
+    say which) or "none" (``demos.zoo.vendor_data.inferencex``: InferenceX's exported rows; every other
+    row is "none"); ``radix_cache`` whether an SGLang server ran with its radix cache (its default; off
+    where the benchmark's launch script is known to disable it: ``inferencex.radix_cache_off``); ``kv_cache`` the
     KV cache dtype its launch script set ("fp8": ``inferencex.kv_cache_fp8``; None where none is known: the
     engine's default)."""
 

@@ -40,7 +40,8 @@ SOURCE = (
 )
 
 _DSR1 = ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")  # DeepSeek-R1's exported rows name both
-_QWEN35 = "Qwen/Qwen3.5-397B-A17B"
+_QWEN35 = ("Qwen/Qwen3.5-397B-A17B",)
+_GLM5 = ("zhipuai/GLM-5",)
 
 RADIX_CACHE_OFF = (
     (_QWEN35, ("b200_sxm", "h200_sxm"), ("bf16", "fp8", "fp4"), "2026-02-19"),
@@ -49,12 +50,12 @@ RADIX_CACHE_OFF = (
     (_DSR1, ("b200_sxm",), ("fp4",), "2025-09-21"),
     (_DSR1, ("h200_sxm",), ("fp8",), "2025-08-25"),
     (_DSR1, ("b300_sxm",), ("fp8", "fp4"), "2026-04-17"),
-    ("zhipuai/GLM-5", ("b200_sxm",), ("fp8",), "2026-03-20"),
-    ("zhipuai/GLM-5", ("b200_sxm",), ("fp4",), "2026-04-09"),
-    ("zhipuai/GLM-5", ("b300_sxm",), ("fp8",), "2026-04-17"),
+    (_GLM5, ("b200_sxm",), ("fp8",), "2026-03-20"),
+    (_GLM5, ("b200_sxm",), ("fp4",), "2026-04-09"),
+    (_GLM5, ("b300_sxm",), ("fp8",), "2026-04-17"),
 )
-"""The single-node SGLang launch scripts of InferenceX that pass ``--disable-radix-cache``: (the model name or
-names the measured rows give, systems, precisions, the day from which every version of the script does; the
+"""The single-node SGLang launch scripts of InferenceX that pass ``--disable-radix-cache``: (the model names the
+measured rows give, systems, precisions, the day from which every version of the script does; the
 dates and files: README-inferencex.md, "Launch flags"). A row measured before its script's day, or in a
 disaggregated run (other files, not read), keeps the default."""
 
@@ -66,9 +67,9 @@ KV_CACHE_FP8 = (
     (_DSR1, ("b200_sxm",), ("fp8",), "2025-09-23"),
     (_DSR1, ("b200_sxm",), ("fp4",), "2025-09-21"),
     (_DSR1, ("b300_sxm",), ("fp8", "fp4"), "2026-04-17"),
-    ("zhipuai/GLM-5", ("b200_sxm",), ("fp8",), "2026-03-20"),
-    ("zhipuai/GLM-5", ("b200_sxm",), ("fp4",), "2026-04-09"),
-    ("zhipuai/GLM-5", ("b300_sxm",), ("fp8",), "2026-04-17"),
+    (_GLM5, ("b200_sxm",), ("fp8",), "2026-03-20"),
+    (_GLM5, ("b200_sxm",), ("fp4",), "2026-04-09"),
+    (_GLM5, ("b300_sxm",), ("fp8",), "2026-04-17"),
 )
 """The same scripts that pass ``--kv-cache-dtype fp8_e4m3`` (an FP8 E4M3 KV cache), in the same form."""
 
@@ -98,8 +99,7 @@ def _launched_with(table: tuple, record: Mapping) -> bool:
         return False
     model, system, precision = (str(record[k]) for k in ("model_path", "system", "precision"))
     for models, systems, precisions, since in table:
-        names = (models,) if isinstance(models, str) else models
-        if model in names and system in systems and precision in precisions and day >= since:
+        if model in models and system in systems and precision in precisions and day >= since:
             return True
     return False
 
