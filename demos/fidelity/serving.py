@@ -5,8 +5,8 @@ benchmark at a fixed concurrency of ``isl``-token prompts and ``osl``-token outp
 TPOT, checked once however many rows copy it (``demos.zoo.measured_copies``). A row is simulated when the
 predictor can express it:
 
-* its model at its precision is a preset (``SERVED``: every published checkpoint of the presets,
-  ``demos.zoo.models.CHECKPOINTS``, and the repositories of the presets' own configs);
+* its model at its precision is a preset, at the weights and KV cache it ran (``demos.fidelity.served``, the
+  mapping ``validate silicon`` reads too);
 * its GPU has a profile, and its worker's parallelism is DP attention with expert-parallel MoE, attention
   TP with expert-parallel MoE, or attention TP with tensor-parallel MoE over the same GPUs
   (``Workload.moe_tp``; co-located rows only);
@@ -33,15 +33,15 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from demos.errors import ConfigError
+from demos.fidelity.served import row_kv, served_as
 from demos.fidelity.silicon import SYSTEM_GPUS, worker_layout
 from demos.fidelity.stats import error_stats
 from demos.serving.host import gated_deltanet_hybrid
 from demos.zoo.hardware import get_gpu, host_layout
 from demos.zoo.measured_rows import speculative_reason
-from demos.zoo.models import CHECKPOINTS, get_preset, weights_name
+from demos.zoo.models import get_preset
 
 __all__ = [
-    "SERVED",
     "ServingCheck",
     "format_by_model",
     "format_serving",
@@ -51,32 +51,6 @@ __all__ = [
     "side_by_side",
     "clients",
 ]
-
-
-REPO_ALIASES = {"zhipuai/GLM-5": "glm-5"}
-"""Repositories the measured rows name that no preset's checkpoint list does -> the preset: GLM-5's rows name
-Zhipu AI's former organisation on the hub (its checkpoints are published as zai-org/GLM-5 and -FP8)."""
-
-
-def _served() -> dict[tuple[str, str], tuple[str, str | None]]:
-    out: dict[tuple[str, str], tuple[str, str | None]] = {}
-    for name, by in CHECKPOINTS.items():
-        native = weights_name(get_preset(name).precision)
-        for precision, repo in by.items():
-            out[(repo, precision)] = (name, None if precision == native else precision)
-        for precision in ("bf16", "fp8", "fp4"):  # the native repository at another precision
-            native_repo = by.get(native)
-            if native_repo is not None and (native_repo, precision) not in out:
-                out[(native_repo, precision)] = (name, None if precision == native else precision)
-    for repo, name in REPO_ALIASES.items():  # every precision of a repository named otherwise
-        native = weights_name(get_preset(name).precision)
-        for precision in ("bf16", "fp8", "fp4"):
-            out[(repo, precision)] = (name, None if precision == native else precision)
-    return out
-
-
-SERVED = _served()
-"""(repository, precision) of a measured row -> (preset, ``--weights`` or None for the config's own)."""
 
 
 class ServingCheck(NamedTuple):
@@ -126,9 +100,9 @@ def _layout(gpu: str, tp: int, attention_dp: int, moe_ep: int, moe_tp: int) -> d
 
 
 def _plan(r) -> dict | str:
-    served = SERVED.get((r.model, r.precision))
-    if served is None:
-        return f"no preset for {r.model} at {r.precision}"
+    served = served_as(r)
+    if isinstance(served, str):
+        return served
     gpu = SYSTEM_GPUS.get(r.system)
     if gpu is None:
         return f"no GPU profile for {r.system}"
@@ -143,7 +117,7 @@ def _plan(r) -> dict | str:
     decode = _layout(gpu, r.tp, r.attention_dp, r.moe_ep, r.moe_tp)
     if isinstance(decode, str):
         return decode
-    kv = r.kv_cache or engine_kv(r.engine, served[0], gpu)  # the launch script's, else the engine's default
+    kv = row_kv(r, served[0], gpu)  # the launch script's, else the engine's default
     plan = dict(model=served[0], weights=served[1], gpu=gpu, kv_cache_dtype=kv, **decode)
     if r.mode == "agg":
         return plan
@@ -259,19 +233,6 @@ def _disaggregated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) 
     ttft, tpot = _means(lives["none"], warm)
     gpus = plan["workers"][0] * pre["ep"] + plan["workers"][1] * plan["ep"]
     return ttft, tpot, gpus
-
-
-def engine_kv(engine: str, model: str, gpu: str) -> str | None:
-    """The KV cache dtype a measured row of ``engine`` serving preset ``model`` on ``gpu`` ran at its default:
-    SGLang's (``sglang_kv_default``: FP8 for DeepSeek-V4, and for DeepSeek sparse attention on Blackwell), else
-    the model's own (None). An assumption, for the rows whose launch script is not known (the rows with one carry
-    its flag: ``SiliconRow.kv_cache``, which the plan takes first)."""
-    if engine != "sglang":
-        return None
-    from demos.prediction.engines import sglang_kv_default
-
-    kv = sglang_kv_default(get_preset(model).model_type, get_gpu(gpu).family)
-    return kv if kv == "fp8" else None
 
 
 def clients(r) -> int:

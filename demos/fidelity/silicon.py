@@ -5,8 +5,9 @@ SGLang, vLLM and TRT-LLM serving real models on H100, H200, B200 and GB200, each
 configuration's measured TTFT and TPOT (each run once however many rows copy it:
 ``demos.zoo.measured_copies``). A row is predicted when the predictor can express it:
 
-* the model is one of the zoo's presets at the row's precision (DeepSeek-V3 and -R1, one architecture,
-  FP8: the ``deepseek-v3`` preset);
+* the model is one of the zoo's presets at the row's precision, run at the weights and KV cache the row ran
+  (``demos.fidelity.served``: the mapping ``validate serving`` reads too, so both checks express the same
+  rows; DeepSeek-R1 at FP4 is the ``deepseek-r1`` preset with FP4 experts);
 * its GPU has a profile, and its parallelism is DP attention with expert-parallel MoE (attention DP
   = EP), attention TP with expert-parallel MoE (TP = EP, MoE TP 1) or attention TP with tensor-parallel
   MoE over the same GPUs (MoE TP = TP, EP 1: ``Workload.moe_tp``); MoE tensor parallelism beside expert or
@@ -37,10 +38,12 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from demos.errors import ConfigError
+from demos.fidelity.served import row_kv, served_as
 from demos.fidelity.stats import error_stats
 from demos.vocabulary import Mode, Phase
 from demos.zoo.hardware import get_gpu
 from demos.zoo.kernel_times import kernel_times
+from demos.zoo.loading import precise_spec
 from demos.zoo.measured import SYSTEMS
 from demos.zoo.measured_rows import speculative_reason
 from demos.zoo.models import get_preset
@@ -49,7 +52,6 @@ from demos.zoo.run import ZooRun
 from demos.zoo.workload import Workload, cluster_for
 
 __all__ = [
-    "MODELS",
     "SYSTEM_GPUS",
     "SiliconCheck",
     "decode_tokens",
@@ -60,9 +62,6 @@ __all__ = [
     "silicon_summaries",
     "worker_layout",
 ]
-
-MODELS = {("deepseek-ai/DeepSeek-V3", "fp8"): "deepseek-v3", ("deepseek-ai/DeepSeek-R1", "fp8"): "deepseek-v3"}
-"""(model, precision) of a measured row -> the zoo preset that expresses it."""
 
 SYSTEM_GPUS = {system: gpu for gpu, system in SYSTEMS.items()}
 """A measured row's system directory -> our GPU name (``demos.zoo.measured.SYSTEMS`` backwards)."""
@@ -110,9 +109,9 @@ def worker_layout(tp: int, dp: int, ep: int, moe_tp: int) -> tuple[int, ...] | s
 
 def _plan(r) -> dict | str:
     """The decode workload fields of a measured row, or why it is skipped."""
-    preset = MODELS.get((r.model, r.precision))
-    if preset is None:
-        return f"no preset for {r.model} at {r.precision}"
+    served = served_as(r)
+    if isinstance(served, str):
+        return served
     gpu = SYSTEM_GPUS.get(r.system)
     if gpu is None:
         return f"no GPU profile for {r.system}"
@@ -126,7 +125,7 @@ def _plan(r) -> dict | str:
     if isinstance(layout, str):
         return layout
     ep, tp, *moe = layout
-    plan = dict(preset=preset, gpu=gpu, ep=ep, tp=tp, tokens=decode_tokens(r), context=r.isl + r.osl // 2)
+    plan = dict(_precision(r, served, gpu), gpu=gpu, ep=ep, tp=tp, tokens=decode_tokens(r), context=r.isl + r.osl // 2)
     return {**plan, "moe_tp": moe[0]} if moe else plan
 
 
@@ -148,9 +147,10 @@ def _prefill_plan(r) -> dict | str:
     if isinstance(layout, str):
         return layout
     ep, tp, *moe = layout
+    gpu = SYSTEM_GPUS[r.system]
     plan = dict(
-        preset=MODELS[(r.model, r.precision)],
-        gpu=SYSTEM_GPUS[r.system],
+        _precision(r, served_as(r), gpu),
+        gpu=gpu,
         ep=ep,
         tp=tp,
         tokens=max(1, batch) * r.isl,
@@ -159,8 +159,13 @@ def _prefill_plan(r) -> dict | str:
     return {**plan, "moe_tp": moe[0]} if moe else plan
 
 
+def _precision(r, served: tuple[str, str | None], gpu: str) -> dict:
+    """The plan's preset, weights and KV cache dtype for row ``r`` served as ``served`` on ``gpu``."""
+    return dict(preset=served[0], weights=served[1], kv_cache_dtype=row_kv(r, served[0], gpu))
+
+
 def _step_seconds(phase: str, p: dict, kernels: str = "roofline") -> float:
-    spec = get_preset(p["preset"])
+    spec = precise_spec(get_preset(p["preset"]), weights=p.get("weights"), kv_cache_dtype=p.get("kv_cache_dtype"))
     per_node = min(p["ep"], get_gpu(p["gpu"]).gpus_per_node)
     cluster = cluster_for(p["gpu"], p["ep"] // per_node, per_node, p["ep"])
     w = Workload(

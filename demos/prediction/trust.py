@@ -24,9 +24,9 @@ CHECKED_ON = "2026-12-06"
 SILICON = {
     # gpu: (family, rows, median error, max error), decode
     "h200": ("hopper", 18, -0.034, -0.219),
-    "b200": ("blackwell", 24, 0.013, -0.323),
-    "gb200": ("blackwell", 20, -0.095, -0.339),
-    "gb300": ("blackwell", 26, -0.091, -0.317),
+    "b200": ("blackwell", 40, 0.028, -0.323),
+    "gb200": ("blackwell", 73, 0.095, 1.202),
+    "gb300": ("blackwell", 49, 0.048, 0.432),
 }
 
 PUBLISHED = {

@@ -159,6 +159,15 @@ def test_a_silicon_step_on_the_measured_source_takes_the_tables_times():
     assert tables != curves and abs(tables / curves - 1) < 0.2
 
 
+def test_a_silicon_step_runs_at_the_plans_weights_and_kv_cache():
+    """A row served at FP4 experts or an FP8 KV cache is timed at them: FP4 experts stream fewer bytes than
+    the config's FP8 ones at a decode batch, an FP8 cache fewer than BF16 at a long context."""
+    plan = dict(preset="deepseek-r1", gpu="b200", ep=8, tp=1, tokens=32, context=8704)
+    native = _step_seconds("decode", plan)
+    assert _step_seconds("decode", {**plan, "weights": "fp4"}) < native
+    assert _step_seconds("decode", {**plan, "kv_cache_dtype": "fp8"}) < native
+
+
 @pytest.mark.measured
 @needs_tables
 def test_a_gpu_is_checked_on_its_own_curves_and_with_family_on_its_familys_pooled_ones(capsys):

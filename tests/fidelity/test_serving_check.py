@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from demos.fidelity import serving
+from demos.fidelity import served, serving
 from demos.zoo import measured
 from demos.zoo.measured_rows import row_release, source_concurrency
 
@@ -38,11 +38,47 @@ def _row(**kw) -> measured.SiliconRow:
 
 
 def test_the_served_table_holds_every_published_checkpoint_at_its_precision():
-    assert serving.SERVED[("Qwen/Qwen3-235B-A22B-FP8", "fp8")] == ("qwen3-235b-a22b", "fp8")
-    assert serving.SERVED[("deepseek-ai/DeepSeek-R1", "fp4")] == ("deepseek-r1", "fp4")
-    assert serving.SERVED[("deepseek-ai/DeepSeek-V3", "fp8")] == ("deepseek-v3", None)
-    assert serving.SERVED[("nvidia/DeepSeek-R1-NVFP4", "fp4")] == ("deepseek-r1", "fp4")
-    assert serving.SERVED[("openai/gpt-oss-120b", "fp4")] == ("gpt-oss-120b", None)
+    assert served.SERVED[("Qwen/Qwen3-235B-A22B-FP8", "fp8")] == ("qwen3-235b-a22b", "fp8")
+    assert served.SERVED[("deepseek-ai/DeepSeek-R1", "fp4")] == ("deepseek-r1", "fp4")
+    assert served.SERVED[("deepseek-ai/DeepSeek-V3", "fp8")] == ("deepseek-v3", None)
+    assert served.SERVED[("nvidia/DeepSeek-R1-NVFP4", "fp4")] == ("deepseek-r1", "fp4")
+    assert served.SERVED[("openai/gpt-oss-120b", "fp4")] == ("gpt-oss-120b", None)
+
+
+@pytest.mark.parametrize(
+    "kw, preset, weights, kv",
+    [
+        # DeepSeek-R1 at FP4 on B200 under SGLang: the deepseek-r1 preset with FP4 experts, the config's KV cache
+        (dict(model="deepseek-ai/DeepSeek-R1", precision="fp4", engine="sglang"), "deepseek-r1", "fp4", None),
+        # the same row whose launch script set an FP8 KV cache
+        (
+            dict(model="deepseek-ai/DeepSeek-R1", precision="fp4", engine="sglang", kv_cache="fp8"),
+            "deepseek-r1",
+            "fp4",
+            "fp8",
+        ),
+        # GLM-5 (DeepSeek sparse attention; its config is FP8) on Blackwell under SGLang: the engine's FP8 default
+        (dict(model="zhipuai/GLM-5", precision="fp8", engine="sglang"), "glm-5", None, "fp8"),
+        (dict(model="deepseek-ai/DeepSeek-V3", precision="fp8", engine="trtllm"), "deepseek-v3", None, None),
+    ],
+)
+def test_both_checks_express_a_row_at_the_same_preset_weights_and_kv_cache(kw, preset, weights, kv):
+    """``validate silicon`` and ``validate serving`` read one mapping (``demos.fidelity.served``): a row's
+    preset, weights and KV cache are the same in both plans."""
+    from demos.fidelity import silicon
+
+    row = _row(system="b200_sxm", mode="disagg", tp=8, attention_dp=1, moe_ep=8, **kw)
+    s = silicon._plan(row)
+    a = serving._plan(row._replace(mode="agg"))
+    assert (s["preset"], s["weights"], s["kv_cache_dtype"]) == (preset, weights, kv)
+    assert (a["model"], a["weights"], a["kv_cache_dtype"]) == (preset, weights, kv)
+
+
+def test_a_row_no_preset_serves_is_skipped_by_both_checks_with_one_reason():
+    from demos.fidelity import silicon
+
+    row = _row(model="meta-llama/Llama-3.1-70B", mode="disagg")
+    assert silicon._plan(row) == serving._plan(row) == "no preset for meta-llama/Llama-3.1-70B at fp8"
 
 
 @pytest.mark.parametrize(
@@ -110,7 +146,7 @@ def test_the_release_is_the_rows_version_or_its_images_tag():
 
 def test_a_gated_deltanet_row_on_sglang_without_its_release_is_skipped_with_that_reason():
     qwen = dict(model="Qwen/Qwen3.5-397B-A17B", engine="sglang", tp=8, attention_dp=1, moe_ep=8, batch=4)
-    if ("Qwen/Qwen3.5-397B-A17B", "fp8") not in serving.SERVED:
+    if ("Qwen/Qwen3.5-397B-A17B", "fp8") not in served.SERVED:
         pytest.skip("Qwen3.5's checkpoint is not served")
     assert "release not recorded" in serving._plan(_row(**qwen, release=None))
     assert isinstance(serving._plan(_row(**qwen, release=None, radix_cache=False)), dict)  # overlap on at any release

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from demos.fidelity.serving import engine_kv
+from demos.fidelity.served import engine_kv
 from demos.prediction.api import predict
 from demos.prediction.engines import sglang_kv_default
 
