@@ -10,7 +10,8 @@ of them), and compared ("the family's curve" below is whichever of the two):
 * ``mla decode`` / ``mla prefill``: each MLA attention-core row with a BF16 cache (the engines'
   default) on its family's attention curve, its work counted as the predictor counts it
   (``demos.fits.rooflines.mla_row_work``: ``demos.zoo.work.mla_core_work``); ``mla decode fp8``: the decode
-  rows with an FP8 cache on the family's curve of them (``FamilyFit.mla_decode_fp8``);
+  rows with an FP8 cache on the family's curve of them (``FamilyFit.mla_decode_fp8``), ``mla decode fp8 trtllm``
+  TRT-LLM's own on its curve (``FamilyFit.engine_mla_decode_fp8``);
 * ``mla module``: TRT-LLM's whole MLA decode module (FP8 block GEMMs, BF16 cache, 16 to 128 heads per GPU)
   against the predictor's attention op, its kernels composed as ``demos.zoo.costs`` composes them plus the
   family's fitted module time (``demos.zoo.attention_module``);
@@ -96,6 +97,7 @@ OPS = (
     "mla decode",
     "mla prefill",
     "mla decode fp8",
+    "mla decode fp8 trtllm",
     "mla module",
     "dsa module",
     "dsa module fp8",
@@ -183,12 +185,13 @@ def _mla_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
     from demos.zoo import measured
 
     g = get_gpu(gpu)
-    for phase, kv, curve, op in (
-        (Phase.DECODE, MLA_KV, fit.mla_decode, "mla decode"),
-        (Phase.PREFILL, MLA_KV, fit.mla_prefill, "mla prefill"),
-        (Phase.DECODE, MLA_KV_FP8, fit.mla_decode_fp8, "mla decode fp8"),  # None in an older fit file
+    for phase, kv, curve, op, engine in (
+        (Phase.DECODE, MLA_KV, fit.mla_decode, "mla decode", "sglang"),
+        (Phase.PREFILL, MLA_KV, fit.mla_prefill, "mla prefill", "sglang"),
+        (Phase.DECODE, MLA_KV_FP8, fit.mla_decode_fp8, "mla decode fp8", "sglang"),  # None in an older fit file
+        (Phase.DECODE, MLA_KV_FP8, fit.engine_mla_decode_fp8.get("trtllm"), "mla decode fp8 trtllm", "trtllm"),
     ):
-        for r in measured.mla_rows(gpu, phase, kv) if curve is not None else ():
+        for r in measured.mla_rows(gpu, phase, kv, engine) if curve is not None else ():
             flops, nbytes = mla_row_work(phase, r.batch, r.heads, r.kv_len, mla_kv_bytes(kv))
             pred = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
             yield CheckRow(gpu, op, f"batch={r.batch} heads={r.heads} kv={r.kv_len}", pred, r.seconds)
@@ -334,7 +337,7 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
     out: list[CheckRow] = []
     if ops & {"gemm fp8", "gemm bf16", "gemm fp4"}:
         out += [r for r in _gemm_rows(gpu, fit) if r.op in ops]
-    if ops & {"mla decode", "mla prefill", "mla decode fp8"}:
+    if ops & {"mla decode", "mla prefill", "mla decode fp8", "mla decode fp8 trtllm"}:
         out += [r for r in _mla_rows(gpu, fit) if r.op in ops]
     if "mla module" in ops:
         out += list(_module_rows(gpu, fit))

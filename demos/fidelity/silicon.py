@@ -160,8 +160,9 @@ def _prefill_plan(r) -> dict | str:
 
 
 def _precision(r, served: tuple[str, str | None], gpu: str) -> dict:
-    """The plan's preset, weights and KV cache dtype for row ``r`` served as ``served`` on ``gpu``."""
-    return dict(preset=served[0], weights=served[1], kv_cache_dtype=row_kv(r, served[0], gpu))
+    """The plan's preset, weights and KV cache dtype for row ``r`` served as ``served`` on ``gpu``, and its engine
+    (whose own kernels a step takes where they differ: ``demos.zoo.kernel_times``)."""
+    return dict(preset=served[0], weights=served[1], kv_cache_dtype=row_kv(r, served[0], gpu), engine=r.engine)
 
 
 def _step_seconds(phase: str, p: dict, kernels: str = "roofline") -> float:
@@ -181,7 +182,7 @@ def _step_seconds(phase: str, p: dict, kernels: str = "roofline") -> float:
     )
     mode = Mode.GRAPH if phase == Phase.DECODE else Mode.EAGER
     profile = step_profile(w)
-    with ZooRun(w, mode=mode, profile=profile, kernels=kernel_times(kernels, w.gpu, profile)) as run:
+    with ZooRun(w, mode=mode, profile=profile, kernels=kernel_times(kernels, w.gpu, profile, p.get("engine"))) as run:
         return run.step(False).seconds
 
 

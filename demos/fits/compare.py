@@ -113,6 +113,8 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
         mla = [("decode", _DECODE, fit.mla_decode, MLA_KV, ""), ("prefill", _PREFILL, fit.mla_prefill, MLA_KV, "")]
         if fit.mla_decode_fp8 is not None:
             mla.append(("decode", _DECODE, fit.mla_decode_fp8, MLA_KV_FP8, " fp8"))
+        for engine, curve in fit.engine_mla_decode_fp8.items():
+            mla.append(("decode", _DECODE, curve, MLA_KV_FP8, f" fp8 {engine}"))
         for phase, axes, curve, cache, tag in mla:
             (batch, heads, kv), pts = _grid(*axes)
             flops, nbytes = mla_row_work(phase, batch, heads, kv, mla_kv_bytes(cache))

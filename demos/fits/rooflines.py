@@ -271,6 +271,9 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     }
     fp8 = [(spec, measured.mla_rows(g, Phase.DECODE, MLA_KV_FP8)) for spec, g in specs]
     mla_decode_fp8 = fit_attention(fp8, Phase.DECODE, MLA_KV_FP8) if all(rows for _, rows in fp8) else None
+    # TRT-LLM's own FP8-cache MLA decode kernel: on Hopper far from SGLang's (docs/kernels.md)
+    trt = [(spec, measured.mla_rows(g, Phase.DECODE, MLA_KV_FP8, engine="trtllm")) for spec, g in specs]
+    engine_fp8 = {"trtllm": fit_attention(trt, Phase.DECODE, MLA_KV_FP8)} if all(rows for _, rows in trt) else {}
     moe = [(spec, [r for r in measured.moe_rows(g) if r.distribution == "uniform"]) for spec, g in specs]
     experts = fit_experts(moe, gemm["fp8"])
     local_rows = {g: measured_moe.sglang_moe_rows(g) for _, g in specs}
@@ -321,4 +324,5 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         local_experts=local_experts,
         custom_all_reduce=custom_all_reduce,
         mla_decode_fp8=mla_decode_fp8,
+        engine_mla_decode_fp8=engine_fp8,
     )

@@ -23,10 +23,10 @@ CHECKED_ON = "2026-12-06"
 
 SILICON = {
     # gpu: (family, rows, median error, max error), decode
-    "h200": ("hopper", 18, -0.034, -0.219),
-    "b200": ("blackwell", 40, 0.028, -0.323),
-    "gb200": ("blackwell", 73, 0.095, 1.202),
-    "gb300": ("blackwell", 49, 0.048, 0.432),
+    "h200": ("hopper", 18, -0.042, -0.231),
+    "b200": ("blackwell", 40, 0.014, -0.398),
+    "gb200": ("blackwell", 73, 0.068, 0.704),
+    "gb300": ("blackwell", 49, 0.013, -0.374),
 }
 
 PUBLISHED = {

@@ -101,10 +101,10 @@ def prepare(
             f"{field_ref('model')} {native.name} leaves no room for a KV cache on {c.nodes} x {c.gpus_per_node} "
             f"{base.gpu.name} at EP {c.ep}: use more GPUs (--nodes, --ep) or smaller weights (--weights)"
         )
-    key = (base, kernels)
+    key = (base, kernels, engine)
     pricer = pricers.get(key) if pricers is not None else None
     if pricer is None:
-        pricer = StepPricer(base, kernels)
+        pricer = StepPricer(base, kernels, engine=engine)
         if pricers is not None:
             pricers[key] = pricer
     graphs = split_rules.VllmGraphs.defaults(

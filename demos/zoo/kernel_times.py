@@ -20,7 +20,11 @@ source leaves the curves' latency out (a modelling choice, docs/kernels.md). A m
 harness's fixed time, so the measured source takes the row less the family curve's latency (at least
 the part a roofline would give).
 
-``kernel_times(source, gpu, profile)`` builds one; ``KERNEL_SOURCES`` names the choices.
+An MLA decode core over an FP8 cache takes the engine's own curve where the family has one
+(``FamilyFit.engine_mla_decode_fp8``: TRT-LLM's, whose Hopper kernel runs 4-5x faster than SGLang's), else the
+family's (SGLang's kernels); ``engine`` None (the predictor's step, for every engine at once) takes the family's.
+
+``kernel_times(source, gpu, profile, engine)`` builds one; ``KERNEL_SOURCES`` names the choices.
 """
 
 from __future__ import annotations
@@ -87,10 +91,16 @@ class KernelTimes:
     source = KernelSource.ROOFLINE
 
     def __init__(
-        self, gpu: GpuSpec, profile: DeviceProfile, fit: FamilyFit | None = None, index_scores: str = SERVED_SCORES
+        self,
+        gpu: GpuSpec,
+        profile: DeviceProfile,
+        fit: FamilyFit | None = None,
+        index_scores: str = SERVED_SCORES,
+        engine: str | None = None,
     ):
         if index_scores not in INDEX_SCORES:
             raise ValueError(f"index_scores must be one of {', '.join(INDEX_SCORES)}, got {index_scores!r}")
+        self.engine = engine
         self.gpu = gpu
         self.profile = profile
         self.fit = gpu_fit(gpu) if fit is None else fit
@@ -145,11 +155,11 @@ class KernelTimes:
         """Seconds of an attention core of ``flops`` and ``nbytes`` in ``phase``; ``shape`` (batch, heads,
         kv_len) for MLA, None for other attention (timed on the MLA curve: a stated extrapolation). An MLA
         decode core carries the module's fixed time too (``module_extra``). ``fp8_cache``: an MLA decode core
-        over an FP8 cache, timed on the family's curve fitted to such rows (``FamilyFit.mla_decode_fp8``) where
-        it has one."""
+        over an FP8 cache, timed on the engine's own curve of such rows or the family's (``FamilyFit.mla_decode_fp8``)
+        where it has one (module docstring)."""
         curve = self.fit.mla_decode if phase == Phase.DECODE else self.fit.mla_prefill
-        if fp8_cache and phase == Phase.DECODE and self.fit.mla_decode_fp8 is not None:
-            curve = self.fit.mla_decode_fp8
+        if fp8_cache and phase == Phase.DECODE:
+            curve = self.fit.engine_mla_decode_fp8.get(self.engine) or self.fit.mla_decode_fp8 or curve
         peak = self.profile.flops_rate("bfloat16")
         core = curve.seconds(flops, nbytes, peak, self.gpu.hbm_bandwidth) - curve.latency
         return core + self.module_extra(phase, shape)
@@ -276,8 +286,8 @@ class MeasuredKernelTimes(KernelTimes):
 
     source = KernelSource.MEASURED
 
-    def __init__(self, gpu: GpuSpec, profile: DeviceProfile, table_gpu: str):
-        super().__init__(gpu, profile)
+    def __init__(self, gpu: GpuSpec, profile: DeviceProfile, table_gpu: str, engine: str | None = None):
+        super().__init__(gpu, profile, engine=engine)
         from demos.zoo import measured
 
         self.table_gpu = table_gpu
@@ -332,11 +342,12 @@ class MeasuredKernelTimes(KernelTimes):
         return max(super().attention(phase, flops, nbytes, shape), measured_core)
 
 
-def kernel_times(source: str, gpu: GpuSpec, profile: DeviceProfile) -> KernelTimes:
-    """A ``KernelTimes`` of ``source`` ("roofline" or "measured") for ``gpu``; a bad source, a GPU without
-    tables, or the measured extra missing -> one-line ``ConfigError``."""
+def kernel_times(source: str, gpu: GpuSpec, profile: DeviceProfile, engine: str | None = None) -> KernelTimes:
+    """A ``KernelTimes`` of ``source`` ("roofline" or "measured") for ``gpu``, of ``engine``'s kernels where they
+    differ (module docstring; None: the family's); a bad source, a GPU without tables, or the measured extra
+    missing -> one-line ``ConfigError``."""
     if source == KernelSource.ROOFLINE:
-        return KernelTimes(gpu, profile)
+        return KernelTimes(gpu, profile, engine=engine)
     if source != KernelSource.MEASURED:
         raise ConfigError(f"{field_ref('kernels')} must be one of {', '.join(KERNEL_SOURCES)}, got {source!r}")
     from demos.zoo import measured
@@ -347,4 +358,4 @@ def kernel_times(source: str, gpu: GpuSpec, profile: DeviceProfile) -> KernelTim
             f"{field_ref('kernels')} measured: no measured tables for {gpu.name}; "
             f"tables exist for {', '.join(measured.SYSTEMS)} (use --kernels roofline)"
         )
-    return MeasuredKernelTimes(gpu, profile, gpu.name)
+    return MeasuredKernelTimes(gpu, profile, gpu.name, engine)

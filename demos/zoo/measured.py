@@ -88,6 +88,7 @@ SYSTEMS = {
 TABLES = {
     "gemm": ("gemm", "sglang", "0.5.14", "gemm_perf"),
     "mla_decode": ("mla", "sglang", "0.5.14", "generation_mla_perf"),
+    "mla_decode_trtllm": ("mla", "trtllm", "1.3.0rc20", "generation_mla_perf"),
     "mla_prefill": ("mla", "sglang", "0.5.14", "context_mla_perf"),
     "moe_decode": ("moe", "sglang", "0.5.10", "wideep_generation_moe_perf"),
     "deepep_ll": ("comm", "sglang", "0.5.12", "wideep_deepep_ll_perf"),
@@ -100,12 +101,10 @@ TABLES = {
     "hca_decode": ("sparse_attention", "sglang", "0.5.14", "dsv4_hca_generation_module_perf"),
     "msa_decode": ("msa", "sglang", "0.5.16", "msa_generation_module_perf"),
 }
-"""Table -> (family, framework, version, file stem): the version of each table this project reads
-(the newest SGLang collection of each on every GPU in ``SYSTEMS``, aiconfigurator-core 0.12.0; the whole
-MLA decode module, projections and all, only TRT-LLM's collection measures on every one of them; the whole
-DeepSeek-sparse-attention decode module, SGLang's; Gated DeltaNet's kernels, SGLang's; DeepSeek-V4's
-hyper-connection kernels and its CSA and HCA decode modules, SGLang's; MiniMax-M3's block-sparse decode
-module and Kimi Delta Attention's kernels, SGLang 0.5.16's)."""
+"""Table -> (family, framework, version, file stem): the version of each table read (aiconfigurator-core 0.12.0:
+the newest SGLang collection of each on every GPU in ``SYSTEMS``, and SGLang's for DeepSeek sparse attention,
+Gated DeltaNet, DeepSeek-V4's kernels, MiniMax-M3's and KDA's (0.5.16); TRT-LLM's for the whole MLA decode module,
+which only it measures on every GPU, and its own MLA decode core, read for its FP8-cache kernel)."""
 
 
 class MeasuredTablesError(ConfigError):
@@ -215,12 +214,14 @@ def gemm_rows(gpu: str, dtype: str | None = None) -> list[GemmRow]:
     return [GemmRow(m, n, k, dt, ms * 1e-3) for m, n, k, dt, ms in cols]
 
 
-def mla_rows(gpu: str, phase: str, kv_dtype: str | None = None) -> list[MlaRow]:
-    """MLA attention-core rows of ``phase`` ("decode": generation, kv_len = the cached tokens;
-    "prefill": context, kv_len = the prompt length)."""
-    if phase not in Phase.choices():
-        raise ValueError(f"phase must be 'decode' or 'prefill', got {phase!r}")
-    d = _frame(gpu, "mla_decode" if phase == Phase.DECODE else "mla_prefill")
+def mla_rows(gpu: str, phase: str, kv_dtype: str | None = None, engine: str = "sglang") -> list[MlaRow]:
+    """MLA attention-core rows of ``phase`` ("decode": generation, kv_len = the cached tokens; "prefill": context,
+    kv_len = the prompt length), of SGLang's tables or (decode, ``engine`` "trtllm") TRT-LLM's."""
+    if phase not in Phase.choices() or engine not in ("sglang", "trtllm") or (engine != "sglang" and phase != "decode"):
+        raise ValueError(f"no MLA table of phase {phase!r} and engine {engine!r}")
+    d = _frame(
+        gpu, "mla_decode_trtllm" if engine == "trtllm" else "mla_decode" if phase == Phase.DECODE else "mla_prefill"
+    )
     if kv_dtype is not None:
         d = d[d.kv_cache_dtype == kv_dtype]
     length = d.step if phase == Phase.DECODE else d.isl

@@ -266,29 +266,29 @@ class GroupedCurve:
 class FamilyFit:
     """One GPU family's fitted curves (or one GPU's, ``GPU_FITS``): ``gemm`` per dtype ("fp8", "bfloat16"),
     ``mla_decode``, ``mla_prefill``, ``ll_sm`` per kernel ("dispatch", "combine"), ``experts`` (the routed experts'
-    grouped GEMMs); ``mla_module`` the seconds a whole MLA decode module takes beyond the kernels the predictor
-    composes it of (``demos.zoo.attention_module``); ``mla_decode_fp8`` the MLA decode core over an FP8 cache
-    (``MLA_KV_FP8``; None: the BF16 curve at the FP8 bytes); ``dsa_index`` the seconds a DeepSeek sparse attention
-    decode indexer takes beyond the kernels the predictor composes it of (the same module); ``gdn`` a Gated DeltaNet
-    layer's kernel curves, keyed by ``GDN_CURVES`` ("delta_rule decode" ... "conv prefill": the recurrence's and the
-    causal convolution's per phase, their work by ``demos.zoo.work.delta_rule_work`` and ``conv_work``; the prefill
-    delta rule a ``ChunkedCurve``, its chain ``delta_rule_chunks``); ``kda`` a Kimi Delta Attention layer's, the
-    same keys and kinds of curve, fitted to SGLang's ``kda_perf`` kernels, their work counted as a Gated DeltaNet
-    layer's of as many key heads as value heads; ``mhc`` a wide residual's kernels (DeepSeek-V4's
-    hyper-connections), keyed by ``MHC_SITES`` ("pre", "post"), each an ``AttentionCurve`` whose fixed time is the
-    kernel's own (20 Sinkhorn iterations in "pre"), their work by ``demos.zoo.work.mhc_work``; ``index`` a lightning
-    indexer's decode kernels, keyed by ``INDEX_CURVES`` ("scores": DeepGEMM's ``fp8_paged_mqa_logits``, an
-    ``AttentionCurve`` over the FP8 peak, its work ``demos.zoo.work.index_score_work``; each top-k a ``TopkCurve``,
-    ``demos.zoo.index_curves``); ``local_experts`` the routed experts where the engine's local fused MoE runs them
-    (no all-to-all: MoE tensor parallelism, or expert parallelism beside attention TP), one ``GroupedCurve`` per
-    expert storage (``demos.zoo.models.dtypes`` names), fitted to SGLang's local kernels of that dtype
-    (``demos.zoo.measured_moe.sglang_moe_rows``): their share of bandwidth and the kernel's fixed time, which the
-    step charges (``local_curve``; empty for a family without such tables: the step then times them on ``experts``
-    without a fixed time); ``fitted_on`` the GPUs whose tables gave them; ``custom_all_reduce`` the engines' own
-    all-reduce of a small tensor over one NVLink domain (``fixed + per_byte x bytes + per_peer x peers``, fitted to
-    SGLang's, vLLM's and TRT-LLM's graph-captured kernels, ``demos.zoo.measured_comm``; None: the NCCL ring model
-    alone); ``source`` the tables' provenance. A field the file lacks (written before it was fitted) reads as None,
-    0 or empty."""
+    grouped GEMMs); ``mla_module`` the seconds a whole MLA decode module takes beyond the kernels the predictor composes
+    it of (``demos.zoo.attention_module``); ``mla_decode_fp8`` the MLA decode core over an FP8 cache (``MLA_KV_FP8``;
+    None: the BF16 curve at the FP8 bytes; SGLang's kernels), ``engine_mla_decode_fp8`` an engine's own such core where
+    its tables differ (keyed by engine: "trtllm"); ``dsa_index`` the seconds a DeepSeek sparse attention decode indexer
+    takes beyond the kernels the predictor composes it of (the same module); ``gdn`` a Gated DeltaNet layer's kernel
+    curves, keyed by ``GDN_CURVES`` ("delta_rule decode" ... "conv prefill": the recurrence's and the causal
+    convolution's per phase, their work by ``demos.zoo.work.delta_rule_work`` and ``conv_work``; the prefill delta rule
+    a ``ChunkedCurve``, its chain ``delta_rule_chunks``); ``kda`` a Kimi Delta Attention layer's, the same keys and
+    kinds of curve, fitted to SGLang's ``kda_perf`` kernels, their work counted as a Gated DeltaNet layer's of as many
+    key heads as value heads; ``mhc`` a wide residual's kernels (DeepSeek-V4's hyper-connections), keyed by
+    ``MHC_SITES`` ("pre", "post"), each an ``AttentionCurve`` whose fixed time is the kernel's own (20 Sinkhorn
+    iterations in "pre"), their work by ``demos.zoo.work.mhc_work``; ``index`` a lightning indexer's decode kernels,
+    keyed by ``INDEX_CURVES`` ("scores": DeepGEMM's ``fp8_paged_mqa_logits``, an ``AttentionCurve`` over the FP8 peak,
+    its work ``demos.zoo.work.index_score_work``; each top-k a ``TopkCurve``, ``demos.zoo.index_curves``);
+    ``local_experts`` the routed experts where the engine's local fused MoE runs them (no all-to-all: MoE tensor
+    parallelism, or expert parallelism beside attention TP), one ``GroupedCurve`` per expert storage
+    (``demos.zoo.models.dtypes`` names), fitted to SGLang's local kernels of that dtype
+    (``demos.zoo.measured_moe.sglang_moe_rows``): their share of bandwidth and the kernel's fixed time, which the step
+    charges (``local_curve``; empty for a family without such tables: the step then times them on ``experts`` without a
+    fixed time); ``fitted_on`` the GPUs whose tables gave them; ``custom_all_reduce`` the engines' own all-reduce of a
+    small tensor over one NVLink domain (``fixed + per_byte x bytes + per_peer x peers``, fitted to SGLang's, vLLM's and
+    TRT-LLM's graph-captured kernels, ``demos.zoo.measured_comm``; None: the NCCL ring model alone); ``source`` the
+    tables' provenance. A field the file lacks (written before it was fitted) reads as None, 0 or empty."""
 
     family: str
     gemm: dict
@@ -301,6 +301,7 @@ class FamilyFit:
     mla_module: float = 0.0
     dsa_index: float = 0.0
     mla_decode_fp8: AttentionCurve | None = None
+    engine_mla_decode_fp8: dict = field(default_factory=dict)
     gdn: dict = field(default_factory=dict)
     mhc: dict = field(default_factory=dict)
     kda: dict = field(default_factory=dict)
@@ -324,6 +325,7 @@ class FamilyFit:
             "mla_module": self.mla_module,
             "dsa_index": self.dsa_index,
             "mla_decode_fp8": None if self.mla_decode_fp8 is None else asdict(self.mla_decode_fp8),
+            "engine_mla_decode_fp8": {k: asdict(v) for k, v in self.engine_mla_decode_fp8.items()},
             "gdn": {k: asdict(v) for k, v in self.gdn.items()},
             "kda": {k: asdict(v) for k, v in self.kda.items()},
             "mhc": {k: asdict(v) for k, v in self.mhc.items()},
@@ -348,6 +350,7 @@ class FamilyFit:
             mla_module=float(d.get("mla_module", 0.0)),
             dsa_index=float(d.get("dsa_index", 0.0)),
             mla_decode_fp8=AttentionCurve(**d["mla_decode_fp8"]) if d.get("mla_decode_fp8") else None,
+            engine_mla_decode_fp8={k: AttentionCurve(**v) for k, v in (d.get("engine_mla_decode_fp8") or {}).items()},
             gdn=_linear_curves(d.get("gdn")),
             kda=_linear_curves(d.get("kda")),
             mhc={k: AttentionCurve(**v) for k, v in (d.get("mhc") or {}).items()},

@@ -166,6 +166,10 @@ def test_a_silicon_step_runs_at_the_plans_weights_and_kv_cache():
     native = _step_seconds("decode", plan)
     assert _step_seconds("decode", {**plan, "weights": "fp4"}) < native
     assert _step_seconds("decode", {**plan, "kv_cache_dtype": "fp8"}) < native
+    # on Hopper the FP8 cache's MLA core is each engine's own: TRT-LLM's cheaper than BF16, SGLang's dearer
+    hopper = {**plan, "gpu": "h200", "kv_cache_dtype": "fp8"}
+    trt, sgl = (_step_seconds("decode", {**hopper, "engine": e}) for e in ("trtllm", "sglang"))
+    assert trt < _step_seconds("decode", {**hopper, "kv_cache_dtype": None, "engine": "trtllm"}) < sgl
 
 
 @pytest.mark.measured

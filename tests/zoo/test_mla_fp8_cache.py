@@ -104,3 +104,36 @@ def test_the_fit_check_compares_the_fp8_curve_and_names_it_when_it_moved():
     )
     far = compare_fits(dict(FITS), {**FITS, "hopper": replace(hopper, mla_decode_fp8=moved)})
     assert [(d.family, d.curve) for d in far.differences if not d.within] == [("hopper", "mla decode fp8")]
+
+
+def test_an_engine_with_its_own_fp8_curve_takes_it_and_the_others_take_the_familys():
+    """TRT-LLM's FP8-cache MLA decode kernel is its own (``FamilyFit.engine_mla_decode_fp8``): the bug this catches
+    is an engine's curve leaking into another engine's step, into the predictor's (engine None), or into a BF16 core."""
+    g = get_gpu("h200")
+    fast = AttentionCurve(ceiling=0.9, mem_efficiency=0.9, latency=1e-6)
+    fit = replace(family_fit(g.family), mla_decode_fp8=SLOW_FP8, engine_mla_decode_fp8={"trtllm": fast})
+    profile = gpu_profile(g, fit=fit)
+    shape = (64, 16, 4096)
+
+    def core(engine, fp8=True):
+        return KernelTimes(g, profile, fit, engine=engine).attention(Phase.DECODE, 1e9, 1e8, shape, fp8_cache=fp8)
+
+    assert core("trtllm") < core("sglang") / 3
+    assert core(None) == core("sglang") == core("vllm")
+    assert core("trtllm", fp8=False) == core("sglang", fp8=False) == core(None, fp8=False)
+
+
+@pytest.mark.measured
+@_skip
+def test_trtllms_hopper_fp8_cache_is_cheaper_than_its_bf16_one_where_sglangs_is_dearer():
+    """The tables the two curves are fitted to (aiconfigurator-core 0.12.0): at 64 requests of 8k cached tokens
+    and 128 heads, TRT-LLM's FP8-cache core on H200 takes less than its BF16 one, SGLang's several times more."""
+
+    def at(engine, kv):
+        rows = measured.mla_rows("h200", Phase.DECODE, kv, engine=engine)
+        return statistics.median(r.seconds for r in rows if r.batch == 64 and r.heads == 128 and 8000 < r.kv_len < 9000)
+
+    assert at("trtllm", "fp8") < at("trtllm", "bfloat16")
+    assert at("sglang", "fp8") > 3 * at("sglang", "bfloat16")
+    with pytest.raises(ValueError):
+        measured.mla_rows("h200", Phase.PREFILL, "fp8", engine="trtllm")

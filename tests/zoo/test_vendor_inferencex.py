@@ -317,5 +317,54 @@ def test_the_serving_check_plans_a_row_at_its_scripts_kv_cache_else_at_the_engin
     assert _plan(dsr1)["kv_cache_dtype"] == "fp8"  # the model's own (BF16) without its script
     h200 = next(r for r in rows.values() if r.engine == "sglang" and r.system == "h200_sxm" and "DeepSeek" in r.model)
     assert h200.kv_cache is None and _plan(h200)["kv_cache_dtype"] is None
-    counts = Counter((r.engine, r.kv_cache) for r in rows.values())
-    assert counts["sglang", "fp8"] == 519 and sum(n for (e, kv), n in counts.items() if kv) == 519
+    counts = Counter((r.engine, r.mode, r.kv_cache) for r in rows.values())
+    assert counts["sglang", "agg", "fp8"] == 519
+    # the disaggregated rows whose srt-slurm recipes set it (DISAGG_KV_CACHE_FP8)
+    assert {(e, m): n for (e, m, kv), n in counts.items() if kv and m == "disagg"} == {
+        ("sglang", "disagg"): DISAGG_SGLANG,
+        ("trtllm", "disagg"): DISAGG_TRTLLM,
+        ("vllm", "disagg"): 14,
+    }
+
+
+IX_DB = "db-dump/2026-04-27; config_id=1; measured={}T00:00:00.000Z; workflow_run_id=1"
+DISAGG_SGLANG, DISAGG_TRTLLM = 232, 878
+"""The measured disaggregated rows at an FP8 cache by engine (copies included), pinned by the test above."""
+
+
+@pytest.mark.parametrize(
+    "record, fp8",
+    [
+        # TensorRT-LLM's DeepSeek-R1 recipes set kv_cache_config.dtype fp8 on every GPU, Hopper too, from 2026-01-27
+        (_record("deepseek-ai/DeepSeek-R1", IX_DB.format("2026-01-29"), "b200_sxm", "fp4", "disagg", "trtllm"), True),
+        (_record("deepseek-ai/DeepSeek-V3", IX_DB.format("2026-02-08"), "h200_sxm", "fp8", "disagg", "trtllm"), True),
+        (_record("deepseek-ai/DeepSeek-R1", IX_DB.format("2025-12-19"), "gb200", "fp4", "disagg", "trtllm"), False),
+        (_record("deepseek-ai/DeepSeek-R1", IX_DB.format("2026-02-01"), "gb300", "fp8", "disagg", "trtllm"), False),
+        (_record("deepseek-ai/DeepSeek-R1", IX_DB.format("2026-02-03"), "gb300", "fp8", "disagg", "trtllm"), True),
+        # SGLang's: fp8_e4m3 on Blackwell (B200 from its recipes' first version), the default (BF16) on Hopper
+        (_record("deepseek-ai/DeepSeek-R1", IX_DB.format("2026-02-09"), "gb300", "fp4", "disagg"), True),
+        (_record("deepseek-ai/DeepSeek-R1", IX_DB.format("2026-02-07"), "b200_sxm", "fp4", "disagg"), False),
+        (_record("deepseek-ai/DeepSeek-R1", IX_DB.format("2026-03-10"), "b200_sxm", "fp4", "disagg"), True),
+        (_record("deepseek-ai/DeepSeek-R1", IX_DB.format("2026-02-07"), "h200_sxm", "fp8", "disagg"), False),
+        (_record("deepseek-ai/DeepSeek-R1", IX_DB.format("2026-02-08"), "gb200", "fp4", "disagg"), True),
+        (_record("deepseek-ai/DeepSeek-R1", IX_DB.format("2026-02-01"), "gb200", "fp8", "disagg"), False),
+        # Kimi-K2.5 NVFP4 on GB200: the TensorRT-LLM and vLLM recipes InferenceX named from April 2026
+        (_record("moonshotai/Kimi-K2.5", IX_DB.format("2026-04-18"), "gb200", "fp4", "disagg", "trtllm"), True),
+        (_record("moonshotai/Kimi-K2.5", IX_DB.format("2026-04-02"), "gb200", "fp4", "disagg", "trtllm"), False),
+        (_record("moonshotai/Kimi-K2.5", IX_DB.format("2026-04-07"), "gb200", "fp4", "disagg", "vllm"), True),
+        # a co-located row is its script's (KV_CACHE_FP8), not a recipe's; GLM-5's recipes were not read
+        (_record("deepseek-ai/DeepSeek-R1", IX_DB.format("2026-03-10"), "gb200", "fp4", "agg", "trtllm"), False),
+        (_record("zhipuai/GLM-5", IX_DB.format("2026-04-18"), "gb200", "fp4", "disagg", "trtllm"), False),
+        # NVIDIA's own rows are no InferenceX export
+        (
+            _record(
+                "deepseek-ai/DeepSeek-R1", "source_file=x.csv; measured=2026-03-10", "gb200", "fp4", "disagg", "trtllm"
+            ),
+            False,
+        ),
+    ],
+)
+def test_disaggregated_inferencex_rows_of_recipes_that_set_an_fp8_kv_cache_read_it(record, fp8):
+    from demos.zoo.vendor_data.inferencex import kv_cache_fp8
+
+    assert kv_cache_fp8(record) is fp8

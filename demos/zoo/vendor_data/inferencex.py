@@ -8,8 +8,9 @@ both ways then, and the row does not say which it is). Every other row is taken 
 table is written by ``scripts/extract_inferencex_speculative.py`` from a pinned commit of InferenceX
 (``README-inferencex.md`` beside this module: source, licence and the matching rule). ``RADIX_CACHE_OFF`` and
 ``KV_CACHE_FP8`` list the single-node SGLang launch scripts that pass ``--disable-radix-cache`` and
-``--kv-cache-dtype fp8_e4m3``; ``radix_cache_off`` and ``kv_cache_fp8`` read a row's flags from them
-(``SiliconRow.radix_cache``, ``SiliconRow.kv_cache``).
+``--kv-cache-dtype fp8_e4m3``; ``DISAGG_KV_CACHE_FP8`` the disaggregated deployments whose recipes (NVIDIA's
+``srt-slurm``, which InferenceX's configs name) set an FP8 KV cache; ``radix_cache_off`` and ``kv_cache_fp8``
+read a row's flags from them (``SiliconRow.radix_cache``, ``SiliconRow.kv_cache``).
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from importlib.resources import files
 from types import MappingProxyType
 
 __all__ = [
+    "DISAGG_KV_CACHE_FP8",
     "KV_CACHE_FP8",
     "RADIX_CACHE_OFF",
+    "RECIPES",
     "SOURCE",
     "SPECULATIVE",
     "exported",
@@ -42,6 +45,7 @@ SOURCE = (
 _DSR1 = ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")  # DeepSeek-R1's exported rows name both
 _QWEN35 = ("Qwen/Qwen3.5-397B-A17B",)
 _GLM5 = ("zhipuai/GLM-5",)
+_KIMI25 = ("moonshotai/Kimi-K2.5",)
 
 RADIX_CACHE_OFF = (
     (_QWEN35, ("b200_sxm", "h200_sxm"), ("bf16", "fp8", "fp4"), "2026-02-19"),
@@ -72,6 +76,26 @@ KV_CACHE_FP8 = (
     (_GLM5, ("b300_sxm",), ("fp8",), "2026-04-17"),
 )
 """The same scripts that pass ``--kv-cache-dtype fp8_e4m3`` (an FP8 E4M3 KV cache), in the same form."""
+
+RECIPES = "NVIDIA/srt-slurm @ c88ef731 (recipes/, every version of each file before 2026-04-20), Apache-2.0"
+"""Where ``DISAGG_KV_CACHE_FP8`` was read (README-inferencex.md, "Launch flags")."""
+
+DISAGG_KV_CACHE_FP8 = (
+    (_DSR1, ("trtllm",), ("b200_sxm", "b300_sxm", "gb200", "h200_sxm"), ("fp8", "fp4"), "2026-01-27"),
+    (_DSR1, ("trtllm",), ("gb300",), ("fp8", "fp4"), "2026-02-02"),
+    (_DSR1, ("trtllm",), ("h100_sxm",), ("fp8",), "2026-02-05"),
+    (_DSR1, ("sglang",), ("gb200",), ("fp4",), "2026-01-28"),
+    (_DSR1, ("sglang",), ("gb200",), ("fp8",), "2026-02-04"),
+    (_DSR1, ("sglang",), ("gb300",), ("fp8", "fp4"), "2026-02-02"),
+    (_DSR1, ("sglang",), ("b200_sxm",), ("fp8", "fp4"), "2026-03-03"),
+    (_KIMI25, ("trtllm",), ("gb200",), ("fp4",), "2026-04-13"),
+    (_KIMI25, ("vllm",), ("gb200",), ("fp4",), "2026-04-06"),
+)
+"""The disaggregated deployments InferenceX ran from ``srt-slurm`` recipes that set an FP8 KV cache (TensorRT-LLM's
+``kv_cache_config.dtype: fp8``, SGLang's ``kv-cache-dtype: fp8_e4m3``, vLLM's ``kv-cache-dtype: fp8``, on both
+sides): (the model names the rows give, engines, systems, precisions, the day from which InferenceX's config names
+those recipes and every version of them sets it). SGLang's Hopper recipes keep its default (BF16); rows measured
+before the day (GB200's of December 2025) keep the engine's default: their configs were not read."""
 
 _EXPORT = re.compile(r"^(?:source_file=20\d\d-\d\d-\d\d\.csv|db-dump/)")
 _MEASURED = re.compile(r"measured=(\d{4}-\d\d-\d\d)")
@@ -104,14 +128,29 @@ def _launched_with(table: tuple, record: Mapping) -> bool:
     return False
 
 
+def _recipe_sets(table: tuple, record: Mapping) -> bool:
+    """Whether a measured row is a disaggregated run InferenceX exported from a deployment ``table`` lists (its
+    engine, model, system and precision), measured on or after the entry's day."""
+    source = record["silicon_data_source"]
+    day = measured_day(source)
+    if record["mode"] != "disagg" or day is None or not exported(source):
+        return False
+    backend, model, system, precision = (str(record[k]) for k in ("backend", "model_path", "system", "precision"))
+    return any(
+        model in models and backend in backends and system in systems and precision in precisions and day >= since
+        for models, backends, systems, precisions, since in table
+    )
+
+
 def radix_cache_off(record: Mapping) -> bool:
     """Whether a measured row's SGLang server ran without its radix cache (``RADIX_CACHE_OFF``)."""
     return _launched_with(RADIX_CACHE_OFF, record)
 
 
 def kv_cache_fp8(record: Mapping) -> bool:
-    """Whether a measured row's SGLang server kept an FP8 KV cache (``KV_CACHE_FP8``)."""
-    return _launched_with(KV_CACHE_FP8, record)
+    """Whether a measured row's servers kept an FP8 KV cache: a co-located SGLang run's script (``KV_CACHE_FP8``)
+    or a disaggregated run's recipe (``DISAGG_KV_CACHE_FP8``)."""
+    return _launched_with(KV_CACHE_FP8, record) or _recipe_sets(DISAGG_KV_CACHE_FP8, record)
 
 
 SPECULATIVE = ("mtp", "unknown")
