@@ -323,11 +323,13 @@ class SiliconResult:
     summary: list[dict[str, Any]]
     gaps: list[dict[str, Any]]
     skipped: dict[str, int]
+    by_engine: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "rows": [c.to_dict() for c in self.rows],
             "summary": self.summary,
+            "by_engine": self.by_engine,
             "gaps": self.gaps,
             "skipped": self.skipped,
         }
@@ -335,7 +337,7 @@ class SiliconResult:
     def text(self) -> str:
         from demos.fidelity.silicon import format_silicon
 
-        return format_silicon(self.summary, self.skipped, self.gaps)
+        return format_silicon(self.summary, self.skipped, self.gaps, self.by_engine)
 
 
 def silicon_check(kernels: str = "roofline", progress: Progress | None = None) -> SiliconResult:
@@ -345,7 +347,8 @@ def silicon_check(kernels: str = "roofline", progress: Progress | None = None) -
 
     progress = progress or _quiet
     rows, skipped = silicon.silicon_rows(lambda d, n, what: progress(f"silicon: {d}/{n} {what}"), kernels=kernels)
-    return SiliconResult(rows, silicon.silicon_summaries(rows), silicon.gap_fits(rows), skipped)
+    summary, gaps = silicon.silicon_summaries(rows), silicon.gap_fits(rows)
+    return SiliconResult(rows, summary, gaps, skipped, silicon.engine_summaries(rows))
 
 
 @dataclass

@@ -57,6 +57,7 @@ __all__ = [
     "decode_tokens",
     "format_kernels",
     "format_silicon",
+    "engine_summaries",
     "gap_fits",
     "silicon_rows",
     "silicon_summaries",
@@ -238,7 +239,7 @@ def silicon_rows(progress: Callable[[int, int, str], None] | None = None, *, ker
 
 def silicon_summaries(rows: list[SiliconCheck]) -> list[dict]:
     """Per (gpu, phase): rows, signed median and max error, median |error|
-    (``demos.fidelity.stats.error_stats``), and the engines seen."""
+    (``demos.fidelity.stats.error_stats``), and the engines seen (``engine_summaries``: per engine too)."""
     groups: dict[tuple[str, str], list[SiliconCheck]] = {}
     for r in rows:
         groups.setdefault((r.gpu, r.phase), []).append(r)
@@ -247,6 +248,15 @@ def silicon_summaries(rows: list[SiliconCheck]) -> list[dict]:
         stats, _ = error_stats(rs)
         out.append({"gpu": gpu, "phase": phase, **stats, "engines": sorted({r.engine for r in rs})})
     return out
+
+
+def engine_summaries(rows: list[SiliconCheck]) -> list[dict]:
+    """Per (gpu, engine) of the decode rows: rows and the error statistics, as ``silicon_summaries``'s."""
+    groups: dict[tuple[str, str], list[SiliconCheck]] = {}
+    for r in rows:
+        if r.phase == Phase.DECODE:
+            groups.setdefault((r.gpu, r.engine), []).append(r)
+    return [{"gpu": g, "engine": e, **error_stats(rs)[0]} for (g, e), rs in sorted(groups.items())]
 
 
 def gap_fits(rows: list[SiliconCheck], min_batches: int = 3) -> list[dict]:
@@ -307,9 +317,11 @@ def format_kernels(summaries: list[dict], family: bool = False) -> str:
     return "\n".join(lines)
 
 
-def format_silicon(summaries: list[dict], skipped: dict[str, int], gaps: list[dict] = ()) -> str:
-    """The ``--silicon`` table, the decode gap's shape per row class (``gap_fits``) and the skipped rows
-    with their reasons."""
+def format_silicon(
+    summaries: list[dict], skipped: dict[str, int], gaps: list[dict] = (), engines: list[dict] = ()
+) -> str:
+    """The ``--silicon`` table, its decode rows per engine (``engine_summaries``), the decode gap's shape per row
+    class (``gap_fits``) and the skipped rows with their reasons."""
     lines = [
         "No-DBO steps predicted against measured deployments (decode: TPOT; prefill: TTFT, reported only)",
         f"{'gpu':6} {'phase':8} {'rows':>5} {'median':>8} {'|median|':>9} {'max':>8}  engines",
@@ -319,6 +331,13 @@ def format_silicon(summaries: list[dict], skipped: dict[str, int], gaps: list[di
             f"{s['gpu']:6} {s['phase']:8} {s['rows']:5d} {_pct(s['median_error']):>8} {s['median_abs_error']:8.1%} "
             f"{_pct(s['max_error']):>8}  {', '.join(s['engines'])}"
         )
+    if engines:
+        lines.append("decode per engine:")
+        for s in engines:
+            lines.append(
+                f"  {s['gpu']:6} {s['engine']:7} {s['rows']:5d} {_pct(s['median_error']):>8} "
+                f"{s['median_abs_error']:8.1%} {_pct(s['max_error']):>8}"
+            )
     if gaps:
         lines.append("decode gap (measured - predicted) = per step + per token x tokens, per row class:")
         lines.append(

@@ -71,6 +71,9 @@ def test_silicon_json_predicts_decode_rows_of_two_engines_on_each_gpu(validate_j
         assert decode[gpu]["rows"] >= 10 and len(decode[gpu]["engines"]) >= 2
     # H200's three SGLang decode rows are InferenceX runs with and without MTP (``SiliconRow.speculative``)
     assert decode["h200"]["rows"] >= 10 and decode["h200"]["engines"] == ["trtllm"]
+    for gpu, d in decode.items():  # the per-engine summaries split each GPU's decode rows, none lost
+        mine = [e for e in data["by_engine"] if e["gpu"] == gpu]
+        assert sum(e["rows"] for e in mine) == d["rows"] and sorted(e["engine"] for e in mine) == d["engines"]
     assert any("MTP speculative decoding" in reason for reason in data["skipped"])
     assert any("MoE tensor parallelism" in reason for reason in data["skipped"])
     assert silicon_summaries([]) == []
