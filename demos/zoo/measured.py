@@ -217,11 +217,10 @@ def gemm_rows(gpu: str, dtype: str | None = None) -> list[GemmRow]:
 def mla_rows(gpu: str, phase: str, kv_dtype: str | None = None, engine: str = "sglang") -> list[MlaRow]:
     """MLA attention-core rows of ``phase`` ("decode": generation, kv_len = the cached tokens; "prefill": context,
     kv_len = the prompt length), of SGLang's tables or (decode, ``engine`` "trtllm") TRT-LLM's."""
-    if phase not in Phase.choices() or engine not in ("sglang", "trtllm") or (engine != "sglang" and phase != "decode"):
+    tables = {(Phase.DECODE, "sglang"): "mla_decode", (Phase.PREFILL, "sglang"): "mla_prefill"}
+    if (table := {**tables, (Phase.DECODE, "trtllm"): "mla_decode_trtllm"}.get((phase, engine))) is None:
         raise ValueError(f"no MLA table of phase {phase!r} and engine {engine!r}")
-    d = _frame(
-        gpu, "mla_decode_trtllm" if engine == "trtllm" else "mla_decode" if phase == Phase.DECODE else "mla_prefill"
-    )
+    d = _frame(gpu, table)
     if kv_dtype is not None:
         d = d[d.kv_cache_dtype == kv_dtype]
     length = d.step if phase == Phase.DECODE else d.isl

@@ -72,7 +72,8 @@ def test_both_checks_read_a_tensor_parallel_moe_worker_and_refuse_it_beside_expe
 
 @needs_extra
 def test_glm_5s_measured_serving_rows_are_expressible_through_the_hubs_former_name():
-    from demos.fidelity.serving import SERVED, _plan
+    from demos.fidelity.served import SERVED
+    from demos.fidelity.serving import _plan
 
     assert SERVED[("zhipuai/GLM-5", "fp8")] == ("glm-5", None)
     rows = [r for r in measured.silicon_rows() if r.model == "zhipuai/GLM-5" and r.mode == "agg"]
