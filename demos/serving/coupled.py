@@ -14,9 +14,11 @@ The workers step concurrently: the run always steps the worker whose next step s
 request handed from one worker to another arrives before the other's next step exactly when it would
 have (a conservative parallel discrete-event simulation).
 
-TTFT is counted to the first token's arrival on the decode side (the prefill's end plus the transfer):
-where the engine streams the prefill side's token to the client first, the measured TTFT is shorter by the
-transfer. TPOT and inter-token latency are the decode side's.
+TTFT is counted to the first token as the decode side streams it (``demos.serving.run``: vLLM's after the
+first step that recomputes it, SGLang's and TRT-LLM's at the step boundary where the decode loop takes the
+transferred request in): the prefill's end, the transfer, then that wait. The rest of the handover the engines
+spend (vLLM issue 50913: 197 ms p50 on its setup, 29 ms of it the transfer) is not modelled. TPOT and
+inter-token latency are the decode side's.
 """
 
 from __future__ import annotations
@@ -110,7 +112,7 @@ def serve_coupled(
         w.now = t
         while w.due and w.due[0][0] <= w.now:
             at, _, r, _ = heapq.heappop(w.due)
-            live = w.pool.arrive(r, at)
+            live = w.pool.arrive(r, at, taken_s=w.now)
             if w.pool.kind == PoolKind.DECODE:
                 arrival, _ = firsts.pop(r.id)
                 live.arrival_s = arrival

@@ -20,7 +20,11 @@ A ``Pool`` is the part of a deployment simulated: co-located (whole requests), t
 disaggregated one (each request leaves when its first token is made, its cache sent on), or the decode
 side (each request arrives with its prompt cached and its first token made on the prefill side, and
 decodes from its first step: SGLang merges it into the running batch; vLLM's first step for it recomputes
-its last prompt token, a query of one token like a decode's, priced as one).
+its last prompt token, a query of one token like a decode's, priced as one). The client's first token: on
+vLLM's decode side the recompute's (the end of that first step: vLLM issue 50913 measures the recompute and
+the step alignment at 58 ms p50 of a 197 ms handover); on SGLang's and TRT-LLM's the prefill side's, streamed
+when the decode loop takes the request in (``Pool.arrive``'s ``taken_s``: the step boundary after its cache
+arrived).
 
 ``metrics(...)`` -> ``OverlapRun``: throughput (requests and output tokens per second, per GPU), TTFT,
 TPOT (a request's time between its first and last token over the tokens between), inter-token latency
@@ -78,14 +82,19 @@ class Pool:
     engine: str
     gpus: int
 
-    def arrive(self, request: Request, now: float) -> Live:
-        """``request`` into a rank, as this pool receives it (module docstring)."""
+    def arrive(self, request: Request, now: float, taken_s: float | None = None) -> Live:
+        """``request`` into a rank, as this pool receives it at ``now`` (module docstring); ``taken_s``: when a
+        decode pool's loop takes it in (None: ``now``), its first token's time where that token streams then."""
         live = Live(request, now)
         if self.kind == PoolKind.DECODE:  # its prompt cached and its first token made on the prefill side
             live.computed = request.prompt_tokens
+            if self.engine == "vllm":  # its first step recomputes the token and streams it (module docstring)
+                live.rank = self.router.pick(self.ranks)
+                self.ranks[live.rank].enqueue(live)
+                return live
             live.generated = 1
-            live.first_token_s = now
-            live.token_s.append(now)
+            live.first_token_s = now if taken_s is None else taken_s
+            live.token_s.append(live.first_token_s)
             if request.output_tokens == 1:  # nothing left to decode
                 live.finished_s = now
                 return live

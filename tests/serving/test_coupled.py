@@ -20,30 +20,48 @@ def _never(batches):
     return SplitDecision(False, "disabled")
 
 
-def _worker(kind: PoolKind, step_s: float, ranks: int = 1, log: list | None = None) -> _Worker:
-    rs = [make_rank("vllm", 1_000_000, hbm_gb=80, dp=ranks, max_seqs=None) for _ in range(ranks)]
+def _worker(kind: PoolKind, step_s: float, ranks: int = 1, log: list | None = None, engine: str = "vllm") -> _Worker:
+    rs = [make_rank(engine, 1_000_000, hbm_gb=80, dp=ranks, max_seqs=None) for _ in range(ranks)]
 
     def price(batches, decision):
         if log is not None:
             log.append((kind, batches))
         return step_s
 
-    return _Worker(Pool(kind, rs, make_router("vllm", ranks), "vllm", ranks), _never, price)
+    return _Worker(Pool(kind, rs, make_router(engine, ranks), engine, ranks), _never, price)
 
 
-def test_the_first_token_arrives_a_transfer_after_the_prefill_and_decoding_goes_on_there():
+def test_vllms_first_token_comes_from_the_decode_sides_recompute_a_step_after_the_transfer():
+    """vLLM's decode side recomputes the token the prefill side sampled (vLLM issue 50913): its first step for the
+    request makes the client's first token, and the request decodes its whole output there."""
     pre, dec = _worker(PoolKind.PREFILL, 1.0), _worker(PoolKind.DECODE, 0.1)
     source = arrivals.ClosedLoop(1, 100, 3, 1)
     (live,) = serve_coupled([pre], [dec], source, transfer_s=lambda r: 0.5)
     assert live.arrival_s == 0.0
-    assert live.first_token_s == pytest.approx(1.5)  # 1 s of prefill, 0.5 s of transfer
-    assert live.token_s == pytest.approx([1.5, 1.6, 1.7]) and live.finished_s == pytest.approx(1.7)
+    assert live.first_token_s == pytest.approx(1.6)  # 1 s of prefill, 0.5 s of transfer, the recompute's step
+    assert live.token_s == pytest.approx([1.6, 1.7, 1.8]) and live.finished_s == pytest.approx(1.8)
+
+
+@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
+def test_sglang_and_trtllm_stream_the_prefill_sides_token_when_the_decode_loop_takes_the_request(engine):
+    """An idle decode worker takes the transferred request at once: its first token is the transfer's end; a busy
+    one at its step's end (a second request's cache lands during the first one's decode step)."""
+    pre, dec = _worker(PoolKind.PREFILL, 1.0, engine=engine), _worker(PoolKind.DECODE, 0.1, engine=engine)
+    (live,) = serve_coupled([pre], [dec], arrivals.ClosedLoop(1, 100, 3, 1), transfer_s=lambda r: 0.5)
+    assert live.token_s == pytest.approx([1.5, 1.6, 1.7]) and live.first_token_s == pytest.approx(1.5)
+    pre, dec = _worker(PoolKind.PREFILL, 1.0, engine=engine), _worker(PoolKind.DECODE, 0.3, engine=engine)
+    first_id = min(r.id for r in arrivals.ClosedLoop(2, 100, 4, 2))
+    transfer = {first_id: 0.05}  # both prefilled by 1.0; one cache lands at 1.05, the other at 1.2
+    lives = serve_coupled([pre], [dec], arrivals.ClosedLoop(2, 100, 4, 2), lambda r: transfer.get(r.id, 0.2))
+    # the first is taken in at once and decodes 1.05-1.35; the second lands during that step: taken in at 1.35
+    second = max(lives, key=lambda x: x.first_token_s)
+    assert second.first_token_s == pytest.approx(1.35) and second.token_s[1] == pytest.approx(1.65)
 
 
 def test_a_closed_loop_sends_the_next_request_when_one_has_decoded():
     pre, dec = _worker(PoolKind.PREFILL, 1.0), _worker(PoolKind.DECODE, 0.1)
     lives = serve_coupled([pre], [dec], arrivals.ClosedLoop(1, 100, 3, 3), transfer_s=lambda r: 0.0)
-    assert [x.arrival_s for x in lives] == pytest.approx([0.0, 1.2, 2.4])  # each after the previous finished
+    assert [x.arrival_s for x in lives] == pytest.approx([0.0, 1.3, 2.6])  # each after the previous finished
     assert all(x.finished_s is not None for x in lives)
 
 

@@ -64,10 +64,16 @@ def test_an_open_loop_starts_nothing_before_it_arrives_and_jumps_over_idle_time(
 
 
 def test_the_decode_side_starts_at_the_second_token_and_the_prefill_side_ends_at_the_first():
+    """SGLang's decode side streams the prefill side's token and decodes from the second; vLLM's recomputes the
+    first in one more step (``demos.serving.run``); the prefill side ends at the first token."""
     reqs = [Request(0, None, 1000, 10)]
-    lives, rec = serve(_pool(PoolKind.DECODE), reqs, decide=_never, price=_const, concurrency=1)
+    lives, rec = serve(_pool(PoolKind.DECODE, engine="sglang"), reqs, decide=_never, price=_const, concurrency=1)
     (x,) = lives
     assert len(rec.ends) == 9 and x.generated == 10 and x.first_token_s == 0.0
+    assert metrics("none", lives, rec, gpus=1).tpot_ms.p50 == pytest.approx(1.0)
+    lives, rec = serve(_pool(PoolKind.DECODE), reqs, decide=_never, price=_const, concurrency=1)
+    (x,) = lives
+    assert len(rec.ends) == 10 and x.generated == 10 and x.first_token_s == pytest.approx(STEP)
     assert metrics("none", lives, rec, gpus=1).tpot_ms.p50 == pytest.approx(1.0)
     lives, rec = serve(_pool(PoolKind.PREFILL), reqs, decide=_never, price=_const, concurrency=1)
     (x,) = lives
