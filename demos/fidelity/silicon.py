@@ -7,7 +7,8 @@ configuration's measured TTFT and TPOT (each run once however many rows copy it:
 
 * the model is one of the zoo's presets at the row's precision, run at the weights and KV cache the row ran
   (``demos.fidelity.served``: the mapping ``validate serving`` reads too, so both checks express the same
-  rows; DeepSeek-R1 at FP4 is the ``deepseek-r1`` preset with FP4 experts);
+  rows; DeepSeek-R1 at FP4 is the ``deepseek-r1`` preset with FP4 experts) and on its engine's own kernels
+  where they differ (``demos.zoo.kernel_times``: TRT-LLM's FP8-cache MLA decode core);
 * its GPU has a profile, and its parallelism is DP attention with expert-parallel MoE (attention DP
   = EP), attention TP with expert-parallel MoE (TP = EP, MoE TP 1) or attention TP with tensor-parallel
   MoE over the same GPUs (MoE TP = TP, EP 1: ``Workload.moe_tp``); MoE tensor parallelism beside expert or
@@ -55,9 +56,9 @@ __all__ = [
     "SYSTEM_GPUS",
     "SiliconCheck",
     "decode_tokens",
+    "engine_summaries",
     "format_kernels",
     "format_silicon",
-    "engine_summaries",
     "gap_fits",
     "silicon_rows",
     "silicon_summaries",
