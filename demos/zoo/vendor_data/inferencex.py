@@ -80,22 +80,27 @@ KV_CACHE_FP8 = (
 RECIPES = "NVIDIA/srt-slurm @ c88ef731 (recipes/, every version of each file before 2026-04-20), Apache-2.0"
 """Where ``DISAGG_KV_CACHE_FP8`` was read (README-inferencex.md, "Launch flags")."""
 
-DISAGG_KV_CACHE_FP8 = (
-    (_DSR1, ("trtllm",), ("b200_sxm", "b300_sxm", "gb200", "h200_sxm"), ("fp8", "fp4"), "2026-01-27"),
-    (_DSR1, ("trtllm",), ("gb300",), ("fp8", "fp4"), "2026-02-02"),
-    (_DSR1, ("trtllm",), ("h100_sxm",), ("fp8",), "2026-02-05"),
-    (_DSR1, ("sglang",), ("gb200",), ("fp4",), "2026-01-28"),
-    (_DSR1, ("sglang",), ("gb200",), ("fp8",), "2026-02-04"),
-    (_DSR1, ("sglang",), ("gb300",), ("fp8", "fp4"), "2026-02-02"),
-    (_DSR1, ("sglang",), ("b200_sxm",), ("fp8", "fp4"), "2026-03-03"),
-    (_KIMI25, ("trtllm",), ("gb200",), ("fp4",), "2026-04-13"),
-    (_KIMI25, ("vllm",), ("gb200",), ("fp4",), "2026-04-06"),
-)
+DISAGG_KV_CACHE_FP8 = {
+    "trtllm": (
+        (_DSR1, ("b200_sxm", "b300_sxm", "gb200", "h200_sxm"), ("fp8", "fp4"), "2026-01-27"),
+        (_DSR1, ("gb300",), ("fp8", "fp4"), "2026-02-02"),
+        (_DSR1, ("h100_sxm",), ("fp8",), "2026-02-05"),
+        (_KIMI25, ("gb200",), ("fp4",), "2026-04-13"),
+    ),
+    "sglang": (
+        (_DSR1, ("gb200",), ("fp4",), "2026-01-28"),
+        (_DSR1, ("gb200",), ("fp8",), "2026-02-04"),
+        (_DSR1, ("gb300",), ("fp8", "fp4"), "2026-02-02"),
+        (_DSR1, ("b200_sxm",), ("fp8", "fp4"), "2026-03-03"),
+    ),
+    "vllm": ((_KIMI25, ("gb200",), ("fp4",), "2026-04-06"),),
+}
 """The disaggregated deployments InferenceX ran from ``srt-slurm`` recipes that set an FP8 KV cache (TensorRT-LLM's
 ``kv_cache_config.dtype: fp8``, SGLang's ``kv-cache-dtype: fp8_e4m3``, vLLM's ``kv-cache-dtype: fp8``, on both
-sides): (the model names the rows give, engines, systems, precisions, the day from which InferenceX's config names
-those recipes and every version of them sets it). SGLang's Hopper recipes keep its default (BF16); rows measured
-before the day (GB200's of December 2025) keep the engine's default: their configs were not read."""
+sides), per engine in the single-node tables' form: (the model names the rows give, systems, precisions, the day from
+which InferenceX's config names those recipes and every version of them sets it). SGLang's Hopper recipes keep its
+default (BF16); rows measured before the day (GB200's of December 2025) keep the engine's default: their configs were
+not read."""
 
 _EXPORT = re.compile(r"^(?:source_file=20\d\d-\d\d-\d\d\.csv|db-dump/)")
 _MEASURED = re.compile(r"measured=(\d{4}-\d\d-\d\d)")
@@ -113,44 +118,31 @@ def measured_day(source) -> str | None:
     return m.group(1) if m else None
 
 
-def _launched_with(table: tuple, record: Mapping) -> bool:
-    """Whether a measured row (its ``silicon_sample.csv`` record: ``backend``, ``model_path``, ``system``,
-    ``precision``, ``mode``, ``silicon_data_source``) is a co-located SGLang run InferenceX exported from a script
-    ``table`` lists, measured on or after the script's day."""
+def _listed(table: tuple, record: Mapping, mode: str) -> bool:
+    """Whether a measured row (its ``silicon_sample.csv`` record: ``model_path``, ``system``, ``precision``, ``mode``,
+    ``silicon_data_source``) is a run of ``mode`` ("agg" or "disagg") InferenceX exported from a script or recipe
+    ``table`` lists, measured on or after its entry's day."""
     source = record["silicon_data_source"]
     day = measured_day(source)
-    if record["backend"] != "sglang" or record["mode"] != "agg" or day is None or not exported(source):
+    if record["mode"] != mode or day is None or not exported(source):
         return False
     model, system, precision = (str(record[k]) for k in ("model_path", "system", "precision"))
-    for models, systems, precisions, since in table:
-        if model in models and system in systems and precision in precisions and day >= since:
-            return True
-    return False
-
-
-def _recipe_sets(table: tuple, record: Mapping) -> bool:
-    """Whether a measured row is a disaggregated run InferenceX exported from a deployment ``table`` lists (its
-    engine, model, system and precision), measured on or after the entry's day."""
-    source = record["silicon_data_source"]
-    day = measured_day(source)
-    if record["mode"] != "disagg" or day is None or not exported(source):
-        return False
-    backend, model, system, precision = (str(record[k]) for k in ("backend", "model_path", "system", "precision"))
     return any(
-        model in models and backend in backends and system in systems and precision in precisions and day >= since
-        for models, backends, systems, precisions, since in table
+        model in models and system in systems and precision in precisions and day >= since
+        for models, systems, precisions, since in table
     )
 
 
 def radix_cache_off(record: Mapping) -> bool:
     """Whether a measured row's SGLang server ran without its radix cache (``RADIX_CACHE_OFF``)."""
-    return _launched_with(RADIX_CACHE_OFF, record)
+    return record["backend"] == "sglang" and _listed(RADIX_CACHE_OFF, record, "agg")
 
 
 def kv_cache_fp8(record: Mapping) -> bool:
     """Whether a measured row's servers kept an FP8 KV cache: a co-located SGLang run's script (``KV_CACHE_FP8``)
     or a disaggregated run's recipe (``DISAGG_KV_CACHE_FP8``)."""
-    return _launched_with(KV_CACHE_FP8, record) or _recipe_sets(DISAGG_KV_CACHE_FP8, record)
+    agg = record["backend"] == "sglang" and _listed(KV_CACHE_FP8, record, "agg")
+    return agg or _listed(DISAGG_KV_CACHE_FP8.get(record["backend"], ()), record, "disagg")
 
 
 SPECULATIVE = ("mtp", "unknown")
