@@ -118,7 +118,7 @@ def serve_coupled(
                 live.arrival_s = arrival
                 out.append(live)
                 if live.finished_s is not None:
-                    send(at)
+                    send(live.finished_s)
         if not any(r.busy for r in w.pool.ranks):
             continue
         stepped = step_pool(w.pool, w.decide, w.price, w.rec, w.now)

@@ -88,16 +88,13 @@ class Pool:
         live = Live(request, now)
         if self.kind == PoolKind.DECODE:  # its prompt cached and its first token made on the prefill side
             live.computed = request.prompt_tokens
-            if self.engine == "vllm":  # its first step recomputes the token and streams it (module docstring)
-                live.rank = self.router.pick(self.ranks)
-                self.ranks[live.rank].enqueue(live)
-                return live
-            live.generated = 1
-            live.first_token_s = now if taken_s is None else taken_s
-            live.token_s.append(live.first_token_s)
-            if request.output_tokens == 1:  # nothing left to decode
-                live.finished_s = now
-                return live
+            if self.engine != "vllm":  # the prefill side's token streams (vLLM's first step recomputes it)
+                live.generated = 1
+                live.first_token_s = now if taken_s is None else taken_s
+                live.token_s.append(live.first_token_s)
+                if request.output_tokens == 1:  # nothing left to decode: done when its token streams
+                    live.finished_s = live.first_token_s
+                    return live
         live.rank = self.router.pick(self.ranks)
         self.ranks[live.rank].enqueue(live)
         return live

@@ -104,3 +104,20 @@ def test_a_decode_bound_deployment_decodes_as_its_decode_pool_alone():
         )  # fmt: skip
         assert runs["none"].tpot_ms.p50 == pytest.approx(tpot, rel=0.1), workers
         assert setup["decode"]["workers"] == workers
+
+
+def test_a_one_token_request_finishes_when_its_token_streams():
+    """A request of one output token has nothing to decode: it is done when the decode loop takes it in and its
+    token streams (the boundary of the step another request's decode ran), not when its cache landed."""
+    from demos.serving.requests import Request
+
+    class Two:  # a closed loop of two clients: a request of 4 output tokens and one of 1
+        concurrency = 2
+
+        def __iter__(self):
+            return iter([Request(0, None, 100, 4), Request(1, None, 100, 1)])
+
+    pre, dec = _worker(PoolKind.PREFILL, 1.0, engine="sglang"), _worker(PoolKind.DECODE, 0.3, engine="sglang")
+    lives = serve_coupled([pre], [dec], Two(), lambda r: 0.05 if r.id == 0 else 0.2)
+    one = next(x for x in lives if x.request.output_tokens == 1)
+    assert one.first_token_s == pytest.approx(1.35) and one.finished_s == one.first_token_s  # landed at 1.2
