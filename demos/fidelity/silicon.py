@@ -238,14 +238,19 @@ def silicon_rows(progress: Callable[[int, int, str], None] | None = None, *, ker
     return out, skipped
 
 
+def _grouped(rows: list[SiliconCheck], key: Callable[[SiliconCheck], tuple]) -> list[tuple[tuple, list[SiliconCheck]]]:
+    """``rows`` grouped by ``key``, in key order, each group in the rows' order."""
+    groups: dict[tuple, list[SiliconCheck]] = {}
+    for r in rows:
+        groups.setdefault(key(r), []).append(r)
+    return sorted(groups.items())
+
+
 def silicon_summaries(rows: list[SiliconCheck]) -> list[dict]:
     """Per (gpu, phase): rows, signed median and max error, median |error|
     (``demos.fidelity.stats.error_stats``), and the engines seen (``engine_summaries``: per engine too)."""
-    groups: dict[tuple[str, str], list[SiliconCheck]] = {}
-    for r in rows:
-        groups.setdefault((r.gpu, r.phase), []).append(r)
     out = []
-    for (gpu, phase), rs in sorted(groups.items()):
+    for (gpu, phase), rs in _grouped(rows, lambda r: (r.gpu, r.phase)):
         stats, _ = error_stats(rs)
         out.append({"gpu": gpu, "phase": phase, **stats, "engines": sorted({r.engine for r in rs})})
     return out
@@ -253,11 +258,8 @@ def silicon_summaries(rows: list[SiliconCheck]) -> list[dict]:
 
 def engine_summaries(rows: list[SiliconCheck]) -> list[dict]:
     """Per (gpu, engine) of the decode rows: rows and the error statistics, as ``silicon_summaries``'s."""
-    groups: dict[tuple[str, str], list[SiliconCheck]] = {}
-    for r in rows:
-        if r.phase == Phase.DECODE:
-            groups.setdefault((r.gpu, r.engine), []).append(r)
-    return [{"gpu": g, "engine": e, **error_stats(rs)[0]} for (g, e), rs in sorted(groups.items())]
+    groups = _grouped([r for r in rows if r.phase == Phase.DECODE], lambda r: (r.gpu, r.engine))
+    return [{"gpu": g, "engine": e, **error_stats(rs)[0]} for (g, e), rs in groups]
 
 
 def gap_fits(rows: list[SiliconCheck], min_batches: int = 3) -> list[dict]:
@@ -266,12 +268,11 @@ def gap_fits(rows: list[SiliconCheck], min_batches: int = 3) -> list[dict]:
     ``gap = per_step_s + per_token_s x tokens``. A per-step term is time every step pays whatever its
     batch (kernels or host work the model does not count); a per-token term grows with the requests a
     rank decodes (docs/fidelity.md, "Real models")."""
-    groups: dict[tuple, list[SiliconCheck]] = {}
-    for r in rows:
-        if r.phase == Phase.DECODE:
-            groups.setdefault((r.gpu, r.engine, r.attention_tp, r.ep, r.context), []).append(r)
+    decode = [r for r in rows if r.phase == Phase.DECODE]
     out = []
-    for (gpu, engine, tp, ep, context), rs in sorted(groups.items()):
+    for (gpu, engine, tp, ep, context), rs in _grouped(
+        decode, lambda r: (r.gpu, r.engine, r.attention_tp, r.ep, r.context)
+    ):
         ts = [float(r.tokens) for r in rs]
         if len(set(ts)) < min_batches:
             continue
