@@ -19,9 +19,11 @@ from demos.zoo.models import CHECKPOINTS, get_preset, weights_name
 __all__ = ["REPO_ALIASES", "SERVED", "engine_kv", "row_kv", "served_as"]
 
 
-REPO_ALIASES = {"zhipuai/GLM-5": "glm-5"}
+REPO_ALIASES = {"zhipuai/GLM-5": "glm-5", "nvidia/DeepSeek-R1-NVFP4": "deepseek-r1"}
 """Repositories the measured rows name that no preset's checkpoint list does -> the preset: GLM-5's rows name
-Zhipu AI's former organisation on the hub (its checkpoints are published as zai-org/GLM-5 and -FP8)."""
+Zhipu AI's former organisation on the hub (its checkpoints are published as zai-org/GLM-5 and -FP8); six of
+aiconfigurator's rows serve NVIDIA's first NVFP4 DeepSeek-R1, whose attention output stays BF16, predicted at
+the preset's FP4 (its second version's, NVFP4 there too)."""
 
 
 def _served() -> dict[tuple[str, str], tuple[str, str | None]]:

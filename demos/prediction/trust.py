@@ -24,9 +24,9 @@ CHECKED_ON = "2026-12-06"
 SILICON = {
     # gpu: (family, rows, median error, max error), decode
     "h200": ("hopper", 18, -0.042, -0.231),
-    "b200": ("blackwell", 40, 0.014, -0.398),
-    "gb200": ("blackwell", 73, 0.068, 0.704),
-    "gb300": ("blackwell", 49, 0.013, -0.374),
+    "b200": ("blackwell", 40, -0.012, -0.398),
+    "gb200": ("blackwell", 73, 0.043, 0.704),
+    "gb300": ("blackwell", 49, -0.009, -0.374),
 }
 
 PUBLISHED = {

@@ -103,7 +103,7 @@ class MLA(AttentionKind):
     module_time = True
 
     def costs(self, w: Workload, a: MLAAttention, t: int, layer: int, fold: Folder) -> AttentionCosts:
-        H, store = w.spec.hidden_size, w.spec.precision.weights
+        H, store, ostore = w.spec.hidden_size, w.spec.precision.weights, w.spec.precision.store("attention_out")
         nope, rope, v, lat = a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, a.kv_lora_rank
         h = a.heads // w.attention_tp
         _sum = fold.named("attn_proj")
@@ -116,12 +116,12 @@ class MLA(AttentionKind):
         if w.phase == Phase.DECODE:
             absorb_k = bmm(h, t, lat, nope)  # q_nope into the latent space (per-head bmm)
             proj = _sum(q, kv_a, absorb_k, norm)
-            out = _sum(gemm(t, H, h * v, store), bmm(h, t, v, lat))
+            out = _sum(gemm(t, H, h * v, ostore), bmm(h, t, v, lat))
             shape = (t, h, self.read(w, a))
         else:
             kv_b = gemm(t, h * (nope + v), lat, store)  # expand the latent into per-head keys and values
             proj = _sum(q, kv_a, kv_b, norm)
-            out = _sum(gemm(t, H, h * v, store))
+            out = _sum(gemm(t, H, h * v, ostore))
             shape = (max(1.0, t / w.context), h, min(t, w.context))
         kvb = w.spec.precision.bytes_of("kv_cache")
         pairs = self.pairs(w, a, t)

@@ -180,12 +180,13 @@ class Compressed(AttentionKind):
         flops, nbytes = compressed_core_work(t, hk, pairs, d, kvb, entries)
         core = timed_core(w, fold, flops, nbytes, shape)
         width = h * d // groups  # each group's input: its heads' outputs
+        ostore = w.spec.precision.store("attention_out")
         out = fold.named("attn_out")(
             memory_pass(t, h * rope, 1),
-            *_act_quant(t, h * d, store),
-            gemm(t, groups * a.o_lora_rank, width, store),
-            *_act_quant(t, groups * a.o_lora_rank, store),
-            gemm(t, H, groups * a.o_lora_rank, store),
+            *_act_quant(t, h * d, ostore),
+            gemm(t, groups * a.o_lora_rank, width, ostore),
+            *_act_quant(t, groups * a.o_lora_rank, ostore),
+            gemm(t, H, groups * a.o_lora_rank, ostore),
         )
         return AttentionCosts(proj, core, out, (flops, nbytes), extra=tuple(extra))
 

@@ -239,7 +239,8 @@ def layer_costs(
     tp = w.attention_tp
     if not spec.is_moe_layer(layer):
         inter = -(-spec.dense_intermediate_size // tp)  # attention TP: the dense MLP is TP-sharded too
-        parts = (gemm(t, 2 * inter, H, store), gemm(t, H, inter, store), _pass(t, H, 2), _pass(t, inter, 1))
+        mstore = spec.precision.store("mlp")
+        parts = (gemm(t, 2 * inter, H, mstore), gemm(t, H, inter, mstore), _pass(t, H, 2), _pass(t, inter, 1))
         dense = _sum.named("dense_mlp")(*parts, *(() if res is None else (res,)))
         c = LayerCosts(t, proj, core, out, _pass(t, H, 1), dense, None, None, None, None, None, None, finalize)
         c = replace(c, attention_ops=attn.ops, mhc=_mhc(w, kt, t, t))
@@ -309,10 +310,9 @@ def layer_costs(
         Is = inter * moe.shared_experts
         if w.moe_replicated:  # the replicated tokens' shared experts are TP-sharded, as the dense MLP
             Is = -(-Is // tp)
-        # INT4 and MXFP4 checkpoints quantize the routed experts only (their ignore lists leave the shared ones
-        # out): a shared expert is then stored as the other weights, as the memory model counts it; NVIDIA's
-        # NVFP4 checkpoints quantize the shared experts too
-        sstore = store if dtype(estore).bytes < 1 and estore != "nvfp4" else estore
+        # stored as the dense MLPs, as the checkpoint quantizes them (Precision.mlp; the memory model counts
+        # them so): INT4 and MXFP4 checkpoints quantize the routed experts only, some NVFP4 ones these too
+        sstore = spec.precision.store("mlp")
         shared = _sum.named("shared")(gemm(t, 2 * Is, H, sstore), gemm(t, H, Is, sstore), _pass(t, Is, 1))
     dispatch = combine = send_d = send_c = None
     d_bytes = c_bytes = 0.0

@@ -63,7 +63,8 @@ class GQA(AttentionKind):
             p = pairs if not window else min(pairs, t * float(window))
             nbytes = t * (2 * h + 2 * kvh) * d * ACT_BYTES + t * 2 * kvh * d * kvb
         flops = 4.0 * h * d * p
-        out = _sum(gemm(t, H, h * d, store), *((memory_pass(t, h * d, 1),) if gate else ()))
+        ostore = w.spec.precision.store("attention_out")
+        out = _sum(gemm(t, H, h * d, ostore), *((memory_pass(t, h * d, 1),) if gate else ()))
         return AttentionCosts(proj, timed_core(w, fold, flops, nbytes, None), out, (flops, nbytes))
 
     def cost_key(self, a: GQAAttention, layer: int) -> Hashable:

@@ -76,7 +76,8 @@ class DeltaRule(AttentionKind):
         flops, nbytes = delta_rule_work(w.phase, t, w.context, nv, dk, dv, key_heads=nk)
         chain = delta_rule_chunks(w.phase, t, w.context)
         core = Work(seconds=curve("delta_rule", w.phase, flops, nbytes, chain), bytes=nbytes, dtype="bfloat16")
-        out = fold.named(f"{op}_out")(memory_pass(t, nv * dv, 1.5), gemm(t, H, nv * dv, store))
+        ostore = w.spec.precision.store("attention_out")
+        out = fold.named(f"{op}_out")(memory_pass(t, nv * dv, 1.5), gemm(t, H, nv * dv, ostore))
         names = (f"{op}_proj", f"{op}_recurrent" if w.phase == Phase.DECODE else f"{op}_chunk", f"{op}_out")
         return AttentionCosts(proj, core, out, (flops, nbytes), extra=((f"{op}_conv", conv),), names=names)
 

@@ -7,8 +7,10 @@ LM head; the router and norms stay whole; a GQA cache holds ``max(1, kv_heads / 
 cache the whole latent of the group's requests):
 
 * ``weights``: every non-expert parameter (attention, norms, dense MLPs, shared experts, router) at
-  ``precision.weights``, the embedding and LM head in BF16, and this rank's ``experts_per_rank`` routed
-  experts of every MoE layer at ``precision.experts`` (redundant slots included);
+  ``precision.weights``, save the dense and shared MLPs at ``precision.store("mlp")`` and attention's output
+  projections at ``precision.store("attention_out")`` (``attention_out_params``), the embedding and LM
+  head in BF16, and this rank's ``experts_per_rank`` routed experts of every MoE layer at
+  ``precision.experts`` (redundant slots included);
 * ``kv_cache``: the cache of the step's requests, ``context`` tokens each in decode (``tokens`` of them
   in prefill), at ``precision.kv_cache`` (MLA: latent plus RoPE key, and a sparse MLA's FP8 indexer key
   with its scale; GQA: keys and values of the KV heads, and a block-sparse layer's BF16 index key), and
@@ -45,7 +47,12 @@ from demos.vocabulary import Phase, Schedule
 from demos.zoo.hardware import ll_buffer_bytes
 from demos.zoo.models import count_params
 from demos.zoo.models.linear_spec import linear_of
-from demos.zoo.models.params import compressed_head_params, indexer_params, routed_expert_params
+from demos.zoo.models.params import (
+    attention_out_params,
+    compressed_head_params,
+    indexer_params,
+    routed_expert_params,
+)
 from demos.zoo.models.spec import CompressedAttention, GQAAttention, MLAAttention, SparseMLAAttention
 from demos.zoo.overlap_costs import ubatch_sizes
 from demos.zoo.workload import Workload
@@ -204,12 +211,14 @@ def memory_estimate(w: Workload, slot_bytes: list[int] | None = None) -> MemoryE
         replicated += mla_layers * indexer_params(s)  # a sparse MLA's indexer, whole on every rank (assumed)
     elif isinstance(a, CompressedAttention):  # wq_a, wkv, the compressors and the indexer, whole (assumed)
         replicated = c.attention - s.num_layers * compressed_head_params(H, a)
-    attention = replicated + (c.attention - replicated) / tp
-    non_expert = attention + c.norms + (c.dense_mlp + c.shared_experts) / tp + c.router + c.latent
+    out = attention_out_params(s)  # sharded with the heads (every kind's output projection is)
+    attention = replicated + (c.attention - replicated - out) / tp
+    non_expert = attention + c.norms + c.router + c.latent
+    mlp = (c.dense_mlp + c.shared_experts) / tp
     table = (c.embedding + c.lm_head) * 2.0 / tp
     share = w.experts_per_rank / w.moe_tp  # MoE tensor parallelism: every expert, a 1 / moe_tp slice of each
     experts = share * s.moe_layers * routed_expert_params(s) * eb if s.moe is not None else 0.0
-    weights = non_expert * wb + table + experts
+    weights = non_expert * wb + out / tp * p.bytes_of("attention_out") + mlp * p.bytes_of("mlp") + table + experts
     kv = kv_cache_bytes(w)
     per_ubatch_rows = w.tokens  # the buffers hold the whole batch per ubatch id (they are reused)
     k = s.moe.top_k if s.moe is not None else 0

@@ -56,6 +56,7 @@ from demos.zoo.models.spec import (
 )
 
 __all__ = [
+    "attention_out_params",
     "ParamCount",
     "attention_params",
     "compressed_attention_params",
@@ -245,6 +246,29 @@ def layer_attention_params(spec: ModelSpec, layer: int) -> int:
         b = a.block_sparse  # the index's query projection and its key's, with the key's norm (assumed)
         return attention_params(spec) + spec.hidden_size * (b.index_heads + 1) * b.index_head_dim + b.index_head_dim
     return attention_params(spec)
+
+
+def attention_out_params(spec: ModelSpec) -> int:
+    """The parameters of the trunk's attention output projections, every layer's (what ``Precision.attention_out``
+    stores): MLA's and GQA's ``o_proj``, a Gated DeltaNet's ``out_proj``, a KDA layer's ``o_proj``, DeepSeek-V4's
+    grouped ``wo_a`` and ``wo_b``; the MTP layers' are not the trunk's."""
+    h, a = spec.hidden_size, spec.attention
+    total = 0
+    for layer in range(spec.num_layers):
+        linear = linear_of(a, layer)
+        if isinstance(linear, KimiDeltaAttention):
+            total += linear.key_dim * h
+        elif linear is not None:
+            total += linear.value_dim * h
+        elif isinstance(a, CompressedAttention):
+            total += a.heads * a.head_dim * a.o_lora_rank + a.o_groups * a.o_lora_rank * h
+        elif isinstance(a, MLAAttention):
+            total += a.heads * a.v_head_dim * h
+        elif isinstance(a, GQAAttention):
+            total += a.heads * a.head_dim * h + (h if a.bias else 0)
+        else:
+            raise ModelSpecError("ModelSpec.attention", f"has no output projection count for {type(a).__name__}")
+    return total
 
 
 def attention_params(spec: ModelSpec) -> int:

@@ -13,7 +13,8 @@ A spec holds the shapes that set compute, memory and all-to-all traffic, and not
   (``GatedDeltaNet``, ``demos.zoo.models.linear_spec``), or DeepSeek-V4's per-layer compressed attention
   (``CompressedAttention``, ``demos.zoo.models.compressed_spec``), and MiniMax-M3's block-sparse layers
   (``BlockSparse``, ``demos.zoo.models.block_sparse_spec``);
-* ``Precision``: the dtype of each part (non-expert weights, expert weights, dispatch, combine, KV cache);
+* ``Precision``: the dtype of each part (non-expert weights, expert weights, dispatch, combine, KV cache, and
+  the dense MLPs and attention output a checkpoint may quantize apart);
 * ``mtp_layers``: multi-token-prediction modules shipped beside the trunk (DeepSeek-V3), which the
   published totals leave out (``demos.zoo.models.params``);
 * ``hc_mult``: the residual stream's width in hidden-size rows (DeepSeek-V4's manifold-constrained
@@ -70,7 +71,10 @@ class Precision:
 
     ``weights``: attention, dense MLPs, shared experts, router, embeddings; ``experts``: routed expert
     weights; ``dispatch`` / ``combine``: the all-to-all payloads towards / back from the experts;
-    ``kv_cache``: the attention cache (MLA's latent cache included).
+    ``kv_cache``: the attention cache (MLA's latent cache included). Two parts of ``weights`` may be stored
+    otherwise, as a checkpoint quantizes them (None: as ``weights``): ``mlp``, the dense MLPs and the shared
+    experts; ``attention_out``, attention's output projection (``o_proj``). ``store(part)`` names the dtype a
+    part is stored in, either override resolved.
     """
 
     weights: str = "bfloat16"
@@ -78,16 +82,31 @@ class Precision:
     dispatch: str = "bfloat16"
     combine: str = "bfloat16"
     kv_cache: str = "bfloat16"
+    mlp: str | None = None
+    attention_out: str | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            check_choice("Precision", f.name, getattr(self, f.name), tuple(DTYPES))
+            value = getattr(self, f.name)
+            if value is None and f.name in _OVERRIDES:
+                continue
+            check_choice("Precision", f.name, value, tuple(DTYPES))
 
-    def bytes_of(self, part: str) -> float:
-        """Bytes per element of ``part`` (a field name); any other name is a ModelSpecError."""
+    def store(self, part: str) -> str:
+        """The ``DTYPES`` name ``part`` (a field name) is stored in, ``mlp`` and ``attention_out`` falling back
+        to ``weights``; any other name is a ModelSpecError."""
         if part not in {f.name for f in fields(self)}:
             raise ModelSpecError("Precision.part", f"must be a Precision field name, got {part!r}")
-        return dtype(getattr(self, part)).bytes
+        value = getattr(self, part)
+        return self.weights if value is None else value
+
+    def bytes_of(self, part: str) -> float:
+        """Bytes per element of ``part`` (a field name, as ``store``); any other name is a ModelSpecError."""
+        return dtype(self.store(part)).bytes
+
+
+_OVERRIDES = frozenset({"mlp", "attention_out"})
+"""``Precision``'s fields that may be None: stored as ``weights``."""
 
 
 @dataclass(frozen=True)

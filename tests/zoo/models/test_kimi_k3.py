@@ -109,14 +109,17 @@ def test_attention_residuals_read_more_blocks_deeper_in_the_model():
         assert res.router.bytes - none.router.bytes == 256 * 7168 * 2 * (attn_res_sources(layer, 12) + 1)
 
 
-def test_four_bit_experts_leave_the_shared_experts_at_the_weights_dtype_but_nvfp4_quantizes_them():
-    """INT4 and MXFP4 checkpoints quantize the routed experts only: K3's shared experts read BF16 weights;
-    NVIDIA's NVFP4 checkpoints quantize the shared experts too."""
+def test_four_bit_experts_leave_the_shared_experts_at_the_weights_dtype_unless_the_checkpoint_quantizes_them():
+    """INT4 and MXFP4 checkpoints quantize the routed experts only: K3's shared experts read BF16 weights, and
+    NVFP4 experts alone leave them so too; a checkpoint that quantizes the MLPs (``Precision.mlp``) stores them
+    in NVFP4."""
     k3 = get_preset("kimi-k3")
     _, c = _costs(k3, 8, t=2)
     assert c.shared.bytes >= 2 * 3 * 7168 * 6144  # two shared experts of 3072, gate/up/down, 2 bytes each
-    nv = dataclasses.replace(k3, precision=dataclasses.replace(k3.precision, experts="nvfp4"))
-    _, n = _costs(nv, 8, t=2)
+    experts_only = dataclasses.replace(k3, precision=dataclasses.replace(k3.precision, experts="nvfp4"))
+    assert _costs(experts_only, 8, t=2)[1].shared.bytes == c.shared.bytes
+    mlp = dataclasses.replace(k3, precision=dataclasses.replace(k3.precision, experts="nvfp4", mlp="nvfp4"))
+    _, n = _costs(mlp, 8, t=2)
     assert n.shared.bytes < 0.3 * c.shared.bytes
 
 

@@ -303,7 +303,11 @@ def test_every_field_of_every_part_is_covered_by_a_rejection_case():
                 continue  # MLA's fields, checked (and named) as MLAAttention's
             qualified = f"{cls.__name__}.{f.name}"
             assert qualified in named or cls is Precision, f"no rejection case names {qualified}"
-    assert {f.name for f in dataclasses.fields(Precision)} == {"weights", "experts", "dispatch", "combine", "kv_cache"}
-    for name in ("weights", "experts", "dispatch", "combine", "kv_cache"):
+    names = ("weights", "experts", "dispatch", "combine", "kv_cache", "mlp", "attention_out")
+    assert {f.name for f in dataclasses.fields(Precision)} == set(names)
+    for name in names:
         with pytest.raises(ModelSpecError, match=rf"^Precision\.{name}: must be one of"):
             Precision(**{name: "int3"})
+    for name in ("weights", "experts", "dispatch", "combine", "kv_cache"):  # only the two overrides may be None
+        with pytest.raises(ModelSpecError, match=rf"^Precision\.{name}: must be one of"):
+            Precision(**{name: None})

@@ -5,6 +5,8 @@ communication and cache dtypes by rule.
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from collections.abc import Mapping
 
 from demos.zoo.models.hf_config._fields import Fields, show
@@ -44,6 +46,37 @@ def compressed_tensors(q: Fields) -> str:
     return "mxfp4_w4a16" if kind == "float" else "int4_g32"
 
 
+_PART_MODULES = {
+    "mlp": ("mlp.down_proj", "mlp.shared_experts.down_proj", "mlp.shared_expert.down_proj"),
+    "attention_out": ("self_attn.o_proj", "linear_attn.out_proj"),
+}
+"""``Precision`` part -> the module names (after ``layers.<i>.``) a checkpoint stores it in: a dense MLP, the
+shared experts (DeepSeek's plural, Qwen's singular), attention's output projection (a Gated DeltaNet layer's
+``out_proj``)."""
+
+_PREFIXES = ("model.", "language_model.model.", "model.language_model.")
+"""Where the layers sit in the families' checkpoints: plain, Kimi-K2.5's (a vision wrapper), Qwen3.5's."""
+
+
+def modelopt_scope(ignore: tuple[str, ...], layers: int) -> frozenset[str]:
+    """The ``Precision`` parts (``mlp``, ``attention_out``) a ModelOpt NVFP4 checkpoint quantizes beside its
+    routed experts: those whose modules (``_PART_MODULES``, under any of ``_PREFIXES``) no ``ignore`` pattern
+    (fnmatch globs, as ModelOpt writes them) matches in most of the trunk's ``layers`` layers. Most, not all:
+    a checkpoint that keeps only its first layer whole in BF16 (nvidia/Kimi-K2.6-NVFP4's ``layers.0*``) still
+    runs every other layer's o_proj in NVFP4, an approximation of one layer in sixty. A part a model does not
+    have (MiniMax's shared experts) counts as quantized: nothing of it is stored."""
+    if not ignore:
+        return frozenset(_PART_MODULES)
+    pattern = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in ignore))
+
+    def ignored(i: int, modules: tuple[str, ...]) -> bool:
+        return any(pattern.match(f"{prefix}layers.{i}.{m}") for prefix in _PREFIXES for m in modules)
+
+    return frozenset(
+        part for part, modules in _PART_MODULES.items() if 2 * sum(ignored(i, modules) for i in range(layers)) < layers
+    )
+
+
 def read_precision(f: Fields, *, expert_only_quant: bool, quant: Fields | None = None) -> Precision:
     """Weight dtypes from torch_dtype (or dtype, default bfloat16) and quantization_config; the rest by rule.
 
@@ -55,6 +88,7 @@ def read_precision(f: Fields, *, expert_only_quant: bool, quant: Fields | None =
     field = "dtype" if f.has("dtype") and not f.has("torch_dtype") else "torch_dtype"
     act = f.get_choice(field, ACTIVATION_DTYPES, DEFAULT_DTYPE)
     weights = experts = act
+    scope: frozenset[str] = frozenset()
     where = f if quant is None else quant
     config = where.get_object("quantization_config", None)
     if config is not None:
@@ -70,5 +104,8 @@ def read_precision(f: Fields, *, expert_only_quant: bool, quant: Fields | None =
         else:
             q.unsupported_unless("quant_algo", None, lambda v: v == "NVFP4", "a modelopt algorithm other than NVFP4")
             experts = "nvfp4"
+            ignore = q.get_str_list("ignore") if q.has("ignore") else ()
+            scope = modelopt_scope(ignore, f.get_int("num_hidden_layers")) if ignore else frozenset()
     dispatch = experts if experts.startswith("fp8") else act
-    return Precision(weights=weights, experts=experts, dispatch=dispatch, combine=act, kv_cache=act)
+    parts = {part: experts if part in scope else None for part in ("mlp", "attention_out")}
+    return Precision(weights=weights, experts=experts, dispatch=dispatch, combine=act, kv_cache=act, **parts)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 CHECKPOINTS: dict[str, dict[str, str]] = {
     "deepseek-v3": {"fp8": "deepseek-ai/DeepSeek-V3"},
-    "deepseek-r1": {"fp8": "deepseek-ai/DeepSeek-R1", "fp4": "nvidia/DeepSeek-R1-NVFP4"},
+    "deepseek-r1": {"fp8": "deepseek-ai/DeepSeek-R1", "fp4": "nvidia/DeepSeek-R1-0528-NVFP4-v2"},
     "kimi-k2": {"fp8": "moonshotai/Kimi-K2-Instruct"},
     "deepseek-v2-lite": {"bf16": "deepseek-ai/DeepSeek-V2-Lite"},
     "qwen3-30b-a3b": {"bf16": "Qwen/Qwen3-30B-A3B", "fp8": "Qwen/Qwen3-30B-A3B-FP8"},
@@ -46,8 +46,11 @@ CHECKPOINTS: dict[str, dict[str, str]] = {
 each preset copies (its own repository: ``preset_source``); the FP8 and FP4 repositories as the measured
 extra ships their configs or serving runs (aiconfigurator-core 0.12.0: ``model_configs/`` holds
 Qwen3-235B-A22B-FP8, Qwen3-30B-A3B-FP8 and nvidia/Qwen3-235B-A22B-NVFP4; ``silicon_sample.csv`` serves
-nvidia/DeepSeek-R1-NVFP4) or as the model's own README lists them (GLM-4.5: GLM-4.5-FP8, GLM-4.5-Air-FP8;
-GLM-4.6-FP8 likewise). NVIDIA's FP4 checkpoints are NVFP4 (an FP8 scale per 16 values, 18/32 bytes per
+nvidia/DeepSeek-R1-NVFP4; DeepSeek-R1's FP4 is its second NVFP4 version,
+nvidia/DeepSeek-R1-0528-NVFP4-v2, which InferenceX's launch configurations serve (as
+nvidia/DeepSeek-R1-0528-FP4-V2 from 2025-10-24) and which quantizes the attention output as well,
+``demos.zoo.models.precision.NVFP4_SCOPE``) or as the model's own README lists them (GLM-4.5: GLM-4.5-FP8,
+GLM-4.5-Air-FP8; GLM-4.6-FP8 likewise). NVIDIA's FP4 checkpoints are NVFP4 (an FP8 scale per 16 values, 18/32 bytes per
 weight, what the predictor charges for ``--weights fp4``; their own config.json, where it holds its
 ``quantization_config``, loads as ``nvfp4``). The 2026 families: the config copies of the measured
 extra (``model_configs/``: moonshotai/Kimi-K2.5, nvidia/Kimi-K2.5-NVFP4, -K2.6-NVFP4 and -K2.7-Code-NVFP4,
