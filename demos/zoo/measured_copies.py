@@ -8,8 +8,12 @@ the layout another way (``tp 16`` for four GPUs) or lack the engine release or t
 
 Two rows are one run (``same_run``) when they agree on the deployment's GPU system, engine, model, precision,
 mode, lengths and concurrency, and their TPOT and TTFT agree to the coarsest copy's rounding (``ROUNDING``;
-both missing also agrees). A group's rows then share what any copy knows (``merged``): speculative decoding
-("mtp" over "unknown" over "none"), the release a copy records, the radix cache off where a copy knows it was.
+both missing also agrees). The model is compared by what ran, not by the name a copy gives it
+(``SAME_MODEL``): the database dump of 2026-04-27 names InferenceX's DeepSeek-R1 runs DeepSeek-V3 (its
+``dsr1`` configurations, measured 2025-11-10, with TTFT and TPOT equal to the last digit to the 2026-04-06
+export's DeepSeek-R1 rows), and the two architectures are one. A group's rows then share what any copy knows
+(``merged``): speculative decoding ("mtp" over "unknown" over "none"), the release a copy records, the radix
+cache off where a copy knows it was.
 Each copy keeps its own layout: a check takes the first copy, in file order, that it can express
 (``first_expressible``), so each run counts once.
 """
@@ -23,6 +27,7 @@ from demos.zoo.measured_rows import SiliconRow
 __all__ = [
     "COPIES",
     "ROUNDING",
+    "SAME_MODEL",
     "checked_runs",
     "first_expressible",
     "measured_runs",
@@ -40,6 +45,11 @@ COPIES = "a copy of a run another row holds (each run is checked once)"
 
 _SPECULATIVE_ORDER = ("mtp", "unknown", "none")
 
+SAME_MODEL = {"deepseek-ai/DeepSeek-V3": "deepseek-ai/DeepSeek-R1"}
+"""A model name a copy gives -> the name its run is compared under (module docstring): DeepSeek-V3's and -R1's
+rows are one run where everything else agrees, since the dump names R1's runs V3 and their shapes are one
+architecture (only a run's latencies, equal to the coarsest rounding, make two rows one)."""
+
 
 def _close(a: float | None, b: float | None) -> bool:
     if a is None or b is None:
@@ -48,7 +58,8 @@ def _close(a: float | None, b: float | None) -> bool:
 
 
 def _deployment(r: SiliconRow) -> tuple:
-    return (r.system, r.engine, r.model, r.precision, r.mode, r.isl, r.osl, r.concurrency)
+    model = SAME_MODEL.get(r.model, r.model)
+    return (r.system, r.engine, model, r.precision, r.mode, r.isl, r.osl, r.concurrency)
 
 
 def same_run(a: SiliconRow, b: SiliconRow) -> bool:

@@ -9,6 +9,7 @@ from demos.zoo import measured
 from demos.zoo.measured_copies import (
     COPIES,
     ROUNDING,
+    SAME_MODEL,
     first_expressible,
     measured_runs,
     merged,
@@ -64,6 +65,16 @@ def test_a_copy_rounded_to_a_hundredth_of_a_millisecond_is_the_same_run():
 )
 def test_rows_that_differ_in_the_deployment_or_beyond_rounding_are_two_runs(change):
     assert not same_run(_row(), _row("b", **change))
+
+
+def test_a_deepseek_r1_run_named_deepseek_v3_by_a_copy_is_the_same_run_and_other_models_are_not():
+    """The database dump names InferenceX's DeepSeek-R1 runs DeepSeek-V3 (SAME_MODEL); any other two names stay
+    two runs, however equal their figures."""
+    r1 = _row(model="deepseek-ai/DeepSeek-R1")
+    assert same_run(r1, _row("dump", model="deepseek-ai/DeepSeek-V3"))
+    assert same_run(_row("dump", model="deepseek-ai/DeepSeek-V3"), r1)
+    assert not same_run(r1, _row("k", model="moonshotai/Kimi-K2.5"))
+    assert not same_run(_row(), _row("m", model="MiniMaxAI/MiniMax-M2.5"))
 
 
 def test_rows_both_without_a_ttft_match_on_the_rest():
@@ -127,6 +138,18 @@ def test_the_gap_analysis_copy_of_a_qwen35_mtp_run_reads_as_mtp_with_its_release
     raw = next(r for r in measured.silicon_rows() if r.id == gap)
     assert (raw.speculative, raw.release, raw.radix_cache) == ("none", "0.5.9", True)  # what the copy records
     assert (mine.speculative, mine.release, mine.radix_cache) == ("mtp", "0.5.9", False)
+
+
+@needs_tables
+def test_the_dumps_deepseek_v3_rows_are_copies_of_the_exports_deepseek_r1_runs():
+    """dsr1_b200_sglang_fp4_agg_1024x1024_c4_cfg88 (the 2026-04-27 dump, "DeepSeek-V3") holds the run the
+    2026-04-06 export names DeepSeek-R1: one group, counted once (it was counted twice: 391 runs so)."""
+    dump = "dsr1_b200_sglang_fp4_agg_1024x1024_c4_cfg88"
+    group = next(g for g in measured_runs() if any(r.id == dump for r in g))
+    assert {r.model for r in group} == {"deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1"}
+    assert "2026_04_06_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x1024_c4_tp4_ep1_38" in {r.id for r in group}
+    mixed = [g for g in measured_runs() if len({r.model for r in g}) > 1]
+    assert len(mixed) == 391 and all({r.model for r in g} <= set(SAME_MODEL) | set(SAME_MODEL.values()) for g in mixed)
 
 
 @needs_tables
