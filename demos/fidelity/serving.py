@@ -44,6 +44,7 @@ from demos.zoo.models import get_preset
 __all__ = [
     "ServingCheck",
     "format_by_model",
+    "release_kind",
     "format_serving",
     "format_side_by_side",
     "serving_rows",
@@ -69,6 +70,12 @@ class ServingCheck(NamedTuple):
     ttft_measured_s: float | None
     tpot_predicted_s: float
     tpot_measured_s: float | None
+    release: str | None = None
+
+    @property
+    def release_kind(self) -> str:
+        """``release_kind`` of the row's engine release."""
+        return release_kind(self.release)
 
     @property
     def ttft_error(self) -> float | None:
@@ -80,6 +87,14 @@ class ServingCheck(NamedTuple):
 
     def to_dict(self) -> dict:
         return {**self._asdict(), "ttft_error": self.ttft_error, "tpot_error": self.tpot_error}
+
+
+def release_kind(release: str | None) -> str:
+    """What kind of engine build a measured row ran (``SiliconRow.release``): ``"release"`` (a numbered one),
+    ``"nightly"`` (a dated nightly image: the first builds of a new model's support) or ``"not recorded"``."""
+    if release is None:
+        return "not recorded"
+    return "nightly" if release.startswith("nightly") else "release"
 
 
 DISAGG_TOKENS = 2_000_000
@@ -117,7 +132,7 @@ def _plan(r) -> dict | str:
     decode = _layout(gpu, r.tp, r.attention_dp, r.moe_ep, r.moe_tp)
     if isinstance(decode, str):
         return decode
-    kv = row_kv(r, served[0], gpu)  # the launch script's, else the engine's default
+    kv = row_kv(r, served[0], gpu, served[1])  # the launch script's, else the engine's default
     plan = dict(model=served[0], weights=served[1], gpu=gpu, kv_cache_dtype=kv, **decode)
     if r.mode == "agg":
         return plan
@@ -161,7 +176,9 @@ def serving_rows(
             continue
         model, gpu = plan["model"], plan["gpu"]
         out.append(
-            ServingCheck(r.id, gpu, r.engine, r.mode, model, r.isl, r.osl, c, gpus, ttft, r.ttft_s, tpot, r.tpot_s)
+            ServingCheck(
+                r.id, gpu, r.engine, r.mode, model, r.isl, r.osl, c, gpus, ttft, r.ttft_s, tpot, r.tpot_s, r.release
+            )
         )
         if progress is not None:
             progress(i + 1, len(todo), r.id)
@@ -266,13 +283,17 @@ def serving_summaries(rows: list[ServingCheck], by: tuple[str, ...] = ("gpu", "e
     return out
 
 
-def format_by_model(summaries: list[dict]) -> str:
-    """The per-model summaries (``serving_summaries(rows, ("model",))``) as a table."""
-    lines = [f"per model: {'model':<16} {'rows':>5}  {'TTFT median':>11} {'TPOT median':>11} {'|median|':>8}"]
+def format_by_model(summaries: list[dict], title: str = "per model:", keys: tuple[str, ...] = ("model",)) -> str:
+    """The summaries of one grouping (``serving_summaries(rows, keys)``; default per model) as a table."""
+    width = max([16] + [len(" ".join(str(s[k]) for k in keys)) for s in summaries])
+    pad = " " * len(title)
+    head = " ".join(keys).replace("_", " ")
+    lines = [f"{title} {head:<{width}} {'rows':>5}  {'TTFT median':>11} {'TPOT median':>11} {'|median|':>8}"]
     for s in summaries:
         t, p = s["ttft"] or {}, s["tpot"] or {}
+        name = " ".join(str(s[k]) for k in keys)
         lines.append(
-            f"           {s['model']:<16} {s['rows']:>5}  {_pct(t.get('median_error')):>11} "
+            f"{pad} {name:<{width}} {s['rows']:>5}  {_pct(t.get('median_error')):>11} "
             f"{_pct(p.get('median_error')):>11} {_pct(p.get('median_abs_error')).lstrip('+'):>8}"
         )
     return "\n".join(lines) + "\n"

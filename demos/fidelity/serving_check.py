@@ -17,7 +17,9 @@ def _quiet(text: str) -> None:
 
 @dataclass
 class ServingResult:
-    """Measured serving runs simulated (``ServingCheck`` rows), their summaries per GPU, engine and mode,
+    """Measured serving runs simulated (``ServingCheck`` rows), their summaries per GPU, engine and mode (and
+    per model, ``by_model``, and per engine, mode and kind of build, ``by_release``: a numbered release, a
+    nightly image, or none recorded),
     ``{reason: rows}`` not simulated, and with the peer asked for, aiconfigurator's estimate of the same
     rows side by side (``side_by_side``: per GPU, engine and mode, both median |errors| on the rows both
     estimated)."""
@@ -28,11 +30,14 @@ class ServingResult:
     side_by_side: list[dict[str, Any]] | None = None
     seconds: float = 0.0
     by_model: list[dict[str, Any]] | None = None
+    by_release: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {"rows": [c.to_dict() for c in self.rows], "summary": self.summary, "skipped": self.skipped}
         if self.by_model is not None:
             out["summary_by_model"] = self.by_model
+        if self.by_release is not None:
+            out["summary_by_release"] = self.by_release
         out["seconds"] = self.seconds
         if self.side_by_side is not None:
             out["side_by_side"] = self.side_by_side
@@ -44,6 +49,8 @@ class ServingResult:
         out = format_serving(self.summary, self.skipped)
         if self.by_model:
             out += format_by_model(self.by_model)
+        if self.by_release:
+            out += format_by_model(self.by_release, "per engine build:", ("engine", "mode", "release_kind"))
         if self.side_by_side is not None:
             out += format_side_by_side(self.side_by_side)
         return out + f"({len(self.rows)} rows simulated in {self.seconds:.0f} s)\n"
@@ -71,4 +78,5 @@ def serving_check(
     )
     side = serving.side_by_side(rows, lambda d, n, what: progress(f"peer: {d}/{n} {what}")) if peer else None
     summary, by_model = serving.serving_summaries(rows), serving.serving_summaries(rows, ("model",))
-    return ServingResult(rows, summary, skipped, side, time.perf_counter() - start, by_model)
+    by_release = serving.serving_summaries(rows, ("engine", "mode", "release_kind"))
+    return ServingResult(rows, summary, skipped, side, time.perf_counter() - start, by_model, by_release)

@@ -221,3 +221,25 @@ def test_the_errors_are_summarized_per_model_too():
     assert by[0]["tpot"]["median_error"] == pytest.approx(0.2) and by[1]["tpot"]["median_error"] == pytest.approx(-0.2)
     text = serving.format_by_model(by)
     assert "a" in text and "+20.0%" in text and "-20.0%" in text
+
+
+def test_the_errors_are_summarized_per_kind_of_engine_build():
+    """A numbered release, a dated nightly image and a row that records none are three groups (the nightlies are
+    the first builds of a new model's support, whose rows read apart)."""
+    assert [serving.release_kind(r) for r in ("0.5.9", "nightly-dev-20260401", None)] == [
+        "release",
+        "nightly",
+        "not recorded",
+    ]
+
+    def check(i, release, tpot):
+        return serving.ServingCheck(
+            f"r{i}", "b200", "sglang", "agg", "glm-5", 1024, 8, 8, 8, 0.1, 0.2, tpot, 0.01, release
+        )
+
+    rows = [check(0, "0.5.9", 0.009), check(1, "nightly-dev-20260317", 0.007), check(2, None, 0.008)]
+    by = serving.serving_summaries(rows, ("engine", "mode", "release_kind"))
+    assert [(s["release_kind"], s["rows"]) for s in by] == [("nightly", 1), ("not recorded", 1), ("release", 1)]
+    assert [round(s["tpot"]["median_error"], 6) for s in by] == [-0.3, -0.2, -0.1]
+    text = serving.format_by_model(by, "per engine build:", ("engine", "mode", "release_kind"))
+    assert "sglang agg nightly" in text and "-30.0%" in text and "sglang agg release" in text
