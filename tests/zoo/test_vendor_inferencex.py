@@ -226,6 +226,7 @@ def _record(model, source, system="b200_sxm", precision="fp8", mode="agg", backe
 
 
 IX_0324 = "source_file=2026-03-25.csv; measured=2026-03-24T00:00:00Z; image=x:v0.5.9"
+IX_DB = "db-dump/2026-04-27; config_id=1; measured={}T00:00:00.000Z; workflow_run_id=1"
 
 
 @pytest.mark.parametrize(
@@ -300,6 +301,22 @@ def test_the_measured_glm5_and_deepseek_r1_sglang_rows_read_their_radix_cache_fr
         (_record("Qwen/Qwen3.5-397B-A17B", IX_0324, precision="bf16"), False),
         (_record("zhipuai/GLM-5", IX_0324, mode="disagg"), False),
         (_record("zhipuai/GLM-5", "source_file=qwen-gap-analysis.csv; measured=2026-03-24"), False),
+        # TensorRT-LLM's DeepSeek-R1 scripts write kv_cache_config dtype fp8 from their first versions (their
+        # *_trt_slurm.sh names of September 2025 included), on B200 and H200
+        (_record("deepseek-ai/DeepSeek-R1", IX_DB.format("2025-11-02"), precision="fp4", backend="trtllm"), True),
+        (_record("deepseek-ai/DeepSeek-V3", IX_DB.format("2025-12-15"), "h200_sxm", backend="trtllm"), True),
+        (_record("deepseek-ai/DeepSeek-R1", IX_DB.format("2025-09-13"), precision="fp4", backend="trtllm"), False),
+        # vLLM's MiniMax-M2.5 and Kimi-K2.5 scripts pass --kv-cache-dtype fp8 from their day, not on Hopper
+        (_record("MiniMaxAI/MiniMax-M2.5", IX_DB.format("2026-03-11"), backend="vllm"), False),
+        (_record("MiniMaxAI/MiniMax-M2.5", IX_DB.format("2026-03-28"), backend="vllm"), True),
+        (_record("MiniMaxAI/MiniMax-M2.5", IX_DB.format("2026-04-03"), precision="fp4", backend="vllm"), False),
+        (_record("MiniMaxAI/MiniMax-M2.5", IX_DB.format("2026-04-08"), precision="fp4", backend="vllm"), True),
+        (_record("MiniMaxAI/MiniMax-M2.5", IX_DB.format("2026-04-03"), "b300_sxm", backend="vllm"), False),
+        (_record("MiniMaxAI/MiniMax-M2.5", IX_DB.format("2026-04-17"), "b300_sxm", backend="vllm"), True),
+        (_record("MiniMaxAI/MiniMax-M2.5", IX_DB.format("2026-03-28"), "h200_sxm", backend="vllm"), False),
+        (_record("moonshotai/Kimi-K2.5", IX_DB.format("2026-03-27"), precision="fp4", backend="vllm"), False),
+        (_record("moonshotai/Kimi-K2.5", IX_DB.format("2026-04-20"), precision="fp4", backend="vllm"), True),
+        (_record("moonshotai/Kimi-K2.5", IX_DB.format("2026-04-20"), "b300_sxm", "fp4", backend="vllm"), False),
     ],
 )
 def test_inferencex_rows_of_the_scripts_that_set_an_fp8_kv_cache_read_it(record, fp8):
@@ -319,6 +336,7 @@ def test_the_serving_check_plans_a_row_at_its_scripts_kv_cache_else_at_the_engin
     assert h200.kv_cache is None and _plan(h200)["kv_cache_dtype"] is None
     counts = Counter((r.engine, r.mode, r.kv_cache) for r in rows.values())
     assert counts["sglang", "agg", "fp8"] == 519
+    assert (counts["trtllm", "agg", "fp8"], counts["vllm", "agg", "fp8"]) == (366, 321)  # their scripts' too
     # the disaggregated rows whose srt-slurm recipes set it (DISAGG_KV_CACHE_FP8)
     assert {(e, m): n for (e, m, kv), n in counts.items() if kv and m == "disagg"} == {
         ("sglang", "disagg"): DISAGG_SGLANG,
@@ -327,7 +345,6 @@ def test_the_serving_check_plans_a_row_at_its_scripts_kv_cache_else_at_the_engin
     }
 
 
-IX_DB = "db-dump/2026-04-27; config_id=1; measured={}T00:00:00.000Z; workflow_run_id=1"
 DISAGG_SGLANG, DISAGG_TRTLLM = 232, 878
 """The measured disaggregated rows at an FP8 cache by engine (copies included), pinned by the test above."""
 

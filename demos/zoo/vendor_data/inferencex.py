@@ -1,5 +1,5 @@
-"""Which measured serving rows SemiAnalysis' InferenceX ran with speculative decoding, and the SGLang launch
-flags its scripts set.
+"""Which measured serving rows SemiAnalysis' InferenceX ran with speculative decoding, and the launch flags its
+scripts and recipes set.
 
 ``inferencex_speculative.csv`` beside this module lists the rows of the measured extra's
 ``silicon_sample.csv`` that InferenceX exported and that its published benchmark configs say decoded with
@@ -7,10 +7,11 @@ MTP (``mtp``), or that configs with and without MTP both match (``unknown``: Inf
 both ways then, and the row does not say which it is). Every other row is taken as non-speculative. The
 table is written by ``scripts/extract_inferencex_speculative.py`` from a pinned commit of InferenceX
 (``README-inferencex.md`` beside this module: source, licence and the matching rule). ``RADIX_CACHE_OFF`` and
-``KV_CACHE_FP8`` list the single-node SGLang launch scripts that pass ``--disable-radix-cache`` and
-``--kv-cache-dtype fp8_e4m3``; ``DISAGG_KV_CACHE_FP8`` the disaggregated deployments whose recipes (NVIDIA's
-``srt-slurm``, which InferenceX's configs name) set an FP8 KV cache; ``radix_cache_off`` and ``kv_cache_fp8``
-read a row's flags from them (``SiliconRow.radix_cache``, ``SiliconRow.kv_cache``).
+``KV_CACHE_FP8`` list the single-node launch scripts that pass ``--disable-radix-cache`` (SGLang's) and set an
+FP8 KV cache (SGLang's, vLLM's and TensorRT-LLM's, per engine); ``DISAGG_KV_CACHE_FP8`` the disaggregated
+deployments whose recipes (NVIDIA's ``srt-slurm``, which InferenceX's configs name) set an FP8 KV cache;
+``radix_cache_off`` and ``kv_cache_fp8`` read a row's flags from them (``SiliconRow.radix_cache``,
+``SiliconRow.kv_cache``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ _DSR1 = ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")  # DeepSeek-R1's 
 _QWEN35 = ("Qwen/Qwen3.5-397B-A17B",)
 _GLM5 = ("zhipuai/GLM-5",)
 _KIMI25 = ("moonshotai/Kimi-K2.5",)
+_MINIMAX25 = ("MiniMaxAI/MiniMax-M2.5",)
 
 RADIX_CACHE_OFF = (
     (_QWEN35, ("b200_sxm", "h200_sxm"), ("bf16", "fp8", "fp4"), "2026-02-19"),
@@ -63,19 +65,34 @@ measured rows give, systems, precisions, the day from which every version of the
 dates and files: README-inferencex.md, "Launch flags"). A row measured before its script's day, or in a
 disaggregated run (other files, not read), keeps the default."""
 
-KV_CACHE_FP8 = (
-    (_QWEN35, ("b200_sxm",), ("fp8",), "2026-03-03"),
-    (_QWEN35, ("b200_sxm",), ("fp4",), "2026-04-08"),
-    (_QWEN35, ("h200_sxm",), ("fp8",), "2026-03-04"),
-    (_QWEN35, ("b300_sxm",), ("fp8", "fp4"), "2026-04-17"),
-    (_DSR1, ("b200_sxm",), ("fp8",), "2025-09-23"),
-    (_DSR1, ("b200_sxm",), ("fp4",), "2025-09-21"),
-    (_DSR1, ("b300_sxm",), ("fp8", "fp4"), "2026-04-17"),
-    (_GLM5, ("b200_sxm",), ("fp8",), "2026-03-20"),
-    (_GLM5, ("b200_sxm",), ("fp4",), "2026-04-09"),
-    (_GLM5, ("b300_sxm",), ("fp8",), "2026-04-17"),
-)
-"""The same scripts that pass ``--kv-cache-dtype fp8_e4m3`` (an FP8 E4M3 KV cache), in the same form."""
+KV_CACHE_FP8 = {
+    "sglang": (
+        (_QWEN35, ("b200_sxm",), ("fp8",), "2026-03-03"),
+        (_QWEN35, ("b200_sxm",), ("fp4",), "2026-04-08"),
+        (_QWEN35, ("h200_sxm",), ("fp8",), "2026-03-04"),
+        (_QWEN35, ("b300_sxm",), ("fp8", "fp4"), "2026-04-17"),
+        (_DSR1, ("b200_sxm",), ("fp8",), "2025-09-23"),
+        (_DSR1, ("b200_sxm",), ("fp4",), "2025-09-21"),
+        (_DSR1, ("b300_sxm",), ("fp8", "fp4"), "2026-04-17"),
+        (_GLM5, ("b200_sxm",), ("fp8",), "2026-03-20"),
+        (_GLM5, ("b200_sxm",), ("fp4",), "2026-04-09"),
+        (_GLM5, ("b300_sxm",), ("fp8",), "2026-04-17"),
+    ),
+    "trtllm": (
+        (_DSR1, ("b200_sxm",), ("fp8",), "2025-09-12"),
+        (_DSR1, ("b200_sxm",), ("fp4",), "2025-09-15"),
+        (_DSR1, ("h200_sxm",), ("fp8",), "2025-09-18"),
+    ),
+    "vllm": (
+        (_MINIMAX25, ("b200_sxm",), ("fp8",), "2026-03-27"),
+        (_MINIMAX25, ("b200_sxm",), ("fp4",), "2026-04-07"),
+        (_MINIMAX25, ("b300_sxm",), ("fp8", "fp4"), "2026-04-17"),
+        (_KIMI25, ("b200_sxm",), ("fp4",), "2026-04-16"),
+    ),
+}
+"""The single-node launch scripts that set an FP8 KV cache, per engine, in the same form: SGLang's pass
+``--kv-cache-dtype fp8_e4m3``, vLLM's ``--kv-cache-dtype fp8``, TensorRT-LLM's write ``kv_cache_config: dtype: fp8``
+into the server's YAML."""
 
 RECIPES = "NVIDIA/srt-slurm @ c88ef731 (recipes/, every version of each file before 2026-04-20), Apache-2.0"
 """Where ``DISAGG_KV_CACHE_FP8`` was read (README-inferencex.md, "Launch flags")."""
@@ -139,10 +156,12 @@ def radix_cache_off(record: Mapping) -> bool:
 
 
 def kv_cache_fp8(record: Mapping) -> bool:
-    """Whether a measured row's servers kept an FP8 KV cache: a co-located SGLang run's script (``KV_CACHE_FP8``)
-    or a disaggregated run's recipe (``DISAGG_KV_CACHE_FP8``)."""
-    agg = record["backend"] == "sglang" and _listed(KV_CACHE_FP8, record, "agg")
-    return agg or _listed(DISAGG_KV_CACHE_FP8.get(record["backend"], ()), record, "disagg")
+    """Whether a measured row's servers kept an FP8 KV cache: a co-located run's script (``KV_CACHE_FP8``) or a
+    disaggregated run's recipe (``DISAGG_KV_CACHE_FP8``), of its engine."""
+    engine = record["backend"]
+    return _listed(KV_CACHE_FP8.get(engine, ()), record, "agg") or _listed(
+        DISAGG_KV_CACHE_FP8.get(engine, ()), record, "disagg"
+    )
 
 
 SPECULATIVE = ("mtp", "unknown")
