@@ -8,13 +8,14 @@
   ``deepseek-r1`` preset with ``--weights fp4``); ``REPO_ALIASES`` names the repositories the rows spell
   otherwise.
 * **KV cache** (``row_kv``): the launch script's where InferenceX's export records one
-  (``SiliconRow.kv_cache``), else the engine's default for that model and GPU (``engine_kv``).
+  (``SiliconRow.kv_cache``), else the engine's default for that checkpoint, model and GPU (``engine_kv``).
 """
 
 from __future__ import annotations
 
 from demos.zoo.hardware import get_gpu
-from demos.zoo.models import CHECKPOINTS, get_preset, weights_name
+from demos.zoo.models import CHECKPOINTS, checkpoints, get_preset, weights_name
+from demos.zoo.models.presets import KV_CACHE_FP8_CHECKPOINTS
 
 __all__ = ["REPO_ALIASES", "SERVED", "engine_kv", "row_kv", "served_as"]
 
@@ -53,11 +54,16 @@ def served_as(r) -> tuple[str, str | None] | str:
     return served if served is not None else f"no preset for {r.model} at {r.precision}"
 
 
-def engine_kv(engine: str, model: str, gpu: str) -> str | None:
-    """The KV cache dtype a measured row of ``engine`` serving preset ``model`` on ``gpu`` ran at its default:
-    SGLang's (``sglang_kv_default``: FP8 for DeepSeek-V4, and for DeepSeek sparse attention on Blackwell), else
-    the model's own (None). An assumption, for the rows whose launch script is not known (the rows with one carry
-    its flag: ``SiliconRow.kv_cache``, which ``row_kv`` takes first)."""
+def engine_kv(engine: str, model: str, gpu: str, weights: str | None = None) -> str | None:
+    """The KV cache dtype a measured row of ``engine`` serving preset ``model`` at ``weights`` (a ``--weights`` name,
+    None: the preset's own) on ``gpu`` ran at its default: TensorRT-LLM's and vLLM's, the checkpoint's own where its
+    quantization config declares an FP8 cache (``KV_CACHE_FP8_CHECKPOINTS``: NVIDIA's NVFP4 checkpoints);
+    SGLang's (``sglang_kv_default``: FP8 for DeepSeek-V4, and for DeepSeek sparse attention on Blackwell); else the
+    model's own (None). An assumption, for the rows whose launch script is not known (the rows with one carry its
+    flag: ``SiliconRow.kv_cache``, which ``row_kv`` takes first)."""
+    if engine in ("trtllm", "vllm"):
+        repo = checkpoints(model).get(weights or weights_name(get_preset(model).precision))
+        return "fp8" if repo in KV_CACHE_FP8_CHECKPOINTS else None
     if engine != "sglang":
         return None
     from demos.prediction.engines import sglang_kv_default
@@ -66,7 +72,7 @@ def engine_kv(engine: str, model: str, gpu: str) -> str | None:
     return kv if kv == "fp8" else None
 
 
-def row_kv(r, model: str, gpu: str) -> str | None:
-    """The KV cache dtype measured row ``r`` ran preset ``model`` on ``gpu`` at: its launch script's, else the
-    engine's default (``engine_kv``); None: the model's own."""
-    return r.kv_cache or engine_kv(r.engine, model, gpu)
+def row_kv(r, model: str, gpu: str, weights: str | None = None) -> str | None:
+    """The KV cache dtype measured row ``r`` ran preset ``model`` at ``weights`` on ``gpu`` at: its launch script's,
+    else the engine's default (``engine_kv``); None: the model's own."""
+    return r.kv_cache or engine_kv(r.engine, model, gpu, weights)

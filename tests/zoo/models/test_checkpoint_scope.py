@@ -1,5 +1,6 @@
 """What an NVFP4 checkpoint quantizes beside its routed experts: ``modelopt_scope`` reads a ModelOpt ignore
-list, ``NVFP4_SCOPE`` holds each family's for ``--weights fp4``, and the two agree on the extra's copies."""
+list, ``NVFP4_SCOPE`` holds each family's for ``--weights fp4``, and the two agree on the extra's copies; which
+checkpoints declare an FP8 KV cache, and the engines that keep it by default (``engine_kv``)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import json
 
 import pytest
 
+from demos.fidelity.served import engine_kv
 from demos.zoo import measured
-from demos.zoo.models import count_params, get_preset, load_config, with_precision
+from demos.zoo.models import CHECKPOINTS, count_params, get_preset, load_config, with_precision
 from demos.zoo.models.hf_config._quantization import modelopt_scope
 from demos.zoo.models.params import attention_out_params
 from demos.zoo.models.precision import NVFP4_SCOPE
+from demos.zoo.models.presets import KV_CACHE_FP8_CHECKPOINTS
 
 needs_extra = pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
 
@@ -77,3 +80,38 @@ def test_kimi_k2_5s_nvfp4_config_loads_as_the_preset_at_fp4():
     spec = load_config(measured.data_root().parent / "model_configs" / "nvidia--Kimi-K2.5-NVFP4_config.json")
     assert (spec.precision.experts, spec.precision.mlp, spec.precision.attention_out) == ("nvfp4", "nvfp4", None)
     assert spec.precision == with_precision(get_preset("kimi-k2.5"), weights="fp4").precision
+
+
+def _declares_fp8_kv(stem: str) -> bool | None:
+    """Whether the extra's copy of a checkpoint's quantization config declares an FP8 KV cache; None: no copy."""
+    root = measured.data_root().parent / "model_configs"
+    hf = root / f"{stem}_hf_quant_config.json"
+    if hf.exists():
+        return json.loads(hf.read_text())["quantization"].get("kv_cache_quant_algo") == "FP8"
+    cfg = root / f"{stem}_config.json"
+    if not cfg.exists():
+        return None
+    q = json.loads(cfg.read_text()).get("quantization_config") or {}
+    scheme = q.get("kv_cache_scheme") or {}
+    return q.get("kv_cache_quant_algo") == "FP8" or (scheme.get("num_bits"), scheme.get("type")) == (8, "float")
+
+
+@needs_extra
+def test_the_fp8_cache_checkpoints_are_those_whose_configs_declare_one():
+    repos = {repo for by in CHECKPOINTS.values() for repo in by.values()}
+    assert KV_CACHE_FP8_CHECKPOINTS <= repos
+    read = {repo: _declares_fp8_kv(repo.replace("/", "--")) for repo in sorted(repos)}
+    copied = {repo for repo, v in read.items() if v is not None}
+    assert {repo for repo in copied if read[repo]} == KV_CACHE_FP8_CHECKPOINTS & copied
+    assert "nvidia/MiniMax-M3-NVFP4" in copied and "nvidia/MiniMax-M3-NVFP4" not in KV_CACHE_FP8_CHECKPOINTS
+    assert KV_CACHE_FP8_CHECKPOINTS - copied == {"nvidia/DeepSeek-R1-0528-NVFP4-v2"}  # the one assumption
+
+
+def test_trtllm_and_vllm_keep_an_nvfp4_checkpoints_fp8_cache_and_sglang_its_own_default():
+    assert engine_kv("trtllm", "deepseek-r1", "b200", "fp4") == "fp8"
+    assert engine_kv("vllm", "kimi-k2.5", "b300", "fp4") == "fp8"
+    assert engine_kv("trtllm", "deepseek-r1", "b200") is None  # DeepSeek's own FP8 checkpoint declares none
+    assert engine_kv("vllm", "kimi-k2.5", "b200") is None  # Moonshot's INT4 checkpoint
+    assert engine_kv("trtllm", "minimax-m3", "b200", "fp4") is None  # its mixed-precision config declares none
+    assert engine_kv("sglang", "deepseek-r1", "b200", "fp4") is None  # SGLang keeps BF16 unless told
+    assert engine_kv("sglang", "deepseek-v3.2", "b200", "fp4") == "fp8"  # its DSA rule on Blackwell

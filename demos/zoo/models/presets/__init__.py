@@ -24,7 +24,7 @@ import copy
 from typing import Any
 
 from demos.zoo.models.hf_config import spec_from_config
-from demos.zoo.models.presets._checkpoints import CHECKPOINTS, checkpoints
+from demos.zoo.models.presets._checkpoints import CHECKPOINTS, KV_CACHE_FP8_CHECKPOINTS, checkpoints
 from demos.zoo.models.presets._gqa import (
     GLM_4_5,
     GLM_4_5_AIR,
@@ -45,6 +45,7 @@ from demos.zoo.models.spec import ModelSpec
 __all__ = [
     "ALIASES",
     "CHECKPOINTS",
+    "KV_CACHE_FP8_CHECKPOINTS",
     "PRESET_NAMES",
     "UnknownPresetError",
     "checkpoints",

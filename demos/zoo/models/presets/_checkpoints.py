@@ -64,6 +64,27 @@ a ``--weights`` choice). DeepSeek-V4's own checkpoints are its "fp4" (MXFP4 rout
 SGLang's FP8 copies keep every expert in FP8."""
 
 
+KV_CACHE_FP8_CHECKPOINTS = frozenset(
+    {
+        "nvidia/DeepSeek-R1-0528-NVFP4-v2",
+        "nvidia/DeepSeek-V3.2-NVFP4",
+        "nvidia/GLM-5-NVFP4",
+        "nvidia/Kimi-K2.5-NVFP4",
+        "nvidia/MiniMax-M2.5-NVFP4",
+        "nvidia/MiniMax-M2.7-NVFP4",
+        "nvidia/Qwen3-235B-A22B-NVFP4",
+        "nvidia/Qwen3.5-397B-A17B-NVFP4",
+    }
+)
+"""The checkpoints of ``CHECKPOINTS`` whose quantization config declares an FP8 KV cache (ModelOpt's
+``kv_cache_quant_algo: FP8`` in ``hf_quant_config.json``, or config.json's ``kv_cache_scheme`` of 8-bit floats), as
+aiconfigurator-core 0.12.0's copies give them: every NVIDIA NVFP4 checkpoint of a preset but MiniMax-M3's (its
+mixed-precision config declares none). DeepSeek-R1's is an assumption, its config not copied: NVIDIA's
+DeepSeek-V3.1 and -V3.2 NVFP4 checkpoints, from the same tool, declare it. TensorRT-LLM and vLLM (from 0.14,
+its pull request 30785) keep such a cache when the launch leaves the KV cache dtype unset
+(``demos.fidelity.served.engine_kv``)."""
+
+
 def checkpoints(name: str) -> dict[str, str]:
     """The published checkpoints of preset or alias ``name`` by weight precision (``CHECKPOINTS``); ``{}``
     for any other name (a config.json, a spec built in code)."""
