@@ -43,3 +43,14 @@ def test_a_bf16_prediction_of_a_dsa_model_pins_sglangs_cache_and_an_fp8_one_asks
     assert "bfloat16" not in fp8.sglang
     r1 = predict("deepseek-r1", gpu="b200", nodes=2, ep=16, tokens=[64]).recommendation
     assert "--kv-cache-dtype" not in r1.sglang
+
+
+@pytest.mark.slow  # two whole predictions
+def test_a_bf16_prediction_of_an_nvfp4_checkpoint_says_vllm_keeps_its_declared_fp8_cache():
+    """NVIDIA's NVFP4 checkpoints declare an FP8 KV cache, which vLLM keeps when its line sets none: the line
+    says so where the prediction sized BF16, and not where it sized FP8 (the flag then on both lines)."""
+    note = "declares an FP8 KV cache in its quantization config, which vLLM keeps"
+    bf16 = predict("deepseek-r1", gpu="b200", nodes=2, ep=16, tokens=[64], weights="fp4").recommendation
+    assert any(note in n for n in bf16.notes) and "--kv-cache-dtype" not in bf16.vllm
+    fp8 = predict("deepseek-r1", gpu="b200", nodes=2, ep=16, tokens=[64], weights="fp4", kv_cache_dtype="fp8")
+    assert not any(note in n for n in fp8.recommendation.notes) and " --kv-cache-dtype fp8" in fp8.recommendation.vllm

@@ -13,6 +13,7 @@ from demos.prediction.engines._deployment import Deployment
 from demos.prediction.engines._releases import EPLB_MODEL_TYPES, KV_CACHE_FLAGS, SGLANG_FP8_KV_DEFAULT
 from demos.prediction.engines._shared import MODEL, gpus
 from demos.vocabulary import Phase
+from demos.zoo.models.presets import KV_CACHE_FP8_CHECKPOINTS
 
 PRECISION_WORDS = {"bf16": "BF16", "fp8": "FP8", "fp4": "FP4", "int4": "INT4"}
 
@@ -56,10 +57,17 @@ def model_flags(d: Deployment, notes: list[str]) -> tuple[str, dict[str, str]]:
             flags[engine] += f" --kv-cache-dtype {value}"
         notes.append(
             f"--kv-cache-dtype {KV_CACHE_FLAGS['vllm']} (vLLM) / {KV_CACHE_FLAGS['sglang']} (SGLang): the FP8 E4M3 KV "
-            "cache the prediction sized and timed (--kv-cache-dtype fp8); without it vLLM keeps it in BF16, and SGLang "
-            "too but for DeepSeek-V4 and, on Blackwell, DeepSeek sparse attention models"
+            "cache the prediction sized and timed (--kv-cache-dtype fp8); without it vLLM keeps the checkpoint's (BF16 "
+            "unless its quantization config declares FP8), and SGLang BF16 but for DeepSeek-V4 and, on Blackwell, "
+            "DeepSeek sparse attention models"
         )
-    elif sv.model_type in SGLANG_FP8_KV_DEFAULT:
+    elif repo in KV_CACHE_FP8_CHECKPOINTS:
+        notes.append(
+            f"vLLM: {repo} declares an FP8 KV cache in its quantization config, which vLLM keeps when the line sets "
+            "none (its pull request 30785): half the bytes of the BF16 cache the prediction sized and timed; predict "
+            "with --kv-cache-dtype fp8 for the line as it runs"
+        )
+    if sv.kv_cache != "fp8" and sv.model_type in SGLANG_FP8_KV_DEFAULT:
         flags["sglang"] += " --kv-cache-dtype bfloat16"
         where = _FP8_KV_WHERE[SGLANG_FP8_KV_DEFAULT[sv.model_type]]
         notes.append(
