@@ -62,13 +62,13 @@ NVFP4_SCOPE: dict[str, frozenset[str]] = {
 family stores in NVFP4 (``mlp``: the dense MLPs and shared experts; ``attention_out``: ``o_proj``); a family
 not listed: the routed experts only. Read from the checkpoints' ignore lists (``hf_quant_config.json``'s
 ``exclude_modules``, or config.json's ``quantization_config.ignore``, as aiconfigurator-core 0.12.0 copies
-them; ``demos.zoo.models.hf_config.modelopt_scope`` reads them): nvidia/DeepSeek-V3.1-NVFP4 and
+them; ``demos.zoo.models.hf_config._quantization.modelopt_scope`` reads them): nvidia/DeepSeek-V3.1-NVFP4 and
 -V3.2-NVFP4 leave out only the query and latent projections (and the indexer, the MTP layer, the LM head);
 nvidia/GLM-5-NVFP4 all of attention; nvidia/Kimi-K2.5-NVFP4 attention and the LM head; nvidia/Qwen3.5-397B-A17B-NVFP4
 attention, the linear-attention layers and the shared expert; nvidia/MiniMax-M2.5-NVFP4 attention and the
 router. DeepSeek-R1's is an assumption: the serving runs use nvidia/DeepSeek-R1-0528-NVFP4-v2, whose ignore
 list the extra does not copy; its model card says it quantizes the attention output (``wo``) beyond its first
-version, whose dense MLPs are NVFP4 as well (its safetensors index), which is V3.1's list. Later checkpoints
+version, whose dense MLPs are NVFP4 as well (its published weight listing), which is V3.1's list. Later checkpoints
 of a family may differ (nvidia/Kimi-K2.6-NVFP4 and GLM-5.1/5.2-NVFP4 keep the shared experts and the first
 dense layer in BF16): the table names the checkpoint of each family's preset."""
 
