@@ -72,7 +72,7 @@ def engine_kv(engine: str, model: str, gpu: str, weights: str | None = None) -> 
     return kv if kv == "fp8" else None
 
 
-def row_kv(r, model: str, gpu: str, weights: str | None = None) -> str | None:
-    """The KV cache dtype measured row ``r`` ran preset ``model`` at ``weights`` on ``gpu`` at: its launch script's,
-    else the engine's default (``engine_kv``); None: the model's own."""
-    return r.kv_cache or engine_kv(r.engine, model, gpu, weights)
+def row_kv(r, served: tuple[str, str | None], gpu: str) -> str | None:
+    """The KV cache dtype measured row ``r``, served as ``served`` (``served_as``: the preset and its weights) on
+    ``gpu``, ran at: its launch script's, else the engine's default (``engine_kv``); None: the model's own."""
+    return r.kv_cache or engine_kv(r.engine, served[0], gpu, served[1])

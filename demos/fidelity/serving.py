@@ -43,10 +43,10 @@ from demos.zoo.models import get_preset
 
 __all__ = [
     "ServingCheck",
-    "format_by_model",
-    "release_kind",
+    "format_grouped",
     "format_serving",
     "format_side_by_side",
+    "release_kind",
     "serving_rows",
     "serving_summaries",
     "side_by_side",
@@ -132,7 +132,7 @@ def _plan(r) -> dict | str:
     decode = _layout(gpu, r.tp, r.attention_dp, r.moe_ep, r.moe_tp)
     if isinstance(decode, str):
         return decode
-    kv = row_kv(r, served[0], gpu, served[1])  # the launch script's, else the engine's default
+    kv = row_kv(r, served, gpu)  # the launch script's, else the engine's default
     plan = dict(model=served[0], weights=served[1], gpu=gpu, kv_cache_dtype=kv, **decode)
     if r.mode == "agg":
         return plan
@@ -283,7 +283,7 @@ def serving_summaries(rows: list[ServingCheck], by: tuple[str, ...] = ("gpu", "e
     return out
 
 
-def format_by_model(summaries: list[dict], title: str = "per model:", keys: tuple[str, ...] = ("model",)) -> str:
+def format_grouped(summaries: list[dict], title: str = "per model:", keys: tuple[str, ...] = ("model",)) -> str:
     """The summaries of one grouping (``serving_summaries(rows, keys)``; default per model) as a table."""
     width = max([16] + [len(" ".join(str(s[k]) for k in keys)) for s in summaries])
     pad = " " * len(title)

@@ -44,13 +44,13 @@ class ServingResult:
         return out
 
     def text(self) -> str:
-        from demos.fidelity.serving import format_by_model, format_serving, format_side_by_side
+        from demos.fidelity.serving import format_grouped, format_serving, format_side_by_side
 
         out = format_serving(self.summary, self.skipped)
         if self.by_model:
-            out += format_by_model(self.by_model)
+            out += format_grouped(self.by_model)
         if self.by_release:
-            out += format_by_model(self.by_release, "per engine build:", ("engine", "mode", "release_kind"))
+            out += format_grouped(self.by_release, "per engine build:", ("engine", "mode", "release_kind"))
         if self.side_by_side is not None:
             out += format_side_by_side(self.side_by_side)
         return out + f"({len(self.rows)} rows simulated in {self.seconds:.0f} s)\n"

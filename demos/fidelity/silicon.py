@@ -164,9 +164,7 @@ def _prefill_plan(r) -> dict | str:
 def _precision(r, served: tuple[str, str | None], gpu: str) -> dict:
     """The plan's preset, weights and KV cache dtype for row ``r`` served as ``served`` on ``gpu``, and its engine
     (whose own kernels a step takes where they differ: ``demos.zoo.kernel_times``)."""
-    return dict(
-        preset=served[0], weights=served[1], kv_cache_dtype=row_kv(r, served[0], gpu, served[1]), engine=r.engine
-    )
+    return dict(preset=served[0], weights=served[1], kv_cache_dtype=row_kv(r, served, gpu), engine=r.engine)
 
 
 def _step_seconds(phase: str, p: dict, kernels: str = "roofline") -> float:

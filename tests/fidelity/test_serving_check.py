@@ -219,7 +219,7 @@ def test_the_errors_are_summarized_per_model_too():
     by = serving.serving_summaries(rows, ("model",))
     assert [(s["model"], s["rows"]) for s in by] == [("a", 2), ("b", 1)]
     assert by[0]["tpot"]["median_error"] == pytest.approx(0.2) and by[1]["tpot"]["median_error"] == pytest.approx(-0.2)
-    text = serving.format_by_model(by)
+    text = serving.format_grouped(by)
     assert "a" in text and "+20.0%" in text and "-20.0%" in text
 
 
@@ -241,5 +241,5 @@ def test_the_errors_are_summarized_per_kind_of_engine_build():
     by = serving.serving_summaries(rows, ("engine", "mode", "release_kind"))
     assert [(s["release_kind"], s["rows"]) for s in by] == [("nightly", 1), ("not recorded", 1), ("release", 1)]
     assert [round(s["tpot"]["median_error"], 6) for s in by] == [-0.3, -0.2, -0.1]
-    text = serving.format_by_model(by, "per engine build:", ("engine", "mode", "release_kind"))
+    text = serving.format_grouped(by, "per engine build:", ("engine", "mode", "release_kind"))
     assert "sglang agg nightly" in text and "-30.0%" in text and "sglang agg release" in text

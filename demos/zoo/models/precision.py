@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import Any
 
 from demos.zoo.models.dtypes import dtype
-from demos.zoo.models.spec import ModelSpec, ModelSpecError, Precision
+from demos.zoo.models.spec import ModelSpec, ModelSpecError, Precision, stored_apart
 
 __all__ = [
     "INT_EXPERT_DTYPES",
@@ -99,8 +99,7 @@ def with_precision(spec: ModelSpec, *, weights: str | None = None, kv_cache: str
         dense, experts = WEIGHT_DTYPES[weights]
         dispatch = experts if experts.startswith("fp8") else act
         scope = NVFP4_SCOPE.get(spec.model_type, frozenset()) if experts == "nvfp4" else frozenset()
-        parts = {part: experts if part in scope else None for part in ("mlp", "attention_out")}
-        new = replace(new, weights=dense or act, experts=experts, dispatch=dispatch, **parts)
+        new = replace(new, weights=dense or act, experts=experts, dispatch=dispatch, **stored_apart(scope, experts))
     if kv_cache is not None:
         new = replace(new, kv_cache=KV_CACHE_DTYPES[kv_cache])
     return spec if new == p else replace(spec, precision=new)

@@ -59,7 +59,9 @@ __all__ = [
     "ModelSpec",
     "ModelSpecError",
     "Precision",
+    "STORED_APART",
     "SparseMLAAttention",
+    "stored_apart",
 ]
 
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention", "block_sparse_attention")
@@ -88,7 +90,7 @@ class Precision:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is None and f.name in _OVERRIDES:
+            if value is None and f.name in STORED_APART:
                 continue
             check_choice("Precision", f.name, value, tuple(DTYPES))
 
@@ -105,8 +107,15 @@ class Precision:
         return dtype(self.store(part)).bytes
 
 
-_OVERRIDES = frozenset({"mlp", "attention_out"})
-"""``Precision``'s fields that may be None: stored as ``weights``."""
+STORED_APART = ("mlp", "attention_out")
+"""``Precision``'s parts of ``weights`` a checkpoint may store apart: the fields that may be None (stored as
+``weights``)."""
+
+
+def stored_apart(scope: frozenset[str], storage: str) -> dict[str, str | None]:
+    """``Precision``'s ``STORED_APART`` fields for a checkpoint that stores the parts in ``scope`` as ``storage``
+    and the others as its ``weights`` (None)."""
+    return {part: storage if part in scope else None for part in STORED_APART}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 
 from demos.zoo.models.hf_config._fields import Fields, show
-from demos.zoo.models.spec import Precision
+from demos.zoo.models.spec import Precision, stored_apart
 
 ACTIVATION_DTYPES = ("bfloat16", "float16", "float32")
 DEFAULT_DTYPE = "bfloat16"  # when config.json has neither torch_dtype nor dtype (gpt-oss-120b)
@@ -107,5 +107,5 @@ def read_precision(f: Fields, *, expert_only_quant: bool, quant: Fields | None =
             ignore = q.get_str_list("ignore") if q.has("ignore") else ()
             scope = modelopt_scope(ignore, f.get_int("num_hidden_layers")) if ignore else frozenset()
     dispatch = experts if experts.startswith("fp8") else act
-    parts = {part: experts if part in scope else None for part in ("mlp", "attention_out")}
+    parts = stored_apart(scope, experts)
     return Precision(weights=weights, experts=experts, dispatch=dispatch, combine=act, kv_cache=act, **parts)

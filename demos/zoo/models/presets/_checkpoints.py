@@ -80,8 +80,8 @@ KV_CACHE_FP8_CHECKPOINTS = frozenset(
 ``kv_cache_quant_algo: FP8`` in ``hf_quant_config.json``, or config.json's ``kv_cache_scheme`` of 8-bit floats), as
 aiconfigurator-core 0.12.0's copies give them: every NVIDIA NVFP4 checkpoint of a preset but MiniMax-M3's (its
 mixed-precision config declares none). DeepSeek-R1's is an assumption, its config not copied: NVIDIA's
-DeepSeek-V3.1 and -V3.2 NVFP4 checkpoints, from the same tool, declare it. TensorRT-LLM and vLLM (from 0.14,
-its pull request 30785) keep such a cache when the launch leaves the KV cache dtype unset
+DeepSeek-V3.1 and -V3.2 NVFP4 checkpoints, from the same tool, declare it. TensorRT-LLM and vLLM (since its pull
+request 30785, December 2025) keep such a cache when the launch leaves the KV cache dtype unset
 (``demos.fidelity.served.engine_kv``)."""
 
 
