@@ -53,12 +53,11 @@ of them), and compared ("the family's curve" below is whichever of the two):
   grouped curve, their weights once per active expert, the activation pass), with the table's routing:
   ``tokens x top_k / ep`` copies per rank spread over distinct experts (its "uniform" is an even
   spread, so ``min(local experts, copies)`` are active);
-* ``local experts fp8`` ... ``local experts w4a8``: SGLang 0.5.14's local fused MoE kernels per expert dtype (up
-  to 256 tokens) on the family's ``local_experts`` curve of the dtype, fitted to them
-  (``demos.fidelity.engine_experts``);
-* ``experts vllm fp8`` / ``experts vllm nvfp4`` / ``experts vllm int4``: vLLM 0.24.0's fused MoE kernels per
-  expert dtype (``demos.fidelity.engine_experts``) predicted as the step times a local fused MoE, each dtype on
-  the curve of its math; held out;
+* ``local experts fp8`` ... ``local experts w4a8`` and ``experts vllm fp8|nvfp4|int4``: SGLang 0.5.14's local fused
+  MoE kernels per expert dtype (up to 256 tokens; the family's ``local_experts`` curves are fitted to them) and
+  vLLM 0.24.0's (held out), each timed as the step times a local fused MoE (``demos.fidelity.engine_experts``);
+* ``gqa decode|prefill sglang|vllm|trtllm`` (and ``... fp8``): each engine's GQA kernels on the family's curve
+  of them (``demos.fidelity.gqa_kernels``);
 * ``dispatch`` / ``combine``: DeepEP low-latency rows (one node) against the family's single-node line
   (``FamilyFit.ll_sm``, fitted to these rows of both GPUs of the family): how the predictor times a
   low-latency kernel whose EP group is one node (``demos.zoo.costs``);
@@ -78,6 +77,7 @@ from typing import NamedTuple
 
 from demos.fidelity.engine_comm import ALLREDUCE_OPS, allreduce_rows
 from demos.fidelity.engine_experts import ENGINE_MOE_OPS, LOCAL_MOE_OPS, engine_experts_rows, local_experts_rows
+from demos.fidelity.gqa_kernels import GQA_OPS, gqa_check_rows
 from demos.fidelity.stats import error_stats
 from demos.fits.linear import GDN_FIELDS, gdn_row_work
 from demos.fits.rooflines import experts_seconds, mla_kv_bytes, mla_row_work
@@ -125,6 +125,7 @@ OPS = (
     "experts",
     *LOCAL_MOE_OPS.values(),
     *ENGINE_MOE_OPS.values(),
+    *GQA_OPS.values(),
     "dispatch",
     "combine",
     *ALLREDUCE_OPS.values(),
@@ -359,10 +360,10 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
         out += [r for r in _index_rows(gpu, fit) if r.op in ops]
     if "experts" in ops:
         out += list(_experts_rows(gpu, fit))
-    if ops & set(LOCAL_MOE_OPS.values()):
-        out += [CheckRow(gpu, *row) for row in local_experts_rows(gpu, fit) if row[0] in ops]
-    if ops & set(ENGINE_MOE_OPS.values()):
-        out += [CheckRow(gpu, *row) for row in engine_experts_rows(gpu, fit) if row[0] in ops]
+    checks = (LOCAL_MOE_OPS, local_experts_rows), (ENGINE_MOE_OPS, engine_experts_rows), (GQA_OPS, gqa_check_rows)
+    for names, rows_of in checks:
+        if ops & set(names.values()):
+            out += [CheckRow(gpu, *row) for row in rows_of(gpu, fit) if row[0] in ops]
     if ops & {"dispatch", "combine"}:
         out += [r for r in _alltoall_rows(gpu, fit) if r.op in ops]
     if ops & set(ALLREDUCE_OPS.values()):

@@ -124,7 +124,7 @@ def fit_amd_family(family: str, base: FamilyFit) -> FamilyFit:
     bf16_note = "BF16 GEMMs" if len(bf16_rows) >= _MIN_GEMM_ROWS else "no BF16 GEMM table (BF16 takes the FP8 curve)"
     source = (
         f"{aiter.SOURCE}: FP8 block-scaled GEMMs, {bf16_note}, fused MoE (FP8) on {name}; "
-        f"{SOURCES['ROCm/mori']} IntraNodeLL on {', '.join(_LL_GPUS[family])}; the MLA, linear-attention, "
+        f"{SOURCES['ROCm/mori']} IntraNodeLL on {', '.join(_LL_GPUS[family])}; the MLA, GQA, linear-attention, "
         f"hyper-connection and indexer curves and the MLA module's and DSA indexer's fixed times borrowed from "
         f"{BORROWED} ({base.source})"
     )

@@ -38,6 +38,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from demos.fits.gqa import gqa_row_units, gqa_row_work
 from demos.fits.index import PREFILL_HEADS, SCORE_DIM, index_row_work, prefill_row_work
 from demos.fits.linear import gdn_row_work
 from demos.fits.rooflines import experts_seconds, mla_kv_bytes, mla_row_work
@@ -58,6 +59,10 @@ _GEMM_K = (512, 1536, 7168, 18432)
 _DECODE = ((1, 8, 32, 128, 512), (16, 32, 64, 128), (256, 2048, 8192, 32768))  # batch, heads, kv_len
 _PREFILL = ((1, 2, 8), (16, 128), (512, 2048, 8192, 16384))
 _AR_BYTES = (1024, 65536, 1048576, 8388608)  # an all-reduce's tensor
+_GQA = {  # batch, (heads, kv heads), head dim, cached tokens (decode) or prompt tokens (prefill)
+    "decode": ((1, 16, 128, 512), ((8, 1), (16, 2), (48, 8)), (128, 256), (512, 4096, 32768)),
+    "prefill": ((1, 4), ((8, 1), (16, 2), (48, 8)), (128, 256), (512, 4096, 16384)),
+}
 _EXPERTS_TOKENS, _EXPERTS_EP = (1, 4, 16, 64, 256, 1024, 4096), (8, 16, 32, 64, 128)
 _LL = ((1, 8, 32, 128, 512), (4096, 7168), (3, 7))  # tokens, hidden, peers
 _GDN = {  # batch, tokens per request, value heads (4 per key head, heads of 128)
@@ -120,6 +125,13 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
             flops, nbytes = mla_row_work(phase, batch, heads, kv, mla_kv_bytes(cache))
             t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
             add(f"mla {phase}{tag}", [f"{name} batch={a} heads={b} kv={c}" for a, b, c in pts], t)
+        for key, curve in fit.gqa.items():
+            phase, _, kv = key.split()
+            pts = [(b, q, kvh, d, n) for b, (q, kvh), d, n in itertools.product(*_GQA[phase])]
+            batch, q, kvh, dim, length = (np.array(c, dtype=float) for c in zip(*pts))
+            flops, nbytes = gqa_row_work(phase, kv, batch, q, kvh, dim, length, 0)
+            t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth, gqa_row_units(batch, kvh))
+            add(f"gqa {key}", [f"{name} batch={b} heads={q}/{kvh} dim={d} len={n}" for b, q, kvh, d, n in pts], t)
         if fit.experts is not None:
             shapes = [_MoeShape(t, ep) for t in _EXPERTS_TOKENS for ep in _EXPERTS_EP]
             t = [experts_seconds(fit.gemm["fp8"], fit.experts, g, s) for s in shapes]

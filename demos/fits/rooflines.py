@@ -255,8 +255,9 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     """``family``'s curves fitted to the measured tables of ``gpus`` (default ``FIT_GPUS[family]``), the
     MLA module's fixed time left at 0 (``demos.fits.module.fitted_family`` adds it); needs the
     ``measured`` extra."""
+    from demos.fits.gqa import gqa_curves
     from demos.fits.index import fit_index
-    from demos.zoo import measured, measured_comm, measured_index, measured_moe
+    from demos.zoo import measured, measured_attention, measured_comm, measured_index, measured_moe
 
     names = tuple(gpus or FIT_GPUS[family])
     specs = [(get_gpu(g), g) for g in names]
@@ -274,6 +275,7 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     # TRT-LLM's own FP8-cache MLA decode kernel: on Hopper far from SGLang's (docs/kernels.md)
     trt = [(spec, measured.mla_rows(g, Phase.DECODE, MLA_KV_FP8, engine="trtllm")) for spec, g in specs]
     engine_fp8 = {"trtllm": fit_attention(trt, Phase.DECODE, MLA_KV_FP8)} if all(rows for _, rows in trt) else {}
+    gqa = gqa_curves(specs)
     moe = [(spec, [r for r in measured.moe_rows(g) if r.distribution == "uniform"]) for spec, g in specs]
     experts = fit_experts(moe, gemm["fp8"])
     local_rows = {g: measured_moe.sglang_moe_rows(g) for _, g in specs}
@@ -307,6 +309,7 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     local = measured_moe.MOE_TABLES["moe_sglang"]
     tables += f", {local[3]} ({local[1]} {local[2]}, the local fused MoE)"
     tables += ", " + ", ".join(f"{t[3]} ({t[1]} {t[2]})" for t in measured_comm.ALLREDUCE_TABLES.values())
+    tables += ", " + ", ".join(f"{t[3]} ({t[1]} {t[2]}, GQA)" for t in measured_attention.GQA_TABLES.values())
     source = f"aiconfigurator-core {measured.package_version()}: {tables} on {', '.join(names)}"
     return FamilyFit(
         family,
@@ -325,4 +328,5 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         custom_all_reduce=custom_all_reduce,
         mla_decode_fp8=mla_decode_fp8,
         engine_mla_decode_fp8=engine_fp8,
+        gqa=gqa,
     )

@@ -30,8 +30,8 @@ The kinds:
 * ``GQA`` (``demos.zoo.gqa_attention``; grouped-query, MHA when ``kv_heads == heads``): decode reads each
   request's KV cache of ``context`` tokens (a sliding-window layer at most its window); attention TP splits
   the query and the KV heads (vLLM's QKVParallelLinear: ``max(1, kv_heads / attention_tp)`` KV heads per
-  rank, replicated when fewer than the group). Its core is timed on the MLA curve of its phase (an
-  extrapolation, docs/kernels.md).
+  rank, replicated when fewer than the group). Its core is timed on the family's GQA curve of its phase,
+  engine and cache dtype (``FamilyFit.gqa``, fitted to the engines' measured kernels; docs/kernels.md).
 * ``DeltaRule`` (``demos.zoo.linear_attention``): a hybrid model's Gated DeltaNet layers (Qwen3-Next,
   Qwen3.5), picked per layer by ``layer_attention``: a fixed-size recurrent state per request instead of
   a KV cache, its own ops (``gdn_*``).

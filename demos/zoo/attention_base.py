@@ -93,11 +93,18 @@ class AttentionKind:
 
 
 def timed_core(
-    w: Workload, fold: Folder, flops: float, nbytes: float, shape: tuple | None, fp8_cache: bool = False
+    w: Workload,
+    fold: Folder,
+    flops: float,
+    nbytes: float,
+    shape: tuple | None,
+    fp8_cache: bool = False,
+    units: float = 0.0,
 ) -> Work:
-    """The attention core's Work: its time on the family's attention curve (``KernelTimes.attention``; an MLA
-    core over an FP8 cache, ``fp8_cache``, on the family's curve of such a cache)."""
-    seconds = fold.kernels.attention(w.phase, flops, nbytes, shape, fp8_cache)
+    """The attention core's Work: its time on the family's attention curve (``KernelTimes.attention``; a core over
+    an FP8 cache, ``fp8_cache``, on the family's curve of such a cache; a GQA core's ``units``, requests x KV
+    heads, its work items)."""
+    seconds = fold.kernels.attention(w.phase, flops, nbytes, shape, fp8_cache, units)
     return Work(seconds=seconds, bytes=nbytes, dtype="bfloat16")
 
 

@@ -5,7 +5,9 @@ block-sparse layers (GQA whose core reads only the blocks an index picks:
 ``GQA`` (MHA when ``kv_heads == heads``): decode reads each request's KV cache of ``context`` tokens (a
 sliding-window layer at most its window, ``read_cap``); attention TP splits the query and the KV heads
 (vLLM's QKVParallelLinear: ``max(1, kv_heads / attention_tp)`` KV heads per rank, replicated when fewer
-than the group). Its core is timed on the MLA curve of its phase (an extrapolation, docs/kernels.md).
+than the group). Its core is timed on the family's GQA curve of its phase, engine and cache dtype
+(``KernelTimes.gqa_curve``: each engine's measured kernels; docs/kernels.md, "Grouped-query attention"), its work
+counted by ``demos.zoo.work.gqa_core_work``, which the fit counts each measured row with too.
 
 A block-sparse layer launches GQA's three ops with the core capped at ``BlockSparse.read_tokens`` cached
 tokens a query (its ``topk_blocks`` picked blocks, its local and first ones: 2,176 tokens for MiniMax-M3),
@@ -34,7 +36,7 @@ from demos.zoo.attention_base import AttentionCosts, AttentionKind, attention_pa
 from demos.zoo.fold import Folder, gemm, memory_pass
 from demos.zoo.models import BlockSparse, GQAAttention
 from demos.zoo.models.dtypes import ACT_BYTES
-from demos.zoo.work import causal_pairs, index_score_work
+from demos.zoo.work import causal_pairs, gqa_core_work, index_score_work
 from demos.zoo.workload import Workload
 
 __all__ = ["GQA", "BlockSparseGQA"]
@@ -54,18 +56,13 @@ class GQA(AttentionKind):
         _sum = fold.named("attn_proj")
         gate = h if a.output_gate else 0  # q_proj's gate columns (Qwen3-Next's and Qwen3.5's gated attention)
         proj = _sum(gemm(t, (h + 2 * kvh + gate) * d, H, store), memory_pass(t, H, 2))
-        if w.phase == Phase.DECODE:
-            seen = min(w.context + 1.0, window) if window else w.context + 1.0
-            p = t * seen
-            nbytes = t * seen * 2 * kvh * d * kvb + 2 * t * h * d * ACT_BYTES
-        else:
-            pairs = attention_pairs(w, t)
-            p = pairs if not window else min(pairs, t * float(window))
-            nbytes = t * (2 * h + 2 * kvh) * d * ACT_BYTES + t * 2 * kvh * d * kvb
-        flops = 4.0 * h * d * p
+        pairs = attention_pairs(w, t)
+        flops, nbytes = gqa_core_work(w.phase, t, min(pairs, t * float(window)) if window else pairs, h, kvh, d, kvb)
         ostore = w.spec.precision.store("attention_out")
         out = _sum(gemm(t, H, h * d, ostore), *((memory_pass(t, h * d, 1),) if gate else ()))
-        return AttentionCosts(proj, timed_core(w, fold, flops, nbytes, None), out, (flops, nbytes))
+        units = kvh * (t if w.phase == Phase.DECODE else max(1.0, t / w.context))  # requests x KV heads
+        core = timed_core(w, fold, flops, nbytes, None, fp8_cache=kvb == 1, units=units)
+        return AttentionCosts(proj, core, out, (flops, nbytes))
 
     def cost_key(self, a: GQAAttention, layer: int) -> Hashable:
         return a.window_of(layer)

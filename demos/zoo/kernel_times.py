@@ -23,6 +23,8 @@ the part a roofline would give).
 An MLA decode core over an FP8 cache takes the engine's own curve where the family has one
 (``FamilyFit.engine_mla_decode_fp8``: TRT-LLM's, whose Hopper kernel runs 4-5x faster than SGLang's), else the
 family's (SGLang's kernels); ``engine`` None (the predictor's step, for every engine at once) takes the family's.
+A grouped-query attention decode core takes the curve of the engine's default kernel over its cache's dtype
+(``FamilyFit.gqa``, fitted to each engine's measured tables; ``engine`` None: SGLang's), its prefill core the same.
 
 ``kernel_times(source, gpu, profile, engine)`` builds one; ``KERNEL_SOURCES`` names the choices.
 """
@@ -38,9 +40,19 @@ from demos.vocabulary import KernelSource, Phase
 from demos.zoo.hardware import GpuSpec
 from demos.zoo.hardware.collectives import CUSTOM_AR_MAX_BYTES, tp_collective
 from demos.zoo.models.dtypes import dtype as storage_dtype
-from demos.zoo.rooflines import GEMM_DTYPES, INDEX_SCORES, MLA_KV, FamilyFit, gpu_fit, linear_seconds
+from demos.zoo.rooflines import (
+    GEMM_DTYPES,
+    INDEX_SCORES,
+    MLA_KV,
+    FamilyFit,
+    GqaCurve,
+    gpu_fit,
+    gqa_key,
+    linear_seconds,
+)
 
 __all__ = [
+    "GQA_DEFAULT_ENGINE",
     "KERNEL_SOURCES",
     "LOCAL_EXPERTS",
     "SERVED_SCORES",
@@ -53,6 +65,9 @@ __all__ = [
 ]
 
 KERNEL_SOURCES = KernelSource.choices()
+
+GQA_DEFAULT_ENGINE = "sglang"
+"""The engine whose GQA decode kernel a step of no named engine is timed with (the family's curves are SGLang's)."""
 
 SERVED_SCORES = "top_last"
 """The score distribution a served model's indexer top-k is timed at (``demos.zoo.rooflines.INDEX_SCORES``):
@@ -150,19 +165,33 @@ class KernelTimes:
         return max(nbytes / self.mem_bandwidth, flops / self.profile.flops_rate("bfloat16"))
 
     def attention(
-        self, phase: str, flops: float, nbytes: float, shape: tuple | None = None, fp8_cache: bool = False
+        self,
+        phase: str,
+        flops: float,
+        nbytes: float,
+        shape: tuple | None = None,
+        fp8_cache: bool = False,
+        units: float = 0.0,
     ) -> float:
         """Seconds of an attention core of ``flops`` and ``nbytes`` in ``phase``; ``shape`` (batch, heads,
-        kv_len) for MLA, None for other attention (timed on the MLA curve: a stated extrapolation). An MLA
-        decode core carries the module's fixed time too (``module_extra``). ``fp8_cache``: an MLA decode core
-        over an FP8 cache, timed on the engine's own curve of such rows or the family's (``FamilyFit.mla_decode_fp8``)
-        where it has one (module docstring)."""
+        kv_len) for MLA, None for grouped-query attention (on ``gqa_curve`` with its ``units``, requests x KV heads;
+        the MLA curve of the phase where the family has none, a stated extrapolation). An MLA decode core carries
+        the module's fixed time too (``module_extra``). ``fp8_cache``: a core over an FP8 cache, an MLA decode one
+        timed on the engine's own curve of such rows or the family's (``FamilyFit.mla_decode_fp8``) where it has
+        one (module docstring)."""
+        peak, hbm = self.profile.flops_rate("bfloat16"), self.gpu.hbm_bandwidth
         curve = self.fit.mla_decode if phase == Phase.DECODE else self.fit.mla_prefill
-        if fp8_cache and phase == Phase.DECODE:
+        if shape is None and (gqa := self.gqa_curve(phase, fp8_cache)) is not None:
+            return gqa.seconds(flops, nbytes, peak, hbm, units) - gqa.latency
+        if shape is not None and fp8_cache and phase == Phase.DECODE:
             curve = self.fit.engine_mla_decode_fp8.get(self.engine) or self.fit.mla_decode_fp8 or curve
-        peak = self.profile.flops_rate("bfloat16")
-        core = curve.seconds(flops, nbytes, peak, self.gpu.hbm_bandwidth) - curve.latency
-        return core + self.module_extra(phase, shape)
+        return curve.seconds(flops, nbytes, peak, hbm) - curve.latency + self.module_extra(phase, shape)
+
+    def gqa_curve(self, phase: str, fp8_cache: bool) -> GqaCurve | None:
+        """The GQA curve of ``phase`` of the engine's kernel (``engine`` None: SGLang's, the family's kernels) over a
+        BF16 or FP8 cache (``FamilyFit.gqa``); None where the family has none (the MLA curve stands in)."""
+        kv = "fp8" if fp8_cache else "bfloat16"
+        return self.fit.gqa.get(gqa_key(phase, self.engine or GQA_DEFAULT_ENGINE, kv))
 
     def gdn(self, kernel: str, phase: str, flops: float, nbytes: float, chunks: float = 0.0) -> float:
         """Seconds of a Gated DeltaNet ``kernel`` ("delta_rule" or "conv") of ``flops`` and ``nbytes`` in
@@ -325,14 +354,20 @@ class MeasuredKernelTimes(KernelTimes):
         return max(floor, _interp(*table, m) - self.fit.gemm[key[0]].latency)
 
     def attention(
-        self, phase: str, flops: float, nbytes: float, shape: tuple | None = None, fp8_cache: bool = False
+        self,
+        phase: str,
+        flops: float,
+        nbytes: float,
+        shape: tuple | None = None,
+        fp8_cache: bool = False,
+        units: float = 0.0,
     ) -> float:
         grid = self._mla.get((phase, shape[1])) if shape is not None and not fp8_cache else None
         if grid is None:
-            what = "non-MLA attention" if shape is None else f"MLA with {shape[1]} heads"
+            what = "GQA attention (timed on its family's GQA curve)" if shape is None else f"MLA with {shape[1]} heads"
             what += " over an FP8 cache" if fp8_cache else ""
             self._fall(f"attention ({phase})", f"no measured table for {what} on {self.table_gpu}")
-            return super().attention(phase, flops, nbytes, shape, fp8_cache)
+            return super().attention(phase, flops, nbytes, shape, fp8_cache, units)
         batch, _, kv_len = shape
         batches = sorted(grid)
         ts = [_interp(*grid[b], max(1.0, kv_len)) for b in batches]

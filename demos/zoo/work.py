@@ -20,6 +20,9 @@ numbers or numpy arrays alike (plain arithmetic; ``divmod`` works on both).
 * ``compressed_core_work``: DeepSeek-V4's attention core on one rank: every query head against the entries
   it reads (its window and its compressed entries) of the one latent head, which is key and value.
 * ``mhc_work``: a wide residual's pre or post kernel (DeepSeek-V4's hyper-connections) over an FP32 stream.
+* ``gqa_core_work``: grouped-query attention's core on one rank, every query head against its group's keys over
+  the query-key ``pairs`` (a sliding-window layer's capped at its window): decode, each pair's cached key and value
+  of every KV head read once; prefill, each token's queries, keys, values and output once.
 * ``mla_core_work``: MLA's attention core on one rank (DeepSeek's decode path absorbed: the latent cache
   read once per kernel, scores and values in the latent + RoPE space; prefill expanded: per-head keys and
   values, causal).
@@ -122,6 +125,18 @@ def index_entries(context, ratio=1):
     and the token itself, one entry per ``ratio`` of them (DeepSeek-V4's compressed cache: 4; DSA: 1), as
     the measured top-k counts them (nothing to select up to ``index_topk`` entries)."""
     return (context + 1) // ratio
+
+
+def gqa_core_work(phase: str, tokens, pairs, heads, kv_heads, head_dim, kv_bytes):
+    """(flops, bytes) of a GQA core (module docstring) of ``tokens`` tokens and ``pairs`` query-key pairs per head,
+    ``heads`` query heads and ``kv_heads`` KV heads of ``head_dim``, the cache in ``kv_bytes`` a value: decode,
+    each pair's cached key and value read, the BF16 queries in and outputs out; prefill, the BF16 queries, keys,
+    values and outputs once and the new keys and values written to the cache."""
+    flops = 4.0 * heads * head_dim * pairs
+    if phase == Phase.DECODE:
+        return flops, pairs * 2 * kv_heads * head_dim * kv_bytes + 2 * tokens * heads * head_dim * ACT_BYTES
+    kv_width = 2 * kv_heads * head_dim
+    return flops, tokens * (2 * heads * head_dim + kv_width) * ACT_BYTES + tokens * kv_width * kv_bytes
 
 
 def mla_core_work(phase: str, tokens, heads, pairs, *, latent: int, rope: int, nope: int, v: int, kv_bytes):
