@@ -139,7 +139,13 @@ class AttentionCurve:
     latency: float
 
     def seconds(self, flops: float, nbytes: float, peak: float, hbm: float) -> float:
-        return self.latency + _max(flops / (peak * self.ceiling), nbytes / (hbm * self.mem_efficiency))
+        return self.latency + _roof(self, flops, nbytes, peak, hbm)
+
+
+def _roof(curve, flops, nbytes, peak: float, hbm: float):
+    """The longer of ``flops`` at ``curve``'s share of ``peak`` and ``nbytes`` at its share of ``hbm``: the
+    attention-form curves' roofline (``AttentionCurve``, ``GqaCurve``, ``ChunkedCurve``)."""
+    return _max(flops / (peak * curve.ceiling), nbytes / (hbm * curve.mem_efficiency))
 
 
 @dataclass(frozen=True)
@@ -153,8 +159,7 @@ class GqaCurve:
     per_unit: float
 
     def seconds(self, flops: float, nbytes: float, peak: float, hbm: float, units: float) -> float:
-        roof = _max(flops / (peak * self.ceiling), nbytes / (hbm * self.mem_efficiency))
-        return self.latency + roof + self.per_unit * units
+        return self.latency + _roof(self, flops, nbytes, peak, hbm) + self.per_unit * units
 
 
 @dataclass(frozen=True)
@@ -170,8 +175,7 @@ class ChunkedCurve:
     per_chunk: float
 
     def seconds(self, flops: float, nbytes: float, peak: float, hbm: float, chunks: float) -> float:
-        roof = _max(flops / (peak * self.ceiling), nbytes / (hbm * self.mem_efficiency))
-        return self.latency + _max(roof, chunks * self.per_chunk)
+        return self.latency + _max(_roof(self, flops, nbytes, peak, hbm), chunks * self.per_chunk)
 
 
 @dataclass(frozen=True)
