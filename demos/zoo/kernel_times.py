@@ -67,7 +67,8 @@ __all__ = [
 KERNEL_SOURCES = KernelSource.choices()
 
 GQA_DEFAULT_ENGINE = "sglang"
-"""The engine whose GQA decode kernel a step of no named engine is timed with (the family's curves are SGLang's)."""
+"""The engine whose GQA kernels a step of no named engine, or of an engine without fitted GQA tables, is timed with
+(the family's curves are SGLang's)."""
 
 SERVED_SCORES = "top_last"
 """The score distribution a served model's indexer top-k is timed at (``demos.zoo.rooflines.INDEX_SCORES``):
@@ -188,10 +189,12 @@ class KernelTimes:
         return curve.seconds(flops, nbytes, peak, hbm) - curve.latency + self.module_extra(phase, shape)
 
     def gqa_curve(self, phase: str, fp8_cache: bool) -> GqaCurve | None:
-        """The GQA curve of ``phase`` of the engine's kernel (``engine`` None: SGLang's, the family's kernels) over a
-        BF16 or FP8 cache (``FamilyFit.gqa``); None where the family has none (the MLA curve stands in)."""
+        """The GQA curve of ``phase`` of the engine's kernel over a BF16 or FP8 cache (``FamilyFit.gqa``; ``engine``
+        None, or an engine whose tables were not fitted, such as AMD's ATOM: SGLang's, the family's kernels); None
+        where the family has none (the MLA curve stands in)."""
         kv = "fp8" if fp8_cache else "bfloat16"
-        return self.fit.gqa.get(gqa_key(phase, self.engine or GQA_DEFAULT_ENGINE, kv))
+        own = self.fit.gqa.get(gqa_key(phase, self.engine, kv)) if self.engine else None
+        return own or self.fit.gqa.get(gqa_key(phase, GQA_DEFAULT_ENGINE, kv))
 
     def gdn(self, kernel: str, phase: str, flops: float, nbytes: float, chunks: float = 0.0) -> float:
         """Seconds of a Gated DeltaNet ``kernel`` ("delta_rule" or "conv") of ``flops`` and ``nbytes`` in

@@ -64,8 +64,11 @@ def test_each_engine_and_cache_dtype_takes_its_own_curve_and_nothing_else_does()
         assert _core("deepseek-v3", "bf16", "sglang", phase, everything) == _core(
             "deepseek-v3", "bf16", "sglang", phase
         )
-    # no engine named (the predictor's sweep): SGLang's kernels, the family's
+    # no engine named (the predictor's sweep), or one without fitted tables (ATOM): SGLang's kernels, the family's
     assert _core("minimax-m2.5", "fp8", None) == _core("minimax-m2.5", "fp8", "sglang")
+    assert _core("minimax-m2.5", "fp8", "atom") == _core("minimax-m2.5", "fp8", "sglang")
+    slow_sglang = {gqa_key(Phase.DECODE, "sglang", "fp8"): SLOW}
+    assert _core("minimax-m2.5", "fp8", "atom", planted=slow_sglang) > 3 * _core("minimax-m2.5", "fp8", "atom")
 
 
 def test_a_fit_file_without_gqa_curves_loads_and_times_gqa_on_the_mla_curves():
