@@ -3,9 +3,9 @@ sglang|vllm|trtllm`` and ``gqa prefill sglang|vllm|trtllm`` (BF16 cache), each a
 
 Each engine's rows of its default kernel (``demos.zoo.measured_attention.gqa_rows``) at the head shapes the zoo's
 GQA presets run (``model_head_shapes``: query heads, KV heads and head dim on one GPU at attention TP 1 to 8, 26
-shapes, about 59,000 of a GPU's 290,000 rows), on the family's GQA curve of that phase, engine and dtype
-(``FamilyFit.gqa``), their work counted as the predictor counts it (``demos.fits.gqa.gqa_row_work``). The curves
-are fitted to every row on H100, H200, B200 and GB200 (B300's and GB300's held out of the family's); the check
+shapes, about 62,000 of a GPU's 282,000 to 308,000 rows), on the family's GQA curve of that phase, engine
+and dtype (``FamilyFit.gqa``), their work counted as the predictor counts it (``demos.fits.gqa.gqa_row_work``). The
+curves are fitted to every row on H100, H200, B200 and GB200 (B300's and GB300's held out of the family's); the check
 reads the shapes a prediction asks for.
 """
 
