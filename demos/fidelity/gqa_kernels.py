@@ -60,7 +60,7 @@ def gqa_check_rows(gpu: str, fit: FamilyFit) -> Iterable[tuple[str, str, float, 
             continue
         cols = {f: np.array([getattr(r, f) for r in rows], dtype=float) for f in GQA_FIELDS}
         flops, nbytes = gqa_row_work(phase, kv, *cols.values())
-        units = gqa_row_units(cols["batch"], cols["kv_heads"])
+        units = gqa_row_units(phase, cols["batch"], cols["context"], cols["kv_heads"])
         predicted = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth, units).tolist()
         length = "context" if phase == Phase.DECODE else "prompt"
         for r, t in zip(rows, predicted):

@@ -130,7 +130,8 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
             pts = [(b, q, kvh, d, n) for b, (q, kvh), d, n in itertools.product(*_GQA[phase])]
             batch, q, kvh, dim, length = (np.array(c, dtype=float) for c in zip(*pts))
             flops, nbytes = gqa_row_work(phase, kv, batch, q, kvh, dim, length, 0)
-            t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth, gqa_row_units(batch, kvh))
+            units = gqa_row_units(phase, batch, length, kvh)
+            t = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth, units)
             add(f"gqa {key}", [f"{name} batch={b} heads={q}/{kvh} dim={d} len={n}" for b, q, kvh, d, n in pts], t)
         if fit.experts is not None:
             shapes = [_MoeShape(t, ep) for t in _EXPERTS_TOKENS for ep in _EXPERTS_EP]

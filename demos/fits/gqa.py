@@ -25,7 +25,7 @@ from demos.zoo.hardware import GpuSpec
 from demos.zoo.measured_attention import GQA_ENGINES, GQA_KV, gqa_rows
 from demos.zoo.models.dtypes import dtype
 from demos.zoo.rooflines import GqaCurve, gqa_key
-from demos.zoo.work import causal_pairs, gqa_core_work
+from demos.zoo.work import causal_pairs, decode_pairs, gqa_core_work, gqa_work_items, windowed_pairs
 
 __all__ = ["GQA_FIELDS", "fit_gqa", "gqa_curves", "gqa_row_units", "gqa_row_work"]
 
@@ -38,16 +38,22 @@ def gqa_row_work(phase: str, kv_dtype: str, batch, heads, kv_heads, head_dim, co
     decode, ``batch`` tokens each reading its ``context`` cached tokens and itself; prefill, ``batch`` prompts of
     ``context`` tokens, causal; the pairs capped at ``window`` per token where it is not 0."""
     batch, context, window = (np.asarray(v, dtype=float) for v in (batch, context, window))
-    tokens = batch if phase == Phase.DECODE else batch * context
-    pairs = batch * (context + 1.0) if phase == Phase.DECODE else causal_pairs(tokens, context)
-    pairs = np.where(window > 0, np.minimum(pairs, tokens * window), pairs)
+    tokens = _tokens(phase, batch, context)
+    pairs = decode_pairs(tokens, context) if phase == Phase.DECODE else causal_pairs(tokens, context)
+    pairs = windowed_pairs(pairs, tokens, window)
     kv_bytes = dtype("fp8_e4m3" if kv_dtype == "fp8" else "bfloat16").bytes
     return gqa_core_work(phase, tokens, pairs, heads, kv_heads, head_dim, kv_bytes)
 
 
-def gqa_row_units(batch, kv_heads):
-    """A GQA row's work items (``GqaCurve``): its requests times its KV heads on the GPU."""
-    return np.asarray(batch, dtype=float) * np.asarray(kv_heads, dtype=float)
+def gqa_row_units(phase: str, batch, context, kv_heads):
+    """A GQA row's work items (``GqaCurve``), counted as the step counts its own (``gqa_work_items``)."""
+    batch, context = np.asarray(batch, dtype=float), np.asarray(context, dtype=float)
+    return gqa_work_items(phase, _tokens(phase, batch, context), context, np.asarray(kv_heads, dtype=float))
+
+
+def _tokens(phase: str, batch, context):
+    """A row's tokens: a decode row's one a request, a prefill row's whole prompts."""
+    return batch if phase == Phase.DECODE else batch * context
 
 
 _STARTS = ((0.5, 0.7, 1e-5, 2e-8), (0.8, 0.9, 3e-6, 5e-9), (0.3, 0.5, 2e-5, 1e-7))
@@ -66,7 +72,7 @@ def fit_gqa(rows_by_gpu: Sequence[tuple[GpuSpec, list]], phase: str, kv_dtype: s
     if len(t) < 4:
         raise ValueError(f"need at least 4 GQA {phase} rows to fit 4 parameters, got {len(t)}")
     flops, nbytes = gqa_row_work(phase, kv_dtype, *(data[f] for f in GQA_FIELDS))
-    units, logt = gqa_row_units(data["batch"], data["kv_heads"]), np.log(t)
+    units, logt = gqa_row_units(phase, data["batch"], data["context"], data["kv_heads"]), np.log(t)
     u = fit_log(lambda u: np.log(_curve(u).seconds(flops, nbytes, peak, hbm, units)) - logt, _STARTS)
     return rounded(_curve(u))
 

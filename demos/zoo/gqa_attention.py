@@ -36,7 +36,7 @@ from demos.zoo.attention_base import AttentionCosts, AttentionKind, attention_pa
 from demos.zoo.fold import Folder, gemm, memory_pass
 from demos.zoo.models import BlockSparse, GQAAttention
 from demos.zoo.models.dtypes import ACT_BYTES
-from demos.zoo.work import causal_pairs, gqa_core_work, index_score_work
+from demos.zoo.work import causal_pairs, gqa_core_work, gqa_work_items, index_score_work, windowed_pairs
 from demos.zoo.workload import Workload
 
 __all__ = ["GQA", "BlockSparseGQA"]
@@ -56,11 +56,11 @@ class GQA(AttentionKind):
         _sum = fold.named("attn_proj")
         gate = h if a.output_gate else 0  # q_proj's gate columns (Qwen3-Next's and Qwen3.5's gated attention)
         proj = _sum(gemm(t, (h + 2 * kvh + gate) * d, H, store), memory_pass(t, H, 2))
-        pairs = attention_pairs(w, t)
-        flops, nbytes = gqa_core_work(w.phase, t, min(pairs, t * float(window)) if window else pairs, h, kvh, d, kvb)
+        pairs = windowed_pairs(attention_pairs(w, t), t, window or 0)
+        flops, nbytes = gqa_core_work(w.phase, t, pairs, h, kvh, d, kvb)
         ostore = w.spec.precision.store("attention_out")
         out = _sum(gemm(t, H, h * d, ostore), *((memory_pass(t, h * d, 1),) if gate else ()))
-        units = kvh * (t if w.phase == Phase.DECODE else max(1.0, t / w.context))  # requests x KV heads
+        units = gqa_work_items(w.phase, t, w.context, kvh)
         core = timed_core(w, fold, flops, nbytes, None, fp8_cache=kvb == 1, units=units)
         return AttentionCosts(proj, core, out, (flops, nbytes))
 

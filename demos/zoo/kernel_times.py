@@ -181,9 +181,9 @@ class KernelTimes:
         timed on the engine's own curve of such rows or the family's (``FamilyFit.mla_decode_fp8``) where it has
         one (module docstring)."""
         peak, hbm = self.profile.flops_rate("bfloat16"), self.gpu.hbm_bandwidth
-        curve = self.fit.mla_decode if phase == Phase.DECODE else self.fit.mla_prefill
         if shape is None and (gqa := self.gqa_curve(phase, fp8_cache)) is not None:
             return gqa.seconds(flops, nbytes, peak, hbm, units) - gqa.latency
+        curve = self.fit.mla_decode if phase == Phase.DECODE else self.fit.mla_prefill
         if shape is not None and fp8_cache and phase == Phase.DECODE:
             curve = self.fit.engine_mla_decode_fp8.get(self.engine) or self.fit.mla_decode_fp8 or curve
         return curve.seconds(flops, nbytes, peak, hbm) - curve.latency + self.module_extra(phase, shape)

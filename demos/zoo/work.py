@@ -22,7 +22,8 @@ numbers or numpy arrays alike (plain arithmetic; ``divmod`` works on both).
 * ``mhc_work``: a wide residual's pre or post kernel (DeepSeek-V4's hyper-connections) over an FP32 stream.
 * ``gqa_core_work``: grouped-query attention's core on one rank, every query head against its group's keys over
   the query-key ``pairs`` (a sliding-window layer's capped at its window): decode, each pair's cached key and value
-  of every KV head read once; prefill, each token's queries, keys, values and output once.
+  of every KV head read once; prefill, each token's queries, keys, values and output once; ``windowed_pairs`` the
+  pairs a sliding-window layer keeps, ``gqa_work_items`` the core's requests x KV heads.
 * ``mla_core_work``: MLA's attention core on one rank (DeepSeek's decode path absorbed: the latent cache
   read once per kernel, scores and values in the latent + RoPE space; prefill expanded: per-head keys and
   values, causal).
@@ -37,6 +38,7 @@ numbers or numpy arrays alike (plain arithmetic; ``divmod`` works on both).
 from __future__ import annotations
 
 from demos.vocabulary import Phase
+from demos.zoo.elementwise import max_, min_, where_
 from demos.zoo.models.dtypes import ACT_BYTES, dtype
 
 DELTA_CHUNK = 64
@@ -125,6 +127,18 @@ def index_entries(context, ratio=1):
     and the token itself, one entry per ``ratio`` of them (DeepSeek-V4's compressed cache: 4; DSA: 1), as
     the measured top-k counts them (nothing to select up to ``index_topk`` entries)."""
     return (context + 1) // ratio
+
+
+def windowed_pairs(pairs, tokens, window):
+    """``pairs`` capped at ``window`` keys a token where ``window`` is not 0 (a sliding-window layer's)."""
+    return where_(window > 0, min_(pairs, tokens * window), pairs)
+
+
+def gqa_work_items(phase: str, tokens, context, kv_heads):
+    """A GQA core's work items (``demos.zoo.curves.GqaCurve``): its requests (decode: one a token; prefill: its
+    tokens over the ``context`` each request has, at least one) times its ``kv_heads``."""
+    requests = tokens if phase == Phase.DECODE else max_(1.0, tokens / context)
+    return requests * kv_heads
 
 
 def gqa_core_work(phase: str, tokens, pairs, heads, kv_heads, head_dim, kv_bytes):

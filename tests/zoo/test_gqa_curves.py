@@ -116,7 +116,8 @@ def test_the_fit_counts_a_rows_work_as_the_step_counts_it(model, phase, kv):
         cache = "fp8" if kv == "fp8" else "bfloat16"
         want = gqa_row_work(phase, cache, batch, heads, kv_heads, a.head_dim, length, window)
         assert got == pytest.approx(tuple(float(x) for x in want), rel=1e-12), (layer, window)
-        assert asked == {"units": pytest.approx(float(gqa_row_units(batch, kv_heads))), "fp8_cache": kv == "fp8"}
+        units = float(gqa_row_units(phase, batch, length, kv_heads))
+        assert asked == {"units": pytest.approx(units), "fp8_cache": kv == "fp8"}
 
 
 @pytest.mark.measured
