@@ -1,8 +1,9 @@
 """The attention-TP all-reduce against the engines' measured custom all-reduce kernels: ``validate kernels``' ops
-``all-reduce sglang`` (SGLang 0.5.14's, which the family's ``custom_all_reduce`` line is fitted to; B300 and
-GB300 held out), ``all-reduce vllm`` and ``all-reduce trtllm`` (vLLM 0.24.0's and TRT-LLM 1.3.0rc20's, held
-out): each graph-captured row up to ``CUSTOM_AR_MAX_BYTES`` (``demos.zoo.measured_comm``) predicted as the step
-times an all-reduce (``KernelTimes.all_reduce``: the line, or NCCL's ring model where that is faster).
+``all-reduce sglang``, ``all-reduce vllm`` and ``all-reduce trtllm`` (SGLang 0.5.14's, vLLM 0.24.0's and TRT-LLM
+1.3.0rc20's kernels; each engine's line, ``FamilyFit.engine_all_reduce``, is fitted to its own rows, B300 and
+GB300 held out of the family fits): each graph-captured row up to ``CUSTOM_AR_MAX_BYTES``
+(``demos.zoo.measured_comm``) predicted as a step of that engine times an all-reduce (``KernelTimes.all_reduce``:
+the engine's line, or NCCL's ring model where that is faster).
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ def allreduce_rows(gpu: str, fit: FamilyFit, ops: Iterable[str]) -> Iterable[tup
     from demos.zoo.profile import gpu_profile
 
     g = get_gpu(gpu)
-    times = KernelTimes(g, gpu_profile(g, fit=fit), fit)
+    profile = gpu_profile(g, fit=fit)
     for engine, op in ALLREDUCE_OPS.items():
         if op not in ops:
             continue
+        times = KernelTimes(g, profile, fit, engine=engine)
         try:
             rows = custom_allreduce_rows(gpu, engine)
         except MeasuredTablesError:

@@ -140,4 +140,5 @@ def fit_amd_family(family: str, base: FamilyFit) -> FamilyFit:
         source=source,
         local_experts={},
         custom_all_reduce=None,
+        engine_all_reduce={},
     )

@@ -142,10 +142,12 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
             math = storage_curve(fit.gemm, storage, g.has_fp4)
             t = [experts_seconds(math, curve, g, s, storage) for s in shapes]
             add(f"local experts {storage}", [f"{name} tokens={s.tokens} ep={s.ep}" for s in shapes], t)
-        if fit.custom_all_reduce is not None:
-            pts = list(itertools.product(_AR_BYTES, (2, 4, 8)))
-            t = [fit.custom_all_reduce.seconds(b, n - 1) for b, n in pts]
-            add("custom all-reduce", [f"{name} bytes={b} gpus={n}" for b, n in pts], t)
+        pts = list(itertools.product(_AR_BYTES, (2, 4, 8)))
+        lines = {"": fit.custom_all_reduce, **{f" {e}": line for e, line in fit.engine_all_reduce.items()}}
+        for engine, line in lines.items():
+            if line is not None:
+                t = [line.seconds(b, n - 1) for b, n in pts]
+                add(f"custom all-reduce{engine}", [f"{name} bytes={b} gpus={n}" for b, n in pts], t)
         pts = list(itertools.product(*_LL))
         labels = [f"{name} tokens={a} hidden={b} peers={c}" for a, b, c in pts]
         for kernel, line in fit.ll_sm.items():

@@ -251,6 +251,12 @@ def ll_line(nbytes: Sequence[float], peers: Sequence[float], seconds: Sequence[f
     return LinearCost(float(f"{fixed:.4g}"), float(f"{per_byte:.4g}"), float(f"{per_peer:.4g}"))
 
 
+def allreduce_line(rows: Sequence) -> LinearCost:
+    """The ``ll_line`` through measured all-reduce rows (``demos.zoo.measured_comm.AllReduceRow``): peers are the
+    group's other GPUs."""
+    return ll_line([r.nbytes for r in rows], [r.gpus - 1 for r in rows], [r.seconds for r in rows])
+
+
 def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     """``family``'s curves fitted to the measured tables of ``gpus`` (default ``FIT_GPUS[family]``), the
     MLA module's fixed time left at 0 (``demos.fits.module.fitted_family`` adds it); needs the
@@ -296,8 +302,11 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         [(spec, measured_index.index_topk_rows(g)) for spec, g in specs],
         [(spec, measured_index.prefill_score_rows(g)) for spec, g in specs],
     )
-    ar = [r for g in names for e in measured_comm.ALLREDUCE_TABLES for r in measured_comm.custom_allreduce_rows(g, e)]
-    custom_all_reduce = ll_line([r.nbytes for r in ar], [r.gpus - 1 for r in ar], [r.seconds for r in ar])
+    ar = {
+        e: [r for g in names for r in measured_comm.custom_allreduce_rows(g, e)] for e in measured_comm.ALLREDUCE_TABLES
+    }
+    custom_all_reduce = allreduce_line([r for rows in ar.values() for r in rows])
+    engine_all_reduce = {e: allreduce_line(rows) for e, rows in ar.items() if rows}
     ll = [r for g in names for r in measured.alltoall_rows(g) if r.gpus <= get_gpu(g).gpus_per_node]
     ll_sm = {kernel: fit_ll_sm(ll, kernel) for kernel in ("dispatch", "combine")}
     tables = ", ".join(
@@ -326,6 +335,7 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         index=index,
         local_experts=local_experts,
         custom_all_reduce=custom_all_reduce,
+        engine_all_reduce=engine_all_reduce,
         mla_decode_fp8=mla_decode_fp8,
         engine_mla_decode_fp8=engine_fp8,
         gqa=gqa,

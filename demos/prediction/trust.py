@@ -19,14 +19,14 @@ from demos.vocabulary import Phase
 
 __all__ = ["CHECKED_ON", "PUBLISHED", "SILICON", "checked_line"]
 
-CHECKED_ON = "2026-12-06"
+CHECKED_ON = "2026-12-07"
 
 SILICON = {
     # gpu: (family, rows, median error, max error), decode
     "h200": ("hopper", 18, -0.042, -0.231),
-    "b200": ("blackwell", 40, -0.012, -0.398),
-    "gb200": ("blackwell", 73, 0.043, 0.704),
-    "gb300": ("blackwell", 49, -0.009, -0.374),
+    "b200": ("blackwell", 40, -0.013, -0.398),
+    "gb200": ("blackwell", 73, 0.049, 0.704),
+    "gb300": ("blackwell", 49, -0.021, -0.374),
 }
 
 PUBLISHED = {

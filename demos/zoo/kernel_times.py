@@ -149,10 +149,11 @@ class KernelTimes:
 
     def all_reduce(self, nbytes: float, n: int) -> float:
         """Seconds of an all-reduce of a BF16 tensor of ``nbytes`` over ``n`` GPUs of one NVLink domain: NCCL's
-        ring (``tp_collective``) or, up to ``CUSTOM_AR_MAX_BYTES``, the engines' own kernel where faster (the
-        family's ``custom_all_reduce`` line); 0 for one GPU."""
+        ring (``tp_collective``) or, up to ``CUSTOM_AR_MAX_BYTES``, the engine's own kernel where faster (its line,
+        ``FamilyFit.engine_all_reduce``; no engine, or one without a table: the family's ``custom_all_reduce``
+        line of every engine's kernels); 0 for one GPU."""
         ring = tp_collective(self.gpu, "all_reduce", nbytes, n)
-        line = self.fit.custom_all_reduce
+        line = self.fit.engine_all_reduce.get(self.engine) or self.fit.custom_all_reduce
         if line is None or n < 2 or nbytes > CUSTOM_AR_MAX_BYTES:
             return ring
         return min(ring, line.seconds(nbytes, n - 1))

@@ -126,9 +126,10 @@ class FamilyFit:
     step charges (``local_curve``; empty for a family without such tables: the step then times them on ``experts``
     without a fixed time); ``fitted_on`` the GPUs whose tables gave them; ``custom_all_reduce`` the engines' own
     all-reduce of a small tensor over one NVLink domain (``fixed + per_byte x bytes + per_peer x peers``, fitted to
-    SGLang's, vLLM's and TRT-LLM's graph-captured kernels, ``demos.zoo.measured_comm``; None: the NCCL ring model
-    alone); ``source`` the tables' provenance. A field the file lacks (written before it was fitted) reads as None,
-    0 or empty."""
+    SGLang's, vLLM's and TRT-LLM's graph-captured kernels together, ``demos.zoo.measured_comm``; None: the NCCL ring
+    model alone), ``engine_all_reduce`` the same line fitted to each engine's kernel alone (by engine name);
+    ``source`` the tables' provenance. A field the file lacks (written before it was fitted) reads as None, 0 or
+    empty."""
 
     family: str
     gemm: dict
@@ -149,6 +150,7 @@ class FamilyFit:
     index: dict = field(default_factory=dict)
     local_experts: dict = field(default_factory=dict)
     custom_all_reduce: LinearCost | None = None
+    engine_all_reduce: dict = field(default_factory=dict)
 
     def local_curve(self, storage: str) -> GroupedCurve | None:
         """The local fused MoE's curve for experts stored as ``storage``: its own where fitted, else block
@@ -174,6 +176,7 @@ class FamilyFit:
             "index": {k: asdict(v) for k, v in self.index.items()},
             "local_experts": {k: asdict(v) for k, v in self.local_experts.items()},
             "custom_all_reduce": None if self.custom_all_reduce is None else asdict(self.custom_all_reduce),
+            "engine_all_reduce": {k: asdict(v) for k, v in self.engine_all_reduce.items()},
             "fitted_on": list(self.fitted_on),
             "source": self.source,
         }
@@ -203,6 +206,7 @@ class FamilyFit:
             },
             local_experts={k: GroupedCurve(**v) for k, v in (d.get("local_experts") or {}).items()},
             custom_all_reduce=LinearCost(**d["custom_all_reduce"]) if d.get("custom_all_reduce") else None,
+            engine_all_reduce={k: LinearCost(**v) for k, v in (d.get("engine_all_reduce") or {}).items()},
         )
 
 

@@ -1,7 +1,8 @@
-"""The engines' own all-reduce (``FamilyFit.custom_all_reduce``, ``KernelTimes.all_reduce``): attention TP's
-all-reduces up to ``CUSTOM_AR_MAX_BYTES`` take the family's fitted line where it beats NCCL's ring model, the
-ring beyond it, and a family without the line keeps the ring; the reader gives the graph-captured rows of
-the three engines; the line keeps them within the documented medians."""
+"""The engines' own all-reduce (``FamilyFit.custom_all_reduce``, ``.engine_all_reduce``, ``KernelTimes.all_reduce``):
+attention TP's all-reduces up to ``CUSTOM_AR_MAX_BYTES`` take the step's engine's fitted line (no engine: the family's
+line of all three) where it beats NCCL's ring model, the ring beyond it, and a family without the lines keeps the
+ring; the reader gives the graph-captured rows of the three engines; each engine's line keeps its rows within the
+documented medians."""
 
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ from demos.zoo.workload import Workload, cluster_for
 needs_tables = pytest.mark.skipif(not measured.available(), reason="needs the measured extra")
 
 
-def _times(gpu: str, **fit_changes) -> KernelTimes:
+def _times(gpu: str, engine: str | None = None, **fit_changes) -> KernelTimes:
     g = get_gpu(gpu)
     fit = replace(FITS[g.family], **fit_changes)
-    return KernelTimes(g, gpu_profile(g, fit=fit), fit)
+    return KernelTimes(g, gpu_profile(g, fit=fit), fit, engine=engine)
 
 
 @pytest.mark.parametrize("gpu", ["h200", "b200"])
@@ -38,14 +39,28 @@ def test_a_decode_sized_all_reduce_takes_the_engines_kernel_not_the_ring(gpu):
     assert got == pytest.approx(line.seconds(nbytes, 7)) and got < 0.7 * ring
 
 
+@pytest.mark.parametrize("gpu", ["h200", "b200"])
+def test_a_step_of_a_named_engine_takes_that_engines_line(gpu):
+    """vLLM's kernel is the slowest of the three at decode sizes (docs/kernels.md): a vLLM step's all-reduce of
+    32 tokens of a 3,072-wide row over 8 GPUs is its own line, longer than SGLang's and than the family's line;
+    an engine without a table (AMD's ATOM) and no engine take the family's line."""
+    nbytes, fam = 32 * 3072 * 2, FITS[get_gpu(gpu).family]
+    got = {e: _times(gpu, e).all_reduce(nbytes, 8) for e in ("vllm", "sglang", "trtllm", "atom", None)}
+    for e in ("vllm", "sglang", "trtllm"):
+        assert got[e] == pytest.approx(fam.engine_all_reduce[e].seconds(nbytes, 7))
+    assert got["atom"] == got[None] == pytest.approx(fam.custom_all_reduce.seconds(nbytes, 7))
+    assert got["vllm"] > 1.2 * got["sglang"] and got["vllm"] > got[None]
+
+
 def test_beyond_the_engines_buffer_and_without_the_line_the_ring_stays():
-    kt = _times("h200")
+    kt = _times("h200", "vllm")
     big = 2 * CUSTOM_AR_MAX_BYTES
     assert kt.all_reduce(big, 8) == tp_collective("h200", "all_reduce", big, 8)
     assert kt.all_reduce(65536, 1) == 0.0
     ring_only = _times("h200", custom_all_reduce=None)
     assert ring_only.all_reduce(65536, 8) == tp_collective("h200", "all_reduce", 65536, 8)
-    assert FITS["cdna3"].custom_all_reduce is None and FITS["cdna4"].custom_all_reduce is None
+    for family in ("cdna3", "cdna4"):
+        assert FITS[family].custom_all_reduce is None and FITS[family].engine_all_reduce == {}
 
 
 def test_a_tensor_parallel_moe_layer_all_reduces_at_the_engines_kernel():
@@ -79,9 +94,11 @@ def test_the_reader_gives_each_engines_graph_rows_up_to_the_buffer():
 @pytest.mark.measured
 @pytest.mark.slow
 @pytest.mark.parametrize("gpu", ["h200", "b200", "b300"])
-def test_the_line_keeps_sglangs_and_trtllms_kernels_within_15_percent_and_vllms_runs_longer(gpu):
-    """docs/kernels.md: SGLang +5.5% to +12.5% and TRT-LLM -4.9% to +3.4% on these GPUs (B300 held out);
-    vLLM's kernel longer than the line, -28.6% to -32.6%."""
+def test_each_engines_line_keeps_its_own_kernel_within_the_documented_medians(gpu):
+    """docs/kernels.md: each engine's line against its own rows, signed median, SGLang -2.5% to -5.0% and TRT-LLM
+    -3.4% to -8.4% on these GPUs, vLLM -2.9% (H200) to -14.2% (B300; its one-shot kernel over 8 GPUs jumps at
+    128-256 KB, which a line smooths); B300 is held out of the Blackwell lines. The bounds are sized to those
+    figures."""
     from demos.fidelity.engine_comm import ALLREDUCE_OPS, allreduce_rows
 
     fit = FITS[get_gpu(gpu).family]
@@ -89,5 +106,5 @@ def test_the_line_keeps_sglangs_and_trtllms_kernels_within_15_percent_and_vllms_
     for op, _, p, m in allreduce_rows(gpu, fit, set(ALLREDUCE_OPS.values())):
         errors.setdefault(op, []).append(p / m - 1)
     med = {op: statistics.median(e) for op, e in errors.items()}
-    assert abs(med["all-reduce sglang"]) < 0.15 and abs(med["all-reduce trtllm"]) < 0.15
-    assert -0.40 < med["all-reduce vllm"] < -0.20
+    assert abs(med["all-reduce sglang"]) < 0.10 and abs(med["all-reduce trtllm"]) < 0.10
+    assert abs(med["all-reduce vllm"]) < 0.16
