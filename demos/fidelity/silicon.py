@@ -42,6 +42,7 @@ from demos.errors import ConfigError
 from demos.fidelity.served import row_kv, served_as
 from demos.fidelity.stats import error_stats
 from demos.vocabulary import Mode, Phase
+from demos.zoo.engine_allreduce import allreduce_kernel
 from demos.zoo.hardware import get_gpu
 from demos.zoo.kernel_times import kernel_times
 from demos.zoo.loading import precise_spec
@@ -162,9 +163,13 @@ def _prefill_plan(r) -> dict | str:
 
 
 def _precision(r, served: tuple[str, str | None], gpu: str) -> dict:
-    """The plan's preset, weights and KV cache dtype for row ``r`` served as ``served`` on ``gpu``, and its engine
-    (whose own kernels a step takes where they differ: ``demos.zoo.kernel_times``)."""
-    return dict(preset=served[0], weights=served[1], kv_cache_dtype=row_kv(r, served, gpu), engine=r.engine)
+    """The plan's preset, weights and KV cache dtype for row ``r`` served as ``served`` on ``gpu``, its engine
+    (whose own kernels a step takes where they differ: ``demos.zoo.kernel_times``) and SGLang's release (whose
+    all-reduce kernel it takes: ``demos.zoo.engine_allreduce``)."""
+    release = r.release if r.engine == "sglang" else None
+    return dict(
+        preset=served[0], weights=served[1], kv_cache_dtype=row_kv(r, served, gpu), engine=r.engine, release=release
+    )
 
 
 def _step_seconds(phase: str, p: dict, kernels: str = "roofline") -> float:
@@ -184,7 +189,9 @@ def _step_seconds(phase: str, p: dict, kernels: str = "roofline") -> float:
     )
     mode = Mode.GRAPH if phase == Phase.DECODE else Mode.EAGER
     profile = step_profile(w)
-    with ZooRun(w, mode=mode, profile=profile, kernels=kernel_times(kernels, w.gpu, profile, p.get("engine"))) as run:
+    engine = p.get("engine")
+    times = kernel_times(kernels, w.gpu, profile, engine, allreduce_kernel(engine, p.get("release"), w))
+    with ZooRun(w, mode=mode, profile=profile, kernels=times) as run:
         return run.step(False).seconds
 
 

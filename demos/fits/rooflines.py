@@ -302,10 +302,9 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         [(spec, measured_index.index_topk_rows(g)) for spec, g in specs],
         [(spec, measured_index.prefill_score_rows(g)) for spec, g in specs],
     )
-    ar = {
-        e: [r for g in names for r in measured_comm.custom_allreduce_rows(g, e)] for e in measured_comm.ALLREDUCE_TABLES
-    }
-    custom_all_reduce = allreduce_line([r for rows in ar.values() for r in rows])
+    builds = (*measured_comm.ALLREDUCE_TABLES, *measured_comm.ALLREDUCE_BUILDS)
+    ar = {e: [r for g in names for r in measured_comm.custom_allreduce_rows(g, e)] for e in builds}
+    custom_all_reduce = allreduce_line([r for e in measured_comm.ALLREDUCE_TABLES for r in ar[e]])
     engine_all_reduce = {e: allreduce_line(rows) for e, rows in ar.items() if rows}
     ll = [r for g in names for r in measured.alltoall_rows(g) if r.gpus <= get_gpu(g).gpus_per_node]
     ll_sm = {kernel: fit_ll_sm(ll, kernel) for kernel in ("dispatch", "combine")}

@@ -160,7 +160,8 @@ def simulate(
 ) -> ServingRun:
     """The serving run (module docstring). ``pricers``: a dict the step pricers are kept in by deployment,
     so runs of one deployment share their grid points (None: one pricer for this run). ``release``: the
-    engine's release whose host behaviour the steps take (``demos.serving.host``; None: the pinned one);
+    engine's release whose host behaviour and all-reduce kernel the steps take (``demos.serving.host``,
+    ``demos.zoo.engine_allreduce``; None: the pinned one);
     ``disable_radix_cache``: SGLang's server runs without its radix cache (``--disable-radix-cache``), which
     keeps the overlap schedule on where the release would turn it off and admits requests by their exact
     peak (``demos.serving.sglang_rank.SGLangRank``)."""
@@ -213,6 +214,7 @@ def simulate(
         pricers=pricers,
         moe_tp=moe_tp,
         network=network,
+        release=release,
     )
     base, pricer, dp, kv = setup.base, setup.pricer, setup.dp, setup.kv
     c = base.cluster

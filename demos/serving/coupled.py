@@ -164,7 +164,8 @@ def simulate_disaggregated(
     overlap strategy in ``overlap`` (each side under the engine's own split rule): ``(runs, lives, setup)``
     with ``runs[overlap]`` the ``OverlapRun`` (the decode side's steps for the split share), ``lives`` the
     requests as they ended, ``setup`` the sides' data-parallel ranks and KV capacity. ``release``: the engine's
-    release whose host behaviour both sides' steps take (``demos.serving.host``; None: the pinned one),
+    release whose host behaviour and all-reduce kernel both sides' steps take (``demos.serving.host``,
+    ``demos.zoo.engine_allreduce``; None: the pinned one),
     ``disable_radix_cache`` and ``range_ratio`` (the closed loop's length spread) as
     ``demos.serving.api.simulate``'s."""
     from demos.serving.api import ENGINES
@@ -193,6 +194,7 @@ def simulate_disaggregated(
             kernels=kernels,
             max_seqs=side.max_seqs,
             pricers=pricers,
+            release=release,
         )
         return side, setup
 

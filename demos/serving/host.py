@@ -38,10 +38,10 @@ per-request part of the processing) may all take longer, and no measurement here
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from demos.errors import ConfigError, field_ref
+from demos.zoo.engine_allreduce import SGLANG_NIGHTLY, SGLANG_RELEASE
 from demos.zoo.models import GatedDeltaNet
 from demos.zoo.models.linear_spec import linear_of
 
@@ -63,15 +63,13 @@ _LAST_NO_BUFFER = ((0, 5, 10), "20260604")
 """The newest SGLang release and nightly date read resolving ``auto`` to ``no_buffer`` (overlap off)."""
 _FIRST_EXTRA_BUFFER = ((0, 5, 23), "20260704")
 """The oldest SGLang release and nightly date read resolving it to ``extra_buffer`` (overlap on)."""
-_RELEASE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:\.post\d+|rc\d+(?:\.post\d+)?)?(?:-.*)?$")
-_NIGHTLY = re.compile(r"^nightly-dev-(\d{8})(?:-.*)?$")
 
 
 def overlap_off_release(release: str) -> bool:
     """Whether SGLang ``release`` (``0.5.9``, ``0.5.10.post1``, ``nightly-dev-20260216-d3bae71e``) resolves
     its mamba strategy ``auto`` to ``no_buffer`` and so runs a hybrid Gated DeltaNet model without the
     overlap schedule (module docstring); a release between the ones read is a ``ConfigError``."""
-    m, n = _RELEASE.match(release), _NIGHTLY.match(release)
+    m, n = SGLANG_RELEASE.match(release), SGLANG_NIGHTLY.match(release)
     if m:
         v = tuple(int(x) for x in m.groups())
         if v <= _LAST_NO_BUFFER[0]:
@@ -101,7 +99,7 @@ def check_release(engine: str, release: str | None) -> None:
             f"{field_ref('release')} {release!r}: only SGLang's host behaviour depends on its release here; "
             f"{engine} runs as its pinned release (leave {field_ref('release')} out)"
         )
-    if not (_RELEASE.match(release) or _NIGHTLY.match(release)):
+    if not (SGLANG_RELEASE.match(release) or SGLANG_NIGHTLY.match(release)):
         raise ConfigError(
             f"{field_ref('release')} {release!r} is not an SGLang release: give a version (0.5.9, 0.5.10.post1) or "
             f"a dated nightly (nightly-dev-20260216)"

@@ -14,6 +14,7 @@ from demos.serving.engine_ranks import make_rank, make_router
 from demos.serving.run import Pool, PoolKind
 from demos.serving.step_times import StepPricer, kv_capacity_tokens
 from demos.vocabulary import Phase
+from demos.zoo.engine_allreduce import allreduce_kernel
 from demos.zoo.loading import workload_for
 
 __all__ = ["RankSetup", "prepare"]
@@ -65,12 +66,14 @@ def prepare(
     pricers: dict | None,
     moe_tp: int = 1,
     network: str = "ib",
+    release: str | None = None,
 ) -> RankSetup:
     """The ``RankSetup`` of ``native`` served by ``engine`` in ``phase`` on the cluster the flags name (as
     ``predict`` takes them). ``pricers``: a dict the step pricers are kept in by deployment, so runs of one
     deployment share their grid points (None: a pricer of its own). ``moe_tp``: MoE tensor parallelism over
-    the attention TP group (``demos.zoo.workload.Workload.moe_tp``; no flag yet). A model that leaves no
-    room for a KV cache is a ``ConfigError``."""
+    the attention TP group (``demos.zoo.workload.Workload.moe_tp``; no flag yet). ``release``: the engine's, whose
+    all-reduce kernel the steps take (``demos.zoo.engine_allreduce``; None: the pinned one). A model that leaves
+    no room for a KV cache is a ``ConfigError``."""
     base = workload_for(
         native,
         gpu=gpu,
@@ -101,10 +104,11 @@ def prepare(
             f"{field_ref('model')} {native.name} leaves no room for a KV cache on {c.nodes} x {c.gpus_per_node} "
             f"{base.gpu.name} at EP {c.ep}: use more GPUs (--nodes, --ep) or smaller weights (--weights)"
         )
-    key = (base, kernels, engine)
+    allreduce = allreduce_kernel(engine, release, base)
+    key = (base, kernels, engine, allreduce)
     pricer = pricers.get(key) if pricers is not None else None
     if pricer is None:
-        pricer = StepPricer(base, kernels, engine=engine)
+        pricer = StepPricer(base, kernels, engine=engine, allreduce=allreduce)
         if pricers is not None:
             pricers[key] = pricer
     graphs = split_rules.VllmGraphs.defaults(

@@ -93,14 +93,20 @@ def kv_capacity_tokens(w: Workload, step_tokens: int, max_seqs: int = 0) -> int:
 class StepPricer:
     """Step seconds of ``base`` (a ``Workload``: the model, cluster, attention TP, schedule, imbalance and
     mechanisms; its tokens, context and phase are set per point) on the virtual backend (module docstring);
-    ``kernels``: the kernel-time source (``demos.zoo.kernel_times``), of ``engine``'s kernels where they differ."""
+    ``kernels``: the kernel-time source (``demos.zoo.kernel_times``), of ``engine``'s kernels where they differ,
+    its all-reduces on ``allreduce``'s line (``demos.zoo.engine_allreduce``; None: the engine's)."""
 
     def __init__(
-        self, base: Workload, kernels: str = "roofline", run: Callable | None = None, engine: str | None = None
+        self,
+        base: Workload,
+        kernels: str = "roofline",
+        run: Callable | None = None,
+        engine: str | None = None,
+        allreduce: str | None = None,
     ):
         self.base = base
         self.profile = step_profile(base)
-        self.kernels = kernel_times(kernels, base.gpu, self.profile, engine) if run is None else None
+        self.kernels = kernel_times(kernels, base.gpu, self.profile, engine, allreduce) if run is None else None
         self._points: dict[tuple, Priced] = {}
         self._direct: dict[tuple, float] = {}  # interpolation_error's direct runs, kept like the grid's
         self._run = run or self._zoo

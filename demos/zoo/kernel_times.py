@@ -10,8 +10,7 @@ to the roofline where they do not; ``fallbacks`` records each op that fell back 
 report can say so (no silent substitution).
 
 A lightning indexer's decode kernels (``index_scores_seconds``, ``index_topk_seconds``) take the family's
-``FamilyFit.index`` curves, the top-k at the score distribution the source was built with
-(``index_scores``: ``SERVED_SCORES`` unless a check composes a harness's).
+``FamilyFit.index`` curves, the top-k at the score distribution of ``index_scores`` (default ``SERVED_SCORES``).
 
 A curve's ``latency`` is the fixed time of one kernel as the tables' harness timed it alone; in a step
 the fixed time of each kernel is the profile's per-kernel floor (``demos.zoo.profile.MIN_KERNEL``,
@@ -65,7 +64,6 @@ __all__ = [
 ]
 
 KERNEL_SOURCES = KernelSource.choices()
-
 GQA_DEFAULT_ENGINE = "sglang"
 """The engine whose GQA kernels a step of no named engine, or of an engine without fitted GQA tables, is timed with
 (the family's curves are SGLang's)."""
@@ -74,7 +72,6 @@ SERVED_SCORES = "top_last"
 """The score distribution a served model's indexer top-k is timed at (``demos.zoo.rooflines.INDEX_SCORES``):
 distinct scores. The whole-module tables' harness ran dummy weights, whose scores all tie ("flat");
 ``demos.zoo.attention_module`` composes those rows at that distribution."""
-
 
 LOCAL_EXPERTS = "local_experts"
 """The kind of op name under which a step's local fused MoE parts are timed (``local_experts_op``)."""
@@ -113,10 +110,11 @@ class KernelTimes:
         fit: FamilyFit | None = None,
         index_scores: str = SERVED_SCORES,
         engine: str | None = None,
+        allreduce: str | None = None,
     ):
         if index_scores not in INDEX_SCORES:
             raise ValueError(f"index_scores must be one of {', '.join(INDEX_SCORES)}, got {index_scores!r}")
-        self.engine = engine
+        self.engine, self.allreduce = engine, allreduce or engine
         self.gpu = gpu
         self.profile = profile
         self.fit = gpu_fit(gpu) if fit is None else fit
@@ -149,11 +147,11 @@ class KernelTimes:
 
     def all_reduce(self, nbytes: float, n: int) -> float:
         """Seconds of an all-reduce of a BF16 tensor of ``nbytes`` over ``n`` GPUs of one NVLink domain: NCCL's
-        ring (``tp_collective``) or, up to ``CUSTOM_AR_MAX_BYTES``, the engine's own kernel where faster (its line,
-        ``FamilyFit.engine_all_reduce``; no engine, or one without a table: the family's ``custom_all_reduce``
-        line of every engine's kernels); 0 for one GPU."""
+        ring (``tp_collective``) or, up to ``CUSTOM_AR_MAX_BYTES``, the engine build's kernel where faster (the line
+        ``FamilyFit.engine_all_reduce`` holds under ``allreduce``, ``demos.zoo.engine_allreduce``, default the
+        engine's; none, or one without a table: the family's line of every engine's kernel); 0 for one GPU."""
         ring = tp_collective(self.gpu, "all_reduce", nbytes, n)
-        line = self.fit.engine_all_reduce.get(self.engine) or self.fit.custom_all_reduce
+        line = self.fit.engine_all_reduce.get(self.allreduce) or self.fit.custom_all_reduce
         if line is None or n < 2 or nbytes > CUSTOM_AR_MAX_BYTES:
             return ring
         return min(ring, line.seconds(nbytes, n - 1))
@@ -319,8 +317,8 @@ class MeasuredKernelTimes(KernelTimes):
 
     source = KernelSource.MEASURED
 
-    def __init__(self, gpu: GpuSpec, profile: DeviceProfile, table_gpu: str, engine: str | None = None):
-        super().__init__(gpu, profile, engine=engine)
+    def __init__(self, gpu: GpuSpec, profile: DeviceProfile, table_gpu: str, engine: str | None = None, **kw):
+        super().__init__(gpu, profile, engine=engine, **kw)
         from demos.zoo import measured
 
         self.table_gpu = table_gpu
@@ -381,12 +379,14 @@ class MeasuredKernelTimes(KernelTimes):
         return max(super().attention(phase, flops, nbytes, shape), measured_core)
 
 
-def kernel_times(source: str, gpu: GpuSpec, profile: DeviceProfile, engine: str | None = None) -> KernelTimes:
+def kernel_times(
+    source: str, gpu: GpuSpec, profile: DeviceProfile, engine: str | None = None, allreduce: str | None = None
+) -> KernelTimes:
     """A ``KernelTimes`` of ``source`` ("roofline" or "measured") for ``gpu``, of ``engine``'s kernels where they
-    differ (module docstring; None: the family's); a bad source, a GPU without tables, or the measured extra
-    missing -> one-line ``ConfigError``."""
+    differ (module docstring; None: the family's), its all-reduces on ``allreduce``'s line (``KernelTimes.all_reduce``);
+    a bad source, a GPU without tables, or the measured extra missing -> one-line ``ConfigError``."""
     if source == KernelSource.ROOFLINE:
-        return KernelTimes(gpu, profile, engine=engine)
+        return KernelTimes(gpu, profile, engine=engine, allreduce=allreduce)
     if source != KernelSource.MEASURED:
         raise ConfigError(f"{field_ref('kernels')} must be one of {', '.join(KERNEL_SOURCES)}, got {source!r}")
     from demos.zoo import measured
@@ -397,4 +397,4 @@ def kernel_times(source: str, gpu: GpuSpec, profile: DeviceProfile, engine: str 
             f"{field_ref('kernels')} measured: no measured tables for {gpu.name}; "
             f"tables exist for {', '.join(measured.SYSTEMS)} (use --kernels roofline)"
         )
-    return MeasuredKernelTimes(gpu, profile, gpu.name, engine)
+    return MeasuredKernelTimes(gpu, profile, gpu.name, engine, allreduce=allreduce)

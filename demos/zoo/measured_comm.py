@@ -19,7 +19,7 @@ from demos.zoo.hardware import get_gpu
 from demos.zoo.hardware.collectives import CUSTOM_AR_MAX_BYTES
 from demos.zoo.measured import package_version, read_table
 
-__all__ = ["ALLREDUCE_TABLES", "CUSTOM_AR_MAX_BYTES", "AllReduceRow", "custom_allreduce_rows"]
+__all__ = ["ALLREDUCE_BUILDS", "ALLREDUCE_TABLES", "CUSTOM_AR_MAX_BYTES", "AllReduceRow", "custom_allreduce_rows"]
 
 ALLREDUCE_TABLES = {
     "sglang": ("comm", "sglang", "0.5.14", "custom_allreduce_perf"),
@@ -27,6 +27,11 @@ ALLREDUCE_TABLES = {
     "trtllm": ("comm", "trtllm", "1.3.0rc20", "custom_allreduce_perf"),
 }
 """Engine -> (family, framework, version, file stem), as ``demos.zoo.measured.TABLES``."""
+
+ALLREDUCE_BUILDS = {"sglang 0.5.10": ("comm", "sglang", "0.5.10", "custom_allreduce_perf")}
+"""An older engine build whose kernel differs -> its table: SGLang's custom all-reduce up to 0.5.10 (its 0.5.9
+table times it within 0.5 us; ``demos.zoo.engine_allreduce``). Fitted per build, not into the line of every
+engine's kernels."""
 
 
 class AllReduceRow(NamedTuple):
@@ -39,12 +44,12 @@ class AllReduceRow(NamedTuple):
 
 
 def _frame(gpu: str, engine: str):
-    return read_table(gpu, engine, tuple(ALLREDUCE_TABLES.items()))
+    return read_table(gpu, engine, tuple({**ALLREDUCE_TABLES, **ALLREDUCE_BUILDS}.items()))
 
 
 def custom_allreduce_rows(gpu: str, engine: str = "sglang") -> list[AllReduceRow]:
-    """``engine``'s graph-captured all-reduce rows of ``gpu`` up to ``CUSTOM_AR_MAX_BYTES`` over at most one
-    node's GPUs (module docstring)."""
+    """``engine``'s (or an ``ALLREDUCE_BUILDS`` build's) graph-captured all-reduce rows of ``gpu`` up to
+    ``CUSTOM_AR_MAX_BYTES`` over at most one node's GPUs (module docstring)."""
     package_version()
     d = _frame(gpu, engine)
     graph = d.kernel_source.str.endswith("_graph") | (d.kernel_source == "TRTLLM")

@@ -66,7 +66,7 @@ def test_each_decode_step_costs_the_host_on_top_of_the_gpu():
         requests=8, warmup=4, overlap="none", search=False, pricers={},
     )  # fmt: skip
     on = simulate("qwen3.5-397b-a17b", release="0.5.23", **kw)
-    off = simulate("qwen3.5-397b-a17b", release="0.5.9", **kw)
+    off = simulate("qwen3.5-397b-a17b", release="0.5.10.post1", **kw)  # both run the fused all-reduce: one grid
     assert off.runs[0].tpot_ms.p50 - on.runs[0].tpot_ms.p50 == pytest.approx(HOST_STEP_S * 1e3, rel=1e-6)
     assert any("without its overlap schedule" in s for s in off.sources)
     assert not any("host between steps" in s for s in on.sources)
@@ -83,7 +83,7 @@ def test_a_disaggregated_run_charges_the_host_on_its_decode_steps():
         concurrency=4, isl=256, osl=16, requests=8, warmup=4, pricers={},
     )  # fmt: skip
     on = simulate_disaggregated("qwen3.5-397b-a17b", release="0.5.23", **kw)[0]["none"].tpot_ms.p50
-    off = simulate_disaggregated("qwen3.5-397b-a17b", release="0.5.9", **kw)[0]["none"].tpot_ms.p50
+    off = simulate_disaggregated("qwen3.5-397b-a17b", release="0.5.10.post1", **kw)[0]["none"].tpot_ms.p50
     assert off - on == pytest.approx(HOST_STEP_S * 1e3, rel=0.2)
 
 
@@ -108,8 +108,8 @@ def test_a_release_only_sglang_can_have_is_refused_in_one_line(capsys):
 
 def test_a_server_without_its_radix_cache_keeps_the_overlap_at_any_release():
     """SGLang's handler turns the overlap off only with the radix cache on: ``--disable-radix-cache`` keeps
-    it, so a 0.5.9 server launched so steps as the pinned release does (InferenceX's Qwen3.5 runs). The bug
-    this catches: the host charged whatever the server's flags."""
+    it, so a 0.5.10.post1 server launched so steps as the pinned release does (both run the fused all-reduce;
+    InferenceX's Qwen3.5 runs). The bug this catches: the host charged whatever the server's flags."""
     assert overlap_off_reason("sglang", "0.5.9", QWEN35, radix_cache=False) is None
     assert host_step_seconds("sglang", "0.5.9", QWEN35, radix_cache=False) == 0.0
     kw = dict(
@@ -117,7 +117,7 @@ def test_a_server_without_its_radix_cache_keeps_the_overlap_at_any_release():
         requests=8, warmup=4, overlap="none", search=False, pricers={},
     )  # fmt: skip
     pinned = simulate("qwen3.5-397b-a17b", release="0.5.23", **kw)
-    no_radix = simulate("qwen3.5-397b-a17b", release="0.5.9", disable_radix_cache=True, **kw)
+    no_radix = simulate("qwen3.5-397b-a17b", release="0.5.10.post1", disable_radix_cache=True, **kw)
     assert no_radix.runs[0].tpot_ms.p50 == pinned.runs[0].tpot_ms.p50
     assert not any("host between steps" in s for s in no_radix.sources)
 
