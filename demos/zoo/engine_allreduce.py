@@ -35,6 +35,7 @@ __all__ = [
     "SGLANG_NIGHTLY",
     "SGLANG_RELEASE",
     "allreduce_kernel",
+    "allreduce_source",
     "sglang_release_point",
 ]
 
@@ -112,3 +113,22 @@ def allreduce_kernel(engine: str | None, release: str | None, w: Any) -> str | N
         if (version <= last) if version is not None else (date <= night):
             return key
     return "sglang"
+
+
+def allreduce_source(engine: str | None, key: str | None) -> str:
+    """The report's words for the all-reduce kernel ``allreduce_kernel`` chose (``key``) for ``engine``."""
+    if key is None:
+        return "all-reduce: one line of SGLang's, vLLM's and TRT-LLM's kernels (no engine named)"
+    if engine == "sglang" and key == FUSED_KERNEL:
+        return (
+            "all-reduce: FlashInfer's fused kernel, which this SGLang release turns on for the model "
+            "(timed on TRT-LLM's kernel's line)"
+        )
+    if key == SGLANG_CUSTOM_BUILDS[0][2]:
+        return "all-reduce: SGLang's custom kernel as built up to 0.5.10 (its 0.5.10 tables' line)"
+    names = {
+        "sglang": "SGLang's custom kernel (its 0.5.14 tables' line)",
+        "vllm": "vLLM's custom kernel",
+        "trtllm": "TRT-LLM's kernel",
+    }
+    return f"all-reduce: {names.get(key, f'{key} (the line of every engine where it has none)')}"

@@ -104,3 +104,19 @@ def test_the_serving_pricer_is_kept_per_build():
     fused = prepare(native, "sglang", "decode", release="0.5.10.post1", **kw)
     assert old.pricer is not fused.pricer and len(pricers) == 2
     assert (old.pricer.kernels.allreduce, fused.pricer.kernels.allreduce) == (OLD, FUSED_KERNEL)
+
+
+def test_the_serving_report_names_the_kernel_its_release_runs():
+    """The run's ``rests on`` line says which all-reduce its steps took: a release changes the answer, and the
+    report says why (the bug this catches: the kernel chosen but not said)."""
+    from demos.serving.api import simulate
+
+    kw = dict(
+        engine="sglang", pool="decode", gpu="b200", ep=8, attention_tp=8, concurrency=4, isl=256, osl=8,
+        requests=8, warmup=4, overlap="none", search=False, pricers={}, disable_radix_cache=True,
+    )  # fmt: skip
+    old = simulate("qwen3.5-397b-a17b", release="0.5.9", **kw)
+    fused = simulate("qwen3.5-397b-a17b", release="0.5.10.post1", **kw)
+    assert any("SGLang's custom kernel as built up to 0.5.10" in s for s in old.sources)
+    assert any("FlashInfer's fused kernel" in s for s in fused.sources)
+    assert old.runs[0].tpot_ms.p50 > fused.runs[0].tpot_ms.p50  # the older kernel is the slower one
