@@ -37,7 +37,7 @@ from demos.serving.result import CSV_COLUMNS, FLOOR, ServingRun
 from demos.serving.run import OverlapRun, PoolKind, ServingError, metrics, serve
 from demos.serving.step_times import StepPricer
 from demos.vocabulary import Overlap, Phase
-from demos.zoo.engine_allreduce import allreduce_kernel, allreduce_source
+from demos.zoo.engine_allreduce import allreduce_source
 from demos.zoo.loading import load_model
 from demos.zoo.memory import serving_limits
 
@@ -293,7 +293,7 @@ def simulate(
             f"step times: python -m demos.predict's model ({kernels} kernels), interpolated over a grid",
             f"scheduler and split rule: {engine}'s release as docs/serving.md names them",
         )
-        + ((allreduce_source(engine, allreduce_kernel(engine, release, base)),) if base.attention_tp > 1 else ())
+        + ((allreduce_source(engine, pricer.allreduce),) if base.attention_tp > 1 else ())
         + ((f"host between steps: {host_off} (demos.serving.host)",) if host_off else ()),
     )
 

@@ -104,7 +104,7 @@ class StepPricer:
         engine: str | None = None,
         allreduce: str | None = None,
     ):
-        self.base = base
+        self.base, self.allreduce = base, allreduce
         self.profile = step_profile(base)
         self.kernels = kernel_times(kernels, base.gpu, self.profile, engine, allreduce) if run is None else None
         self._points: dict[tuple, Priced] = {}

@@ -72,6 +72,19 @@ def test_the_fusion_needs_hopper_or_blackwell_one_node_and_no_all_to_all():
     assert allreduce_kernel("sglang", None, rack) == FUSED_KERNEL
 
 
+def test_the_lists_name_zoo_model_types_and_the_pinned_release_is_the_lines_one():
+    """A typo in a list would leave its model on the custom kernel silently; the pinned build must be the release
+    the engine lines are read from (``demos.prediction.engines``)."""
+    from demos.prediction.engines._releases import SGLANG_VERSION
+    from demos.zoo.engine_allreduce import FUSED_ALLREDUCE_MODELS, SGLANG_PINNED
+    from demos.zoo.models import PRESET_NAMES
+
+    zoo = {get_preset(p).model_type for p in PRESET_NAMES}
+    for _, _, types in FUSED_ALLREDUCE_MODELS:
+        assert types <= zoo, types - zoo
+    assert sglang_release_point(SGLANG_VERSION)[0] == SGLANG_PINNED[0]
+
+
 def test_other_engines_run_their_own_kernel():
     w = _w("qwen3.5-397b-a17b")
     assert allreduce_kernel("vllm", "0.19.0", w) == "vllm" and allreduce_kernel("trtllm", None, w) == "trtllm"
