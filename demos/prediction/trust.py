@@ -23,10 +23,10 @@ CHECKED_ON = "2026-12-07"
 
 SILICON = {
     # gpu: (family, rows, median error, max error), decode
-    "h200": ("hopper", 18, -0.042, -0.231),
-    "b200": ("blackwell", 40, -0.013, -0.398),
-    "gb200": ("blackwell", 73, 0.05, 0.704),
-    "gb300": ("blackwell", 49, -0.009, -0.374),
+    "h200": ("hopper", 18, -0.057, -0.231),
+    "b200": ("blackwell", 40, -0.016, -0.398),
+    "gb200": ("blackwell", 73, 0.045, 0.704),
+    "gb300": ("blackwell", 49, -0.01, -0.374),
 }
 
 PUBLISHED = {

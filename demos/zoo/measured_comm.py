@@ -7,8 +7,10 @@ captured in a CUDA graph (``custom_allreduce_perf``): SGLang 0.5.14's custom all
 engines' all-reduce"). Read: the graph-captured rows (SGLang's and vLLM's tables also time eager launches;
 TRT-LLM's times its graph only) of tensors up to ``CUSTOM_AR_MAX_BYTES``, where the engines run these kernels
 and not NCCL, over at most one node's GPUs (GB300's tables also time SGLang's over 8 and 16 GPUs across a
-rack's 4-GPU trays, 4-6 times one tray's: not read, by the fit and the check alike); a row's
-``message_size`` is the tensor's bytes.
+rack's 4-GPU trays, 4-6 times one tray's: not read, by the fit and the check alike). A row's
+``message_size`` is the tensor's element count, not its bytes: the harness all-reduces a tensor of
+``message_size`` BF16 elements (aiconfigurator's ``collector/collect_all_reduce.py``), and aiconfigurator reads
+the table at tokens x hidden elements; a row's bytes are ``BF16_BYTES x message_size``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,17 @@ from demos.zoo.hardware import get_gpu
 from demos.zoo.hardware.collectives import CUSTOM_AR_MAX_BYTES
 from demos.zoo.measured import package_version, read_table
 
-__all__ = ["ALLREDUCE_BUILDS", "ALLREDUCE_TABLES", "CUSTOM_AR_MAX_BYTES", "AllReduceRow", "custom_allreduce_rows"]
+__all__ = [
+    "ALLREDUCE_BUILDS",
+    "ALLREDUCE_TABLES",
+    "BF16_BYTES",
+    "CUSTOM_AR_MAX_BYTES",
+    "AllReduceRow",
+    "custom_allreduce_rows",
+]
+
+BF16_BYTES = 2
+"""Bytes of one element of the tables' tensors (``allreduce_dtype`` bfloat16, the rows read)."""
 
 ALLREDUCE_TABLES = {
     "sglang": ("comm", "sglang", "0.5.14", "custom_allreduce_perf"),
@@ -54,6 +66,7 @@ def custom_allreduce_rows(gpu: str, engine: str = "sglang") -> list[AllReduceRow
     d = _frame(gpu, engine)
     graph = d.kernel_source.str.endswith("_graph") | (d.kernel_source == "TRTLLM")
     node = d.num_gpus <= get_gpu(gpu).gpus_per_node
-    d = d[graph & node & (d.allreduce_dtype == "bfloat16") & (d.message_size <= CUSTOM_AR_MAX_BYTES)]
-    cols = zip(d.num_gpus.tolist(), d.message_size.tolist(), d.latency.tolist())
+    nbytes = d.message_size * BF16_BYTES  # the table counts elements (module docstring)
+    d = d[graph & node & (d.allreduce_dtype == "bfloat16") & (nbytes <= CUSTOM_AR_MAX_BYTES)]
+    cols = zip(d.num_gpus.tolist(), (d.message_size * BF16_BYTES).tolist(), d.latency.tolist())
     return [AllReduceRow(engine, int(n), int(b), t * 1e-3) for n, b, t in cols]

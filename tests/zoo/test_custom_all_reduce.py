@@ -83,7 +83,7 @@ def test_the_reader_gives_each_engines_graph_rows_up_to_the_buffer():
     for engine in ALLREDUCE_TABLES:
         rows = custom_allreduce_rows("h200", engine)
         assert {r.gpus for r in rows} == {2, 4, 8} and max(r.nbytes for r in rows) == CUSTOM_AR_MAX_BYTES
-        assert len(rows) == 51  # 17 sizes from 128 B, doubling, per GPU count: the graph rows only
+        assert len(rows) == 48  # 16 sizes from 128 elements (256 B), doubling, per GPU count: the graph rows only
         assert all(1e-6 < r.seconds < 2e-4 for r in rows)
     # GB300's SGLang table also times 8 and 16 GPUs across a rack's 4-GPU trays: one node's rows only, so that
     # its own line is not pulled by them (it put an 8-GPU all-reduce at twice the family's)
@@ -108,3 +108,19 @@ def test_each_engines_line_keeps_its_own_kernel_within_the_documented_medians(gp
     med = {op: statistics.median(e) for op, e in errors.items()}
     assert abs(med["all-reduce sglang"]) < 0.10 and abs(med["all-reduce trtllm"]) < 0.10
     assert abs(med["all-reduce vllm"]) < 0.16
+
+
+@needs_tables
+@pytest.mark.measured
+def test_a_rows_bytes_put_vllms_algorithm_switch_where_its_source_has_it():
+    """The tables count elements, not bytes (``demos.zoo.measured_comm``): vLLM's custom all-reduce runs its
+    one-stage kernel below 256 KiB over up to 8 GPUs and below 512 KiB over up to 4 (``csrc/custom_all_reduce.cuh``,
+    ``REDUCE_CASE``), its two-stage kernel above, whose floor is higher: the largest step up between two sizes of
+    a GPU count's rows is where the tensor's bytes cross that threshold. Read as bytes, it sat at half of it."""
+    from demos.zoo.measured_comm import custom_allreduce_rows
+
+    rows = custom_allreduce_rows("b200", "vllm")
+    for gpus, switch in ((8, 256 * 1024), (4, 512 * 1024)):
+        times = sorted((r.nbytes, r.seconds) for r in rows if r.gpus == gpus)
+        steps = [(b / a, nb) for (_, a), (nb, b) in zip(times, times[1:])]
+        assert max(steps)[1] == switch, (gpus, max(steps))
