@@ -229,7 +229,14 @@ def _limits(sweep: Sweep, results: Sequence[PointResult], best: dict[str, Settin
 
 def _sources(sweep: Sweep) -> tuple[str, ...]:
     w = sweep.base
-    tp = ("attention TP collectives: NCCL's ring cost model and default latencies on NVLink (docs/clusters.md)",)
+    fit, family = gpu_fit(w.gpu), family_fit(w.gpu.family)  # the GPU's own curves, or its family's
+    ring = "NCCL's ring cost model and default latencies on NVLink (docs/clusters.md)"
+    tp = (
+        f"attention TP collectives: {ring}"
+        if fit.custom_all_reduce is None
+        else "attention TP collectives: the all-reduce up to 8 MiB on the line fitted to SGLang's, vLLM's and "
+        f"TRT-LLM's measured kernels where faster (docs/kernels.md), else and for the others {ring}",
+    )
     tp = tp if w.attention_tp > 1 else ()
     sparse = (
         "; the sparse attention's decode indexer on the curves fitted to its measured kernels (docs/models.md)"
@@ -246,7 +253,6 @@ def _sources(sweep: Sweep) -> tuple[str, ...]:
     tables = f"GEMM, MLA and {kind} tables" if kind else "GEMM and MLA tables"
     if w.spec.hc_mult > 1:
         tables = tables.replace(" and MLA", ", MLA and hyper-connection")
-    fit, family = gpu_fit(w.gpu), family_fit(w.gpu.family)  # the GPU's own curves, or its family's
     on = " and ".join(fit.fitted_on)
     whose = on if fit is not family else f"{on}, the {w.gpu.family} family's"
     kernels = (

@@ -189,6 +189,23 @@ def test_the_sources_name_the_tables_the_gpus_curves_were_fitted_to():
     assert "tables of h100 and h200, the hopper family's (" in kernels["h20"]
 
 
+def test_the_sources_name_the_all_reduce_attention_tp_takes():
+    """Attention TP's all-reduce takes the engines' fitted line where faster than NCCL's ring
+    (``KernelTimes.all_reduce``): the ``rests on`` line names both on a GPU with the line, the ring alone on one
+    without (AMD's families), and neither without attention TP."""
+
+    def tp_source(gpu, **kw):
+        pred = predict("qwen3-30b-a3b", gpu=gpu, tokens=[8], mode="graph", **kw)
+        return [s for s in pred.sources if s.startswith("attention TP collectives:")]
+
+    nvidia = tp_source("h200", ep=8, attention_tp=8, moe_tp=8)
+    assert len(nvidia) == 1 and "SGLang's, vLLM's and TRT-LLM's measured kernels" in nvidia[0]
+    assert "NCCL's ring cost model" in nvidia[0]
+    amd = tp_source("mi355x", ep=8, attention_tp=8, moe_tp=8)
+    assert len(amd) == 1 and "measured kernels" not in amd[0] and "NCCL's ring cost model" in amd[0]
+    assert tp_source("h200", ep=8) == []
+
+
 @pytest.mark.slow
 def test_detail_prints_each_points_ops_of_one_layer(capsys):
     assert main(["--model", "deepseek-v3", *CLUSTER_FLAGS, "--tokens", "16,64", "--detail"]) == 0
