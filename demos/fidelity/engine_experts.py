@@ -2,7 +2,9 @@
 
 ``validate kernels``' ops ``local experts fp8|nvfp4|int4|bf16|w4a16|w4a8``: SGLang 0.5.14's local kernels per
 expert dtype (``demos.zoo.measured_moe.sglang_moe_rows``) on the family's ``local_experts`` curve of that dtype
-(``FamilyFit.local_curve``), which is fitted to them on H100, H200, B200 and GB200 (B300 and GB300 held out).
+(``FamilyFit.local_curve``), which is fitted to them on H100, H200, B200 and GB200 (B300 and GB300 held out);
+``local experts w4a16 vllm|trtllm``: vLLM 0.24.0's and TRT-LLM 1.3.0rc20's own W4A16 MXFP4 kernels on their
+curves (``FamilyFit.engine_local_experts``, fitted to them on Hopper, where MXFP4 experts run so).
 
 The routed experts per expert dtype against vLLM's fused MoE kernels: ``validate kernels``' ops
 ``experts vllm fp8``, ``experts vllm nvfp4``, ``experts vllm int4`` (docs/kernels.md, "Routed experts per expert
@@ -31,8 +33,11 @@ LOCAL_MOE_OPS = {
     "bfloat16": "local experts bf16",
     "mxfp4_w4a16": "local experts w4a16",
     "mxfp4": "local experts w4a8",
+    "mxfp4_w4a16 vllm": "local experts w4a16 vllm",
+    "mxfp4_w4a16 trtllm": "local experts w4a16 trtllm",
 }
-"""Expert storage -> the op its rows of SGLang's local fused MoE table are checked as."""
+"""Expert storage -> the op its rows of SGLang's local fused MoE table are checked as; "<storage> <engine>" -> the
+op of that engine's own kernel's rows (``FamilyFit.engine_local_experts``)."""
 
 ENGINE_MOE_OPS = {"fp8_e4m3": "experts vllm fp8", "nvfp4": "experts vllm nvfp4", "int4_g32": "experts vllm int4"}
 """Expert storage -> the op its rows of vLLM's fused MoE table are checked as."""
@@ -48,10 +53,15 @@ def engine_experts_rows(gpu: str, fit: FamilyFit) -> Iterable[tuple[str, str, fl
 
 def local_experts_rows(gpu: str, fit: FamilyFit) -> Iterable[tuple[str, str, float, float]]:
     """``(op, shape, predicted seconds, measured seconds)`` of each of ``gpu``'s SGLang local fused MoE rows whose
-    dtype has a local curve of its own in ``fit`` (``FamilyFit.local_experts``)."""
-    from demos.zoo.measured_moe import sglang_moe_rows
+    dtype has a local curve of its own in ``fit`` (``FamilyFit.local_experts``), and of each engine's own rows
+    whose kernel ``fit`` has a curve of (``FamilyFit.engine_local_experts``, the engine's rows read by
+    ``demos.zoo.measured_moe.engine_local_moe_rows``)."""
+    from demos.zoo.measured_moe import engine_local_moe_rows, sglang_moe_rows
 
-    return _predicted(gpu, fit, sglang_moe_rows(gpu), LOCAL_MOE_OPS, fit.local_experts.get)
+    yield from _predicted(gpu, fit, sglang_moe_rows(gpu), LOCAL_MOE_OPS, fit.local_experts.get)
+    for engine, curves in fit.engine_local_experts.items():
+        ops = {storage: LOCAL_MOE_OPS[f"{storage} {engine}"] for storage in curves}
+        yield from _predicted(gpu, fit, engine_local_moe_rows(gpu, engine), ops, curves.get)
 
 
 def _predicted(gpu: str, fit: FamilyFit, rows, ops: dict, grouped) -> Iterable[tuple[str, str, float, float]]:

@@ -139,6 +139,7 @@ def fit_amd_family(family: str, base: FamilyFit) -> FamilyFit:
         fitted_on=(name,),
         source=source,
         local_experts={},
+        engine_local_experts={},
         custom_all_reduce=None,
         engine_all_reduce={},
     )

@@ -137,11 +137,15 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
             shapes = [_MoeShape(t, ep) for t in _EXPERTS_TOKENS for ep in _EXPERTS_EP]
             t = [experts_seconds(fit.gemm["fp8"], fit.experts, g, s) for s in shapes]
             add("experts", [f"{name} tokens={s.tokens} ep={s.ep}" for s in shapes], t)
-        for storage, curve in fit.local_experts.items():
+        local = {f"{storage}": c for storage, c in fit.local_experts.items()}
+        for engine, curves in fit.engine_local_experts.items():
+            local.update({f"{storage} {engine}": c for storage, c in curves.items()})
+        for key, curve in local.items():
+            storage = key.split()[0]
             shapes = [_MoeShape(t, ep) for t in _EXPERTS_TOKENS for ep in _EXPERTS_EP]
             math = storage_curve(fit.gemm, storage, g.has_fp4)
             t = [experts_seconds(math, curve, g, s, storage) for s in shapes]
-            add(f"local experts {storage}", [f"{name} tokens={s.tokens} ep={s.ep}" for s in shapes], t)
+            add(f"local experts {key}", [f"{name} tokens={s.tokens} ep={s.ep}" for s in shapes], t)
         pts = list(itertools.product(_AR_BYTES, (2, 4, 8)))
         lines = {"": fit.custom_all_reduce, **{f" {e}": line for e, line in fit.engine_all_reduce.items()}}
         for engine, line in lines.items():

@@ -177,6 +177,10 @@ _EXPERTS_STORAGE = storage_of("fp8")  # the MoE tables' grouped GEMMs: FP8 block
 LOCAL_MIN_ROWS = 200
 """The fewest rows of one expert dtype, on every GPU of a family, its local fused MoE curve is fitted to."""
 
+ENGINE_LOCAL_MIN_ROWS = 12
+"""The same for an engine's own local kernel (``engine_local_experts``): TRT-LLM's table times its W4A16 MXFP4
+kernel at MoE TP 1 only, 14 rows on H100 and 28 on H200 up to 256 tokens."""
+
 
 def _experts_parts(
     gemm: GemmCurve, g: GpuSpec, r, storage: str = _EXPERTS_STORAGE
@@ -257,6 +261,26 @@ def allreduce_line(rows: Sequence) -> LinearCost:
     return ll_line([r.nbytes for r in rows], [r.gpus - 1 for r in rows], [r.seconds for r in rows])
 
 
+def _engine_local_curves(specs, gemm: dict) -> dict:
+    """{engine: {storage: GroupedCurve}}: each engine's own local kernel of each ``ENGINE_LOCAL_STORAGE`` storage,
+    fitted as the family's ``local_experts`` are to that engine's rows (``engine_local_moe_rows``) where every GPU
+    of ``specs`` has ``ENGINE_LOCAL_MIN_ROWS`` of them; fitted for a family without FP4 tensor cores only, the
+    one whose MXFP4 experts take them (``FamilyFit.local_curve``)."""
+    from demos.zoo import measured_moe
+
+    out = {}
+    for engine in measured_moe.ENGINE_MOE_TABLES:
+        rows = {g: measured_moe.engine_local_moe_rows(g, engine) for _, g in specs}
+        curves = {}
+        for storage in measured_moe.ENGINE_LOCAL_STORAGE.values():
+            mine = [(spec, [r for r in rows[g] if r.storage == storage]) for spec, g in specs]
+            if all(len(rs) >= ENGINE_LOCAL_MIN_ROWS for _, rs in mine):
+                curves[storage] = fit_experts(mine, storage_curve(gemm, storage, False), storage)
+        if curves:
+            out[engine] = curves
+    return out
+
+
 def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     """``family``'s curves fitted to the measured tables of ``gpus`` (default ``FIT_GPUS[family]``), the
     MLA module's fixed time left at 0 (``demos.fits.module.fitted_family`` adds it); needs the
@@ -291,6 +315,7 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         if all(len(rs) >= LOCAL_MIN_ROWS for _, rs in rows):  # every GPU of the family has the dtype's kernel
             curve = storage_curve(gemm, storage, all(s.has_fp4 for s, _ in specs))
             local_experts[storage] = fit_experts(rows, curve, storage)
+    engine_local = {} if all(spec.has_fp4 for spec, _ in specs) else _engine_local_curves(specs, gemm)
     gdn_rows = [(spec, measured.gdn_rows(g)) for spec, g in specs]
     gdn = {curve: fit_gdn(gdn_rows, curve) for curve in GDN_CURVES}
     kda_rows = [(spec, measured.kda_rows(g)) for spec, g in specs]
@@ -333,6 +358,7 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         kda=kda,
         index=index,
         local_experts=local_experts,
+        engine_local_experts=engine_local,
         custom_all_reduce=custom_all_reduce,
         engine_all_reduce=engine_all_reduce,
         mla_decode_fp8=mla_decode_fp8,

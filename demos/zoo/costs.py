@@ -279,7 +279,7 @@ def layer_costs(
     # no all-to-all: the engine's local fused MoE, its grouped GEMMs at that kernel's share of bandwidth and
     # its fixed time (the kernels around them: sorting, quantization, the sum over top-k), where the family
     # has the curve (FamilyFit.local_curve of the experts' storage)
-    local = None if w.alltoall or w.schedule == Schedule.HT else kt.fit.local_curve(estore)
+    local = None if w.alltoall or w.schedule == Schedule.HT else kt.fit.local_curve(estore, kt.engine, kt.gpu.has_fp4)
     fixed = Work() if local is None else Work(seconds=local.latency)
     up_w, down_w = _grouped_gemms(per, act, inter, Hr, estore)
     fp8 = spec.precision.dispatch.startswith("fp8") and Hr % 128 == 0

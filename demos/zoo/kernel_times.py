@@ -138,9 +138,8 @@ class KernelTimes:
         peak, hbm = self.profile.flops_rate(dtype), self.gpu.hbm_bandwidth
         math_s, mem_s = curve.parts(flops, nbytes, m, n, k, peak, hbm, self.gpu.sm_count)
         kind, _, storage = op.partition(" ")
-        grouped = (
-            self.fit.experts if op == "experts" else self.fit.local_curve(storage) if kind == LOCAL_EXPERTS else None
-        )
+        local = self.fit.local_curve(storage, self.engine, self.gpu.has_fp4) if kind == LOCAL_EXPERTS else None
+        grouped = self.fit.experts if op == "experts" else local
         if grouped is not None:
             mem_s = nbytes / (hbm * grouped.mem_efficiency)
         return max(math_s, mem_s)

@@ -7,6 +7,11 @@
   FlashInfer's TRT-LLM kernels on Blackwell; INT4: Marlin on Hopper). The family's ``local_experts`` curves
   (one per expert dtype) are fitted to them (``demos.fits.rooflines.fit_family``; docs/kernels.md,
   "The local fused MoE").
+* ``engine_local_moe_rows``: vLLM 0.24.0's and TRT-LLM 1.3.0rc20's ``moe_perf`` tables, the same kind of rows
+  (no expert parallelism: a rank's experts at ``inter / moe_tp``) of the kernels of ``ENGINE_LOCAL_STORAGE``
+  (MXFP4 weights against BF16 activations: what every engine's table times for gpt-oss's shapes on Hopper,
+  which has no FP4 tensor cores), for an engine's own ``engine_local_experts`` curves
+  (``demos.zoo.rooflines.FamilyFit.local_curve``; docs/kernels.md, "The local fused MoE").
 * ``vllm_moe_rows``: vLLM 0.24.0's ``moe_perf`` tables for ``validate kernels``' ops ``experts vllm
   fp8|nvfp4|int4`` (``demos.fidelity.engine_experts``; docs/kernels.md, "Routed experts per expert dtype"):
   balanced routing, no MoE tensor parallelism, the dtypes of ``VLLM_MOE_STORAGE``, and for each dtype the
@@ -31,23 +36,37 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from demos.zoo.hardware import get_gpu
-from demos.zoo.measured import package_version, read_table
+from demos.zoo.measured import MeasuredTablesError, package_version, read_table
 from demos.zoo.models.dtypes import dtype
 from demos.zoo.work import table_experts
 
 __all__ = [
+    "ENGINE_LOCAL_STORAGE",
+    "ENGINE_MOE_TABLES",
     "LOCAL_MOE_MAX_TOKENS",
     "LOCAL_MOE_STORAGE",
     "MOE_TABLES",
     "VLLM_MOE_STORAGE",
     "EngineMoeRow",
+    "engine_local_moe_rows",
     "sglang_moe_rows",
     "streams_its_weights",
     "vllm_moe_rows",
 ]
 
-MOE_TABLES = {"moe_vllm": ("moe", "vllm", "0.24.0", "moe_perf"), "moe_sglang": ("moe", "sglang", "0.5.14", "moe_perf")}
+MOE_TABLES = {
+    "moe_vllm": ("moe", "vllm", "0.24.0", "moe_perf"),
+    "moe_sglang": ("moe", "sglang", "0.5.14", "moe_perf"),
+    "moe_trtllm": ("moe", "trtllm", "1.3.0rc20", "moe_perf"),
+}
 """Table -> (family, framework, version, file stem), as ``demos.zoo.measured.TABLES``."""
+
+ENGINE_MOE_TABLES = {"vllm": "moe_vllm", "trtllm": "moe_trtllm"}
+"""Engine -> the ``MOE_TABLES`` table its own local kernels are read from (``engine_local_moe_rows``)."""
+
+ENGINE_LOCAL_STORAGE = {"w4a16_mxfp4": "mxfp4_w4a16"}
+"""The table dtypes whose engine-own local kernels are read -> the expert storage each is: MXFP4 weights with BF16
+activations, the kernel each engine's Hopper table times for MXFP4 experts."""
 
 LOCAL_MOE_STORAGE = {
     "fp8_block": "fp8_e4m3",
@@ -121,6 +140,32 @@ def sglang_moe_rows(gpu: str, max_tokens: int = LOCAL_MOE_MAX_TOKENS, *, physica
         out += [
             EngineMoeRow(LOCAL_MOE_STORAGE[dt], kernel, n, h, i // tp, top, e, ep, t * 1e-3)
             for n, h, i, tp, top, e, ep, t in zip(*(k[c].tolist() for c in names), k.latency.tolist())
+        ]
+    return _physical(gpu, out, physical)
+
+
+def engine_local_moe_rows(
+    gpu: str, engine: str, max_tokens: int = LOCAL_MOE_MAX_TOKENS, *, physical: bool = True
+) -> list[EngineMoeRow]:
+    """``engine``'s (``ENGINE_MOE_TABLES``) local fused MoE rows of ``gpu`` up to ``max_tokens``, as
+    ``sglang_moe_rows``' but of the dtypes of ``ENGINE_LOCAL_STORAGE`` and without expert parallelism (a table's
+    expert-parallel rows time every token's copies on every rank in vLLM's, not a rank's share: module
+    docstring of ``demos.fidelity.engine_experts``); none where the engine has no table for ``gpu``."""
+    package_version()
+    try:
+        d = _frame(gpu, ENGINE_MOE_TABLES[engine])
+    except MeasuredTablesError:
+        return []
+    d = d[(d.distribution == "balanced") & (d.moe_ep_size == 1) & (d.num_tokens <= max_tokens)]
+    d = d[d.moe_dtype.isin(list(ENGINE_LOCAL_STORAGE))]
+    names = ("num_tokens", "hidden_size", "inter_size", "moe_tp_size", "topk", "num_experts")
+    out = []
+    for dt, rows in d.groupby("moe_dtype"):
+        kernel = rows.kernel_source.value_counts().idxmax()
+        k = rows[rows.kernel_source == kernel]
+        out += [
+            EngineMoeRow(ENGINE_LOCAL_STORAGE[dt], kernel, n, h, i // tp, top, e, 1, t * 1e-3)
+            for n, h, i, tp, top, e, t in zip(*(k[c].tolist() for c in names), k.latency.tolist())
         ]
     return _physical(gpu, out, physical)
 

@@ -63,6 +63,7 @@ __all__ = [
     "MqaLogitsCurve",
     "SmBoundCurve",
     "TopkCurve",
+    "W4A16_MXFP4",
     "family_fit",
     "gpu_fit",
     "gqa_key",
@@ -94,6 +95,9 @@ MHC_SITES = ("pre", "post")
 FIT_GPUS = {"hopper": ("h100", "h200"), "blackwell": ("b200", "gb200")}
 """The GPUs each family's pooled curves are fitted to (``family_fit``; B300 and GB300 held out)."""
 
+W4A16_MXFP4 = "mxfp4_w4a16"
+"""The storage whose local curve MXFP4 experts take on a GPU without FP4 tensor cores (``FamilyFit.local_curve``)."""
+
 LOCAL_FALLBACK_STORAGE = "fp8_e4m3"
 """The expert storage whose local fused MoE curve stands in for a storage without one of its own."""
 
@@ -124,12 +128,15 @@ class FamilyFit:
     (``demos.zoo.models.dtypes`` names), fitted to SGLang's local kernels of that dtype
     (``demos.zoo.measured_moe.sglang_moe_rows``): their share of bandwidth and the kernel's fixed time, which the
     step charges (``local_curve``; empty for a family without such tables: the step then times them on ``experts``
-    without a fixed time); ``fitted_on`` the GPUs whose tables gave them; ``custom_all_reduce`` the engines' own
-    all-reduce of a small tensor over one NVLink domain (``fixed + per_byte x bytes + per_peer x peers``, fitted to
-    SGLang's, vLLM's and TRT-LLM's graph-captured kernels together, ``demos.zoo.measured_comm``; None: the NCCL ring
-    model alone), ``engine_all_reduce`` the same line fitted to each engine's kernel alone (by engine name);
-    ``source`` the tables' provenance. A field the file lacks (written before it was fitted) reads as None, 0 or
-    empty."""
+    without a fixed time); ``engine_local_experts`` an engine's own local kernel of a storage where it differs, by
+    engine then storage (``{"vllm": {"mxfp4_w4a16": ...}, "trtllm": ...}``, fitted to that engine's rows,
+    ``demos.zoo.measured_moe.engine_local_moe_rows``; only for a family without FP4 tensor cores, whose MXFP4
+    experts every engine runs as W4A16: ``local_curve``); ``fitted_on`` the GPUs whose tables gave them;
+    ``custom_all_reduce`` the engines' own all-reduce of a small tensor over one NVLink domain (``fixed + per_byte
+    x bytes + per_peer x peers``, fitted to SGLang's, vLLM's and TRT-LLM's graph-captured kernels together,
+    ``demos.zoo.measured_comm``; None: the NCCL ring model alone), ``engine_all_reduce`` the same line fitted to
+    each engine's kernel alone (by engine name); ``source`` the tables' provenance. A field the file lacks (written
+    before it was fitted) reads as None, 0 or empty."""
 
     family: str
     gemm: dict
@@ -151,10 +158,19 @@ class FamilyFit:
     local_experts: dict = field(default_factory=dict)
     custom_all_reduce: LinearCost | None = None
     engine_all_reduce: dict = field(default_factory=dict)
+    engine_local_experts: dict = field(default_factory=dict)
 
-    def local_curve(self, storage: str) -> GroupedCurve | None:
-        """The local fused MoE's curve for experts stored as ``storage``: its own where fitted, else block
-        FP8's (a stated stand-in), else None (no local curves: the family's ``experts`` applies)."""
+    def local_curve(self, storage: str, engine: str | None = None, fp4: bool = True) -> GroupedCurve | None:
+        """The local fused MoE's curve for experts stored as ``storage`` in a step of ``engine`` on a GPU with
+        (``fp4``) or without FP4 tensor cores: its own where fitted, else block FP8's (a stated stand-in), else None
+        (no local curves: the family's ``experts`` applies). MXFP4 experts on a GPU without FP4 tensor cores run
+        as W4A16 (every engine's table times them so there): the engine's own such kernel where fitted
+        (``engine_local_experts``), else SGLang's."""
+        if storage == "mxfp4" and not fp4:
+            own = self.engine_local_experts.get(engine, {}).get(W4A16_MXFP4)
+            if own is not None:
+                return own
+            storage = W4A16_MXFP4
         return self.local_experts.get(storage) or self.local_experts.get(LOCAL_FALLBACK_STORAGE)
 
     def to_dict(self) -> dict:
@@ -177,6 +193,9 @@ class FamilyFit:
             "local_experts": {k: asdict(v) for k, v in self.local_experts.items()},
             "custom_all_reduce": None if self.custom_all_reduce is None else asdict(self.custom_all_reduce),
             "engine_all_reduce": {k: asdict(v) for k, v in self.engine_all_reduce.items()},
+            "engine_local_experts": {
+                e: {k: asdict(v) for k, v in curves.items()} for e, curves in self.engine_local_experts.items()
+            },
             "fitted_on": list(self.fitted_on),
             "source": self.source,
         }
@@ -207,6 +226,10 @@ class FamilyFit:
             local_experts={k: GroupedCurve(**v) for k, v in (d.get("local_experts") or {}).items()},
             custom_all_reduce=LinearCost(**d["custom_all_reduce"]) if d.get("custom_all_reduce") else None,
             engine_all_reduce={k: LinearCost(**v) for k, v in (d.get("engine_all_reduce") or {}).items()},
+            engine_local_experts={
+                e: {k: GroupedCurve(**v) for k, v in curves.items()}
+                for e, curves in (d.get("engine_local_experts") or {}).items()
+            },
         )
 
 
