@@ -148,9 +148,9 @@ def engine_local_moe_rows(
     gpu: str, engine: str, max_tokens: int = LOCAL_MOE_MAX_TOKENS, *, physical: bool = True
 ) -> list[EngineMoeRow]:
     """``engine``'s (``ENGINE_MOE_TABLES``) local fused MoE rows of ``gpu`` up to ``max_tokens``, as
-    ``sglang_moe_rows``' but of the dtypes of ``ENGINE_LOCAL_STORAGE`` and without expert parallelism (a table's
-    expert-parallel rows time every token's copies on every rank in vLLM's, not a rank's share: module
-    docstring of ``demos.fidelity.engine_experts``); none where the engine has no table for ``gpu``."""
+    ``sglang_moe_rows``' but of the dtypes of ``ENGINE_LOCAL_STORAGE`` and without expert parallelism (vLLM's
+    expert-parallel rows do not shrink with the group as a rank's share would: docs/kernels.md, "Routed experts
+    per expert dtype"); none where the engine has no table for ``gpu``."""
     package_version()
     try:
         d = _frame(gpu, ENGINE_MOE_TABLES[engine])
