@@ -33,6 +33,7 @@ from demos.prediction.workload import (
 )
 from demos.vocabulary import KernelSource, Mode, Phase, Schedule
 from demos.zoo.attention import attention_kind
+from demos.zoo.engine_allreduce import tp_collectives_source
 from demos.zoo.loading import TOY, load_model, workload_for
 from demos.zoo.memory import ServingLimits, memory_estimate, serving_limits
 from demos.zoo.models import CompressedAttention, ModelSpec, SparseMLAAttention
@@ -230,14 +231,7 @@ def _limits(sweep: Sweep, results: Sequence[PointResult], best: dict[str, Settin
 def _sources(sweep: Sweep) -> tuple[str, ...]:
     w = sweep.base
     fit, family = gpu_fit(w.gpu), family_fit(w.gpu.family)  # the GPU's own curves, or its family's
-    ring = "NCCL's ring cost model and default latencies on NVLink (docs/clusters.md)"
-    tp = (
-        f"attention TP collectives: {ring}"
-        if fit.custom_all_reduce is None
-        else "attention TP collectives: the all-reduce up to 8 MiB on the line fitted to SGLang's, vLLM's and "
-        f"TRT-LLM's measured kernels where faster (docs/kernels.md), else and for the others {ring}",
-    )
-    tp = tp if w.attention_tp > 1 else ()
+    tp = (tp_collectives_source(fit.custom_all_reduce is not None),) if w.attention_tp > 1 else ()
     sparse = (
         "; the sparse attention's decode indexer on the curves fitted to its measured kernels (docs/models.md)"
         if isinstance(w.spec.attention, SparseMLAAttention)

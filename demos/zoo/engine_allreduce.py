@@ -15,12 +15,15 @@ vLLM and TensorRT-LLM: their own kernel (one release of each is measured, and vL
   timed on TensorRT-LLM's line, the kernel it was ported from (a stated assumption: no table of FlashInfer's);
 * otherwise **SGLang's custom all-reduce** of the build: up to 0.5.10 (and nightlies before 0.5.11's upload) the
   kernel its 0.5.9 and 0.5.10 tables time alike ("sglang 0.5.10": a floor of 7 us on B200 and a jump to 26 us
-  from 128 KB over 8 GPUs); from 0.5.14 the faster one of its 0.5.14 table ("sglang"). 0.5.11 to 0.5.13 have
-  no table: 0.5.14's, a guess.
+  from 256 KiB over 8 GPUs, vLLM's one-stage / two-stage switch); from 0.5.14 the faster one of its 0.5.14 table
+  ("sglang"). 0.5.11 to 0.5.13 have no table: 0.5.14's, a guess.
 
 A release is a version (``0.5.9``, ``0.5.10rc0``, ``0.5.10.post1``) or a dated nightly
 (``nightly-dev-20260402-d3bae71e``): a nightly takes what the newest release uploaded to PyPI on or before its
 date holds, a release between two read ones the older one's list; None is the pinned release (0.5.23).
+
+``allreduce_source`` and ``tp_collectives_source`` are the words a serving report's and a prediction's ``rests on``
+lines give for it.
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ from typing import Any
 __all__ = [
     "FUSED_ALLREDUCE_MODELS",
     "FUSED_KERNEL",
+    "RING_SOURCE",
     "SGLANG_CUSTOM_BUILDS",
     "SGLANG_NIGHTLY",
     "SGLANG_RELEASE",
     "allreduce_kernel",
     "allreduce_source",
     "sglang_release_point",
+    "tp_collectives_source",
 ]
 
 FUSED_KERNEL = "trtllm"
@@ -132,3 +137,19 @@ def allreduce_source(engine: str | None, key: str | None) -> str:
         "trtllm": "TRT-LLM's kernel",
     }
     return f"all-reduce: {names.get(key, f'{key} (the line of every engine where it has none)')}"
+
+
+RING_SOURCE = "NCCL's ring cost model and default latencies on NVLink (docs/clusters.md)"
+"""The ``rests on`` words for NCCL's ring model of attention TP's collectives (``tp_collective``)."""
+
+
+def tp_collectives_source(has_line: bool) -> str:
+    """A prediction's ``rests on`` words for attention TP's collectives: the engines' fitted all-reduce line up to
+    8 MiB where faster than NCCL's ring, the ring otherwise and for the other collectives (``KernelTimes.all_reduce``);
+    the ring alone where the GPU's curves carry no line (``has_line`` False: AMD's families)."""
+    if not has_line:
+        return f"attention TP collectives: {RING_SOURCE}"
+    return (
+        "attention TP collectives: the all-reduce up to 8 MiB on the line fitted to SGLang's, vLLM's and TRT-LLM's "
+        f"measured kernels where faster (docs/kernels.md), else and for the others {RING_SOURCE}"
+    )
