@@ -137,7 +137,7 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
             shapes = [_MoeShape(t, ep) for t in _EXPERTS_TOKENS for ep in _EXPERTS_EP]
             t = [experts_seconds(fit.gemm["fp8"], fit.experts, g, s) for s in shapes]
             add("experts", [f"{name} tokens={s.tokens} ep={s.ep}" for s in shapes], t)
-        local = {f"{storage}": c for storage, c in fit.local_experts.items()}
+        local = dict(fit.local_experts)
         for engine, curves in fit.engine_local_experts.items():
             local.update({f"{storage} {engine}": c for storage, c in curves.items()})
         for key, curve in local.items():

@@ -271,13 +271,22 @@ def _engine_local_curves(specs, gemm: dict) -> dict:
     out = {}
     for engine in measured_moe.ENGINE_MOE_TABLES:
         rows = {g: measured_moe.engine_local_moe_rows(g, engine) for _, g in specs}
-        curves = {}
-        for storage in measured_moe.ENGINE_LOCAL_STORAGE.values():
-            mine = [(spec, [r for r in rows[g] if r.storage == storage]) for spec, g in specs]
-            if all(len(rs) >= ENGINE_LOCAL_MIN_ROWS for _, rs in mine):
-                curves[storage] = fit_experts(mine, storage_curve(gemm, storage, False), storage)
-        if curves:
+        storages = measured_moe.ENGINE_LOCAL_STORAGE.values()
+        if curves := _local_curves(specs, rows, storages, gemm, ENGINE_LOCAL_MIN_ROWS):
             out[engine] = curves
+    return out
+
+
+def _local_curves(specs, rows: dict, storages, gemm: dict, min_rows: int) -> dict:
+    """{storage: GroupedCurve}: a local fused MoE curve for each of ``storages`` whose rows (``rows``: GPU ->
+    ``EngineMoeRow``s) every GPU of ``specs`` has at least ``min_rows`` of (every GPU of the family has the dtype's
+    kernel), fitted to them (``fit_experts``) with the math on the family's GEMM curve of the storage."""
+    fp4 = all(spec.has_fp4 for spec, _ in specs)
+    out = {}
+    for storage in storages:
+        mine = [(spec, [r for r in rows[g] if r.storage == storage]) for spec, g in specs]
+        if all(len(rs) >= min_rows for _, rs in mine):
+            out[storage] = fit_experts(mine, storage_curve(gemm, storage, fp4), storage)
     return out
 
 
@@ -309,12 +318,7 @@ def fit_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     moe = [(spec, [r for r in measured.moe_rows(g) if r.distribution == "uniform"]) for spec, g in specs]
     experts = fit_experts(moe, gemm["fp8"])
     local_rows = {g: measured_moe.sglang_moe_rows(g) for _, g in specs}
-    local_experts = {}
-    for storage in measured_moe.LOCAL_MOE_STORAGE.values():
-        rows = [(spec, [r for r in local_rows[g] if r.storage == storage]) for spec, g in specs]
-        if all(len(rs) >= LOCAL_MIN_ROWS for _, rs in rows):  # every GPU of the family has the dtype's kernel
-            curve = storage_curve(gemm, storage, all(s.has_fp4 for s, _ in specs))
-            local_experts[storage] = fit_experts(rows, curve, storage)
+    local_experts = _local_curves(specs, local_rows, measured_moe.LOCAL_MOE_STORAGE.values(), gemm, LOCAL_MIN_ROWS)
     engine_local = {} if all(spec.has_fp4 for spec, _ in specs) else _engine_local_curves(specs, gemm)
     gdn_rows = [(spec, measured.gdn_rows(g)) for spec, g in specs]
     gdn = {curve: fit_gdn(gdn_rows, curve) for curve in GDN_CURVES}

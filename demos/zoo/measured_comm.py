@@ -66,7 +66,7 @@ def custom_allreduce_rows(gpu: str, engine: str = "sglang") -> list[AllReduceRow
     d = _frame(gpu, engine)
     graph = d.kernel_source.str.endswith("_graph") | (d.kernel_source == "TRTLLM")
     node = d.num_gpus <= get_gpu(gpu).gpus_per_node
-    nbytes = d.message_size * BF16_BYTES  # the table counts elements (module docstring)
-    d = d[graph & node & (d.allreduce_dtype == "bfloat16") & (nbytes <= CUSTOM_AR_MAX_BYTES)]
-    cols = zip(d.num_gpus.tolist(), (d.message_size * BF16_BYTES).tolist(), d.latency.tolist())
+    d = d.assign(nbytes=d.message_size * BF16_BYTES)  # the table counts elements (module docstring)
+    d = d[graph & node & (d.allreduce_dtype == "bfloat16") & (d.nbytes <= CUSTOM_AR_MAX_BYTES)]
+    cols = zip(d.num_gpus.tolist(), d.nbytes.tolist(), d.latency.tolist())
     return [AllReduceRow(engine, int(n), int(b), t * 1e-3) for n, b, t in cols]

@@ -119,6 +119,22 @@ def streams_its_weights(r: EngineMoeRow, hbm_bandwidth: float) -> bool:
     return r.seconds * hbm_bandwidth >= active * 3 * r.hidden * r.inter * dtype(r.storage).bytes
 
 
+def _most_measured(d, storage: dict) -> list[EngineMoeRow]:
+    """The rows of table ``d`` (already filtered) as ``EngineMoeRow``s, each dtype (``storage``: table dtype -> our
+    storage) of the kernel the table times most shapes with; a row's ``inter`` its rank's ``1 / moe_tp`` slice,
+    latency in seconds."""
+    names = ("num_tokens", "hidden_size", "inter_size", "moe_tp_size", "topk", "num_experts", "moe_ep_size")
+    out = []
+    for dt, rows in d.groupby("moe_dtype"):
+        kernel = rows.kernel_source.value_counts().idxmax()
+        k = rows[rows.kernel_source == kernel]
+        out += [
+            EngineMoeRow(storage[dt], kernel, n, h, i // tp, top, e, ep, t * 1e-3)
+            for n, h, i, tp, top, e, ep, t in zip(*(k[c].tolist() for c in names), k.latency.tolist())
+        ]
+    return out
+
+
 def _physical(gpu: str, rows: list[EngineMoeRow], physical: bool) -> list[EngineMoeRow]:
     bandwidth = get_gpu(gpu).hbm_bandwidth
     return [r for r in rows if streams_its_weights(r, bandwidth)] if physical else rows
@@ -132,16 +148,7 @@ def sglang_moe_rows(gpu: str, max_tokens: int = LOCAL_MOE_MAX_TOKENS, *, physica
     package_version()
     d = _frame(gpu, "moe_sglang")
     d = d[(d.distribution == "balanced") & d.moe_dtype.isin(list(LOCAL_MOE_STORAGE)) & (d.num_tokens <= max_tokens)]
-    names = ("num_tokens", "hidden_size", "inter_size", "moe_tp_size", "topk", "num_experts", "moe_ep_size")
-    out = []
-    for dt, rows in d.groupby("moe_dtype"):
-        kernel = rows.kernel_source.value_counts().idxmax()
-        k = rows[rows.kernel_source == kernel]
-        out += [
-            EngineMoeRow(LOCAL_MOE_STORAGE[dt], kernel, n, h, i // tp, top, e, ep, t * 1e-3)
-            for n, h, i, tp, top, e, ep, t in zip(*(k[c].tolist() for c in names), k.latency.tolist())
-        ]
-    return _physical(gpu, out, physical)
+    return _physical(gpu, _most_measured(d, LOCAL_MOE_STORAGE), physical)
 
 
 def engine_local_moe_rows(
@@ -158,16 +165,7 @@ def engine_local_moe_rows(
         return []
     d = d[(d.distribution == "balanced") & (d.moe_ep_size == 1) & (d.num_tokens <= max_tokens)]
     d = d[d.moe_dtype.isin(list(ENGINE_LOCAL_STORAGE))]
-    names = ("num_tokens", "hidden_size", "inter_size", "moe_tp_size", "topk", "num_experts")
-    out = []
-    for dt, rows in d.groupby("moe_dtype"):
-        kernel = rows.kernel_source.value_counts().idxmax()
-        k = rows[rows.kernel_source == kernel]
-        out += [
-            EngineMoeRow(ENGINE_LOCAL_STORAGE[dt], kernel, n, h, i // tp, top, e, 1, t * 1e-3)
-            for n, h, i, tp, top, e, t in zip(*(k[c].tolist() for c in names), k.latency.tolist())
-        ]
-    return _physical(gpu, out, physical)
+    return _physical(gpu, _most_measured(d, ENGINE_LOCAL_STORAGE), physical)
 
 
 def vllm_moe_rows(gpu: str, *, physical: bool = True) -> list[EngineMoeRow]:
@@ -176,11 +174,4 @@ def vllm_moe_rows(gpu: str, *, physical: bool = True) -> list[EngineMoeRow]:
     package_version()  # the extra, or MeasuredTablesError with the install hint
     d = _frame(gpu, "moe_vllm")
     d = d[(d.distribution == "balanced") & (d.moe_tp_size == 1) & d.moe_dtype.isin(list(VLLM_MOE_STORAGE))]
-    out = []
-    names = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_ep_size")
-    for dt, rows in d.groupby("moe_dtype"):
-        kernel = rows.kernel_source.value_counts().idxmax()
-        k = rows[rows.kernel_source == kernel]
-        cols = zip(*(k[c].tolist() for c in names), k.latency.tolist())
-        out += [EngineMoeRow(VLLM_MOE_STORAGE[dt], kernel, *row[:-1], row[-1] * 1e-3) for row in cols]
-    return _physical(gpu, out, physical)
+    return _physical(gpu, _most_measured(d, VLLM_MOE_STORAGE), physical)
