@@ -41,7 +41,7 @@ from __future__ import annotations
 from typing import Any
 
 from demos.errors import ConfigError, field_ref
-from demos.zoo.engine_allreduce import SGLANG_NIGHTLY, SGLANG_RELEASE
+from demos.zoo.engine_allreduce import SGLANG_NIGHTLY, SGLANG_RELEASE, sglang_release_point
 from demos.zoo.models import GatedDeltaNet
 from demos.zoo.models.linear_spec import linear_of
 
@@ -69,17 +69,19 @@ def overlap_off_release(release: str) -> bool:
     """Whether SGLang ``release`` (``0.5.9``, ``0.5.10.post1``, ``nightly-dev-20260216-d3bae71e``) resolves
     its mamba strategy ``auto`` to ``no_buffer`` and so runs a hybrid Gated DeltaNet model without the
     overlap schedule (module docstring); a release between the ones read is a ``ConfigError``."""
-    m, n = SGLANG_RELEASE.match(release), SGLANG_NIGHTLY.match(release)
-    if m:
-        v = tuple(int(x) for x in m.groups())
-        if v <= _LAST_NO_BUFFER[0]:
+    try:
+        version, date = sglang_release_point(release)
+    except ValueError:  # not a release: not read either
+        version = date = None
+    if version is not None:
+        if version <= _LAST_NO_BUFFER[0]:
             return True
-        if v >= _FIRST_EXTRA_BUFFER[0]:
+        if version >= _FIRST_EXTRA_BUFFER[0]:
             return False
-    elif n:
-        if n.group(1) <= _LAST_NO_BUFFER[1]:
+    elif date is not None:
+        if date <= _LAST_NO_BUFFER[1]:
             return True
-        if n.group(1) >= _FIRST_EXTRA_BUFFER[1]:
+        if date >= _FIRST_EXTRA_BUFFER[1]:
             return False
     raise ConfigError(
         f"{field_ref('release')} SGLang {release!r}: whether it runs hybrid Gated DeltaNet models without its "
