@@ -12,19 +12,9 @@ of them), and compared ("the family's curve" below is whichever of the two):
   (``demos.fits.rooflines.mla_row_work``: ``demos.zoo.work.mla_core_work``); ``mla decode fp8``: the decode
   rows with an FP8 cache on the family's curve of them (``FamilyFit.mla_decode_fp8``), ``mla decode fp8 trtllm``
   TRT-LLM's own on its curve (``FamilyFit.engine_mla_decode_fp8``);
-* ``mla module``: TRT-LLM's whole MLA decode module (FP8 block GEMMs, BF16 cache, 16 to 128 heads per GPU)
-  against the predictor's attention op, its kernels composed as ``demos.zoo.costs`` composes them plus the
-  family's fitted module time (``demos.zoo.attention_module``);
-* ``dsa module`` / ``dsa module fp8``: SGLang's whole sparse-MLA decode module (DeepSeek-V3.2, GLM-5: FP8
-  block GEMMs, the indexer) over a BF16 / an FP8 cache against the predictor's sparse attention op, composed
-  as for ``mla module`` (``attention_module.dsa_rows``); ``dsa indexer``: the indexer's share of GLM-5's
-  (``index_rows``) against the ``attn_index`` op alone, its fixed time fitted below 2,048 cached tokens;
-* ``csa module`` / ``hca module``: SGLang's whole DeepSeek-V4 decode modules (Flash and Pro, FP8 block GEMMs and
-  an FP8 cache, attention TP 1 to 8) against the predictor's compressed attention op of a layer of that
-  ratio (``demos.zoo.attention_module.v4_rows``), fitted to nothing;
-* ``msa module``: SGLang's whole MiniMax-M3 block-sparse decode module (BF16, its split top-k kernel,
-  attention TP 1 to 8) against the predictor's block-sparse attention op, fitted to nothing
-  (``demos.zoo.attention_module.msa_rows``);
+* ``mla module``, ``dsa module`` / ``dsa module fp8`` (each also ``... no indexer``), ``dsa indexer``, ``csa
+  module`` / ``hca module`` and ``msa module``: whole attention modules (TRT-LLM's MLA, SGLang's sparse MLA,
+  DeepSeek-V4's and MiniMax-M3's) against the predictor's attention op (``demos.fidelity.module_kernels``);
 * ``megamoe module``: SGLang's measured DeepGEMM fused MoE kernel (Kimi-K3's shapes on B200, DeepSeek-V4-Pro's
   on GB200 and GB300, balanced routing) against the predictor's ``fused_moe`` op, fitted to nothing
   (``demos.fidelity.fused_moe.megamoe_module_rows``);
@@ -78,6 +68,7 @@ from typing import NamedTuple
 from demos.fidelity.engine_comm import ALLREDUCE_OPS, allreduce_rows
 from demos.fidelity.engine_experts import ENGINE_MOE_OPS, LOCAL_MOE_OPS, engine_experts_rows, local_experts_rows
 from demos.fidelity.gqa_kernels import GQA_OPS, gqa_check_rows
+from demos.fidelity.module_kernels import MODULE_OPS, module_check_rows
 from demos.fidelity.stats import error_stats
 from demos.fits.linear import GDN_FIELDS, gdn_row_work
 from demos.fits.rooflines import experts_seconds, mla_kv_bytes, mla_row_work
@@ -98,13 +89,7 @@ OPS = (
     "mla prefill",
     "mla decode fp8",
     "mla decode fp8 trtllm",
-    "mla module",
-    "dsa module",
-    "dsa module fp8",
-    "dsa indexer",
-    "csa module",
-    "hca module",
-    "msa module",
+    *MODULE_OPS,
     "megamoe module",
     "mhc pre",
     "mhc post",
@@ -196,43 +181,6 @@ def _mla_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
             flops, nbytes = mla_row_work(phase, r.batch, r.heads, r.kv_len, mla_kv_bytes(kv))
             pred = curve.seconds(flops, nbytes, g.flops("bfloat16"), g.hbm_bandwidth)
             yield CheckRow(gpu, op, f"batch={r.batch} heads={r.heads} kv={r.kv_len}", pred, r.seconds)
-
-
-def _module_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
-    from demos.zoo.attention_module import composed_seconds, module_rows
-
-    for r in module_rows(gpu):
-        shape = f"batch={r.batch} heads={r.heads} kv={r.kv_len}"
-        yield CheckRow(gpu, "mla module", shape, composed_seconds(gpu, r, fit), r.seconds)
-
-
-def _dsa_rows(gpu: str, fit: FamilyFit, ops: set[str]) -> Iterable[CheckRow]:
-    from demos.zoo import attention_module as am
-
-    for op, kv in (("dsa module", "bfloat16"), ("dsa module fp8", "fp8")):
-        for r in am.dsa_rows(gpu, kv) if op in ops else ():
-            shape = f"{am.DSA_MODELS[r.model]} batch={r.batch} heads={r.heads} kv={r.kv_len}"
-            yield CheckRow(gpu, op, shape, am.composed_seconds(gpu, r, fit, am.DSA_MODELS[r.model]), r.seconds)
-    for r in am.index_rows(gpu) if "dsa indexer" in ops else ():
-        shape = f"glm-5 batch={r.batch} heads={r.heads} kv={r.kv_len}"
-        yield CheckRow(gpu, "dsa indexer", shape, am.index_composed_seconds(gpu, r, fit), r.seconds)
-
-
-def _v4_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
-    from demos.zoo.attention_module import V4_MODELS, v4_composed_seconds, v4_rows
-
-    for r in v4_rows(gpu):
-        op = "csa module" if r.ratio == 4 else "hca module"
-        shape = f"{V4_MODELS[r.model]} batch={r.batch} heads={r.heads} kv={r.length}"
-        yield CheckRow(gpu, op, shape, v4_composed_seconds(gpu, r, fit), r.seconds)
-
-
-def _msa_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
-    from demos.zoo.attention_module import msa_composed_seconds, msa_rows
-
-    for r in msa_rows(gpu):
-        shape = f"batch={r.batch} heads={r.heads} kv={r.kv_len}"
-        yield CheckRow(gpu, "msa module", shape, msa_composed_seconds(gpu, r, fit), r.seconds)
 
 
 def _mhc_rows(gpu: str, fit: FamilyFit) -> Iterable[CheckRow]:
@@ -340,13 +288,8 @@ def kernel_rows(gpu: str, fit: FamilyFit | None = None, ops: Iterable[str] = OPS
         out += [r for r in _gemm_rows(gpu, fit) if r.op in ops]
     if ops & {"mla decode", "mla prefill", "mla decode fp8", "mla decode fp8 trtllm"}:
         out += [r for r in _mla_rows(gpu, fit) if r.op in ops]
-    if "mla module" in ops:
-        out += list(_module_rows(gpu, fit))
-    out += list(_dsa_rows(gpu, fit, ops))
-    if ops & {"csa module", "hca module"}:
-        out += [r for r in _v4_rows(gpu, fit) if r.op in ops]
-    if "msa module" in ops:
-        out += list(_msa_rows(gpu, fit))
+    if ops & set(MODULE_OPS):
+        out += [CheckRow(gpu, *row) for row in module_check_rows(gpu, fit, ops)]
     if "megamoe module" in ops:
         from demos.fidelity.fused_moe import megamoe_module_rows
 

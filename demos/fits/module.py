@@ -2,15 +2,17 @@
 predictor composes it of (``demos.zoo.attention_module`` says why each exists and how the predictor charges
 it).
 
-``fit_module_extra(fit, gpus)`` is the MLA decode module's constant per GPU family, fitted as every curve is
-(the median row on the curve: ``median((composed + extra) / measured) = 1``) over the family's module rows
-(``demos.zoo.attention_module.module_rows``), the op composed by the predictor itself (``composed_seconds``).
-``fit_index_extra(fit, gpus)`` is a DeepSeek sparse attention decode indexer's, the same way over the
-indexer's share of SGLang's GLM-5 modules below ``INDEX_FIT_BELOW`` cached tokens (``index_rows``, the op
-composed by ``index_composed_seconds``). ``fitted_family(family, gpus)`` is a family's curves
-(``demos.fits.rooflines``) with both fitted on top: what ``python -m demos.fits write`` stores per family
-(``FIT_GPUS``) and per GPU (``demos.zoo.measured.SYSTEMS``: ``own_fit`` gives a GPU whose tables hold no module without
-its indexer its family's DSA indexer extra).
+``fit_module_extra(fit, gpus)`` is the MLA decode module's constant per GPU family (TRT-LLM's), fitted as every
+curve is (the median row on the curve: ``median((composed + extra) / measured) = 1``) over the family's module
+rows (``demos.zoo.attention_module.module_rows``), the op composed by the predictor itself (``composed_seconds``).
+``fit_sglang_dsa_extra(fit, gpus)`` is SGLang's own per KV-cache dtype, the same way over its sparse-MLA modules
+run without their indexer (``skip_rows``, the op less its indexer: ``skip_composed_seconds``).
+``fit_index_extra(fit, gpus)`` is a DeepSeek sparse attention decode indexer's, the same way over the indexer's
+share of SGLang's GLM-5 modules below ``INDEX_FIT_BELOW`` cached tokens (``index_rows``, the op composed by
+``index_composed_seconds``). ``fitted_family(family, gpus)`` is a family's curves (``demos.fits.rooflines``) with
+the three fitted on top: what ``python -m demos.fits write`` stores per family (``FIT_GPUS``) and per GPU
+(``demos.zoo.measured.SYSTEMS``: ``own_fit`` gives a GPU whose tables hold no module without its indexer its
+family's DSA indexer extra).
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from demos.zoo.attention_module import (
     index_composed_seconds,
     index_rows,
     module_rows,
+    skip_composed_seconds,
+    skip_rows,
 )
 from demos.zoo.rooflines import FIT_GPUS, FamilyFit
 
-__all__ = ["composed_lines", "fit_index_extra", "fit_module_extra", "fitted_family", "own_fit"]
+__all__ = ["composed_lines", "fit_index_extra", "fit_module_extra", "fit_sglang_dsa_extra", "fitted_family", "own_fit"]
 
 _Compose = Callable[[str, Any, FamilyFit], float]
 
@@ -59,6 +63,31 @@ def fit_index_extra(fit: FamilyFit, gpus: Sequence[str]) -> float:
     have no such rows (the family's GPUs measure no module without its indexer)."""
     rows = _index_fit_rows(gpus)
     return _fit_extra(fit, "dsa_index", rows, index_composed_seconds, "the DSA indexer extra") if rows else 0.0
+
+
+SGLANG_KV = ("bfloat16", "fp8")
+"""The KV-cache dtypes SGLang's module fixed time is fitted for (``FamilyFit.sglang_dsa_module``' keys)."""
+
+
+def fit_sglang_dsa_extra(fit: FamilyFit, gpus: Sequence[str]) -> dict[str, float]:
+    """SGLang's own MLA decode module extra per KV-cache dtype (``SGLANG_KV``; module docstring): as
+    ``fit_module_extra``, over SGLang's modules without their indexer of ``gpus`` (``skip_rows``), each composed
+    less its indexer as SGLang's step composes it (``skip_composed_seconds``); a dtype without rows is left out
+    (TRT-LLM's ``mla_module`` then applies)."""
+    out = {}
+    for kv in SGLANG_KV:
+        rows = [(g, r) for g in gpus for r in skip_rows(g, kv)]
+        if rows:
+            field = f"sglang_dsa_module.{kv}"
+            out[kv] = _fit_extra(fit, field, rows, skip_composed_seconds, f"SGLang's {kv} MLA module extra")
+    return out
+
+
+def _with_extra(fit: FamilyFit, field: str, extra: float) -> FamilyFit:
+    """``fit`` with ``field`` at ``extra``: a float field by name, or one key of a dict field ("field.key")."""
+    name, _, key = field.partition(".")
+    value = {**getattr(fit, name), key: extra} if key else extra
+    return replace(fit, **{name: value})
 
 
 def _index_fit_rows(gpus: Sequence[str]) -> list[tuple[str, Any]]:
@@ -108,17 +137,17 @@ def composed_lines(
     field: str = "mla_module",
     compose: _Compose = composed_seconds,
 ) -> list[tuple[float, float]]:
-    """Each row's composed op as a line in the extra ``c`` of ``fit``'s ``field``: ``(at 0, at big - big)``, its
-    time at ``c`` being ``max(at 0, at big - big + c)`` (``fit_module_extra``); ``big`` must reach past every
-    kernel floor."""
-    f0, fb = replace(fit, **{field: 0.0}), replace(fit, **{field: big})
+    """Each row's composed op as a line in the extra ``c`` of ``fit``'s ``field`` (``_with_extra``): ``(at 0,
+    at big - big)``, its time at ``c`` being ``max(at 0, at big - big + c)`` (``fit_module_extra``); ``big`` must
+    reach past every kernel floor."""
+    f0, fb = _with_extra(fit, field, 0.0), _with_extra(fit, field, big)
     return [(compose(g, r, f0), compose(g, r, fb) - big) for g, r in rows]
 
 
 def _check_line(fit: FamilyFit, rows, lines, extra: float, field: str, compose: _Compose, what: str) -> None:
     """Raise if any row's composed op at ``extra`` is not what its line says (to 1e-9 of it): the
     composition has changed how it charges the extra, and the line search would fit the wrong constant."""
-    f = replace(fit, **{field: extra})
+    f = _with_extra(fit, field, extra)
     for (g, r), (at0, rise) in zip(rows, lines):
         want, line = compose(g, r, f), max(at0, rise + extra)
         if abs(line - want) > 1e-9 * want:
@@ -130,18 +159,19 @@ def _check_line(fit: FamilyFit, rows, lines, extra: float, field: str, compose: 
 
 def fitted_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
     """``family``'s curves fitted to the tables of ``gpus`` (default ``FIT_GPUS[family]``,
-    ``demos.fits.rooflines.fit_family``) and, composed with them, the MLA decode module's and the DSA
-    indexer's fixed times; their tables named in ``source``."""
+    ``demos.fits.rooflines.fit_family``) and, composed with them, the MLA decode module's (TRT-LLM's and SGLang's)
+    and the DSA indexer's fixed times; their tables named in ``source``."""
     from demos.zoo import measured
 
     names = tuple(gpus or FIT_GPUS[family])
     fit = fit_family(family, names)
     module, dsa = measured.TABLES["mla_module"], measured.TABLES["dsa_module"]
     source = (
-        f"{fit.source}; the MLA decode module's fixed time: {module[3]} ({module[1]} {module[2]}); the DSA "
-        f"indexer's: {dsa[3]} ({dsa[1]} {dsa[2]}, with and without the indexer)"
+        f"{fit.source}; the MLA decode module's fixed time: {module[3]} ({module[1]} {module[2]}); SGLang's, and "
+        f"the DSA indexer's: {dsa[3]} ({dsa[1]} {dsa[2]}, with and without the indexer)"
     )
     fit = replace(fit, source=source, mla_module=fit_module_extra(fit, names))
+    fit = replace(fit, sglang_dsa_module=fit_sglang_dsa_extra(fit, names))
     return replace(fit, dsa_index=fit_index_extra(fit, names))
 
 

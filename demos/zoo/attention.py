@@ -100,7 +100,7 @@ class MLA(AttentionKind):
 
     spec_type = MLAAttention
     label = "MLA"
-    module_time = True
+    module = "mla"
 
     def costs(self, w: Workload, a: MLAAttention, t: int, layer: int, fold: Folder) -> AttentionCosts:
         H, store, ostore = w.spec.hidden_size, w.spec.precision.weights, w.spec.precision.store("attention_out")
@@ -126,7 +126,7 @@ class MLA(AttentionKind):
         kvb = w.spec.precision.bytes_of("kv_cache")
         pairs = self.pairs(w, a, t)
         flops, nbytes = mla_core_work(w.phase, t, h, pairs, latent=lat, rope=rope, nope=nope, v=v, kv_bytes=kvb)
-        core = timed_core(w, fold, flops, nbytes, shape, fp8_cache=kvb == 1)
+        core = timed_core(w, fold, flops, nbytes, shape, fp8_cache=kvb == 1, module=self.module)
         return AttentionCosts(proj, core, out, (flops, nbytes))
 
     def read(self, w: Workload, a: MLAAttention) -> float:
@@ -174,6 +174,7 @@ class SparseMLA(MLA):
 
     spec_type = SparseMLAAttention
     label = "sparse MLA"
+    module = "dsa"
 
     def read(self, w: Workload, a: SparseMLAAttention) -> float:
         """A decode token's core reads the ``index_topk`` entries its indexer picked (all, when fewer)."""

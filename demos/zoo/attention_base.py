@@ -69,9 +69,9 @@ class AttentionKind:
 
     spec_type: type = object
     label: str = "attention"
-    module_time: bool = False
-    """Whether the kind's decode core carries the MLA module's fixed time (``KernelTimes.module_extra``: the
-    kinds built on MLA)."""
+    module: str | None = None
+    """The module whose fixed time the kind's decode core carries (``KernelTimes.module_extra``): "mla" for the
+    kinds built on MLA, "dsa" for DeepSeek sparse attention (SGLang has its own), None for the others."""
 
     def costs(self, w: Workload, a: Any, t: int, layer: int, fold: Folder) -> AttentionCosts:
         raise NotImplementedError
@@ -100,11 +100,12 @@ def timed_core(
     shape: tuple | None,
     fp8_cache: bool = False,
     units: float = 0.0,
+    module: str = "mla",
 ) -> Work:
     """The attention core's Work: its time on the family's attention curve (``KernelTimes.attention``; a core over
     an FP8 cache, ``fp8_cache``, on the family's curve of such a cache; a GQA core's ``units``, requests x KV
-    heads, its work items)."""
-    seconds = fold.kernels.attention(w.phase, flops, nbytes, shape, fp8_cache, units)
+    heads, its work items; an MLA core's ``module``, whose fixed time it carries)."""
+    seconds = fold.kernels.attention(w.phase, flops, nbytes, shape, fp8_cache, units, module)
     return Work(seconds=seconds, bytes=nbytes, dtype="bfloat16")
 
 
@@ -124,8 +125,9 @@ def module_costs(
     A kind's ops beyond the three (a sparse attention's indexer, DeepSeek-V4's compressors) keep their floors
     whole: the fixed time was fitted on modules without them, and their kernels are more of the layer's."""
     c = kind.costs(w, a, t, layer, fold) if costs is None else costs
-    # the kind's decode core carries it (``module_time``); any shape stands for "an MLA core" here
-    extra = fold.kernels.module_extra(w.phase, ()) if kind.module_time else 0.0
+    # the kind's decode core carries it (``module``); any shape stands for "an MLA core" here
+    fp8 = w.spec.precision.bytes_of("kv_cache") == 1
+    extra = fold.kernels.module_extra(w.phase, (), fp8, kind.module) if kind.module else 0.0
     if extra <= 0.0:
         return c
     proj, _, out = c.names

@@ -21,8 +21,20 @@ module``) compares with them. Prefill modules, other attention and other engines
 
 ``dsa_rows(gpu)`` are SGLang's whole sparse-MLA decode modules of DeepSeek-V3.2 and GLM-5 (``DSA_ROWS``),
 which ``validate kernels`` (op ``dsa module``) compares with the predictor's sparse attention op
-(``composed_seconds`` with the row's model): the indexer and the core over its top-k composed as
-``demos.zoo.attention.SparseMLA`` composes them, the family's MLA module time and indexer time included.
+(``composed_seconds`` with the row's model, as SGLang's step composes it): the indexer and the core over its
+top-k composed as ``demos.zoo.attention.SparseMLA`` composes them, SGLang's module time and the family's indexer
+time included.
+
+``skip_rows(gpu, kv)`` are SGLang's sparse-MLA modules run without their indexer (``SKIP_MODELS``: GLM-5.2's
+checkpoints, whose indexer SGLang skips), over a BF16 or FP8 cache: SGLang's own MLA decode module. Its fixed
+time is not TRT-LLM's: below 2,048 cached tokens the composed op runs 10-17 us past these rows on B200, and
+SGLang's module over an FP8 cache measures 8-10 us shorter than over a BF16 one on Blackwell at few requests,
+where TRT-LLM's measures the same (its FP8 decode path fuses the RoPE of the query and key with their
+quantization into one kernel and skips the query's concatenation: ``_fuse_rope_for_trtllm_mla``), and 15-19 us
+longer on Hopper (FlashMLA's FP8 kernel). ``FamilyFit.sglang_dsa_module`` holds SGLang's per cache dtype,
+fitted by ``demos.fits.module`` to these rows (``skip_composed_seconds``: the op less its indexer), and a step of
+SGLang's charges it to its sparse-MLA layers in place of TRT-LLM's (``KernelTimes.module_extra``); its dense
+MLA keeps TRT-LLM's (SGLang's tables measure no dense module: a guess, docs/kernels.md).
 
 ``index_rows(gpu)`` are the indexer's share of those modules: SGLang measures GLM-5's module with and
 without its indexer (``INDEX_ROWS``: GLM-5's FP8 checkpoint, and GLM-5.2's, of the same shapes, with the
@@ -77,6 +89,7 @@ __all__ = [
     "INDEX_FIT_BELOW",
     "INDEX_ROWS",
     "IndexShareRow",
+    "SKIP_MODELS",
     "composed_seconds",
     "dsa_rows",
     "index_composed_seconds",
@@ -84,6 +97,8 @@ __all__ = [
     "module_rows",
     "msa_composed_seconds",
     "msa_rows",
+    "skip_composed_seconds",
+    "skip_rows",
     "v4_composed_seconds",
     "v4_rows",
 ]
@@ -157,6 +172,43 @@ def dsa_rows(gpu: str, kv: str = DSA_ROWS["kv_dtype"]) -> list:
 DSA_FP8_KERNELS = ("sglang_dsa_indexer_flashmla_kv",)
 """The FP8-cache module rows' attention kernel on Hopper (FlashMLA's; Blackwell's FP8 rows keep TRT-LLM's)."""
 
+SKIP_MODELS = {"zai-org/GLM-5.2-FP8": "fp8", "nvidia/GLM-5.2-NVFP4": "bf16"}
+"""The module table's checkpoints without an indexer -> the weights of their attention GEMMs: GLM-5.2's FP8
+one (H100, H200, B200 measure it) and its NVFP4 one, whose attention stays BF16 (GB200, B300, GB300)."""
+
+
+def skip_rows(gpu: str, kv: str) -> list:
+    """``gpu``'s SGLang modules without their indexer (``SKIP_MODELS``) over a ``kv`` ("bfloat16", "fp8") cache,
+    run by the attention kernel ``dsa_rows`` reads over that cache, below 512 requests and ``INDEX_FIT_BELOW``
+    cached tokens (the rows ``FamilyFit.sglang_dsa_module`` is fitted to), at attention TP 1 to 8."""
+    from demos.zoo import measured
+
+    heads = get_preset(INDEX_ROWS["preset"]).attention.heads
+    picked = DSA_ROWS["kernels"] + (DSA_FP8_KERNELS if kv == "fp8" else ())
+    kernels = {k.replace("_indexer_", "_skip_indexer_") for k in picked}
+    return [
+        r
+        for r in measured.dsa_module_rows(gpu)
+        if r.model in SKIP_MODELS
+        and r.kernel in kernels
+        and r.kv_dtype == kv
+        and r.batch < 512
+        and r.kv_len < INDEX_FIT_BELOW
+        and heads % r.heads == 0
+        and heads // r.heads <= _EP
+    ]
+
+
+def skip_composed_seconds(gpu: str, row, fit: FamilyFit) -> float:
+    """The predictor's sparse attention op of SGLang (``engine`` "sglang") less its indexer, for skip row ``row``
+    on ``gpu``: GLM-5 with the row's GEMM weights (``SKIP_MODELS``) and cache, its kernels timed with ``fit``."""
+    kv = "fp8" if row.kv_dtype.startswith("fp8") else "bf16"
+    spec = with_precision(get_preset(INDEX_ROWS["preset"]), weights=SKIP_MODELS[row.model], kv_cache=kv)
+    tp = spec.attention.heads // row.heads
+    whole = _layer_attention_seconds(gpu, spec, spec.first_k_dense, row.batch, row.kv_len, tp, fit, "sglang")
+    return whole - _index_seconds(gpu, spec, row.batch, row.kv_len, tp, fit)
+
+
 INDEX_ROWS = {
     "module": "zai-org/GLM-5-FP8",
     "skipped": "zai-org/GLM-5.2-FP8",
@@ -220,31 +272,39 @@ def index_composed_seconds(gpu: str, row: IndexShareRow, fit: FamilyFit) -> floa
     its kernels timed with ``fit``, its ``dsa_index`` included): launch overhead and the op's floors as a
     step charges them (``demos.zoo.plan.launch_seconds``)."""
     spec = _spec(INDEX_ROWS["preset"], "bf16")
-    tp = spec.attention.heads // row.heads
-    w = _workload(gpu, spec, row.batch, row.kv_len, tp)
+    return _index_seconds(gpu, spec, row.batch, row.kv_len, spec.attention.heads // row.heads, fit)
+
+
+def _index_seconds(gpu: str, spec, batch: int, cached: int, tp: int, fit: FamilyFit) -> float:
+    """``spec``'s ``attn_index`` op alone for ``batch`` requests of ``cached`` tokens at attention TP ``tp``."""
+    w = _workload(gpu, spec, batch, cached, tp)
     profile = gpu_profile(w.gpu, fit=fit)
     fold = Folder(profile, KernelTimes(w.gpu, profile, fit, index_scores=HARNESS_SCORES))
     kind, a = layer_attention(spec.attention, spec.first_k_dense)
-    return launch_seconds("attn_index", kind.index_costs(w, a, row.batch, fold), profile)
+    return launch_seconds("attn_index", kind.index_costs(w, a, batch, fold), profile)
 
 
-def composed_seconds(gpu: str, row, fit: FamilyFit, model: str = _MODEL) -> float:
+def composed_seconds(gpu: str, row, fit: FamilyFit, model: str = _MODEL, engine: str | None = None) -> float:
     """The predictor's attention op (``moe_layer_s["attention"]``) for module row ``row`` on ``gpu``, its
-    kernels timed with ``fit`` (its ``mla_module`` included): ``model`` (DeepSeek-V3 by default) with the
-    row's cache dtype, ``row.batch`` requests of ``row.kv_len`` cached tokens, attention TP ``heads /
-    row.heads``."""
+    kernels timed with ``fit`` (its module's fixed time included) as in a step of ``engine`` (None: any):
+    ``model`` (DeepSeek-V3 by default) with the row's cache dtype, ``row.batch`` requests of ``row.kv_len``
+    cached tokens, attention TP ``heads / row.heads``."""
     spec = _spec(model, "fp8" if row.kv_dtype.startswith("fp8") else "bf16")
     tp = spec.attention.heads // row.heads
-    return _layer_attention_seconds(gpu, spec, spec.first_k_dense, row.batch, row.kv_len, tp, fit)
+    return _layer_attention_seconds(gpu, spec, spec.first_k_dense, row.batch, row.kv_len, tp, fit, engine)
 
 
-def _layer_attention_seconds(gpu: str, spec, layer: int, batch: int, cached: int, tp: int, fit: FamilyFit) -> float:
+def _layer_attention_seconds(
+    gpu: str, spec, layer: int, batch: int, cached: int, tp: int, fit: FamilyFit, engine: str | None = None
+) -> float:
     """The attention ops of ``spec``'s layer ``layer`` (``attention_seconds``) for ``batch`` requests of
-    ``cached`` tokens (at least 1) at attention TP ``tp`` on ``gpu``, its kernels timed with ``fit``: what
-    every module row here is compared with (an EP group of ``_EP``, which the attention op does not see)."""
+    ``cached`` tokens (at least 1) at attention TP ``tp`` on ``gpu``, its kernels timed with ``fit`` as in a
+    step of ``engine``: what every module row here is compared with (an EP group of ``_EP``, which the
+    attention op does not see)."""
     w = _workload(gpu, spec, batch, cached, tp)
     profile = gpu_profile(w.gpu, fit=fit)
-    return attention_seconds(w, batch, layer, profile, KernelTimes(w.gpu, profile, fit, index_scores=HARNESS_SCORES))
+    kernels = KernelTimes(w.gpu, profile, fit, index_scores=HARNESS_SCORES, engine=engine)
+    return attention_seconds(w, batch, layer, profile, kernels)
 
 
 def _workload(gpu: str, spec, batch: int, cached: int, tp: int) -> Workload:

@@ -146,7 +146,7 @@ class Compressed(AttentionKind):
 
     spec_type = CompressedAttention
     label = "compressed"
-    module_time = True
+    module = "mla"
 
     def costs(self, w: Workload, a: CompressedAttention, t: int, layer: int, fold: Folder) -> AttentionCosts:
         H, store, tp = w.spec.hidden_size, w.spec.precision.weights, w.attention_tp

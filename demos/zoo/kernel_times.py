@@ -171,20 +171,21 @@ class KernelTimes:
         shape: tuple | None = None,
         fp8_cache: bool = False,
         units: float = 0.0,
+        module: str = "mla",
     ) -> float:
         """Seconds of an attention core of ``flops`` and ``nbytes`` in ``phase``; ``shape`` (batch, heads,
         kv_len) for MLA, None for grouped-query attention (on ``gqa_curve`` with its ``units``, requests x KV heads;
         the MLA curve of the phase where the family has none, a stated extrapolation). An MLA decode core carries
-        the module's fixed time too (``module_extra``). ``fp8_cache``: a core over an FP8 cache, an MLA decode one
-        timed on the engine's own curve of such rows or the family's (``FamilyFit.mla_decode_fp8``) where it has
-        one (module docstring)."""
+        the fixed time of its ``module`` too (``module_extra``). ``fp8_cache``: a core over an FP8 cache, an MLA
+        decode one timed on the engine's own curve of such rows or the family's (``FamilyFit.mla_decode_fp8``)."""
         peak, hbm = self.profile.flops_rate("bfloat16"), self.gpu.hbm_bandwidth
         if shape is None and (gqa := self.gqa_curve(phase, fp8_cache)) is not None:
             return gqa.seconds(flops, nbytes, peak, hbm, units) - gqa.latency
         curve = self.fit.mla_decode if phase == Phase.DECODE else self.fit.mla_prefill
         if shape is not None and fp8_cache and phase == Phase.DECODE:
             curve = self.fit.engine_mla_decode_fp8.get(self.engine) or self.fit.mla_decode_fp8 or curve
-        return curve.seconds(flops, nbytes, peak, hbm) - curve.latency + self.module_extra(phase, shape)
+        extra = self.module_extra(phase, shape, fp8_cache, module)
+        return curve.seconds(flops, nbytes, peak, hbm) - curve.latency + extra
 
     def gqa_curve(self, phase: str, fp8_cache: bool) -> GqaCurve | None:
         """The GQA curve of ``phase`` of the engine's kernel over a BF16 or FP8 cache (``FamilyFit.gqa``; ``engine``
@@ -202,13 +203,9 @@ class KernelTimes:
         return self._linear(self.fit.gdn, "Gated DeltaNet", kernel, phase, flops, nbytes, chunks)
 
     def kda(self, kernel: str, phase: str, flops: float, nbytes: float, chunks: float = 0.0) -> float:
-        """Seconds of a Kimi Delta Attention ``kernel`` ("delta_rule" or "conv") of ``flops`` and ``nbytes`` in
-        ``phase`` on the family's fitted curve (``FamilyFit.kda``, fitted to SGLang's ``kda_perf`` kernels;
-        the prefill delta rule's a ``ChunkedCurve`` over a chain of ``chunks``), its fixed time left to the
-        kernel floor as for every curve; a family without that curve is a ``ConfigError``. Its work is
-        counted as a Gated DeltaNet layer's of as many key heads as value heads (``delta_rule_work`` and
-        ``conv_work`` of ``demos.zoo.work``): KDA's state per head is ``dk x dv`` and moves the same bytes;
-        its per-channel decay adds flops that the fitted curve absorbs."""
+        """``gdn``'s for a Kimi Delta Attention ``kernel`` on ``FamilyFit.kda`` (SGLang's ``kda_perf`` kernels),
+        its work counted as a Gated DeltaNet layer's of as many key heads as value heads (``demos.zoo.work``):
+        KDA's state per head is ``dk x dv`` and moves the same bytes; its decay's flops the curve absorbs."""
         return self._linear(self.fit.kda, "Kimi Delta Attention", kernel, phase, flops, nbytes, chunks)
 
     def _linear(self, curves: dict, what: str, kernel: str, phase: str, flops, nbytes, chunks) -> float:
@@ -249,10 +246,9 @@ class KernelTimes:
         return t - self._floor_share(curve.latency)
 
     def _floor_share(self, latency: float) -> float:
-        """The part of an indexer kernel's fixed time ``latency`` that the op's per-kernel floor pays in a step:
-        at most the floor (``DeviceProfile.min_kernel``). An indexer kernel's fixed time can be its own work
-        (the top-k over tied scores: about 9 us before any entry is counted, three floors), which no floor
-        stands for, so it stays; a curve whose fixed time is a launch's leaves it all to the floor."""
+        """The part of an indexer kernel's fixed time ``latency`` that the op's per-kernel floor pays in a step: at
+        most the floor (``DeviceProfile.min_kernel``). A fixed time can be the kernel's own work (the top-k over tied
+        scores: about 9 us, three floors), which no floor stands for, so it stays."""
         return min(latency, self.profile.min_kernel)
 
     @property
@@ -292,11 +288,15 @@ class KernelTimes:
         t = curve.seconds(rows, entries, topk, self.gpu.sm_count, ties)
         return max(0.0, t - self._floor_share(curve.latency)) if t else 0.0
 
-    def module_extra(self, phase: str, shape: tuple | None) -> float:
-        """The seconds a whole MLA decode module takes beyond the kernels it is composed of
-        (``FamilyFit.mla_module``, fitted to TRT-LLM's measured modules: ``demos.zoo.attention_module``);
-        0 for prefill and for non-MLA attention, which no module table measures."""
-        return self.fit.mla_module if phase == Phase.DECODE and shape is not None else 0.0
+    def module_extra(self, phase: str, shape: tuple | None, fp8_cache: bool = False, module: str = "mla") -> float:
+        """The seconds a whole MLA decode module takes beyond the kernels it is composed of: TRT-LLM's
+        (``FamilyFit.mla_module``), or for SGLang's sparse-MLA ``module`` ("dsa") its own over the cache's dtype
+        (``FamilyFit.sglang_dsa_module``) where fitted (``demos.zoo.attention_module``); 0 for prefill and
+        non-MLA attention, which no module table measures."""
+        if phase != Phase.DECODE or shape is None:
+            return 0.0
+        own = self.fit.sglang_dsa_module if module == "dsa" and self.engine == "sglang" else {}
+        return own.get("fp8" if fp8_cache else "bfloat16", self.fit.mla_module)
 
 
 def _interp(xs: list[float], ys: list[float], x: float) -> float:
@@ -362,20 +362,21 @@ class MeasuredKernelTimes(KernelTimes):
         shape: tuple | None = None,
         fp8_cache: bool = False,
         units: float = 0.0,
+        module: str = "mla",
     ) -> float:
         grid = self._mla.get((phase, shape[1])) if shape is not None and not fp8_cache else None
         if grid is None:
             what = "GQA attention (timed on its family's GQA curve)" if shape is None else f"MLA with {shape[1]} heads"
             what += " over an FP8 cache" if fp8_cache else ""
             self._fall(f"attention ({phase})", f"no measured table for {what} on {self.table_gpu}")
-            return super().attention(phase, flops, nbytes, shape, fp8_cache, units)
+            return super().attention(phase, flops, nbytes, shape, fp8_cache, units, module)
         batch, _, kv_len = shape
         batches = sorted(grid)
         ts = [_interp(*grid[b], max(1.0, kv_len)) for b in batches]
         got = _interp([float(b) for b in batches], ts, max(1.0, batch))
         curve = self.fit.mla_decode if phase == Phase.DECODE else self.fit.mla_prefill
-        measured_core = got - curve.latency + self.module_extra(phase, shape)
-        return max(super().attention(phase, flops, nbytes, shape), measured_core)
+        measured_core = got - curve.latency + self.module_extra(phase, shape, module=module)
+        return max(super().attention(phase, flops, nbytes, shape, module=module), measured_core)
 
 
 def kernel_times(

@@ -184,3 +184,80 @@ def test_the_attention_ops_alone_cost_what_the_breakdown_says(model, phase, tp):
     kt = KernelTimes(g, profile)
     whole = layer_breakdown(w, tokens, profile, kt)["moe_layer_s"]["attention"]
     assert attention_seconds(w, tokens, w.spec.first_k_dense, profile, kt) == pytest.approx(whole, rel=1e-12)
+
+
+def test_only_sglangs_sparse_mla_layers_take_sglangs_module_time():
+    """``KernelTimes.module_extra``: SGLang's own fixed time (``FamilyFit.sglang_dsa_module``, per cache dtype) for
+    a sparse-MLA module in a step of SGLang's; TRT-LLM's (``mla_module``) for dense MLA, for other engines and for
+    a step of no named engine; nothing in prefill."""
+    from demos.vocabulary import Phase
+
+    g = get_gpu("b200")
+    fit = replace(family_fit(g.family), mla_module=30e-6, sglang_dsa_module={"bfloat16": 20e-6, "fp8": 10e-6})
+    profile = gpu_profile(g, fit=fit)
+
+    def extra(engine, fp8, module, phase=Phase.DECODE):
+        return KernelTimes(g, profile, fit, engine=engine).module_extra(phase, (8, 16, 64), fp8, module)
+
+    assert extra("sglang", False, "dsa") == 20e-6 and extra("sglang", True, "dsa") == 10e-6
+    assert extra("sglang", True, "mla") == 30e-6
+    assert extra("trtllm", True, "dsa") == extra("vllm", True, "dsa") == extra(None, True, "dsa") == 30e-6
+    assert extra("sglang", True, "dsa", Phase.PREFILL) == 0.0
+    bare = replace(fit, sglang_dsa_module={"bfloat16": 20e-6})  # no FP8 fit: TRT-LLM's stands in
+    assert KernelTimes(g, profile, bare, engine="sglang").module_extra(Phase.DECODE, (8, 16, 64), True, "dsa") == 30e-6
+
+
+def test_a_glm5_decode_step_of_sglang_charges_its_own_module_time_once_per_layer_and_ubatch():
+    """GLM-5's decode attention on B200 over an FP8 cache: a step of SGLang's and one of no named engine (the
+    family's kernels, TRT-LLM's module time) differ by SGLang's module time less TRT-LLM's, at a shape whose floors
+    do not bind; dense MLA takes TRT-LLM's in either."""
+    from demos.zoo.breakdown import attention_seconds
+    from demos.zoo.models import with_precision
+
+    g = get_gpu("b200")
+    spec = with_precision(get_preset("glm-5"), kv_cache="fp8")
+    w = Workload(spec, cluster_for("b200", 1, 8, 8), tokens=256, context=4096, ubatches=1, attention_tp=1)
+    fit = replace(family_fit(g.family), mla_module=30e-6, sglang_dsa_module={"bfloat16": 25e-6, "fp8": 12e-6})
+    profile = gpu_profile(g, fit=fit)
+    layer = spec.first_k_dense
+
+    def at(engine):
+        return attention_seconds(w, 256, layer, profile, KernelTimes(g, profile, fit, engine=engine))
+
+    assert at("sglang") - at(None) == pytest.approx(12e-6 - 30e-6, rel=1e-6)
+    dense = Workload(get_preset("deepseek-v3"), cluster_for("b200", 1, 8, 8), tokens=256, context=4096, ubatches=1)
+    kt = {e: KernelTimes(g, profile, fit, engine=e) for e in ("sglang", None)}
+    first = dense.spec.first_k_dense
+    same = [attention_seconds(dense, 256, first, profile, kt[e]) for e in ("sglang", None)]
+    assert same[0] == same[1]
+
+
+@needs_tables
+@pytest.mark.parametrize("kv", ["bfloat16", "fp8"])
+def test_sglangs_fitted_module_time_puts_its_median_module_without_indexer_on_the_curve(kv):
+    from demos.zoo.attention_module import skip_composed_seconds, skip_rows
+    from demos.zoo.rooflines import gpu_fit
+
+    for gpu in ("b200", "gb200"):
+        fit = gpu_fit(get_gpu(gpu))
+        rows = skip_rows(gpu, kv)
+        assert len(rows) > 300 and {r.kv_dtype for r in rows} == {kv}
+        at = statistics.median(skip_composed_seconds(gpu, r, fit) / r.seconds for r in rows)
+        assert at == pytest.approx(1.0, abs=2e-3), (gpu, kv, at)
+        trtllm = replace(fit, sglang_dsa_module={})  # TRT-LLM's module time in SGLang's place: runs long
+        assert statistics.median(skip_composed_seconds(gpu, r, trtllm) / r.seconds for r in rows) > 1.05
+
+
+@needs_tables
+def test_sglangs_fp8_module_is_shorter_than_its_bf16_one_on_blackwell_and_longer_on_hopper():
+    """The measured mechanism the fit carries (docs/kernels.md): on Blackwell SGLang's FP8-cache decode fuses the
+    query's and key's RoPE with their quantization (TRT-LLM's kernel both ways); on Hopper FlashMLA's FP8 kernel
+    reads the FP8 cache and its module runs longer. Both stay below TRT-LLM's module time on Blackwell."""
+    from demos.zoo.rooflines import gpu_fit
+
+    for gpu in ("b200", "gb200", "b300", "gb300"):
+        f = gpu_fit(get_gpu(gpu))
+        assert f.sglang_dsa_module["fp8"] + 5e-6 < f.sglang_dsa_module["bfloat16"] < f.mla_module, gpu
+    for gpu in ("h100", "h200"):
+        f = gpu_fit(get_gpu(gpu))
+        assert f.sglang_dsa_module["bfloat16"] + 5e-6 < f.sglang_dsa_module["fp8"], gpu

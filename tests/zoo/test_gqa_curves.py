@@ -100,7 +100,7 @@ def test_the_fit_counts_a_rows_work_as_the_step_counts_it(model, phase, kv):
     class Raw:  # a folder that keeps the counted work and the core's work items, no timing
         class kernels:
             @staticmethod
-            def attention(phase, flops, nbytes, shape, fp8_cache=False, units=0.0):
+            def attention(phase, flops, nbytes, shape, fp8_cache=False, units=0.0, module="mla"):
                 asked.update(units=units, fp8_cache=fp8_cache)
                 return 0.0
 
