@@ -5,9 +5,10 @@ its family's attention curve) and ``module_costs`` (a layer's attention ops as t
 kind's costs with its module's fixed time covering its kernels' floors).
 
 Why the cover: an MLA decode core carries the whole module's fixed time (``KernelTimes.module_extra``,
-fitted to TRT-LLM's measured modules: ``demos.zoo.attention_module``), and every op also pays its kernels'
-floor (``kernels x min_kernel``, ``dbo.costs.kernel_time``). Both stand for the same thing, the module's small
-kernels and the gaps between them; charged one on top of the other, a module of few heads (attention TP 4 to 8,
+fitted to TRT-LLM's measured modules, or SGLang's for its sparse MLA: ``demos.zoo.attention_module``), and every
+op also pays its kernels' floor (``kernels x min_kernel``, ``dbo.costs.kernel_time``). Both stand for the same
+thing, the module's small kernels and the gaps between them; charged one on top of the other, a module of few
+heads (attention TP 4 to 8,
 whose projections are below their floors) came out 31-47% longer than the measured modules on B200 and GB300
 at up to 64 requests, while the 64- and 128-head rows sat within 4%. So the fixed time is a floor of the whole
 module: the core's share is cut by what the floors already add to the projections and the output, and the three
