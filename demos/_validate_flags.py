@@ -17,6 +17,7 @@ from demos._cli.values import EmptyItemError, float_list, name_list, token_list
 from demos.fidelity.calibration import BACKENDS
 from demos.fidelity.machine import limits_text
 from demos.fidelity.validation import MAX_STEPS, RATIOS, SCHEDULES
+from demos.zoo.workload import IMBALANCE_MODELS
 
 PROG = "python -m demos.validate"
 CHECKS = ("grid", "h200", "deepep", "kernels", "silicon", "serving", "published")
@@ -243,6 +244,13 @@ def build_parser(renamed: Mapping[str, str] = MappingProxyType({})) -> argparse.
         choices=("roofline", "measured"),
         default="roofline",
         help="where the predicted steps' kernel times come from, as demos.predict --kernels (default roofline)",
+    )
+    silicon.add_argument(
+        "--imbalance",
+        choices=IMBALANCE_MODELS,
+        default="auto",
+        help="the busiest EP rank's expert load: auto (uniform routing) or power-law (aiconfigurator's skewed "
+        "routing), as demos.predict --imbalance (default auto)",
     )
     _json_flag(silicon, "the rows, their summaries and the gap's fits")
     _progress_flag(silicon)

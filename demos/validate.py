@@ -9,6 +9,7 @@
     python -m demos.validate kernels       # the fitted roofline against measured kernel tables (extra: measured)
     python -m demos.validate silicon       # predicted no-DBO steps against measured deployments (extra: measured)
     python -m demos.validate silicon --kernels measured   # the same, kernel times from the tables
+    python -m demos.validate silicon --imbalance power-law   # the same, under aiconfigurator's skewed routing
     python -m demos.validate serving [--quick] [--peer]   # simulated serving runs against measured ones
     python -m demos.validate published     # published overlap results (LMSYS's 96-H100 decode) against the predictor
     python -m demos.validate published --ablation   # ... and what each overlap mechanism moves
@@ -212,7 +213,7 @@ def _measured(ns: argparse.Namespace) -> Any:
         if ns.check == "kernels":
             result = checks.kernels_check(progress, cross_validation=ns.cross_validation, family=ns.family)
         else:
-            result = checks.silicon_check(ns.kernels, progress)
+            result = checks.silicon_check(ns.kernels, progress, ns.imbalance)
     except MeasuredTablesError as e:
         raise _Refused(str(e)) from None
     finally:

@@ -19,7 +19,7 @@ from demos.zoo.kernel_times import KERNEL_SOURCES
 from demos.zoo.loading import TOY, load_model, workload_for
 from demos.zoo.models import ALIASES, PRESET_NAMES, ModelSpec
 from demos.zoo.models.precision import KV_CACHE_DTYPES, WEIGHT_DTYPES
-from demos.zoo.workload import PHASES, WORKLOAD_SCHEDULES, Workload
+from demos.zoo.workload import IMBALANCE_MODELS, PHASES, WORKLOAD_SCHEDULES, Workload
 
 __all__ = ["add_model_flags", "flag_of", "gpu_name", "int_list", "parse_imbalance", "workload_of"]
 
@@ -30,13 +30,14 @@ def flag_of(field: str) -> str:
 
 
 def parse_imbalance(text: str) -> float | str:
-    """``--imbalance``: a number >= 1, or ``auto``."""
-    if text.strip().lower() == "auto":
-        return "auto"
+    """``--imbalance``: a number >= 1, ``auto`` or ``power-law`` (``demos.zoo.workload.IMBALANCE_MODELS``)."""
+    word = text.strip().lower()
+    if word in IMBALANCE_MODELS:
+        return word
     try:
         return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number or 'auto': {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a number, 'auto' or 'power-law': {text!r}") from None
 
 
 def gpu_name(text: str) -> str:
@@ -142,9 +143,10 @@ def add_model_flags(parser: argparse.ArgumentParser, *, model_default: str | Non
         "--imbalance",
         type=parse_imbalance,
         default="auto",
-        metavar="X|auto",
+        metavar="X|auto|power-law",
         help="busiest rank's expert load over the mean (1 = balanced, as EPLB aims for), or auto: the fluctuation "
-        "of a balanced router's loads at each token count, 1 + sqrt(2 ln(ep) / (tokens x top-k)) (default auto)",
+        "of a balanced router's loads at each token count, 1 + sqrt(2 ln(ep) / (tokens x top-k)) (default auto), or "
+        "power-law: the busiest rank under aiconfigurator's skewed routing (alpha 1.01)",
     )
     a(
         "--comm-sms",

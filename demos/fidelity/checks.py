@@ -340,13 +340,17 @@ class SiliconResult:
         return format_silicon(self.summary, self.skipped, self.gaps, self.by_engine)
 
 
-def silicon_check(kernels: str = "roofline", progress: Progress | None = None) -> SiliconResult:
+def silicon_check(
+    kernels: str = "roofline", progress: Progress | None = None, imbalance: str = "auto"
+) -> SiliconResult:
     """Every expressible measured deployment's step predicted without DBO, its kernel times from
-    ``kernels`` ("roofline" or "measured"). Raises ``MeasuredTablesError`` without the measured extra."""
+    ``kernels`` ("roofline" or "measured"), its routing ``imbalance`` ("auto" or "power-law"). Raises
+    ``MeasuredTablesError`` without the measured extra."""
     from demos.fidelity import silicon
 
     progress = progress or _quiet
-    rows, skipped = silicon.silicon_rows(lambda d, n, what: progress(f"silicon: {d}/{n} {what}"), kernels=kernels)
+    step = lambda d, n, what: progress(f"silicon: {d}/{n} {what}")  # noqa: E731
+    rows, skipped = silicon.silicon_rows(step, kernels=kernels, imbalance=imbalance)
     summary, gaps = silicon.silicon_summaries(rows), silicon.gap_fits(rows)
     return SiliconResult(rows, summary, gaps, skipped, silicon.engine_summaries(rows))
 

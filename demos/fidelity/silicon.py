@@ -172,7 +172,7 @@ def _precision(r, served: tuple[str, str | None], gpu: str) -> dict:
     )
 
 
-def _step_seconds(phase: str, p: dict, kernels: str = "roofline") -> float:
+def _step_seconds(phase: str, p: dict, kernels: str = "roofline", imbalance: str = "auto") -> float:
     spec = precise_spec(get_preset(p["preset"]), weights=p.get("weights"), kv_cache_dtype=p.get("kv_cache_dtype"))
     per_node = min(p["ep"], get_gpu(p["gpu"]).gpus_per_node)
     cluster = cluster_for(p["gpu"], p["ep"] // per_node, per_node, p["ep"])
@@ -183,7 +183,7 @@ def _step_seconds(phase: str, p: dict, kernels: str = "roofline") -> float:
         tokens=p["tokens"],
         context=p["context"],
         ubatches=1,
-        imbalance="auto",
+        imbalance=imbalance,
         attention_tp=p["tp"],
         moe_tp=p.get("moe_tp", 1),
     )
@@ -195,10 +195,13 @@ def _step_seconds(phase: str, p: dict, kernels: str = "roofline") -> float:
         return run.step(False).seconds
 
 
-def silicon_rows(progress: Callable[[int, int, str], None] | None = None, *, kernels: str = "roofline"):
+def silicon_rows(
+    progress: Callable[[int, int, str], None] | None = None, *, kernels: str = "roofline", imbalance: str = "auto"
+):
     """(checks, skipped): every expressible measured row predicted (module docstring), its kernel times
-    from ``kernels`` ("roofline" or "measured", ``demos.zoo.kernel_times``), and ``{reason: rows}`` for
-    the rest. Needs the ``measured`` extra."""
+    from ``kernels`` ("roofline" or "measured", ``demos.zoo.kernel_times``), its expert load from ``imbalance``
+    (a routing model, ``demos.zoo.workload.IMBALANCE_MODELS``), and ``{reason: rows}`` for the rest. Needs the
+    ``measured`` extra."""
     from demos.zoo.measured_copies import checked_runs
 
     plans, skipped = [], {}
@@ -216,7 +219,7 @@ def silicon_rows(progress: Callable[[int, int, str], None] | None = None, *, ker
         key = (phase, tuple(sorted(p.items())))
         if key not in cache:
             try:
-                cache[key] = _step_seconds(phase, p, kernels)
+                cache[key] = _step_seconds(phase, p, kernels, imbalance)
             except ConfigError as e:
                 cache[key] = e
         got = cache[key]

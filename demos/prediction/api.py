@@ -92,8 +92,8 @@ def predict(
     "efa" or "efa-gda" (docs/clusters.md, "Networks"). ``tokens``: the tokens
     per GPU to sweep, what each GPU's attention sees (the whole group's batch under attention TP; None:
     the phase's default); ``ubatches`` and ``comm_sms``: one value or a list to sweep; ``mode``: "graph",
-    "eager", "both" or None (graph for decode, eager for prefill); ``imbalance``: a number >= 1 or
-    "auto"; ``what_if``: ``{knob: factor}`` (or pairs) with knobs link, rdma, nvlink, gemm, hbm, host and
+    "eager", "both" or None (graph for decode, eager for prefill); ``imbalance``: a number >= 1, "auto" or
+    "power-law"; ``what_if``: ``{knob: factor}`` (or pairs) with knobs link, rdma, nvlink, gemm, hbm, host and
     the overlap mechanisms ll_sm, tile, contention (0 turns one off; docs/predict.md). ``weights`` ("bf16",
     "fp8", "fp4") and ``kv_cache_dtype`` ("bf16", "fp8"): the precision, overriding the model's (None: as
     the config says; ``demos.zoo.models.with_precision``). ``overlap``: the strategies to compare, among

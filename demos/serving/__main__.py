@@ -101,8 +101,8 @@ def build_parser() -> cli_common.OneLineParser:
         "--imbalance",
         type=parse_imbalance,
         default="auto",
-        metavar="X|auto",
-        help="expert-load imbalance (default auto)",
+        metavar="X|auto|power-law",
+        help="expert-load imbalance: a number, auto (uniform routing) or power-law (skewed; default auto)",
     )
     a("--weights", default=None, choices=tuple(WEIGHT_DTYPES), help="the weights' precision (default: the config's)")
     a("--kv-cache-dtype", default=None, choices=tuple(KV_CACHE_DTYPES), help="the KV cache's precision")

@@ -24,7 +24,8 @@ GPU, nodes, GPUs per node, EP degree), the phase, and the step's shape on one ra
   (``demos.zoo.overlap_costs.Mechanisms``; all 1 by default, each set by a ``--what-if`` knob).
 * ``imbalance``: the busiest rank's expert load over the mean (1.0: balanced, as EPLB aims for), or
   "auto": the fluctuation of uniform routing, ``1 + sqrt(2 ln(ep) / (tokens x top_k))`` (the expected
-  maximum of ``ep`` nearly-Poisson loads of mean ``tokens x top_k``; a first-principles estimate, not fitted).
+  maximum of ``ep`` nearly-Poisson loads of mean ``tokens x top_k``; a first-principles estimate, not fitted), or
+  "power-law": the busiest rank under aiconfigurator-core's skewed routing (``demos.zoo.routing_skew``).
 
 Every bad value raises ``ConfigError`` naming the field (``demos.errors``), so the command line
 can name the flag.
@@ -41,10 +42,21 @@ from demos.zoo.hardware import DEFAULT_COMM_SMS, ClusterSpec, Routing, get_gpu, 
 from demos.zoo.hardware.cluster import rack_hosts
 from demos.zoo.models import ModelSpec
 from demos.zoo.overlap_costs import Mechanisms
+from demos.zoo.routing_skew import POWER_LAW, power_law_imbalance
 
-__all__ = ["PHASES", "WORKLOAD_SCHEDULES", "Workload", "auto_imbalance", "cluster_for", "default_schedule"]
+__all__ = [
+    "IMBALANCE_MODELS",
+    "PHASES",
+    "WORKLOAD_SCHEDULES",
+    "Workload",
+    "auto_imbalance",
+    "cluster_for",
+    "default_schedule",
+]
 
 PHASES = Phase.choices()
+IMBALANCE_MODELS = ("auto", POWER_LAW)
+"""The named routing models ``Workload.imbalance`` takes besides a number (module docstring)."""
 WORKLOAD_SCHEDULES = Schedule.choices()
 
 
@@ -107,9 +119,10 @@ class Workload:
         sched = Schedule(sched)
         object.__setattr__(self, "schedule", sched)
         imb = self.imbalance
-        if imb != "auto":
+        if imb not in IMBALANCE_MODELS:
             if isinstance(imb, bool) or not isinstance(imb, (int, float)) or not math.isfinite(imb) or imb < 1:
-                raise ConfigError(f"{field_ref('imbalance')} must be a number >= 1 or 'auto', got {imb!r}")
+                models = " or ".join(repr(m) for m in IMBALANCE_MODELS)
+                raise ConfigError(f"{field_ref('imbalance')} must be a number >= 1, {models}, got {imb!r}")
         sms = self.comm_sms
         if sched == Schedule.LL and sms not in (None, 0):
             raise ConfigError(
@@ -242,9 +255,11 @@ class Workload:
         """The expert-load imbalance of a ubatch of ``tokens`` tokens in each rank's MoE block (``moe_tokens``)."""
         if self.moe_tp > 1:  # every rank computes every expert's slice: no rank has more copies than another
             return 1.0
-        if self.imbalance != "auto":
+        if self.imbalance not in IMBALANCE_MODELS:
             return float(self.imbalance)
         k = self.spec.moe.top_k if self.spec.moe is not None else 1
+        if self.imbalance == POWER_LAW and self.spec.moe is not None and tokens > 0:
+            return power_law_imbalance(max(1, round(tokens)), k, self.spec.moe.routed_experts, self.cluster.ep)
         return auto_imbalance(tokens, k, self.cluster.ep)
 
     def routing(self, tokens: int) -> Routing:

@@ -101,11 +101,11 @@ ALIASES = [
         ["kernels", "--no-progress"],
         ("kernels_check", [], {"cross_validation": False, "family": False}),
     ),
-    (["--silicon"], ["silicon"], ("silicon_check", ["roofline"], {})),
+    (["--silicon"], ["silicon"], ("silicon_check", ["roofline", "auto"], {})),
     (
         ["--silicon", "--silicon-kernels", "measured", "--no-progress"],
         ["silicon", "--kernels", "measured", "--no-progress"],
-        ("silicon_check", ["measured"], {}),
+        ("silicon_check", ["measured", "auto"], {}),
     ),
     (["--published"], ["published"], ("published_check", [], {"ablation": False})),
     (["--published", "--ablation"], ["published", "--ablation"], ("published_check", [], {"ablation": True})),
@@ -160,7 +160,7 @@ FLAGS = {
     "h200": {"--profile", "--json"},
     "deepep": {"--json"},
     "kernels": {"--json", "--no-progress", "--cross-validation", "--family"},
-    "silicon": {"--kernels", "--json", "--no-progress"},
+    "silicon": {"--kernels", "--imbalance", "--json", "--no-progress"},
     "serving": {"--quick", "--full", "--peer", "--json", "--no-progress"},
     "published": {"--ablation", "--json", "--no-progress"},
 }
