@@ -137,11 +137,11 @@ def test_the_silicon_kernel_source_goes_with_silicon_only(capsys):
     )
 
 
-def test_the_silicon_kernel_source_reaches_the_predicted_steps(monkeypatch):
+def test_the_silicon_kernel_source_and_routing_reach_the_predicted_steps(monkeypatch):
     seen = []
 
-    def rows(progress=None, *, kernels="roofline"):
-        seen.append(kernels)
+    def rows(progress=None, *, kernels="roofline", imbalance="auto"):
+        seen.append((kernels, imbalance))
         return [], {}
 
     monkeypatch.setattr("demos.fidelity.silicon.silicon_rows", rows)
@@ -149,7 +149,9 @@ def test_the_silicon_kernel_source_reaches_the_predicted_steps(monkeypatch):
     assert main(["--silicon", "--silicon-kernels", "measured", "--no-progress"]) == 0
     assert main(["--silicon", "--silicon-kernels=measured", "--no-progress"]) == 0
     assert main(["silicon", "--no-progress"]) == 0
-    assert seen == ["measured", "measured", "measured", "roofline"]
+    assert main(["silicon", "--imbalance", "power-law", "--no-progress"]) == 0
+    measured, roofline = ("measured", "auto"), ("roofline", "auto")
+    assert seen == [measured, measured, measured, roofline, ("roofline", "power-law")]
 
 
 @pytest.mark.slow
