@@ -349,8 +349,9 @@ def silicon_check(
     from demos.fidelity import silicon
 
     progress = progress or _quiet
-    step = lambda d, n, what: progress(f"silicon: {d}/{n} {what}")  # noqa: E731
-    rows, skipped = silicon.silicon_rows(step, kernels=kernels, imbalance=imbalance)
+    rows, skipped = silicon.silicon_rows(
+        lambda d, n, what: progress(f"silicon: {d}/{n} {what}"), kernels=kernels, imbalance=imbalance
+    )
     summary, gaps = silicon.silicon_summaries(rows), silicon.gap_fits(rows)
     return SiliconResult(rows, summary, gaps, skipped, silicon.engine_summaries(rows))
 

@@ -131,10 +131,11 @@ def module_rows(gpu: str) -> list:
     ]
 
 
-@functools.lru_cache(maxsize=8)
-def _spec(model: str, kv_cache: str):
-    """``model`` with its KV cache in ``kv_cache`` (built once: a fit composes every row many times)."""
-    return with_precision(get_preset(model), kv_cache=kv_cache)
+@functools.lru_cache(maxsize=16)
+def _spec(model: str, kv_cache: str, weights: str | None = None):
+    """``model`` with its KV cache in ``kv_cache`` (and its weights in ``weights``, None: the preset's), built
+    once: a fit composes every row many times."""
+    return with_precision(get_preset(model), weights=weights, kv_cache=kv_cache)
 
 
 DSA_MODELS = {"deepseek-ai/DeepSeek-V3.2": "deepseek-v3.2", "zai-org/GLM-5-FP8": "glm-5"}
@@ -203,7 +204,7 @@ def skip_composed_seconds(gpu: str, row, fit: FamilyFit) -> float:
     """The predictor's sparse attention op of SGLang (``engine`` "sglang") less its indexer, for skip row ``row``
     on ``gpu``: GLM-5 with the row's GEMM weights (``SKIP_MODELS``) and cache, its kernels timed with ``fit``."""
     kv = "fp8" if row.kv_dtype.startswith("fp8") else "bf16"
-    spec = with_precision(get_preset(INDEX_ROWS["preset"]), weights=SKIP_MODELS[row.model], kv_cache=kv)
+    spec = _spec(INDEX_ROWS["preset"], kv, SKIP_MODELS[row.model])
     tp = spec.attention.heads // row.heads
     whole = _layer_attention_seconds(gpu, spec, spec.first_k_dense, row.batch, row.kv_len, tp, fit, "sglang")
     return whole - _index_seconds(gpu, spec, row.batch, row.kv_len, tp, fit)
