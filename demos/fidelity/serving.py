@@ -134,6 +134,8 @@ def _plan(r) -> dict | str:
         return decode
     kv = row_kv(r, served, gpu)  # the launch script's, else the engine's default
     plan = dict(model=served[0], weights=served[1], gpu=gpu, kv_cache_dtype=kv, **decode)
+    if r.redundant_slots:  # the decode recipe's expert slots placed without EPLB (disaggregated rows only)
+        plan["redundant_slots"] = r.redundant_slots
     if r.mode == "agg":
         return plan
     if r.workers is None or r.prefill is None:
@@ -230,7 +232,8 @@ def _disaggregated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) 
         raise ConfigError("disaggregated pools with MoE tensor parallelism are not modelled")
     side = {k: plan[k] for k in ("ep", "attention_tp", "nodes", "gpus_per_node")}
     pre = {k: v for k, v in plan["prefill"].items() if k != "moe_tp"}
-    decode = Side(plan["gpu"], workers=plan["workers"][1], max_seqs=r.batch, **side)  # the batch is per DP rank
+    slots = plan.get("redundant_slots", 0)
+    decode = Side(plan["gpu"], workers=plan["workers"][1], max_seqs=r.batch, redundant_slots=slots, **side)
     prefill = Side(plan["gpu"], workers=plan["workers"][0], max_seqs=plan["prefill_batch"], **pre)
     _, lives, _ = simulate_disaggregated(
         plan["model"],

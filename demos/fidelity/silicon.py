@@ -14,7 +14,9 @@ configuration's measured TTFT and TPOT (each run once however many rows copy it:
   MoE over the same GPUs (MoE TP = TP, EP 1: ``Workload.moe_tp``); MoE tensor parallelism beside expert or
   data parallelism is not modelled, and those rows are skipped with that reason;
 * decode: disaggregated decode workers (an aggregated worker's TPOT mixes prefill chunks into its
-  decode steps); the row's ``batch`` is the requests each attention rank is configured for (the
+  decode steps), with the expert slots its recipe deployed without EPLB (``SiliconRow.redundant_slots``: SGLang's
+  data-parallel decode recipes on GB200 and GB300, ``Workload.redundant_slots``); the row's ``batch`` is the
+  requests each attention rank is configured for (the
   concurrency over the decode workers' attention DP ranks), the context the mean over the output,
   ``isl + osl / 2``. The tokens predicted are the requests a rank decodes on average
   (``decode_tokens``): the benchmark keeps ``batch`` requests per rank in flight, and each spends its
@@ -129,6 +131,8 @@ def _plan(r) -> dict | str:
         return layout
     ep, tp, *moe = layout
     plan = dict(_precision(r, served, gpu), gpu=gpu, ep=ep, tp=tp, tokens=decode_tokens(r), context=r.isl + r.osl // 2)
+    if r.redundant_slots:  # the decode recipe's expert slots placed without EPLB
+        plan["redundant_slots"] = r.redundant_slots
     return {**plan, "moe_tp": moe[0]} if moe else plan
 
 
@@ -186,6 +190,7 @@ def _step_seconds(phase: str, p: dict, kernels: str = "roofline", imbalance: str
         imbalance=imbalance,
         attention_tp=p["tp"],
         moe_tp=p.get("moe_tp", 1),
+        redundant_slots=p.get("redundant_slots", 0),
     )
     mode = Mode.GRAPH if phase == Phase.DECODE else Mode.EAGER
     profile = step_profile(w)

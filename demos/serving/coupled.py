@@ -49,7 +49,8 @@ __all__ = ["Side", "simulate_disaggregated"]
 class Side:
     """One side of a disaggregated deployment: ``workers`` workers, each ``nodes x gpus_per_node`` GPUs
     of ``gpu`` with expert parallelism ``ep`` and attention TP ``attention_tp`` (as ``predict`` takes
-    them); ``max_seqs``: the requests per data-parallel rank (None: the engine's default)."""
+    them); ``max_seqs``: the requests per data-parallel rank (None: the engine's default); ``redundant_slots``:
+    expert slots placed without EPLB (``demos.zoo.workload.Workload.redundant_slots``)."""
 
     gpu: str
     nodes: int = 1
@@ -58,6 +59,7 @@ class Side:
     attention_tp: int = 1
     workers: int = 1
     max_seqs: int | None = None
+    redundant_slots: int = 0
 
 
 class _Worker:
@@ -195,6 +197,7 @@ def simulate_disaggregated(
             max_seqs=side.max_seqs,
             pricers=pricers,
             release=release,
+            redundant_slots=side.redundant_slots,
         )
         return side, setup
 

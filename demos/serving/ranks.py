@@ -67,13 +67,15 @@ def prepare(
     moe_tp: int = 1,
     network: str = "ib",
     release: str | None = None,
+    redundant_slots: int = 0,
 ) -> RankSetup:
     """The ``RankSetup`` of ``native`` served by ``engine`` in ``phase`` on the cluster the flags name (as
     ``predict`` takes them). ``pricers``: a dict the step pricers are kept in by deployment, so runs of one
     deployment share their grid points (None: a pricer of its own). ``moe_tp``: MoE tensor parallelism over
     the attention TP group (``demos.zoo.workload.Workload.moe_tp``; no flag yet). ``release``: the engine's, whose
-    all-reduce kernel the steps take (``demos.zoo.engine_allreduce``; None: the pinned one). A model that leaves
-    no room for a KV cache is a ``ConfigError``."""
+    all-reduce kernel the steps take (``demos.zoo.engine_allreduce``; None: the pinned one). ``redundant_slots``:
+    expert slots placed without EPLB (``demos.zoo.workload.Workload.redundant_slots``; no flag yet). A model that
+    leaves no room for a KV cache is a ``ConfigError``."""
     base = workload_for(
         native,
         gpu=gpu,
@@ -92,6 +94,7 @@ def prepare(
         kv_cache_dtype=kv_cache_dtype,
         moe_tp=moe_tp,
         network=network,
+        redundant_slots=redundant_slots,
     )
     c = base.cluster
     dp = c.world // base.attention_tp

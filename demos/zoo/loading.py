@@ -164,6 +164,7 @@ def workload_for(
     kv_cache_dtype: str | None = None,
     moe_tp: int = 1,
     network: str = "ib",
+    redundant_slots: int = 0,
 ) -> Workload:
     """The ``Workload`` of ``spec`` at the precision ``weights`` and ``kv_cache_dtype`` ask (``precise_spec``)
     with the other values given by name, checked in this order: the precision, the cluster, then tokens,
@@ -182,6 +183,7 @@ def workload_for(
         comm_sms=comm_sms,
         attention_tp=attention_tp,
         moe_tp=moe_tp,
+        redundant_slots=redundant_slots,
     )
 
 

@@ -356,7 +356,7 @@ def silicon_rows() -> tuple[SiliconRow, ...]:
 
 @functools.lru_cache(maxsize=1)
 def _read_silicon() -> tuple[SiliconRow, ...]:
-    from demos.zoo.vendor_data.inferencex import kv_cache_fp8, radix_cache_off, speculative_rows
+    from demos.zoo.vendor_data.inferencex import kv_cache_fp8, radix_cache_off, redundant_slots, speculative_rows
 
     _, pd = _modules()
     d = pd.read_csv(data_root() / "silicon_sample.csv")
@@ -394,6 +394,7 @@ def _read_silicon() -> tuple[SiliconRow, ...]:
                 speculative=speculative.get(str(r["id"]), "none"),
                 radix_cache=not radix_cache_off(r),
                 kv_cache="fp8" if kv_cache_fp8(r) else None,
+                redundant_slots=redundant_slots(r),
             )
         )
     return tuple(out)

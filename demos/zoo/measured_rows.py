@@ -170,7 +170,8 @@ class SiliconRow(NamedTuple):
     row is "none"); ``radix_cache`` whether an SGLang server ran with its radix cache (its default; off
     where the benchmark's launch script is known to disable it: ``inferencex.radix_cache_off``); ``kv_cache`` the
     KV cache dtype its launch script set ("fp8": ``inferencex.kv_cache_fp8``; None where none is known: the
-    engine's default)."""
+    engine's default); ``redundant_slots`` the expert slots beyond the routed experts its decode worker deployed
+    without EPLB (``inferencex.redundant_slots``; 0 where none is known)."""
 
     id: str
     engine: str
@@ -194,6 +195,7 @@ class SiliconRow(NamedTuple):
     speculative: str = "none"
     radix_cache: bool = True
     kv_cache: str | None = None
+    redundant_slots: int = 0
 
 
 _CONCURRENCY = re.compile(r"(?:^|;)\s*silicon_concurrency=(\d+)\s*(?:;|$)")

@@ -25,6 +25,8 @@ import functools
 
 import numpy as np
 
+from demos.zoo.expert_placement import slot_experts
+
 __all__ = ["POWER_LAW", "POWER_LAW_ALPHA", "SAMPLES", "power_law_imbalance"]
 
 POWER_LAW = "power-law"
@@ -40,10 +42,14 @@ _SEED = 0
 
 
 @functools.lru_cache(maxsize=4096)
-def power_law_imbalance(tokens: int, top_k: int, experts: int, ep: int, alpha: float = POWER_LAW_ALPHA) -> float:
+def power_law_imbalance(
+    tokens: int, top_k: int, experts: int, ep: int, alpha: float = POWER_LAW_ALPHA, redundant: int = 0
+) -> float:
     """The busiest of ``ep`` ranks' routed token copies over the mean when each rank's MoE block holds ``tokens``
     tokens routed to ``top_k`` of ``experts`` experts with power-law popularity ``alpha`` (module docstring);
-    1.0 for one rank or no tokens."""
+    1.0 for one rank or no tokens. ``redundant``: expert slots beyond the experts, placed trivially
+    (``demos.zoo.expert_placement``: slot ``p`` holds expert ``p mod experts``, a two-copy expert's load split
+    over its copies); ``ep`` must divide the slots."""
     if ep <= 1 or tokens <= 0:
         return 1.0
     total = tokens * ep
@@ -53,6 +59,9 @@ def power_law_imbalance(tokens: int, top_k: int, experts: int, ep: int, alpha: f
     a = 1.0 - alpha
     popularity = ((hi**a - lo**a) * u + lo**a) ** (1.0 / a)
     copies = np.round(popularity / popularity.sum(axis=1, keepdims=True) * total * top_k)
+    if redundant:
+        held = np.array(slot_experts(experts, redundant))
+        copies = copies[:, held] / np.bincount(held, minlength=experts)[held]
     ranks = np.stack([part.sum(axis=1) for part in np.array_split(copies, ep, axis=1)], axis=1)
     mean = ranks.mean(axis=1)
     busiest = np.divide(ranks.max(axis=1), mean, out=np.ones_like(mean), where=mean > 0)

@@ -17,6 +17,11 @@ GPU, nodes, GPUs per node, EP degree), the phase, and the step's shape on one ra
   ``1 / N`` of its intermediate width and computes every routed copy of the group's tokens at that width
   (the engines' plain ``--tensor-parallel-size`` without expert parallelism), its sums all-reduced as the
   replicated path's are.
+* ``redundant_slots``: 0 (the default), ``ceil(routed experts / ep)`` expert slots a rank, the spare ones holding
+  copies of the busiest experts as EPLB places them (routing spreads over the slots evenly); R > 0, ``routed +
+  R`` slots placed without EPLB, as SGLang's ``--ep-num-redundant-experts R`` does by default
+  (``demos.zoo.expert_placement``: slot ``p`` holds expert ``p mod routed``), so the busiest rank holds only
+  single-copy experts and takes more than the mean share of the routed load; ``ep`` must divide the slots.
 * ``schedule``: "ll" (DeepEP low-latency kernels, the decode default) or "ht" (DeepEP normal kernels,
   the prefill default). ``comm_sms``: SMs the normal kernels take from compute while they run (default
   20; the low-latency kernels take none).
@@ -38,6 +43,7 @@ from dataclasses import dataclass, replace
 
 from demos.errors import ConfigError, field_ref
 from demos.vocabulary import Phase, Schedule
+from demos.zoo.expert_placement import placement_imbalance
 from demos.zoo.hardware import DEFAULT_COMM_SMS, ClusterSpec, Routing, get_gpu, oversized_host
 from demos.zoo.hardware.cluster import rack_hosts
 from demos.zoo.models import ModelSpec
@@ -97,6 +103,7 @@ class Workload:
     attention_tp: int = 1
     mechanisms: Mechanisms = Mechanisms()
     moe_tp: int = 1
+    redundant_slots: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, ModelSpec):
@@ -146,6 +153,7 @@ class Workload:
                 f"is the whole EP group ({field_ref('attention_tp')} = {field_ref('ep')} = {mtp}); got "
                 f"{field_ref('attention_tp')} {self.attention_tp}, {field_ref('ep')} {self.cluster.ep}"
             )
+        self._check_redundant_slots()
         if not isinstance(self.mechanisms, Mechanisms):
             raise ConfigError(f"{field_ref('what_if')}: mechanisms must be Mechanisms, got {self.mechanisms!r}")
 
@@ -169,6 +177,26 @@ class Workload:
             raise ConfigError(
                 f"{field_ref('attention_tp')} {tp}: the {kv} KV heads of {self.spec.name} neither split evenly "
                 "over it nor replicate evenly"
+            )
+
+    def _check_redundant_slots(self) -> None:
+        """``redundant_slots`` (module docstring): an MoE model's, each expert whole on a rank, ``ep`` dividing
+        the slots (SGLang asserts it)."""
+        r = _int("redundant_slots", self.redundant_slots, 0)
+        if not r:
+            return
+        moe = self.spec.moe
+        if moe is None:
+            raise ConfigError(f"{field_ref('redundant_slots')} {r}: {self.spec.name} is dense, it has no experts")
+        if self.moe_tp > 1:
+            raise ConfigError(
+                f"{field_ref('redundant_slots')} {r}: under MoE tensor parallelism ({field_ref('moe_tp')} "
+                f"{self.moe_tp}) every rank holds every expert"
+            )
+        if (moe.routed_experts + r) % self.cluster.ep:
+            raise ConfigError(
+                f"{field_ref('redundant_slots')} {r}: {field_ref('ep')} {self.cluster.ep} must divide the "
+                f"{moe.routed_experts} routed experts plus the redundant slots ({moe.routed_experts + r})"
             )
 
     @property
@@ -224,11 +252,14 @@ class Workload:
 
     @property
     def experts_per_rank(self) -> int:
-        """Expert slots per rank: ``ceil(routed_experts / ep)`` (0 for a dense model); under MoE tensor
-        parallelism every routed expert, each ``expert_intermediate`` wide."""
+        """Expert slots per rank: ``ceil(routed_experts / ep)``, or ``(routed_experts + redundant_slots) / ep``
+        (0 for a dense model); under MoE tensor parallelism every routed expert, each ``expert_intermediate``
+        wide."""
         moe = self.spec.moe
         if moe is not None and self.moe_tp > 1:
             return moe.routed_experts
+        if moe is not None and self.redundant_slots:
+            return (moe.routed_experts + self.redundant_slots) // self.cluster.ep
         return 0 if moe is None else -(-moe.routed_experts // self.cluster.ep)
 
     @property
@@ -241,7 +272,8 @@ class Workload:
     def physical_experts(self) -> int:
         """Expert slots over the EP group, ``experts_per_rank x ep``: when ``ep`` does not divide the
         routed experts, the spare slots hold redundant copies of the busiest experts, as EPLB deploys
-        (DeepSeek-V3 at EP 72: 256 + 32 = 288 = 4 x 72). Routing spreads over the slots evenly."""
+        (DeepSeek-V3 at EP 72: 256 + 32 = 288 = 4 x 72), and routing spreads over the slots evenly; with
+        ``redundant_slots`` they are placed without EPLB (``imbalance_at``)."""
         if self.moe_tp > 1:
             return self.experts_per_rank
         return self.experts_per_rank * self.cluster.ep
@@ -252,15 +284,20 @@ class Workload:
         return 0 if moe is None else self.physical_experts - moe.routed_experts
 
     def imbalance_at(self, tokens: int) -> float:
-        """The expert-load imbalance of a ubatch of ``tokens`` tokens in each rank's MoE block (``moe_tokens``)."""
+        """The expert-load imbalance of a ubatch of ``tokens`` tokens in each rank's MoE block (``moe_tokens``):
+        a number as given; a routing model's (module docstring) over the trivial placement of
+        ``redundant_slots`` where there are any (``demos.zoo.expert_placement``)."""
         if self.moe_tp > 1:  # every rank computes every expert's slice: no rank has more copies than another
             return 1.0
         if self.imbalance not in IMBALANCE_MODELS:
             return float(self.imbalance)
-        k = self.spec.moe.top_k if self.spec.moe is not None else 1
-        if self.imbalance == POWER_LAW and self.spec.moe is not None and tokens > 0:
-            return power_law_imbalance(max(1, round(tokens)), k, self.spec.moe.routed_experts, self.cluster.ep)
-        return auto_imbalance(tokens, k, self.cluster.ep)
+        moe, ep, r = self.spec.moe, self.cluster.ep, self.redundant_slots
+        k = moe.top_k if moe is not None else 1
+        if self.imbalance == POWER_LAW and moe is not None and tokens > 0:
+            return power_law_imbalance(max(1, round(tokens)), k, moe.routed_experts, ep, redundant=r)
+        if r:  # the trivial placement's heaviest share, then uniform routing's fluctuation
+            return placement_imbalance(tokens, k, moe.routed_experts, r, ep)
+        return auto_imbalance(tokens, k, ep)
 
     def routing(self, tokens: int) -> Routing:
         """The routing of ``tokens`` tokens per rank's MoE block (uniform, no domain limit: docs/clusters.md)."""

@@ -41,6 +41,23 @@ def test_the_model_is_aiconfigurators_generator_averaged_over_a_fixed_seed():
     assert power_law_imbalance(163, 8, 256, 32) == pytest.approx(_busiest_by_hand(163, 8, 256, 32, 1.01), rel=1e-12)
 
 
+def test_redundant_slots_split_a_two_copy_experts_draw_over_its_copies_before_ranks_are_summed():
+    """``redundant``: the same draws, slot ``p`` holding expert ``p mod experts`` (its copies sharing its load)."""
+    rng = np.random.default_rng(0)
+    u = rng.random((SAMPLES, 256))
+    total, k, ep = 116 * 32, 8, 32
+    out = []
+    for row in u:
+        x = ((0.8 * total) ** -0.01 - 1.0) * row + 1.0
+        x = x ** (1 / -0.01)
+        copies = np.round(x / x.sum() * total * k)
+        slots = np.array([copies[p % 256] / (2 if p % 256 < 32 else 1) for p in range(288)])
+        ranks = slots.reshape(ep, 9).sum(axis=1)
+        out.append(ranks.max() / ranks.mean())
+    want = float(np.mean(out))
+    assert power_law_imbalance(116, 8, 256, 32, redundant=32) == pytest.approx(want, rel=1e-9)
+
+
 def test_skewed_routing_loads_the_busiest_rank_far_past_uniform_routing_and_more_over_more_ranks():
     one, eight, wide = (power_law_imbalance(163, 8, 256, ep) for ep in (1, 8, 32))
     assert one == 1.0 and 1.2 < eight < wide < 3.5

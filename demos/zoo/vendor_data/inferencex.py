@@ -11,7 +11,8 @@ table is written by ``scripts/extract_inferencex_speculative.py`` from a pinned 
 FP8 KV cache (SGLang's, vLLM's and TensorRT-LLM's, per engine); ``DISAGG_KV_CACHE_FP8`` the disaggregated
 deployments whose recipes (NVIDIA's ``srt-slurm``, which InferenceX's configs name) set an FP8 KV cache;
 ``radix_cache_off`` and ``kv_cache_fp8`` read a row's flags from them (``SiliconRow.radix_cache``,
-``SiliconRow.kv_cache``).
+``SiliconRow.kv_cache``); ``DISAGG_REDUNDANT_SLOTS`` the disaggregated SGLang deployments whose decode recipes
+deploy redundant expert slots without EPLB, which ``redundant_slots`` reads (``SiliconRow.redundant_slots``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from types import MappingProxyType
 
 __all__ = [
     "DISAGG_KV_CACHE_FP8",
+    "DISAGG_REDUNDANT_SLOTS",
     "KV_CACHE_FP8",
     "RADIX_CACHE_OFF",
     "RECIPES",
@@ -35,6 +37,7 @@ __all__ = [
     "kv_cache_fp8",
     "measured_day",
     "radix_cache_off",
+    "redundant_slots",
     "speculative_rows",
 ]
 
@@ -119,6 +122,21 @@ which InferenceX's config names those recipes and every version of them sets it)
 default (BF16); rows measured before the day (GB200's of December 2025) keep the engine's default: their configs were
 not read."""
 
+DISAGG_REDUNDANT_SLOTS = (
+    32,
+    (
+        (_DSR1, ("gb200",), ("fp4",), "2026-01-28"),
+        (_DSR1, ("gb200",), ("fp8",), "2026-02-04"),
+        (_DSR1, ("gb300",), ("fp8", "fp4"), "2026-02-02"),
+    ),
+)
+"""(slots, deployments): the disaggregated SGLang deployments whose decode workers with data-parallel attention ran
+``ep-num-redundant-experts: 32`` with ``ep-dispatch-algorithm: static`` and neither ``enable-eplb`` nor
+``init-expert-location`` (SGLang's trivial placement: ``demos.zoo.expert_placement``), in every version before
+2026-04-20 of every recipe of the directories ``DISAGG_KV_CACHE_FP8`` names for them (the data-parallel ones of
+``recipes/gb200-{fp4,fp8}``, ``recipes/gb300-{fp4,fp8}`` without MTP; their low-latency recipes, attention TP
+without DeepEP, set none, nor do ``recipes/b200-{fp4,fp8}``), from the same days."""
+
 _EXPORT = re.compile(r"^(?:source_file=20\d\d-\d\d-\d\d\.csv|db-dump/)")
 _MEASURED = re.compile(r"measured=(\d{4}-\d\d-\d\d)")
 
@@ -162,6 +180,16 @@ def kv_cache_fp8(record: Mapping) -> bool:
     return _listed(KV_CACHE_FP8.get(engine, ()), record, "agg") or _listed(
         DISAGG_KV_CACHE_FP8.get(engine, ()), record, "disagg"
     )
+
+
+def redundant_slots(record: Mapping) -> int:
+    """The redundant expert slots a measured row's decode worker deployed without EPLB (``DISAGG_REDUNDANT_SLOTS``:
+    its recipe's, where its decode attention is data-parallel), else 0."""
+    slots, table = DISAGG_REDUNDANT_SLOTS
+    dp = record.get("decode_attention_dp_size")
+    if record["backend"] != "sglang" or not isinstance(dp, (int, float)) or not dp > 1:
+        return 0
+    return slots if _listed(table, record, "disagg") else 0
 
 
 SPECULATIVE = ("mtp", "unknown")
