@@ -86,6 +86,17 @@ class _CheckParser(cli_common.OneLineParser):
         raise SystemExit(2)
 
 
+def _imbalance_flag(p: argparse.ArgumentParser) -> None:
+    """``--imbalance``: the routing model the predicted steps take (silicon and serving)."""
+    p.add_argument(
+        "--imbalance",
+        choices=IMBALANCE_MODELS,
+        default="auto",
+        help="the busiest EP rank's expert load: auto (uniform routing) or power-law (aiconfigurator's skewed "
+        "routing), as demos.predict --imbalance (default auto)",
+    )
+
+
 def _json_flag(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--json", default=None, metavar="PATH", help=f"also write {what} as JSON")
 
@@ -245,13 +256,7 @@ def build_parser(renamed: Mapping[str, str] = MappingProxyType({})) -> argparse.
         default="roofline",
         help="where the predicted steps' kernel times come from, as demos.predict --kernels (default roofline)",
     )
-    silicon.add_argument(
-        "--imbalance",
-        choices=IMBALANCE_MODELS,
-        default="auto",
-        help="the busiest EP rank's expert load: auto (uniform routing) or power-law (aiconfigurator's skewed "
-        "routing), as demos.predict --imbalance (default auto)",
-    )
+    _imbalance_flag(silicon)
     _json_flag(silicon, "the rows, their summaries and the gap's fits")
     _progress_flag(silicon)
     serving = sub.add_parser(
@@ -267,6 +272,7 @@ def build_parser(renamed: Mapping[str, str] = MappingProxyType({})) -> argparse.
     serving.add_argument(
         "--peer", action="store_true", help="aiconfigurator's own estimate of the same rows beside ours (extra: peer)"
     )
+    _imbalance_flag(serving)
     _json_flag(serving, "the rows, their summaries and the side-by-side figures")
     _progress_flag(serving)
     pub = sub.add_parser(

@@ -11,6 +11,7 @@
     python -m demos.validate silicon --kernels measured   # the same, kernel times from the tables
     python -m demos.validate silicon --imbalance power-law   # the same, under aiconfigurator's skewed routing
     python -m demos.validate serving [--quick] [--peer]   # simulated serving runs against measured ones
+    python -m demos.validate serving --imbalance power-law   # the same, under aiconfigurator's skewed routing
     python -m demos.validate published     # published overlap results (LMSYS's 96-H100 decode) against the predictor
     python -m demos.validate published --ablation   # ... and what each overlap mechanism moves
 
@@ -238,7 +239,9 @@ def _serving(ns: argparse.Namespace) -> Any:
 
     progress = ProgressLine(enabled=not ns.no_progress)
     try:
-        result = checks.serving_check(quick=ns.quick, full=ns.full, peer=ns.peer, progress=progress)
+        result = checks.serving_check(
+            quick=ns.quick, full=ns.full, peer=ns.peer, progress=progress, imbalance=ns.imbalance
+        )
     except (MeasuredTablesError, PeerError) as e:
         raise _Refused(str(e)) from None
     finally:

@@ -147,9 +147,14 @@ def _plan(r) -> dict | str:
 
 
 def serving_rows(
-    progress: Callable[[int, int, str], None] | None = None, *, quick: bool = False, full: bool = False
+    progress: Callable[[int, int, str], None] | None = None,
+    *,
+    quick: bool = False,
+    full: bool = False,
+    imbalance: str = "auto",
 ) -> tuple[list[ServingCheck], dict[str, int]]:
-    """Every expressible measured row simulated (module docstring), and ``{reason: rows}`` skipped."""
+    """Every expressible measured row simulated (module docstring), its steps' expert load from ``imbalance``
+    (a routing model, ``demos.zoo.workload.IMBALANCE_MODELS``), and ``{reason: rows}`` skipped."""
     from demos.zoo.measured_copies import checked_runs
 
     skipped: Counter = Counter()
@@ -172,7 +177,7 @@ def serving_rows(
         warm = 2 * c if full else c
         run = _disaggregated if "workers" in plan else _colocated
         try:
-            ttft, tpot, gpus = run(r, plan, c, warm, full, pricers)
+            ttft, tpot, gpus = run(r, plan, c, warm, full, pricers, imbalance)
         except ConfigError as e:
             skipped[f"cannot be simulated: {str(e).split(':', 1)[-1].strip()[:90]}"] += 1
             continue
@@ -194,7 +199,9 @@ def _host_flags(r) -> dict:
     return dict(release=r.release if sglang else None, disable_radix_cache=sglang and not r.radix_cache)
 
 
-def _colocated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) -> tuple[float, float, int]:
+def _colocated(
+    r, plan: dict, c: int, warm: int, full: bool, pricers: dict, imbalance: str = "auto"
+) -> tuple[float, float, int]:
     """A co-located row run as its benchmark ran (``demos.serving.api.simulate``): mean TTFT, mean TPOT,
     GPUs (the worker's, its EP group)."""
     from demos.serving.api import simulate
@@ -218,13 +225,16 @@ def _colocated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) -> t
         kv_cache_dtype=plan["kv_cache_dtype"],
         pricers=pricers,
         moe_tp=plan["moe_tp"],
+        imbalance=imbalance,
         **_host_flags(r),
     )
     ttft, tpot = _means(run._raw["none"][0], warm)
     return ttft, tpot, plan["ep"]
 
 
-def _disaggregated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) -> tuple[float, float, int]:
+def _disaggregated(
+    r, plan: dict, c: int, warm: int, full: bool, pricers: dict, imbalance: str = "auto"
+) -> tuple[float, float, int]:
     """A disaggregated row run whole (``demos.serving.coupled``): mean TTFT, mean TPOT, GPUs."""
     from demos.serving.coupled import Side, simulate_disaggregated
 
@@ -248,6 +258,7 @@ def _disaggregated(r, plan: dict, c: int, warm: int, full: bool, pricers: dict) 
         weights=plan["weights"],
         kv_cache_dtype=plan["kv_cache_dtype"],
         pricers=pricers,
+        imbalance=imbalance,
         **_host_flags(r),
     )
     ttft, tpot = _means(lives["none"], warm)

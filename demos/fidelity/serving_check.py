@@ -57,11 +57,17 @@ class ServingResult:
 
 
 def serving_check(
-    *, quick: bool = False, full: bool = False, peer: bool = False, progress: Progress | None = None
+    *,
+    quick: bool = False,
+    full: bool = False,
+    peer: bool = False,
+    progress: Progress | None = None,
+    imbalance: str = "auto",
 ) -> ServingResult:
     """Every expressible measured serving run simulated as its benchmark ran (``demos.fidelity.serving``);
     ``quick``: one row per deployment and lengths; ``full``: aiperf's request counts; ``peer``:
-    aiconfigurator's estimate of the same rows beside ours (needs the peer extra). Raises
+    aiconfigurator's estimate of the same rows beside ours (needs the peer extra); ``imbalance``: the routing
+    model every step takes ("auto" or "power-law", ``demos.zoo.workload.IMBALANCE_MODELS``). Raises
     ``MeasuredTablesError`` without the measured extra, ``PeerError`` without the peer one."""
     import time
 
@@ -74,7 +80,7 @@ def serving_check(
 
         load_peer()  # refuse before any run when the extra is missing
     rows, skipped = serving.serving_rows(
-        lambda d, n, what: progress(f"serving: {d}/{n} {what}"), quick=quick, full=full
+        lambda d, n, what: progress(f"serving: {d}/{n} {what}"), quick=quick, full=full, imbalance=imbalance
     )
     side = serving.side_by_side(rows, lambda d, n, what: progress(f"peer: {d}/{n} {what}")) if peer else None
     summary, by_model = serving.serving_summaries(rows), serving.serving_summaries(rows, ("model",))

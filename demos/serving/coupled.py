@@ -161,6 +161,7 @@ def simulate_disaggregated(
     release: str | None = None,
     disable_radix_cache: bool = False,
     range_ratio: float = 1.0,
+    imbalance: Any = "auto",
 ) -> tuple[dict[str, OverlapRun], dict[str, list[Live]], dict[str, Any]]:
     """A closed loop of ``concurrency`` clients over a disaggregated deployment (module docstring), per
     overlap strategy in ``overlap`` (each side under the engine's own split rule): ``(runs, lives, setup)``
@@ -168,8 +169,8 @@ def simulate_disaggregated(
     requests as they ended, ``setup`` the sides' data-parallel ranks and KV capacity. ``release``: the engine's
     release whose host behaviour and all-reduce kernel both sides' steps take (``demos.serving.host``,
     ``demos.zoo.engine_allreduce``; None: the pinned one),
-    ``disable_radix_cache`` and ``range_ratio`` (the closed loop's length spread) as
-    ``demos.serving.api.simulate``'s."""
+    ``disable_radix_cache``, ``range_ratio`` (the closed loop's length spread) and ``imbalance`` (the busiest EP
+    rank's expert load on both sides) as ``demos.serving.api.simulate``'s."""
     from demos.serving.api import ENGINES
     from demos.serving.split_rules import split_rule
 
@@ -190,7 +191,7 @@ def simulate_disaggregated(
             phase,
             **cluster,
             attention_tp=side.attention_tp,
-            imbalance="auto",
+            imbalance=imbalance,
             weights=weights,
             kv_cache_dtype=kv_cache_dtype,
             kernels=kernels,

@@ -161,7 +161,7 @@ FLAGS = {
     "deepep": {"--json"},
     "kernels": {"--json", "--no-progress", "--cross-validation", "--family"},
     "silicon": {"--kernels", "--imbalance", "--json", "--no-progress"},
-    "serving": {"--quick", "--full", "--peer", "--json", "--no-progress"},
+    "serving": {"--quick", "--full", "--peer", "--imbalance", "--json", "--no-progress"},
     "published": {"--ablation", "--json", "--no-progress"},
 }
 """The flags each check takes: only those that apply to it (``--help`` aside)."""

@@ -154,6 +154,20 @@ def test_the_silicon_kernel_source_and_routing_reach_the_predicted_steps(monkeyp
     assert seen == [measured, measured, measured, roofline, ("roofline", "power-law")]
 
 
+def test_the_serving_routing_model_reaches_the_simulated_rows(monkeypatch):
+    seen = []
+
+    def rows(progress=None, *, quick=False, full=False, imbalance="auto"):
+        seen.append((quick, imbalance))
+        return [], {}
+
+    monkeypatch.setattr("demos.fidelity.serving.serving_rows", rows)
+    assert main(["serving", "--no-progress"]) == 0
+    assert main(["serving", "--quick", "--imbalance", "power-law", "--no-progress"]) == 0
+    assert seen == [(False, "auto"), (True, "power-law")]
+    assert main(["serving", "--imbalance", "zipf", "--no-progress"]) == 2
+
+
 @pytest.mark.slow
 @pytest.mark.measured
 @needs_tables

@@ -211,6 +211,25 @@ def test_a_disaggregated_row_runs_whole_and_is_sampled_as_the_others(monkeypatch
     }
 
 
+@pytest.mark.slow  # four short runs (the fast tier leaves them out: docs/testing.md)
+@needs_tables
+def test_skewed_routing_reaches_the_steps_of_co_located_and_disaggregated_runs(monkeypatch):
+    """``validate serving --imbalance power-law``: both kinds of run take the routing model. The runs are
+    deterministic, so any change in the predicted TPOT is the model's; at 16 requests a rank over 8 EP ranks the
+    power law loads the busiest rank more than uniform routing (1.44 against 1.18); at fewer requests a rank it
+    loads it less (1.33 against 1.36 at 4), so the disaggregated run, whose decode steps range over both, is only
+    held to differ."""
+    disagg = dict(mode="disagg", batch=16, attention_dp=8, prefill=(1, 8, 8, 1, 1), concurrency=128, osl=6)
+    rows = [_row(id="c", batch=16, concurrency=128), _row(id="d", workers=(1, 1), tpot_s=0.01, **disagg)]
+    monkeypatch.setattr(measured, "silicon_rows", lambda: tuple(rows))
+    uniform, _ = serving.serving_rows()
+    skewed, _ = serving.serving_rows(imbalance="power-law")
+    assert [c.id for c in uniform] == [c.id for c in skewed] == ["c", "d"]
+    (cu, du), (ck, dk) = uniform, skewed
+    assert ck.tpot_predicted_s > cu.tpot_predicted_s
+    assert dk.tpot_predicted_s != pytest.approx(du.tpot_predicted_s, rel=1e-6)
+
+
 def test_the_errors_are_summarized_per_model_too():
     def check(i, model, tpot):
         return serving.ServingCheck(f"r{i}", "h200", "vllm", "agg", model, 256, 8, 8, 8, 0.1, 0.2, tpot, 0.01)
