@@ -4,7 +4,9 @@ module`` / ``dsa module fp8`` (each also ``... no indexer``), ``dsa indexer``, `
 curves, the module's fixed time included):
 
 * ``mla module``: TRT-LLM's whole MLA decode module (FP8 block GEMMs, BF16 cache, 16 to 128 heads per GPU), the
-  family's fitted module time (``FamilyFit.mla_module``, fitted to these rows) included (``module_rows``);
+  family's fitted module time (``FamilyFit.mla_module``, fitted to these rows) included (``module_rows``); ``mla
+  module bf16``: the same module of BF16 GEMMs, composed at BF16 weights with its own fitted time
+  (``FamilyFit.mla_module_gemm``);
 * ``dsa module`` / ``dsa module fp8``: SGLang's whole sparse-MLA decode module (DeepSeek-V3.2, GLM-5: FP8 block
   GEMMs, the indexer) over a BF16 / an FP8 cache, composed as SGLang's step composes it (``dsa_rows``: its own
   module time, ``FamilyFit.sglang_dsa_module``); ``... no indexer``: GLM-5.2's modules, which skip the indexer,
@@ -31,6 +33,7 @@ _DSA = (("dsa module", "bfloat16"), ("dsa module fp8", "fp8"))
 
 MODULE_OPS = (
     "mla module",
+    "mla module bf16",
     *(op for op, _ in _DSA),
     *(f"{op} no indexer" for op, _ in _DSA),
     "dsa indexer",
@@ -46,6 +49,8 @@ def module_check_rows(gpu: str, fit: FamilyFit, ops: set[str]) -> Iterable[tuple
     docstring; needs the ``measured`` extra)."""
     for r in am.module_rows(gpu) if "mla module" in ops else ():
         yield "mla module", _shape(r), am.composed_seconds(gpu, r, fit), r.seconds
+    for r in am.module_rows(gpu, "bfloat16") if "mla module bf16" in ops else ():
+        yield "mla module bf16", _shape(r), am.composed_seconds(gpu, r, fit), r.seconds
     for op, kv in _DSA:
         for r in am.dsa_rows(gpu, kv) if op in ops else ():
             model = am.DSA_MODELS[r.model]

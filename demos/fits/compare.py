@@ -188,6 +188,8 @@ def grid_times(fit: FamilyFit) -> dict[str, tuple[list[str], np.ndarray]]:
             t = curve.seconds(r, e, topk, g.sm_count, e if scores == "flat" else 0.0)
             add(f"index {key}", [f"{name} rows={a} entries={b}" for a, b in pts], t)
     add("mla module", ["fixed time"], fit.mla_module)
+    for gemm, extra in fit.mla_module_gemm.items():
+        add(f"mla module {gemm}", ["fixed time"], extra)
     for kv, extra in fit.sglang_dsa_module.items():
         add(f"sglang module {kv}", ["fixed time"], extra)
     add("dsa indexer", ["fixed time"], fit.dsa_index)

@@ -7,6 +7,8 @@ curve is (the median row on the curve: ``median((composed + extra) / measured) =
 rows (``demos.zoo.attention_module.module_rows``), the op composed by the predictor itself (``composed_seconds``).
 ``fit_sglang_dsa_extra(fit, gpus)`` is SGLang's own per KV-cache dtype, the same way over its sparse-MLA modules
 run without their indexer (``skip_rows``, the op less its indexer: ``skip_composed_seconds``).
+``fit_module_gemm_extra(fit, gpus)`` is TRT-LLM's per other GEMM dtype of its tables (BF16 projections), the same
+way over those rows, composed at BF16 weights.
 ``fit_index_extra(fit, gpus)`` is a DeepSeek sparse attention decode indexer's, the same way over the indexer's
 share of SGLang's GLM-5 modules below ``INDEX_FIT_BELOW`` cached tokens (``index_rows``, the op composed by
 ``index_composed_seconds``). ``fitted_family(family, gpus)`` is a family's curves (``demos.fits.rooflines``) with
@@ -25,6 +27,7 @@ from typing import Any
 from demos.fits.rooflines import fit_family
 from demos.zoo.attention_module import (
     INDEX_FIT_BELOW,
+    MODULE_GEMMS,
     composed_seconds,
     index_composed_seconds,
     index_rows,
@@ -34,7 +37,15 @@ from demos.zoo.attention_module import (
 )
 from demos.zoo.rooflines import FIT_GPUS, FamilyFit
 
-__all__ = ["composed_lines", "fit_index_extra", "fit_module_extra", "fit_sglang_dsa_extra", "fitted_family", "own_fit"]
+__all__ = [
+    "composed_lines",
+    "fit_index_extra",
+    "fit_module_extra",
+    "fit_module_gemm_extra",
+    "fit_sglang_dsa_extra",
+    "fitted_family",
+    "own_fit",
+]
 
 _Compose = Callable[[str, Any, FamilyFit], float]
 
@@ -54,6 +65,20 @@ def fit_module_extra(fit: FamilyFit, gpus: Sequence[str]) -> float:
     line to the predictor's own composition (``_check_line``)."""
     rows = [(g, r) for g in gpus for r in module_rows(g)]
     return _fit_extra(fit, "mla_module", rows, composed_seconds, "the MLA module extra")
+
+
+def fit_module_gemm_extra(fit: FamilyFit, gpus: Sequence[str]) -> dict[str, float]:
+    """TRT-LLM's MLA module extra per other GEMM dtype of its tables (``MODULE_GEMMS``: the module of BF16
+    projections): as ``fit_module_extra``, over the family's rows of that dtype, each composed at its weights
+    (``composed_seconds``); a dtype without rows on ``gpus`` is left out (``mla_module`` then applies)."""
+    out = {}
+    for gemm in MODULE_GEMMS:
+        rows = [(g, r) for g in gpus for r in module_rows(g, gemm)]
+        if rows:
+            out[gemm] = _fit_extra(
+                fit, f"mla_module_gemm.{gemm}", rows, composed_seconds, f"the {gemm} MLA module extra"
+            )
+    return out
 
 
 def fit_index_extra(fit: FamilyFit, gpus: Sequence[str]) -> float:
@@ -171,6 +196,7 @@ def fitted_family(family: str, gpus: Sequence[str] | None = None) -> FamilyFit:
         f"the DSA indexer's: {dsa[3]} ({dsa[1]} {dsa[2]}, with and without the indexer)"
     )
     fit = replace(fit, source=source, mla_module=fit_module_extra(fit, names))
+    fit = replace(fit, mla_module_gemm=fit_module_gemm_extra(fit, names))
     fit = replace(fit, sglang_dsa_module=fit_sglang_dsa_extra(fit, names))
     return replace(fit, dsa_index=fit_index_extra(fit, names))
 

@@ -32,7 +32,29 @@ from demos.zoo.launch import Launcher
 from demos.zoo.work import causal_pairs, decode_pairs
 from demos.zoo.workload import Workload
 
-__all__ = ["AttentionCosts", "AttentionKind", "attention_pairs", "floor_slack", "module_costs", "timed_core"]
+__all__ = [
+    "AttentionCosts",
+    "AttentionKind",
+    "attention_pairs",
+    "floor_slack",
+    "module_costs",
+    "module_key",
+    "timed_core",
+]
+
+
+def module_key(module: str | None, spec: Any) -> str | None:
+    """The module whose fixed time an MLA decode core of ``spec`` carries (``KernelTimes.module_extra``): ``module``
+    ("mla", "dsa"), qualified ":bfloat16" when every projection of the module is a BF16 GEMM (its weights and its
+    output projection stored in BF16: no activation is quantized, and TRT-LLM's tables time such modules apart,
+    ``demos.zoo.attention_module.MODULE_GEMMS``). A module with one quantized GEMM among BF16 ones (an NVFP4
+    ``o_proj``) keeps the quantized modules' time: a guess, as no table times such a mix."""
+    if module is None:
+        return None
+    p = spec.precision
+    return (
+        f"{module}:bfloat16" if p.store("weights") == "bfloat16" and p.store("attention_out") == "bfloat16" else module
+    )
 
 
 @dataclass(frozen=True)
@@ -128,7 +150,7 @@ def module_costs(
     c = kind.costs(w, a, t, layer, fold) if costs is None else costs
     # the kind's decode core carries it (``module``); any shape stands for "an MLA core" here
     fp8 = w.spec.precision.bytes_of("kv_cache") == 1
-    extra = fold.kernels.module_extra(w.phase, (), fp8, kind.module) if kind.module else 0.0
+    extra = fold.kernels.module_extra(w.phase, (), fp8, module_key(kind.module, w.spec)) if kind.module else 0.0
     if extra <= 0.0:
         return c
     proj, _, out = c.names

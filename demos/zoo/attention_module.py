@@ -16,8 +16,11 @@ ubatch of a DBO step pays it again; it covers the floors of the module's kernels
 DeepSeek-V3's checkpoint and the predictor's default cache, at 16 to 128 heads per GPU: attention TP 8 to
 1); ``composed_seconds(gpu, row, fit)`` is the predictor's attention op of one row, its kernels timed with
 ``fit`` (its ``mla_module`` included): what the fit puts on the rows and ``validate --kernels`` (op ``mla
-module``) compares with them. Prefill modules, other attention and other engines' modules are not fitted
-(vLLM's measures a median 46-55 us longer at up to 64 requests on H100, H200 and GB200: docs/kernels.md).
+module``) compares with them. The same tables time the module with BF16 GEMMs (no activation quantized):
+``module_rows(gpu, "bfloat16")`` (``MODULE_GEMMS``), composed at BF16 weights, fit ``FamilyFit.mla_module_gemm``,
+which a module of BF16 projections takes (``demos.zoo.attention_base.module_key``). Prefill modules, other
+attention and other engines' modules are not fitted (vLLM's measures a median 46-55 us longer at up to 64
+requests on H100, H200 and GB200: docs/kernels.md).
 
 ``dsa_rows(gpu)`` are SGLang's whole sparse-MLA decode modules of DeepSeek-V3.2 and GLM-5 (``DSA_ROWS``),
 which ``validate kernels`` (op ``dsa module``) compares with the predictor's sparse attention op
@@ -83,6 +86,7 @@ __all__ = [
     "DSA_MODELS",
     "DSA_ROWS",
     "FIT_ROWS",
+    "MODULE_GEMMS",
     "HARNESS_SCORES",
     "MSA_ROWS",
     "V4_MODELS",
@@ -114,20 +118,24 @@ models' keeps a memory pass for now: docs/models.md)."""
 FIT_ROWS = {"gemm_dtype": "fp8_block", "kv_dtype": "bfloat16", "heads": (16, 32, 64, 128)}
 """The module rows fitted and checked: FP8 block GEMMs, a BF16 cache, 16 to 128 query heads per GPU."""
 
+MODULE_GEMMS = {"bfloat16": "bf16"}
+"""The other GEMM dtypes of the module tables whose fixed time is fitted apart (``FamilyFit.mla_module_gemm``'s
+keys) -> the ``--weights`` their rows are composed at. Their NVFP4 rows are not: DeepSeek's NVFP4 checkpoints keep
+the module's first projections in BF16, a mix no table times."""
+
 _MODEL = "deepseek-v3"  # the architecture every module table was measured on
 _EP = 8  # any EP group whose NVLink domain holds attention TP 8; the attention op does not depend on it
 
 
-def module_rows(gpu: str) -> list:
-    """``gpu``'s measured module rows of ``FIT_ROWS`` (needs the ``measured`` extra)."""
+def module_rows(gpu: str, gemm: str = FIT_ROWS["gemm_dtype"]) -> list:
+    """``gpu``'s measured module rows of ``FIT_ROWS`` (needs the ``measured`` extra); ``gemm``: of that GEMM dtype
+    instead (``MODULE_GEMMS``)."""
     from demos.zoo import measured
 
     return [
         r
         for r in measured.mla_module_rows(gpu)
-        if r.gemm_dtype == FIT_ROWS["gemm_dtype"]
-        and r.kv_dtype == FIT_ROWS["kv_dtype"]
-        and r.heads in FIT_ROWS["heads"]
+        if r.gemm_dtype == gemm and r.kv_dtype == FIT_ROWS["kv_dtype"] and r.heads in FIT_ROWS["heads"]
     ]
 
 
@@ -288,9 +296,9 @@ def _index_seconds(gpu: str, spec, batch: int, cached: int, tp: int, fit: Family
 def composed_seconds(gpu: str, row, fit: FamilyFit, model: str = _MODEL, engine: str | None = None) -> float:
     """The predictor's attention op (``moe_layer_s["attention"]``) for module row ``row`` on ``gpu``, its
     kernels timed with ``fit`` (its module's fixed time included) as in a step of ``engine`` (None: any):
-    ``model`` (DeepSeek-V3 by default) with the row's cache dtype, ``row.batch`` requests of ``row.kv_len``
-    cached tokens, attention TP ``heads / row.heads``."""
-    spec = _spec(model, "fp8" if row.kv_dtype.startswith("fp8") else "bf16")
+    ``model`` (DeepSeek-V3 by default) with the row's cache dtype and, for a row of BF16 GEMMs, BF16 weights
+    (``MODULE_GEMMS``), ``row.batch`` requests of ``row.kv_len`` cached tokens, attention TP ``heads / row.heads``."""
+    spec = _spec(model, "fp8" if row.kv_dtype.startswith("fp8") else "bf16", MODULE_GEMMS.get(row.gemm_dtype))
     tp = spec.attention.heads // row.heads
     return _layer_attention_seconds(gpu, spec, spec.first_k_dense, row.batch, row.kv_len, tp, fit, engine)
 

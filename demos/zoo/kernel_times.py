@@ -289,14 +289,14 @@ class KernelTimes:
         return max(0.0, t - self._floor_share(curve.latency)) if t else 0.0
 
     def module_extra(self, phase: str, shape: tuple | None, fp8_cache: bool = False, module: str = "mla") -> float:
-        """The seconds a whole MLA decode module takes beyond the kernels it is composed of: TRT-LLM's
-        (``FamilyFit.mla_module``), or for SGLang's sparse-MLA ``module`` ("dsa") its own over the cache's dtype
-        (``FamilyFit.sglang_dsa_module``) where fitted (``demos.zoo.attention_module``); 0 for prefill and
-        non-MLA attention, which no module table measures."""
+        """A whole MLA decode module's seconds beyond its kernels: TRT-LLM's (``FamilyFit.mla_module``; ``module``
+        "mla:bfloat16", BF16 GEMMs: ``mla_module_gemm`` where fitted), or for SGLang's sparse-MLA ``module`` ("dsa...")
+        its own by cache dtype (``sglang_dsa_module``; ``demos.zoo.attention_module``); 0 for prefill, non-MLA."""
         if phase != Phase.DECODE or shape is None:
             return 0.0
-        own = self.fit.sglang_dsa_module if module == "dsa" and self.engine == "sglang" else {}
-        return own.get("fp8" if fp8_cache else "bfloat16", self.fit.mla_module)
+        kind, _, gemm = module.partition(":")
+        own = self.fit.sglang_dsa_module if kind == "dsa" and self.engine == "sglang" else {}
+        return own.get("fp8" if fp8_cache else "bfloat16", self.fit.mla_module_gemm.get(gemm, self.fit.mla_module))
 
 
 def _interp(xs: list[float], ys: list[float], x: float) -> float:

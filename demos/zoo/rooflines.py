@@ -130,7 +130,10 @@ class FamilyFit:
     step charges (``local_curve``; empty for a family without such tables: the step then times them on ``experts``
     without a fixed time); ``sglang_dsa_module`` SGLang's sparse-MLA decode module's own fixed time by KV-cache
     dtype ("bfloat16", "fp8"), where ``mla_module`` is TRT-LLM's (``demos.zoo.attention_module``: SGLang takes it
-    for DeepSeek sparse attention layers); ``engine_local_experts`` an engine's own local kernel of a storage where
+    for DeepSeek sparse attention layers); ``mla_module_gemm`` TRT-LLM's MLA module's fixed time where the module's
+    projections are of another GEMM dtype than the FP8 block ones ``mla_module`` is fitted on, by dtype ("bfloat16":
+    no activation quantization; ``demos.zoo.attention_module.MODULE_GEMMS``); ``engine_local_experts`` an engine's
+    own local kernel of a storage where
     it differs, by engine then storage (``{"vllm": {"mxfp4_w4a16": ...}, "trtllm": ...}``, fitted to that engine's rows,
     ``demos.zoo.measured_moe.engine_local_moe_rows``; only for a family without FP4 tensor cores, whose MXFP4
     experts every engine runs as W4A16: ``local_curve``); ``fitted_on`` the GPUs whose tables gave them;
@@ -162,6 +165,7 @@ class FamilyFit:
     engine_all_reduce: dict = field(default_factory=dict)
     engine_local_experts: dict = field(default_factory=dict)
     sglang_dsa_module: dict = field(default_factory=dict)
+    mla_module_gemm: dict = field(default_factory=dict)
 
     def local_curve(self, storage: str, engine: str | None = None, fp4: bool = True) -> GroupedCurve | None:
         """The local fused MoE's curve for experts stored as ``storage`` in a step of ``engine`` on a GPU with
@@ -187,6 +191,7 @@ class FamilyFit:
             "mla_module": self.mla_module,
             "dsa_index": self.dsa_index,
             "sglang_dsa_module": dict(self.sglang_dsa_module),
+            "mla_module_gemm": dict(self.mla_module_gemm),
             "mla_decode_fp8": None if self.mla_decode_fp8 is None else asdict(self.mla_decode_fp8),
             "engine_mla_decode_fp8": {k: asdict(v) for k, v in self.engine_mla_decode_fp8.items()},
             "gqa": {k: asdict(v) for k, v in self.gqa.items()},
@@ -218,6 +223,7 @@ class FamilyFit:
             mla_module=float(d.get("mla_module", 0.0)),
             dsa_index=float(d.get("dsa_index", 0.0)),
             sglang_dsa_module={k: float(v) for k, v in (d.get("sglang_dsa_module") or {}).items()},
+            mla_module_gemm={k: float(v) for k, v in (d.get("mla_module_gemm") or {}).items()},
             mla_decode_fp8=AttentionCurve(**d["mla_decode_fp8"]) if d.get("mla_decode_fp8") else None,
             engine_mla_decode_fp8={k: AttentionCurve(**v) for k, v in (d.get("engine_mla_decode_fp8") or {}).items()},
             gqa={k: GqaCurve(**v) for k, v in (d.get("gqa") or {}).items()},

@@ -244,7 +244,7 @@ def test_sglangs_fitted_module_time_puts_its_median_module_without_indexer_on_th
         assert len(rows) > 300 and {r.kv_dtype for r in rows} == {kv}
         at = statistics.median(skip_composed_seconds(gpu, r, fit) / r.seconds for r in rows)
         assert at == pytest.approx(1.0, abs=2e-3), (gpu, kv, at)
-        trtllm = replace(fit, sglang_dsa_module={})  # TRT-LLM's module time in SGLang's place: runs long
+        trtllm = replace(fit, sglang_dsa_module={}, mla_module_gemm={})  # TRT-LLM's FP8 module time: runs long
         assert statistics.median(skip_composed_seconds(gpu, r, trtllm) / r.seconds for r in rows) > 1.05
 
 
@@ -261,3 +261,66 @@ def test_sglangs_fp8_module_is_shorter_than_its_bf16_one_on_blackwell_and_longer
     for gpu in ("h100", "h200"):
         f = gpu_fit(get_gpu(gpu))
         assert f.sglang_dsa_module["bfloat16"] + 5e-6 < f.sglang_dsa_module["fp8"], gpu
+
+
+def test_a_module_of_bf16_projections_takes_the_bf16_module_time():
+    """``module_key``: a module all of whose projections are BF16 GEMMs (Kimi-K2.5's NVFP4 checkpoint keeps its
+    attention whole) takes ``mla_module_gemm["bfloat16"]``; FP8 block projections, or one NVFP4 ``o_proj`` among
+    BF16 ones (DeepSeek-R1's NVFP4 checkpoint), keep ``mla_module``; a fit without the key falls back."""
+    from demos.vocabulary import Phase
+    from demos.zoo.attention_base import module_key
+    from demos.zoo.models import with_precision
+
+    kimi, dsr1 = get_preset("kimi-k2.5"), get_preset("deepseek-r1")
+    assert module_key("mla", with_precision(kimi, weights="fp4")) == "mla:bfloat16"
+    assert module_key("mla", dsr1) == "mla"  # FP8 block GEMMs
+    assert module_key("mla", with_precision(dsr1, weights="fp4")) == "mla"  # an NVFP4 o_proj: a quantized GEMM
+    assert module_key("mla", with_precision(dsr1, weights="bf16")) == "mla:bfloat16"
+    assert module_key(None, dsr1) is None
+    g = get_gpu("b200")
+    fit = replace(family_fit(g.family), mla_module=30e-6, mla_module_gemm={"bfloat16": 20e-6})
+    profile = gpu_profile(g, fit=fit)
+    kt = KernelTimes(g, profile, fit, engine="trtllm")
+    assert kt.module_extra(Phase.DECODE, (1, 8, 64), False, "mla:bfloat16") == 20e-6
+    assert kt.module_extra(Phase.DECODE, (1, 8, 64), False, "mla") == 30e-6
+    assert kt.module_extra(Phase.PREFILL, (1, 8, 64), False, "mla:bfloat16") == 0.0
+    bare = KernelTimes(g, profile, replace(fit, mla_module_gemm={}), engine="trtllm")
+    assert bare.module_extra(Phase.DECODE, (1, 8, 64), False, "mla:bfloat16") == 30e-6
+
+
+def test_a_kimi_decode_layer_of_bf16_attention_pays_the_bf16_module_time():
+    """Kimi-K2.5 at NVFP4 (attention in BF16) decoding 256 requests on B200: its attention op moves by exactly the
+    difference of the two module times, at a shape whose floors do not bind; DeepSeek-V3's does not move."""
+    from demos.zoo.breakdown import attention_seconds
+    from demos.zoo.models import with_precision
+
+    g = get_gpu("b200")
+    base = replace(family_fit(g.family), mla_module=30e-6, mla_module_gemm={"bfloat16": 30e-6})
+    low = replace(base, mla_module_gemm={"bfloat16": 18e-6})
+    kimi = with_precision(get_preset("kimi-k2.5"), weights="fp4")
+    for spec, moved in ((kimi, -12e-6), (get_preset("deepseek-v3"), 0.0)):
+        w = Workload(spec, cluster_for("b200", 1, 8, 8), tokens=256, context=4096, ubatches=1)
+        times = []
+        for fit in (base, low):
+            profile = gpu_profile(g, fit=fit)
+            times.append(attention_seconds(w, 256, spec.first_k_dense, profile, KernelTimes(g, profile, fit)))
+        assert times[1] - times[0] == pytest.approx(moved, abs=1e-12)
+
+
+@needs_tables
+def test_the_bf16_module_time_puts_its_median_row_on_the_curve_and_blackwells_is_below_fp8s():
+    """TRT-LLM's modules of BF16 GEMMs (no activation quantized) on their own fitted time: the median row on the
+    curve on B200 and GB200; on Blackwell that time is below the FP8 block modules' by 7 us or more, and the FP8
+    one in its place runs the BF16 rows long."""
+    from demos.zoo.attention_module import composed_seconds, module_rows
+    from demos.zoo.rooflines import gpu_fit
+
+    for gpu in ("b200", "gb200"):
+        fit = gpu_fit(get_gpu(gpu))
+        rows = module_rows(gpu, "bfloat16")
+        assert len(rows) > 700 and {r.gemm_dtype for r in rows} == {"bfloat16"}
+        at = statistics.median(composed_seconds(gpu, r, fit) / r.seconds for r in rows)
+        assert at == pytest.approx(1.0, abs=2e-3), (gpu, at)
+        assert fit.mla_module_gemm["bfloat16"] + 7e-6 < fit.mla_module, gpu
+        fp8 = replace(fit, mla_module_gemm={})
+        assert statistics.median(composed_seconds(gpu, r, fp8) / r.seconds for r in rows) > 1.05, gpu
