@@ -16,8 +16,8 @@ fixed seed (deterministic): 2.0 at 4 tokens a rank, 2.6 at 163 over 32 ranks (De
 That skew is aiconfigurator's assumption, not a measurement of a served model's routing (none here measures
 one), and it stands for no balancing: EPLB's redundant experts lower it (``--imbalance`` takes a number for a
 measured or balanced load); redundant slots placed without EPLB (``redundant``, ``demos.zoo.expert_placement``)
-share a two-copy expert's draw over its copies. docs/clusters.md, "Expert-load imbalance under a skewed router", says where it
-moves the checks.
+share a two-copy expert's draw over its copies. docs/clusters.md, "Expert-load imbalance under a skewed
+router", says where it moves the checks.
 """
 
 from __future__ import annotations
