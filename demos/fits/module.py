@@ -71,14 +71,8 @@ def fit_module_gemm_extra(fit: FamilyFit, gpus: Sequence[str]) -> dict[str, floa
     """TRT-LLM's MLA module extra per other GEMM dtype of its tables (``MODULE_GEMMS``: the module of BF16
     projections): as ``fit_module_extra``, over the family's rows of that dtype, each composed at its weights
     (``composed_seconds``); a dtype without rows on ``gpus`` is left out (``mla_module`` then applies)."""
-    out = {}
-    for gemm in MODULE_GEMMS:
-        rows = [(g, r) for g in gpus for r in module_rows(g, gemm)]
-        if rows:
-            out[gemm] = _fit_extra(
-                fit, f"mla_module_gemm.{gemm}", rows, composed_seconds, f"the {gemm} MLA module extra"
-            )
-    return out
+    rows = {gemm: [(g, r) for g in gpus for r in module_rows(g, gemm)] for gemm in MODULE_GEMMS}
+    return _fit_extras(fit, "mla_module_gemm", rows, composed_seconds, "the {} MLA module extra")
 
 
 def fit_index_extra(fit: FamilyFit, gpus: Sequence[str]) -> float:
@@ -99,13 +93,18 @@ def fit_sglang_dsa_extra(fit: FamilyFit, gpus: Sequence[str]) -> dict[str, float
     ``fit_module_extra``, over SGLang's modules without their indexer of ``gpus`` (``skip_rows``), each composed
     less its indexer as SGLang's step composes it (``skip_composed_seconds``); a dtype without rows is left out
     (TRT-LLM's ``mla_module`` then applies)."""
-    out = {}
-    for kv in SGLANG_KV:
-        rows = [(g, r) for g in gpus for r in skip_rows(g, kv)]
-        if rows:
-            field = f"sglang_dsa_module.{kv}"
-            out[kv] = _fit_extra(fit, field, rows, skip_composed_seconds, f"SGLang's {kv} MLA module extra")
-    return out
+    rows = {kv: [(g, r) for g in gpus for r in skip_rows(g, kv)] for kv in SGLANG_KV}
+    return _fit_extras(fit, "sglang_dsa_module", rows, skip_composed_seconds, "SGLang's {} MLA module extra")
+
+
+def _fit_extras(
+    fit: FamilyFit, field: str, rows: dict[str, list[tuple[str, Any]]], compose: _Compose, what: str
+) -> dict[str, float]:
+    """One constant per key of ``fit``'s dict ``field`` (``fit_module_extra``), each over that key's ``rows`` (``what``
+    formatted with the key names it in an error); a key without rows is left out."""
+    return {
+        key: _fit_extra(fit, f"{field}.{key}", keyed, compose, what.format(key)) for key, keyed in rows.items() if keyed
+    }
 
 
 def _with_extra(fit: FamilyFit, field: str, extra: float) -> FamilyFit:

@@ -61,7 +61,7 @@ import torch
 from dbo.costs import Work
 from demos.vocabulary import Phase
 from demos.zoo import kernels as K
-from demos.zoo.attention_base import AttentionCosts, AttentionKind, attention_pairs, module_key, timed_core
+from demos.zoo.attention_base import AttentionCosts, AttentionKind, attention_pairs, timed_core
 from demos.zoo.compressed_attention import Compressed, decode_index_parts
 from demos.zoo.fold import Folder, bmm, gemm, memory_pass
 from demos.zoo.gqa_attention import GQA, BlockSparseGQA
@@ -126,7 +126,7 @@ class MLA(AttentionKind):
         kvb = w.spec.precision.bytes_of("kv_cache")
         pairs = self.pairs(w, a, t)
         flops, nbytes = mla_core_work(w.phase, t, h, pairs, latent=lat, rope=rope, nope=nope, v=v, kv_bytes=kvb)
-        core = timed_core(w, fold, flops, nbytes, shape, fp8_cache=kvb == 1, module=module_key(self.module, w.spec))
+        core = timed_core(w, fold, flops, nbytes, shape, fp8_cache=kvb == 1, module=self.module)
         return AttentionCosts(proj, core, out, (flops, nbytes))
 
     def read(self, w: Workload, a: MLAAttention) -> float:

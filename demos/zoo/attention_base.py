@@ -127,8 +127,9 @@ def timed_core(
 ) -> Work:
     """The attention core's Work: its time on the family's attention curve (``KernelTimes.attention``; a core over
     an FP8 cache, ``fp8_cache``, on the family's curve of such a cache; a GQA core's ``units``, requests x KV
-    heads, its work items; an MLA core's ``module``, whose fixed time it carries)."""
-    seconds = fold.kernels.attention(w.phase, flops, nbytes, shape, fp8_cache, units, module)
+    heads, its work items; an MLA core's ``module``, whose fixed time it carries, qualified by ``w.spec``'s
+    projections as ``module_costs`` qualifies it: ``module_key``)."""
+    seconds = fold.kernels.attention(w.phase, flops, nbytes, shape, fp8_cache, units, module_key(module, w.spec))
     return Work(seconds=seconds, bytes=nbytes, dtype="bfloat16")
 
 

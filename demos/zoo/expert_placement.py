@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import math
 
-__all__ = ["placement_imbalance", "slot_experts", "trivial_shares"]
+__all__ = ["heaviest_share", "placement_imbalance", "slot_experts", "trivial_shares", "uniform_fluctuation"]
 
 
 def slot_experts(experts: int, redundant: int) -> tuple[int, ...]:
@@ -53,17 +53,28 @@ def trivial_shares(experts: int, redundant: int, ep: int) -> tuple[float, ...]:
     return tuple(sum(1.0 / (experts * copies[e]) for e in held[r * per : (r + 1) * per]) for r in range(ep))
 
 
+@functools.lru_cache(maxsize=256)
+def heaviest_share(experts: int, redundant: int, ep: int) -> tuple[float, int]:
+    """``(f, n)``: the heaviest rank's share of the routed copies over the mean rank's (``trivial_shares``), and the
+    ranks that hold it."""
+    shares = trivial_shares(experts, redundant, ep)
+    top = max(shares)
+    return top * ep, sum(1 for s in shares if s >= top * (1 - 1e-12))
+
+
+def uniform_fluctuation(mean: float, ranks: int) -> float:
+    """The expected busiest of ``ranks`` nearly-Poisson loads of mean ``mean`` over the mean, ``1 + sqrt(2 ln(ranks) /
+    mean)``: uniform routing's (``demos.zoo.workload.auto_imbalance``); 1.0 for one rank or no load."""
+    if ranks <= 1 or mean <= 0:
+        return 1.0
+    return 1.0 + math.sqrt(2.0 * math.log(ranks) / mean)
+
+
 def placement_imbalance(tokens: float, top_k: int, experts: int, redundant: int, ep: int) -> float:
     """The busiest of ``ep`` ranks' expected routed load over the mean when each rank's MoE block holds
     ``tokens`` tokens routed uniformly to ``top_k`` experts placed trivially over ``experts + redundant`` slots
     (module docstring); the heaviest share alone for no tokens, 1.0 for one rank."""
     if ep <= 1:
         return 1.0
-    shares = trivial_shares(experts, redundant, ep)
-    top = max(shares)
-    f = top * ep
-    heavy = sum(1 for s in shares if s >= top * (1 - 1e-12))
-    mean = tokens * top_k * f
-    if mean <= 0 or heavy <= 1:
-        return f
-    return f * (1.0 + math.sqrt(2.0 * math.log(heavy) / mean))
+    f, heavy = heaviest_share(experts, redundant, ep)
+    return f * uniform_fluctuation(tokens * top_k * f, heavy)

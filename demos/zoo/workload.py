@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 
 from demos.errors import ConfigError, field_ref
 from demos.vocabulary import Phase, Schedule
-from demos.zoo.expert_placement import placement_imbalance
+from demos.zoo.expert_placement import placement_imbalance, uniform_fluctuation
 from demos.zoo.hardware import DEFAULT_COMM_SMS, ClusterSpec, Routing, get_gpu, oversized_host
 from demos.zoo.hardware.cluster import rack_hosts
 from demos.zoo.models import ModelSpec
@@ -74,10 +74,7 @@ def default_schedule(phase: str) -> Schedule:
 def auto_imbalance(tokens: int, top_k: int, ep: int) -> float:
     """The busiest of ``ep`` ranks' expert load over the mean under uniform routing of ``tokens`` tokens
     per rank to ``top_k`` experts each (module docstring). 1.0 for one rank or no tokens."""
-    mean = tokens * top_k
-    if ep <= 1 or mean <= 0:
-        return 1.0
-    return 1.0 + math.sqrt(2.0 * math.log(ep) / mean)
+    return uniform_fluctuation(tokens * top_k, ep)
 
 
 def _int(name: str, value: object, low: int) -> int:

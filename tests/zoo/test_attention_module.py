@@ -324,3 +324,24 @@ def test_the_bf16_module_time_puts_its_median_row_on_the_curve_and_blackwells_is
         assert fit.mla_module_gemm["bfloat16"] + 7e-6 < fit.mla_module, gpu
         fp8 = replace(fit, mla_module_gemm={})
         assert statistics.median(composed_seconds(gpu, r, fp8) / r.seconds for r in rows) > 1.05, gpu
+
+
+def test_deepseek_v4s_compressed_core_and_its_floor_cut_take_the_same_module_time():
+    """``timed_core`` qualifies the module as ``module_costs`` does: a compressed-attention layer of BF16 projections
+    moves by exactly the BF16 constant's change (its core carries it, the floors' cut reads it), and not at all
+    when only the FP8 block constant moves, at a shape whose floors do not bind."""
+    from demos.zoo.breakdown import attention_seconds
+    from demos.zoo.models import with_precision
+
+    g = get_gpu("b200")
+    spec = with_precision(get_preset("deepseek-v4-flash"), weights="bf16")
+    w = Workload(spec, cluster_for("b200", 1, 8, 8), tokens=256, context=4096, ubatches=1)
+    base = replace(family_fit(g.family), mla_module=30e-6, mla_module_gemm={"bfloat16": 30e-6})
+
+    def at(fit):
+        profile = gpu_profile(g, fit=fit)
+        return attention_seconds(w, 256, spec.first_k_dense, profile, KernelTimes(g, profile, fit))
+
+    layer = at(base)
+    assert at(replace(base, mla_module_gemm={"bfloat16": 18e-6})) - layer == pytest.approx(-12e-6, abs=1e-12)
+    assert at(replace(base, mla_module=18e-6)) == pytest.approx(layer, abs=1e-12)
