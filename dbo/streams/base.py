@@ -40,7 +40,9 @@ DEFAULT_TIMEOUT = 300.0
 # How Event.record(None) finds the calling thread's current stream. The module that keeps the current
 # stream (current.py) installs it at import, so this module never imports that one (no cycle).
 _current_stream: Callable[[], "Stream"] | None = None
-ROLES = ("compute", "comm")
+ROLES = ("compute", "comm", "side")
+# "side": a second compute stream, beside the main one (a model's shared experts on an auxiliary stream): its
+# kernels are compute kernels; the virtual backend runs them on an engine of their own (``dbo.streams.virtual``).
 # The observer slot every backend reads at launch, record, wait and synchronize: None, or a
 # ``dbo.streams.observer.StreamObserver``. Written only by that module (``add_stream_observer``);
 # off (None), every call site costs one global read and one ``is not None`` test.
@@ -129,7 +131,8 @@ class Backend(ABC):
 
     def new_stream(self, name: str | None = None, role: str = "compute") -> "Stream":
         """Create a stream. Names are unique per backend (a taken name -> ValueError). ``role``
-        ("compute" or "comm") is what the stream is for: the default kind of kernels launched on it."""
+        ("compute" or "comm") is what the stream is for: the default kind of kernels launched on it; "side"
+        is a second compute stream (compute kernels, which the virtual backend runs beside the main ones)."""
         if role not in ROLES:
             raise ValueError(f"stream role must be one of {', '.join(ROLES)}; got {role!r}")
         self._check_open()
@@ -230,7 +233,7 @@ class Stream(ABC):
     def __init__(self, backend: Backend, name: str):
         self.backend = backend
         self.name = name
-        self.role = "compute"  # "compute" or "comm": the default kind of its kernels (set by new_stream)
+        self.role = "compute"  # "compute", "comm" or "side" (set by new_stream): the default kind of its kernels
         self._error: BaseException | None = None  # sticky: the failure that ended this stream
         self._error_note = ""  # how it failed ("kernel 'x' raised", "it waited on ...")
 
@@ -247,7 +250,7 @@ class Stream(ABC):
     def _check_launch(self, kind: str | None, op: str | None = None, layer: int | None = None) -> str:
         """What every ``launch`` checks first: a valid kind (None: the stream's role) and identity
         (``check_identity``), an open backend, a stream not failed. Returns the kind."""
-        kind = check_kind(self.role if kind is None else kind)
+        kind = check_kind(("compute" if self.role == "side" else self.role) if kind is None else kind)
         check_identity(op, layer)
         self.backend._check_open()
         self._raise_if_failed("launch")

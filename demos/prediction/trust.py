@@ -23,10 +23,10 @@ CHECKED_ON = "2026-12-07"
 
 SILICON = {
     # gpu: (family, rows, median error, max error), decode
-    "h200": ("hopper", 18, -0.057, -0.231),
-    "b200": ("blackwell", 40, -0.016, -0.398),
-    "gb200": ("blackwell", 73, 0.022, 0.676),
-    "gb300": ("blackwell", 49, -0.01, -0.343),
+    "h200": ("hopper", 18, -0.073, -0.231),
+    "b200": ("blackwell", 40, -0.052, -0.398),
+    "gb200": ("blackwell", 73, -0.008, 0.676),
+    "gb300": ("blackwell", 49, -0.013, -0.343),
 }
 
 PUBLISHED = {

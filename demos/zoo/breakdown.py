@@ -22,8 +22,9 @@ op's seconds go to its group (``demos.zoo.ops``: ``Op.group``), and the groups a
 
 A layer's ops add up to the device time of its kernels. The step is that sum over its layers plus the
 embedding (with attention TP, its all-reduce too), the LM head and, eager, the host's launch costs; on
-ll with EP > 1 the shared experts run while the combine is in flight, so there the step is a little
-less than the sum. Layers differ only in their attention (a sliding-window layer reads less KV cache):
+ll with EP > 1 the shared experts run while the combine is in flight, and where the engine runs them on a
+side stream (``shared_side``, ``demos.zoo.side_streams``) beside the routed path, so there the step is a
+little less than the sum. Layers differ only in their attention (a sliding-window layer reads less KV cache):
 each dict is the mean over the model's MoE (or dense) layers, so that it times the number of such
 layers is their total.
 """

@@ -7,7 +7,8 @@ given one; at full size on meta tensors (``meta``) the kernel is the meta stand-
 are dropped (only the declared cost matters), in real math it is ``fn(*args)``. ``workspace(*specs)``
 asks the process-global workspace manager for the calling ubatch's views (one request, as vLLM's layers
 make it). ``LINK_STREAM`` is the stream a low-latency all-to-all is in flight on; ``record_event()`` an
-event on the current stream (DeepEP's "previous event" of a normal kernel).
+event on the current stream (DeepEP's "previous event" of a normal kernel); ``side_stream()`` the second compute
+stream a MoE block runs its shared experts on where the engine does (``SIDE_STREAM``, role "side").
 
 This module sits below the model (``demos.zoo.model``) and the MoE block (``demos.zoo.moe``), so that
 neither reaches into the other for its launch helpers.
@@ -25,10 +26,23 @@ from demos.zoo.kernels import meta_kernel
 from demos.zoo.ops import op
 from workspace import current_workspace_manager
 
-__all__ = ["LINK_STREAM", "Launcher", "kernel_name", "record_event"]
+__all__ = ["LINK_STREAM", "SIDE_STREAM", "Launcher", "kernel_name", "record_event", "side_stream"]
 
 LINK_STREAM = "link"
 """The stream the low-latency all-to-all is in flight on (one for every ubatch, in send order)."""
+
+
+SIDE_STREAM = "side"
+"""The second compute stream the shared experts run on beside the router and routed experts
+(``demos.zoo.side_streams``; one for every ubatch)."""
+
+
+def side_stream() -> Any:
+    """The current backend's side stream (``SIDE_STREAM``, role "side": the virtual backend runs its kernels
+    beside the compute engine's), created on first use."""
+    backend = dbo.current_stream().backend
+    names = {s.name for s in backend.streams}
+    return backend.stream(SIDE_STREAM) if SIDE_STREAM in names else backend.new_stream(SIDE_STREAM, role="side")
 
 
 def kernel_name(name: str, layer: int, ub: int) -> str:

@@ -15,7 +15,10 @@ layer plan's cost (``demos.zoo.plan``):
 * ``fused`` (DeepGEMM's fused MoE kernel, no split): the shared experts, then one kernel for the dispatch,
   the routed experts and the combine, never yielding;
 * without an all-to-all (EP 1, or attention TP = EP) every schedule copies the tokens into the experts'
-  layout and back, on the compute stream, and never yields.
+  layout and back, on the compute stream, and never yields. Where the engine runs the shared experts on a second stream
+  (``demos.zoo.side_streams``: the plan's ``shared_side``), they go first on the side stream
+  (``demos.zoo.launch.side_stream``) after the compute stream's work so far, and the compute stream waits
+  for them before the finalize.
 
 All three schedules send through one helper (``_in_flight``: the send half, then the flight on the link
 stream after the current stream's work) and receive through one (``_receive``: the receive half after the
@@ -35,7 +38,7 @@ import torch
 import dbo
 from demos.vocabulary import Schedule
 from demos.zoo import kernels as K
-from demos.zoo.launch import LINK_STREAM, Launcher, kernel_name, record_event
+from demos.zoo.launch import LINK_STREAM, Launcher, kernel_name, record_event, side_stream
 from demos.zoo.models import ModelSpec
 from demos.zoo.plan import LayerPlan
 from demos.zoo.workload import Workload
@@ -188,7 +191,7 @@ class MoEBlock:
         self.run(costs, "shared", K.mlp_kernel, v.x, *w, v.sh_h, v.shared_out, layer=i, ub=ub)
 
     def _finalize(self, i: int, h: torch.Tensor, v: _Views, ub: int, costs: Mapping) -> None:
-        shared = v.shared_out if "shared" in costs else None
+        shared = v.shared_out if "shared" in costs or "shared_side" in costs else None
         if "latent_up" in costs:
             w = None if self.layers[i] is None else self.layers[i].w_up
             self.run(costs, "latent_up", K.latent_up_kernel, v.out, w, v.lifted, layer=i, ub=ub)
@@ -227,7 +230,9 @@ class MoEBlock:
     # -- the schedules ------------------------------------------------------------------------------
     def _local(self, i: int, h: torch.Tensor, ub: int, v: _Views, costs: Mapping) -> None:
         """No all-to-all, on the compute stream: the tokens copied into the experts' layout and back, or (a
-        local fused MoE, whose plan has no copies) read and written in place by the experts' kernel."""
+        local fused MoE, whose plan has no copies) read and written in place by the experts' kernel; where the
+        plan has ``shared_side``, the shared experts first on the side stream, joined before the finalize."""
+        joined = self._shared_beside(i, v, ub, costs) if "shared_side" in costs else None
         experts = "experts_ll" if "experts_ll" in costs else "experts"
         if "dispatch_recv" not in costs:
             self._experts(i, v, ub, costs, experts, v.xr, v.out)
@@ -236,7 +241,21 @@ class MoEBlock:
             self._experts(i, v, ub, costs, experts)
             self.run(costs, "combine_recv", K.copy_kernel, v.y, v.out, layer=i, ub=ub)
         self._shared(i, v, ub, costs)
+        if joined is not None:
+            dbo.current_stream().wait_event(joined)
         self._finalize(i, h, v, ub, costs)
+
+    def _shared_beside(self, i: int, v: _Views, ub: int, costs: Mapping) -> Any:
+        """The shared experts on the side stream after the compute stream's work so far (the engines fork it
+        at the router); returns the event their end is recorded on."""
+        side = side_stream()
+        side.wait_event(record_event())
+        L = self.layers[i]
+        w = (None, None) if L is None else (L.ws1, L.ws2)
+        self.run(costs, "shared_side", K.mlp_kernel, v.x, *w, v.sh_h, v.shared_out, layer=i, ub=ub, stream=side)
+        done = side.backend.new_event()
+        done.record(side)
+        return done
 
     def _ll(self, i: int, h: torch.Tensor, ub: int, v: _Views, costs: Mapping) -> None:
         """Low-latency: one stream, send plus parked receive hook, 2 yields (DeepEP low-latency)."""

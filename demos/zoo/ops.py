@@ -104,6 +104,8 @@ OPS = MappingProxyType(
             Op("combine_recv", 1, _C, "combine_recv"),
             Op("moe_copy", 1, _C, "combine_recv", "comm"),  # ht: the copy out of the combine's landing buffer
             Op("shared", 3, _M, "shared"),
+            Op("shared_side", 3, _M, "shared"),  # the shared experts on a side stream, beside the router and
+            #                                    routed experts (demos.zoo.side_streams)
             Op("finalize", 1, _O, "finalize"),  # the routed and shared outputs added into the residual
             Op("tp_moe_gather", 1, _C, "tp_moe_gather"),  # the MoE output all-gathered back over the group
             Op("tp_mlp_reduce", 1, _M, "tp_mlp_reduce"),  # the TP-sharded MLP's all-reduce

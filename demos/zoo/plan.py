@@ -24,7 +24,8 @@ ll, all-to-all         router, dispatch_send, dispatch_ll, dispatch_recv, expert
                        combine_ll, shared, combine_recv, finalize (a send half only where it is > 0)
 ht, all-to-all         router, dispatch, experts, combine, shared, moe_copy, finalize
 no all-to-all          router, dispatch_recv, experts (ll: experts_ll), combine_recv, shared, finalize (no
-                       receive copies with a local fused MoE: ``demos.zoo.costs``)
+                       receive copies with a local fused MoE: ``demos.zoo.costs``); where the engine runs the
+                       shared experts on a side stream (``demos.zoo.side_streams``), shared_side first instead
 fused MoE (its step)   router, shared, fused_moe, finalize (``LayerPlan.fused``: DeepGEMM's fused kernel)
 =====================  ==========================================================================
 
@@ -56,6 +57,7 @@ from demos.zoo.fold import gemm, memory_pass
 from demos.zoo.hardware.collectives import tp_collective
 from demos.zoo.kernel_times import KernelTimes
 from demos.zoo.ops import op
+from demos.zoo.side_streams import shared_beside
 from demos.zoo.workload import Workload
 
 __all__ = ["LayerPlan", "StepPlan", "UbatchPlan", "launch_seconds", "layer_key", "layer_launches"]
@@ -102,10 +104,13 @@ def _send(seconds: float | None) -> Work | None:
     return Work(seconds=seconds, dtype="bfloat16") if seconds else None
 
 
-def layer_launches(w: Workload, c: LayerCosts, *, sbo: bool = False, fused: bool = False) -> Mapping[str, Cost]:
+def layer_launches(
+    w: Workload, c: LayerCosts, *, sbo: bool = False, fused: bool = False, side: bool = False
+) -> Mapping[str, Cost]:
     """The ops a layer whose costs are ``c`` launches, in order, with their costs (module docstring);
     ``sbo``: the step with single-batch overlap (ll with an all-to-all only); ``fused``: the step with
-    DeepGEMM's fused MoE kernel (where ``c.fused`` is set)."""
+    DeepGEMM's fused MoE kernel (where ``c.fused`` is set); ``side``: the shared experts on a side stream
+    (without an all-to-all only: ``demos.zoo.side_streams``)."""
     hc = c.mhc or (None, None, None, None)  # a wide residual's kernels around each sub-layer
     head = [("mhc_attn_pre", hc[0]), *c.attention_ops, ("tp_attn_reduce", c.tp_attn_reduce), ("mhc_attn_post", hc[1])]
     head.append(("mhc_mlp_pre", hc[2]))
@@ -118,8 +123,9 @@ def layer_launches(w: Workload, c: LayerCosts, *, sbo: bool = False, fused: bool
         moe += [("latent_up", up), ("finalize", c.finalize)]
     elif not w.alltoall:
         experts = "experts_ll" if w.schedule == Schedule.LL else "experts"
-        moe = [("router", c.router), ("latent_down", down), ("dispatch_recv", c.dispatch_recv), (experts, c.experts)]
-        moe += [("combine_recv", c.combine_recv), ("shared", c.shared), ("latent_up", up), ("finalize", c.finalize)]
+        moe = [("shared_side", c.shared if side else None), ("router", c.router), ("latent_down", down)]
+        moe += [("dispatch_recv", c.dispatch_recv), (experts, c.experts), ("combine_recv", c.combine_recv)]
+        moe += [("shared", None if side else c.shared), ("latent_up", up), ("finalize", c.finalize)]
     elif w.schedule == Schedule.HT:
         moe = [("router", c.router), ("latent_down", down), ("dispatch", c.dispatch), ("experts", c.experts)]
         moe += [("combine", c.combine), ("shared", c.shared), ("moe_copy", c.finalize), ("latent_up", up)]
@@ -195,7 +201,8 @@ class StepPlan:
                 c = layer_costs(w, t, i, self.profile, self.kernels)
                 sbo = layer_launches(w, c, sbo=True) if c.experts_split is not None else None
                 fused = layer_launches(w, c, fused=True) if c.fused is not None else None
-                lp = by_key[key] = LayerPlan(c.experts is not None, c, layer_launches(w, c), sbo, fused)
+                plain = layer_launches(w, c, side=shared_beside(self.kernels.engine, w, t))
+                lp = by_key[key] = LayerPlan(c.experts is not None, c, plain, sbo, fused)
             layers.append(lp)
         tp = w.attention_tp
         reduce = self.kernels.all_reduce(2.0 * t * H, tp) if tp > 1 else None  # BF16 partial rows

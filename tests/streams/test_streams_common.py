@@ -138,7 +138,9 @@ def test_a_stream_knows_its_role_and_launch_defaults_kind_to_it(backend):
     comm = backend.new_stream("m", role="comm")
     assert compute.role == "compute" and comm.role == "comm"
     assert backend.stream("c").role == "compute" and backend.stream("m").role == "comm"
-    with pytest.raises(ValueError, match="stream role must be one of compute, comm; got 'dma'"):
+    side = backend.new_stream("s", role="side")
+    assert side.role == "side"
+    with pytest.raises(ValueError, match="stream role must be one of compute, comm, side; got 'dma'"):
         backend.new_stream("x", role="dma")
     assert "x" not in [st.name for st in backend.streams]
     comm.launch(None, name="k_comm_default", cost=0.001)
@@ -149,6 +151,7 @@ def test_a_stream_knows_its_role_and_launch_defaults_kind_to_it(backend):
         launch(None, name="k_current_comm", cost=0.001)  # dbo.launch on the current stream
     with use_stream(compute):
         launch(None, name="k_current_compute", cost=0.001)
+    side.launch(None, name="k_side_default", cost=0.001)  # a side stream's kernels are compute kernels
     with pytest.raises(ValueError, match="kernel kind"):
         comm.launch(None, kind="dma")
     backend.synchronize()
@@ -160,6 +163,7 @@ def test_a_stream_knows_its_role_and_launch_defaults_kind_to_it(backend):
         "k_compute_as_comm": "comm",
         "k_current_comm": "comm",
         "k_current_compute": "compute",
+        "k_side_default": "compute",
     }
 
 

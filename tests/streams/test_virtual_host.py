@@ -236,6 +236,41 @@ def test_compute_under_comm_runs_slower_by_the_comm_sm_share():
         assert comp.ready_time == pytest.approx(1e-3)
 
 
+def test_a_side_stream_runs_beside_the_compute_engine_and_takes_its_bytes_share():
+    with VirtualBackend(profile=prof()) as b:  # 1 TB/s
+        side, comp = b.new_stream("aux", role="side"), b.new_stream("comp")
+        side.launch(None, cost=Work(seconds=1e-3))  # no bytes: it holds no share, the two overlap whole
+        comp.launch(None, cost=1e-3)
+        assert comp.ready_time == pytest.approx(1e-3) and side.ready_time == pytest.approx(1e-3)
+    with VirtualBackend(profile=prof()) as b:
+        side, comp = b.new_stream("aux", role="side"), b.new_stream("comp")
+        side.launch(None, cost=Work(seconds=1e-3, bytes=4e8))  # its bytes take 0.4 ms of the 1 ms: share 0.4
+        assert b.bandwidth_share(Work(seconds=1e-3, bytes=4e8), (), 1e-3) == pytest.approx(0.4)
+        comp.launch(None, cost=1e-3)
+        # 0.6 of its rate for the 1 ms beside the side kernel (0.6 ms of work), then 0.4 ms alone: its bytes' time
+        assert comp.ready_time == pytest.approx(1.4e-3)
+        assert side.ready_time == pytest.approx(1e-3)  # the side kernel is not slowed
+        side.launch(None, cost=Work(seconds=1e-3))
+        side.launch(None, cost=Work(seconds=1e-3))
+        assert side.ready_time == pytest.approx(3e-3)  # side kernels share one engine: in launch order
+
+
+def test_side_and_comm_shares_add_up_while_both_run():
+    p = dataclasses.replace(prof(), comm_sm_share=0.25)
+    with VirtualBackend(profile=p) as b:
+        link, side, comp = b.new_stream("link"), b.new_stream("aux", role="side"), b.new_stream("comp")
+        link.launch(None, kind="comm", cost=1e-3)
+        side.launch(None, cost=Work(seconds=1e-3, bytes=5e8))  # share 0.5
+        comp.launch(None, cost=1e-3)
+        # 0.25 of its rate for 1 ms (0.25 ms of work), then the 0.75 ms left alone
+        assert comp.ready_time == pytest.approx(1.75e-3)
+    with VirtualBackend(profile=prof()) as b:  # a side kernel whose bytes take all its time stalls the rest
+        side, comp = b.new_stream("aux", role="side"), b.new_stream("comp")
+        side.launch(None, cost=Work(seconds=1e-4, bytes=1e9))  # 1 ms of bytes: share 1
+        comp.launch(None, cost=1e-3)
+        assert comp.ready_time == pytest.approx(2e-3)
+
+
 def test_per_dtype_rates_follow_the_kernels_tensors():
     p = DeviceProfile("d", 1e12, 1e15, 0.0, dtype_flops={"float32": 1e12, "bfloat16": 8e12})
     with VirtualBackend(profile=p) as b:

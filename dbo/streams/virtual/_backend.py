@@ -15,7 +15,11 @@
   issuing all of it)``; then the stream's ready time and the engine's free time become ``end``.
   Two engines: every compute kernel shares one (compute kernels serialize in launch order), every
   comm kernel shares the link. A compute kernel running while a comm kernel runs progresses at
-  ``1 - comm_sm_share`` of its rate.
+  ``1 - comm_sm_share`` of its rate. A stream of role "side" (a second compute stream) runs its compute
+  kernels on a third engine, beside the compute engine's: each holds, while it runs, the share of the
+  device its bytes need at the profile's bandwidth (``bandwidth_share``), and a compute kernel running
+  meanwhile progresses at 1 less that share (less the comm share too where both run). What overlaps is
+  the rest of its time (its kernels' floors, their latency); its bytes are taken from the main stream's.
   Duration: ``dbo.costs.seconds_for`` with the dtype of the first floating-point tensor argument
   (when the profile has per-dtype rates) and the op's kernel count, corrected by the op's
   ``OpCost``: ``device + scale * that + memory_scale * its memory time`` (``device`` times the
@@ -201,6 +205,14 @@ class VirtualBackend(Backend):
         model = seconds_for(kind, cost, args, p, self.link, dtype=dtype, kernels=nk)
         memory = memory_seconds(kind, cost, args, p) if oc.memory_scale else 0.0
         return oc.seconds(model, memory, p.fixed_threaded if self.clock.threaded else 1.0)
+
+    def bandwidth_share(self, cost: Any, args: tuple, duration: float) -> float:
+        """The share of the device a side stream's compute kernel of ``duration`` device seconds holds while it
+        runs: its bytes' time at the profile's bandwidth (``memory_seconds``) over its duration, at most 1; 0
+        for a kernel without bytes or duration."""
+        if duration <= 0:
+            return 0.0
+        return min(1.0, memory_seconds("compute", cost, args, self.profile) / duration)
 
     def engine_free(self, kind: str) -> float:
         """Virtual time at which the ``kind`` engine ("compute" or "comm") is next free."""

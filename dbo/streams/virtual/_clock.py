@@ -5,7 +5,8 @@
 * the host clock (``host``): it moves when the host runs Python (``run_python``: launches, event
   calls, stream switches, thread starts, ``advance``) or waits without running it (``block_host``:
   a sync, a handoff, a join);
-* the two engines' free times, and the comm kernels' intervals (``comm_sm_share``);
+* the engines' free times (compute, comm, and side: a side stream's compute kernels), the comm
+  kernels' intervals (``comm_sm_share``) and the side kernels' with their bandwidth shares;
 * the lazy device queue (``SleepingDevice``: ``HostCosts.idle_hold``, kernels waiting on the host)
   and the host's Python kept as GIL intervals (``HostGil``: ``OpCost.gil_calls``);
 * the ubatch threads live (``threaded``), whether a graph replay is re-issuing ops (``replaying``)
@@ -35,23 +36,20 @@ from dbo.streams.virtual._state import Lane, Launch, Mark
 from dbo.trace import ubatch_track
 
 
-def _stretch(start: float, duration: float, busy: Any, share: float) -> float:
-    """End of a compute kernel of ``duration`` from ``start`` that runs at ``1 - share`` of its
-    rate while one of the (ordered, disjoint) comm intervals ``busy`` runs."""
-    t, left, rate = start, duration, 1.0 - share
-    for cs, ce in busy:
-        if ce <= t:
-            continue
-        if cs > t:
-            if left <= cs - t:
-                return t + left
-            left -= cs - t
-            t = cs
-        done = (ce - t) * rate
-        if left <= done:
+def _stretch(start: float, duration: float, busy: list[tuple[float, float, float]]) -> float:
+    """End of a compute kernel of ``duration`` from ``start`` that runs, while the ``(start, end, share)``
+    intervals of ``busy`` run, at ``1 -`` the sum of their shares of its rate (none below 0)."""
+    edges = sorted({x for s, e, _ in busy for x in (s, e) if x > start})
+    t, left = start, duration
+    if left <= 0:
+        return start
+    for edge in edges:
+        rate = max(0.0, 1.0 - sum(sh for s, e, sh in busy if s <= t < e))
+        done = (edge - t) * rate
+        if rate > 0 and left <= done:
             return t + left / rate
         left -= done
-        t = ce
+        t = edge
     return t + left
 
 
@@ -66,9 +64,10 @@ class VirtualClock:
         self._tracing = tracing
         self._lock = threading.RLock()
         self._host = 0.0
-        self._engine_free = {"compute": 0.0, "comm": 0.0}
+        self._engine_free = {"compute": 0.0, "comm": 0.0, "side": 0.0}
         self._epoch = 0
         self._comm_busy: collections.deque = collections.deque()  # comm intervals (comm SM share)
+        self._side_busy: collections.deque = collections.deque()  # side kernels' (start, end, share)
         self._live = 0  # ubatch threads started and not yet joined (HostCosts.threaded)
         self._replaying = False  # inside replay(): re-issued ops cost HostCosts.replay_op each
         self._sleep = SleepingDevice()  # HostCosts.idle_hold and kernels waiting on the host (virtual_sleep)
@@ -277,8 +276,9 @@ class VirtualClock:
             if busy:
                 raise StreamError(f"reset_clock() with work in flight on streams {busy}; call synchronize() first")
             self._host = 0.0
-            self._engine_free = {"compute": 0.0, "comm": 0.0}
+            self._engine_free = {"compute": 0.0, "comm": 0.0, "side": 0.0}
             self._comm_busy.clear()
+            self._side_busy.clear()
             self._gil.clear()
             for lane in self._lanes():
                 lane.ready = 0.0
@@ -292,18 +292,19 @@ class VirtualClock:
         ends no earlier than the host has issued all of it. With GIL calls its end also waits for
         the host's Python (``virtual_gil``): returns the host time to wait for, and places nothing,
         when that depends on what the host does after now (unless ``final``)."""
-        kind = k.kind
+        kind, engine = k.kind, k.engine
         ready = lane.ready
         if lane.last_kind is not None and lane.last_kind != kind:  # the stream moves to the other engine
             ready += k.latency
-        start = max(ready, self._engine_free[kind] + k.gap, k.first_at, wake)
-        if kind == "compute" and self._share > 0 and self._comm_busy:
-            busy = self._comm_busy
-            while busy and busy[0][1] <= self._engine_free["compute"]:
-                busy.popleft()
-            end = _stretch(start, k.duration, busy, self._share)
-        else:
-            end = start + k.duration
+        start = max(ready, self._engine_free[engine] + k.gap, k.first_at, wake)
+        end = start + k.duration
+        if engine == "compute" and ((self._share > 0 and self._comm_busy) or self._side_busy):
+            free = self._engine_free["compute"]
+            for busy in (self._comm_busy, self._side_busy):
+                while busy and busy[0][1] <= free:
+                    busy.popleft()
+            held = [(s, e, self._share) for s, e in self._comm_busy] if self._share > 0 else []
+            end = _stretch(start, k.duration, held + list(self._side_busy))
         if k.calls:
             walked, need = self._gil.walk(start, end - start, k.calls, self._sleep.hold, self._host, final)
             if walked is None:
@@ -315,9 +316,11 @@ class VirtualClock:
         if end < k.issued_at:
             end = k.issued_at
         lane.ready = end
-        self._engine_free[kind] = end
+        self._engine_free[engine] = end
         if kind == "comm" and self._share > 0:
             self._comm_busy.append((start, end))
+        if engine == "side" and k.share > 0:
+            self._side_busy.append((start, end, k.share))
         if k.tracer is not None:
             k.tracer.kernel(lane.name, k.name, kind, k.ubatch, start, end, k.op, k.layer)
         return None

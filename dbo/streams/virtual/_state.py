@@ -42,7 +42,9 @@ class Launch:
     """One launched kernel on its way to its engine: what it is (``kind``, display ``name``,
     declared ``op`` and ``layer``, acting ``ubatch``, the ``tracer`` to record it on, or None), what
     it costs (``duration`` device seconds, ``calls`` GIL returns, ``host_s`` host seconds to issue,
-    ``first_s`` of them to issue its first kernel, ``syncs``: it makes a host sync first), and what
+    ``first_s`` of them to issue its first kernel, ``syncs``: it makes a host sync first), the engine it
+    runs on (``engine``: its kind, or "side" for a compute kernel on a side stream) with the share of the
+    device's bandwidth a side kernel holds while it runs (``share``; 0 for the others), and what
     ``VirtualClock.issue`` notes when the host issues it: the host clock after its first kernel
     (``first_at``) and after all of it (``issued_at``), the cross-engine latency and the engine gap."""
 
@@ -62,6 +64,8 @@ class Launch:
         "issued_at",
         "latency",
         "gap",
+        "engine",
+        "share",
     )
 
     def __init__(
@@ -77,6 +81,9 @@ class Launch:
         host_s: float,
         first_s: float,
         syncs: Any,
+        engine: str | None = None,
+        share: float = 0.0,
     ):
         self.kind, self.name, self.op, self.layer, self.ubatch, self.tracer = kind, name, op, layer, ubatch, tracer
         self.duration, self.calls, self.host_s, self.first_s, self.syncs = duration, calls, host_s, first_s, syncs
+        self.engine, self.share = engine or kind, share

@@ -35,7 +35,12 @@ class VirtualStream(Stream):
         host_s, first_s, duration, calls, meta, syncs = b.launch_costs(fn, spec.kind, spec.cost, args, spec.op)
         tr = b._tracing()
         ub = acting_ubatch_id() if tr is not None else None
-        launch = Launch(spec.kind, kname, spec.op, spec.layer, ub, tr, duration, calls, host_s, first_s, syncs)
+        engine, share = spec.kind, 0.0
+        if self.role == "side" and spec.kind == "compute":  # beside the compute engine, holding its bytes' share
+            engine, share = "side", b.bandwidth_share(spec.cost, args, duration)
+        launch = Launch(
+            spec.kind, kname, spec.op, spec.layer, ub, tr, duration, calls, host_s, first_s, syncs, engine, share
+        )
         b.clock.issue(self.lane, launch)
         if base._observer is not None:
             fn = base._observer.launch(self, fn, args, kname)
