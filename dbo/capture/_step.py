@@ -265,8 +265,8 @@ def _patched_backend(b: Any, rec: Recorder, *, guard_launches: bool) -> Iterator
             setattr(s, op, _direct_use_refusal(s, op, rec))
         patched.append(s)
 
-    def new_stream(name: str | None = None) -> RecordingStream:
-        s = cls.new_stream(b, name)
+    def new_stream(name: str | None = None, role: str = "compute") -> RecordingStream:
+        s = cls.new_stream(b, name, role)
         if rec.active:
             guard(s)
             if rec.on_new_stream is not None:
@@ -274,7 +274,7 @@ def _patched_backend(b: Any, rec: Recorder, *, guard_launches: bool) -> Iterator
         return rec.stream(s)
 
     b.new_event = lambda: RecordingEvent(cls.new_event(b), rec)
-    b.stream = lambda name: rec.stream(cls.stream(b, name))
+    b.stream = lambda name, role=None: rec.stream(cls.stream(b, name, role))
     b.new_stream = new_stream
 
     def synchronize() -> None:  # a backend may sync without its streams' methods (virtual does)

@@ -153,11 +153,16 @@ class Backend(ABC):
             self._streams[name] = s
         return s
 
-    def stream(self, name: str) -> "Stream":
-        """The stream called ``name``, created if it does not exist yet."""
+    def stream(self, name: str, role: str | None = None) -> "Stream":
+        """The stream called ``name``, created if it does not exist yet, of ``role`` (None: "compute"); an existing
+        one of another role than ``role`` names is a ValueError."""
         with self._streams_lock:
             s = self._streams.get(name)
-        return s if s is not None else self.new_stream(name)
+        if s is None:
+            return self.new_stream(name, role or "compute")
+        if role is not None and s.role != role:
+            raise ValueError(f"backend {self.name}#{self.id} has a stream {name!r} of role {s.role!r}, not {role!r}")
+        return s
 
     @property
     def streams(self) -> list["Stream"]:

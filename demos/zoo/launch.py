@@ -40,9 +40,7 @@ SIDE_STREAM = "side"
 def side_stream() -> Any:
     """The current backend's side stream (``SIDE_STREAM``, role "side": the virtual backend runs its kernels
     beside the compute engine's), created on first use."""
-    backend = dbo.current_stream().backend
-    names = {s.name for s in backend.streams}
-    return backend.stream(SIDE_STREAM) if SIDE_STREAM in names else backend.new_stream(SIDE_STREAM, role="side")
+    return dbo.current_stream().backend.stream(SIDE_STREAM, role="side")
 
 
 def kernel_name(name: str, layer: int, ub: int) -> str:

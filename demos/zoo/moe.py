@@ -183,12 +183,13 @@ class MoEBlock:
         x, y = v.recv if x is None else x, v.y if y is None else y
         self.run(costs, name, K.experts_kernel, x, v.gates, *w, v.ws13, v.ws2, v.tmp, y, layer=i, ub=ub)
 
-    def _shared(self, i: int, v: _Views, ub: int, costs: Mapping) -> None:
-        if "shared" not in costs:
+    def _shared(self, i: int, v: _Views, ub: int, costs: Mapping, name: str = "shared", stream: Any = None) -> None:
+        """The shared experts as op ``name`` (where the plan holds it), on ``stream`` (None: the current one)."""
+        if name not in costs:
             return
         L = self.layers[i]
         w = (None, None) if L is None else (L.ws1, L.ws2)
-        self.run(costs, "shared", K.mlp_kernel, v.x, *w, v.sh_h, v.shared_out, layer=i, ub=ub)
+        self.run(costs, name, K.mlp_kernel, v.x, *w, v.sh_h, v.shared_out, layer=i, ub=ub, stream=stream)
 
     def _finalize(self, i: int, h: torch.Tensor, v: _Views, ub: int, costs: Mapping) -> None:
         shared = v.shared_out if "shared" in costs or "shared_side" in costs else None
@@ -250,9 +251,7 @@ class MoEBlock:
         at the router); returns the event their end is recorded on."""
         side = side_stream()
         side.wait_event(record_event())
-        L = self.layers[i]
-        w = (None, None) if L is None else (L.ws1, L.ws2)
-        self.run(costs, "shared_side", K.mlp_kernel, v.x, *w, v.sh_h, v.shared_out, layer=i, ub=ub, stream=side)
+        self._shared(i, v, ub, costs, "shared_side", side)
         done = side.backend.new_event()
         done.record(side)
         return done

@@ -62,7 +62,7 @@ def sglang_fuses_shared(w: Workload) -> bool:
     expert of a fusable architecture (``SGLANG_FUSABLE``) with 256 routed, and expert parallelism 1 (the experts
     tensor-parallel over the ranks), which a step without an all-to-all has."""
     m = w.spec.moe
-    experts_split = w.cluster.ep // max(1, w.moe_tp)  # ranks the experts are divided among
+    experts_split = w.cluster.ep // w.moe_tp  # ranks the experts are divided among
     return (
         w.spec.model_type in SGLANG_FUSABLE
         and m is not None

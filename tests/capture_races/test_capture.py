@@ -601,3 +601,25 @@ def test_a_refusal_on_a_shared_backend_leaves_its_named_streams_usable(backend):
             assert all(torch.equal(o, u["x"]) for o, u in zip(out, inputs))
     finally:
         b.close()
+
+
+def test_a_stream_made_inside_a_capture_keeps_its_role():
+    # a model may fork a side stream (or a comm queue) on first use, inside the captured step: the capture's
+    # backend patch must pass the role through, as the real backend's new_stream and stream do
+    from dbo.streams import get_backend
+
+    b = get_backend("virtual")
+
+    def fork(u):
+        backend = dbo.current_stream().backend
+        side = backend.stream("aux", role="side")
+        backend.new_stream(f"q{dbo.dbo_current_ubatch_id()}", role="comm")
+        side.launch(_add, u["x"], u["x"], u["out"])
+        return u["out"]
+
+    try:
+        with UBatchOrchestrator(1, b) as orch:
+            orch.capture(fork, make_inputs(1))
+        assert b.stream("aux").role == "side" and b.stream("q0").role == "comm"
+    finally:
+        b.close()

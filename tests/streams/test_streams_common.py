@@ -138,8 +138,10 @@ def test_a_stream_knows_its_role_and_launch_defaults_kind_to_it(backend):
     comm = backend.new_stream("m", role="comm")
     assert compute.role == "compute" and comm.role == "comm"
     assert backend.stream("c").role == "compute" and backend.stream("m").role == "comm"
-    side = backend.new_stream("s", role="side")
-    assert side.role == "side"
+    side = backend.stream("s", role="side")  # get or create, of a role
+    assert side.role == "side" and backend.stream("s", role="side") is side and backend.stream("s") is side
+    with pytest.raises(ValueError, match="has a stream 'm' of role 'comm', not 'side'"):
+        backend.stream("m", role="side")
     with pytest.raises(ValueError, match="stream role must be one of compute, comm, side; got 'dma'"):
         backend.new_stream("x", role="dma")
     assert "x" not in [st.name for st in backend.streams]
