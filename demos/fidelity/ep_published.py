@@ -11,7 +11,8 @@ as the constants
 
 * "mori": MoRI's tuning tables (``demos.zoo.vendor_data.ep_tables.mori_rows``: IntraNode at EP 2, 4 and 8,
   InterNodeV1 and InterNodeV1LL at EP 16; FP8 dispatch, BF16 combine without quantization; 64 tokens and up a
-  rank, the kernels' own fixed costs below that), fitted on MI355X (RoCE: AMD's Pollara NICs), held out on MI300X
+  rank, the kernels' own fixed costs below that; a combine with its input copied into MoRI's buffer or already
+  there, "zero-copy"), fitted on MI355X (RoCE: AMD's Pollara NICs), held out on MI300X
   and MI350X (one node each: IntraNode only); the BF16 dispatch rows (IntraNode, EP 8: the same bytes as a
   combine, labelled "BF16") held out on every GPU. A one-node EP 2 or EP 4 crosses 1 or 3 of the 7 Infinity Fabric links
   (``GpuSpec.scaleup_bandwidth``): the rows at EP 2, 4 and 8 check the full mesh.
@@ -69,6 +70,7 @@ class Case:
     seconds: float
     fitted: bool
     label: str
+    zero_copy: bool = False
 
 
 def _mori_cases() -> list[Case]:
@@ -106,7 +108,8 @@ def _mori_cases() -> list[Case]:
                 fp8,
                 r.seconds,
                 r.gpu == "mi355x" and not bf16_dispatch,
-                f"MoRI {r.kernel_type}" + (" BF16" if bf16_dispatch else ""),
+                f"MoRI {r.kernel_type}" + (" BF16" if bf16_dispatch else " zero-copy" if r.zero_copy else ""),
+                bool(r.zero_copy),
             )
         )
     return out
@@ -160,11 +163,21 @@ def predicted_seconds(case: Case, params: DeepEPParams) -> float:
     c = ClusterSpec(nodes, min(case.per_node, case.ep), case.ep, case.gpu, network=case.network)
     if case.mode == "low-latency":
         routing = Routing(experts=case.experts, top_k=case.top_k)
-        a = deepep_low_latency(c, routing, case.tokens, case.hidden, case.kernel, fp8=case.fp8, params=params)
+        a = deepep_low_latency(
+            c, routing, case.tokens, case.hidden, case.kernel, fp8=case.fp8, params=params, zero_copy=case.zero_copy
+        )
     else:
         routing = Routing(experts=case.experts, top_k=case.top_k, max_domains=4 if nodes > 4 else None)
         a = deepep_normal(
-            c, routing, case.tokens, case.hidden, case.kernel, fp8=case.fp8, comm_sms=_NORMAL_SMS, params=params
+            c,
+            routing,
+            case.tokens,
+            case.hidden,
+            case.kernel,
+            fp8=case.fp8,
+            comm_sms=_NORMAL_SMS,
+            params=params,
+            zero_copy=case.zero_copy,
         )
     return a.seconds
 
@@ -210,6 +223,8 @@ _FREE = {
         "normal_latency",
         "rdma_latency",
         "dispatch_copy_latency",
+        "combine_rdma_latency",
+        "combine_copy_bandwidth",
     ),
     "efa": ("rdma_efficiency", "ll_latency", "normal_latency", "rdma_latency", "rdma_peer_latency", "pair_bandwidth"),
     "efa-gda": ("rdma_efficiency", "ll_latency", "normal_latency"),
@@ -220,6 +235,13 @@ _FREE = {
 _SCALE = {"dispatch_copy_latency": 1e-9}
 """A parameter's unit in the fit and as stored, where it is not its kind's (efficiency 1, latency us, bandwidth GB/s):
 the per-copy latency is nanoseconds, stored to 0.01 ns."""
+
+
+_START = {"pair_bandwidth": 50.0, "combine_copy_bandwidth": 1000.0}
+"""Where a parameter is 0 in DeepEP's fit, the fit starts it here (its unit: GB/s); any other, 5 (us, or ns)."""
+
+_RESTARTS = 3
+"""Nelder-Mead runs a fit chains, each from the last one's best point."""
 
 
 ROBUST_SCALE = 0.15
@@ -233,18 +255,23 @@ def _case_loss(err: float, robust: bool) -> float:
     return ROBUST_SCALE**2 * math.log1p((e / ROBUST_SCALE) ** 2) if robust else e * e
 
 
-def fit(group: str, iters: int = 800, *, robust: bool = True) -> tuple[DeepEPParams, float]:
+def fit(
+    group: str, iters: int = 800, *, robust: bool = True, without: Sequence[str] = ()
+) -> tuple[DeepEPParams, float]:
     """``group``'s parameters fitted to its fitted cases from DeepEP's H800 fit, minimizing the robust loss of
     log(predicted / published) (``ROBUST_SCALE``; ``robust=False``: its plain squares); (params, rms of the log
-    errors over those cases)."""
+    errors over those cases). ``without``: parameters of the group held at 0 and not fitted (an ablation)."""
     from demos.zoo.hardware import DEEPEP_H800
 
     fitted = [c for c in cases(group) if c.fitted]
-    names = _FREE[group]
+    unknown = set(without) - set(_FREE[group])
+    if unknown:
+        raise ValueError(f"{group} fits no {', '.join(sorted(unknown))}; it fits {', '.join(_FREE[group])}")
+    names = [n for n in _FREE[group] if n not in without]
     scale = {
         n: _SCALE.get(n, 1.0 if n.endswith("efficiency") else 1e9 if n.endswith("bandwidth") else 1e-6) for n in names
     }
-    base = asdict(DEEPEP_H800)
+    base = {**asdict(DEEPEP_H800), **{n: 0.0 for n in without}}
 
     base["ll_two_level"] = GROUPS[group].ll_two_level  # a kernel's form, not a fitted number
 
@@ -260,10 +287,11 @@ def fit(group: str, iters: int = 800, *, robust: bool = True) -> tuple[DeepEPPar
             return math.inf
         return sum(_case_loss(predicted_seconds(c, p) / c.seconds - 1, robust) for c in fitted)
 
-    x0 = [base[n] / scale[n] for n in names]
+    x0 = [base[n] / scale[n] if base[n] > 0 else _START.get(n, 0.5 if scale[n] == 1.0 else 5.0) for n in names]
     step = [0.1 if scale[n] == 1.0 else 10.0 for n in names]
-    x0 = [x if x > 0 else 50.0 if scale[n] == 1e9 else 5.0 for x, n in zip(x0, names)]  # new: 5 us / ns, 50 GB/s
-    best = make(nelder_mead(loss, x0, step, iters))
+    for _ in range(_RESTARTS):  # a fresh simplex around the best point: one run can stall in a long valley
+        x0 = nelder_mead(loss, x0, step, iters)
+    best = make(x0)
     assert best is not None
     rms = math.sqrt(sum(math.log(predicted_seconds(c, best) / c.seconds) ** 2 for c in fitted) / len(fitted))
     return _rounded(best), rms
@@ -295,14 +323,16 @@ def format_table(group: str, records: Sequence[dict], params: DeepEPParams | Non
         f"ll_latency {p.ll_latency * 1e6:.1f} us, normal_latency {p.normal_latency * 1e6:.1f} us, rdma_latency "
         f"{p.rdma_latency * 1e6:.1f} us, rdma_peer_latency {p.rdma_peer_latency * 1e6:.1f} us"
         + (f", pair_bandwidth {p.pair_bandwidth / 1e9:.1f} GB/s" if p.pair_bandwidth else "")
-        + (f", dispatch_copy_latency {p.dispatch_copy_latency * 1e9:.2f} ns" if p.dispatch_copy_latency else ""),
-        f"{'source':<22}{'gpu':<8}{'mode':<12}{'kernel':<9}{'EP':>4}{'tokens':>7}{'predicted':>11}{'published':>11}"
+        + (f", dispatch_copy_latency {p.dispatch_copy_latency * 1e9:.2f} ns" if p.dispatch_copy_latency else "")
+        + (f", combine_rdma_latency {p.combine_rdma_latency * 1e6:.1f} us" if p.combine_rdma_latency else "")
+        + (f", combine_copy_bandwidth {p.combine_copy_bandwidth / 1e9:.0f} GB/s" if p.combine_copy_bandwidth else ""),
+        f"{'source':<25}{'gpu':<8}{'mode':<12}{'kernel':<9}{'EP':>4}{'tokens':>7}{'predicted':>11}{'published':>11}"
         f"{'error':>8}",
     ]
     for r in records:
         tag = "" if r["fitted"] else "  (held out)"
         lines.append(
-            f"{r['label']:<22}{r['gpu']:<8}{r['mode']:<12}{r['kernel']:<9}{r['ep']:>4}{r['tokens']:>7}"
+            f"{r['label']:<25}{r['gpu']:<8}{r['mode']:<12}{r['kernel']:<9}{r['ep']:>4}{r['tokens']:>7}"
             f"{r['predicted'] * 1e6:>9.1f}us{r['published'] * 1e6:>9.1f}us{r['error'] * 100:>+7.1f}%{tag}"
         )
     for tag, s in summary(records).items():

@@ -21,9 +21,13 @@ nvlink_bytes / (nvlink_efficiency x scale-up bandwidth))`` (a normal kernel's fo
 ``pair_bandwidth`` a third term, where set), with the busiest rank's bytes (the
 routing's imbalance times the mean) and the links of ``cluster.gpu`` (a full mesh's scale-up bandwidth: the
 links to the EP ranks of the node, ``GpuSpec.scaleup_bandwidth``); a kernel that crosses the network pays
-``rdma_latency`` and ``rdma_peer_latency`` per remote rank more, and a normal dispatch's scale-up term
-``dispatch_copy_latency`` per (token, destination rank) copy, serial rather than spread over the links
-(``DeepEPParams``; MoRI's only). The parameters are the
+``rdma_latency`` once a round trip (a low-latency kernel one, its data into fixed slots; a normal kernel two:
+the count exchange that sizes its receive buffers, then the data) and ``rdma_peer_latency`` per remote rank
+more, a combine that crosses it ``combine_rdma_latency`` more; a normal dispatch's scale-up term
+``dispatch_copy_latency`` per (token, destination rank) copy, serial rather than spread over the links; and a
+combine whose input is not already in the library's registered buffer (``zero_copy=False``, the engines'
+default) first copies it there, its (token, rank) rows at ``combine_copy_bandwidth`` (``DeepEPParams``; the
+last three MoRI's only). The parameters are the
 cluster's (``comm_params``): DeepEP's on NVIDIA GPUs over InfiniBand/RoCE, MoRI's on AMD, the fitted EFA ones
 on AWS EFA. Copies to the rank itself
 are local memory traffic and cross no link. The four parameters (``DeepEPParams``) are fitted to
@@ -61,6 +65,7 @@ ALLTOALL_KERNELS = ("dispatch", "combine")
 DEFAULT_COMM_SMS = 20
 _SCALE_BLOCK = 128  # FP8 dispatch: one float32 scale per 128 hidden channels
 _LL_HEADER = 16  # low-latency dispatch message: one int4 of source info ahead of the payload
+_NORMAL_ROUNDS = 2  # a normal kernel crossing the network: the count exchange, then the data (module docstring)
 
 
 def _number(what: str, v: object) -> float:
@@ -95,7 +100,11 @@ class DeepEPParams:
     ``dispatch_copy_latency``, the seconds a normal dispatch spends on each (token, destination rank) copy it
     sends over the scale-up links on top of its bytes, serial in the kernel rather than spread over the links
     (0: none; fitted where the tables show dispatch slowing against combine as the links grow: MoRI's, docs/
-    clusters.md, "AMD Instinct")."""
+    clusters.md, "AMD Instinct"); ``combine_rdma_latency``, the fixed seconds more a combine pays when it crosses
+    the network (0: none; MoRI's, whose combine reduces inside the node before it sends); and
+    ``combine_copy_bandwidth``, the bytes a second at which a combine copies its input rows into the library's
+    registered buffer before it sends them, where the caller's input is not already there (0: no such stage;
+    MoRI's, whose tables measure the combine both ways: ``zero_copy``)."""
 
     rdma_efficiency: float
     nvlink_efficiency: float
@@ -106,6 +115,8 @@ class DeepEPParams:
     ll_two_level: bool = False
     pair_bandwidth: float = 0.0
     dispatch_copy_latency: float = 0.0
+    combine_rdma_latency: float = 0.0
+    combine_copy_bandwidth: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("rdma_efficiency", "nvlink_efficiency"):
@@ -114,36 +125,46 @@ class DeepEPParams:
                 raise ValueError(f"DeepEPParams.{name} must be in (0, 1], got {v!r}")
         if not isinstance(self.ll_two_level, bool):
             raise TypeError(f"DeepEPParams.ll_two_level must be a bool, got {self.ll_two_level!r}")
-        for name in ("ll_latency", "normal_latency", "rdma_latency", "rdma_peer_latency", "dispatch_copy_latency"):
+        for name in (
+            "ll_latency",
+            "normal_latency",
+            "rdma_latency",
+            "rdma_peer_latency",
+            "dispatch_copy_latency",
+            "combine_rdma_latency",
+        ):
             if _number(f"DeepEPParams.{name}", getattr(self, name)) < 0:
                 raise ValueError(f"DeepEPParams.{name} must be >= 0 seconds, got {getattr(self, name)!r}")
-        if _number("DeepEPParams.pair_bandwidth", self.pair_bandwidth) < 0:
-            raise ValueError(f"DeepEPParams.pair_bandwidth must be >= 0 bytes/s, got {self.pair_bandwidth!r}")
+        for name in ("pair_bandwidth", "combine_copy_bandwidth"):
+            if _number(f"DeepEPParams.{name}", getattr(self, name)) < 0:
+                raise ValueError(f"DeepEPParams.{name} must be >= 0 bytes/s, got {getattr(self, name)!r}")
 
 
 DEEPEP_H800 = DeepEPParams(rdma_efficiency=0.87, nvlink_efficiency=0.66, ll_latency=25e-6, normal_latency=12e-6)
 """Fitted to DeepEP's H800 tables (2025-06-05 README; docs/clusters.md, "Fitted parameters")."""
 
 MORI = DeepEPParams(
-    rdma_efficiency=0.772,
-    nvlink_efficiency=0.698,
-    ll_latency=0.0,
-    normal_latency=19.8e-6,
-    rdma_latency=79.8e-6,
+    rdma_efficiency=0.845,
+    nvlink_efficiency=0.727,
+    ll_latency=22.2e-6,
+    normal_latency=19.9e-6,
+    rdma_latency=43.6e-6,
     ll_two_level=True,
-    dispatch_copy_latency=6.35e-9,
+    dispatch_copy_latency=7.59e-9,
+    combine_rdma_latency=13.5e-6,
+    combine_copy_bandwidth=2453.6e9,
 )
 """AMD's MoRI kernels (IntraNode, InterNodeV1, InterNodeV1LL) over Infinity Fabric and RDMA: fitted to MoRI's
 measured MI355X tuning tables (``demos.fidelity.ep_published``; docs/clusters.md, "AMD Instinct")."""
 
 EFA_PROXY = DeepEPParams(
-    rdma_efficiency=0.96,
+    rdma_efficiency=0.968,
     nvlink_efficiency=0.66,
-    ll_latency=0.3e-6,
-    normal_latency=25.3e-6,
-    rdma_latency=44.5e-6,
-    rdma_peer_latency=14.8e-6,
-    pair_bandwidth=65.4e9,
+    ll_latency=36.5e-6,
+    normal_latency=54.3e-6,
+    rdma_latency=7.8e-6,
+    rdma_peer_latency=14.9e-6,
+    pair_bandwidth=65.3e9,
 )
 """DeepEP-style kernels over AWS EFA through CPU proxy threads (UCCL-EP): fitted to UCCL-EP's p6-b200 (B200)
 tables, held out on p5en (H200); NVLink's share is DeepEP's (``demos.fidelity.ep_published``; docs/clusters.md,
@@ -241,6 +262,7 @@ def _timed(
     sms: int,
     forwarded: float = 0.0,
     serial_nvl: float = 0.0,
+    staged: float = 0.0,
 ) -> AllToAll:
     g = cluster.gpu
     t_rdma = rdma / (params.rdma_efficiency * g.nic_bandwidth)
@@ -250,7 +272,12 @@ def _timed(
     if t_fwd > max(t_rdma, t_nvl):
         bottleneck = "forwarding"
     if rdma > 0:  # the network's own fixed costs (module docstring)
-        latency += params.rdma_latency + params.rdma_peer_latency * (cluster.ep - cluster.ranks_per_domain)
+        rounds = _NORMAL_ROUNDS if mode == "normal" else 1
+        latency += params.rdma_latency * rounds + params.rdma_peer_latency * (cluster.ep - cluster.ranks_per_domain)
+        if kernel == "combine":
+            latency += params.combine_rdma_latency
+    if kernel == "combine" and params.combine_copy_bandwidth > 0:
+        latency += staged / params.combine_copy_bandwidth
     return AllToAll(kernel, mode, latency + max(t_rdma, t_nvl, t_fwd), rdma, nvl, bottleneck, sms)
 
 
@@ -264,11 +291,13 @@ def deepep_low_latency(
     fp8: bool = True,
     nvlink: bool = True,
     params: DeepEPParams | None = None,
+    zero_copy: bool = False,
 ) -> AllToAll:
     """A low-latency dispatch or combine of ``tokens`` tokens per rank (``hidden`` channels each):
     ``tokens x top_k`` messages of ``message_bytes(kernel, hidden, fp8, low_latency=True)``. With
     ``nvlink`` (DeepEP since 2025-06-05) copies within the NVLink domain go over NVLink, else over
-    RDMA too. 0 SMs while in flight. ``params``: None takes the cluster's (``comm_params``)."""
+    RDMA too. 0 SMs while in flight. ``params``: None takes the cluster's (``comm_params``). ``zero_copy``: the
+    combine's input is already in the library's buffer (no copy stage; ``DeepEPParams.combine_copy_bandwidth``)."""
     traffic = _check(cluster, routing, tokens, params)
     params = params or comm_params(cluster)
     msg = message_bytes(kernel, hidden, fp8, low_latency=True) * tokens * traffic.imbalance
@@ -278,7 +307,8 @@ def deepep_low_latency(
         rdma, nvl = traffic.copies_rdma * msg, traffic.copies_nvlink * msg
     else:
         rdma, nvl = (traffic.copies_rdma + traffic.copies_nvlink) * msg, 0.0
-    return _timed(kernel, "low-latency", cluster, rdma, nvl, params.ll_latency, params, 0)
+    staged = 0.0 if zero_copy else traffic.ranks * msg  # the combine's input, one row a (token, rank)
+    return _timed(kernel, "low-latency", cluster, rdma, nvl, params.ll_latency, params, 0, staged=staged)
 
 
 def deepep_normal(
@@ -291,12 +321,14 @@ def deepep_normal(
     fp8: bool = True,
     comm_sms: int = DEFAULT_COMM_SMS,
     params: DeepEPParams | None = None,
+    zero_copy: bool = False,
 ) -> AllToAll:
     """A normal (high-throughput) dispatch or combine of ``tokens`` tokens per rank: each token once
     per remote NVLink domain over RDMA, and once per destination rank other than the forwarding
     one over NVLink (``tokens x ranks x (d-1)/d``; within one domain that is every other rank it
     touches). Holds ``comm_sms`` SMs (an int in [1, sm_count)) while it runs; the achieved
-    bandwidth is the fitted one at DeepEP's 24 SMs whatever ``comm_sms`` is (not modelled)."""
+    bandwidth is the fitted one at DeepEP's 24 SMs whatever ``comm_sms`` is (not modelled). ``zero_copy`` as
+    ``deepep_low_latency``'s."""
     traffic = _check(cluster, routing, tokens, params)
     params = params or comm_params(cluster)
     g = cluster.gpu
@@ -308,7 +340,10 @@ def deepep_normal(
     forwarded = traffic.domains * per_token  # once per destination domain, its own included
     copies = nvl / msg  # (token, scale-up destination) pairs
     serial = copies * params.dispatch_copy_latency if kernel == "dispatch" else 0.0
-    return _timed(kernel, "normal", cluster, rdma, nvl, params.normal_latency, params, comm_sms, forwarded, serial)
+    staged = 0.0 if zero_copy else traffic.ranks * per_token  # the combine's input, one row a (token, rank)
+    return _timed(
+        kernel, "normal", cluster, rdma, nvl, params.normal_latency, params, comm_sms, forwarded, serial, staged
+    )
 
 
 def ll_buffer_bytes(max_tokens: int, hidden: int, experts: int) -> int:

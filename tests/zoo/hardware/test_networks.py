@@ -46,11 +46,12 @@ def test_each_groups_stored_parameters_are_its_fit(group):
     assert rms < {"mori": 0.12, "efa": 0.12, "efa-gda": 0.15}[group]
 
 
-def test_mori_fits_its_rows_and_predicts_the_held_out_gpus_within_15_percent_mostly():
-    """Held out: MI300X's and MI350X's rows and every BF16 dispatch row (146: 112 + 34)."""
+def test_mori_fits_every_row_within_15_percent_and_predicts_the_held_out_gpus_within_15_percent_mostly():
+    """Held out: MI300X's and MI350X's rows and every BF16 dispatch row (146: 112 + 34). Every fitted row within
+    15% (issue 46 asks it); the mechanisms that take the last ones in are checked one by one below."""
     s = ep_published.summary(ep_published.compare("mori"))
     assert s["fitted"]["rows"] == 124 and s["held out"]["rows"] == 146
-    assert s["fitted"]["within_15"] > 0.9 and s["held out"]["within_15"] > 0.9
+    assert s["fitted"]["within_15"] == 1.0 and s["held out"]["within_15"] > 0.9
     assert abs(s["held out"]["median"]) < 0.05
 
 
@@ -93,10 +94,11 @@ def test_a_one_node_all_to_all_on_a_mesh_uses_one_link_per_peer():
     """EP 2 on one MI355X node crosses 1 of 7 links, EP 8 all 7: the normal combine of the same tokens per rank
     moves (ep - 1) / ep of them, so EP 2's time per byte is 7 x 2 / 8 ... (below) larger than EP 8's; through
     NVSwitch (H200) every EP gets the whole bandwidth. MoRI's measured tables show it (validate deepep). The
-    combine: MoRI's dispatch adds a per-copy cost that is not spread over the links (the test below)."""
+    combine, its input already in MoRI's buffer: MoRI's dispatch adds a per-copy cost that is not spread over the
+    links (the test above), its combine a copy stage otherwise (below)."""
 
     def per_byte(gpu: str, ep: int) -> float:
-        a = deepep_normal(ClusterSpec(1, ep, ep, gpu), R, 4096, 7168, "combine", comm_sms=32)
+        a = deepep_normal(ClusterSpec(1, ep, ep, gpu), R, 4096, 7168, "combine", comm_sms=32, zero_copy=True)
         return (a.seconds - comm_params(ClusterSpec(1, ep, ep, gpu)).normal_latency) / a.nvlink_bytes
 
     assert per_byte("mi355x", 2) == pytest.approx(7 * per_byte("mi355x", 8))
@@ -143,7 +145,8 @@ def test_a_normal_kernel_held_to_its_forwarding_rate_grows_with_the_domains_it_t
         a = run(ep, EFA_PROXY)
         t = ClusterSpec(ep // 8, 8, ep, "b200", network="efa").traffic(r)
         assert a.bottleneck == "forwarding"
-        fixed = EFA_PROXY.normal_latency + EFA_PROXY.rdma_latency + EFA_PROXY.rdma_peer_latency * (ep - 8)
+        rounds = 2  # a normal kernel crossing the network: the count exchange, then the data
+        fixed = EFA_PROXY.normal_latency + rounds * EFA_PROXY.rdma_latency + EFA_PROXY.rdma_peer_latency * (ep - 8)
         forwarded = t.domains * 4096 * (7168 + 7168 // 128 * 4)
         assert a.seconds - fixed == pytest.approx(forwarded / EFA_PROXY.pair_bandwidth)
     # at EP 32 three of a token's 3.6 domains are remote: the NIC binds again
@@ -176,3 +179,104 @@ def test_the_robust_loss_is_squares_near_zero_and_caps_an_outliers_pull():
     # a row 3x off costs less than 1/10 of its square: it cannot outweigh a dozen rows 10% off
     assert sq(2.0, True) < 0.1 * sq(2.0, False)
     assert sq(2.0, True) < 12 * sq(0.1, True)
+
+
+def _bytes_only(params):
+    """``params`` with every fixed cost 0 and the NIC at its line rate: a case's time is its bytes' alone."""
+    zero = ("ll_latency", "normal_latency", "rdma_latency", "rdma_peer_latency", "combine_rdma_latency")
+    return dataclasses.replace(params, rdma_efficiency=1.0, **{n: 0.0 for n in zero})
+
+
+def _case(group: str, **match):
+    (c,) = [c for c in ep_published.cases(group) if all(getattr(c, k) == v for k, v in match.items())]
+    return c
+
+
+def test_no_parameters_hold_p6_b200s_low_latency_rows_within_15_percent():
+    """UCCL-EP's p6-b200 low-latency rows: dispatch 228, 448 and 406 us at EP 16, 24 and 32, combine 318 us at EP
+    16; the fit leaves the EP 32 dispatch out of 15%. Any time of the model's form, fixed + per remote rank x
+    (EP - 8) + k x the bytes' time at line rate (every term >= 0; k = 1 / efficiency, any value, so a share of
+    the NIC for small messages of its own is covered too), cannot hold the four: the dispatch rows ask k of at
+    least 2.5 (EP 24 >= 0.85 x 448 and EP 32 <= 1.15 x 406, while the bytes' share of the remote ranks grows less
+    from 24 to 32 than from 16 to 24 and the per-rank term grows the same), the EP 16 pair at most 2.5 (the
+    combine's extra BF16 bytes in 1.15 x 318 - 0.85 x 228) (docs/clusters.md, "Rows out of reach")."""
+    d = {ep: _case("efa", gpu="b200", mode="low-latency", kernel="dispatch", ep=ep) for ep in (16, 24, 32)}
+    c16 = _case("efa", gpu="b200", mode="low-latency", kernel="combine", ep=16)
+    b = {ep: ep_published.predicted_seconds(c, _bytes_only(EFA_PROXY)) for ep, c in d.items()}
+    lo = {ep: 0.85 * c.seconds for ep, c in d.items()}
+    hi = {ep: 1.15 * c.seconds for ep, c in d.items()}
+    concave = (b[24] - b[16]) - (b[32] - b[24])  # the per-rank term cancels in the steps' difference
+    assert concave > 0
+    k_least = ((lo[24] - hi[16]) - (hi[32] - lo[24])) / concave
+    extra_bytes = ep_published.predicted_seconds(c16, _bytes_only(EFA_PROXY)) - b[16]
+    k_most = (1.15 * c16.seconds - lo[16]) / extra_bytes
+    assert k_least > k_most > 1
+    # the stored fit: that row, and only it, out of 15%
+    out = [r for r in ep_published.compare("efa") if r["fitted"] and abs(r["error"]) > 0.15]
+    assert [(r["mode"], r["kernel"], r["ep"]) for r in out] == [("low-latency", "dispatch", 32)]
+
+
+def test_no_efficiency_holds_deepep_v2s_low_latency_dispatch_and_combine_at_ep16_within_15_percent():
+    """DeepEP V2 over EFA-GDA, EP 16, 128 tokens: dispatch 185.6 us, combine 197.5 us, though the combine carries
+    BF16 (1.9x the FP8 dispatch's bytes). One fixed cost for both: the combine less the dispatch is the extra
+    bytes' time, at least at the NIC's line rate, and that is more than 1.15 x combine - 0.85 x dispatch."""
+    d = _case("efa-gda", mode="low-latency", kernel="dispatch", ep=16)
+    c = _case("efa-gda", mode="low-latency", kernel="combine", ep=16)
+    extra = ep_published.predicted_seconds(c, _bytes_only(EFA_GDA)) - ep_published.predicted_seconds(
+        d, _bytes_only(EFA_GDA)
+    )
+    assert extra > 1.15 * c.seconds - 0.85 * d.seconds
+    out = [r for r in ep_published.compare("efa-gda") if r["fitted"] and abs(r["error"]) > 0.15]
+    assert [(r["mode"], r["kernel"], r["ep"]) for r in out] == [("low-latency", "combine", 16)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ablation", ["one-round", "combine_rdma_latency", "combine_copy_bandwidth"])
+def test_each_of_moris_last_three_mechanisms_is_needed_for_every_fitted_row_within_15_percent(ablation, monkeypatch):
+    """Refit without one (docs/clusters.md, "AMD Instinct", the ablation): a normal kernel's count exchange as a
+    network round trip of its own (one round instead of two), the combine's fixed cost over the network, the
+    combine's copy of its input into MoRI's buffer. Each time some fitted row ends outside 15%."""
+    from demos.zoo.hardware import alltoall
+
+    if ablation == "one-round":
+        monkeypatch.setattr(alltoall, "_NORMAL_ROUNDS", 1)
+        params, _ = ep_published.fit("mori")
+    else:
+        params, _ = ep_published.fit("mori", without=(ablation,))
+        assert getattr(params, ablation) == 0.0
+    assert ep_published.summary(ep_published.compare("mori", params))["fitted"]["within_15"] < 1.0
+
+
+def test_a_combine_not_zero_copy_pays_its_copy_stage_and_moris_tables_show_it():
+    """MoRI's combine copies its input rows (one a token and rank) into its registered buffer first unless they
+    are there already (``zero_copy``): at EP 8 on one MI355X node the modelled stage is the rows' bytes at
+    ``combine_copy_bandwidth``, and MoRI's own rows show the gap (1,024 tokens: 231.9 us without zero copy, 198.4
+    us with it; the model's gap within 25% of theirs). DeepEP's parameters have no such stage."""
+    c = ClusterSpec(1, 8, 8, "mi355x")
+    kw = dict(hidden=7168, kernel="combine", comm_sms=32)
+    staged, direct = deepep_normal(c, R, 1024, **kw), deepep_normal(c, R, 1024, zero_copy=True, **kw)
+    rows = c.traffic(R).ranks * 1024
+    assert staged.seconds - direct.seconds == pytest.approx(rows * 7168 * 2 / MORI.combine_copy_bandwidth)
+    assert staged.seconds - direct.seconds == pytest.approx(231.94e-6 - 198.39e-6, rel=0.25)
+    ll = [deepep_low_latency(ClusterSpec(2, 8, 16, "mi355x"), R, 128, 7168, "combine", zero_copy=z) for z in (0, 1)]
+    assert ll[0].seconds > ll[1].seconds
+    h = ClusterSpec(1, 8, 8, "h200")
+    assert deepep_normal(h, R, 1024, **kw).seconds == deepep_normal(h, R, 1024, zero_copy=True, **kw).seconds
+    assert (
+        deepep_normal(c, R, 1024, **{**kw, "kernel": "dispatch"}).seconds
+        == deepep_normal(c, R, 1024, zero_copy=True, **{**kw, "kernel": "dispatch"}).seconds
+    )
+
+
+def test_a_normal_kernel_pays_two_network_round_trips_and_a_low_latency_one_one():
+    """Over the network a normal kernel first exchanges its counts (to size the receive buffers), then sends; a
+    low-latency one writes into fixed slots at once. With one token a rank (bytes negligible) MoRI's normal
+    dispatch at EP 16 pays ``normal_latency + 2 x rdma_latency``, its low-latency one ``ll_latency +
+    rdma_latency``; inside one node neither pays the network's."""
+    c = ClusterSpec(2, 8, 16, "mi355x")
+    normal = deepep_normal(c, R, 1, 7168, "dispatch", comm_sms=32).seconds
+    ll = deepep_low_latency(c, R, 1, 7168, "dispatch").seconds
+    assert normal == pytest.approx(MORI.normal_latency + 2 * MORI.rdma_latency, rel=0.02)
+    assert ll == pytest.approx(MORI.ll_latency + MORI.rdma_latency, rel=0.02)
+    one = deepep_normal(ClusterSpec(1, 8, 8, "mi355x"), R, 1, 7168, "dispatch", comm_sms=32).seconds
+    assert one == pytest.approx(MORI.normal_latency, rel=0.02)
