@@ -238,7 +238,8 @@ the per-copy latency is nanoseconds, stored to 0.01 ns."""
 
 
 _START = {"pair_bandwidth": 50.0, "combine_copy_bandwidth": 1000.0}
-"""Where a parameter is 0 in DeepEP's fit, the fit starts it here (its unit: GB/s); any other, 5 (us, or ns)."""
+"""Where a parameter is 0 in DeepEP's fit, the fit starts it here (GB/s); another such: an efficiency at 0.5,
+a latency at 5 (us, or ns)."""
 
 _RESTARTS = 3
 """Nelder-Mead runs a fit chains, each from the last one's best point."""
