@@ -38,7 +38,7 @@ docs/clusters.md).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from demos.zoo.hardware.cluster import ClusterSpec, Routing, Traffic
 
@@ -65,6 +65,7 @@ ALLTOALL_KERNELS = ("dispatch", "combine")
 DEFAULT_COMM_SMS = 20
 _SCALE_BLOCK = 128  # FP8 dispatch: one float32 scale per 128 hidden channels
 _LL_HEADER = 16  # low-latency dispatch message: one int4 of source info ahead of the payload
+_UNITS = {"latency": "seconds", "bandwidth": "bytes/s"}  # DeepEPParams' non-negative fields, by name ending
 _NORMAL_ROUNDS = 2  # a normal kernel crossing the network: the count exchange, then the data (module docstring)
 
 
@@ -125,19 +126,10 @@ class DeepEPParams:
                 raise ValueError(f"DeepEPParams.{name} must be in (0, 1], got {v!r}")
         if not isinstance(self.ll_two_level, bool):
             raise TypeError(f"DeepEPParams.ll_two_level must be a bool, got {self.ll_two_level!r}")
-        for name in (
-            "ll_latency",
-            "normal_latency",
-            "rdma_latency",
-            "rdma_peer_latency",
-            "dispatch_copy_latency",
-            "combine_rdma_latency",
-        ):
-            if _number(f"DeepEPParams.{name}", getattr(self, name)) < 0:
-                raise ValueError(f"DeepEPParams.{name} must be >= 0 seconds, got {getattr(self, name)!r}")
-        for name in ("pair_bandwidth", "combine_copy_bandwidth"):
-            if _number(f"DeepEPParams.{name}", getattr(self, name)) < 0:
-                raise ValueError(f"DeepEPParams.{name} must be >= 0 bytes/s, got {getattr(self, name)!r}")
+        for name, unit in _UNITS.items():  # every latency and bandwidth field, by its name's ending
+            for f in fields(self):
+                if f.name.endswith(name) and _number(f"DeepEPParams.{f.name}", getattr(self, f.name)) < 0:
+                    raise ValueError(f"DeepEPParams.{f.name} must be >= 0 {unit}, got {getattr(self, f.name)!r}")
 
 
 DEEPEP_H800 = DeepEPParams(rdma_efficiency=0.87, nvlink_efficiency=0.66, ll_latency=25e-6, normal_latency=12e-6)
